@@ -1,0 +1,70 @@
+#include "runtime/core/dtype.hpp"
+
+#include <cmath>
+
+namespace kiln {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::F64: return "F64";
+    case DType::I64: return "I64";
+    case DType::I32: return "I32";
+    case DType::I16: return "I16";
+    case DType::I8: return "I8";
+    case DType::U8: return "U8";
+    case DType::BOOL: return "BOOL";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64:
+    case DType::I64: return 8;
+    case DType::F32:
+    case DType::I32: return 4;
+    case DType::F16:
+    case DType::BF16:
+    case DType::I16: return 2;
+    case DType::I8:
+    case DType::U8:
+    case DType::BOOL: return 1;
+  }
+  return 0;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
+  } else if (exponent == 31) {
+    value = mantissa == 0 ? INFINITY : NAN;
+  } else {
+    value = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  }
+  return sign ? -value : value;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // subnormal or zero in half: round to nearest even at 2^-24
+    const float a = std::fabs(f);
+    const float scaled = std::nearbyint(a * 16777216.0f);  // a / 2^-24
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(scaled));
+  }
+  uint32_t rounded = abs + 0x0fffu + ((abs >> 13) & 1u);  // round mantissa to 10 bits, ties to even
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+}  // namespace kiln
