@@ -1,0 +1,59 @@
+// kiln YAML configs: strict (unknown fields are errors) and complete (architecture + build).
+#include <yaml-cpp/yaml.h>
+
+#include "codegen/config_arch.hpp"
+#include "codegen/config_load.hpp"
+
+namespace kiln::codegen {
+
+namespace {
+
+Family parse_family(const YamlFields& model) {
+  const std::string f = model.choice("family", {"llama", "qwen3", "deepseek_v2"});
+  return f == "llama" ? Family::llama : f == "qwen3" ? Family::qwen3 : Family::deepseek_v2;
+}
+
+BuildSpec read_build(const YamlFields& build) {
+  BuildSpec b;
+  b.dtype = build.choice("dtype", {"bf16"});
+  b.max_context = build.integer("max_context", 1);
+  b.kv_page_size = build.integer("kv_page_size", 1);
+  b.max_batch = build.integer("max_batch", 1);
+  b.max_batched_tokens = build.integer("max_batched_tokens", 1);
+  b.gpu_archs = build.string_list("gpu_archs");
+  build.reject_unknown();
+  return b;
+}
+
+}  // namespace
+
+ModelSpec load_kiln_yaml(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail(path, ": cannot read the file");
+  } catch (const YAML::ParserException& e) {
+    fail(path, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) fail(path, ": the file is empty");
+
+  const YamlFields doc(root, path, "");
+  ModelSpec spec;
+  spec.source = path;
+  spec.name = doc.string("name");
+
+  const YamlFields model = doc.section("model");
+  spec.family = parse_family(model);
+  read_architecture(model, spec);
+  model.reject_unknown();
+
+  if (doc.has("chat_template")) spec.chat_format = chat_format_from_name(doc.choice("chat_template", kChatFormatNames));
+  spec.build = read_build(doc.section("build"));
+  doc.reject_unknown();
+
+  validate(spec);
+  return spec;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,168 @@
+// forward.cu and forward_ref.cpp: the graph as a launch sequence (CUDA, prefill and decode) and as
+// a sequence of reference-op calls (CPU). Both read like the model card: one stage comment per
+// stage, one math comment per op, a loop over the layers.
+#include "codegen/emit.hpp"
+#include "codegen/emit_cuda_ops.hpp"
+#include "codegen/graph_build.hpp"
+
+namespace kiln::codegen {
+
+namespace {
+
+enum class Backend { ref, cuda_prefill, cuda_decode };
+
+void emit_op(const Op& op, const Graph& g, Backend backend, Code& c) {
+  c.comment(op.math);
+  if (backend == Backend::ref) {
+    for (const auto& stmt : ref_call(op, g)) c.line(stmt);
+  } else {
+    c.line(cuda_call(op, g, backend == Backend::cuda_decode ? Phase::decode : Phase::prefill));
+  }
+}
+
+void emit_buffers(const Graph& g, Backend backend, Code& c) {
+  const bool gpu = backend != Backend::ref;
+  for (const Buffer& b : g.buffers) {
+    const std::string type = b.elem == Elem::f32 || !gpu ? "float" : "bf16";
+    const std::string base = gpu ? "ctx.arena" : "arena";
+    const std::string plan = gpu ? "GpuArena::" : "RefArena::";
+    c.line(pad(type + "* " + b.name + " = reinterpret_cast<" + type + "*>(" + base + " + " + plan + b.name + ");", 72) +
+           "// [T, " + b.per_token + "] " + b.layout);
+  }
+}
+
+std::string kv_decl(Backend backend) {
+  if (backend == Backend::ref) {
+    return "const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, kNumKvHeads, kHeadDim, kPageSize};";
+  }
+  return "bf16* kv = ctx.kv_layer<bf16>(layer);";
+}
+
+void emit_body(const Graph& g, Backend backend, Code& c) {
+  const bool gpu = backend != Backend::ref;
+  c.line(gpu ? "const int T = step.num_tokens;   // tokens in this step" : "const int64_t T = step.num_tokens();   // tokens in this step");
+  c.line(gpu ? "const int N = step.num_logits;   // rows that need logits" : "const int64_t N = step.num_logits();   // rows that need logits");
+  if (gpu) {
+    c.line("cudaStream_t stream = ctx.stream;");
+  } else {
+    c.line("char* arena = reinterpret_cast<char*>(ctx.arena);");
+    c.line("const int64_t kv_layer_floats = ctx.num_pages * kPageSize * kKvElemsPerToken;");
+  }
+  emit_buffers(g, backend, c);
+  c.line();
+  for (const Op& op : g.prologue) emit_op(op, g, backend, c);
+
+  for (const LayerBlock& block : g.blocks) {
+    c.line();
+    const std::string first = block.first == 0 ? "0" : num(block.first);
+    const std::string last = block.last == g.value("kNumLayers") ? "kNumLayers" : num(block.last);
+    c.comment("---- " + block.name + " ----");
+    c.line("for (int layer = " + first + "; layer < " + last + "; ++layer) {");
+    c.indent();
+    c.line(std::string("const LayerWeights<") + (gpu ? "bf16" : "float") + ">& lw = w.layers[layer];");
+    c.line(kv_decl(backend));
+    for (const auto& [stage, ops] : block.stages) {
+      c.line();
+      c.comment(stage);
+      for (const Op& op : ops) emit_op(op, g, backend, c);
+    }
+    c.dedent();
+    c.line("}");
+  }
+  c.line();
+  c.comment("---- logits ----");
+  for (const Op& op : g.epilogue) emit_op(op, g, backend, c);
+}
+
+}  // namespace
+
+std::string emit_forward_ref(const ModelSpec& spec, const Graph& g) {
+  Code c;
+  c.line(banner(spec, "The forward pass on the CPU reference backend: fp32, op for op the graph of forward.cu."));
+  c.line("#include \"model.hpp\"");
+  c.line("#include \"runtime/ref/ops.hpp\"");
+  c.line();
+  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line();
+  c.line("namespace {");
+  c.line();
+  c.comment("One step over the flat batch `step`; writes logits [N, kVocabSize] for step.logit_rows.");
+  c.line("void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContext& ctx, float* logits) {");
+  c.indent();
+  emit_body(g, Backend::ref, c);
+  c.dedent();
+  c.line("}");
+  c.line();
+  c.line("class RefModel final : public RefForward {");
+  c.line(" public:");
+  c.line("  explicit RefModel(const WeightTable& weights) : w_(bind_weights<float>(weights)) {}");
+  c.line("  void forward(const StepBatch& step, const RefContext& ctx, float* logits) const override {");
+  c.line("    forward_ref(w_, step, ctx, logits);");
+  c.line("  }");
+  c.line();
+  c.line(" private:");
+  c.line("  Weights<float> w_;");
+  c.line("};");
+  c.line();
+  c.line("}  // namespace");
+  c.line();
+  c.line("std::unique_ptr<RefForward> make_ref_forward(const WeightTable& weights) {");
+  c.line("  return std::make_unique<RefModel>(weights);");
+  c.line("}");
+  c.line();
+  c.line("}  // namespace kiln::models::" + spec.id());
+  return c.str();
+}
+
+std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
+  Code c;
+  c.line(banner(spec, "The forward pass on the GPU: the prefill and decode graphs as launch sequences."));
+  c.line("#include \"model.hpp\"");
+  c.line("#include \"runtime/cuda/context.hpp\"");
+  c.line("#include \"runtime/cuda/gemm.hpp\"");
+  c.line();
+  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line();
+  c.line("namespace {");
+  c.line();
+  c.comment("Prefill: any flat batch (prompt chunks, decodes riding along). Projections use cuBLASLt;");
+  c.comment("attention runs over each sequence's cached pages with a causal mask.");
+  c.line("void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {");
+  c.indent();
+  emit_body(g, Backend::cuda_prefill, c);
+  c.dedent();
+  c.line("}");
+  c.line();
+  c.comment("Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read");
+  c.comment("once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).");
+  c.line("void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {");
+  c.indent();
+  emit_body(g, Backend::cuda_decode, c);
+  c.dedent();
+  c.line("}");
+  c.line();
+  c.line("class CudaModel final : public CudaForward {");
+  c.line(" public:");
+  c.line("  explicit CudaModel(const WeightTable& weights) : w_(bind_weights<bf16>(weights)) {}");
+  c.line("  void prefill(const CudaStep& step, const CudaContext& ctx, float* logits) const override {");
+  c.line("    forward_prefill(w_, step, ctx, logits);");
+  c.line("  }");
+  c.line("  void decode(const CudaStep& step, const CudaContext& ctx, float* logits) const override {");
+  c.line("    forward_decode(w_, step, ctx, logits);");
+  c.line("  }");
+  c.line();
+  c.line(" private:");
+  c.line("  Weights<bf16> w_;");
+  c.line("};");
+  c.line();
+  c.line("}  // namespace");
+  c.line();
+  c.line("std::unique_ptr<CudaForward> make_cuda_forward(const WeightTable& weights) {");
+  c.line("  return std::make_unique<CudaModel>(weights);");
+  c.line("}");
+  c.line();
+  c.line("}  // namespace kiln::models::" + spec.id());
+  return c.str();
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,54 @@
+// kernels.cu: one wrapper per distinct op instantiation, the model's sizes baked in as template
+// arguments. nvcc compiles it into the model's library; the NVRTC test compiles it too (the
+// template launchers then only reference their kernels, which instantiates them).
+#include <map>
+#include <set>
+
+#include "codegen/emit.hpp"
+#include "codegen/emit_cuda_ops.hpp"
+#include "codegen/graph_build.hpp"
+
+namespace kiln::codegen {
+
+std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
+  // Which ops use each wrapper, for its comment.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const Op*>> users;
+  std::map<std::string, CudaKernel> kernels;
+  std::set<std::string> headers;
+  for (const Op* op : g.all_ops()) {
+    for (const auto& h : cuda_headers(*op)) headers.insert(h);
+    for (const auto& k : cuda_kernels(*op, g)) {
+      if (!kernels.count(k.name)) {
+        order.push_back(k.name);
+        kernels.emplace(k.name, k);
+      }
+      users[k.name].push_back(op);
+    }
+  }
+
+  Code c;
+  c.line(banner(spec, "CUDA kernels: one instantiation per op of the graph, this model's sizes baked in."));
+  c.line("#include \"model.hpp\"");
+  for (const auto& h : headers) c.line("#include \"" + h + "\"");
+  c.line();
+  c.line("namespace kiln::models::" + spec.id() + " {");
+  for (const auto& name : order) {
+    const CudaKernel& k = kernels.at(name);
+    c.line();
+    std::string labels;
+    std::set<std::string> seen;
+    for (const Op* op : users[name]) {
+      if (seen.insert(op->label).second) labels += (labels.empty() ? "" : ", ") + op->label;
+    }
+    c.comment(labels + ": " + users[name].front()->math);
+    c.line(k.signature + " {");
+    c.line("  " + k.body);
+    c.line("}");
+  }
+  c.line();
+  c.line("}  // namespace kiln::models::" + spec.id());
+  return c.str();
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,159 @@
+// weights.inc (the weight manifest), model.cpp (the model as the runtime sees it) and main.cpp
+// (the binary's entry point).
+#include "codegen/emit.hpp"
+#include "codegen/graph_build.hpp"
+
+namespace kiln::codegen {
+
+namespace {
+
+std::string source_text(const WeightSource& s) {
+  std::string out = "{\"" + s.hf_name + "\", " + num(s.rows);
+  if (s.row_begin != 0 || s.groups != 1) out += ", " + num(s.row_begin);
+  if (s.groups != 1) out += ", " + num(s.groups) + ", " + num(s.group_stride);
+  return out + "}";
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+}  // namespace
+
+std::string emit_weights_inc(const ModelSpec& spec, const Graph& g) {
+  Code c;
+  c.line(banner(spec, "Weight manifest: each kiln weight, its shape, and the HF tensors (rows) it is built from."));
+  c.comment("Entries: {kiln name, per layer, first layer, last layer (exclusive), shape, experts,");
+  c.comment("          {alternative layouts: {{HF tensor, rows[, first row[, groups, group stride]]}, ...}}, tied to}");
+  c.comment("{L} is the layer index and {E} the expert index. Included by model.cpp.");
+  for (const WeightDecl& w : g.weights) {
+    c.line();
+    c.comment(w.comment);
+    std::string layouts;
+    for (size_t i = 0; i < w.layouts.size(); ++i) {
+      std::string sources;
+      for (size_t j = 0; j < w.layouts[i].size(); ++j) sources += (j ? ", " : "") + source_text(w.layouts[i][j]);
+      layouts += (i ? ", " : "") + std::string("{") + sources + "}";
+    }
+    const std::string layers = w.per_layer ? "true, " + num(w.layer_first) + ", " + num(w.layer_last) : "false, 0, 0";
+    std::string shape;
+    for (size_t i = 0; i < w.shape.size(); ++i) shape += (i ? ", " : "") + num(w.shape[i]);
+    c.line("{" + quoted(w.name) + ", " + layers + ", {" + shape + "}, " + num(w.experts) + ", {" + layouts + "}, " +
+           quoted(w.tied_to) + "},");
+  }
+  return c.str();
+}
+
+std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
+  Code c;
+  c.line(banner(s, "The model as the runtime sees it: its numbers, weight manifest and backend factories."));
+  c.line("#include \"model.hpp\"");
+  c.line();
+  c.line("namespace kiln::models::" + s.id() + " {");
+  c.line();
+  c.line("namespace {");
+  c.line("const std::vector<WeightSpec> kWeights = {");
+  c.line("#include \"weights.inc\"");
+  c.line("};");
+  c.line("}  // namespace");
+  c.line();
+  c.line("const ModelDef& model_def() {");
+  c.indent();
+  c.line("static const ModelDef def{");
+  c.indent();
+  c.line("ModelInfo{");
+  c.indent();
+  std::string eos;
+  for (size_t i = 0; i < s.eos_token_ids.size(); ++i) eos += (i ? ", " : "") + num(s.eos_token_ids[i]);
+  const bool mla = s.mla.has_value();
+  const RopeSpec& r = s.rope;
+  auto field = [&](const std::string& name, const std::string& value) { c.line("." + name + " = " + value + ","); };
+  field("name", quoted(s.name));
+  field("family", quoted(to_string(s.family)));
+  field("source", quoted(s.source));
+  field("vocab_size", "kVocabSize");
+  field("hidden_size", "kHiddenSize");
+  field("num_layers", "kNumLayers");
+  field("max_context", "kMaxContext");
+  field("page_size", "kPageSize");
+  field("max_batch", "kMaxBatch");
+  field("max_batched_tokens", "kMaxBatchedTokens");
+  field("kv_elems_per_token", "kKvElemsPerToken");
+  field("bos_token_id", num(s.bos_token_id));
+  field("eos_token_ids", "{" + eos + "}");
+  field("chat_template", quoted(to_string(s.chat_format)));
+  std::string rope = "RopeInfo{.kind = RopeKind::" + std::string(r.type == RopeType::standard ? "standard"
+                                                                   : r.type == RopeType::llama3 ? "llama3"
+                                                                                                : "yarn") +
+                     ", .theta = kRopeTheta, .rotary_dim = " + (mla ? "kQkRopeHeadDim" : "kHeadDim") +
+                     ", .interleaved = " + (mla ? "true" : "false");
+  if (r.type != RopeType::standard) {
+    rope += ", .factor = kRopeFactor, .original_max_position_embeddings = kRopeOriginalMaxPositions";
+  }
+  if (r.type == RopeType::llama3) rope += ", .low_freq_factor = kRopeLowFreqFactor, .high_freq_factor = kRopeHighFreqFactor";
+  if (r.type == RopeType::yarn) {
+    rope += ", .beta_fast = kRopeBetaFast, .beta_slow = kRopeBetaSlow, .mscale = kRopeMscale, "
+            ".mscale_all_dim = kRopeMscaleAllDim";
+  }
+  field("rope", rope + "}");
+  field("ref_arena_bytes", "RefArena::bytes");
+  field("gpu_arena_bytes", "GpuArena::bytes");
+  field("gpu_scratch_bytes", "kDecodeScratchFloats * 4");
+  field("num_attention_heads", mla ? "kNumHeads" : "kNumHeads");
+  field("num_key_value_heads", mla ? "kNumHeads" : "kNumKvHeads");
+  field("intermediate_size", "kIntermediateSize");
+  field("rms_norm_eps", "kRmsNormEps");
+  c.dedent();
+  c.line("},");
+  c.line("&kWeights,");
+  c.line("&make_ref_forward,");
+  c.line("&make_cuda_forward,");
+  c.dedent();
+  c.line("};");
+  c.line("return def;");
+  c.dedent();
+  c.line("}");
+  c.line();
+  c.line("}  // namespace kiln::models::" + s.id());
+  (void)g;
+  return c.str();
+}
+
+std::string emit_main_cpp(const ModelSpec& s) {
+  Code c;
+  c.line(banner(s, "The binary's entry point: the runtime's command line, bound to this model."));
+  c.line("#include \"model.hpp\"");
+  c.line("#include \"runtime/cli/cli.hpp\"");
+  c.line();
+  c.line("int main(int argc, char** argv) { return kiln::run_cli(kiln::models::" + s.id() + "::model_def(), argc, argv); }");
+  return c.str();
+}
+
+std::string emit_cmake(const ModelSpec& s, const Graph& g) {
+  // SASS for every configured architecture, plus PTX of the oldest one (without the "a" suffix,
+  // whose features are not forward compatible) so newer GPUs can JIT the kernels.
+  std::string gencode;
+  std::string oldest;
+  for (const auto& arch : s.build.gpu_archs) {
+    const std::string digits = arch.substr(3);
+    gencode += " -gencode=arch=compute_" + digits + ",code=sm_" + digits;
+    std::string plain = digits;
+    if (!plain.empty() && plain.back() == 'a') plain.pop_back();
+    if (oldest.empty() || std::stoi(plain) < std::stoi(oldest)) oldest = plain;
+  }
+  gencode += " -gencode=arch=compute_" + oldest + ",code=compute_" + oldest;
+  const std::string lib = "kiln_model_" + s.id();
+  (void)g;
+  Code c;
+  std::string b = banner(s, "The model's library (kernels, GPU and CPU forwards) and its binary build/bin/" + s.name + ".");
+  for (size_t i = 0; (i = b.find("//", i)) != std::string::npos;) b.replace(i, 2, "#");
+  c.line(b);
+  c.line("add_library(" + lib + " STATIC kernels.cu forward.cu forward_ref.cpp model.cpp)");
+  c.line("target_include_directories(" + lib + " PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})");
+  c.line("target_link_libraries(" + lib + " PUBLIC kiln_runtime)");
+  c.line("target_compile_options(" + lib + " PRIVATE \"$<$<COMPILE_LANGUAGE:CUDA>:SHELL:" + gencode.substr(1) + ">\")");
+  c.line();
+  c.line("add_executable(" + s.name + " main.cpp)");
+  c.line("target_link_libraries(" + s.name + " PRIVATE " + lib + ")");
+  return c.str();
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,119 @@
+// Graph IR: the model as a static list of ops over named buffers, built from a ModelSpec.
+// Shapes are static except T, the number of tokens in a step (≤ build.max_batched_tokens).
+// The emitters turn the same graph into the CUDA forward (prefill and decode) and the CPU
+// reference forward, so the two backends cannot drift apart.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/model_spec.hpp"
+
+namespace kiln::codegen {
+
+enum class OpKind {
+#define KILN_OP(name, summary) name,
+#include "codegen/ops.def"
+#undef KILN_OP
+};
+const char* op_name(OpKind kind);
+const char* op_summary(OpKind kind);
+
+// Element type of a buffer: `act` is bf16 on the GPU and fp32 in the reference; `f32` is fp32 on
+// both (the residual stream, kept in fp32 for accuracy).
+enum class Elem { act, f32 };
+
+// An activation buffer holding `per_token` elements for each of the step's T tokens.
+struct Buffer {
+  std::string name;     // C++ identifier in the generated forward
+  Elem elem = Elem::act;
+  std::string per_token;  // Constant name: elements per token
+  std::string layout;   // what a row holds, e.g. "q 9×64 | k 3×64 | v 3×64"
+};
+
+// A named constant of the generated model.hpp. Ops refer to sizes by these names, so generated
+// code reads `kHiddenSize`, not 576, and every literal lives in one place with its origin.
+struct Constant {
+  std::string name;      // kHiddenSize
+  bool is_real = false;  // false: int; true: real (emitted as `type`)
+  std::string type = "int";  // int, float (kernel arguments), double (host math: RoPE tables)
+  int64_t int_value = 0;
+  double real_value = 0;
+  std::string origin;    // the config field, or how it is derived
+};
+
+// Where a linear op's result goes.
+enum class Epilogue { store, residual_add, logits };
+
+struct Op {
+  OpKind kind;
+  std::string label;     // HF module name(s) this op implements, e.g. "self_attn.q_proj,k_proj,v_proj"
+  std::string math;      // one-line formula with the config's numbers, emitted as the comment
+  std::vector<std::string> reads;    // buffers
+  std::vector<std::string> writes;   // buffers
+  std::vector<std::string> weights;  // weight fields, e.g. "embed_tokens", "input_layernorm" (layer)
+  std::map<std::string, std::string> dims;   // template parameter -> Constant name (sizes)
+  std::map<std::string, std::string> reals;  // argument -> Constant name (eps, softmax scale)
+  Epilogue epilogue = Epilogue::store;   // linear only
+  bool on_logit_rows = false;            // runs on the N rows that need logits, not on all T tokens
+  std::string kernel;    // the wrapper this op calls in kernels.cu (ops sharing one instantiation share it)
+};
+
+// A run of layers with one structure; the forward loops over [first, last).
+struct LayerBlock {
+  std::string name;          // "decoder_layer"
+  int64_t first = 0, last = 0;
+  std::vector<std::pair<std::string, std::vector<Op>>> stages;  // ("self-attention", ops), ("MLP", ops)
+};
+
+// A weight tensor of the generated Weights struct.
+struct WeightSource {
+  std::string hf_name;       // may contain {L} (layer) and {E} (expert)
+  int64_t rows = 0;          // rows taken per group
+  int64_t row_begin = 0;
+  int64_t groups = 1;        // for per-head slices: `groups` runs of `rows`, `group_stride` apart
+  int64_t group_stride = 0;
+};
+struct WeightDecl {
+  std::string field;         // member of Weights / LayerWeights
+  std::string name;          // kiln name: "embed_tokens", "layers.{L}.qkv_proj"
+  bool per_layer = false;
+  int64_t layer_first = 0, layer_last = 0;
+  std::vector<int64_t> shape;              // kiln tensor shape (one layer)
+  std::vector<std::vector<WeightSource>> layouts;  // alternative HF layouts; first complete wins
+  std::string tied_to;       // fallback when no layout is present (lm_head -> embed_tokens)
+  std::string comment;       // what it is, in the model card's words
+  int64_t experts = 0;       // > 0: sources with {E} repeat for each expert, stacked along rows
+};
+
+struct Graph {
+  std::vector<Constant> constants;
+  std::vector<Buffer> buffers;
+  std::vector<Op> prologue;              // before the layers (embedding)
+  std::vector<LayerBlock> blocks;        // the layers
+  std::vector<Op> epilogue;              // after the layers (final norm, LM head)
+  std::vector<WeightDecl> weights;
+
+  const Buffer& buffer(const std::string& name) const;
+  const Constant& constant(const std::string& name) const;
+  int64_t value(const std::string& constant_name) const;  // an int constant's value
+  // Defines (or re-finds, when name and value agree) a constant; returns its name.
+  std::string define(const std::string& name, int64_t value, const std::string& origin);
+  std::string define_real(const std::string& name, double value, const std::string& origin,
+                          const std::string& type = "float");
+  std::vector<const Op*> all_ops() const;
+};
+
+Graph build_graph(const ModelSpec& spec);
+
+// The byte offset of each buffer in the activation arena, planned at codegen from the buffers'
+// live ranges (buffers whose lives do not overlap share bytes). Sizes assume T = max_batched_tokens.
+struct ArenaPlan {
+  std::map<std::string, int64_t> offset;  // bytes
+  int64_t bytes = 0;
+};
+ArenaPlan plan_arena(const Graph& graph, int64_t max_tokens, int64_t act_bytes);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,382 @@
+// ModelSpec -> Graph for the dense decoder families (Llama 3.x, SmolLM2, Qwen3), and the parts
+// every family shares (constants, embedding, final norm, LM head, kernel sharing).
+#include "codegen/graph_build.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln::codegen {
+
+const char* op_name(OpKind kind) {
+  switch (kind) {
+#define KILN_OP(name, summary) \
+  case OpKind::name:           \
+    return #name;
+#include "codegen/ops.def"
+#undef KILN_OP
+  }
+  return "?";
+}
+
+const char* op_summary(OpKind kind) {
+  switch (kind) {
+#define KILN_OP(name, summary) \
+  case OpKind::name:           \
+    return summary;
+#include "codegen/ops.def"
+#undef KILN_OP
+  }
+  return "?";
+}
+
+const Buffer& Graph::buffer(const std::string& name) const {
+  for (const auto& b : buffers) {
+    if (b.name == name) return b;
+  }
+  fail("internal: graph has no buffer '", name, "'");
+}
+
+const Constant& Graph::constant(const std::string& name) const {
+  for (const auto& c : constants) {
+    if (c.name == name) return c;
+  }
+  fail("internal: graph has no constant '", name, "'");
+}
+
+int64_t Graph::value(const std::string& name) const { return constant(name).int_value; }
+
+std::string Graph::define(const std::string& name, int64_t value, const std::string& origin) {
+  for (const auto& c : constants) {
+    if (c.name == name) {
+      if (c.is_real || c.int_value != value) fail("internal: constant ", name, " defined twice with different values");
+      return name;
+    }
+  }
+  constants.push_back({name, false, "int", value, 0.0, origin});
+  return name;
+}
+
+std::string Graph::define_real(const std::string& name, double value, const std::string& origin,
+                               const std::string& type) {
+  for (const auto& c : constants) {
+    if (c.name == name) {
+      if (!c.is_real || c.real_value != value) fail("internal: constant ", name, " defined twice with different values");
+      return name;
+    }
+  }
+  constants.push_back({name, true, type, 0, value, origin});
+  return name;
+}
+
+std::vector<const Op*> Graph::all_ops() const {
+  std::vector<const Op*> out;
+  for (const auto& op : prologue) out.push_back(&op);
+  for (const auto& block : blocks) {
+    for (const auto& [stage, ops] : block.stages) {
+      for (const auto& op : ops) out.push_back(&op);
+    }
+  }
+  for (const auto& op : epilogue) out.push_back(&op);
+  return out;
+}
+
+std::string fmt_real(double v) {
+  // The shortest text that reads back as exactly v: "0.707", not "0.70699999999999996"; whole
+  // numbers in full ("500000", not "5e+05").
+  char text[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(text, sizeof text, "%.0f", v);
+    return text;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(text, sizeof text, "%.*g", precision, v);
+    if (std::strtod(text, nullptr) == v) break;
+  }
+  return text;
+}
+
+std::string hf_layer(const std::string& suffix) { return "model.layers.{L}." + suffix; }
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+Op make_rmsnorm(const Graph& g, const std::string& weight, const std::string& in, const std::string& out,
+                const std::string& dim) {
+  Op op{OpKind::rmsnorm};
+  op.label = weight;
+  op.math = out + " = RMSNorm(" + in + ") · " + weight + "   (" + num(g.value(dim)) + " features)";
+  op.reads = {in};
+  op.writes = {out};
+  op.weights = {weight};
+  op.dims = {{"dim", dim}};
+  op.reals = {{"eps", "kRmsNormEps"}};
+  op.kernel = "rmsnorm_" + num(g.value(dim));
+  return op;
+}
+
+Op make_linear(const Graph& g, const std::string& label, const std::string& weight, const std::string& in,
+               const std::string& out, const std::string& n, const std::string& k, Epilogue epilogue,
+               const std::string& detail) {
+  Op op{OpKind::linear};
+  op.label = label;
+  const std::string product =
+      in + "[T, " + num(g.value(k)) + "] · " + weight + "[" + num(g.value(n)) + ", " + num(g.value(k)) + "]ᵀ";
+  switch (epilogue) {
+    case Epilogue::store: op.math = out + " = " + product; break;
+    case Epilogue::residual_add: op.math = out + " += " + product + "   (residual add fused)"; break;
+    case Epilogue::logits: op.math = out + " = " + product + "   (fp32 logits)"; break;
+  }
+  if (!detail.empty()) op.math += "   " + detail;
+  op.reads = {in};
+  op.writes = {out};
+  if (epilogue == Epilogue::residual_add) op.reads.push_back(out);
+  op.weights = {weight};
+  op.dims = {{"n", n}, {"k", k}};
+  op.epilogue = epilogue;
+  op.kernel = "linear_" + weight;
+  return op;
+}
+
+void define_common_constants(const ModelSpec& s, Graph& g) {
+  g.define("kHiddenSize", s.hidden_size, "hidden_size");
+  g.define("kNumLayers", s.num_hidden_layers, "num_hidden_layers");
+  g.define("kVocabSize", s.vocab_size, "vocab_size");
+  g.define_real("kRmsNormEps", s.rms_norm_eps, "rms_norm_eps");
+  g.define("kMaxContext", s.build.max_context, "build.max_context");
+  g.define("kPageSize", s.build.kv_page_size, "build.kv_page_size: tokens per KV-cache page");
+  g.define("kMaxBatch", s.build.max_batch, "build.max_batch: sequences decoded together");
+  g.define("kMaxBatchedTokens", s.build.max_batched_tokens, "build.max_batched_tokens: tokens per step");
+  define_rope_constants(s, g);
+}
+
+// Split-KV decode attention (PagedAttention V2): each sequence's context is cut into partitions of
+// kAttnPartition tokens, each reduced on its own, then merged; the partials live in GPU scratch.
+void define_decode_attention_constants(const ModelSpec& s, Graph& g, const std::string& heads,
+                                       const std::string& value_dim) {
+  const int64_t partition = 512;
+  const int64_t partitions = (s.build.max_context + partition - 1) / partition;
+  g.define("kAttnPartition", partition, "decode attention: tokens per split-KV partition");
+  g.define("kAttnMaxPartitions", partitions, "ceil(kMaxContext / kAttnPartition)");
+  g.define("kDecodeScratchFloats", s.build.max_batch * g.value(heads) * partitions * (g.value(value_dim) + 2),
+           "decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)");
+}
+
+void define_rope_constants(const ModelSpec& s, Graph& g) {
+  const RopeSpec& r = s.rope;
+  g.define_real("kRopeTheta", r.theta, "rope_theta", "double");
+  if (r.type == RopeType::standard) return;
+  g.define_real("kRopeFactor", r.factor, "rope_scaling.factor", "double");
+  g.define("kRopeOriginalMaxPositions", r.original_max_position_embeddings, "rope_scaling.original_max_position_embeddings");
+  if (r.type == RopeType::llama3) {
+    g.define_real("kRopeLowFreqFactor", r.low_freq_factor, "rope_scaling.low_freq_factor", "double");
+    g.define_real("kRopeHighFreqFactor", r.high_freq_factor, "rope_scaling.high_freq_factor", "double");
+  } else {
+    g.define_real("kRopeBetaFast", r.beta_fast, "rope_scaling.beta_fast", "double");
+    g.define_real("kRopeBetaSlow", r.beta_slow, "rope_scaling.beta_slow", "double");
+    g.define_real("kRopeMscale", r.mscale, "rope_scaling.mscale", "double");
+    g.define_real("kRopeMscaleAllDim", r.mscale_all_dim, "rope_scaling.mscale_all_dim", "double");
+  }
+}
+
+void add_common_weights(const ModelSpec& s, Graph& g) {
+  const int64_t H = s.hidden_size, V = s.vocab_size;
+  g.weights.push_back({"embed_tokens", "embed_tokens", false, 0, 0, {V, H},
+                       {{{"model.embed_tokens.weight", V}}}, "", "token embeddings"});
+}
+
+void add_final_weights(const ModelSpec& s, Graph& g) {
+  const int64_t H = s.hidden_size, V = s.vocab_size;
+  g.weights.push_back({"norm", "norm", false, 0, 0, {H}, {{{"model.norm.weight", H}}}, "", "final RMSNorm"});
+  WeightDecl lm{"lm_head", "lm_head", false, 0, 0, {V, H}, {{{"lm_head.weight", V}}}, "", "LM head"};
+  if (s.tie_word_embeddings) {
+    lm.layouts.clear();  // tied: the LM head is the embedding matrix
+    lm.tied_to = "embed_tokens";
+    lm.comment = "LM head, tied to embed_tokens";
+  }
+  g.weights.push_back(lm);
+}
+
+void add_prologue_epilogue(const ModelSpec& s, Graph& g) {
+  Op embed{OpKind::embed};
+  embed.label = "embed_tokens";
+  embed.math = "x = embed_tokens[token_ids]   (x: fp32 residual stream [T, " + num(s.hidden_size) + "])";
+  embed.writes = {"x"};
+  embed.weights = {"embed_tokens"};
+  embed.dims = {{"dim", "kHiddenSize"}, {"vocab", "kVocabSize"}};
+  embed.kernel = "embed_tokens";
+  g.prologue.push_back(embed);
+
+  Op norm = make_rmsnorm(g, "norm", "x", "h", "kHiddenSize");
+  norm.kind = OpKind::rmsnorm_rows;
+  norm.math = "h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)";
+  norm.kernel = "rmsnorm_rows_" + num(s.hidden_size);
+  g.epilogue.push_back(norm);
+  Op lm_head = make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", Epilogue::logits, "");
+  lm_head.on_logit_rows = true;
+  lm_head.math.replace(lm_head.math.find("[T,"), 3, "[N,");
+  g.epilogue.push_back(lm_head);
+}
+
+// Ops with the same instantiation (kind, sizes, reals, epilogue) call one kernel wrapper: the first
+// op's name wins, so names stay stable and readable.
+void share_kernels(Graph& g) {
+  std::map<std::string, std::string> by_signature;
+  auto visit = [&](Op& op) {
+    std::string sig = std::string(op_name(op.kind)) + "/" + num(static_cast<int>(op.epilogue));
+    for (const auto& [k, v] : op.dims) sig += "/" + k + "=" + num(g.value(v));
+    for (const auto& [k, v] : op.reals) sig += "/" + k + "=" + fmt_real(g.constant(v).real_value);
+    auto [it, inserted] = by_signature.emplace(sig, op.kernel);
+    op.kernel = it->second;
+  };
+  for (auto& op : g.prologue) visit(op);
+  for (auto& block : g.blocks) {
+    for (auto& [stage, ops] : block.stages) {
+      for (auto& op : ops) visit(op);
+    }
+  }
+  for (auto& op : g.epilogue) visit(op);
+}
+
+namespace {
+
+void build_dense(const ModelSpec& s, Graph& g) {
+  const int64_t H = s.hidden_size, I = s.intermediate_size, D = s.head_dim;
+  const int64_t Hq = s.num_attention_heads, Hkv = s.num_key_value_heads;
+  const int64_t q_width = Hq * D, kv_width = Hkv * D, qkv_width = q_width + 2 * kv_width;
+  const int64_t L = s.num_hidden_layers;
+
+  define_common_constants(s, g);
+  g.define("kNumHeads", Hq, "num_attention_heads");
+  g.define("kNumKvHeads", Hkv, "num_key_value_heads");
+  g.define("kHeadDim", D, "head_dim");
+  g.define("kIntermediateSize", I, "intermediate_size");
+  g.define("kQWidth", q_width, "kNumHeads × kHeadDim");
+  g.define("kKvWidth", kv_width, "kNumKvHeads × kHeadDim");
+  g.define("kQkvWidth", qkv_width, "q | k | v: kQWidth + 2 × kKvWidth");
+  g.define("kGateUpWidth", 2 * I, "gate | up: 2 × kIntermediateSize");
+  g.define("kKvOffset", q_width, "k starts after q in a qkv row");
+  g.define("kVOffset", q_width + kv_width, "v starts after q and k in a qkv row");
+  g.define("kKvElemsPerToken", 2 * kv_width, "KV-cache values per token per layer: k and v");
+  g.define_real("kAttnScale", 1.0 / std::sqrt(static_cast<double>(D)), "softmax scale 1/sqrt(head_dim)");
+  define_decode_attention_constants(s, g, "kNumHeads", "kHeadDim");
+
+  g.buffers = {
+      {"x", Elem::f32, "kHiddenSize", "residual stream"},
+      {"h", Elem::act, "kHiddenSize", "normalized hidden state"},
+      {"qkv", Elem::act, "kQkvWidth",
+       "q " + num(Hq) + "×" + num(D) + " | k " + num(Hkv) + "×" + num(D) + " | v " + num(Hkv) + "×" + num(D)},
+      {"attn", Elem::act, "kQWidth", "attention output, " + num(Hq) + " heads × " + num(D)},
+      {"gate_up", Elem::act, "kGateUpWidth", "gate " + num(I) + " | up " + num(I)},
+      {"act", Elem::act, "kIntermediateSize", "silu(gate) ⊙ up"},
+  };
+
+  add_common_weights(s, g);
+  auto layer_weight = [&](const std::string& field, std::vector<int64_t> shape, std::vector<WeightSource> sources,
+                          const std::string& comment) {
+    g.weights.push_back({field, "layers.{L}." + field, true, 0, L, std::move(shape), {std::move(sources)}, "", comment});
+  };
+  layer_weight("input_layernorm", {H}, {{hf_layer("input_layernorm.weight"), H}}, "RMSNorm before attention");
+  layer_weight("qkv_proj", {qkv_width, H},
+               {{hf_layer("self_attn.q_proj.weight"), q_width},
+                {hf_layer("self_attn.k_proj.weight"), kv_width},
+                {hf_layer("self_attn.v_proj.weight"), kv_width}},
+               "q_proj | k_proj | v_proj rows, fused");
+  if (s.has_qk_norm()) {
+    layer_weight("q_norm", {D}, {{hf_layer("self_attn.q_norm.weight"), D}}, "per-head RMSNorm of q");
+    layer_weight("k_norm", {D}, {{hf_layer("self_attn.k_norm.weight"), D}}, "per-head RMSNorm of k");
+  }
+  layer_weight("o_proj", {H, q_width}, {{hf_layer("self_attn.o_proj.weight"), H}}, "attention output projection");
+  layer_weight("post_attention_layernorm", {H}, {{hf_layer("post_attention_layernorm.weight"), H}},
+               "RMSNorm before the MLP");
+  layer_weight("gate_up_proj", {2 * I, H}, {{hf_layer("mlp.gate_proj.weight"), I}, {hf_layer("mlp.up_proj.weight"), I}},
+               "gate_proj | up_proj rows, fused");
+  layer_weight("down_proj", {H, I}, {{hf_layer("mlp.down_proj.weight"), H}}, "MLP down projection");
+  add_final_weights(s, g);
+
+  std::vector<Op> attn;
+  attn.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
+  attn.push_back(make_linear(g, "self_attn.q_proj,k_proj,v_proj", "qkv_proj", "h", "qkv", "kQkvWidth", "kHiddenSize",
+                             Epilogue::store,
+                             "(q " + num(q_width) + " | k " + num(kv_width) + " | v " + num(kv_width) + ")"));
+  if (s.has_qk_norm()) {
+    Op norm{OpKind::head_rmsnorm};
+    norm.label = "self_attn.q_norm,k_norm";
+    norm.math = "q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of " + num(D) + ")";
+    norm.reads = {"qkv"};
+    norm.writes = {"qkv"};
+    norm.weights = {"q_norm", "k_norm"};
+    norm.dims = {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"row", "kQkvWidth"}};
+    norm.reals = {{"eps", "kRmsNormEps"}};
+    norm.kernel = "qk_norm";
+    attn.push_back(norm);
+  }
+  Op rope{OpKind::rope};
+  rope.label = "rotary_emb";
+  rope.math = "q, k = RoPE(q, k; positions)   (pairs (i, i + " + num(D / 2) + "), theta " + fmt_real(s.rope.theta) +
+              (s.rope.type == RopeType::llama3 ? ", llama3 frequency scaling" : "") + ")";
+  rope.reads = {"qkv"};
+  rope.writes = {"qkv"};
+  rope.dims = {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"row", "kQkvWidth"},
+               {"k_offset", "kKvOffset"}};
+  rope.kernel = "rope_qk";
+  attn.push_back(rope);
+
+  Op kv{OpKind::kv_write};
+  kv.label = "past_key_values";
+  kv.math = "k_cache[slot], v_cache[slot] = k, v   (" + num(Hkv) + " KV heads × " + num(D) + ", pages of " +
+            num(s.build.kv_page_size) + " tokens)";
+  kv.reads = {"qkv"};
+  kv.dims = {{"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"page_size", "kPageSize"}, {"row", "kQkvWidth"},
+             {"k_offset", "kKvOffset"}, {"v_offset", "kVOffset"}};
+  kv.kernel = "kv_write";
+  attn.push_back(kv);
+
+  Op sdpa{OpKind::attention};
+  sdpa.label = "self_attn";
+  sdpa.math = "attn = softmax(q·kᵀ · " + fmt_real(1.0 / std::sqrt(static_cast<double>(D))) + " + causal mask) · v   (" +
+              num(Hq) + " query heads share " + num(Hkv) + " KV heads)";
+  sdpa.reads = {"qkv"};
+  sdpa.writes = {"attn"};
+  sdpa.dims = {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"page_size", "kPageSize"},
+               {"row", "kQkvWidth"}};
+  sdpa.reals = {{"scale", "kAttnScale"}};
+  sdpa.kernel = "attention";
+  attn.push_back(sdpa);
+  attn.push_back(
+      make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kQWidth", Epilogue::residual_add, ""));
+
+  std::vector<Op> mlp;
+  mlp.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
+  mlp.push_back(make_linear(g, "mlp.gate_proj,up_proj", "gate_up_proj", "h", "gate_up", "kGateUpWidth", "kHiddenSize",
+                            Epilogue::store, "(gate " + num(I) + " | up " + num(I) + ")"));
+  Op silu{OpKind::silu_mul};
+  silu.label = "mlp.act_fn";
+  silu.math = "act = silu(gate) ⊙ up   (" + num(I) + " features)";
+  silu.reads = {"gate_up"};
+  silu.writes = {"act"};
+  silu.dims = {{"dim", "kIntermediateSize"}};
+  silu.kernel = "silu_mul_" + num(I);
+  mlp.push_back(silu);
+  mlp.push_back(make_linear(g, "mlp.down_proj", "down_proj", "act", "x", "kHiddenSize", "kIntermediateSize",
+                            Epilogue::residual_add, ""));
+
+  g.blocks.push_back({"decoder_layer", 0, L, {{"self-attention", attn}, {"MLP (SwiGLU)", mlp}}});
+  add_prologue_epilogue(s, g);
+}
+
+}  // namespace
+
+Graph build_graph(const ModelSpec& spec) {
+  Graph g;
+  if (spec.family == Family::deepseek_v2) {
+    build_deepseek(spec, g);
+  } else {
+    build_dense(spec, g);
+  }
+  share_kernels(g);
+  return g;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,47 @@
+// What the generated CUDA forward receives each step: the step's arrays on the device (CudaStep)
+// and the memory it works in (CudaContext). The engine fills both; nvcc-only header.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kiln {
+
+namespace cuda {
+class GemmRunner;  // cuBLASLt, gemm.hpp
+}
+
+// A StepBatch uploaded to the device, plus the host-side counts kernels are launched with.
+struct CudaStep {
+  int num_tokens = 0;
+  int num_seqs = 0;
+  int num_logits = 0;
+  int max_query_len = 0;        // longest run of new tokens of one sequence (prefill grid)
+  int max_pages_per_seq = 0;    // row stride of block_tables
+  const int* token_ids = nullptr;     // [num_tokens]
+  const int* positions = nullptr;     // [num_tokens]
+  const int* slot_mapping = nullptr;  // [num_tokens]
+  const int* query_start = nullptr;   // [num_seqs + 1]
+  const int* context_len = nullptr;   // [num_seqs]
+  const int* block_tables = nullptr;  // [num_seqs × max_pages_per_seq]
+  const int* logit_rows = nullptr;    // [num_logits]
+};
+
+struct CudaContext {
+  char* arena = nullptr;            // activations, ModelInfo::gpu_arena_bytes, offsets in model.hpp
+  char* kv_cache = nullptr;         // [num_layers][num_pages][page_size × kv_elems_per_token] bf16
+  int64_t kv_layer_bytes = 0;       // one layer's pages
+  const float* rope = nullptr;      // [max_context][rotary_dim / 2][cos, sin]
+  float* scratch = nullptr;         // ModelInfo::gpu_scratch_bytes (decode attention partials)
+  cuda::GemmRunner* gemm = nullptr; // prefill projections
+  cudaStream_t stream = nullptr;
+
+  template <typename T>
+  T* kv_layer(int layer) const {
+    return reinterpret_cast<T*>(kv_cache + static_cast<int64_t>(layer) * kv_layer_bytes);
+  }
+};
+
+}  // namespace kiln

@@ -1,0 +1,134 @@
+// The contract between a generated model (generated/<model>/) and the model-independent runtime.
+// A generated model provides a ModelDef: its numbers (ModelInfo), its weight manifest, and
+// factories for its two backends. This header is CUDA-free so host-only code can include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/step_batch.hpp"
+
+namespace kiln {
+
+// ---- weight manifest (generated weights.inc) ----
+
+// Rows of one HF tensor (flattened to [rows, last dim]) appended to a kiln tensor: `groups` runs of
+// `rows` rows, the first at `row_begin`, each next one `group_stride` rows further (per-head slices).
+struct WeightSource {
+  const char* hf_name;  // may contain {L} (layer index) and {E} (expert index)
+  int64_t rows;
+  int64_t row_begin = 0;
+  int64_t groups = 1;
+  int64_t group_stride = 0;
+};
+
+struct WeightSpec {
+  const char* name;                   // kiln name: "embed_tokens", "layers.{L}.qkv_proj"
+  bool per_layer;
+  int64_t layer_first, layer_last;    // layers [first, last) when per_layer
+  std::vector<int64_t> shape;         // kiln tensor shape for one layer
+  int64_t experts;                    // > 0: sources with {E} repeat for experts 0..experts-1, stacked
+  std::vector<std::vector<WeightSource>> layouts;  // alternative HF layouts; the first complete one is used
+  const char* tied_to;                // "" or the kiln weight reused when no layout is present
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+// Loaded weights by kiln name (and layer): pointers into backend memory (fp32 host for the CPU
+// reference, bf16 device for CUDA). Generated bind_weights() turns it into the model's struct.
+class WeightTable {
+ public:
+  void set(const std::string& name, int64_t layer, const void* data);
+  const void* get(const std::string& name, int64_t layer = -1) const;  // throws when absent
+  template <typename T>
+  const T* get_as(const std::string& name, int64_t layer = -1) const {
+    return static_cast<const T*>(get(name, layer));
+  }
+
+ private:
+  std::vector<std::pair<std::string, const void*>> entries_;  // key "name#layer"
+};
+
+// ---- model numbers the runtime needs ----
+
+enum class RopeKind { standard, llama3, yarn };
+
+struct RopeInfo {
+  RopeKind kind = RopeKind::standard;
+  double theta = 10000.0;
+  int32_t rotary_dim = 0;    // dims rotated per head
+  bool interleaved = false;  // pairs (2i, 2i+1) (DeepSeek) instead of (i, i + dim/2) (Llama, Qwen)
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;         // llama3
+  double beta_fast = 32.0, beta_slow = 1.0;                     // yarn
+  double mscale = 1.0, mscale_all_dim = 0.0;                    // yarn
+};
+
+struct ModelInfo {
+  const char* name;          // "smollm2-135m"
+  const char* family;        // "llama", "qwen3", "deepseek_v2"
+  const char* source;        // the config it was generated from
+  int32_t vocab_size;
+  int32_t hidden_size;
+  int32_t num_layers;
+  int32_t max_context;
+  int32_t page_size;
+  int32_t max_batch;
+  int32_t max_batched_tokens;
+  int32_t kv_elems_per_token;  // per layer: 2 × kv_heads × head_dim, or the MLA latent width
+  int64_t bos_token_id;        // -1: none
+  std::vector<int32_t> eos_token_ids;
+  const char* chat_template;   // "none", "chatml", "llama3", "deepseek"
+  RopeInfo rope;
+  int64_t ref_arena_bytes;     // CPU reference activations (planned at codegen)
+  int64_t gpu_arena_bytes;     // CUDA activations (planned at codegen)
+  int64_t gpu_scratch_bytes;   // CUDA decode-attention partials
+  // Hyperparameters a checkpoint must agree with (GGUF metadata is checked against these).
+  int32_t num_attention_heads;
+  int32_t num_key_value_heads;
+  int32_t intermediate_size;
+  double rms_norm_eps;
+};
+
+// ---- backends ----
+
+// The CPU reference backend's per-model forward: fp32, the same graph as the CUDA forward.
+struct RefContext {
+  float* arena;               // ModelInfo::ref_arena_bytes
+  float* kv_cache;            // [num_layers][num_pages][page_size × kv_elems_per_token], see kv_layout
+  int64_t num_pages;
+  const float* rope;          // [max_context][rotary_dim / 2][cos, sin]
+};
+class RefForward {
+ public:
+  virtual ~RefForward() = default;
+  // Runs one step; writes logits [step.num_logits(), vocab] (fp32, row-major).
+  virtual void forward(const StepBatch& step, const RefContext& ctx, float* logits) const = 0;
+};
+
+// The CUDA backend's per-model forward. Contexts are runtime/cuda types, opaque here.
+struct CudaContext;
+struct CudaStep;
+class CudaForward {
+ public:
+  virtual ~CudaForward() = default;
+  // Any batch (prefill chunks, mixed with decodes): cuBLASLt GEMMs, prefill attention.
+  virtual void prefill(const CudaStep& step, const CudaContext& ctx, float* logits) const = 0;
+  // Every sequence has exactly one new token: our GEMV kernels, split-KV decode attention.
+  virtual void decode(const CudaStep& step, const CudaContext& ctx, float* logits) const = 0;
+};
+
+struct ModelDef {
+  ModelInfo info;
+  const std::vector<WeightSpec>* weights;
+  std::unique_ptr<RefForward> (*make_ref_forward)(const WeightTable& weights);
+  std::unique_ptr<CudaForward> (*make_cuda_forward)(const WeightTable& weights);
+};
+
+}  // namespace kiln
