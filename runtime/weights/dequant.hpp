@@ -1,0 +1,19 @@
+// Dequantization of GGUF tensor data to fp32, bit-exact with ggml's reference dequantize_row_*
+// (same operation order; this file is compiled without floating-point contraction).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "runtime/weights/ggml_type.hpp"  // ggml_block_size, ggml_block_bytes, ggml_tensor_bytes
+
+namespace kiln {
+
+// True for the types dequantize() implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+bool can_dequantize(GgmlType type);
+
+// Dequantizes dst.size() elements from src, which must hold exactly that many elements of `type`
+// (whole blocks). Throws naming the type for unsupported types or mismatched sizes.
+void dequantize(GgmlType type, std::span<const std::byte> src, std::span<float> dst);
+
+}  // namespace kiln

@@ -1,0 +1,172 @@
+// Helpers for the weights tests: building binary images byte by byte (so malformed files are
+// crafted in code, not committed), temporary directories, and locating optional real files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln::test {
+
+// Matches a kiln::Error whose message contains every given fragment (e.g. the file and field).
+class ErrorContains : public Catch::MatcherBase<kiln::Error> {
+ public:
+  explicit ErrorContains(std::vector<std::string> fragments) : fragments_(std::move(fragments)) {}
+  bool match(const kiln::Error& e) const override {
+    const std::string message = e.what();
+    for (const std::string& f : fragments_) {
+      if (message.find(f) == std::string::npos) return false;
+    }
+    return true;
+  }
+  std::string describe() const override {
+    std::string d = "is a kiln::Error whose message contains";
+    for (const std::string& f : fragments_) d += " \"" + f + "\"";
+    return d;
+  }
+
+ private:
+  std::vector<std::string> fragments_;
+};
+
+#define CHECK_KILN_ERROR(expr, ...) \
+  CHECK_THROWS_MATCHES(expr, kiln::Error, kiln::test::ErrorContains({__VA_ARGS__}))
+
+// Appends little-endian values to a byte image.
+class ByteWriter {
+ public:
+  template <typename T>
+  ByteWriter& put(T value) {
+    const auto* p = reinterpret_cast<const std::byte*>(&value);
+    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+    return *this;
+  }
+  ByteWriter& u8(uint8_t v) { return put(v); }
+  ByteWriter& u32(uint32_t v) { return put(v); }
+  ByteWriter& u64(uint64_t v) { return put(v); }
+  ByteWriter& raw(std::string_view s) {
+    const auto* p = reinterpret_cast<const std::byte*>(s.data());
+    bytes_.insert(bytes_.end(), p, p + s.size());
+    return *this;
+  }
+  ByteWriter& raw(std::span<const std::byte> b) {
+    bytes_.insert(bytes_.end(), b.begin(), b.end());
+    return *this;
+  }
+  ByteWriter& gguf_string(std::string_view s) { return u64(s.size()).raw(s); }
+  ByteWriter& pad_to(size_t alignment) {
+    bytes_.resize((bytes_.size() + alignment - 1) / alignment * alignment);
+    return *this;
+  }
+  size_t size() const { return bytes_.size(); }
+  std::vector<std::byte>& bytes() { return bytes_; }
+  std::span<const std::byte> span() const { return bytes_; }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+template <typename T>
+std::vector<std::byte> to_bytes(const std::vector<T>& values) {
+  std::vector<std::byte> out(values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+// A GGUF image with knobs for every field, so each test breaks exactly one thing.
+struct GgufBuilder {
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type;
+    uint64_t offset;
+    std::vector<std::byte> data;  // placed at offset in the data section
+  };
+  std::string magic = "GGUF";
+  uint32_t version = 3;
+  std::optional<uint64_t> tensor_count;  // defaults to tensors.size()
+  std::optional<uint64_t> kv_count;      // defaults to the number of kv pairs added
+  uint64_t alignment = 32;               // used for padding; add general.alignment yourself
+  ByteWriter kv_bytes;
+  uint64_t kvs = 0;
+  std::vector<Tensor> tensors;
+
+  // One kv pair: key, value type, then the value written by the caller.
+  ByteWriter& kv(std::string_view key, uint32_t type) {
+    ++kvs;
+    return kv_bytes.gguf_string(key).u32(type);
+  }
+  GgufBuilder& kv_u32(std::string_view key, uint32_t v) { kv(key, 4).u32(v); return *this; }
+  GgufBuilder& kv_f32(std::string_view key, float v) { kv(key, 6).put(v); return *this; }
+  GgufBuilder& kv_string(std::string_view key, std::string_view v) { kv(key, 8).gguf_string(v); return *this; }
+  GgufBuilder& kv_string_array(std::string_view key, const std::vector<std::string>& v) {
+    ByteWriter& w = kv(key, 9).u32(8).u64(v.size());
+    for (const std::string& s : v) w.gguf_string(s);
+    return *this;
+  }
+  // Adds a tensor after the previous one (offset aligned). `data` may be shorter than the
+  // tensor's size to produce a truncated file.
+  GgufBuilder& tensor(std::string name, std::vector<uint64_t> ne, uint32_t type, std::vector<std::byte> data) {
+    uint64_t offset = 0;
+    if (!tensors.empty()) {
+      const Tensor& last = tensors.back();
+      offset = (last.offset + last.data.size() + alignment - 1) / alignment * alignment;
+    }
+    tensors.push_back({std::move(name), std::move(ne), type, offset, std::move(data)});
+    return *this;
+  }
+  std::vector<std::byte> build() const {
+    ByteWriter w;
+    w.raw(magic).u32(version).u64(tensor_count.value_or(tensors.size())).u64(kv_count.value_or(kvs));
+    w.raw(kv_bytes.span());
+    for (const Tensor& t : tensors) {
+      w.gguf_string(t.name).u32(static_cast<uint32_t>(t.ne.size()));
+      for (uint64_t d : t.ne) w.u64(d);
+      w.u32(t.type).u64(t.offset);
+    }
+    if (tensors.empty()) return std::move(w.bytes());
+    w.pad_to(alignment);
+    const size_t data_start = w.size();
+    for (const Tensor& t : tensors) {
+      if (t.data.empty()) continue;  // tests with huge offsets give no data: never allocate for them
+      std::vector<std::byte>& b = w.bytes();
+      if (b.size() < data_start + t.offset + t.data.size()) b.resize(data_start + t.offset + t.data.size());
+      std::memcpy(b.data() + data_start + t.offset, t.data.data(), t.data.size());
+    }
+    return std::move(w.bytes());
+  }
+};
+
+// A fresh directory under the system temp dir, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(std::string_view name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::string& path, std::span<const std::byte> bytes);
+
+// The shared tokenizer-vector folder beside the repository, when this checkout has one (CI: no).
+std::optional<std::filesystem::path> tokenizer_vectors_dir();
+// The SmolLM2 GGUF in the kiln cache ($KILN_CACHE, else ~/.cache/kiln), when tools/fetch-smollm2
+// has put it there.
+std::optional<std::string> cached_smollm2();
+
+}  // namespace kiln::test
