@@ -1,7 +1,9 @@
 # Adds the generated model folders as subprojects. Each generated/<model>/CMakeLists.txt defines
 # kiln_model_<id> (the model's kernels, forward and reference forward) and the binary <model>.
 function(kiln_add_models)
-  if(KILN_MODELS)
+  if(NOT KILN_MODELS)
+    set(names ${KILN_DEFAULT_MODELS})
+  elseif(NOT KILN_MODELS STREQUAL "all")
     set(names ${KILN_MODELS})
   else()
     file(GLOB model_files RELATIVE ${PROJECT_SOURCE_DIR}/generated

@@ -49,6 +49,7 @@ ModelSpec load_kiln_yaml(const std::string& path) {
   model.reject_unknown();
 
   if (doc.has("chat_template")) spec.chat_format = chat_format_from_name(doc.choice("chat_template", kChatFormatNames));
+  spec.chat_default_system = doc.string_or("chat_default_system", "");
   spec.build = read_build(doc.section("build"));
   doc.reject_unknown();
 

@@ -14,7 +14,21 @@ std::string source_text(const WeightSource& s) {
   return out + "}";
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+// A C++ string literal: quotes, backslashes and control characters escaped.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
 
 }  // namespace
 
@@ -80,6 +94,7 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   field("bos_token_id", num(s.bos_token_id));
   field("eos_token_ids", "{" + eos + "}");
   field("chat_template", quoted(to_string(s.chat_format)));
+  field("chat_default_system", quoted(s.chat_default_system));
   std::string rope = "RopeInfo{.kind = RopeKind::" + std::string(r.type == RopeType::standard ? "standard"
                                                                    : r.type == RopeType::llama3 ? "llama3"
                                                                                                 : "yarn") +
@@ -96,9 +111,11 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   field("rope", rope + "}");
   field("ref_arena_bytes", "RefArena::bytes");
   field("gpu_arena_bytes", "GpuArena::bytes");
-  field("gpu_scratch_bytes", "kDecodeScratchFloats * 4");
-  field("num_attention_heads", mla ? "kNumHeads" : "kNumHeads");
+  field("gpu_scratch_bytes", "kDecodeScratchFloats * static_cast<int64_t>(sizeof(float))");
+  field("num_attention_heads", "kNumHeads");
   field("num_key_value_heads", mla ? "kNumHeads" : "kNumKvHeads");
+  field("head_dim", mla ? "0" : "kHeadDim");
+  field("tie_word_embeddings", s.tie_word_embeddings ? "true" : "false");
   field("intermediate_size", "kIntermediateSize");
   field("rms_norm_eps", "kRmsNormEps");
   c.dedent();

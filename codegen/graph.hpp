@@ -69,6 +69,7 @@ struct LayerBlock {
 };
 
 // A weight tensor of the generated Weights struct.
+// A tensor [d0, ..., dn] is viewed as rows [d0·…·d(n-1), dn]; a vector [n] is one row.
 struct WeightSource {
   std::string hf_name;       // may contain {L} (layer) and {E} (expert)
   int64_t rows = 0;          // rows taken per group

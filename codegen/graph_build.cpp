@@ -188,7 +188,7 @@ void add_common_weights(const ModelSpec& s, Graph& g) {
 
 void add_final_weights(const ModelSpec& s, Graph& g) {
   const int64_t H = s.hidden_size, V = s.vocab_size;
-  g.weights.push_back({"norm", "norm", false, 0, 0, {H}, {{{"model.norm.weight", H}}}, "", "final RMSNorm"});
+  g.weights.push_back({"norm", "norm", false, 0, 0, {H}, {{{"model.norm.weight", 1}}}, "", "final RMSNorm"});
   WeightDecl lm{"lm_head", "lm_head", false, 0, 0, {V, H}, {{{"lm_head.weight", V}}}, "", "LM head"};
   if (s.tie_word_embeddings) {
     lm.layouts.clear();  // tied: the LM head is the embedding matrix
@@ -277,18 +277,18 @@ void build_dense(const ModelSpec& s, Graph& g) {
                           const std::string& comment) {
     g.weights.push_back({field, "layers.{L}." + field, true, 0, L, std::move(shape), {std::move(sources)}, "", comment});
   };
-  layer_weight("input_layernorm", {H}, {{hf_layer("input_layernorm.weight"), H}}, "RMSNorm before attention");
+  layer_weight("input_layernorm", {H}, {{hf_layer("input_layernorm.weight"), 1}}, "RMSNorm before attention");
   layer_weight("qkv_proj", {qkv_width, H},
                {{hf_layer("self_attn.q_proj.weight"), q_width},
                 {hf_layer("self_attn.k_proj.weight"), kv_width},
                 {hf_layer("self_attn.v_proj.weight"), kv_width}},
                "q_proj | k_proj | v_proj rows, fused");
   if (s.has_qk_norm()) {
-    layer_weight("q_norm", {D}, {{hf_layer("self_attn.q_norm.weight"), D}}, "per-head RMSNorm of q");
-    layer_weight("k_norm", {D}, {{hf_layer("self_attn.k_norm.weight"), D}}, "per-head RMSNorm of k");
+    layer_weight("q_norm", {D}, {{hf_layer("self_attn.q_norm.weight"), 1}}, "per-head RMSNorm of q");
+    layer_weight("k_norm", {D}, {{hf_layer("self_attn.k_norm.weight"), 1}}, "per-head RMSNorm of k");
   }
   layer_weight("o_proj", {H, q_width}, {{hf_layer("self_attn.o_proj.weight"), H}}, "attention output projection");
-  layer_weight("post_attention_layernorm", {H}, {{hf_layer("post_attention_layernorm.weight"), H}},
+  layer_weight("post_attention_layernorm", {H}, {{hf_layer("post_attention_layernorm.weight"), 1}},
                "RMSNorm before the MLP");
   layer_weight("gate_up_proj", {2 * I, H}, {{hf_layer("mlp.gate_proj.weight"), I}, {hf_layer("mlp.up_proj.weight"), I}},
                "gate_proj | up_proj rows, fused");

@@ -86,6 +86,7 @@ struct ModelSpec {
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
   ChatFormat chat_format = ChatFormat::none;
+  std::string chat_default_system;  // the model card's default system prompt, if its template has one
 
   std::optional<MlaSpec> mla;
   std::optional<MoeSpec> moe;

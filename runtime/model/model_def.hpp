@@ -14,7 +14,8 @@ namespace kiln {
 
 // ---- weight manifest (generated weights.inc) ----
 
-// Rows of one HF tensor (flattened to [rows, last dim]) appended to a kiln tensor: `groups` runs of
+// Rows of one HF tensor appended to a kiln tensor. A tensor [d0, ..., dn] is viewed as rows
+// [d0·…·d(n-1), dn] (a vector [n] is one row). Taken: `groups` runs of
 // `rows` rows, the first at `row_begin`, each next one `group_stride` rows further (per-head slices).
 struct WeightSource {
   const char* hf_name;  // may contain {L} (layer index) and {E} (expert index)
@@ -85,6 +86,7 @@ struct ModelInfo {
   int64_t bos_token_id;        // -1: none
   std::vector<int32_t> eos_token_ids;
   const char* chat_template;   // "none", "chatml", "llama3", "deepseek"
+  const char* chat_default_system;  // system prompt when a chat gives none ("" for none)
   RopeInfo rope;
   int64_t ref_arena_bytes;     // CPU reference activations (planned at codegen)
   int64_t gpu_arena_bytes;     // CUDA activations (planned at codegen)
@@ -92,6 +94,8 @@ struct ModelInfo {
   // Hyperparameters a checkpoint must agree with (GGUF metadata is checked against these).
   int32_t num_attention_heads;
   int32_t num_key_value_heads;
+  int32_t head_dim;            // dense attention; 0 for MLA
+  bool tie_word_embeddings;
   int32_t intermediate_size;
   double rms_norm_eps;
 };

@@ -1,0 +1,152 @@
+#include "runtime/cli/cli.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "runtime/cli/options.hpp"
+#include "runtime/cli/report.hpp"
+#include "runtime/cli/requests.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/engine/engine.hpp"
+#include "runtime/tokenizer/stream_decoder.hpp"
+#include "runtime/weights/safetensors.hpp"
+
+namespace kiln {
+
+namespace {
+
+// The tokenizer that goes with the weights, if there is one: --tokenizer, else the model
+// directory's tokenizer.json, else the GGUF file's vocabulary.
+std::optional<Tokenizer> open_tokenizer(const CliOptions& o) {
+  namespace fs = std::filesystem;
+  if (!o.tokenizer.empty()) {
+    if (fs::is_directory(o.tokenizer)) return Tokenizer::from_model_dir(o.tokenizer);
+    if (o.tokenizer.ends_with(".gguf")) return Tokenizer::from_gguf_file(o.tokenizer);
+    return Tokenizer::from_tokenizer_json(o.tokenizer);
+  }
+  if (!o.model_dir.empty() && fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
+    return Tokenizer::from_model_dir(o.model_dir);
+  }
+  if (!o.gguf.empty()) return Tokenizer::from_gguf_file(o.gguf);
+  return std::nullopt;
+}
+
+std::unique_ptr<Backend> open_backend(const ModelDef& model, const CliOptions& o, const TensorSource* source) {
+  WeightOrigin origin{source, o.random_weights.value_or(0)};
+  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs};
+  const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
+  return gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
+}
+
+void write_logits(const std::string& path, const std::vector<float>& logits, int64_t vocab) {
+  const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
+  write_safetensors(path, {{"logits", DType::F32, {rows, vocab},
+                            std::span(reinterpret_cast<const std::byte*>(logits.data()), logits.size() * 4)}});
+}
+
+int run(const ModelDef& model, const CliOptions& o) {
+  const ModelInfo& m = model.info;
+  const std::optional<Tokenizer> tokenizer = open_tokenizer(o);
+  if (tokenizer && static_cast<int64_t>(tokenizer->vocab_size()) > m.vocab_size) {
+    fail("the tokenizer (", tokenizer->describe(), ") has ", tokenizer->vocab_size(), " tokens but ", m.name,
+         " has a vocabulary of ", m.vocab_size);
+  }
+  const ChatSetup chat{m.chat_template, m.chat_default_system};
+  std::vector<PromptJob> jobs = build_jobs(o, m, chat, tokenizer ? &*tokenizer : nullptr);
+
+  std::unique_ptr<TensorSource> source;
+  if (!o.model_dir.empty()) source = open_safetensors_source(o.model_dir);
+  if (!o.gguf.empty()) source = open_gguf_source(o.gguf, m);
+  const std::unique_ptr<Backend> backend = open_backend(model, o, source.get());
+
+  EngineOptions engine_options;
+  engine_options.max_batch = o.max_batch;
+  engine_options.capture_prompt_logits = !o.dump_logits.empty();
+  Engine engine(model, *backend, engine_options);
+
+  std::map<RequestId, size_t> job_of;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].error.empty()) continue;
+    jobs[i].request.id = static_cast<RequestId>(i + 1);
+    try {
+      engine.add(jobs[i].request);
+      job_of[jobs[i].request.id] = i;
+    } catch (const Error& e) {
+      jobs[i].error = (jobs[i].line > 0 ? o.prompts_file + ":" + std::to_string(jobs[i].line) + ": " : "") + e.what();
+    }
+  }
+
+  // Streaming prints text (or ids) of the single request as it comes.
+  const bool stream = o.stream && job_of.size() == 1 && o.output_format == "text";
+  std::optional<StreamDecoder> decoder;
+  if (stream && tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
+  ProgressBar progress(static_cast<int64_t>(job_of.size()), o.progress && !stream);
+  int64_t done = 0, tokens = 0;
+  std::vector<FinishedRequest> finished = engine.run([&](const TokenEvent& e) {
+    ++tokens;
+    if (stream && e.token >= 0) {
+      std::cout << (decoder ? decoder->push(e.token) : std::to_string(e.token) + " ") << std::flush;
+    }
+    if (e.finished) progress.update(++done, tokens);
+  });
+  progress.finish();
+  if (stream) std::cout << (decoder ? decoder->flush() : "") << "\n";
+
+  RunReport report{&m, backend.get(), &engine.stats(), {}};
+  std::vector<const FinishedRequest*> by_job(jobs.size(), nullptr);
+  for (const FinishedRequest& f : finished) by_job[job_of.at(f.id)] = &f;
+  bool any_error = false;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    JobResult r{&jobs[i], by_job[i], ""};
+    if (r.finished && tokenizer) r.text = tokenizer->decode(r.finished->output_tokens, /*skip_special=*/true);
+    if (!r.finished) {
+      any_error = true;
+      std::cerr << "kiln: error: " << jobs[i].error << "\n";
+    }
+    report.results.push_back(std::move(r));
+  }
+
+  if (!o.dump_logits.empty()) write_logits(o.dump_logits, engine.prompt_logits(), m.vocab_size);
+  if (!o.output.empty()) {
+    std::ofstream out(o.output);
+    if (!out) fail(o.output, ": cannot write");
+    for (const JobResult& r : report.results) out << result_json(r).dump() << "\n";
+  }
+  if (o.output_format == "json") {
+    std::cout << report_json(report).dump(2) << "\n";
+  } else if (!stream && o.output.empty()) {
+    for (const JobResult& r : report.results) {
+      if (!r.finished) continue;
+      if (report.results.size() > 1) std::cout << "[" << (r.job->line > 0 ? r.job->line : 1) << "] ";
+      if (tokenizer) {
+        std::cout << r.text << "\n";
+      } else {
+        for (int32_t id : r.finished->output_tokens) std::cout << id << " ";
+        std::cout << "\n";
+      }
+    }
+  }
+  if (!o.quiet && o.output_format == "text") std::cerr << summary_text(report);
+  return any_error ? 1 : 0;
+}
+
+}  // namespace
+
+int run_cli(const ModelDef& model, int argc, char** argv) {
+  try {
+    CliOptions options;
+    if (std::optional<int> code = parse_options(model, argc, argv, options)) return *code;
+    return run(model, options);
+  } catch (const Error& e) {
+    std::cerr << model.info.name << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << model.info.name << ": internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,125 @@
+#include "runtime/cli/report.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(std::min<double>(v.size() - 1, p * (v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+json result_json(const JobResult& r) {
+  json j;
+  if (r.job->line > 0) j["line"] = r.job->line;
+  if (!r.job->user_id.empty()) j["id"] = r.job->user_id;
+  if (!r.finished) {
+    j["error"] = r.job->error;
+    return j;
+  }
+  const FinishedRequest& f = *r.finished;
+  j["prompt_tokens"] = f.num_prompt_tokens;
+  j["cached_prompt_tokens"] = f.num_cached_prompt_tokens;
+  j["output_ids"] = f.output_tokens;
+  j["text"] = r.text;
+  j["finish_reason"] = std::string(finish_reason_name(f.reason));
+  j["preemptions"] = f.num_preemptions;
+  if (!f.logprobs.empty()) j["logprobs"] = f.logprobs;
+  return j;
+}
+
+json report_json(const RunReport& rep) {
+  const EngineStats& s = *rep.stats;
+  const BackendInfo& b = rep.backend->info();
+  const int64_t decode_tokens = s.scheduler.decode_tokens;
+  json j;
+  j["model"] = rep.model->name;
+  j["backend"] = rep.backend->name();
+  j["device"] = b.device;
+  j["requests"] = json::array();
+  for (const JobResult& r : rep.results) j["requests"].push_back(result_json(r));
+  j["counts"] = {{"prompts", rep.results.size()},
+                 {"prompt_tokens", s.prompt_tokens},
+                 {"cached_prompt_tokens", s.cached_prompt_tokens},
+                 {"output_tokens", s.output_tokens},
+                 {"steps", s.steps},
+                 {"prefill_steps", s.prefill_steps},
+                 {"decode_steps", s.decode_steps},
+                 {"preemptions", s.scheduler.preemptions}};
+  j["timings"] = {{"load_s", b.load_seconds},
+                  {"wall_s", s.wall_seconds},
+                  {"prefill_s", s.prefill_seconds},
+                  {"decode_s", s.decode_seconds},
+                  {"ttft_ms_mean", 1e3 * mean(s.ttft_seconds)},
+                  {"ttft_ms_p50", 1e3 * percentile(s.ttft_seconds, 0.5)},
+                  {"ttft_ms_p99", 1e3 * percentile(s.ttft_seconds, 0.99)},
+                  {"prefill_tok_s", s.prefill_seconds > 0 ? s.scheduler.prefill_tokens / s.prefill_seconds : 0.0},
+                  {"decode_tok_s", s.decode_seconds > 0 ? decode_tokens / s.decode_seconds : 0.0},
+                  {"decode_ms_per_step", s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0}};
+  j["memory"] = {{"weight_bytes", b.weight_bytes},
+                 {"kv_bytes_per_token", b.kv_bytes_per_token},
+                 {"kv_pages", rep.backend->kv_pages()},
+                 {"page_size", rep.model->page_size}};
+  return j;
+}
+
+std::string summary_text(const RunReport& rep) {
+  const EngineStats& s = *rep.stats;
+  const int64_t decode_tokens = s.scheduler.decode_tokens;
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof line, "kiln: %s on %s (%s): %zu prompt%s, %lld prompt tokens (%lld from the prefix cache), %lld output tokens\n",
+                rep.model->name, rep.backend->name(), rep.backend->info().device.c_str(), rep.results.size(),
+                rep.results.size() == 1 ? "" : "s", static_cast<long long>(s.prompt_tokens),
+                static_cast<long long>(s.cached_prompt_tokens), static_cast<long long>(s.output_tokens));
+  out += line;
+  std::snprintf(line, sizeof line,
+                "kiln: time to first token %.1f ms (p50 %.1f, p99 %.1f); prefill %.0f tok/s; decode %.1f tok/s "
+                "(%.2f ms/step); %lld preemptions; load %.2f s, run %.2f s\n",
+                1e3 * mean(s.ttft_seconds), 1e3 * percentile(s.ttft_seconds, 0.5),
+                1e3 * percentile(s.ttft_seconds, 0.99),
+                s.prefill_seconds > 0 ? s.scheduler.prefill_tokens / s.prefill_seconds : 0.0,
+                s.decode_seconds > 0 ? decode_tokens / s.decode_seconds : 0.0,
+                s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0,
+                static_cast<long long>(s.scheduler.preemptions), rep.backend->info().load_seconds, s.wall_seconds);
+  out += line;
+  return out;
+}
+
+ProgressBar::ProgressBar(int64_t total, bool enabled)
+    : total_(total), enabled_(enabled && total > 1 && isatty(STDERR_FILENO)),
+      start_(std::chrono::steady_clock::now()), last_(start_) {}
+
+void ProgressBar::update(int64_t done, int64_t output_tokens) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  const double seconds = std::chrono::duration<double>(now - start_).count();
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(1, total_));
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld requests, %.0f tok/s ", std::string(filled, '=').c_str(),
+               std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done), static_cast<long long>(total_),
+               seconds > 0 ? output_tokens / seconds : 0.0);
+}
+
+void ProgressBar::finish() {
+  if (enabled_) std::fprintf(stderr, "\n");
+}
+
+}  // namespace kiln

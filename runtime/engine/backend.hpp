@@ -1,0 +1,61 @@
+// A backend runs a model's forward on one device and samples from its logits. The engine drives
+// it step by step; the CPU reference backend and the CUDA backend implement it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/core/step_batch.hpp"
+#include "runtime/model/model_def.hpp"
+#include "runtime/model/tensor_source.hpp"
+#include "runtime/serving/sampling_math.hpp"
+
+namespace kiln {
+
+// Where the weights come from: a checkpoint, or deterministic random values.
+struct WeightOrigin {
+  const TensorSource* source = nullptr;  // null: random weights from `random_seed`
+  uint64_t random_seed = 0;
+};
+
+struct BackendOptions {
+  int32_t kv_pages = 0;        // 0: decide (GPU: from free memory × gpu_mem_util)
+  double gpu_mem_util = 0.9;   // fraction of the GPU memory kiln may use in all
+  bool cuda_graphs = true;     // replay captured graphs for decode steps
+};
+
+// What a backend measured about itself, for the summary and --output-format json.
+struct BackendInfo {
+  std::string device;            // "CPU (16 threads)", "NVIDIA H100 80GB HBM3"
+  int64_t weight_bytes = 0;      // in the backend's format
+  int64_t kv_bytes_per_token = 0;
+  double load_seconds = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;  // "cpu", "cuda"
+  virtual int32_t kv_pages() const = 0;
+  virtual const BackendInfo& info() const = 0;
+
+  // Runs one step; keeps logits [step.num_logits(), vocab] for sample() / copy_logits().
+  virtual void forward(const StepBatch& step) = 0;
+  // Samples rows[i] from logits row first_logit_row + i.
+  virtual std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) = 0;
+  // Copies logits rows [first, first + count) to the host.
+  virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
+  // Waits for queued device work (timing).
+  virtual void synchronize() {}
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
+// Throws kiln::Error when no usable GPU is present.
+std::unique_ptr<Backend> make_cuda_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
+// Whether a CUDA device is present and usable (the default backend choice).
+bool cuda_available();
+
+}  // namespace kiln

@@ -1,0 +1,91 @@
+// The CPU reference backend: fp32 weights and activations, the generated forward_ref, the CPU
+// reference sampler. Slow but exact; CI checks every model family through it.
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "runtime/core/error.hpp"
+#include "runtime/engine/backend.hpp"
+#include "runtime/model/rope_table.hpp"
+#include "runtime/model/weight_loader.hpp"
+#include "runtime/serving/sampler_cpu.hpp"
+
+namespace kiln {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options) : model_(model) {
+    const ModelInfo& m = model.info;
+    const auto start = std::chrono::steady_clock::now();
+    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::f32, sink_)
+                             : random_weights(model, origin.random_seed, WeightFormat::f32, sink_);
+    forward_ = model.make_ref_forward(weights_.table);
+    info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    // Without a GPU memory budget to size from, default to two sequences of the full context.
+    const int32_t pages_per_seq = (m.max_context + m.page_size - 1) / m.page_size;
+    kv_pages_ = options.kv_pages > 0 ? options.kv_pages : 2 * pages_per_seq;
+    kv_cache_.assign(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, 0.0f);
+    arena_.assign(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), 0.0f);
+    rope_ = build_rope_table(m.rope, m.max_context);
+
+    info_.device = "CPU (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads)";
+    info_.weight_bytes = weights_.bytes;
+    info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 4;
+  }
+
+  const char* name() const override { return "cpu"; }
+  int32_t kv_pages() const override { return kv_pages_; }
+  const BackendInfo& info() const override { return info_; }
+
+  void forward(const StepBatch& step) override {
+    const ModelInfo& m = model_.info;
+    if (step.num_tokens() > m.max_batched_tokens) {
+      fail("step of ", step.num_tokens(), " tokens exceeds max_batched_tokens (", m.max_batched_tokens, ")");
+    }
+    logits_.resize(static_cast<size_t>(step.num_logits()) * m.vocab_size);
+    num_logits_ = step.num_logits();
+    const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data()};
+    forward_->forward(step, ctx, logits_.data());
+  }
+
+  std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
+    check_rows(first_logit_row, static_cast<int32_t>(rows.size()));
+    const int32_t V = model_.info.vocab_size;
+    return sample_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, rows.size() * V), V,
+                      rows);
+  }
+
+  void copy_logits(int32_t first, int32_t count, float* out) override {
+    check_rows(first, count);
+    const size_t V = model_.info.vocab_size;
+    std::copy_n(logits_.data() + first * V, count * V, out);
+  }
+
+ private:
+  void check_rows(int32_t first, int32_t count) const {
+    if (first < 0 || count < 0 || first + count > num_logits_) {
+      fail("internal: logits rows ", first, "..", first + count, " requested, the step has ", num_logits_);
+    }
+  }
+
+  const ModelDef& model_;
+  HostSink sink_;
+  LoadedWeights weights_;
+  std::unique_ptr<RefForward> forward_;
+  int32_t kv_pages_ = 0;
+  std::vector<float> kv_cache_, arena_, rope_, logits_;
+  int32_t num_logits_ = 0;
+  BackendInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights,
+                                          const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(model, weights, options);
+}
+
+}  // namespace kiln

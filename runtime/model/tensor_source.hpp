@@ -1,0 +1,34 @@
+// Where weights come from, by HF tensor name: an HF model directory (safetensors), a GGUF file
+// (dequantized, Llama q/k rows un-permuted), or deterministic random values for benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/model/model_def.hpp"
+
+namespace kiln {
+
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual std::string describe() const = 0;  // names the source in errors: "model directory X"
+  virtual std::vector<std::string> names() const = 0;
+  virtual std::optional<std::vector<int64_t>> shape(const std::string& name) const = 0;
+  // Rows [first, first + count) of the tensor viewed as [rows, last dim], converted to fp32.
+  virtual void read_rows(const std::string& name, int64_t first, int64_t count, float* out) const = 0;
+  // The same rows in place when the tensor is stored as bf16 (no conversion needed), else nullptr.
+  virtual const uint16_t* bf16_rows(const std::string& name, int64_t first) const { return nullptr; }
+};
+
+// An HF model directory: model.safetensors, or shards listed in model.safetensors.index.json.
+std::unique_ptr<TensorSource> open_safetensors_source(const std::string& dir);
+
+// A Llama-architecture GGUF file, dequantized to fp32 at load, q/k rows un-permuted. Its
+// hyperparameters must match the model's (a mismatch is an error naming both values).
+std::unique_ptr<TensorSource> open_gguf_source(const std::string& path, const ModelInfo& model);
+
+}  // namespace kiln

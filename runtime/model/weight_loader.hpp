@@ -1,0 +1,49 @@
+// Loads a model's weights following its manifest (generated weights.inc): for every kiln tensor,
+// the first HF layout whose tensors are all present is read, shape-checked, fused (rows stacked)
+// and converted to the backend's element type, then written where the backend wants it (host
+// memory for the CPU reference, device memory for CUDA). Missing, mis-shaped and unexpected
+// tensors are errors that name them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/model/model_def.hpp"
+#include "runtime/model/tensor_source.hpp"
+
+namespace kiln {
+
+enum class WeightFormat { f32, bf16 };
+
+// Where the loaded bytes go. The loader allocates one block for all tensors, then writes into it.
+class WeightSink {
+ public:
+  virtual ~WeightSink() = default;
+  virtual std::byte* allocate(int64_t bytes) = 0;
+  virtual void write(std::byte* dst, const void* src, int64_t bytes) = 0;
+};
+
+// Host memory (the CPU reference backend).
+class HostSink final : public WeightSink {
+ public:
+  std::byte* allocate(int64_t bytes) override;
+  void write(std::byte* dst, const void* src, int64_t bytes) override;
+
+ private:
+  std::vector<std::byte> storage_;
+};
+
+struct LoadedWeights {
+  WeightTable table;
+  int64_t bytes = 0;    // in the backend's format
+  int64_t tensors = 0;  // kiln tensors (fused), counting each layer's
+};
+
+LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink);
+
+// Deterministic pseudo-random weights (benchmarks without a checkpoint): norms near 1, matrices
+// uniform with standard deviation 0.02 (HF's initializer_range). Same seed, same weights.
+LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink);
+
+}  // namespace kiln

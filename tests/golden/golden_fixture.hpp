@@ -1,0 +1,47 @@
+// Reading the golden fixtures (tools/golden/make_golden.py) and running a model on them, shared by
+// the CPU test (test_golden.cpp) and the GPU test (test_golden_gpu.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/engine/backend.hpp"
+#include "runtime/model/model_def.hpp"
+
+namespace kiln::golden {
+
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;         // [ids.size(), vocab], HF fp32
+  std::vector<int32_t> greedy;       // HF's greedy continuation
+  std::vector<float> greedy_logits;  // [greedy.size(), vocab]: HF's logits at each greedy step
+};
+
+struct Fixture {
+  std::string dir;                   // tests/golden/<model>: config.json, model.safetensors
+  std::vector<Prompt> prompts;
+};
+
+Fixture load_fixture(const std::string& model_name);
+
+struct Run {
+  std::vector<float> prompt_logits;  // [prompt, vocab]
+  std::vector<int32_t> tokens;       // greedy continuation, as many as the fixture's
+};
+
+// Prompt logits and greedy tokens of `model` on `backend`, through the engine.
+Run run_prompt(const ModelDef& model, Backend& backend, const Prompt& prompt);
+
+// The first row whose largest |difference| exceeds tolerance × max|golden|, or -1, and the worst
+// relative difference over all rows.
+struct LogitsComparison {
+  int64_t first_bad_row = -1;
+  double worst = 0;  // max |a - b| / max |golden|
+};
+LogitsComparison compare_logits(const std::vector<float>& golden, const std::vector<float>& ours, int64_t vocab,
+                                double tolerance);
+
+// Indices of the k largest values of row `row` of `logits`.
+std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int64_t row, int k);
+
+}  // namespace kiln::golden

@@ -1,0 +1,48 @@
+// CPU golden tests: each tiny model, on the CPU reference backend, against HF transformers
+// (fixtures by tools/golden/make_golden.py): prompt logits within 1e-3 × max|logit|, and the 16
+// greedy tokens identical.
+#include <catch2/catch.hpp>
+
+#include "generated/tiny-llama/model.hpp"
+#include "generated/tiny-qwen3/model.hpp"
+#include "generated/tiny-smollm2/model.hpp"
+#include "runtime/engine/backend.hpp"
+#include "runtime/model/tensor_source.hpp"
+#include "tests/golden/golden_fixture.hpp"
+
+using namespace kiln;
+
+namespace {
+
+void check_model(const ModelDef& model) {
+  const golden::Fixture fixture = golden::load_fixture(model.info.name);
+  const auto source = open_safetensors_source(fixture.dir);
+  const auto backend = make_cpu_backend(model, WeightOrigin{source.get(), 0}, BackendOptions{});
+  const int64_t V = model.info.vocab_size;
+  for (size_t i = 0; i < fixture.prompts.size(); ++i) {
+    const golden::Prompt& p = fixture.prompts[i];
+    const golden::Run run = golden::run_prompt(model, *backend, p);
+    const golden::LogitsComparison c = golden::compare_logits(p.logits, run.prompt_logits, V, 1e-3);
+    INFO(model.info.name << " prompt " << i << " (" << p.ids.size() << " tokens): worst logit difference "
+                         << c.worst << " × max|logit|, first row over 1e-3: " << c.first_bad_row);
+    CHECK(c.first_bad_row == -1);
+    size_t diverge = 0;
+    while (diverge < p.greedy.size() && diverge < run.tokens.size() && p.greedy[diverge] == run.tokens[diverge]) ++diverge;
+    INFO("greedy tokens first differ at generated position " << diverge);
+    CHECK(run.tokens == p.greedy);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tiny-llama (llama3 rope scaling, tied embeddings) matches HF on the CPU backend") {
+  check_model(models::tiny_llama::model_def());
+}
+
+TEST_CASE("tiny-qwen3 (per-head q/k norm, page size 5) matches HF on the CPU backend") {
+  check_model(models::tiny_qwen3::model_def());
+}
+
+TEST_CASE("tiny-smollm2 (SmolLM2-shaped: 9 / 3 heads) matches HF on the CPU backend") {
+  check_model(models::tiny_smollm2::model_def());
+}
