@@ -1,0 +1,147 @@
+#include "runtime/serving/sampler_cpu.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln {
+namespace {
+
+// sampling_exp is ten fmas per token. Without -mfma they are glibc calls (software fmaf on old
+// CPUs, a call even on new ones); an FMA clone of the per-token loops, picked at load time, is
+// about 20x faster and gives the same bits (fma is exactly rounded either way).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KILN_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define KILN_FMA_CLONES
+#endif
+
+// Weight keys of a row; returns their total mass.
+KILN_FMA_CLONES uint64_t weight_keys(std::span<const float> x, float max_logit, float inv_temperature,
+                                     uint32_t* keys) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    keys[i] = float_bits(sampling_weight(x[i], max_logit, inv_temperature));
+    total += key_mass(keys[i]);
+  }
+  return total;
+}
+
+// Σ exp(x_i - max), for the log-softmax.
+KILN_FMA_CLONES double exp_sum(std::span<const float> x, float max_logit) {
+  double sum = 0.0;
+  for (float v : x) sum += sampling_exp(v - max_logit);
+  return sum;
+}
+
+// Largest key τ >= floor_key with Σ weight(key >= τ) >= required, or 0 when the keys >= floor_key
+// together stay below `required` (then τ lies below floor_key, and floor_key is the tighter
+// threshold). Weight 1 per token gives the top-k threshold, the token's mass the top-p one.
+// One pass buckets the weight by the keys' top bits; only the bucket where the running sum
+// crosses `required` is sorted.
+template <typename Weight>
+uint32_t upper_set_threshold(const std::vector<uint32_t>& keys, uint32_t floor_key, uint64_t required,
+                             Weight weight) {
+  constexpr int kBucketShift = 15;  // keys < 2^30: 2^15 buckets, each 1/128 of a binade wide
+  std::vector<uint64_t> bucket_weight(size_t{1} << (30 - kBucketShift), 0);
+  for (uint32_t key : keys) {
+    if (key >= floor_key) bucket_weight[key >> kBucketShift] += weight(key);
+  }
+  uint64_t above = 0;  // weight of the buckets above the current one
+  for (size_t b = bucket_weight.size(); b-- > 0;) {
+    if (above + bucket_weight[b] < required) {
+      above += bucket_weight[b];
+      continue;
+    }
+    std::vector<uint32_t> bucket;
+    for (uint32_t key : keys) {
+      if (key >= floor_key && (key >> kBucketShift) == b) bucket.push_back(key);
+    }
+    std::sort(bucket.begin(), bucket.end(), std::greater<>());
+    uint64_t sum = above;
+    for (size_t i = 0; i < bucket.size();) {
+      const uint32_t key = bucket[i];
+      for (; i < bucket.size() && bucket[i] == key; ++i) sum += weight(key);
+      if (sum >= required) return key;  // the whole tie group at `key` is in
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+SampleOutput sample_row_cpu(std::span<const float> x, const SamplerRow& row, SampleTrace* trace) {
+  const auto vocab = static_cast<int64_t>(x.size());
+  if (vocab == 0 || vocab > kMaxSamplerVocab) {
+    fail("sample_row_cpu: vocabulary size ", vocab, " is outside [1, ", kMaxSamplerVocab, "]");
+  }
+
+  int32_t argmax = 0;
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (!std::isfinite(x[i])) return SampleOutput{-1, 0.0f, kSampleBadLogits};
+    if (x[i] > x[argmax]) argmax = i;  // strict: the lowest id wins ties
+  }
+  const float max_logit = x[argmax];
+
+  SampleOutput out;
+  if (row_is_greedy(row)) {
+    out.token = argmax;
+  } else {
+    const float inv_temperature = div_rn(1.0f, row.temperature);
+    std::vector<uint32_t> keys(vocab);
+    const uint64_t total = weight_keys(x, max_logit, inv_temperature, keys.data());
+
+    uint32_t threshold = min_p_threshold(row);
+    if (row_uses_top_k(row, static_cast<int32_t>(vocab))) {
+      threshold = std::max(threshold, upper_set_threshold(keys, threshold, static_cast<uint64_t>(row.top_k),
+                                                          [](uint32_t) { return uint64_t{1}; }));
+    }
+    if (row_uses_top_p(row)) {
+      threshold = std::max(threshold, upper_set_threshold(keys, threshold, top_p_required_mass(row.top_p, total),
+                                                          [](uint32_t key) { return key_mass(key); }));
+    }
+
+    uint64_t kept = 0;
+    for (uint32_t key : keys) {
+      if (key >= threshold) kept += key_mass(key);
+    }
+    const uint64_t target = sample_target(philox_random64(row.seed, row.counter), kept);
+    uint64_t before = 0;
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (keys[i] < threshold) continue;
+      const uint64_t through = before + key_mass(keys[i]);
+      if (through > target) {
+        out.token = i;
+        if (trace) *trace = SampleTrace{threshold, total, kept, target, before, through};
+        break;
+      }
+      before = through;
+    }
+    // The top token always has key = bits(1.0f) >= threshold and mass 2^40, so kept > target and
+    // the scan ends inside the vocabulary.
+  }
+
+  if (row.want_logprob) {
+    const double sum = exp_sum(x, max_logit);
+    out.logprob = static_cast<float>(static_cast<double>(x[out.token] - max_logit) - std::log(sum));
+  }
+  return out;
+}
+
+std::vector<SampleOutput> sample_cpu(std::span<const float> logits, int32_t vocab_size,
+                                     std::span<const SamplerRow> rows) {
+  if (vocab_size <= 0 || logits.size() != rows.size() * static_cast<size_t>(vocab_size)) {
+    fail("sample_cpu: logits hold ", logits.size(), " values; expected ", rows.size(), " rows x ",
+         vocab_size, " tokens");
+  }
+  std::vector<SampleOutput> out;
+  out.reserve(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    out.push_back(sample_row_cpu(logits.subspan(r * vocab_size, vocab_size), rows[r]));
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,31 @@
+// CPU reference sampler: the definition in sampling_math.hpp, written plainly. It is the sampler of
+// the CPU backend and the oracle the CUDA sampler is tested against.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/serving/sampling_math.hpp"
+
+namespace kiln {
+
+// How a sampled row's draw fell, for tests and diagnostics (meaningful for non-greedy rows only).
+struct SampleTrace {
+  uint32_t threshold_key = 0;  // kept set = {i : key_i >= threshold_key}
+  uint64_t total_mass = 0;     // Σ mass over the whole row
+  uint64_t kept_mass = 0;      // Σ mass over the kept set
+  uint64_t target = 0;         // the draw, in [0, kept_mass)
+  uint64_t mass_before = 0;    // kept mass of ids below the chosen token
+  uint64_t mass_through = 0;   // ... including the chosen token (mass_before <= target < mass_through)
+};
+
+// One row of V logits. Throws kiln::Error when the row is empty or larger than kMaxSamplerVocab.
+SampleOutput sample_row_cpu(std::span<const float> logits, const SamplerRow& row,
+                            SampleTrace* trace = nullptr);
+
+// Rows of a [rows.size(), vocab_size] row-major logits matrix.
+std::vector<SampleOutput> sample_cpu(std::span<const float> logits, int32_t vocab_size,
+                                     std::span<const SamplerRow> rows);
+
+}  // namespace kiln

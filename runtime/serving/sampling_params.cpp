@@ -1,0 +1,53 @@
+#include "runtime/serving/sampling_params.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <random>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln {
+
+void SamplingParams::validate() const {
+  if (!std::isfinite(temperature) || temperature < 0.0f) {
+    fail("sampling parameter temperature = ", temperature, ": expected a finite value >= 0 (0 = greedy)");
+  }
+  if (top_k < 0) fail("sampling parameter top_k = ", top_k, ": expected >= 0 (0 = off)");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    fail("sampling parameter top_p = ", top_p, ": expected a value in (0, 1] (1 = off)");
+  }
+  if (!(min_p >= 0.0f && min_p < 1.0f)) {
+    fail("sampling parameter min_p = ", min_p, ": expected a value in [0, 1) (0 = off)");
+  }
+  if (max_tokens <= 0) fail("sampling parameter max_tokens = ", max_tokens, ": expected > 0");
+  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
+    if (stop_token_ids[i] < 0) {
+      fail("sampling parameter stop_token_ids[", i, "] = ", stop_token_ids[i], ": expected a token id >= 0");
+    }
+  }
+}
+
+uint64_t draw_request_seed() {
+  // splitmix64 over a counter that starts at a random point: every call gets a well-mixed, distinct
+  // value, with no lock.
+  static std::atomic<uint64_t> state{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                     std::random_device{}()};
+  uint64_t z = state.fetch_add(0x9E3779B97F4A7C15ull, std::memory_order_relaxed) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+SamplerRow make_sampler_row(const SamplingParams& params, uint64_t seed, uint64_t counter) {
+  SamplerRow row;
+  row.temperature = params.temperature;
+  row.top_k = params.top_k;
+  row.top_p = params.top_p;
+  row.min_p = params.min_p;
+  row.seed = seed;
+  row.counter = counter;
+  row.want_logprob = params.logprobs ? 1 : 0;
+  return row;
+}
+
+}  // namespace kiln

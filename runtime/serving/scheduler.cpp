@@ -1,0 +1,259 @@
+#include "runtime/serving/scheduler.hpp"
+
+#include <algorithm>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln {
+
+void SchedulerConfig::validate() const {
+  if (max_num_seqs <= 0) fail("scheduler: max_num_seqs = ", max_num_seqs, ": expected > 0");
+  if (max_batched_tokens < max_num_seqs) {
+    fail("scheduler: max_batched_tokens = ", max_batched_tokens, ": expected >= max_num_seqs (",
+         max_num_seqs, ") so every running sequence's decode fits in a step");
+  }
+  if (max_context <= 0) fail("scheduler: max_context = ", max_context, ": expected > 0");
+  if (vocab_size <= 0) fail("scheduler: vocab_size = ", vocab_size, ": expected > 0");
+  for (int32_t eos : eos_token_ids) {
+    if (eos < 0 || eos >= vocab_size) {
+      fail("scheduler: EOS token ", eos, " is outside the vocabulary [0, ", vocab_size, ")");
+    }
+  }
+}
+
+Scheduler::Scheduler(SchedulerConfig config, BlockManager blocks)
+    : config_(std::move(config)), blocks_(std::move(blocks)) {
+  config_.validate();
+  const int64_t pool_tokens = static_cast<int64_t>(blocks_.num_pages()) * blocks_.page_size();
+  context_limit_ = static_cast<int32_t>(std::min<int64_t>(config_.max_context, pool_tokens));
+}
+
+void Scheduler::add(Request request) {
+  try {
+    request.params.validate();
+    if (seqs_.count(request.id)) fail("the id is already in use by an unfinished request");
+    const auto& prompt = request.prompt;
+    if (prompt.empty()) fail("the prompt is empty");
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= config_.vocab_size) {
+        fail("prompt token ", i, " = ", prompt[i], " is outside the vocabulary [0, ", config_.vocab_size, ")");
+      }
+    }
+    for (int32_t stop : request.params.stop_token_ids) {
+      if (stop >= config_.vocab_size) {
+        fail("stop token ", stop, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+      }
+    }
+    if (static_cast<int64_t>(prompt.size()) > config_.max_context) {
+      fail("the prompt has ", prompt.size(), " tokens; the model's max context is ", config_.max_context);
+    }
+    if (blocks_.pages_for(static_cast<int64_t>(prompt.size())) > blocks_.num_pages()) {
+      fail("the prompt has ", prompt.size(), " tokens and needs ", blocks_.pages_for(prompt.size()),
+           " KV pages; the whole pool has ", blocks_.num_pages(), " pages of ", blocks_.page_size(), " tokens");
+    }
+  } catch (const Error& e) {
+    ++stats_.rejected;
+    fail("request ", request.id, " rejected: ", e.what());
+  }
+
+  auto seq = std::make_unique<Sequence>();
+  seq->id = request.id;
+  seq->arrival = next_arrival_++;
+  seq->num_prompt_tokens = static_cast<int32_t>(request.prompt.size());
+  seq->tokens = std::move(request.prompt);
+  seq->seed = request.params.seed ? *request.params.seed : draw_request_seed();
+  seq->params = std::move(request.params);
+  waiting_.push_back(seq.get());
+  seqs_.emplace(seq->id, std::move(seq));
+}
+
+ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_tokens) const {
+  ScheduledSeq s;
+  s.id = seq.id;
+  s.start = seq.num_computed;
+  s.new_tokens.assign(seq.tokens.begin() + seq.num_computed,
+                      seq.tokens.begin() + seq.num_computed + num_new_tokens);
+  const auto table = blocks_.block_table(seq.id);
+  s.block_table.assign(table.begin(), table.end());
+  s.samples = seq.num_computed + num_new_tokens == seq.num_tokens();
+  if (s.samples) s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
+  return s;
+}
+
+ScheduledStep Scheduler::schedule() {
+  if (step_pending_) fail("scheduler: schedule() called before on_step_done() for the previous step");
+  ScheduledStep step;
+  int32_t budget = config_.max_batched_tokens;
+
+  // 1. Decodes, oldest first; preempt the newest running sequence when a page is missing.
+  for (size_t i = 0; i < running_.size();) {
+    Sequence& seq = *running_[i];
+    if (seq.num_uncomputed() != 1) {
+      ++i;
+      continue;
+    }
+    const int32_t needed = seq.num_tokens() - blocks_.num_slots(seq.id);
+    bool self_preempted = false;
+    while (!blocks_.can_append_slots(seq.id, needed)) {
+      Sequence* victim = running_.back();
+      running_.pop_back();
+      preempt(*victim);
+      step.preempted.push_back(victim->id);
+      if (victim == &seq) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // it was the newest: nothing after it is left
+    blocks_.append_slots(seq.id, needed);
+    step.seqs.push_back(make_scheduled(seq, 1));
+    --budget;
+    ++i;
+  }
+  step.num_decodes = static_cast<int32_t>(step.seqs.size());
+
+  // 2. Prefills in progress continue, oldest first.
+  for (Sequence* seq : running_) {
+    if (budget == 0) break;
+    if (seq->num_uncomputed() <= 1) continue;
+    const int32_t chunk = std::min(seq->num_uncomputed(), budget);
+    step.seqs.push_back(make_scheduled(*seq, chunk));
+    budget -= chunk;
+  }
+
+  // 3. Admissions, first come first served; none in a step that had to preempt.
+  while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    if (!blocks_.can_allocate(seq.tokens)) break;
+    const int32_t cached = blocks_.allocate(seq.id, seq.tokens);
+    seq.num_computed = cached;
+    if (!seq.admitted_before) {
+      seq.num_cached_prompt_tokens = cached;
+      seq.admitted_before = true;
+    }
+    seq.status = SequenceStatus::Running;
+    waiting_.pop_front();
+    insert_running(&seq);
+    const int32_t chunk = std::min(seq.num_uncomputed(), budget);
+    step.seqs.push_back(make_scheduled(seq, chunk));
+    budget -= chunk;
+  }
+
+  for (const ScheduledSeq& s : step.seqs) step.num_tokens += static_cast<int32_t>(s.new_tokens.size());
+  if (!step.empty()) {
+    step_pending_ = true;
+    ++stats_.steps;
+    stats_.decode_tokens += step.num_decodes;
+    stats_.prefill_tokens += step.num_tokens - step.num_decodes;
+  }
+  return step;
+}
+
+std::vector<TokenEvent> Scheduler::on_step_done(const ScheduledStep& step, std::span<const SampleOutput> samples) {
+  if (step.empty()) return {};
+  if (!step_pending_) fail("scheduler: on_step_done() without a scheduled step");
+  if (static_cast<int32_t>(samples.size()) != step.num_samples()) {
+    fail("scheduler: the step has ", step.num_samples(), " sampling sequences but ", samples.size(),
+         " samples came back");
+  }
+  step_pending_ = false;
+  std::vector<TokenEvent> events;
+  size_t next_sample = 0;
+  for (const ScheduledSeq& s : step.seqs) {
+    auto it = seqs_.find(s.id);
+    if (it == seqs_.end() || it->second->status != SequenceStatus::Running || it->second->num_computed != s.start) {
+      fail("scheduler: step entry for sequence ", s.id, " does not match a running sequence at position ", s.start);
+    }
+    Sequence& seq = *it->second;
+    seq.num_computed += static_cast<int32_t>(s.new_tokens.size());
+    blocks_.mark_computed(seq.id, std::span<const int32_t>(seq.tokens).first(seq.num_computed));
+    if (s.samples) events.push_back(apply_sample(seq, samples[next_sample++]));
+  }
+  return events;
+}
+
+TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
+  TokenEvent event;
+  event.id = seq.id;
+  if (sample.status != kSampleOk) {
+    finish(seq, FinishReason::BadLogits);
+    event.finished = true;
+    event.reason = FinishReason::BadLogits;
+    return event;
+  }
+  if (sample.token < 0 || sample.token >= config_.vocab_size) {
+    fail("scheduler: sampled token ", sample.token, " for sequence ", seq.id, " is outside the vocabulary [0, ",
+         config_.vocab_size, ")");
+  }
+  seq.tokens.push_back(sample.token);
+  if (seq.params.logprobs) seq.logprobs.push_back(sample.logprob);
+  event.token = sample.token;
+  event.logprob = sample.logprob;
+
+  const auto contains = [](const std::vector<int32_t>& ids, int32_t t) {
+    return std::find(ids.begin(), ids.end(), t) != ids.end();
+  };
+  FinishReason reason = FinishReason::None;
+  if (!seq.params.ignore_eos && contains(config_.eos_token_ids, sample.token)) {
+    reason = FinishReason::Eos;
+  } else if (contains(seq.params.stop_token_ids, sample.token)) {
+    reason = FinishReason::StopToken;
+  } else if (seq.num_generated() >= seq.params.max_tokens) {
+    reason = FinishReason::MaxTokens;
+  } else if (seq.num_tokens() >= context_limit_) {
+    reason = FinishReason::MaxContext;
+  }
+  if (reason != FinishReason::None) {
+    finish(seq, reason);
+    event.finished = true;
+    event.reason = reason;
+  }
+  return event;
+}
+
+void Scheduler::finish(Sequence& seq, FinishReason reason) {
+  const RequestId id = seq.id;
+  blocks_.free(id);
+  running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  FinishedRequest done;
+  done.id = seq.id;
+  done.output_tokens.assign(seq.tokens.begin() + seq.num_prompt_tokens, seq.tokens.end());
+  done.logprobs = std::move(seq.logprobs);
+  done.reason = reason;
+  done.num_prompt_tokens = seq.num_prompt_tokens;
+  done.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
+  done.num_preemptions = seq.num_preemptions;
+  finished_.push_back(std::move(done));
+  ++stats_.finished;
+  seqs_.erase(id);  // destroys seq
+}
+
+void Scheduler::preempt(Sequence& seq) {
+  blocks_.free(seq.id);
+  seq.num_computed = 0;
+  seq.status = SequenceStatus::Waiting;
+  ++seq.num_preemptions;
+  ++stats_.preemptions;
+  waiting_.push_front(&seq);
+}
+
+void Scheduler::insert_running(Sequence* seq) {
+  const auto at = std::upper_bound(running_.begin(), running_.end(), seq,
+                                   [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
+  running_.insert(at, seq);
+}
+
+std::vector<FinishedRequest> Scheduler::take_finished() {
+  std::vector<FinishedRequest> out = std::move(finished_);
+  finished_.clear();
+  return out;
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats st = stats_;
+  st.kv = blocks_.stats();
+  return st;
+}
+
+}  // namespace kiln

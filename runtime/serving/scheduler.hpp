@@ -1,0 +1,117 @@
+// Continuous-batching scheduler with chunked prefill and recompute preemption (vLLM v1's Scheduler,
+// nano-vllm's scheduler.py). Model-independent: it hands out ScheduledSteps and takes back sampled
+// tokens; build_step_batch turns a step into the forward's StepBatch.
+//
+// Each schedule():
+//   1. Decodes of running sequences, oldest first, one token each. A decode that needs a page when
+//      none is free or evictable preempts the NEWEST running sequence (its pages are released and
+//      it returns to the front of the waiting queue, to recompute prompt + generated tokens later),
+//      and retries; if the decoding sequence is itself the newest, it is the one preempted.
+//   2. Running sequences still prefilling continue, oldest first, as far as the token budget goes.
+//   3. Unless step 1 preempted anything, waiting sequences are admitted first come, first served
+//      while the budget, max_num_seqs and the KV pool allow: all their known tokens get slots at
+//      admission (leading full pages from the prefix cache), and their first chunk is scheduled.
+//      The head of the queue is never skipped, so a long prompt cannot starve.
+// Every scheduled step must be followed by on_step_done() before the next schedule().
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/serving/block_manager.hpp"
+#include "runtime/serving/scheduled_step.hpp"
+#include "runtime/serving/sequence.hpp"
+
+namespace kiln {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;          // running sequences at most
+  int32_t max_batched_tokens = 8192;   // tokens per step at most; >= max_num_seqs (decodes always fit)
+  int32_t max_context = 0;             // the model's max positions (prompt + generated)
+  int32_t vocab_size = 0;              // token ids must lie in [0, vocab_size)
+  std::vector<int32_t> eos_token_ids;  // the model's EOS tokens (several for Llama 3 instruct)
+
+  void validate() const;
+};
+
+// One generated token, for streaming.
+struct TokenEvent {
+  RequestId id = 0;
+  int32_t token = -1;          // -1 when the sequence finished on BadLogits
+  float logprob = 0.0f;        // when the request asked for logprobs
+  bool finished = false;
+  FinishReason reason = FinishReason::None;
+};
+
+struct FinishedRequest {
+  RequestId id = 0;
+  std::vector<int32_t> output_tokens;  // generated tokens, EOS / stop token included
+  std::vector<float> logprobs;         // one per output token when asked for
+  FinishReason reason = FinishReason::None;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_prompt_tokens = 0;
+  int32_t num_preemptions = 0;
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;  // prompt (and recomputed) tokens fed, prefix-cache hits excluded
+  int64_t decode_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t finished = 0;
+  int64_t rejected = 0;        // add() calls refused
+  BlockManagerStats kv;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, BlockManager blocks);
+
+  // Queues a request. Throws kiln::Error naming the request when it cannot ever be served (bad
+  // parameters, empty or too long prompt, token ids outside the vocabulary, more pages than the
+  // whole pool, duplicate id); the scheduler is left unchanged.
+  void add(Request request);
+
+  ScheduledStep schedule();
+
+  // After the forward and the sampler: one SampleOutput per sampling sequence of `step`, in step
+  // order (= StepBatch::logit_rows order). Returns the generated tokens.
+  std::vector<TokenEvent> on_step_done(const ScheduledStep& step, std::span<const SampleOutput> samples);
+
+  // Requests finished since the last call, in finishing order.
+  std::vector<FinishedRequest> take_finished();
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // The longest a sequence may grow: the model's max context or the whole KV pool, if smaller.
+  int32_t context_limit() const { return context_limit_; }
+  const BlockManager& blocks() const { return blocks_; }
+  const SchedulerConfig& config() const { return config_; }
+  SchedulerStats stats() const;
+
+ private:
+  ScheduledSeq make_scheduled(const Sequence& seq, int32_t num_new_tokens) const;
+  void preempt(Sequence& seq);
+  void insert_running(Sequence* seq);
+  // Appends the sampled token and finishes the sequence when it should stop.
+  TokenEvent apply_sample(Sequence& seq, const SampleOutput& sample);
+  void finish(Sequence& seq, FinishReason reason);
+
+  SchedulerConfig config_;
+  BlockManager blocks_;
+  int32_t context_limit_;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;  // unfinished sequences
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // sorted by arrival: the back is the newest
+  std::vector<FinishedRequest> finished_;
+  uint64_t next_arrival_ = 0;
+  bool step_pending_ = false;
+  SchedulerStats stats_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,65 @@
+// A request as the caller submits it, and the sequence the scheduler serves it with.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "runtime/serving/request_id.hpp"
+#include "runtime/serving/sampling_params.hpp"
+
+namespace kiln {
+
+struct Request {
+  RequestId id = 0;              // unique among the scheduler's unfinished requests
+  std::vector<int32_t> prompt;   // token ids, non-empty
+  SamplingParams params;
+};
+
+enum class SequenceStatus { Waiting, Running, Finished };
+
+enum class FinishReason {
+  None,
+  Eos,         // generated one of the model's EOS tokens (and ignore_eos was off)
+  StopToken,   // generated one of params.stop_token_ids
+  MaxTokens,   // generated params.max_tokens tokens
+  MaxContext,  // reached the model's max context (or the whole KV pool, if smaller)
+  BadLogits,   // the model produced NaN or ±inf logits for this sequence
+};
+
+constexpr std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::None: return "none";
+    case FinishReason::Eos: return "eos";
+    case FinishReason::StopToken: return "stop_token";
+    case FinishReason::MaxTokens: return "max_tokens";
+    case FinishReason::MaxContext: return "max_context";
+    case FinishReason::BadLogits: return "bad_logits";
+  }
+  return "unknown";
+}
+
+struct Sequence {
+  RequestId id = 0;
+  uint64_t arrival = 0;           // add() order: the scheduler is first come, first served
+  std::vector<int32_t> tokens;    // prompt, then generated tokens
+  int32_t num_prompt_tokens = 0;
+  // Leading tokens whose KV is in the cache. A preemption resets it to 0: the sequence recomputes
+  // its prompt and generated tokens (helped by the prefix cache) when it is admitted again.
+  int32_t num_computed = 0;
+  SamplingParams params;
+  uint64_t seed = 0;              // params.seed, or one drawn at add()
+  SequenceStatus status = SequenceStatus::Waiting;
+  FinishReason finish_reason = FinishReason::None;
+  std::vector<float> logprobs;    // one per generated token when params.logprobs
+  int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at the first admission
+  int32_t num_preemptions = 0;
+  bool admitted_before = false;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }
+  // Tokens to feed before the sequence samples again: 1 for a decode, more while prefilling.
+  int32_t num_uncomputed() const { return num_tokens() - num_computed; }
+};
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+#include "fake_model.hpp"
+
+#include <algorithm>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln::testing {
+namespace {
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+FakeModel::FakeModel(int32_t num_kv_slots, int32_t page_size, int32_t vocab_size)
+    : page_size_(page_size), vocab_size_(vocab_size), kv_(num_kv_slots) {}
+
+std::vector<float> FakeModel::logits_for(std::span<const int32_t> context) const {
+  uint64_t h = 0x243F6A8885A308D3ull;
+  for (int32_t t : context) h = mix64(h ^ static_cast<uint32_t>(t));
+  std::vector<float> logits(vocab_size_);
+  for (int32_t v = 0; v < vocab_size_; ++v) {
+    // Uniform in [-4, 4) with 2^-20 resolution: ties are rare but possible, like real logits.
+    const uint64_t r = mix64(h + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(v + 1));
+    logits[v] = static_cast<float>(static_cast<double>(r >> 44) / 1048576.0 * 8.0 - 4.0);
+  }
+  return logits;
+}
+
+std::vector<float> FakeModel::forward(const StepBatch& batch) {
+  const auto num_slots = static_cast<int32_t>(kv_.size());
+  for (int32_t row = 0; row < batch.num_tokens(); ++row) {
+    const int32_t slot = batch.slot_mapping[row];
+    if (slot < 0 || slot >= num_slots) fail("fake model: row ", row, " writes slot ", slot, " of ", num_slots);
+    kv_[slot] = Slot{batch.token_ids[row], batch.positions[row]};
+  }
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(batch.num_logits()) * vocab_size_);
+  std::vector<int32_t> context;
+  for (int32_t row : batch.logit_rows) {
+    const auto seq = static_cast<int32_t>(
+        std::upper_bound(batch.query_start.begin(), batch.query_start.end(), row) - batch.query_start.begin() - 1);
+    const int32_t last = batch.positions[row];
+    if (last + 1 > batch.context_len[seq]) {
+      fail("fake model: logit row ", row, " at position ", last, " is beyond context_len ", batch.context_len[seq]);
+    }
+    context.clear();
+    for (int32_t pos = 0; pos <= last; ++pos) {
+      const int32_t entry = pos / page_size_;
+      if (entry >= batch.max_pages_per_seq) fail("fake model: position ", pos, " is beyond the block table");
+      const int32_t page = batch.block_tables[static_cast<size_t>(seq) * batch.max_pages_per_seq + entry];
+      const int32_t slot = page * page_size_ + pos % page_size_;
+      if (slot < 0 || slot >= num_slots || kv_[slot].position != pos) {
+        fail("fake model: sequence ", seq, " position ", pos, " reads slot ", slot, " holding position ",
+             slot >= 0 && slot < num_slots ? kv_[slot].position : -1);
+      }
+      context.push_back(kv_[slot].token);
+    }
+    const std::vector<float> logits = logits_for(context);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  return out;
+}
+
+}  // namespace kiln::testing

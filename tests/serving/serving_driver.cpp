@@ -1,0 +1,40 @@
+#include "serving_driver.hpp"
+
+#include "runtime/core/error.hpp"
+#include "runtime/serving/sampler_cpu.hpp"
+#include "runtime/serving/step_batch_builder.hpp"
+
+namespace kiln::testing {
+
+ScheduledStep run_step(Scheduler& scheduler, FakeModel& model) {
+  ScheduledStep step = scheduler.schedule();
+  if (step.empty()) return step;
+  const StepBatch batch = build_step_batch(step, scheduler.blocks().page_size());
+  const std::vector<float> logits = model.forward(batch);
+  const std::vector<SampleOutput> samples = sample_cpu(logits, model.vocab_size(), sampler_rows(step));
+  scheduler.on_step_done(step, samples);
+  return step;
+}
+
+ServeResult serve(Scheduler& scheduler, FakeModel& model, const std::vector<Request>& requests,
+                  const std::vector<int64_t>& arrival_steps) {
+  ServeResult result;
+  size_t next = 0;
+  int64_t idle_steps = 0;
+  while (next < requests.size() || scheduler.has_unfinished()) {
+    while (next < requests.size() && arrival_steps[next] <= result.steps) scheduler.add(requests[next++]);
+    const ScheduledStep step = run_step(scheduler, model);
+    ++result.steps;
+    for (const ScheduledSeq& s : step.seqs) {
+      if (!s.samples) ++result.chunked_prefills;
+    }
+    for (FinishedRequest& f : scheduler.take_finished()) result.finished.emplace(f.id, std::move(f));
+    idle_steps = step.empty() ? idle_steps + 1 : 0;
+    if (idle_steps > 3 && next == requests.size()) fail("serve: the scheduler made no progress for ", idle_steps, " steps");
+    if (result.steps > 100000) fail("serve: more than 100000 steps");
+  }
+  result.stats = scheduler.stats();
+  return result;
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,29 @@
+// Runs the serving loop the way the engine will: schedule -> build_step_batch -> forward (the fake
+// model) -> sample_cpu -> on_step_done.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "fake_model.hpp"
+#include "runtime/serving/scheduler.hpp"
+
+namespace kiln::testing {
+
+// One full step; returns what was scheduled (empty when nothing could run).
+ScheduledStep run_step(Scheduler& scheduler, FakeModel& model);
+
+struct ServeResult {
+  std::map<RequestId, FinishedRequest> finished;
+  SchedulerStats stats;
+  int64_t chunked_prefills = 0;  // prefill chunks that stopped short of sampling
+  int64_t steps = 0;
+};
+
+// Adds requests[i] before step arrival_steps[i] (sorted ascending), runs until all finish.
+// Throws if the loop makes no progress for many steps (a wedged scheduler).
+ServeResult serve(Scheduler& scheduler, FakeModel& model, const std::vector<Request>& requests,
+                  const std::vector<int64_t>& arrival_steps);
+
+}  // namespace kiln::testing
