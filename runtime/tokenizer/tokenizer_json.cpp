@@ -1,0 +1,416 @@
+// Tokenizer::from_tokenizer_json / from_model_dir: HF tokenizers' tokenizer.json (BPE model) and
+// the transformers config files next to it.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.hpp"
+#include "runtime/tokenizer/tokenizer_impl.hpp"
+
+namespace kiln {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  if (fs::is_directory(path)) fail(path, ": is a directory, expected a tokenizer.json file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) fail(path, ": read error");
+  return buffer.str();
+}
+
+json parse_json_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(path, ": invalid JSON (", e.what(), ")");
+  }
+}
+
+std::optional<json> parse_optional_json(const fs::path& path) {
+  if (!fs::exists(path)) return std::nullopt;
+  return parse_json_file(path.string());
+}
+
+// Accessors that name the file and field in every error.
+struct Reader {
+  const std::string& origin;
+
+  const json& require(const json& object, const char* field, const std::string& where) const {
+    if (!object.is_object() || !object.contains(field)) fail(origin, ": ", where, " has no \"", field, "\"");
+    return object.at(field);
+  }
+  std::string string(const json& object, const char* field, const std::string& where) const {
+    const json& value = require(object, field, where);
+    if (!value.is_string()) fail(origin, ": ", where, ".", field, " must be a string, got ", value.type_name());
+    return value.get<std::string>();
+  }
+  bool boolean(const json& object, const char* field, const std::string& where, bool fallback) const {
+    if (!object.contains(field) || object.at(field).is_null()) return fallback;
+    const json& value = object.at(field);
+    if (!value.is_boolean()) fail(origin, ": ", where, ".", field, " must be true or false, got ", value.dump());
+    return value.get<bool>();
+  }
+  // null, "" and absent all mean "not set".
+  std::string optional_string(const json& object, const char* field, const std::string& where) const {
+    if (!object.contains(field) || object.at(field).is_null()) return {};
+    return string(object, field, where);
+  }
+};
+
+// A regex for a tokenizer.json pattern: {"Regex": "..."} as is, {"String": "..."} literally.
+std::string pattern_regex(const Reader& r, const json& pattern, const std::string& where) {
+  if (pattern.is_object() && pattern.contains("Regex")) return r.string(pattern, "Regex", where);
+  if (pattern.is_object() && pattern.contains("String")) {
+    std::string literal = r.string(pattern, "String", where);
+    std::string escaped;
+    for (const char c : literal) {
+      if (std::string_view("\\^$.|?*+()[]{}-/").find(c) != std::string_view::npos) escaped += '\\';
+      escaped += c;
+    }
+    return escaped;
+  }
+  fail(r.origin, ": ", where, " must be {\"Regex\": ...} or {\"String\": ...}, got ", pattern.dump());
+}
+
+void load_normalizer(const Reader& r, const json& node, const std::string& where, Normalizer& out) {
+  if (node.is_null()) return;
+  const std::string type = r.string(node, "type", where);
+  if (type == "Sequence") {
+    const json& list = r.require(node, "normalizers", where);
+    if (!list.is_array()) fail(r.origin, ": ", where, ".normalizers must be an array");
+    for (size_t i = 0; i < list.size(); ++i) load_normalizer(r, list[i], where + ".normalizers[" + std::to_string(i) + "]", out);
+  } else if (type == "NFC") {
+    out.add({Normalizer::Kind::nfc, {}, {}, nullptr});
+  } else if (type == "Prepend") {
+    out.add({Normalizer::Kind::prepend, r.string(node, "prepend", where), {}, nullptr});
+  } else if (type == "Replace") {
+    const json& pattern = r.require(node, "pattern", where);
+    const std::string content = r.string(node, "content", where);
+    if (pattern.is_object() && pattern.contains("String")) {
+      out.add({Normalizer::Kind::replace_string, r.string(pattern, "String", where + ".pattern"), content, nullptr});
+    } else {
+      const std::string regex = pattern_regex(r, pattern, where + ".pattern");
+      out.add({Normalizer::Kind::replace_regex, {}, content, std::make_shared<const Regex>(regex, r.origin + ": " + where)});
+    }
+  } else {
+    fail(r.origin, ": ", where, " has type \"", type, "\"; supported normalizers: NFC, Prepend, Replace, Sequence");
+  }
+}
+
+SplitBehavior parse_behavior(const Reader& r, const std::string& name, const std::string& where) {
+  if (name == "Removed") return SplitBehavior::removed;
+  if (name == "Isolated") return SplitBehavior::isolated;
+  if (name == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
+  if (name == "MergedWithNext") return SplitBehavior::merged_with_next;
+  if (name == "Contiguous") return SplitBehavior::contiguous;
+  fail(r.origin, ": ", where, ".behavior is \"", name,
+       "\"; expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
+}
+
+// Adds the pre-tokenizer's steps and sets seen_byte_level when it includes ByteLevel (which must
+// come last: the model works on raw bytes and maps them to the byte-level alphabet itself).
+void load_pre_tokenizer(const Reader& r, const json& node, const std::string& where, PreTokenizer& out,
+                        std::string& name, bool& seen_byte_level) {
+  if (node.is_null()) return;
+  const std::string type = r.string(node, "type", where);
+  if (seen_byte_level) fail(r.origin, ": ", where, " (", type, ") follows ByteLevel; ByteLevel must be the last pre-tokenizer");
+  if (type != "Sequence") name += name.empty() ? type : "+" + type;  // "Split+ByteLevel" for describe()
+  if (type == "Sequence") {
+    const json& list = r.require(node, "pretokenizers", where);
+    if (!list.is_array()) fail(r.origin, ": ", where, ".pretokenizers must be an array");
+    for (size_t i = 0; i < list.size(); ++i) {
+      load_pre_tokenizer(r, list[i], where + ".pretokenizers[" + std::to_string(i) + "]", out, name, seen_byte_level);
+    }
+  } else if (type == "Split") {
+    const std::string regex = pattern_regex(r, r.require(node, "pattern", where), where + ".pattern");
+    const SplitBehavior behavior = parse_behavior(r, r.string(node, "behavior", where), where);
+    out.add_split(regex, behavior, r.boolean(node, "invert", where, false), r.origin + ": " + where);
+  } else if (type == "ByteLevel") {
+    if (r.boolean(node, "add_prefix_space", where, true)) out.add_prefix_space();
+    if (r.boolean(node, "use_regex", where, true)) {
+      out.add_split(PreTokenizer::gpt2_pattern(), SplitBehavior::isolated, false, r.origin + ": " + where);
+    }
+    seen_byte_level = true;
+  } else if (type == "Digits") {
+    const bool individual = r.boolean(node, "individual_digits", where, false);
+    out.add_split(R"(\p{N})", individual ? SplitBehavior::isolated : SplitBehavior::contiguous, false,
+                  r.origin + ": " + where);
+  } else {
+    fail(r.origin, ": ", where, " has type \"", type, "\"; supported pre-tokenizers: ByteLevel, Split, Digits, Sequence");
+  }
+}
+
+// How tokens become text. Byte-level decoders map the alphabet back to bytes; SentencePiece-style
+// chains (Replace "▁" -> " ", ByteFallback, Fuse, Strip) spell spaces with "▁", read <0xXX>
+// tokens as bytes, and may strip the dummy-prefix space.
+struct DecoderInfo {
+  bool byte_level = false;
+  bool metaspace = false;
+  bool strip_leading_space = false;
+};
+
+void load_decoder(const Reader& r, const json& node, const std::string& where, DecoderInfo& info) {
+  if (node.is_null()) fail(r.origin, ": ", where, " is null; a decoder (ByteLevel, or Replace/ByteFallback/Fuse/Strip) is required");
+  const std::string type = r.string(node, "type", where);
+  if (type == "Sequence") {
+    const json& list = r.require(node, "decoders", where);
+    if (!list.is_array()) fail(r.origin, ": ", where, ".decoders must be an array");
+    for (size_t i = 0; i < list.size(); ++i) load_decoder(r, list[i], where + ".decoders[" + std::to_string(i) + "]", info);
+  } else if (type == "ByteLevel") {
+    info.byte_level = true;
+  } else if (type == "Replace") {
+    const json& pattern = r.require(node, "pattern", where);
+    const bool metaspace_to_space = pattern.is_object() && pattern.contains("String") &&
+                                    pattern.at("String") == "\xE2\x96\x81" && node.value("content", "") == " ";
+    if (!metaspace_to_space) fail(r.origin, ": ", where, " replaces ", pattern.dump(), "; only \"\u2581\" -> \" \" is supported");
+    info.metaspace = true;
+  } else if (type == "ByteFallback" || type == "Fuse") {
+    // Byte tokens always decode to their byte and pieces are always concatenated.
+  } else if (type == "Strip") {
+    const std::string content = r.string(node, "content", where);
+    const json& start = r.require(node, "start", where);
+    const json& stop = r.require(node, "stop", where);
+    if (content != " " || !start.is_number_integer() || start.get<int>() > 1 || !stop.is_number_integer() ||
+        stop.get<int>() != 0) {
+      fail(r.origin, ": ", where, " is ", node.dump(), "; only Strip(\" \", start <= 1, stop 0) is supported");
+    }
+    info.strip_leading_space = start.get<int>() == 1;
+  } else {
+    fail(r.origin, ": ", where, " has type \"", type,
+         "\"; supported decoders: ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence");
+  }
+}
+
+// The token a TemplateProcessing post-processor puts before the text, if any (Llama 3's BOS).
+std::optional<std::string> leading_special_token(const json& node) {
+  if (!node.is_object()) return std::nullopt;
+  const std::string type = node.value("type", "");
+  if (type == "Sequence" && node.contains("processors") && node.at("processors").is_array()) {
+    for (const json& inner : node.at("processors")) {
+      if (auto found = leading_special_token(inner)) return found;
+    }
+    return std::nullopt;
+  }
+  if (type != "TemplateProcessing" || !node.contains("single") || !node.at("single").is_array() ||
+      node.at("single").empty()) {
+    return std::nullopt;
+  }
+  const json& first = node.at("single").front();
+  if (!first.is_object() || !first.contains("SpecialToken")) return std::nullopt;
+  const json& special = first.at("SpecialToken");
+  if (!special.is_object() || !special.contains("id") || !special.at("id").is_string()) return std::nullopt;
+  return special.at("id").get<std::string>();
+}
+
+// "bos_token": "<s>" or {"content": "<s>", ...} or null.
+std::optional<std::string> config_token(const json& config, const char* field) {
+  if (!config.contains(field)) return std::nullopt;
+  const json& value = config.at(field);
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content") && value.at("content").is_string()) {
+    return value.at("content").get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// "eos_token_id": 2 or [128001, 128009] or null.
+std::vector<int64_t> config_ids(const json& config, const char* field, const std::string& origin) {
+  std::vector<int64_t> ids;
+  if (!config.contains(field) || config.at(field).is_null()) return ids;
+  const json& value = config.at(field);
+  if (value.is_number_integer()) {
+    ids.push_back(value.get<int64_t>());
+  } else if (value.is_array()) {
+    for (const json& item : value) {
+      if (!item.is_number_integer()) fail(origin, ": ", field, " must hold integers, got ", value.dump());
+      ids.push_back(item.get<int64_t>());
+    }
+  } else {
+    fail(origin, ": ", field, " must be an integer or a list of integers, got ", value.dump());
+  }
+  return ids;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "tokenizer.json";
+  if (!fs::is_directory(dir)) fail(dir, ": not a directory (expected a Hugging Face model directory)");
+  if (!fs::exists(path)) fail(dir, ": no tokenizer.json in this model directory");
+  return from_tokenizer_json(path.string());
+}
+
+Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
+  auto impl = std::make_shared<Impl>();
+  Impl& m = *impl;
+  m.origin = path;
+  const json root = parse_json_file(path);
+  if (!root.is_object()) fail(path, ": expected a JSON object at the top level");
+  const Reader r{m.origin};
+
+  // Model: BPE only (every family kiln supports uses it).
+  const json& model = r.require(root, "model", "tokenizer.json");
+  if (!model.is_object()) fail(path, ": \"model\" must be an object");
+  const std::string model_type = model.contains("type") ? r.string(model, "type", "model") : "BPE";
+  if (model_type != "BPE") fail(path, ": model.type is \"", model_type, "\"; only BPE is supported");
+  for (const char* field : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (!r.optional_string(model, field, "model").empty()) {
+      fail(path, ": model.", field, " is set; BPE with word prefixes or suffixes is not supported");
+    }
+  }
+  if (model.contains("dropout") && model.at("dropout").is_number() && model.at("dropout").get<double>() > 0) {
+    fail(path, ": model.dropout is set; BPE dropout makes encoding random and is not supported");
+  }
+  const json& vocab = r.require(model, "vocab", "model");
+  if (!vocab.is_object() || vocab.empty()) fail(path, ": model.vocab must be a non-empty object of token -> id");
+  const bool byte_fallback = r.boolean(model, "byte_fallback", "model", false);
+  for (const auto& [text, id] : vocab.items()) {
+    if (!id.is_number_integer()) fail(path, ": model.vocab[\"", text, "\"] must be an integer id, got ", id.dump());
+    const bool is_byte = byte_fallback && text.size() == 6 && text.rfind("<0x", 0) == 0 && text.back() == '>';
+    m.set_token(id.get<int64_t>(), text, is_byte ? TokenKind::byte : TokenKind::normal);
+  }
+  StringMap<int32_t> model_vocab = m.ids;
+
+  const json& merge_list = r.require(model, "merges", "model");
+  if (!merge_list.is_array()) fail(path, ": model.merges must be an array");
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(merge_list.size());
+  for (size_t i = 0; i < merge_list.size(); ++i) {
+    const json& item = merge_list[i];
+    if (item.is_string()) {
+      // "a b": exactly one space separates the two tokens.
+      const std::string line = item.get<std::string>();
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+        fail(path, ": model.merges[", i, "] is \"", line, "\", expected two tokens separated by one space");
+      }
+      merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    } else if (item.is_array() && item.size() == 2 && item[0].is_string() && item[1].is_string()) {
+      merges.emplace_back(item[0].get<std::string>(), item[1].get<std::string>());
+    } else {
+      fail(path, ": model.merges[", i, "] is ", item.dump(), ", expected \"a b\" or [\"a\", \"b\"]");
+    }
+  }
+
+  // Added tokens: special ones are control tokens, the others user-defined.
+  if (root.contains("added_tokens") && !root.at("added_tokens").is_null()) {
+    const json& added = root.at("added_tokens");
+    if (!added.is_array()) fail(path, ": added_tokens must be an array");
+    for (size_t i = 0; i < added.size(); ++i) {
+      const std::string where = "added_tokens[" + std::to_string(i) + "]";
+      const json& item = added[i];
+      const json& id = r.require(item, "id", where);
+      if (!id.is_number_integer()) fail(path, ": ", where, ".id must be an integer, got ", id.dump());
+      AddedToken token;
+      token.content = r.string(item, "content", where);
+      token.special = r.boolean(item, "special", where, false);
+      token.single_word = r.boolean(item, "single_word", where, false);
+      token.lstrip = r.boolean(item, "lstrip", where, false);
+      token.rstrip = r.boolean(item, "rstrip", where, false);
+      token.normalized = r.boolean(item, "normalized", where, !token.special);
+      if (token.content.empty()) fail(path, ": ", where, ".content is empty");
+      m.set_token(id.get<int64_t>(), token.content, token.special ? TokenKind::control : TokenKind::user_defined);
+      token.id = id.get<int32_t>();  // in range: set_token checked it
+      m.added.add(token);
+    }
+  }
+
+  load_normalizer(r, root.value("normalizer", json()), "normalizer", m.normalizer);
+  bool byte_level = false;
+  load_pre_tokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", m.pre_tokenizer, m.pre_tokenizer_name,
+                     byte_level);
+  DecoderInfo decoder;
+  load_decoder(r, root.value("decoder", json()), "decoder", decoder);
+  if (byte_level != decoder.byte_level) {
+    fail(path, ": the pre-tokenizer ", byte_level ? "is" : "is not", " ByteLevel but the decoder ",
+         decoder.byte_level ? "is" : "is not", "; both must agree");
+  }
+  if (!byte_level && !decoder.metaspace) {
+    fail(path, ": a BPE model without ByteLevel needs a decoder that maps \"\u2581\" to spaces");
+  }
+  m.kind = byte_level ? "byte-level BPE" : "BPE";
+
+  BpeModel::Options options;
+  options.byte_level = byte_level;
+  options.ignore_merges = r.boolean(model, "ignore_merges", "model", false);
+  options.byte_fallback = byte_fallback;
+  options.fuse_unk = r.boolean(model, "fuse_unk", "model", false);
+  if (const std::string unk = r.optional_string(model, "unk_token", "model"); !unk.empty()) {
+    options.unk_id = m.find(unk);
+    if (options.unk_id < 0) fail(path, ": model.unk_token \"", unk, "\" is not in the vocabulary");
+    if (m.kinds[options.unk_id] == TokenKind::normal) m.kinds[options.unk_id] = TokenKind::unknown;
+  }
+  m.bpe = std::make_unique<BpeModel>(model_vocab, merges, options, path);
+  m.strip_leading_space = decoder.strip_leading_space;
+
+  // BOS / EOS from the post-processor and the transformers config files beside tokenizer.json.
+  const fs::path dir = fs::path(path).parent_path();
+  const auto tokenizer_config = parse_optional_json(dir / "tokenizer_config.json");
+  const auto generation_config = parse_optional_json(dir / "generation_config.json");
+  const auto model_config = parse_optional_json(dir / "config.json");
+  const auto resolve = [&](const std::string& text, const std::string& where) {
+    const int32_t id = m.find(text);
+    if (id < 0) fail(where, ": token \"", text, "\" is not in the vocabulary of ", path);
+    return id;
+  };
+  const auto check_range = [&](int64_t id, const std::string& where) {
+    if (id < 0 || static_cast<size_t>(id) >= m.texts.size()) {
+      fail(where, ": token id ", id, " is outside the vocabulary of ", path, " (", m.texts.size(), " tokens)");
+    }
+    return static_cast<int32_t>(id);
+  };
+  const std::string tokenizer_config_path = (dir / "tokenizer_config.json").string();
+  const std::optional<std::string> template_bos = leading_special_token(root.value("post_processor", json()));
+  if (tokenizer_config && config_token(*tokenizer_config, "bos_token")) {
+    m.bos = resolve(*config_token(*tokenizer_config, "bos_token"), tokenizer_config_path + " bos_token");
+  } else if (template_bos) {
+    m.bos = resolve(*template_bos, path + " post_processor");
+  } else {
+    for (const auto& [config, name] : {std::pair{&generation_config, "generation_config.json"},
+                                       std::pair{&model_config, "config.json"}}) {
+      if (!*config) continue;
+      const auto ids = config_ids(**config, "bos_token_id", (dir / name).string());
+      if (!ids.empty()) {
+        m.bos = check_range(ids.front(), (dir / name).string() + " bos_token_id");
+        break;
+      }
+    }
+  }
+  if (tokenizer_config && tokenizer_config->contains("add_bos_token") &&
+      tokenizer_config->at("add_bos_token").is_boolean()) {
+    m.add_bos = tokenizer_config->at("add_bos_token").get<bool>();
+  } else {
+    m.add_bos = template_bos.has_value();
+  }
+  if (m.add_bos && m.bos < 0) fail(path, ": BOS is added by default but no BOS token is defined");
+
+  const auto add_eos = [&](int32_t id) {
+    if (std::find(m.eos.begin(), m.eos.end(), id) == m.eos.end()) m.eos.push_back(id);
+  };
+  if (generation_config) {
+    const std::string where = (dir / "generation_config.json").string();
+    for (const int64_t id : config_ids(*generation_config, "eos_token_id", where)) add_eos(check_range(id, where + " eos_token_id"));
+  }
+  if (tokenizer_config) {
+    if (const auto eos = config_token(*tokenizer_config, "eos_token")) add_eos(resolve(*eos, tokenizer_config_path + " eos_token"));
+  }
+  if (model_config) {
+    const std::string where = (dir / "config.json").string();
+    for (const int64_t id : config_ids(*model_config, "eos_token_id", where)) add_eos(check_range(id, where + " eos_token_id"));
+  }
+
+  m.compute_decoded_bytes(byte_level, decoder.metaspace);
+  return Tokenizer(std::move(impl));
+}
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// UTF-8 helpers shared by the tokenizer: decoding code points, and turning arbitrary bytes into
+// valid UTF-8.
+//
+// Invalid input is never an error. Each maximal ill-formed subsequence becomes one U+FFFD, the
+// Unicode "best practice" that Rust's String::from_utf8_lossy and Python's
+// bytes.decode("utf-8", "replace") follow. So encoding invalid bytes gives the ids HF tokenizers
+// gives for the replaced text, and decode() of byte tokens that do not form whole characters
+// gives what HF's decode gives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kiln::utf8 {
+
+inline constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+void append(std::string& out, char32_t cp);
+
+// Decodes the code point at text[pos] and advances pos. `text` must be valid UTF-8.
+char32_t next(std::string_view text, size_t& pos);
+
+// Length of the valid sequence at the start of `text`, or 0 when it is ill-formed or truncated.
+size_t valid_sequence_length(std::string_view text);
+
+bool is_valid(std::string_view text);
+
+// `text` with every maximal ill-formed subsequence replaced by U+FFFD.
+std::string sanitize(std::string_view text);
+
+// Incremental form of sanitize(): bytes go in as they arrive, complete characters come out, and
+// an incomplete but so far valid sequence is held back until it completes or proves invalid.
+// Concatenating every push() and the final flush() equals sanitize() of all bytes pushed.
+class Assembler {
+ public:
+  void push(std::string_view bytes, std::string& out);
+  void flush(std::string& out);  // a held incomplete sequence becomes U+FFFD
+  bool holding() const { return held_len_ != 0; }
+
+ private:
+  void push_byte(uint8_t byte, std::string& out);
+  char held_[4] = {};
+  uint8_t held_len_ = 0;
+  uint8_t need_ = 0;  // total length of the sequence being held
+};
+
+// Python's str.isspace() for one code point: what Jinja's |trim and str.strip() remove.
+bool is_python_space(char32_t cp);
+
+// `text` without leading and trailing Python whitespace (Jinja's |trim).
+std::string_view python_strip(std::string_view text);
+
+}  // namespace kiln::utf8

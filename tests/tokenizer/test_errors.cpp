@@ -1,0 +1,174 @@
+// Malformed inputs give errors that name the file and what is wrong; they never crash.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "runtime/core/error.hpp"
+#include "runtime/tokenizer/stream_decoder.hpp"
+#include "runtime/weights/gguf.hpp"
+#include "tests/tokenizer/tokenizer_test_util.hpp"
+
+using namespace kiln;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch directory per test case, removed afterwards.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    path = fs::temp_directory_path() / ("kiln_tok_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& content) const {
+    const fs::path file = path / name;
+    std::ofstream(file, std::ios::binary) << content;
+    return file.string();
+  }
+  static int& counter() {
+    static int value = 0;
+    return value;
+  }
+};
+
+const char* kValidJson = R"({
+  "added_tokens": [],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+  "decoder": {"type": "ByteLevel"},
+  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}
+})";
+
+std::string with(std::string json, const std::string& from, const std::string& to) {
+  const size_t at = json.find(from);
+  REQUIRE(at != std::string::npos);
+  return json.replace(at, from.size(), to);
+}
+
+Tokenizer load_gguf(const test::GgufImage& image) { return image.load("test.gguf"); }
+
+}  // namespace
+
+TEST_CASE("the minimal valid tokenizer.json loads (the malformed variants below differ in one place)") {
+  ScratchDir dir;
+  const Tokenizer tokenizer = Tokenizer::from_tokenizer_json(dir.write("tokenizer.json", kValidJson));
+  CHECK(tokenizer.encode("abba") == std::vector<int32_t>{2, 1, 0});
+}
+
+TEST_CASE("tokenizer.json errors name the file and the problem") {
+  ScratchDir dir;
+  const auto load = [&](const std::string& content) {
+    return Tokenizer::from_tokenizer_json(dir.write("tokenizer.json", content));
+  };
+  const std::string path = (dir.path / "tokenizer.json").string();
+  CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json((dir.path / "missing.json").string()),
+                    Contains("missing.json") && Contains("cannot open"));
+  CHECK_THROWS_WITH(load("{\"model\": "), Contains(path) && Contains("invalid JSON"));
+  CHECK_THROWS_WITH(load("[1, 2]"), Contains("expected a JSON object"));
+  CHECK_THROWS_WITH(load("{\"added_tokens\": []}"), Contains(path) && Contains("has no \"model\""));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("vocab": {"a": 0, "b": 1, "ab": 2}, )", "")),
+                    Contains("model has no \"vocab\""));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"(, "merges": ["a b"])", "")), Contains("model has no \"merges\""));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"(["a b"])", R"(["a zz"])")),
+                    Contains(path) && Contains("merge 0") && Contains("\"zz\", which is not in the vocabulary"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"(["a b"])", R"(["b a"])")), Contains("\"ba\", which is not in the vocabulary"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"(["a b"])", R"(["a b c"])")), Contains("merges[0]"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("b": 1)", R"("b": "one")")), Contains("model.vocab[\"b\"]"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("b": 1)", R"("b": 3000000000)")),
+                    Contains("token \"b\" has id 3000000000, expected 0..16777215"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("b": 1)", R"("b": 0)")), Contains("id 0 is used by both"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("type": "BPE")", R"("type": "Unigram")")), Contains("only BPE"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"({"type": "ByteLevel", "add_prefix_space")", R"({"type": "Whitespace", "x")")),
+                    Contains("\"Whitespace\"") && Contains("supported pre-tokenizers"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("normalizer": null)", R"("normalizer": {"type": "Lowercase"})")),
+                    Contains("\"Lowercase\"") && Contains("supported normalizers"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("decoder": {"type": "ByteLevel"})", R"("decoder": {"type": "WordPiece"})")),
+                    Contains("\"WordPiece\""));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"(["a b"])", R"(["a b",])")), Contains("invalid JSON"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("decoder": {"type": "ByteLevel"})", R"("decoder": null)")),
+                    Contains("decoder is null"));
+  CHECK_THROWS_WITH(
+      load(with(kValidJson, R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})",
+                R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false})")),
+      Contains("regex does not compile"));
+  CHECK_THROWS_WITH(load(with(kValidJson, R"("added_tokens": [])",
+                              R"("added_tokens": [{"id": 5, "content": "a", "special": true}])")),
+                    Contains("token \"a\" has two ids, 0 and 5"));
+}
+
+TEST_CASE("model directory and config-file errors") {
+  ScratchDir dir;
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()), Contains("no tokenizer.json"));
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir((dir.path / "nope").string()), Contains("not a directory"));
+  dir.write("tokenizer.json", kValidJson);
+  dir.write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()),
+                    Contains("tokenizer_config.json bos_token") && Contains("\"<s>\" is not in the vocabulary"));
+  dir.write("tokenizer_config.json", R"({"eos_token": "b"})");
+  dir.write("generation_config.json", R"({"eos_token_id": [7]})");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()),
+                    Contains("generation_config.json eos_token_id") && Contains("token id 7 is outside"));
+  dir.write("generation_config.json", R"({"eos_token_id": "x"})");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()), Contains("eos_token_id must be an integer"));
+  dir.write("generation_config.json", R"({"eos_token_id": [2, 1]})");
+  CHECK(Tokenizer::from_model_dir(dir.path.string()).eos_ids() == std::vector<int32_t>{2, 1});
+}
+
+TEST_CASE("GGUF errors name the file and the key") {
+  test::GgufImage weights_only;
+  weights_only.add_string("general.architecture", "llama");
+  CHECK_THROWS_WITH(load_gguf(weights_only), Contains("test.gguf") && Contains("no tokenizer in this GGUF"));
+
+  test::GgufImage bert;
+  bert.add_string("tokenizer.ggml.model", "bert");
+  bert.add_strings("tokenizer.ggml.tokens", {"a", "b"});
+  CHECK_THROWS_WITH(load_gguf(bert), Contains("tokenizer.ggml.model is 'bert'"));
+
+  test::GgufImage no_merges;
+  no_merges.add_string("tokenizer.ggml.model", "gpt2");
+  no_merges.add_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  CHECK_THROWS_WITH(load_gguf(no_merges), Contains("tokenizer.ggml.merges is missing"));
+
+  test::GgufImage no_pre = no_merges;
+  no_pre.add_strings("tokenizer.ggml.merges", {"a b"});
+  CHECK_THROWS_WITH(load_gguf(no_pre), Contains("tokenizer.ggml.pre is missing"));
+
+  test::GgufImage odd_pre = no_pre;
+  odd_pre.add_string("tokenizer.ggml.pre", "made-up");
+  CHECK_THROWS_WITH(load_gguf(odd_pre), Contains("'made-up' is not supported"));
+
+  test::GgufImage bad_merge = no_merges;
+  bad_merge.add_strings("tokenizer.ggml.merges", {"a zz"});
+  bad_merge.add_string("tokenizer.ggml.pre", "gpt-2");
+  CHECK_THROWS_WITH(load_gguf(bad_merge), Contains("test.gguf: merge 0") && Contains("\"zz\""));
+
+  test::GgufImage no_scores;
+  no_scores.add_string("tokenizer.ggml.model", "llama");
+  no_scores.add_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+  CHECK_THROWS_WITH(load_gguf(no_scores), Contains("tokenizer.ggml.scores is missing"));
+
+  test::GgufImage duplicate;
+  duplicate.add_string("tokenizer.ggml.model", "gpt2");
+  duplicate.add_strings("tokenizer.ggml.tokens", {"a", "a"});
+  CHECK_THROWS_WITH(load_gguf(duplicate), Contains("token \"a\" has two ids, 0 and 1"));
+
+  test::GgufImage good = no_pre;
+  good.add_string("tokenizer.ggml.pre", "gpt-2");
+  CHECK(load_gguf(good).encode("ab") == std::vector<int32_t>{2});
+}
+
+TEST_CASE("ids outside the vocabulary are errors, not crashes") {
+  const Tokenizer& gpt2 = test::gguf_tokenizer("gpt-2");
+  const std::vector<int32_t> bad{15496, 50257};
+  CHECK_THROWS_WITH(gpt2.decode(bad), Contains("token id 50257 is outside the vocabulary"));
+  CHECK_THROWS_WITH(gpt2.decode(std::vector<int32_t>{-1}), Contains("token id -1"));
+  CHECK_THROWS_AS(gpt2.token_text(1 << 30), Error);
+  StreamDecoder stream(gpt2);
+  CHECK_THROWS_AS(stream.push(99999999), Error);
+  CHECK(gpt2.token_id("definitely not a token") == -1);
+}

@@ -1,0 +1,82 @@
+// UTF-8 repair: what invalid input becomes (Python's bytes.decode("utf-8", "replace") results),
+// the incremental assembler, and Python-compatible whitespace stripping.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "runtime/tokenizer/utf8.hpp"
+#include "tests/tokenizer/tokenizer_test_util.hpp"
+
+using namespace kiln;
+
+TEST_CASE("sanitize replaces each maximal ill-formed subsequence with one U+FFFD") {
+  const std::string R(utf8::kReplacement);
+  // Expected values are Python's bytes.decode("utf-8", "replace").
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"\xFF", R},
+      {"\xE2\x82", R},
+      {"\xE2\x82" "A", R + "A"},
+      {"\xF0\x9F\x98", R},
+      {"\xED\xA0\x80", R + R + R},  // a surrogate is three errors
+      {"\xC0\xAF", R + R},          // overlong
+      {"a\x80" "b", "a" + R + "b"},
+      {"\xF4\x90\x80\x80", R + R + R + R},  // above U+10FFFF
+      {"\xE0\x80\x80", R + R + R},
+      {"\xF0\x9F\x98\x80\xF0", "\xF0\x9F\x98\x80" + R},
+      {"\xC3", R},
+      {"\xC3\xA9\xE9", "\xC3\xA9" + R},
+      {"\xEF\xBB\xBF", "\xEF\xBB\xBF"},
+      {"plain ascii", "plain ascii"},
+  };
+  for (const auto& [input, expected] : cases) {
+    INFO("input bytes: " << input.size());
+    CHECK(utf8::sanitize(input) == expected);
+    CHECK(utf8::is_valid(input) == (input == expected));
+  }
+}
+
+TEST_CASE("the assembler fed in random chunks gives what sanitize gives for the whole") {
+  std::mt19937 rng(99);
+  for (int round = 0; round < 2000; ++round) {
+    std::string bytes;
+    const size_t length = rng() % 24;
+    for (size_t i = 0; i < length; ++i) {
+      // Mostly bytes that take part in multi-byte sequences, so that errors are frequent.
+      const uint32_t kind = rng() % 4;
+      bytes.push_back(static_cast<char>(kind == 0 ? 0x20 + rng() % 0x5F : kind == 1 ? 0x80 + rng() % 0x40
+                                                                          : 0xC0 + rng() % 0x40));
+    }
+    utf8::Assembler assembler;
+    std::string out;
+    for (size_t pos = 0; pos < bytes.size();) {
+      const size_t take = std::min<size_t>(1 + rng() % 3, bytes.size() - pos);
+      std::string chunk;
+      assembler.push(std::string_view(bytes).substr(pos, take), chunk);
+      CHECK(utf8::is_valid(chunk));
+      out += chunk;
+      pos += take;
+    }
+    assembler.flush(out);
+    CHECK(out == utf8::sanitize(bytes));
+    CHECK(utf8::is_valid(out));
+  }
+}
+
+TEST_CASE("invalid UTF-8 input encodes as its U+FFFD-repaired text") {
+  for (const auto& name : test::vector_names()) {
+    const Tokenizer& tokenizer = test::gguf_tokenizer(name);
+    const std::string bad = "caf\xC3 \xFF\xFEok \xE2\x82 end\xF0\x9F";
+    const std::string repaired = utf8::sanitize(bad);
+    INFO(name);
+    CHECK(tokenizer.encode(bad) == tokenizer.encode(repaired));
+    CHECK(tokenizer.decode(tokenizer.encode(bad)) == repaired);
+  }
+}
+
+TEST_CASE("python_strip removes what Python's str.strip() removes") {
+  CHECK(utf8::python_strip("  \t\nhi there\r\n ") == "hi there");
+  CHECK(utf8::python_strip("\xC2\xA0\xE3\x80\x80x\xE2\x80\xA8") == "x");  // NBSP, ideographic space, U+2028
+  CHECK(utf8::python_strip("\x1Fx\x1C") == "x");                          // Python counts U+001C..U+001F
+  CHECK(utf8::python_strip("\xE2\x80\x8Bx") == "\xE2\x80\x8Bx");          // U+200B is not whitespace
+  CHECK(utf8::python_strip("   ").empty());
+}
