@@ -1,0 +1,313 @@
+// Decode attention: one query token per sequence over its paged KV cache, split-KV like vLLM's
+// PagedAttention V2.
+//
+// Pass 1 (grid: sequence × KV head × partition): a block takes one KV head with all the query
+// heads that share it (GQA: K and V are read once for the group) and one partition of kPartition
+// keys. It stores the scores in shared memory, takes their max and exp-sum per head, then sums
+// p · v. A sequence that fits in one partition is finished there; otherwise the block writes its
+// (max, exp-sum, unnormalized output) to scratch.
+// Pass 2 (grid: sequence × head): merges the partitions of sequences longer than one partition.
+//
+// The grid depends only on num_seqs (CUDA graphs replay it with other context lengths): all
+// kMaxPartitions partitions are launched and those past a sequence's end return at once.
+// Scores are kept in log2 units (q is pre-scaled by scale · log2 e) so exp2 does the exponentials.
+#pragma once
+
+#include "templates/attention_paging.cuh"
+#include "templates/common.cuh"
+
+namespace kiln {
+
+namespace detail {
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition>
+struct DecodeShape {
+  static constexpr int kGroup = kHeads / kKvHeads;                  // query heads per KV head
+  static constexpr int kVec = vec_width(kHeadDim, 2);               // bf16 per load (8: 16 bytes)
+  static constexpr int kChunks = kHeadDim / kVec;                   // loads per K or V vector
+  static constexpr int kLanesPerKey = min_int(32, pow2_ceil(kChunks));
+  static constexpr int kChunksPerLane = ceil_div(kChunks, kLanesPerKey);
+  static constexpr int kKeysPerWarp = 32 / kLanesPerKey;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kKeysPerPass = kWarps * kKeysPerWarp;
+  static constexpr int kUnroll = 4;                                 // K/V vectors in flight per lane
+  static constexpr int kMaxPages = ceil_div(kPartition, kPageSize) + 1;  // a partition may straddle pages
+  // Shared memory: scores [kGroup][kPartition], later reused for the per-warp partial outputs
+  // [kWarps][kGroup][kHeadDim]; then max and exp-sum per head; then the partition's page ids.
+  static constexpr int kUnionFloats = max_int(kGroup * kPartition, kWarps * kGroup * kHeadDim);
+  static constexpr int kSmemBytes = (kUnionFloats + 2 * kGroup) * 4 + kMaxPages * 4;
+  // Scratch of one (sequence, head, partition): unnormalized output [kHeadDim], max, exp-sum.
+  static constexpr int kScratchStride = kHeadDim + 2;
+};
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
+__global__ void __launch_bounds__(256)
+    attention_decode_partition_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
+                                      bf16* __restrict__ out, const int* __restrict__ context_len,
+                                      const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
+                                      float* __restrict__ scratch) {
+  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
+  constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
+  constexpr int U = Shape::kUnroll;
+  using Bits = typename BitsOf<V>::type;
+
+  const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z;
+  const int ctx = min(context_len[seq], kMaxPartitions * kPartition);
+  const int start = part * kPartition;
+  if (part > 0 && start >= ctx) return;
+  const int n = max(0, min(kPartition, ctx - start));
+  const bool single = ctx <= kPartition;
+
+  extern __shared__ float4 smem_f4[];
+  float* smem = reinterpret_cast<float*>(smem_f4);
+  float* scores = smem;                               // [G][kPartition]
+  float* partial = smem;                              // [kWarps][G][D], after the scores are used
+  float* head_max = smem + Shape::kUnionFloats;       // [G]
+  float* head_sum = head_max + G;                     // [G]
+  int* pages = reinterpret_cast<int*>(head_sum + G);  // [kMaxPages]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int key_slot = lane / Shape::kLanesPerKey, sub = lane % Shape::kLanesPerKey;
+
+  const int first_page = start / kPageSize;
+  const int num_pages = n > 0 ? (start + n - 1) / kPageSize - first_page + 1 : 0;
+  for (int i = tid; i < num_pages; i += Shape::kThreads) {
+    pages[i] = block_tables[static_cast<long long>(seq) * max_pages_per_seq + first_page + i];
+  }
+
+  // This lane's chunks of the group's queries, pre-scaled.
+  float q[G][CPL][V];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const bf16* qh = q_rows + static_cast<long long>(seq) * kRow + (kv_head * G + g) * D;
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) {
+      const int chunk = c * Shape::kLanesPerKey + sub;
+      if (chunk < Shape::kChunks) {
+        load_bf16<V>(qh + chunk * V, q[g][c]);
+#pragma unroll
+        for (int e = 0; e < V; ++e) q[g][c][e] *= scale_log2;
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) q[g][c][e] = 0.0f;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Loads kUnroll key (kv = 0) or value (kv = 1) vectors of this lane's chunks; keys past the
+  // partition's end read nothing.
+  auto load_vectors = [&](int base, int kv, Bits (&regs)[U][CPL]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * Shape::kKeysPerPass + key_slot;
+      if (key < n) {
+        const int pos = start + key;
+        const bf16* vec = Layout::vec(cache, pages[pos / kPageSize - first_page], kv, kv_head, pos % kPageSize);
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+          const int chunk = c * Shape::kLanesPerKey + sub;
+          if (chunk < Shape::kChunks) regs[u][c] = load_bits<V>(vec + chunk * V);
+        }
+      }
+    }
+  };
+
+  // ---- scores: s[g][key] = q_g · k_key (log2 units) ----
+  for (int base = warp * Shape::kKeysPerWarp; base < n; base += Shape::kKeysPerPass * U) {
+    Bits regs[U][CPL];
+    load_vectors(base, 0, regs);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * Shape::kKeysPerPass + key_slot;
+      float dot[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+      if (key < n) {
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+          if (c * Shape::kLanesPerKey + sub < Shape::kChunks) {
+            float k[V];
+            unpack_bf16<V>(regs[u][c], k);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+#pragma unroll
+              for (int e = 0; e < V; ++e) dot[g] += q[g][c][e] * k[e];
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int offset = Shape::kLanesPerKey / 2; offset > 0; offset /= 2) {
+          dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], offset);
+        }
+      }
+      if (sub == 0 && key < n) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) scores[g * kPartition + key] = dot[g];
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- softmax numerators per head: p = exp2(s - max), with the max and the sum kept ----
+  for (int g = warp; g < G; g += Shape::kWarps) {
+    float m = neg_inf();
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * kPartition + i]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+      const float p = exp2f(scores[g * kPartition + i] - m);
+      scores[g * kPartition + i] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      head_max[g] = m;
+      head_sum[g] = l;
+    }
+  }
+  __syncthreads();
+
+  // ---- values: o[g] = Σ p[g][key] · v_key ----
+  float acc[G][CPL][V];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
+  for (int base = warp * Shape::kKeysPerWarp; base < n; base += Shape::kKeysPerPass * U) {
+    Bits regs[U][CPL];
+    load_vectors(base, 1, regs);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * Shape::kKeysPerPass + key_slot;
+      if (key < n) {
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+          if (c * Shape::kLanesPerKey + sub < Shape::kChunks) {
+            float v[V];
+            unpack_bf16<V>(regs[u][c], v);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+              const float p = scores[g * kPartition + key];
+#pragma unroll
+              for (int e = 0; e < V; ++e) acc[g][c][e] += p * v[e];
+            }
+          }
+        }
+      }
+    }
+  }
+  // Lanes holding the same chunks of different keys combine; then the warps combine in shared memory.
+#pragma unroll
+  for (int offset = Shape::kLanesPerKey; offset < 32; offset *= 2) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[g][c][e] += __shfl_xor_sync(0xffffffffu, acc[g][c][e], offset);
+  }
+  __syncthreads();  // everyone is done with the scores: their space becomes `partial`
+  if (key_slot == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int chunk = c * Shape::kLanesPerKey + sub;
+        if (chunk < Shape::kChunks) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) partial[(warp * G + g) * D + chunk * V + e] = acc[g][c][e];
+        }
+      }
+  }
+  __syncthreads();
+
+  for (int i = tid; i < G * D; i += Shape::kThreads) {
+    const int g = i / D, d = i % D;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < Shape::kWarps; ++w) o += partial[(w * G + g) * D + d];
+    const int head = kv_head * G + g;
+    if (single) {
+      const float l = head_sum[g];
+      out[static_cast<long long>(seq) * kHeads * D + head * D + d] = __float2bfloat16_rn(l > 0.0f ? o / l : 0.0f);
+    } else {
+      float* slot = scratch + ((static_cast<long long>(seq) * kHeads + head) * kMaxPartitions + part) *
+                                  Shape::kScratchStride;
+      slot[d] = o;
+      if (d == 0) {
+        slot[D] = head_max[g];
+        slot[D + 1] = head_sum[g];
+      }
+    }
+  }
+}
+
+// Merges the partitions of one (sequence, head); sequences of one partition were finished by pass 1.
+template <int kHeads, int kHeadDim, int kPartition, int kMaxPartitions, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    attention_decode_reduce_kernel(const float* __restrict__ scratch, const int* __restrict__ context_len,
+                                   bf16* __restrict__ out) {
+  constexpr int kStride = kHeadDim + 2;
+  const int seq = blockIdx.x, head = blockIdx.y;
+  const int ctx = min(context_len[seq], kMaxPartitions * kPartition);
+  const int parts = ceil_div(ctx, kPartition);
+  if (parts <= 1) return;
+  const float* base = scratch + (static_cast<long long>(seq) * kHeads + head) * kMaxPartitions * kStride;
+  float m = neg_inf();
+  for (int p = 0; p < parts; ++p) m = fmaxf(m, base[p * kStride + kHeadDim]);
+  float l = 0.0f;
+  for (int p = 0; p < parts; ++p) l += base[p * kStride + kHeadDim + 1] * exp2f(base[p * kStride + kHeadDim] - m);
+  const float inv_l = 1.0f / l;
+  for (int d = threadIdx.x; d < kHeadDim; d += kThreads) {
+    float o = 0.0f;
+    for (int p = 0; p < parts; ++p) o += base[p * kStride + d] * exp2f(base[p * kStride + kHeadDim] - m);
+    out[static_cast<long long>(seq) * kHeads * kHeadDim + head * kHeadDim + d] = __float2bfloat16_rn(o * inv_l);
+  }
+}
+
+}  // namespace detail
+
+// q of sequence s, head h at q_rows + s·kRow + h·kHeadDim; out [num_seqs, kHeads·kHeadDim].
+// Sequence s attends to its context_len[s] cached keys (its new token's included: kv_write ran).
+// scratch: kMaxBatch × kHeads × kMaxPartitions × (kHeadDim + 2) floats. Contexts longer than
+// kMaxPartitions · kPartition (the model's max context) are cut there.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
+void attention_decode(const bf16* q_rows, const bf16* cache, bf16* out, const int* context_len,
+                      const int* block_tables, int max_pages_per_seq, int num_seqs, float scale, float* scratch,
+                      cudaStream_t stream) {
+  static_assert(kHeads > 0 && kKvHeads > 0 && kHeads % kKvHeads == 0,
+                "attention_decode: query heads must be a multiple of KV heads");
+  static_assert(kHeadDim > 0 && kPageSize > 0 && kPartition > 0 && kMaxPartitions > 0,
+                "attention_decode: sizes must be positive");
+  static_assert(kHeads * kHeadDim <= kRow, "attention_decode: q heads must fit in a row");
+  using Shape = detail::DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  if (num_seqs <= 0) return;
+  constexpr float kLog2e = 1.4426950408889634f;
+  auto partition_kernel =
+      detail::attention_decode_partition_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow, kPartition,
+                                                kMaxPartitions>;
+#ifndef __CUDACC_RTC__
+  static const bool smem_ready = (detail::allow_dynamic_smem(partition_kernel, Shape::kSmemBytes), true);
+  (void)smem_ready;
+#endif
+  const dim3 grid(num_seqs, kKvHeads, kMaxPartitions);
+  KILN_LAUNCH(partition_kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, context_len,
+              block_tables, max_pages_per_seq, scale * kLog2e, scratch);
+  if constexpr (kMaxPartitions > 1) {
+    constexpr int kReduceThreads = detail::min_int(1024, detail::round_up(kHeadDim, 32));
+    auto reduce_kernel =
+        detail::attention_decode_reduce_kernel<kHeads, kHeadDim, kPartition, kMaxPartitions, kReduceThreads>;
+    const dim3 reduce_grid(num_seqs, kHeads);
+    KILN_LAUNCH(reduce_kernel, reduce_grid, kReduceThreads, 0, stream, scratch, context_len, out);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,49 @@
+// Prefill attention: every new token of a flat batch attends, causally, to its sequence's keys in
+// the paged cache (kv_write has already stored this step's keys).
+//   attention_prefill_mma.cuh     tensor cores, FlashAttention-2 style (head dims multiple of 16)
+//   attention_prefill_simple.cuh  CUDA cores, for the other head dims
+#pragma once
+
+#include "templates/attention_prefill_mma.cuh"
+#include "templates/attention_prefill_simple.cuh"
+#include "templates/common.cuh"
+
+namespace kiln {
+
+// q of token t, head h at q_rows + t·kRow + h·kHeadDim; out [T, kHeads·kHeadDim]. Tokens of
+// sequence s are [query_start[s], query_start[s+1]); token t attends to positions
+// 0..positions[t] of its sequence through block_tables[s·max_pages_per_seq + pos / kPageSize].
+// GQA: head h reads KV head h / (kHeads / kKvHeads). max_query_len bounds every sequence's
+// new-token count (it sizes the grid).
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow>
+void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const int* query_start,
+                       const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,
+                       int max_query_len, float scale, cudaStream_t stream) {
+  static_assert(kHeads > 0 && kKvHeads > 0 && kHeads % kKvHeads == 0,
+                "attention_prefill: query heads must be a multiple of KV heads");
+  static_assert(kHeadDim > 0 && kPageSize > 0, "attention_prefill: sizes must be positive");
+  static_assert(kHeads * kHeadDim <= kRow, "attention_prefill: q heads must fit in a row");
+  if (num_seqs <= 0 || max_query_len <= 0) return;
+  constexpr float kLog2e = 1.4426950408889634f;
+  // Tensor cores need k16 steps over the head dim and 16-byte aligned q rows.
+  if constexpr (kHeadDim % 16 == 0 && kRow % 8 == 0) {
+    using Shape = detail::PrefillShape<kHeads, kKvHeads, kHeadDim>;
+    auto kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
+#ifndef __CUDACC_RTC__
+    static const bool smem_ready = (detail::allow_dynamic_smem(kernel, Shape::kSmemBytes), true);
+    (void)smem_ready;
+#endif
+    const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
+    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
+    KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, query_start, positions,
+                block_tables, max_pages_per_seq, scale * kLog2e);
+  } else {
+    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(static_cast<long long>(max_query_len) * kHeads, 4)),
+                    num_seqs);
+    auto kernel = detail::attention_prefill_simple_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
+    KILN_LAUNCH(kernel, grid, 128, 0, stream, q_rows, cache, out, query_start, positions, block_tables,
+                max_pages_per_seq, scale * kLog2e);
+  }
+}
+
+}  // namespace kiln

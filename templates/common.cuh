@@ -1,0 +1,193 @@
+// What every kernel template shares: the bf16 alias, the stream type, the launch macro, and small
+// device helpers (vector loads chosen from divisibility, bf16 <-> fp32, warp reductions).
+//
+// Every template header compiles under nvcc and under NVRTC (-default-device, the CI check of
+// generated kernels.cu): under NVRTC there is no runtime API, host launchers become device
+// functions, and a "launch" only names the kernel, which instantiates it.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#ifdef __CUDACC_RTC__
+typedef struct CUstream_st* cudaStream_t;
+#else
+#include <cuda_runtime.h>
+#endif
+
+namespace kiln {
+using bf16 = __nv_bfloat16;
+}
+
+// The kernel argument must be a single token (a local function pointer): template argument lists
+// carry commas that the preprocessor would split. Under NVRTC the other arguments are evaluated and
+// dropped, so that launchers compile without unused-variable warnings.
+#ifdef __CUDACC_RTC__
+namespace kiln::detail {
+template <typename... Args>
+__device__ inline void discard_launch_args(const Args&...) {}
+}  // namespace kiln::detail
+#define KILN_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ((void)(kernel), kiln::detail::discard_launch_args(grid, block, smem, stream, __VA_ARGS__))
+#else
+#define KILN_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
+
+namespace kiln::detail {
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr long long ceil_div_ll(long long a, long long b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
+__host__ __device__ constexpr int round_up(int a, int b) { return ceil_div(a, b) * b; }
+__host__ __device__ constexpr int gcd_int(int a, int b) { return b == 0 ? a : gcd_int(b, a % b); }
+
+// Widest access (in elements) that keeps every row start of a `count`-element row aligned, for
+// elements of `elem_bytes`, capped at 16 bytes: 8 bf16 when count % 8 == 0, else 4, 2 or 1.
+__host__ __device__ constexpr int vec_width(int count, int elem_bytes) {
+  int width = 16 / elem_bytes;
+  while (width > 1 && count % width != 0) width /= 2;
+  return width;
+}
+
+// Smallest power of two >= n.
+__host__ __device__ constexpr int pow2_ceil(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// ---- vector loads and stores of N consecutive elements (N * size a power of two <= 16 bytes) ----
+
+template <int N>
+struct BitsOf;  // an unsigned type of N * 2 bytes, for bf16 vectors
+template <>
+struct BitsOf<1> { using type = unsigned short; };
+template <>
+struct BitsOf<2> { using type = unsigned int; };
+template <>
+struct BitsOf<4> { using type = uint2; };
+template <>
+struct BitsOf<8> { using type = uint4; };
+
+template <int N>
+__device__ __forceinline__ void load_bf16(const bf16* p, float (&out)[N]) {
+  using Bits = typename BitsOf<N>::type;
+  const Bits bits = *reinterpret_cast<const Bits*>(p);
+  const bf16* v = reinterpret_cast<const bf16*>(&bits);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __bfloat162float(v[i]);
+}
+
+template <int N>
+__device__ __forceinline__ void store_bf16(bf16* p, const float (&in)[N]) {
+  using Bits = typename BitsOf<N>::type;
+  Bits bits;
+  bf16* v = reinterpret_cast<bf16*>(&bits);
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = __float2bfloat16_rn(in[i]);
+  *reinterpret_cast<Bits*>(p) = bits;
+}
+
+// The raw bits first, the conversion later: lets a kernel put several loads in flight before it
+// spends registers on fp32 copies.
+template <int N>
+__device__ __forceinline__ typename BitsOf<N>::type load_bits(const bf16* p) {
+  return *reinterpret_cast<const typename BitsOf<N>::type*>(p);
+}
+
+template <int N>
+__device__ __forceinline__ void unpack_bf16(const typename BitsOf<N>::type& bits, float (&out)[N]) {
+  const bf16* v = reinterpret_cast<const bf16*>(&bits);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __bfloat162float(v[i]);
+}
+
+template <int N>
+struct FloatBitsOf;  // N floats
+template <>
+struct FloatBitsOf<1> { using type = float; };
+template <>
+struct FloatBitsOf<2> { using type = float2; };
+template <>
+struct FloatBitsOf<4> { using type = float4; };
+
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float (&out)[N]) {
+  if constexpr (N == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+  } else {
+    using Bits = typename FloatBitsOf<N>::type;
+    const Bits bits = *reinterpret_cast<const Bits*>(p);
+    const float* v = reinterpret_cast<const float*>(&bits);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = v[i];
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void store_f32(float* p, const float (&in)[N]) {
+  if constexpr (N == 8) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(in[0], in[1], in[2], in[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(in[4], in[5], in[6], in[7]);
+  } else {
+    using Bits = typename FloatBitsOf<N>::type;
+    Bits bits;
+    float* v = reinterpret_cast<float*>(&bits);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = in[i];
+    *reinterpret_cast<Bits*>(p) = bits;
+  }
+}
+
+// -inf without <cmath> (not available under NVRTC).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// ---- reductions ----
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over a block of kThreads (a multiple of 32); every thread gets the total. `scratch` holds
+// kThreads / 32 floats; the call ends with the block synchronized so scratch can be reused.
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum: whole warps, at most 1024 threads");
+  constexpr int kWarps = kThreads / 32;
+  v = warp_sum(v);
+  if constexpr (kWarps == 1) {
+    return v;
+  } else {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += scratch[w];  // same order in every thread
+    __syncthreads();
+    return total;
+  }
+}
+
+// Raises a kernel's dynamic shared-memory limit above the 48 KiB default, once per kernel.
+template <typename Kernel>
+inline void allow_dynamic_smem(Kernel kernel, int bytes) {
+#ifndef __CUDACC_RTC__
+  if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#else
+  (void)kernel;
+  (void)bytes;
+#endif
+}
+
+}  // namespace kiln::detail

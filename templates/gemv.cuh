@@ -1,0 +1,218 @@
+// Decode projections: out[t, n] (=|+=) Σ_k in[t, k] · weight[n, k] for a small batch of tokens
+// (ref::linear). weight is row-major [kN, kK] bf16; accumulation is fp32.
+//
+// The weight matrix is streamed once per call, so this kernel is bound by memory bandwidth. It
+// uses the tensor cores (mma.sync m16n8k16) so that the token count costs nothing but registers:
+// a warp owns 16 weight rows; per step of 32 columns each lane loads 16 contiguous bytes of two
+// rows (row g and g + 8, columns 8q..8q+7) and 16 bytes of the input of token g at the same
+// columns. The order of the k terms inside a dot product is free, so the lane's 8 columns are fed
+// to the mma as if they were its k slots (2q, 2q+1, 2q+8, 2q+9) of two consecutive k16 steps —
+// the same permutation on the weight side and the token side. Up to 8 tokens per n8 tile and up
+// to 8 tiles per pass (64 tokens) stay in registers; more tokens take further passes.
+//
+// Warps split the rows (kWarpsN row tiles per block) and the columns (kWarpsK interleaved column
+// steps); a block sums its column-splits in shared memory in a fixed order (deterministic).
+#pragma once
+
+#include "templates/common.cuh"
+#include "templates/mma.cuh"
+
+namespace kiln {
+
+enum class GemvOut { store_bf16, add_f32, store_f32 };
+
+namespace detail {
+
+template <GemvOut kOut>
+struct GemvOutType { using type = float; };
+template <>
+struct GemvOutType<GemvOut::store_bf16> { using type = bf16; };
+
+// Launch geometry from the shape alone (kTokenTiles: n8 tiles of tokens in this pass). The last
+// three parameters override the choices (0: automatic); the benchmark uses them to compare.
+template <int kN, int kK, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0, int kUnrollSet = 0>
+struct GemvShape {
+  static constexpr int kTokenTileCount = kTokenTiles;
+  static constexpr int kSMs = 132;                       // H100/H200; only sizes the split, any GPU runs it
+  static constexpr int kVec = vec_width(kK, 2);          // elements per load: 8 (16 bytes) when kK % 8 == 0
+  static constexpr int kSteps = ceil_div(kK, 32);        // 32-column steps along a row
+  static constexpr int kRowTiles = ceil_div(kN, 16);
+  // More row tiles per block when there are rows to spare: the warps of a block then share the
+  // token inputs through L1 (they matter when the batch is large).
+  static constexpr int kWarpsN = kWarpsNSet > 0              ? kWarpsNSet
+                                 : kRowTiles >= 8 * 2 * kSMs ? 8
+                                 : kRowTiles >= 4 * 2 * kSMs ? 4
+                                 : kRowTiles >= 2 * 2 * kSMs ? 2
+                                                             : 1;
+  static constexpr int kBlocks = ceil_div(kRowTiles, kWarpsN);
+  // Split the columns over more warps when the rows alone leave SMs idle.
+  static constexpr int kWarpsKMax = (kBlocks >= kSMs || kTokenTiles >= 8 ? 8 : 16) / kWarpsN;
+  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : max_int(1, min_int(kSteps, kWarpsKMax));
+  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr int kThreads = kWarps * 32;
+  // Column steps per load group (a warp keeps one group in flight while it multiplies the previous
+  // one): more bytes in flight, bounded by registers.
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : max_int(1, 4 / kTokenTiles);
+  static_assert(kThreads <= 1024, "gemv: at most 1024 threads per block");
+};
+
+// 8 consecutive bf16 of `row` from column `col` (a lane's chunk) as four bf16x2 registers; a chunk
+// that is not `valid` or lies at or past kK reads as zeros. The 16-byte path is branch-free (the
+// address is clamped, the value selected) so that the compiler keeps all loads of an unrolled
+// group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
+// aligned: kK % kVec == 0, so no vector straddles kK.
+template <int kK, int kVec, bool kStreaming>
+__device__ __forceinline__ uint4 load_chunk(const bf16* row, int col, bool valid) {
+  if constexpr (kVec == 8) {
+    const bf16* p = row + min(col, kK - 8);
+    const uint4 r = kStreaming ? load_streaming_16(p) : __ldg(reinterpret_cast<const uint4*>(p));
+    const bool keep = valid && col < kK;
+    return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
+  } else {
+    uint4 r = make_uint4(0u, 0u, 0u, 0u);
+    if (!valid) return r;
+    unsigned short* e = reinterpret_cast<unsigned short*>(&r);
+    const unsigned short* src = reinterpret_cast<const unsigned short*>(row);
+#pragma unroll
+    for (int v = 0; v < 8; v += kVec) {
+      if (col + v < kK) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) e[v + i] = __ldg(src + col + v + i);
+      }
+    }
+    return r;
+  }
+}
+
+template <int kN, int kK, GemvOut kOut, typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads)
+    gemv_kernel(const bf16* __restrict__ in, const bf16* __restrict__ weight,
+                typename GemvOutType<kOut>::type* __restrict__ out, int tokens) {
+  constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK;
+  __shared__ float partial[Shape::kWarps][128];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wn = warp / WK, wk = warp % WK;
+  const int g = lane / 4, q = lane % 4;
+  const int tile = blockIdx.x * Shape::kWarpsN + wn;
+  const int row0 = tile * 16 + g, row1 = row0 + 8;
+  const bf16* w0 = weight + static_cast<long long>(min(row0, kN - 1)) * kK;  // rows past kN read as zeros
+  const bf16* w1 = weight + static_cast<long long>(min(row1, kN - 1)) * kK;
+  const bf16* x_rows[T];  // token rows past `tokens` read as zeros
+#pragma unroll
+  for (int j = 0; j < T; ++j) x_rows[j] = in + static_cast<long long>(min(j * 8 + g, tokens - 1)) * kK;
+
+  float acc[T][4];
+#pragma unroll
+  for (int j = 0; j < T; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+
+  // One group = U column steps of this warp (steps s0, s0 + WK, ...). The next group's loads are
+  // issued before the current group's mmas, so a warp always has one group in flight.
+  struct Group {
+    uint4 a0[U], a1[U], b[U][T];
+  };
+  auto load_group = [&](int s0, Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s0 + u * WK;
+      const int col = step * 32 + q * 8;
+      const bool step_valid = step < Shape::kSteps;
+      grp.a0[u] = load_chunk<kK, Shape::kVec, true>(w0, col, step_valid && row0 < kN);
+      grp.a1[u] = load_chunk<kK, Shape::kVec, true>(w1, col, step_valid && row1 < kN);
+#pragma unroll
+      for (int j = 0; j < T; ++j) {
+        grp.b[u][j] = load_chunk<kK, Shape::kVec, false>(x_rows[j], col, step_valid && j * 8 + g < tokens);
+      }
+    }
+  };
+  auto mma_group = [&](const Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const unsigned a_lo[4] = {grp.a0[u].x, grp.a1[u].x, grp.a0[u].y, grp.a1[u].y};  // columns 8q..8q+3
+      const unsigned a_hi[4] = {grp.a0[u].z, grp.a1[u].z, grp.a0[u].w, grp.a1[u].w};  // columns 8q+4..8q+7
+#pragma unroll
+      for (int j = 0; j < T; ++j) {
+        const unsigned b_lo[2] = {grp.b[u][j].x, grp.b[u][j].y};
+        const unsigned b_hi[2] = {grp.b[u][j].z, grp.b[u][j].w};
+        mma_bf16_16816(acc[j], a_lo, b_lo);
+        mma_bf16_16816(acc[j], a_hi, b_hi);
+      }
+    }
+  };
+  Group current;
+  if (wk < Shape::kSteps) load_group(wk, current);
+  // Not unrolled: a fully unrolled loop lets the compiler sink every load down to its mma.
+#pragma unroll 1
+  for (int s0 = wk; s0 < Shape::kSteps; s0 += WK * U) {
+    Group next;
+    const bool more = s0 + WK * U < Shape::kSteps;
+    if (more) load_group(s0 + WK * U, next);
+    mma_group(current);
+    if (more) current = next;
+  }
+
+  // Sum the column-splits of each row tile, one token tile at a time, in a fixed order.
+#pragma unroll
+  for (int j = 0; j < T; ++j) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) partial[warp][lane * 4 + c] = acc[j][c];
+    __syncthreads();
+    for (int e = threadIdx.x; e < Shape::kWarpsN * 128; e += Shape::kThreads) {
+      // e -> (row tile of the block, token in the tile, row in the tile), rows fastest.
+      const int tn = e / 128, token = (e / 16) % 8, r = e % 16;
+      const int src_lane = (r % 8) * 4 + token / 2, src_c = (r / 8) * 2 + token % 2;
+      float v = 0.0f;
+#pragma unroll
+      for (int k = 0; k < WK; ++k) v += partial[tn * WK + k][src_lane * 4 + src_c];
+      const int n = (blockIdx.x * Shape::kWarpsN + tn) * 16 + r;
+      const int t = j * 8 + token;
+      if (n < kN && t < tokens) {
+        auto* o = out + static_cast<long long>(t) * kN + n;
+        if constexpr (kOut == GemvOut::store_bf16) {
+          *o = __float2bfloat16_rn(v);
+        } else if constexpr (kOut == GemvOut::add_f32) {
+          *o += v;
+        } else {
+          *o = v;
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// One pass of at most 8 · Shape::kTokenTileCount tokens.
+template <int kN, int kK, GemvOut kOut, typename Shape>
+inline void launch_gemv(const bf16* in, const bf16* weight, typename GemvOutType<kOut>::type* out, int tokens,
+                        cudaStream_t stream) {
+  auto kernel = gemv_kernel<kN, kK, kOut, Shape>;
+  KILN_LAUNCH(kernel, Shape::kBlocks, Shape::kThreads, 0, stream, in, weight, out, tokens);
+}
+
+}  // namespace detail
+
+// out is bf16* for store_bf16, float* otherwise. Any token count: passes of up to 64 tokens, each
+// reading the weights once.
+template <int kN, int kK, GemvOut kOut>
+void gemv(const bf16* in, const bf16* weight, typename detail::GemvOutType<kOut>::type* out, int tokens,
+          cudaStream_t stream) {
+  static_assert(kN > 0 && kK > 0, "gemv: sizes must be positive");
+  for (int done = 0; done < tokens; done += 64) {
+    const int n = detail::min_int(64, tokens - done);
+    const bf16* x = in + static_cast<long long>(done) * kK;
+    auto* y = out + static_cast<long long>(done) * kN;
+    if (n <= 8) {
+      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 1>>(x, weight, y, n, stream);
+    } else if (n <= 16) {
+      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 2>>(x, weight, y, n, stream);
+    } else if (n <= 32) {
+      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 4>>(x, weight, y, n, stream);
+    } else {
+      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 8>>(x, weight, y, n, stream);
+    }
+  }
+}
+
+}  // namespace kiln

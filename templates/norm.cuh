@@ -1,0 +1,133 @@
+// RMSNorm: out = x / sqrt(mean(x²) + eps) · weight, fp32 math, rounded to bf16 once.
+// rmsnorm       every row of the fp32 residual stream           (ref::rmsnorm)
+// rmsnorm_rows  only the listed rows (the rows that need logits)   (ref::rmsnorm_rows)
+// qk_rmsnorm    in place, per head of q and k inside fused qkv rows  (ref::head_rmsnorm)
+#pragma once
+
+#include "templates/common.cuh"
+
+namespace kiln {
+
+namespace detail {
+
+// One block per output row; the row stays in registers between the reduction and the scaling.
+template <int kDim, int kVec, int kThreads, bool kIndirect>
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restrict__ x, const int* __restrict__ rows,
+                                                           const bf16* __restrict__ weight, bf16* __restrict__ out,
+                                                           float eps) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  __shared__ float scratch[kThreads / 32];
+  const long long r = blockIdx.x;
+  const float* in = x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim;
+  float v[kSteps][kVec];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + threadIdx.x) * kVec;
+    if (i < kDim) {
+      load_f32<kVec>(in + i, v[s]);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
+    }
+  }
+  const float total = block_sum<kThreads>(sum_sq, scratch);
+  const float scale = 1.0f / sqrtf(total / static_cast<float>(kDim) + eps);
+  bf16* o = out + r * kDim;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + threadIdx.x) * kVec;
+    if (i < kDim) {
+      float w[kVec], y[kVec];
+      load_bf16<kVec>(weight + i, w);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) y[j] = v[s][j] * scale * w[j];
+      store_bf16<kVec>(o + i, y);
+    }
+  }
+}
+
+template <int kDim>
+struct RmsnormShape {
+  static constexpr int kVec = min_int(vec_width(kDim, 2), 4);  // fp32 loads of at most 16 bytes
+  static constexpr int kThreads = min_int(1024, round_up(ceil_div(kDim, kVec), 32));
+};
+
+// A group of kLanes lanes per head vector: 32 / kLanes heads per warp, 4 warps per block.
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kVec, int kLanes>
+__global__ void __launch_bounds__(128) qk_rmsnorm_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_weight,
+                                                         const bf16* __restrict__ k_weight, long long items,
+                                                         float eps) {
+  constexpr int kVectors = kHeads + kKvHeads;
+  constexpr int kSteps = ceil_div(kHeadDim, kLanes * kVec);
+  const long long item = (static_cast<long long>(blockIdx.x) * 128 + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  // Whole groups share `valid`, so the group's shuffles below always see every member.
+  const bool valid = item < items;
+  const long long t = valid ? item / kVectors : 0;
+  const int head = valid ? static_cast<int>(item % kVectors) : 0;
+  bf16* v = qkv + t * kRow + head * kHeadDim;
+  const bf16* weight = head < kHeads ? q_weight : k_weight;
+  float x[kSteps][kVec];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kLanes + lane) * kVec;
+    if (valid && i < kHeadDim) {
+      load_bf16<kVec>(v + i, x[s]);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum_sq += x[s][j] * x[s][j];
+    }
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if (!valid) return;
+  const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(kHeadDim) + eps);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kLanes + lane) * kVec;
+    if (i < kHeadDim) {
+      float w[kVec], y[kVec];
+      load_bf16<kVec>(weight + i, w);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) y[j] = x[s][j] * scale * w[j];
+      store_bf16<kVec>(v + i, y);
+    }
+  }
+}
+
+}  // namespace detail
+
+template <int kDim>
+void rmsnorm(const float* x, const bf16* weight, bf16* out, int rows, float eps, cudaStream_t stream) {
+  static_assert(kDim > 0, "rmsnorm: kDim must be positive");
+  if (rows <= 0) return;
+  using Shape = detail::RmsnormShape<kDim>;
+  auto kernel = detail::rmsnorm_kernel<kDim, Shape::kVec, Shape::kThreads, false>;
+  KILN_LAUNCH(kernel, rows, Shape::kThreads, 0, stream, x, nullptr, weight, out, eps);
+}
+
+template <int kDim>
+void rmsnorm_rows(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, float eps,
+                  cudaStream_t stream) {
+  static_assert(kDim > 0, "rmsnorm_rows: kDim must be positive");
+  if (num_rows <= 0) return;
+  using Shape = detail::RmsnormShape<kDim>;
+  auto kernel = detail::rmsnorm_kernel<kDim, Shape::kVec, Shape::kThreads, true>;
+  KILN_LAUNCH(kernel, num_rows, Shape::kThreads, 0, stream, x, rows, weight, out, eps);
+}
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow>
+void qk_rmsnorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, float eps, cudaStream_t stream) {
+  static_assert(kHeads > 0 && kKvHeads > 0 && kHeadDim > 0, "qk_rmsnorm: sizes must be positive");
+  static_assert((kHeads + kKvHeads) * kHeadDim <= kRow, "qk_rmsnorm: q and k heads must fit in a row");
+  if (tokens <= 0) return;
+  // Head starts are t·kRow + h·kHeadDim: the vector width must divide both.
+  constexpr int kVec = detail::vec_width(detail::gcd_int(kRow, kHeadDim), 2);
+  constexpr int kLanes = detail::min_int(32, detail::pow2_ceil(detail::ceil_div(kHeadDim, kVec)));
+  const long long items = static_cast<long long>(tokens) * (kHeads + kKvHeads);
+  const int blocks = static_cast<int>(detail::ceil_div_ll(items * kLanes, 128));
+  auto kernel = detail::qk_rmsnorm_kernel<kHeads, kKvHeads, kHeadDim, kRow, kVec, kLanes>;
+  KILN_LAUNCH(kernel, blocks, 128, 0, stream, qkv, q_weight, k_weight, items, eps);
+}
+
+}  // namespace kiln

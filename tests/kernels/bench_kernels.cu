@@ -1,0 +1,191 @@
+// bench_kernels: decode GEMV bandwidth against the device-to-device copy bandwidth at the shapes
+// that decide decode latency, for 1, 4, 16 and 64 tokens; a sweep of GEMV launch geometries (to
+// choose the defaults in gemv.cuh); decode and prefill attention at realistic sizes. Inputs rotate
+// over copies larger than L2, so the numbers are DRAM numbers. No correctness checks here
+// (test_kernels_gpu has them). Exits 77 without a GPU.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "templates/attention.cuh"
+#include "templates/gemv.cuh"
+#include "tests/kernels/gpu_harness.hpp"
+
+namespace kiln::kernel_test {
+namespace {
+
+double g_copy_gbps = 0.0;
+
+// Weights (in copies beyond L2), inputs and outputs for one GEMV shape.
+template <int kN, int kK>
+struct GemvData {
+  static constexpr size_t kWeightElems = static_cast<size_t>(kN) * kK;
+  int copies = copies_beyond_l2(kWeightElems * 2);
+  DeviceBuffer<uint16_t> weights{kWeightElems * copies};
+  DeviceBuffer<uint16_t> in{static_cast<size_t>(64) * kK};
+  DeviceBuffer<float> out{static_cast<size_t>(64) * kN};
+  GemvData() {
+    std::mt19937 rng(kN + kK);
+    const auto w = random_bf16(kWeightElems, rng);
+    for (int i = 0; i < copies; ++i) {
+      KILN_CUDA_OK(cudaMemcpy(weights.get() + kWeightElems * i, w.data(), kWeightElems * 2, cudaMemcpyHostToDevice));
+    }
+    in.upload(random_bf16(in.size(), rng));
+  }
+  const __nv_bfloat16* weight(int i) const { return as_bf16(weights) + kWeightElems * (i % copies); }
+  double bytes(int tokens) const { return kWeightElems * 2.0 + tokens * (kK * 2.0 + kN * 4.0); }
+};
+
+void print_gemv_row(const std::string& shape, const std::string& variant, int tokens, double us, double bytes) {
+  const double gbps = bytes / (us * 1e-6) / 1e9;
+  std::printf("%-22s %-26s %6d %10.2f %10.1f %7.1f%%\n", shape.c_str(), variant.c_str(), tokens, us, gbps,
+              100.0 * gbps / g_copy_gbps);
+  std::fflush(stdout);
+}
+
+template <int kN, int kK>
+void bench_gemv_default(const GemvData<kN, kK>& data) {
+  const std::string shape = std::to_string(kK) + " -> " + std::to_string(kN);
+  for (int tokens : {1, 4, 16, 64}) {
+    const double us = median_us([&](int i) {
+      kiln::gemv<kN, kK, GemvOut::store_f32>(as_bf16(data.in), data.weight(i), data.out.get(), tokens, nullptr);
+    });
+    print_gemv_row(shape, "default", tokens, us, data.bytes(tokens));
+  }
+}
+
+template <int kN, int kK, int kTiles, int kWarpsN, int kWarpsK, int kUnroll>
+void bench_gemv_variant(const GemvData<kN, kK>& data, int tokens) {
+  using Shape = detail::GemvShape<kN, kK, kTiles, kWarpsN, kWarpsK, kUnroll>;
+  const double us = median_us([&](int i) {
+    detail::launch_gemv<kN, kK, GemvOut::store_f32, Shape>(as_bf16(data.in), data.weight(i), data.out.get(), tokens,
+                                                            nullptr);
+  });
+  char variant[64];
+  std::snprintf(variant, sizeof variant, "wn %d wk %d unroll %d (%d blk)", Shape::kWarpsN, Shape::kWarpsK,
+                Shape::kUnroll, Shape::kBlocks);
+  print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us, data.bytes(tokens));
+}
+
+// Alternative geometries for one token count (tile count kTiles covers it).
+template <int kN, int kK, int kTiles>
+void sweep_gemv(const GemvData<kN, kK>& data, int tokens) {
+  bench_gemv_variant<kN, kK, kTiles, 1, 4, detail::max_int(1, 4 / kTiles)>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 1, 8, detail::max_int(1, 4 / kTiles)>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 1, 16, detail::max_int(1, 4 / kTiles)>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 1, 8, 1>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 1, 8, 2>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 2, 4, detail::max_int(1, 4 / kTiles)>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 4, 2, detail::max_int(1, 4 / kTiles)>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 4, 4, detail::max_int(1, 4 / kTiles)>(data, tokens);
+  bench_gemv_variant<kN, kK, kTiles, 8, 1, detail::max_int(1, 4 / kTiles)>(data, tokens);
+}
+
+template <int kN, int kK, bool kSweep>
+void bench_gemv_shape(bool sweep) {
+  GemvData<kN, kK> data;
+  bench_gemv_default(data);
+  if constexpr (kSweep) {
+    if (!sweep) return;
+    sweep_gemv<kN, kK, 1>(data, 1);
+    sweep_gemv<kN, kK, 2>(data, 16);
+    sweep_gemv<kN, kK, 8>(data, 64);
+  }
+}
+
+// Decode attention of a batch of equal contexts, rotating over layer caches beyond L2.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
+void bench_decode(int batch, int context) {
+  constexpr int kRow = (kHeads + 2 * kKvHeads) * kHeadDim;
+  std::mt19937 rng(batch + context);
+  const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
+  const size_t layer_elems = static_cast<size_t>(batch) * pages_per_seq * 2 * kKvHeads * kPageSize * kHeadDim;
+  const int layers = copies_beyond_l2(layer_elems * 2);
+  DeviceBuffer<uint16_t> cache(layer_elems * layers);
+  KILN_CUDA_OK(cudaMemset(cache.get(), 0x3c, cache.size() * 2));  // finite bf16 values
+  std::vector<int> tables(static_cast<size_t>(batch) * pages_per_seq);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  DeviceBuffer<int> d_tables(tables), d_ctx(std::vector<int>(batch, context));
+  DeviceBuffer<uint16_t> q(random_bf16(static_cast<size_t>(batch) * kRow, rng)),
+      out(static_cast<size_t>(batch) * kHeads * kHeadDim);
+  DeviceBuffer<float> scratch(static_cast<size_t>(batch) * kHeads * kMaxPartitions * (kHeadDim + 2));
+  const double us = median_us([&](int i) {
+    kiln::attention_decode<kHeads, kKvHeads, kHeadDim, kPageSize, kRow, kPartition, kMaxPartitions>(
+        as_bf16(q), as_bf16(cache) + layer_elems * (i % layers), as_bf16_mut(out), d_ctx.get(), d_tables.get(),
+        pages_per_seq, batch, 0.125f, scratch.get(), nullptr);
+  });
+  const double bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
+  const double gbps = bytes / (us * 1e-6) / 1e9;
+  std::printf("decode attention %2d/%d x %3d page %2d part %4d  batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
+              kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, batch, context, us, gbps, 100.0 * gbps / g_copy_gbps);
+  std::fflush(stdout);
+}
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize>
+void bench_prefill(int tokens) {
+  constexpr int kRow = (kHeads + 2 * kKvHeads) * kHeadDim;
+  std::mt19937 rng(tokens);
+  const int pages = (tokens + kPageSize - 1) / kPageSize;
+  DeviceBuffer<uint16_t> cache(random_bf16(static_cast<size_t>(pages) * 2 * kKvHeads * kPageSize * kHeadDim, rng));
+  std::vector<int> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<int> positions(tokens);
+  std::iota(positions.begin(), positions.end(), 0);
+  DeviceBuffer<int> d_table(table), d_pos(positions), d_qs(std::vector<int>{0, tokens});
+  DeviceBuffer<uint16_t> q(random_bf16(static_cast<size_t>(tokens) * kRow, rng)),
+      out(static_cast<size_t>(tokens) * kHeads * kHeadDim);
+  const double us = median_us([&](int) {
+    kiln::attention_prefill<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>(as_bf16(q), as_bf16(cache), as_bf16_mut(out),
+                                                                         d_qs.get(), d_pos.get(), d_table.get(), pages,
+                                                                         1, tokens, 0.125f, nullptr);
+  }, 3, 20);
+  const double flops = 4.0 * kHeads * kHeadDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
+  std::printf("prefill attention %2d/%d x %3d page %2d  tokens %5d %10.2f us %8.1f TFLOP/s\n", kHeads, kKvHeads,
+              kHeadDim, kPageSize, tokens, us, flops / (us * 1e-6) / 1e12);
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace kiln::kernel_test
+
+int main(int argc, char** argv) {
+  using namespace kiln::kernel_test;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  const bool sweep = !(argc > 1 && std::string(argv[1]) == "--no-sweep");
+  cudaDeviceProp prop{};
+  KILN_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  g_copy_gbps = measure_copy_gbps();
+  std::printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
+  std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
+  bench_gemv_shape<8192, 2048, true>(sweep);
+  bench_gemv_shape<2048, 8192, true>(sweep);
+  bench_gemv_shape<1536, 576, true>(sweep);
+  bench_gemv_shape<128256, 2048, true>(sweep);
+  bench_gemv_shape<16384, 2048, false>(false);
+  bench_gemv_shape<3072, 2048, false>(false);
+  bench_gemv_shape<960, 576, false>(false);
+  std::printf("\n");
+  bench_decode<32, 8, 64, 16, 512, 16>(1, 1024);
+  bench_decode<32, 8, 64, 16, 512, 16>(1, 8192);
+  bench_decode<32, 8, 64, 16, 512, 16>(16, 2048);
+  bench_decode<32, 8, 64, 16, 512, 16>(64, 1024);
+  bench_decode<32, 8, 64, 16, 256, 32>(1, 8192);
+  bench_decode<32, 8, 64, 16, 128, 64>(1, 8192);
+  bench_decode<16, 8, 128, 16, 512, 16>(1, 4096);
+  bench_decode<16, 8, 128, 16, 512, 16>(64, 1024);
+  std::printf("\n");
+  bench_prefill<32, 8, 64, 16>(2048);
+  bench_prefill<32, 8, 64, 16>(8192);
+  bench_prefill<16, 8, 128, 16>(2048);
+  bench_prefill<9, 3, 64, 16>(2048);
+  return 0;
+}

@@ -1,0 +1,121 @@
+#include "tests/kernels/gpu_harness.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/dtype.hpp"
+
+namespace kiln::kernel_test {
+
+namespace {
+int g_failures = 0;
+}
+
+std::vector<uint16_t> random_bf16(size_t count, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<uint16_t> v(count);
+  for (auto& x : v) {
+    uint16_t b = 0;
+    while ((b & 0x7fff) == 0) b = f32_to_bf16(dist(rng));
+    x = b;
+  }
+  return v;
+}
+
+std::vector<float> random_f32(size_t count, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(count);
+  for (auto& x : v) {
+    do x = dist(rng);
+    while (x == 0.0f);
+  }
+  return v;
+}
+
+std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = kiln::bf16_to_f32(v[i]);
+  return f;
+}
+
+Comparison compare(const std::vector<float>& ref, const std::vector<float>& got) {
+  Comparison c;
+  double err = 0.0, norm = 0.0;
+  const size_t n = std::min(ref.size(), got.size());
+  if (ref.size() != got.size()) c.nans = static_cast<long long>(std::max(ref.size(), got.size()) - n);
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(got[i])) {
+      ++c.nans;
+      continue;
+    }
+    const double d = static_cast<double>(ref[i]) - got[i];
+    err += d * d;
+    norm += static_cast<double>(ref[i]) * ref[i];
+    c.max_abs = std::max(c.max_abs, std::abs(d));
+  }
+  c.nmse = norm > 0.0 ? err / norm : (err > 0.0 ? INFINITY : 0.0);
+  return c;
+}
+
+bool expect(bool ok, const std::string& what) {
+  if (!ok) {
+    ++g_failures;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+  return ok;
+}
+
+bool expect_close(const std::string& what, const Comparison& c, double limit) {
+  char detail[160];
+  std::snprintf(detail, sizeof detail, ": nmse %.3e (limit %.1e), NaN %lld, max |diff| %.3e", c.nmse, limit, c.nans,
+                c.max_abs);
+  return expect(c.nans == 0 && c.nmse <= limit, what + detail);
+}
+
+int failures() { return g_failures; }
+
+double median_us(const std::function<void(int)>& launch, int warmup, int iterations) {
+  for (int i = 0; i < warmup; ++i) launch(i);
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> events(2 * iterations);
+  for (auto& e : events) KILN_CUDA_OK(cudaEventCreate(&e));
+  for (int i = 0; i < iterations; ++i) {
+    KILN_CUDA_OK(cudaEventRecord(events[2 * i]));
+    launch(warmup + i);
+    KILN_CUDA_OK(cudaEventRecord(events[2 * i + 1]));
+  }
+  KILN_CUDA_OK(cudaGetLastError());
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> ms(iterations);
+  for (int i = 0; i < iterations; ++i) KILN_CUDA_OK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
+  for (auto& e : events) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + iterations / 2, ms.end());
+  return 1000.0 * ms[iterations / 2];
+}
+
+int copies_beyond_l2(size_t bytes) {
+  int device = 0, l2 = 0;
+  KILN_CUDA_OK(cudaGetDevice(&device));
+  KILN_CUDA_OK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  const size_t want = 3 * static_cast<size_t>(l2);
+  return static_cast<int>(std::max<size_t>(1, (want + bytes - 1) / std::max<size_t>(bytes, 1)));
+}
+
+void report(const std::string& op, const std::string& shape, double nmse, double us, double bytes, double flops) {
+  char rate[48] = "";
+  if (bytes > 0) std::snprintf(rate, sizeof rate, "%9.1f GB/s", bytes / (us * 1e-6) / 1e9);
+  if (flops > 0) std::snprintf(rate, sizeof rate, "%9.1f TFLOP/s", flops / (us * 1e-6) / 1e12);
+  std::printf("%-22s %-52s nmse %9.2e %10.2f us %s\n", op.c_str(), shape.c_str(), nmse, us, rate);
+  std::fflush(stdout);
+}
+
+double measure_copy_gbps() {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer<uint8_t> a(bytes), b(bytes);
+  KILN_CUDA_OK(cudaMemset(a.get(), 1, bytes));
+  const double us = median_us([&](int) { KILN_CUDA_OK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice)); },
+                              3, 20);
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
+}
+
+}  // namespace kiln::kernel_test

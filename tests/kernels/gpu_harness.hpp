@@ -1,0 +1,92 @@
+// Shared pieces of the GPU op tests and benchmarks: device buffers, random bf16 data, poisoning,
+// the NMSE check, CUDA-event timing and the one-line report per op.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kiln::kernel_test {
+
+#define KILN_CUDA_OK(call)                                                                          \
+  do {                                                                                              \
+    const cudaError_t status_ = (call);                                                             \
+    if (status_ != cudaSuccess) {                                                                   \
+      std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(status_));   \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    KILN_CUDA_OK(cudaMalloc(&ptr_, sizeof(T) * (count ? count : 1)));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+  void upload(const std::vector<T>& host) {
+    KILN_CUDA_OK(cudaMemcpy(ptr_, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    KILN_CUDA_OK(cudaMemcpy(host.data(), ptr_, sizeof(T) * count_, cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // Every byte 0xFF: a NaN in bf16 and in fp32, so an element the kernel does not write shows.
+  void poison() { KILN_CUDA_OK(cudaMemset(ptr_, 0xFF, sizeof(T) * (count_ ? count_ : 1))); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+inline const __nv_bfloat16* as_bf16(const DeviceBuffer<uint16_t>& b) {
+  return reinterpret_cast<const __nv_bfloat16*>(b.get());
+}
+inline __nv_bfloat16* as_bf16_mut(DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__nv_bfloat16*>(b.get()); }
+
+// Normal(0, scale) values rounded to bf16 (never zeros: a test on zeros proves nothing).
+std::vector<uint16_t> random_bf16(size_t count, std::mt19937& rng, float scale = 1.0f);
+std::vector<float> random_f32(size_t count, std::mt19937& rng, float scale = 1.0f);
+std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v);
+
+struct Comparison {
+  double nmse = 0.0;     // Σ(ref − got)² / Σ ref²
+  long long nans = 0;    // NaN in got: unwritten (poisoned) or produced
+  double max_abs = 0.0;  // largest |ref − got|
+};
+Comparison compare(const std::vector<float>& ref, const std::vector<float>& got);
+
+// Records a check; prints FAIL lines. `limit` bounds the NMSE; any NaN fails.
+bool expect_close(const std::string& what, const Comparison& c, double limit);
+bool expect(bool ok, const std::string& what);
+int failures();
+
+// Median time in microseconds of `launch(iteration)` over `iterations` runs after `warmup` runs,
+// each run between its own pair of CUDA events on the default stream.
+double median_us(const std::function<void(int)>& launch, int warmup = 5, int iterations = 25);
+
+// How many copies of a `bytes`-sized input make the rotation larger than L2 (3× its size), so
+// bandwidth timings read from DRAM.
+int copies_beyond_l2(size_t bytes);
+
+// One line per measured op: name, shape, NMSE, time, and GB/s (bytes > 0) or TFLOP/s (flops > 0).
+void report(const std::string& op, const std::string& shape, double nmse, double us, double bytes, double flops);
+
+// Device-to-device cudaMemcpy bandwidth (bytes read + written per second), in GB/s.
+double measure_copy_gbps();
+
+}  // namespace kiln::kernel_test

@@ -1,0 +1,113 @@
+// Every kernel template, instantiated at odd shapes (and at a large real one), compiles under
+// NVRTC the way CI compiles generated kernels.cu (-default-device, C++20), for sm_90a and for
+// compute_80 PTX, without a warning. No GPU needed: NVRTC only compiles.
+#include <nvrtc.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char* const kInstantiations = R"(
+#include "templates/activation.cuh"
+#include "templates/attention.cuh"
+#include "templates/embedding.cuh"
+#include "templates/gemv.cuh"
+#include "templates/kv_cache.cuh"
+#include "templates/norm.cuh"
+#include "templates/rope.cuh"
+
+namespace probe {
+using kiln::bf16;
+
+void elementwise(const int* ids, const bf16* table, float* x, const bf16* w, bf16* out, const int* rows,
+                 bf16* qkv, const int* pos, const float* rope_table, const int* slots, bf16* cache, cudaStream_t s) {
+  kiln::embed<200>(ids, table, x, 7, s);
+  kiln::embed<999>(ids, table, x, 7, s);
+  kiln::rmsnorm<1000>(x, w, out, 3, 1e-5f, s);
+  kiln::rmsnorm<999>(x, w, out, 3, 1e-5f, s);
+  kiln::rmsnorm_rows<144>(x, rows, w, out, 2, 1e-6f, s);
+  kiln::qk_rmsnorm<6, 2, 48, 480>(qkv, w, w, 5, 1e-6f, s);
+  kiln::qk_rmsnorm<3, 1, 40, 200>(qkv, w, w, 5, 1e-6f, s);
+  kiln::rope<8, 48, 48, 480, false>(qkv, 0, pos, rope_table, 5, s);
+  kiln::rope<6, 48, 32, 480, true>(qkv, 96, pos, rope_table, 5, s);
+  kiln::kv_write<2, 48, 5, 480>(qkv, 288, 384, slots, cache, 5, s);
+  kiln::kv_write<2, 32, 8, 257>(qkv, 129, 193, slots, cache, 5, s);
+  kiln::silu_mul<999>(qkv, out, 5, s);
+  kiln::silu_mul<8192>(qkv, out, 5, s);
+}
+
+void projections(const bf16* in, const bf16* w, bf16* out_bf16, float* out_f32, cudaStream_t s) {
+  kiln::gemv<200, 144, kiln::GemvOut::store_bf16>(in, w, out_bf16, 3, s);
+  kiln::gemv<1000, 200, kiln::GemvOut::add_f32>(in, w, out_f32, 3, s);
+  kiln::gemv<33, 100, kiln::GemvOut::store_f32>(in, w, out_f32, 3, s);
+  kiln::gemv<17, 30, kiln::GemvOut::store_bf16>(in, w, out_bf16, 3, s);
+  kiln::gemv<5, 7, kiln::GemvOut::add_f32>(in, w, out_f32, 3, s);
+  kiln::gemv<128256, 2048, kiln::GemvOut::store_f32>(in, w, out_f32, 3, s);
+}
+
+void attention(const bf16* q, const bf16* cache, bf16* out, const int* qs, const int* pos, const int* bt,
+               const int* ctx, float* scratch, cudaStream_t s) {
+  kiln::attention_prefill<6, 2, 48, 5, 480>(q, cache, out, qs, pos, bt, 9, 2, 100, 0.14f, s);
+  kiln::attention_prefill<6, 2, 40, 5, 400>(q, cache, out, qs, pos, bt, 9, 2, 100, 0.15f, s);
+  kiln::attention_prefill<16, 8, 128, 16, 4096>(q, cache, out, qs, pos, bt, 9, 2, 100, 0.08f, s);
+  kiln::attention_decode<6, 2, 48, 5, 480, 64, 32>(q, cache, out, ctx, bt, 9, 2, 0.14f, scratch, s);
+  kiln::attention_decode<6, 2, 40, 5, 400, 64, 32>(q, cache, out, ctx, bt, 9, 2, 0.15f, scratch, s);
+  kiln::attention_decode<4, 2, 32, 5, 256, 512, 1>(q, cache, out, ctx, bt, 9, 2, 0.17f, scratch, s);
+}
+}  // namespace probe
+)";
+
+struct Compiled {
+  nvrtcResult result;
+  std::string log;
+  size_t code_size = 0;
+};
+
+Compiled compile(const std::string& arch) {
+  nvrtcProgram program = nullptr;
+  REQUIRE(nvrtcCreateProgram(&program, kInstantiations, "instantiations.cu", 0, nullptr, nullptr) == NVRTC_SUCCESS);
+  const std::string cuda_include = KILN_CUDA_INCLUDE_DIR;
+  const std::vector<std::string> options = {"-default-device",
+                                            "--gpu-architecture=" + arch,
+                                            "-std=c++20",
+                                            std::string("-I") + KILN_SOURCE_DIR,
+                                            "-I" + cuda_include,
+                                            "-I" + cuda_include + "/cccl"};
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  Compiled c;
+  c.result = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  c.log.resize(log_size);
+  nvrtcGetProgramLog(program, c.log.data());
+  if (c.result == NVRTC_SUCCESS) {
+    if (arch.rfind("sm_", 0) == 0) {
+      nvrtcGetCUBINSize(program, &c.code_size);
+    } else {
+      nvrtcGetPTXSize(program, &c.code_size);
+    }
+  }
+  nvrtcDestroyProgram(&program);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("kernel templates compile under NVRTC for sm_90a without warnings", "[kernels][nvrtc]") {
+  const Compiled c = compile("sm_90a");
+  INFO(c.log);
+  REQUIRE(c.result == NVRTC_SUCCESS);
+  CHECK(c.log.find("warning") == std::string::npos);
+  CHECK(c.code_size > 0);
+}
+
+TEST_CASE("kernel templates compile under NVRTC to compute_80 PTX without warnings", "[kernels][nvrtc]") {
+  const Compiled c = compile("compute_80");
+  INFO(c.log);
+  REQUIRE(c.result == NVRTC_SUCCESS);
+  CHECK(c.log.find("warning") == std::string::npos);
+  CHECK(c.code_size > 0);
+}
