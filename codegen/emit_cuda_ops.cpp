@@ -16,6 +16,11 @@ std::string weight(const Op& op, const Graph& g, size_t i = 0) {
   fail("internal: op ", op.label, " uses unknown weight ", field);
 }
 
+// silu_mul runs over T rows, or T × (experts per token) rows for the routed experts.
+std::string silu_rows(const Op& op) {
+  return op.dims.count("rows_per_token") ? "T * " + op.dims.at("rows_per_token") : "T";
+}
+std::string offset(const Op& op) { return op.dims.count("offset") ? op.dims.at("offset") : "0"; }
 std::string rows(const Op& op) { return op.on_logit_rows ? "N" : "T"; }
 const std::string& dim(const Op& op, const std::string& key) { return op.dims.at(key); }
 const std::string& real(const Op& op, const std::string& key) { return op.reals.at(key); }
@@ -24,7 +29,7 @@ std::string gemv_out(Epilogue e) {
   switch (e) {
     case Epilogue::store: return "kiln::GemvOut::store_bf16";
     case Epilogue::residual_add: return "kiln::GemvOut::add_f32";
-    case Epilogue::logits: return "kiln::GemvOut::store_f32";
+    case Epilogue::store_f32: return "kiln::GemvOut::store_f32";
   }
   return "";
 }
@@ -35,7 +40,7 @@ std::string gemm_out(Epilogue e) {
   switch (e) {
     case Epilogue::store: return "cuda::GemmOut::store_bf16";
     case Epilogue::residual_add: return "cuda::GemmOut::add_f32";
-    case Epilogue::logits: return "cuda::GemmOut::store_f32";
+    case Epilogue::store_f32: return "cuda::GemmOut::store_f32";
   }
   return "";
 }
@@ -69,9 +74,10 @@ std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
                "kiln::qk_rmsnorm<" + dim(op, "heads") + ", " + dim(op, "kv_heads") + ", " + dim(op, "head_dim") + ", " +
                    dim(op, "row") + ">(qkv, q_weight, k_weight, tokens, " + real(op, "eps") + ", stream);"}};
     case OpKind::rope:
-      return {{name, "void " + name + "(bf16* qkv, const int* positions, const float* table, int tokens, cudaStream_t stream)",
-               "kiln::rope<" + dim(op, "heads") + " + " + dim(op, "kv_heads") + ", " + dim(op, "head_dim") + ", " +
-                   dim(op, "head_dim") + ", " + dim(op, "row") + ", false>(qkv, 0, positions, table, tokens, stream);"}};
+      return {{name, "void " + name + "(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream)",
+               "kiln::rope<" + dim(op, "heads") + ", " + dim(op, "head_stride") + ", " + dim(op, "rotary_dim") + ", " +
+                   dim(op, "row") + ", " + (op.interleaved ? "true" : "false") + ">(rows, " + offset(op) +
+                   ", positions, table, tokens, stream);"}};
     case OpKind::kv_write:
       return {{name,
                "void " + name + "(const bf16* qkv, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
@@ -98,8 +104,61 @@ std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
                real(op, "scale") + ", scratch, stream);"}};
     }
     case OpKind::silu_mul:
-      return {{name, "void " + name + "(const bf16* gate_up, bf16* act, int tokens, cudaStream_t stream)",
-               "kiln::silu_mul<" + dim(op, "dim") + ">(gate_up, act, tokens, stream);"}};
+      return {{name, "void " + name + "(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)",
+               "kiln::silu_mul<" + dim(op, "dim") + ">(gate_up, act, rows, stream);"}};
+    case OpKind::rmsnorm_act:
+      return {{name, "void " + name + "(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream)",
+               "kiln::rmsnorm_inplace<" + dim(op, "dim") + ", " + dim(op, "row") + ">(rows, weight, tokens, " +
+                   real(op, "eps") + ", stream);"}};
+    case OpKind::mla_kv_write:
+      return {{name, "void " + name + "(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
+               "kiln::mla_kv_write<" + dim(op, "latent") + ", " + dim(op, "rope") + ", " + dim(op, "page_size") +
+                   ">(kv_a, slot_mapping, cache, tokens, stream);"}};
+    case OpKind::mla_q_absorb:
+      return {{name, "void " + name + "(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream)",
+               "kiln::mla_q_absorb<" + dim(op, "heads") + ", " + dim(op, "nope") + ", " + dim(op, "rope") + ", " +
+                   dim(op, "latent") + ">(q, w_uk, q_mla, tokens, stream);"}};
+    case OpKind::mla_attention: {
+      const std::string args = dim(op, "heads") + ", " + dim(op, "latent") + ", " + dim(op, "rope") + ", " + dim(op, "page_size");
+      return {
+          {name + "_prefill",
+           "void " + name +
+               "_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* query_start, const int* positions, "
+               "const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream)",
+           "kiln::mla_attention_prefill<" + args + ">(q_mla, cache, o_lat, query_start, positions, block_tables, "
+                                                  "max_pages_per_seq, num_seqs, max_query_len, " +
+               real(op, "scale") + ", stream);"},
+          {name + "_decode",
+           "void " + name +
+               "_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, "
+               "int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream)",
+           "kiln::mla_attention_decode<" + args + ", kAttnPartition, kAttnMaxPartitions>(q_mla, cache, o_lat, context_len, "
+                                                  "block_tables, max_pages_per_seq, num_seqs, " +
+               real(op, "scale") + ", scratch, stream);"}};
+    }
+    case OpKind::mla_v_up:
+      return {{name, "void " + name + "(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream)",
+               "kiln::mla_v_up<" + dim(op, "heads") + ", " + dim(op, "latent") + ", " + dim(op, "v") +
+                   ">(o_lat, w_uv, out, tokens, stream);"}};
+    case OpKind::moe_route:
+      return {{name, "void " + name + "(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream)",
+               "kiln::moe_route<" + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "groups") + ", " +
+                   dim(op, "topk_groups") + ", " + (op.group_limited ? "true" : "false") + ", " +
+                   (op.normalize ? "true" : "false") + ">(logits, ids, weights, tokens, " + real(op, "scaling") +
+                   ", stream);"}};
+    case OpKind::moe_gate_up:
+      return {{name,
+               "void " + name +
+                   "(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream)",
+               "kiln::moe_gate_up<" + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "hidden") + ", " +
+                   dim(op, "inter") + ">(h, weight, ids, out, scratch, tokens, stream);"}};
+    case OpKind::moe_down:
+      return {{name,
+               "void " + name +
+                   "(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, "
+                   "float* x, int tokens, cudaStream_t stream)",
+               "kiln::moe_down<" + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "hidden") + ", " +
+                   dim(op, "inter") + ">(act, weight, ids, weights, scratch, x, tokens, stream);"}};
   }
   return {};
 }
@@ -115,8 +174,29 @@ std::vector<std::string> cuda_headers(const Op& op) {
     case OpKind::kv_write: return {"templates/kv_cache.cuh"};
     case OpKind::attention: return {"templates/attention.cuh"};
     case OpKind::silu_mul: return {"templates/activation.cuh"};
+    case OpKind::rmsnorm_act: return {"templates/norm_inplace.cuh"};
+    case OpKind::mla_kv_write:
+    case OpKind::mla_q_absorb:
+    case OpKind::mla_v_up: return {"templates/mla.cuh"};
+    case OpKind::mla_attention: return {"templates/mla_attention.cuh"};
+    case OpKind::moe_route:
+    case OpKind::moe_gate_up:
+    case OpKind::moe_down: return {"templates/moe.cuh"};
   }
   return {};
+}
+
+std::vector<std::string> ref_headers(const Op& op) {
+  switch (op.kind) {
+    case OpKind::mla_kv_write:
+    case OpKind::mla_q_absorb:
+    case OpKind::mla_attention:
+    case OpKind::mla_v_up: return {"runtime/ref/mla.hpp"};
+    case OpKind::moe_route:
+    case OpKind::moe_gate_up:
+    case OpKind::moe_down: return {"runtime/ref/moe.hpp"};
+    default: return {"runtime/ref/ops.hpp"};
+  }
 }
 
 std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
@@ -145,7 +225,23 @@ std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
       return k + "_prefill(" + op.reads[0] + ", kv, " + op.writes[0] +
              ", step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, "
              "step.max_query_len, stream);";
-    case OpKind::silu_mul: return k + "(" + op.reads[0] + ", " + op.writes[0] + ", T, stream);";
+    case OpKind::silu_mul: return k + "(" + op.reads[0] + ", " + op.writes[0] + ", " + silu_rows(op) + ", stream);";
+    case OpKind::rmsnorm_act: return k + "(" + op.reads[0] + ", " + weight(op, g) + ", T, stream);";
+    case OpKind::mla_kv_write: return k + "(" + op.reads[0] + ", step.slot_mapping, kv, T, stream);";
+    case OpKind::mla_q_absorb:
+    case OpKind::mla_v_up: return k + "(" + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", T, stream);";
+    case OpKind::mla_attention:
+      if (phase == Phase::decode) {
+        return k + "_decode(" + op.reads[0] + ", kv, " + op.writes[0] +
+               ", step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);";
+      }
+      return k + "_prefill(" + op.reads[0] + ", kv, " + op.writes[0] +
+             ", step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, "
+             "step.max_query_len, stream);";
+    case OpKind::moe_route: return k + "(router_logits, topk_ids, topk_weights, T, stream);";
+    case OpKind::moe_gate_up: return k + "(h, " + weight(op, g) + ", topk_ids, moe_gate_up, moe_scratch, T, stream);";
+    case OpKind::moe_down:
+      return k + "(moe_act, " + weight(op, g) + ", topk_ids, topk_weights, moe_scratch, x, T, stream);";
   }
   return "";
 }
@@ -171,9 +267,9 @@ std::vector<std::string> ref_call(const Op& op, const Graph& g) {
               "ref::head_rmsnorm(" + op.reads[0] + ", T, " + dim(op, "row") + ", kKvOffset, " + dim(op, "kv_heads") +
                   ", " + dim(op, "head_dim") + ", " + weight(op, g, 1) + ", " + real(op, "eps") + ");"};
     case OpKind::rope:
-      return {"ref::rope(" + op.reads[0] + ", T, " + dim(op, "row") + ", 0, " + dim(op, "heads") + " + " +
-              dim(op, "kv_heads") + ", " + dim(op, "head_dim") + ", " + dim(op, "head_dim") +
-              ", /*interleaved=*/false, step.positions.data(), ctx.rope);"};
+      return {"ref::rope(" + op.reads[0] + ", T, " + dim(op, "row") + ", " + offset(op) + ", " + dim(op, "heads") + ", " +
+              dim(op, "head_stride") + ", " + dim(op, "rotary_dim") + ", /*interleaved=*/" +
+              (op.interleaved ? "true" : "false") + ", step.positions.data(), ctx.rope);"};
     case OpKind::kv_write:
       return {"ref::kv_write(" + op.reads[0] + ", T, " + dim(op, "row") + ", " + dim(op, "k_offset") + ", " +
               dim(op, "v_offset") + ", step.slot_mapping.data(), kv);"};
@@ -181,7 +277,31 @@ std::vector<std::string> ref_call(const Op& op, const Graph& g) {
       return {"ref::attention(" + op.reads[0] + ", " + dim(op, "row") + ", " + dim(op, "heads") + ", " +
               real(op, "scale") + ", step, kv, " + op.writes[0] + ");"};
     case OpKind::silu_mul:
-      return {"ref::silu_mul(" + op.reads[0] + ", T, " + dim(op, "dim") + ", " + op.writes[0] + ");"};
+      return {"ref::silu_mul(" + op.reads[0] + ", " + silu_rows(op) + ", " + dim(op, "dim") + ", " + op.writes[0] + ");"};
+    case OpKind::rmsnorm_act:
+      return {"ref::rmsnorm(" + op.reads[0] + ", " + dim(op, "row") + ", " + weight(op, g) + ", " + op.writes[0] + ", " +
+              dim(op, "row") + ", T, " + dim(op, "dim") + ", " + real(op, "eps") + ");"};
+    case OpKind::mla_kv_write: return {"ref::mla_kv_write(" + op.reads[0] + ", T, step.slot_mapping.data(), kv);"};
+    case OpKind::mla_q_absorb:
+      return {"ref::mla_q_absorb(" + op.reads[0] + ", T, " + dim(op, "heads") + ", " + dim(op, "nope") + ", " +
+              dim(op, "rope") + ", " + dim(op, "latent") + ", " + weight(op, g) + ", " + op.writes[0] + ");"};
+    case OpKind::mla_attention:
+      return {"ref::mla_attention(" + op.reads[0] + ", " + dim(op, "heads") + ", " + dim(op, "latent") + ", " +
+              dim(op, "rope") + ", " + real(op, "scale") + ", step, kv, " + op.writes[0] + ");"};
+    case OpKind::mla_v_up:
+      return {"ref::mla_v_up(" + op.reads[0] + ", T, " + dim(op, "heads") + ", " + dim(op, "latent") + ", " + dim(op, "v") +
+              ", " + weight(op, g) + ", " + op.writes[0] + ");"};
+    case OpKind::moe_route:
+      return {"ref::moe_route(router_logits, T, " + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "groups") +
+              ", " + dim(op, "topk_groups") + ", /*group_limited=*/" + (op.group_limited ? "true" : "false") +
+              ", /*normalize=*/" + (op.normalize ? "true" : "false") + ", " + real(op, "scaling") +
+              ", topk_ids, topk_weights);"};
+    case OpKind::moe_gate_up:
+      return {"ref::moe_gate_up(h, T, topk_ids, " + dim(op, "top_k") + ", " + weight(op, g) + ", " + dim(op, "hidden") +
+              ", " + dim(op, "inter") + ", moe_gate_up);"};
+    case OpKind::moe_down:
+      return {"ref::moe_down(moe_act, T, topk_ids, topk_weights, " + dim(op, "top_k") + ", " + weight(op, g) + ", " +
+              dim(op, "hidden") + ", " + dim(op, "inter") + ", x);"};
   }
   return {};
 }

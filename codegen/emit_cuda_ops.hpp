@@ -19,8 +19,9 @@ struct CudaKernel {
 
 // Kernel wrappers an op needs (none for linear in prefill: that is cuBLASLt).
 std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g);
-// Template headers (templates/*.cuh) the op's wrappers use.
+// Template headers (templates/*.cuh) the op's wrappers use, and the reference ops' headers.
 std::vector<std::string> cuda_headers(const Op& op);
+std::vector<std::string> ref_headers(const Op& op);
 // One statement of the generated CUDA forward, in a scope where w / lw (weights), the buffers,
 // `step`, `ctx`, `kv`, `T`, `N` and `stream` are defined.
 std::string cuda_call(const Op& op, const Graph& g, Phase phase);

@@ -1,6 +1,8 @@
 // forward.cu and forward_ref.cpp: the graph as a launch sequence (CUDA, prefill and decode) and as
 // a sequence of reference-op calls (CPU). Both read like the model card: one stage comment per
 // stage, one math comment per op, a loop over the layers.
+#include <set>
+
 #include "codegen/emit.hpp"
 #include "codegen/emit_cuda_ops.hpp"
 #include "codegen/graph_build.hpp"
@@ -23,7 +25,7 @@ void emit_op(const Op& op, const Graph& g, Backend backend, Code& c) {
 void emit_buffers(const Graph& g, Backend backend, Code& c) {
   const bool gpu = backend != Backend::ref;
   for (const Buffer& b : g.buffers) {
-    const std::string type = b.elem == Elem::f32 || !gpu ? "float" : "bf16";
+    const std::string type = b.elem == Elem::i32 ? (gpu ? "int" : "int32_t") : b.elem == Elem::f32 || !gpu ? "float" : "bf16";
     const std::string base = gpu ? "ctx.arena" : "arena";
     const std::string plan = gpu ? "GpuArena::" : "RefArena::";
     c.line(pad(type + "* " + b.name + " = reinterpret_cast<" + type + "*>(" + base + " + " + plan + b.name + ");", 72) +
@@ -31,11 +33,10 @@ void emit_buffers(const Graph& g, Backend backend, Code& c) {
   }
 }
 
-std::string kv_decl(Backend backend) {
-  if (backend == Backend::ref) {
-    return "const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, kNumKvHeads, kHeadDim, kPageSize};";
-  }
-  return "bf16* kv = ctx.kv_layer<bf16>(layer);";
+std::string kv_decl(const Graph& g, Backend backend) {
+  if (backend != Backend::ref) return "bf16* kv = ctx.kv_layer<bf16>(layer);";
+  if (g.latent_kv) return "const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, kKvElemsPerToken, kPageSize};";
+  return "const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, kNumKvHeads, kHeadDim, kPageSize};";
 }
 
 void emit_body(const Graph& g, Backend backend, Code& c) {
@@ -54,13 +55,12 @@ void emit_body(const Graph& g, Backend backend, Code& c) {
 
   for (const LayerBlock& block : g.blocks) {
     c.line();
-    const std::string first = block.first == 0 ? "0" : num(block.first);
-    const std::string last = block.last == g.value("kNumLayers") ? "kNumLayers" : num(block.last);
+    const std::string first = g.layer_bound(block.first), last = g.layer_bound(block.last);
     c.comment("---- " + block.name + " ----");
     c.line("for (int layer = " + first + "; layer < " + last + "; ++layer) {");
     c.indent();
     c.line(std::string("const LayerWeights<") + (gpu ? "bf16" : "float") + ">& lw = w.layers[layer];");
-    c.line(kv_decl(backend));
+    c.line(kv_decl(g, backend));
     for (const auto& [stage, ops] : block.stages) {
       c.line();
       c.comment(stage);
@@ -80,7 +80,11 @@ std::string emit_forward_ref(const ModelSpec& spec, const Graph& g) {
   Code c;
   c.line(banner(spec, "The forward pass on the CPU reference backend: fp32, op for op the graph of forward.cu."));
   c.line("#include \"model.hpp\"");
-  c.line("#include \"runtime/ref/ops.hpp\"");
+  std::set<std::string> headers;
+  for (const Op* op : g.all_ops()) {
+    for (const auto& h : ref_headers(*op)) headers.insert(h);
+  }
+  for (const auto& h : headers) c.line("#include \"" + h + "\"");
   c.line();
   c.line("namespace kiln::models::" + spec.id() + " {");
   c.line();

@@ -62,7 +62,7 @@ void emit_arena(const Graph& g, const ArenaPlan& plan, const std::string& name, 
   c.line("struct " + name + " {");
   c.indent();
   for (const Buffer& b : g.buffers) {
-    const std::string type = b.elem == Elem::f32 || !gpu ? "fp32" : "bf16";
+    const std::string type = b.elem == Elem::i32 ? "int32" : b.elem == Elem::f32 || !gpu ? "fp32" : "bf16";
     c.line(pad("static constexpr long long " + b.name + " = " + num(plan.offset.at(b.name)) + ";", 52) + "// " + type +
            " [T, " + b.per_token + "] " + b.layout);
   }
@@ -89,8 +89,7 @@ void emit_bind_weights(const Graph& g, Code& c) {
     ranges.back().second.push_back(&wd);
   }
   for (const auto& [range, decls] : ranges) {
-    const std::string first = range.first == 0 ? "0" : num(range.first);
-    const std::string last = range.second == g.value("kNumLayers") ? "kNumLayers" : num(range.second);
+    const std::string first = g.layer_bound(range.first), last = g.layer_bound(range.second);
     c.line("for (int layer = " + first + "; layer < " + last + "; ++layer) {");
     c.indent();
     for (const WeightDecl* wd : decls) {

@@ -22,8 +22,8 @@ const char* op_name(OpKind kind);
 const char* op_summary(OpKind kind);
 
 // Element type of a buffer: `act` is bf16 on the GPU and fp32 in the reference; `f32` is fp32 on
-// both (the residual stream, kept in fp32 for accuracy).
-enum class Elem { act, f32 };
+// both (the residual stream, kept in fp32 for accuracy; router logits); `i32` holds indices.
+enum class Elem { act, f32, i32 };
 
 // An activation buffer holding `per_token` elements for each of the step's T tokens.
 struct Buffer {
@@ -45,7 +45,7 @@ struct Constant {
 };
 
 // Where a linear op's result goes.
-enum class Epilogue { store, residual_add, logits };
+enum class Epilogue { store, residual_add, store_f32 };
 
 struct Op {
   OpKind kind;
@@ -58,6 +58,9 @@ struct Op {
   std::map<std::string, std::string> reals;  // argument -> Constant name (eps, softmax scale)
   Epilogue epilogue = Epilogue::store;   // linear only
   bool on_logit_rows = false;            // runs on the N rows that need logits, not on all T tokens
+  bool interleaved = false;              // rope: pairs (2i, 2i+1) instead of (i, i + dim/2)
+  bool group_limited = false;            // moe_route: topk_method group_limited_greedy
+  bool normalize = false;                // moe_route: renormalize the top-k weights (norm_topk_prob)
   std::string kernel;    // the wrapper this op calls in kernels.cu (ops sharing one instantiation share it)
 };
 
@@ -90,6 +93,7 @@ struct WeightDecl {
 };
 
 struct Graph {
+  bool latent_kv = false;  // the KV cache holds MLA latents (one row per token) instead of k and v
   std::vector<Constant> constants;
   std::vector<Buffer> buffers;
   std::vector<Op> prologue;              // before the layers (embedding)
@@ -100,6 +104,8 @@ struct Graph {
   const Buffer& buffer(const std::string& name) const;
   const Constant& constant(const std::string& name) const;
   int64_t value(const std::string& constant_name) const;  // an int constant's value
+  // A layer index as generated code writes it: "0", "kFirstKDenseReplace", "kNumLayers".
+  std::string layer_bound(int64_t layer) const;
   // Defines (or re-finds, when name and value agree) a constant; returns its name.
   std::string define(const std::string& name, int64_t value, const std::string& origin);
   std::string define_real(const std::string& name, double value, const std::string& origin,

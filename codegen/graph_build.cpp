@@ -48,6 +48,16 @@ const Constant& Graph::constant(const std::string& name) const {
 
 int64_t Graph::value(const std::string& name) const { return constant(name).int_value; }
 
+std::string Graph::layer_bound(int64_t layer) const {
+  if (layer == 0) return "0";
+  for (const char* name : {"kNumLayers", "kFirstKDenseReplace"}) {
+    for (const auto& c : constants) {
+      if (c.name == name && c.int_value == layer) return name;
+    }
+  }
+  return std::to_string(layer);
+}
+
 std::string Graph::define(const std::string& name, int64_t value, const std::string& origin) {
   for (const auto& c : constants) {
     if (c.name == name) {
@@ -116,6 +126,22 @@ Op make_rmsnorm(const Graph& g, const std::string& weight, const std::string& in
   return op;
 }
 
+Op make_rope(const Graph& g, const std::string& label, const std::string& buffer, const std::string& math,
+             const std::string& heads, const std::string& head_stride, const std::string& rotary_dim,
+             const std::string& row, const std::string& offset, bool interleaved, const std::string& kernel) {
+  Op op{OpKind::rope};
+  op.label = label;
+  op.math = math;
+  op.reads = {buffer};
+  op.writes = {buffer};
+  op.dims = {{"heads", heads}, {"head_stride", head_stride}, {"rotary_dim", rotary_dim}, {"row", row}};
+  if (!offset.empty()) op.dims["offset"] = offset;
+  op.interleaved = interleaved;
+  op.kernel = kernel;
+  (void)g;
+  return op;
+}
+
 Op make_linear(const Graph& g, const std::string& label, const std::string& weight, const std::string& in,
                const std::string& out, const std::string& n, const std::string& k, Epilogue epilogue,
                const std::string& detail) {
@@ -126,7 +152,7 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
   switch (epilogue) {
     case Epilogue::store: op.math = out + " = " + product; break;
     case Epilogue::residual_add: op.math = out + " += " + product + "   (residual add fused)"; break;
-    case Epilogue::logits: op.math = out + " = " + product + "   (fp32 logits)"; break;
+    case Epilogue::store_f32: op.math = out + " = " + product + "   (fp32)"; break;
   }
   if (!detail.empty()) op.math += "   " + detail;
   op.reads = {in};
@@ -213,7 +239,7 @@ void add_prologue_epilogue(const ModelSpec& s, Graph& g) {
   norm.math = "h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)";
   norm.kernel = "rmsnorm_rows_" + num(s.hidden_size);
   g.epilogue.push_back(norm);
-  Op lm_head = make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", Epilogue::logits, "");
+  Op lm_head = make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", Epilogue::store_f32, "");
   lm_head.on_logit_rows = true;
   lm_head.math.replace(lm_head.math.find("[T,"), 3, "[N,");
   g.epilogue.push_back(lm_head);
@@ -224,7 +250,8 @@ void add_prologue_epilogue(const ModelSpec& s, Graph& g) {
 void share_kernels(Graph& g) {
   std::map<std::string, std::string> by_signature;
   auto visit = [&](Op& op) {
-    std::string sig = std::string(op_name(op.kind)) + "/" + num(static_cast<int>(op.epilogue));
+    std::string sig = std::string(op_name(op.kind)) + "/" + num(static_cast<int>(op.epilogue)) + "/" +
+                      (op.interleaved ? "i" : "-") + (op.group_limited ? "g" : "-") + (op.normalize ? "n" : "-");
     for (const auto& [k, v] : op.dims) sig += "/" + k + "=" + num(g.value(v));
     for (const auto& [k, v] : op.reals) sig += "/" + k + "=" + fmt_real(g.constant(v).real_value);
     auto [it, inserted] = by_signature.emplace(sig, op.kernel);
@@ -312,16 +339,12 @@ void build_dense(const ModelSpec& s, Graph& g) {
     norm.kernel = "qk_norm";
     attn.push_back(norm);
   }
-  Op rope{OpKind::rope};
-  rope.label = "rotary_emb";
-  rope.math = "q, k = RoPE(q, k; positions)   (pairs (i, i + " + num(D / 2) + "), theta " + fmt_real(s.rope.theta) +
-              (s.rope.type == RopeType::llama3 ? ", llama3 frequency scaling" : "") + ")";
-  rope.reads = {"qkv"};
-  rope.writes = {"qkv"};
-  rope.dims = {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"row", "kQkvWidth"},
-               {"k_offset", "kKvOffset"}};
-  rope.kernel = "rope_qk";
-  attn.push_back(rope);
+  g.define("kNumQkHeads", Hq + Hkv, "q and k heads, rotated together: kNumHeads + kNumKvHeads");
+  attn.push_back(make_rope(g, "rotary_emb", "qkv",
+                           "q, k = RoPE(q, k; positions)   (pairs (i, i + " + num(D / 2) + "), theta " +
+                               fmt_real(s.rope.theta) +
+                               (s.rope.type == RopeType::llama3 ? ", llama3 frequency scaling" : "") + ")",
+                           "kNumQkHeads", "kHeadDim", "kHeadDim", "kQkvWidth", "", false, "rope_qk"));
 
   Op kv{OpKind::kv_write};
   kv.label = "past_key_values";
@@ -376,6 +399,14 @@ Graph build_graph(const ModelSpec& spec) {
     build_dense(spec, g);
   }
   share_kernels(g);
+  // Kernel wrappers and buffers share the generated forward's scope: one name, one thing.
+  for (const Op* op : g.all_ops()) {
+    for (const Buffer& b : g.buffers) {
+      if (op->kernel == b.name || op->kernel + "_prefill" == b.name || op->kernel + "_decode" == b.name) {
+        fail("internal: kernel wrapper ", op->kernel, " has the name of a buffer");
+      }
+    }
+  }
   return g;
 }
 

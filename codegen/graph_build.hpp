@@ -14,6 +14,11 @@ std::string hf_layer(const std::string& suffix);    // "model.layers.{L}." + suf
 // `dim`, `n`, `k` name constants of `g`.
 Op make_rmsnorm(const Graph& g, const std::string& weight, const std::string& in, const std::string& out,
                 const std::string& dim);
+// RoPE in place over `heads` vectors per row of `buffer` (vector h at offset + h·head_stride);
+// `offset` names a constant, or is empty for 0.
+Op make_rope(const Graph& g, const std::string& label, const std::string& buffer, const std::string& math,
+             const std::string& heads, const std::string& head_stride, const std::string& rotary_dim,
+             const std::string& row, const std::string& offset, bool interleaved, const std::string& kernel);
 Op make_linear(const Graph& g, const std::string& label, const std::string& weight, const std::string& in,
                const std::string& out, const std::string& n, const std::string& k, Epilogue epilogue,
                const std::string& detail);

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kilnc: generate a model's CUDA kernels, forward graphs and reference forward from its config"};
   std::string config, out_dir;
   kiln::codegen::ImportOptions import;
-  bool quiet = false;
+  bool quiet = false, print_name = false;
   app.add_option("config", config, "kiln config (.yaml) or HF config.json")->required();
   app.add_option("-o,--output", out_dir, "output folder (default: generated/<model name>)");
   app.add_option("--name", import.name, "model name for an HF config.json (default: its folder's name)");
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", import.chat_template, "chat template for an HF config.json")
       ->check(CLI::IsMember({"none", "chatml", "llama3", "deepseek"}));
   app.add_flag("-q,--quiet", quiet, "print nothing but errors");
+  app.add_flag("--print-name", print_name, "validate the config and print the model's name; write nothing");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
     kiln::codegen::ModelSpec spec = kiln::codegen::load_config(config, import, &warnings);
     spec.source = display_path(config);
     for (const auto& w : warnings) std::cerr << "kilnc: warning: " << w << "\n";
+    if (print_name) {
+      std::cout << spec.name << "\n";
+      return 0;
+    }
     if (out_dir.empty()) out_dir = "generated/" + spec.name;
     const auto graph = kiln::codegen::build_graph(spec);
     const auto files = kiln::codegen::emit_model(spec, graph);

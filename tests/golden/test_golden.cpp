@@ -3,6 +3,8 @@
 // greedy tokens identical.
 #include <catch2/catch.hpp>
 
+#include "generated/tiny-deepseek-v2-lite/model.hpp"
+#include "generated/tiny-deepseek-v2/model.hpp"
 #include "generated/tiny-llama/model.hpp"
 #include "generated/tiny-qwen3/model.hpp"
 #include "generated/tiny-smollm2/model.hpp"
@@ -45,4 +47,12 @@ TEST_CASE("tiny-qwen3 (per-head q/k norm, page size 5) matches HF on the CPU bac
 
 TEST_CASE("tiny-smollm2 (SmolLM2-shaped: 9 / 3 heads) matches HF on the CPU backend") {
   check_model(models::tiny_smollm2::model_def());
+}
+
+TEST_CASE("tiny-deepseek-v2 (MLA with q_lora, group-limited routing, scaled weights, YaRN, fused experts) matches HF") {
+  check_model(models::tiny_deepseek_v2::model_def());
+}
+
+TEST_CASE("tiny-deepseek-v2-lite (MLA without q_lora, greedy routing, renormalized weights, per-expert tensors) matches HF") {
+  check_model(models::tiny_deepseek_v2_lite::model_def());
 }

@@ -30,6 +30,46 @@ def hf_config_dict(kiln_config_path):
     return cfg
 
 
+def use_original_deepseek_v2_routing():
+    """transformers 5.17's DeepseekV2TopkRouter always multiplies the top-k weights by
+    routed_scaling_factor and ignores norm_topk_prob. DeepSeek-V2's own modeling code (the
+    published checkpoints' trust_remote_code model) renormalizes them instead when norm_topk_prob
+    is set and top_k > 1. kiln implements the original; the references patch HF to match."""
+    import torch.nn.functional as F
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as m
+
+    if getattr(m.DeepseekV2TopkRouter, "_kiln_original_routing", False):
+        return
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.view(-1, self.hidden_dim)
+        router_logits = F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
+        scores = router_logits.softmax(dim=-1, dtype=torch.float32)
+        if self.topk_method == "group_limited_greedy":
+            group_scores = scores.view(-1, self.num_group, self.num_experts // self.num_group).max(dim=-1).values
+            group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = (group_mask.unsqueeze(-1).expand(-1, self.num_group, self.num_experts // self.num_group)
+                          .reshape(-1, self.num_experts))
+            scores = scores.masked_fill(~score_mask.bool(), 0.0)
+        topk_weights, topk_indices = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+        if self.top_k > 1 and self.kiln_norm_topk_prob:
+            topk_weights = topk_weights / (topk_weights.sum(dim=-1, keepdim=True) + 1e-20)
+        else:
+            topk_weights = topk_weights * self.routed_scaling_factor
+        return router_logits, topk_weights, topk_indices
+
+    init = m.DeepseekV2TopkRouter.__init__
+
+    def init_with_norm(self, config):
+        init(self, config)
+        self.kiln_norm_topk_prob = bool(config.norm_topk_prob)
+
+    m.DeepseekV2TopkRouter.__init__ = init_with_norm
+    m.DeepseekV2TopkRouter.forward = forward
+    m.DeepseekV2TopkRouter._kiln_original_routing = True
+
+
 def build_model(cfg_dict, seed, dtype=torch.float32, device="cpu"):
     """A randomly initialized model of that config, its weights rounded to bf16.
 
@@ -39,6 +79,8 @@ def build_model(cfg_dict, seed, dtype=torch.float32, device="cpu"):
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if cfg_dict["model_type"] == "deepseek_v2":
+        use_original_deepseek_v2_routing()
     config = AutoConfig.for_model(**cfg_dict)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -60,7 +102,50 @@ def save_checkpoint(model, out_dir):
     from transformers import AutoModelForCausalLM
 
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    if model.config.model_type == "deepseek_v2":
+        use_original_deepseek_v2_routing()
     return AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
+
+
+def set_expert_layout(out_dir, fused):
+    """Writes a saved DeepSeek checkpoint's routed experts in the requested layout: fused, as
+    transformers 5 holds them in memory (mlp.experts.gate_up_proj [E, 2I, H], gate rows first;
+    mlp.experts.down_proj [E, H, I]); or per expert, as the published DeepSeek-V2 checkpoints
+    (mlp.experts.{e}.gate_proj.weight [I, H], up_proj [I, H], down_proj [H, I]).
+    save_pretrained in transformers 5.17 writes the per-expert layout."""
+    import re
+
+    from safetensors.torch import load_file, save_file
+
+    path = f"{out_dir}/model.safetensors"
+    tensors = load_file(path)
+    per_expert = re.compile(r"(.*mlp\.experts\.)(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+    fused_name = re.compile(r"(.*mlp\.experts\.)(gate_up_proj|down_proj)$")
+    out, experts = {}, {}
+    for name, t in tensors.items():  # gather every expert tensor as (prefix, expert, kind)
+        if m := per_expert.match(name):
+            experts.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = t
+        elif m := fused_name.match(name):
+            for e in range(t.shape[0]):
+                if m.group(2) == "gate_up_proj":
+                    inter = t.shape[1] // 2
+                    experts.setdefault(m.group(1), {}).setdefault(e, {})["gate_proj"] = t[e, :inter]
+                    experts[m.group(1)][e]["up_proj"] = t[e, inter:]
+                else:
+                    experts.setdefault(m.group(1), {}).setdefault(e, {})["down_proj"] = t[e]
+        else:
+            out[name] = t
+    for prefix, by_expert in experts.items():
+        ids = sorted(by_expert)
+        if fused:
+            out[prefix + "gate_up_proj"] = torch.stack(
+                [torch.cat([by_expert[e]["gate_proj"], by_expert[e]["up_proj"]]) for e in ids]).contiguous()
+            out[prefix + "down_proj"] = torch.stack([by_expert[e]["down_proj"] for e in ids]).contiguous()
+        else:
+            for e in ids:
+                for kind, t in by_expert[e].items():
+                    out[f"{prefix}{e}.{kind}.weight"] = t.contiguous()
+    save_file(out, path, metadata={"format": "pt"})
 
 
 @torch.no_grad()

@@ -16,27 +16,31 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hf_model import build_model, greedy, hf_config_dict, prompt_logits, save_checkpoint  # noqa: E402
+from hf_model import build_model, greedy, hf_config_dict, prompt_logits, save_checkpoint, set_expert_layout  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-# (model, seed). Every family of the tests, and each DeepSeek option both ways.
+# (model, seed, per-expert tensors). Every family of the tests, and each DeepSeek option both ways:
+# tiny-deepseek-v2 keeps transformers 5's fused expert tensors, tiny-deepseek-v2-lite is rewritten
+# into the published checkpoints' per-expert tensors.
 MODELS = [
-    ("tiny-llama", 11),
-    ("tiny-qwen3", 12),
-    ("tiny-smollm2", 13),
-    ("tiny-deepseek-v2", 14),
-    ("tiny-deepseek-v2-lite", 15),
+    ("tiny-llama", 11, False),
+    ("tiny-qwen3", 12, False),
+    ("tiny-smollm2", 13, False),
+    ("tiny-deepseek-v2", 14, False),
+    ("tiny-deepseek-v2-lite", 15, True),
 ]
 PROMPT_LENGTHS = [1, 5, 45]  # one token, a few, and past 40 (several KV pages)
 NEW_TOKENS = 16
 
 
-def make(name, seed):
+def make(name, seed, per_expert):
     cfg = hf_config_dict(os.path.join(ROOT, "configs", f"{name}.yaml"))
     out = os.path.join(ROOT, "tests", "golden", name)
     os.makedirs(out, exist_ok=True)
     model = save_checkpoint(build_model(cfg, seed), out)
+    if cfg["model_type"] == "deepseek_v2":
+        set_expert_layout(out, fused=not per_expert)
 
     generator = torch.Generator().manual_seed(seed + 1000)
     tensors, summary = {}, []
@@ -61,9 +65,9 @@ def main():
     parser.add_argument("--only", nargs="*", help="models to make (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    for name, seed in MODELS:
+    for name, seed, per_expert in MODELS:
         if not args.only or name in args.only:
-            make(name, seed)
+            make(name, seed, per_expert)
 
 
 if __name__ == "__main__":

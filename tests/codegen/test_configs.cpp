@@ -1,0 +1,199 @@
+// Config front ends: every shipped config loads; each kind of bad config is rejected with one line
+// naming the file and the field.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "codegen/config_load.hpp"
+#include "runtime/core/error.hpp"
+
+using namespace kiln::codegen;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kConfigs = std::string(KILN_SOURCE_DIR) + "/configs/";
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Writes `text` to a temporary folder (named `folder`, or numbered) as config<ext>; returns the path.
+std::string temp_config(const std::string& text, const std::string& ext, std::string folder = "") {
+  static int n = 0;
+  if (folder.empty()) folder = std::to_string(++n);
+  const fs::path dir = fs::temp_directory_path() / ("kiln-config-test-" + std::to_string(::getpid())) / folder;
+  fs::create_directories(dir);
+  const fs::path path = dir / ("config" + ext);
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// tiny-llama.yaml with `from` replaced by `to`.
+std::string tiny_llama_with(const std::string& from, const std::string& to) {
+  std::string text = read(kConfigs + "tiny-llama.yaml");
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_config(path);
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  FAIL("config " << path << " was accepted");
+  return "";
+}
+
+// The message names the file and the field, on one line.
+void check_yaml_rejection(const std::string& from, const std::string& to, const std::string& field,
+                          const std::string& detail) {
+  const std::string path = temp_config(tiny_llama_with(from, to), ".yaml");
+  const std::string message = load_error(path);
+  INFO(message);
+  CHECK(message.find(path) != std::string::npos);
+  CHECK(message.find(field) != std::string::npos);
+  CHECK(message.find(detail) != std::string::npos);
+  CHECK(message.find('\n') == std::string::npos);
+}
+
+const char* kHfLlama = R"({
+  "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+  "hidden_size": 288, "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+  "head_dim": 48, "intermediate_size": 200, "vocab_size": 300, "max_position_embeddings": 1024,
+  "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+  "transformers_version": "5.17.0"
+})";
+
+std::string hf_with(const std::string& from, const std::string& to) {
+  std::string text = kHfLlama;
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("every shipped config loads and validates") {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(kConfigs)) {
+    if (entry.path().extension() != ".yaml") continue;
+    INFO(entry.path());
+    const ModelSpec spec = load_config(entry.path().string());
+    CHECK(spec.name + ".yaml" == entry.path().filename().string());
+    ++count;
+  }
+  CHECK(count >= 12);
+}
+
+TEST_CASE("real model shapes are the published ones") {
+  const ModelSpec llama = load_config(kConfigs + "llama-3.2-1b.yaml");
+  CHECK(llama.rope.type == RopeType::llama3);
+  CHECK(llama.tie_word_embeddings);
+  const ModelSpec qwen = load_config(kConfigs + "qwen3-0.6b.yaml");
+  CHECK(qwen.head_dim * qwen.num_attention_heads != qwen.hidden_size);  // 16 × 128 vs 1024
+  const ModelSpec lite = load_config(kConfigs + "deepseek-v2-lite.yaml");
+  REQUIRE(lite.mla);
+  CHECK(lite.mla->q_lora_rank == 0);
+  CHECK(lite.mla->kv_lora_rank == 512);
+  CHECK(lite.moe->n_routed_experts == 64);
+  CHECK(lite.rope.type == RopeType::yarn);
+  const ModelSpec v2 = load_config(kConfigs + "deepseek-v2.yaml");
+  CHECK(v2.moe->topk_method == TopkMethod::group_limited_greedy);
+  CHECK(v2.mla->q_lora_rank == 1536);
+}
+
+TEST_CASE("kiln YAML: missing, extra and mistyped fields are rejected naming the field") {
+  check_yaml_rejection("  hidden_size: 64\n", "", "model.hidden_size", "missing field");
+  check_yaml_rejection("  hidden_size: 64\n", "  hidden_size: 64\n  hiden_size: 3\n", "model.hiden_size", "unknown field");
+  check_yaml_rejection("  hidden_size: 64", "  hidden_size: abc", "model.hidden_size", "positive integer");
+  check_yaml_rejection("  hidden_size: 64", "  hidden_size: 6.5", "model.hidden_size", "positive integer");
+  check_yaml_rejection("  tie_word_embeddings: true", "  tie_word_embeddings: yes please", "model.tie_word_embeddings",
+                       "true or false");
+  check_yaml_rejection("  family: llama", "  family: mistral", "model.family", "llama, qwen3, deepseek_v2");
+  check_yaml_rejection("  dtype: bf16", "  dtype: fp8", "build.dtype", "bf16");
+  check_yaml_rejection("  rope_type: llama3", "  rope_type: dynamic", "model.rope_scaling.rope_type", "default, llama3, yarn");
+}
+
+TEST_CASE("kiln YAML: inconsistent shapes are rejected") {
+  check_yaml_rejection("  num_key_value_heads: 2", "  num_key_value_heads: 3", "model.num_key_value_heads",
+                       "must divide num_attention_heads");
+  check_yaml_rejection("  hidden_size: 64", "  hidden_size: 0", "model.hidden_size", "positive integer");
+  check_yaml_rejection("  intermediate_size: 160", "  intermediate_size: -4", "model.intermediate_size",
+                       "positive integer");
+  check_yaml_rejection("  head_dim: 16", "  head_dim: 15", "model.head_dim", "must be even");
+  check_yaml_rejection("  max_context: 512", "  max_context: 4096", "build.max_context", "beyond the rope limit");
+  check_yaml_rejection("  eos_token_id: 2", "  eos_token_id: 512", "model.eos_token_id", "not below vocab_size");
+  check_yaml_rejection("  gpu_archs: [sm_90a]", "  gpu_archs: [sm_70]", "build.gpu_archs", "sm_90a");
+  check_yaml_rejection("  max_batch: 8", "  max_batch: 1000", "build.max_batched_tokens", "expected 1000..");
+}
+
+TEST_CASE("kiln YAML: DeepSeek MoE routing options are checked") {
+  std::string text = read(kConfigs + "tiny-deepseek-v2.yaml");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return temp_config(t, ".yaml");
+  };
+  std::string m = load_error(with("  num_experts_per_tok: 3", "  num_experts_per_tok: 9"));
+  CHECK(m.find("model.num_experts_per_tok") != std::string::npos);
+  CHECK(m.find("exceeds n_routed_experts") != std::string::npos);
+  m = load_error(with("  topk_group: 2", "  topk_group: 5"));
+  CHECK(m.find("model.topk_group") != std::string::npos);
+  CHECK(m.find("exceeds n_group") != std::string::npos);
+  m = load_error(with("  n_group: 4", "  n_group: 3"));
+  CHECK(m.find("must divide n_routed_experts") != std::string::npos);
+}
+
+TEST_CASE("kiln YAML: malformed files give one-line errors") {
+  CHECK(load_error(temp_config("name: [unclosed\n", ".yaml")).find("not valid YAML") != std::string::npos);
+  CHECK(load_error(temp_config("", ".yaml")).find("empty") != std::string::npos);
+  CHECK(load_error("/nonexistent/x.yaml").find("cannot read") != std::string::npos);
+  CHECK(load_error(temp_config("x", ".txt")).find("unknown config kind") != std::string::npos);
+}
+
+TEST_CASE("HF config.json imports onto the same spec") {
+  const ModelSpec spec = load_config(temp_config(kHfLlama, ".json", "Odd_Shape"));
+  CHECK(spec.name == "odd-shape");  // from the folder, lowercased, '_' -> '-'
+  CHECK(load_config(temp_config(kHfLlama, ".json", "7b")).name == "model-7b");  // names start with a letter
+  CHECK(spec.family == Family::llama);
+  CHECK(spec.head_dim == 48);
+  CHECK(spec.num_key_value_heads == 2);
+  CHECK(spec.intermediate_size == 200);
+  CHECK(spec.build.max_context == 1024);
+
+  // The older rope_scaling / rope_theta keys work too.
+  const ModelSpec old = load_config(temp_config(
+      hf_with(R"("rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"})",
+              R"("rope_theta": 500000.0, "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256})"),
+      ".json"));
+  CHECK(old.rope.theta == 500000.0);
+  CHECK(old.rope.type == RopeType::llama3);
+  CHECK(old.rope.factor == 8.0);
+}
+
+TEST_CASE("HF config.json: unknown model types and unsupported options are rejected with what is supported") {
+  auto error_of = [](const std::string& json) { return load_error(temp_config(json, ".json")); };
+  std::string m = error_of(hf_with(R"("model_type": "llama")", R"("model_type": "mistral")"));
+  CHECK(m.find("model_type") != std::string::npos);
+  CHECK(m.find("llama, qwen3, deepseek_v2") != std::string::npos);
+  m = error_of(hf_with(R"("hidden_act": "silu")", R"("hidden_act": "gelu")"));
+  CHECK(m.find("hidden_act") != std::string::npos);
+  CHECK(m.find("supported: silu") != std::string::npos);
+  m = error_of(hf_with(R"("rope_type": "default")", R"("rope_type": "longrope")"));
+  CHECK(m.find("rope_type") != std::string::npos);
+  CHECK(m.find("default, llama3, yarn") != std::string::npos);
+  m = error_of(hf_with(R"("hidden_act": "silu")", R"("hidden_act": "silu", "attention_bias": true)"));
+  CHECK(m.find("attention_bias") != std::string::npos);
+  m = error_of(hf_with(R"("num_key_value_heads": 2)", R"("num_key_value_heads": 4)"));
+  CHECK(m.find("num_key_value_heads") != std::string::npos);
+  m = error_of(hf_with(R"("hidden_size": 288)", R"("hidden_size": "288")"));
+  CHECK(m.find("hidden_size") != std::string::npos);
+  CHECK(error_of("{ not json").find("not valid JSON") != std::string::npos);
+}
