@@ -146,6 +146,9 @@ std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
                    dim(op, "topk_groups") + ", " + (op.group_limited ? "true" : "false") + ", " +
                    (op.normalize ? "true" : "false") + ">(logits, ids, weights, tokens, " + real(op, "scaling") +
                    ", stream);"}};
+    case OpKind::moe_record:
+      return {{name, "void " + name + "(const int* ids, unsigned char* usage, int tokens, cudaStream_t stream)",
+               "kiln::moe_record<" + dim(op, "experts") + ", " + dim(op, "top_k") + ">(ids, usage, tokens, stream);"}};
     case OpKind::moe_gate_up:
       return {{name,
                "void " + name +
@@ -182,6 +185,7 @@ std::vector<std::string> cuda_headers(const Op& op) {
     case OpKind::moe_route:
     case OpKind::moe_gate_up:
     case OpKind::moe_down: return {"templates/moe.cuh"};
+    case OpKind::moe_record: return {"templates/moe_usage.cuh"};
   }
   return {};
 }
@@ -193,6 +197,7 @@ std::vector<std::string> ref_headers(const Op& op) {
     case OpKind::mla_attention:
     case OpKind::mla_v_up: return {"runtime/ref/mla.hpp"};
     case OpKind::moe_route:
+    case OpKind::moe_record:
     case OpKind::moe_gate_up:
     case OpKind::moe_down: return {"runtime/ref/moe.hpp"};
     default: return {"runtime/ref/ops.hpp"};
@@ -239,6 +244,7 @@ std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
              ", step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, "
              "step.max_query_len, stream);";
     case OpKind::moe_route: return k + "(router_logits, topk_ids, topk_weights, T, stream);";
+    case OpKind::moe_record: return k + "(topk_ids, ctx.expert_usage + layer * " + dim(op, "experts") + ", T, stream);";
     case OpKind::moe_gate_up: return k + "(h, " + weight(op, g) + ", topk_ids, moe_gate_up, moe_scratch, T, stream);";
     case OpKind::moe_down:
       return k + "(moe_act, " + weight(op, g) + ", topk_ids, topk_weights, moe_scratch, x, T, stream);";
@@ -296,6 +302,9 @@ std::vector<std::string> ref_call(const Op& op, const Graph& g) {
               ", " + dim(op, "topk_groups") + ", /*group_limited=*/" + (op.group_limited ? "true" : "false") +
               ", /*normalize=*/" + (op.normalize ? "true" : "false") + ", " + real(op, "scaling") +
               ", topk_ids, topk_weights);"};
+    case OpKind::moe_record:
+      return {"ref::moe_record(topk_ids, T, " + dim(op, "top_k") + ", ctx.expert_usage + layer * " + dim(op, "experts") +
+              ");"};
     case OpKind::moe_gate_up:
       return {"ref::moe_gate_up(h, T, topk_ids, " + dim(op, "top_k") + ", " + weight(op, g) + ", " + dim(op, "hidden") +
               ", " + dim(op, "inter") + ", moe_gate_up);"};

@@ -15,7 +15,8 @@ void emit_constants(const Graph& g, Code& c) {
   for (const Constant& k : g.constants) {
     std::string decl;
     if (!k.is_real) {
-      decl = "constexpr int " + k.name + " = " + num(k.int_value) + ";";
+      const bool wide = k.int_value > 2147483647LL || k.int_value < -2147483648LL;
+      decl = std::string(wide ? "constexpr long long " : "constexpr int ") + k.name + " = " + num(k.int_value) + ";";
     } else if (k.type == "float") {
       decl = "constexpr float " + k.name + " = " + real_literal(k.real_value) + ";";
     } else {

@@ -391,6 +391,28 @@ void build_dense(const ModelSpec& s, Graph& g) {
 
 }  // namespace
 
+// What one batch-1 decode step reads of the bf16 weights: everything but the embedding (one row)
+// and the routed experts (only the chosen ones; the runtime counts them per step).
+void define_decode_bytes(const ModelSpec& s, Graph& g) {
+  int64_t values = 0, expert_values = 0;
+  for (const WeightDecl& w : g.weights) {
+    int64_t n = 1;
+    for (int64_t d : w.shape) n *= d;
+    const int64_t layers = w.per_layer ? w.layer_last - w.layer_first : 1;
+    if (w.experts > 0) {
+      expert_values += n / w.experts;  // one expert of this tensor, in one layer
+    } else if (w.field == "embed_tokens") {
+      values += s.hidden_size;
+    } else if (!w.tied_to.empty()) {
+      values += n;  // the tied LM head reads the whole embedding matrix
+    } else {
+      values += n * layers;
+    }
+  }
+  g.define("kDecodeWeightBytes", 2 * values, "bf16 weight bytes a batch-1 decode step reads, routed experts aside");
+  g.define("kRoutedExpertBytes", 2 * expert_values, "bf16 bytes of one routed expert (gate | up and down)");
+}
+
 Graph build_graph(const ModelSpec& spec) {
   Graph g;
   if (spec.family == Family::deepseek_v2) {
@@ -399,6 +421,7 @@ Graph build_graph(const ModelSpec& spec) {
     build_dense(spec, g);
   }
   share_kernels(g);
+  define_decode_bytes(spec, g);
   // Kernel wrappers and buffers share the generated forward's scope: one name, one thing.
   for (const Op* op : g.all_ops()) {
     for (const Buffer& b : g.buffers) {

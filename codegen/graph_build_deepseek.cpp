@@ -260,6 +260,10 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
   route.group_limited = m.topk_method == TopkMethod::group_limited_greedy;
   route.normalize = m.norm_topk_prob && m.num_experts_per_tok > 1;
   ops.push_back(route);
+  ops.push_back(make_op(OpKind::moe_record, "(accounting)",
+                        "expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)",
+                        {"topk_ids"}, {}, {}, {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}},
+                        "moe_record"));
   ops.push_back(make_op(OpKind::moe_gate_up, "mlp.experts (gate_up_proj)",
                         "moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)",
                         {"h", "topk_ids"}, {"moe_gate_up", "moe_scratch"}, {"experts_gate_up"},

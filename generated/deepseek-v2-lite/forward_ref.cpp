@@ -113,6 +113,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::linear(h, T, lw.router, kNumExperts, kHiddenSize, router_logits, /*accumulate=*/false);
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
     ref::moe_route(router_logits, T, kNumExperts, kNumExpertsPerTok, kNumGroups, kTopkGroups, /*group_limited=*/false, /*normalize=*/false, kRoutedScalingFactor, topk_ids, topk_weights);
+    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
+    ref::moe_record(topk_ids, T, kNumExpertsPerTok, ctx.expert_usage + layer * kNumExperts);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     ref::moe_gate_up(h, T, topk_ids, kNumExpertsPerTok, lw.experts_gate_up, kHiddenSize, kMoeIntermediateSize, moe_gate_up);
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts

@@ -56,6 +56,8 @@ constexpr float kAttnScale = 0.11472139f;   // softmax scale: kQkHeadDim^-0.5 ×
 constexpr int kAttnPartition = 512;         // decode attention: tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 16;      // ceil(kMaxContext / kAttnPartition)
 constexpr int kDecodeScratchFloats = 8421376; // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
+constexpr long long kDecodeWeightBytes = 2203839488; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
+constexpr int kRoutedExpertBytes = 17301504; // bf16 bytes of one routed expert (gate | up and down)
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
 template <typename T>
@@ -200,6 +202,7 @@ void silu_mul_10944(const bf16* gate_up, bf16* act, int rows, cudaStream_t strea
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream);
+void moe_record(const int* ids, unsigned char* usage, int tokens, cudaStream_t stream);
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_1408(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);

@@ -112,6 +112,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::gemm(ctx, h, lw.router, router_logits, T, kNumExperts, kHiddenSize, cuda::GemmOut::store_f32);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
     moe_route(router_logits, topk_ids, topk_weights, T, stream);
+    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
+    moe_record(topk_ids, ctx.expert_usage + layer * kNumExperts, T, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
@@ -236,6 +238,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_router(h, lw.router, router_logits, T, stream);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
     moe_route(router_logits, topk_ids, topk_weights, T, stream);
+    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
+    moe_record(topk_ids, ctx.expert_usage + layer * kNumExperts, T, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts

@@ -8,6 +8,7 @@
 #include "templates/mla.cuh"
 #include "templates/mla_attention.cuh"
 #include "templates/moe.cuh"
+#include "templates/moe_usage.cuh"
 #include "templates/norm.cuh"
 #include "templates/norm_inplace.cuh"
 #include "templates/rope.cuh"
@@ -112,6 +113,11 @@ void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, c
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
 void moe_route(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream) {
   kiln::moe_route<kNumExperts, kNumExpertsPerTok, kNumGroups, kTopkGroups, true, false>(logits, ids, weights, tokens, kRoutedScalingFactor, stream);
+}
+
+// (accounting): expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
+void moe_record(const int* ids, unsigned char* usage, int tokens, cudaStream_t stream) {
+  kiln::moe_record<kNumExperts, kNumExpertsPerTok>(ids, usage, tokens, stream);
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)

@@ -33,6 +33,8 @@ constexpr int kAttnPartition = 512;         // decode attention: tokens per spli
 constexpr int kAttnMaxPartitions = 1;       // ceil(kMaxContext / kAttnPartition)
 constexpr int kDecodeScratchFloats = 1296;  // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
 constexpr int kNumQkHeads = 12;             // q and k heads, rotated together: kNumHeads + kNumKvHeads
+constexpr int kDecodeWeightBytes = 1070784; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
+constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
 template <typename T>

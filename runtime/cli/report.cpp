@@ -33,6 +33,7 @@ json result_json(const JobResult& r) {
     return j;
   }
   const FinishedRequest& f = *r.finished;
+  j["prompt_ids"] = r.job->request.prompt;
   j["prompt_tokens"] = f.num_prompt_tokens;
   j["cached_prompt_tokens"] = f.num_cached_prompt_tokens;
   j["output_ids"] = f.output_tokens;
@@ -71,6 +72,12 @@ json report_json(const RunReport& rep) {
                   {"prefill_tok_s", s.prefill_seconds > 0 ? s.scheduler.prefill_tokens / s.prefill_seconds : 0.0},
                   {"decode_tok_s", s.decode_seconds > 0 ? decode_tokens / s.decode_seconds : 0.0},
                   {"decode_ms_per_step", s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0}};
+  const double steps = static_cast<double>(std::max<int64_t>(1, s.decode_steps));
+  j["decode_bytes_per_step"] = {
+      {"weights", s.decode_weight_bytes / steps},
+      {"kv_cache", s.decode_kv_bytes / steps},
+      {"total", (s.decode_weight_bytes + s.decode_kv_bytes) / steps},
+      {"routed_experts_read", s.decode_experts_read / steps}};  // (layer, expert) pairs per step
   j["memory"] = {{"weight_bytes", b.weight_bytes},
                  {"kv_bytes_per_token", b.kv_bytes_per_token},
                  {"kv_pages", rep.backend->kv_pages()},

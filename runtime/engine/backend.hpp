@@ -50,6 +50,8 @@ class Backend {
   virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
   // Waits for queued device work (timing).
   virtual void synchronize() {}
+  // (layer, routed expert) pairs the last step chose: the experts whose weights it read (MoE).
+  virtual int64_t last_step_experts_read() = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);

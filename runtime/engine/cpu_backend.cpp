@@ -30,6 +30,7 @@ class CpuBackend final : public Backend {
     kv_cache_.assign(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, 0.0f);
     arena_.assign(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), 0.0f);
     rope_ = build_rope_table(m.rope, m.max_context);
+    expert_usage_.assign(static_cast<size_t>(m.num_layers) * m.num_routed_experts, 0);
 
     info_.device = "CPU (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads)";
     info_.weight_bytes = weights_.bytes;
@@ -47,7 +48,8 @@ class CpuBackend final : public Backend {
     }
     logits_.resize(static_cast<size_t>(step.num_logits()) * m.vocab_size);
     num_logits_ = step.num_logits();
-    const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data()};
+    std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
+    const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data(), expert_usage_.data()};
     forward_->forward(step, ctx, logits_.data());
   }
 
@@ -56,6 +58,10 @@ class CpuBackend final : public Backend {
     const int32_t V = model_.info.vocab_size;
     return sample_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, rows.size() * V), V,
                       rows);
+  }
+
+  int64_t last_step_experts_read() override {
+    return std::count(expert_usage_.begin(), expert_usage_.end(), uint8_t{1});
   }
 
   void copy_logits(int32_t first, int32_t count, float* out) override {
@@ -77,6 +83,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<RefForward> forward_;
   int32_t kv_pages_ = 0;
   std::vector<float> kv_cache_, arena_, rope_, logits_;
+  std::vector<uint8_t> expert_usage_;
   int32_t num_logits_ = 0;
   BackendInfo info_;
 };

@@ -171,8 +171,9 @@ class CudaBackend final : public Backend {
     info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 2;
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : pages_from_free_memory(options.gpu_mem_util, pages_per_seq);
     kv_.resize(static_cast<int64_t>(kv_pages_) * page_bytes_ * m.num_layers);
+    usage_bytes_ = static_cast<int64_t>(m.num_layers) * m.num_routed_experts;
+    usage_.resize(usage_bytes_);
     KILN_CUDA(cudaDeviceSynchronize());
-    info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     ctx_.arena = arena_.get();
     ctx_.kv_cache = kv_.get();
@@ -180,7 +181,10 @@ class CudaBackend final : public Backend {
     ctx_.rope = rope_.get<float>();
     ctx_.scratch = scratch_.get<float>();
     ctx_.gemm = &gemm_;
+    ctx_.expert_usage = usage_.get<unsigned char>();
     ctx_.stream = stream_;
+    warm_up();
+    info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   ~CudaBackend() override {
@@ -200,6 +204,7 @@ class CudaBackend final : public Backend {
     ensure_logits_rows(step.num_logits());
     num_logits_ = step.num_logits();
     const CudaStep d = steps_->upload(step, stream_);
+    if (usage_bytes_ > 0) KILN_CUDA(cudaMemsetAsync(usage_.get(), 0, static_cast<size_t>(usage_bytes_), stream_));
     float* logits = logits_.get<float>();
     if (!step.decode_only()) {
       forward_->prefill(d, ctx_, logits);
@@ -229,6 +234,14 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { KILN_CUDA(cudaStreamSynchronize(stream_)); }
 
+  int64_t last_step_experts_read() override {
+    if (usage_bytes_ == 0) return 0;
+    std::vector<unsigned char> usage(static_cast<size_t>(usage_bytes_));
+    KILN_CUDA(cudaMemcpyAsync(usage.data(), usage_.get(), usage.size(), cudaMemcpyDeviceToHost, stream_));
+    KILN_CUDA(cudaStreamSynchronize(stream_));
+    return std::count(usage.begin(), usage.end(), static_cast<unsigned char>(1));
+  }
+
  private:
   // KV pages from the memory left under the --gpu-mem-util budget, at most enough for every
   // sequence of a full batch at full context.
@@ -245,6 +258,37 @@ class CudaBackend final : public Backend {
            " after the weights (", weights_.bytes >> 20, " MiB); raise --gpu-mem-util or set --kv-pages");
     }
     return static_cast<int32_t>(pages);
+  }
+
+  // One prefill and one decode before serving, confined to KV page 0 (no sequence owns a page yet,
+  // and a page is always written before it is read): every kernel module gets loaded, cuBLASLt
+  // plans built and the batch-1 decode graph captured, so a request's time to first token
+  // measures the model rather than this setup.
+  void warm_up() {
+    const int32_t n = std::max(1, std::min(model_.info.page_size, 8));
+    StepBatch prefill;
+    for (int32_t i = 0; i < n; ++i) {
+      prefill.token_ids.push_back(i % model_.info.vocab_size);
+      prefill.positions.push_back(i);
+      prefill.slot_mapping.push_back(i);
+    }
+    prefill.query_start = {0, n};
+    prefill.context_len = {n};
+    prefill.block_tables = {0};
+    prefill.max_pages_per_seq = 1;
+    prefill.logit_rows = {n - 1};
+    StepBatch decode = prefill;  // the last position again, as a one-token decode
+    decode.token_ids = {prefill.token_ids.back()};
+    decode.positions = {n - 1};
+    decode.slot_mapping = {n - 1};
+    decode.query_start = {0, 1};
+    decode.logit_rows = {0};
+    const SamplerRow greedy{.temperature = 0.0f};
+    for (const StepBatch* step : {&prefill, &decode}) {
+      forward(*step);
+      sample(0, std::span(&greedy, 1));
+    }
+    KILN_CUDA(cudaStreamSynchronize(stream_));
   }
 
   // The decode graph for this batch size: captured on first use, replayed after (its step
@@ -285,7 +329,8 @@ class CudaBackend final : public Backend {
   DeviceSink sink_;
   LoadedWeights weights_;
   std::unique_ptr<CudaForward> forward_;
-  DeviceBuffer arena_, scratch_, rope_, kv_, logits_;
+  DeviceBuffer arena_, scratch_, rope_, kv_, logits_, usage_;
+  int64_t usage_bytes_ = 0;
   std::unique_ptr<StepBuffers> steps_;
   std::unique_ptr<CudaSampler> sampler_;
   cuda::GemmRunner gemm_;

@@ -91,6 +91,11 @@ struct ModelInfo {
   int64_t ref_arena_bytes;     // CPU reference activations (planned at codegen)
   int64_t gpu_arena_bytes;     // CUDA activations (planned at codegen)
   int64_t gpu_scratch_bytes;   // CUDA decode-attention partials
+  // Bytes-read accounting of a decode step (bf16): all weights but the embedding row and the
+  // routed experts, then each chosen expert once per layer (counted per step).
+  int64_t decode_weight_bytes;
+  int64_t routed_expert_bytes;
+  int32_t num_routed_experts;  // 0: no MoE
   // Hyperparameters a checkpoint must agree with (GGUF metadata is checked against these).
   int32_t num_attention_heads;
   int32_t num_key_value_heads;
@@ -108,6 +113,7 @@ struct RefContext {
   float* kv_cache;            // [num_layers][num_pages][page_size × kv_elems_per_token], see kv_layout
   int64_t num_pages;
   const float* rope;          // [max_context][rotary_dim / 2][cos, sin]
+  uint8_t* expert_usage;      // [num_layers][num_routed_experts]: experts the step chose (MoE models)
 };
 class RefForward {
  public:

@@ -59,6 +59,10 @@ void moe_route(const float* logits, int64_t tokens, int64_t experts, int64_t top
   }
 }
 
+void moe_record(const int32_t* ids, int64_t tokens, int64_t top_k, uint8_t* usage) {
+  for (int64_t i = 0; i < tokens * top_k; ++i) usage[ids[i]] = 1;
+}
+
 void moe_gate_up(const float* h, int64_t tokens, const int32_t* ids, int64_t top_k, const float* w, int64_t hidden,
                  int64_t inter, float* out) {
   parallel_for(tokens * top_k * 2 * inter, 64, [&](int64_t begin, int64_t end) {

@@ -13,6 +13,9 @@ void moe_route(const float* logits, int64_t tokens, int64_t experts, int64_t top
                int64_t topk_groups, bool group_limited, bool normalize, float scaling, int32_t* ids,
                float* weights);
 
+// usage[ids[t, j]] = 1 for every token's chosen experts (which experts this step read).
+void moe_record(const int32_t* ids, int64_t tokens, int64_t top_k, uint8_t* usage);
+
 // out[t, j] = h[t] · w[ids[t, j]]ᵀ, w: [experts, 2·inter, hidden] (gate rows, then up rows).
 void moe_gate_up(const float* h, int64_t tokens, const int32_t* ids, int64_t top_k, const float* w, int64_t hidden,
                  int64_t inter, float* out);
