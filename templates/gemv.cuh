@@ -45,8 +45,10 @@ struct GemvShape {
                                  : kRowTiles >= 2 * 2 * kSMs ? 2
                                                              : 1;
   static constexpr int kBlocks = ceil_div(kRowTiles, kWarpsN);
-  // Split the columns over more warps when the rows alone leave SMs idle.
-  static constexpr int kWarpsKMax = (kBlocks >= kSMs || kTokenTiles >= 8 ? 8 : 16) / kWarpsN;
+  // Split the columns over more warps when the rows alone leave SMs idle. The split depends on the
+  // shape only, never on the token count: each token's sums then run in the same order whatever
+  // the batch, so a decode's output does not depend on what else is in the step.
+  static constexpr int kWarpsKMax = (kBlocks >= kSMs ? 8 : 16) / kWarpsN;
   static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : max_int(1, min_int(kSteps, kWarpsKMax));
   static constexpr int kWarps = kWarpsN * kWarpsK;
   static constexpr int kThreads = kWarps * 32;

@@ -10,6 +10,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -20,6 +21,9 @@ namespace kiln::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// The row count the shared per-shape algorithm is chosen for: a full prefill chunk, where speed
+// matters most.
+constexpr int kReferenceRows = 2048;
 
 const char* mode_name(GemmOut mode) {
   switch (mode) {
@@ -83,6 +87,7 @@ struct GemmRunner::State {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::map<PlanKey, Plan> plans;
+  std::map<PlanKey, cublasLtMatmulAlgo_t> algos;  // rows = 0: one per shape, for every row count
 
   const Plan& plan(const PlanKey& key) {
     auto found = plans.find(key);
@@ -111,6 +116,43 @@ struct GemmRunner::State {
     check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, key.k, key.rows, key.k), "cublasLtMatrixLayoutCreate(B)", s);
     check(cublasLtMatrixLayoutCreate(&p.d, out_type, key.n, key.rows, key.n), "cublasLtMatrixLayoutCreate(D)", s);
 
+    p.algo = algorithm(key, s, p);
+  }
+
+  // One algorithm per (n, k, mode, alignments), chosen at a fixed reference row count and reused
+  // for every row count, with split-K reductions excluded: each output element then accumulates
+  // over k in the same order whatever the number of rows, so a token's projection does not depend
+  // on how many other tokens share the step (kiln's outputs equal each request run alone).
+  cublasLtMatmulAlgo_t algorithm(const PlanKey& key, const Shape& s, const Plan& p) {
+    PlanKey shape_key = key;
+    shape_key.rows = 0;
+    auto known = algos.find(shape_key);
+    if (known == algos.end()) {
+      cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+      const cudaDataType_t out_type = key.mode == GemmOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+      check(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, key.k, kReferenceRows, key.k), "cublasLtMatrixLayoutCreate(B)", s);
+      check(cublasLtMatrixLayoutCreate(&d, out_type, key.n, kReferenceRows, key.n), "cublasLtMatrixLayoutCreate(D)", s);
+      struct LayoutGuard {
+        cublasLtMatrixLayout_t b, d;
+        ~LayoutGuard() {
+          cublasLtMatrixLayoutDestroy(b);
+          cublasLtMatrixLayoutDestroy(d);
+        }
+      } layouts{b, d};
+      known = algos.emplace(shape_key, heuristic(key, s, p.op, p.a, b, d)).first;
+    }
+    cublasLtMatmulHeuristicResult_t check_result{};
+    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.d, p.d, &known->second, &check_result) == CUBLAS_STATUS_SUCCESS) {
+      return known->second;
+    }
+    // This row count cannot run the shared algorithm (seen nowhere yet): its own, still without
+    // split-K, and a note, since its rows may round differently.
+    std::fprintf(stderr, "kiln: gemm rows=%d n=%d k=%d uses its own cuBLASLt algorithm\n", s.rows, s.n, s.k);
+    return heuristic(key, s, p.op, p.a, p.b, p.d);
+  }
+
+  cublasLtMatmulAlgo_t heuristic(const PlanKey& key, const Shape& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                 cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d) {
     cublasLtMatmulPreference_t pref = nullptr;
     check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", s);
     struct PrefGuard {
@@ -121,6 +163,10 @@ struct GemmRunner::State {
     check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                sizeof workspace),
           "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", s);
+    const uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE;
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split_k,
+                                               sizeof no_split_k),
+          "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)", s);
     const struct {
       cublasLtMatmulPreferenceAttributes_t attribute;
       uint32_t value;
@@ -131,20 +177,20 @@ struct GemmRunner::State {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out, "MIN_ALIGNMENT_C_BYTES"},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out, "MIN_ALIGNMENT_D_BYTES"},
     };
-    for (const auto& a : alignments) {
-      check(cublasLtMatmulPreferenceSetAttribute(pref, a.attribute, &a.value, sizeof a.value), a.name, s);
+    for (const auto& al : alignments) {
+      check(cublasLtMatmulPreferenceSetAttribute(pref, al.attribute, &al.value, sizeof al.value), al.name, s);
     }
 
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found),
+    check(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, d, d, pref, 1, &result, &found),
           "cublasLtMatmulAlgoGetHeuristic", s);
     if (found == 0) {
       fail("cuBLASLt has no algorithm for gemm rows=", s.rows, " n=", s.n, " k=", s.k, " mode=", mode_name(s.mode),
            " (operand alignments in/weight/out: ", key.align_in, "/", key.align_weight, "/", key.align_out,
            " bytes)");
     }
-    p.algo = result.algo;
+    return result.algo;
   }
 };
 

@@ -61,6 +61,34 @@ std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEve
 void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
+
+  // Decodes and prefill chunks run as separate forwards: a decode token always takes the decode
+  // graph (our GEMV kernels) and a prompt token the prefill graph, whatever else shares the step.
+  // Each token's numerics then do not depend on the batch it ran in (outputs equal running alone),
+  // at the price of reading the weights twice in mixed steps.
+  std::vector<SampleOutput> samples;
+  if (step.num_decodes > 0 && step.num_decodes < static_cast<int32_t>(step.seqs.size())) {
+    ScheduledStep decodes, prefills;
+    decodes.seqs.assign(step.seqs.begin(), step.seqs.begin() + step.num_decodes);
+    decodes.num_decodes = step.num_decodes;
+    prefills.seqs.assign(step.seqs.begin() + step.num_decodes, step.seqs.end());
+    for (const ScheduledStep* part : {&decodes, &prefills}) {
+      const std::vector<SampleOutput> s = run_forward(*part);
+      samples.insert(samples.end(), s.begin(), s.end());
+    }
+  } else {
+    samples = run_forward(step);
+  }
+  ++stats_.steps;
+
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  for (const TokenEvent& e : scheduler_.on_step_done(step, samples)) {
+    first_token_at_.emplace(e.id, now);
+    if (on_token) on_token(e);
+  }
+}
+
+std::vector<SampleOutput> Engine::run_forward(const ScheduledStep& step) {
   StepBatch batch = build_step_batch(step, model_.info.page_size);
   const std::vector<SamplerRow> rows = sampler_rows(step);
 
@@ -86,23 +114,21 @@ void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
     prompt_logits_.resize(old + capture_rows * V);
     backend_.copy_logits(0, capture_rows, prompt_logits_.data() + old);
   }
-  const std::vector<SampleOutput> samples = backend_.sample(first_sample_row, rows);
+  std::vector<SampleOutput> samples = backend_.sample(first_sample_row, rows);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  ++stats_.steps;
   if (batch.decode_only()) {
     ++stats_.decode_steps;
     stats_.decode_seconds += seconds;
+    const int64_t experts = backend_.last_step_experts_read();
+    stats_.decode_experts_read += experts;
+    stats_.decode_weight_bytes += model_.info.decode_weight_bytes + experts * model_.info.routed_expert_bytes;
+    for (int32_t len : batch.context_len) stats_.decode_kv_bytes += len * backend_.info().kv_bytes_per_token;
   } else {
     ++stats_.prefill_steps;
     stats_.prefill_seconds += seconds;
   }
-
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
-  for (const TokenEvent& e : scheduler_.on_step_done(step, samples)) {
-    first_token_at_.emplace(e.id, now);
-    if (on_token) on_token(e);
-  }
+  return samples;
 }
 
 }  // namespace kiln

@@ -28,6 +28,10 @@ struct EngineStats {
   double decode_seconds = 0;        // steps of decodes only
   double wall_seconds = 0;
   std::vector<double> ttft_seconds; // per finished request: from run() start to its first token
+  // What decode steps read: weights (bf16; routed experts counted as chosen) and KV cache.
+  int64_t decode_weight_bytes = 0;
+  int64_t decode_kv_bytes = 0;
+  int64_t decode_experts_read = 0;  // (layer, expert) pairs, summed over decode steps
   SchedulerStats scheduler;
 };
 
@@ -47,6 +51,8 @@ class Engine {
 
  private:
   void run_step(const std::function<void(const TokenEvent&)>& on_token);
+  // One forward of the backend over `step` (all decodes, or prefill chunks) and its samples.
+  std::vector<SampleOutput> run_forward(const ScheduledStep& step);
 
   const ModelDef& model_;
   Backend& backend_;

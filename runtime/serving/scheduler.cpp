@@ -85,10 +85,13 @@ ScheduledStep Scheduler::schedule() {
   ScheduledStep step;
   int32_t budget = config_.max_batched_tokens;
 
-  // 1. Decodes, oldest first; preempt the newest running sequence when a page is missing.
+  // 1. Decodes, oldest first; preempt the newest running sequence when a page is missing. A
+  //    sequence past its prompt takes one token per step: its next sample, or (after a
+  //    preemption) the replay of a token it had generated, so that every generated token's KV is
+  //    computed the same way as in an uninterrupted run (bit-identical outputs).
   for (size_t i = 0; i < running_.size();) {
     Sequence& seq = *running_[i];
-    if (seq.num_uncomputed() != 1) {
+    if (seq.num_computed < seq.num_prompt_tokens || seq.num_uncomputed() < 1) {
       ++i;
       continue;
     }
@@ -112,11 +115,12 @@ ScheduledStep Scheduler::schedule() {
   }
   step.num_decodes = static_cast<int32_t>(step.seqs.size());
 
-  // 2. Prefills in progress continue, oldest first.
+  // 2. Prefills in progress continue, oldest first. Prefill covers the prompt only; generated
+  //    tokens are replayed as decodes (above).
   for (Sequence* seq : running_) {
     if (budget == 0) break;
-    if (seq->num_uncomputed() <= 1) continue;
-    const int32_t chunk = std::min(seq->num_uncomputed(), budget);
+    if (seq->num_computed >= seq->num_prompt_tokens) continue;
+    const int32_t chunk = std::min(seq->num_prompt_tokens - seq->num_computed, budget);
     step.seqs.push_back(make_scheduled(*seq, chunk));
     budget -= chunk;
   }
@@ -135,7 +139,10 @@ ScheduledStep Scheduler::schedule() {
     seq.status = SequenceStatus::Running;
     waiting_.pop_front();
     insert_running(&seq);
-    const int32_t chunk = std::min(seq.num_uncomputed(), budget);
+    // Prefix-cache hits may cover the whole prompt (or more) of a re-admitted sequence: its
+    // generated tokens then replay as decodes from the next step on.
+    if (seq.num_computed >= seq.num_prompt_tokens) continue;
+    const int32_t chunk = std::min(seq.num_prompt_tokens - seq.num_computed, budget);
     step.seqs.push_back(make_scheduled(seq, chunk));
     budget -= chunk;
   }

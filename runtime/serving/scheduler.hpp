@@ -7,7 +7,11 @@
 //      none is free or evictable preempts the NEWEST running sequence (its pages are released and
 //      it returns to the front of the waiting queue, to recompute prompt + generated tokens later),
 //      and retries; if the decoding sequence is itself the newest, it is the one preempted.
-//   2. Running sequences still prefilling continue, oldest first, as far as the token budget goes.
+//      A re-admitted sequence recomputes its generated tokens here too, one per step without
+//      sampling (a replay): their KV is then computed exactly as the first time, by the decode
+//      graph, so preemption never changes a request's output.
+//   2. Running sequences still prefilling their prompt continue, oldest first, as far as the token
+//      budget goes (prefill covers prompts only; generated tokens replay as decodes).
 //   3. Unless step 1 preempted anything, waiting sequences are admitted first come, first served
 //      while the budget, max_num_seqs and the KV pool allow: all their known tokens get slots at
 //      admission (leading full pages from the prefix cache), and their first chunk is scheduled.

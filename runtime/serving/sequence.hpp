@@ -45,7 +45,8 @@ struct Sequence {
   std::vector<int32_t> tokens;    // prompt, then generated tokens
   int32_t num_prompt_tokens = 0;
   // Leading tokens whose KV is in the cache. A preemption resets it to 0: the sequence recomputes
-  // its prompt and generated tokens (helped by the prefix cache) when it is admitted again.
+  // its prompt (prefill) and replays its generated tokens (decodes), helped by the prefix cache,
+  // when it is admitted again.
   int32_t num_computed = 0;
   SamplingParams params;
   uint64_t seed = 0;              // params.seed, or one drawn at add()
