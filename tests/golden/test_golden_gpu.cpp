@@ -1,0 +1,83 @@
+// GPU golden test: each tiny model on the CUDA backend (bf16) against the HF fixtures. Greedy
+// tokens must equal HF's; where they first differ, each side's token must be in the other's top-5
+// (vLLM's rule). Prints the prompt-logit error too. Exits 77 (ctest: skipped) without a GPU.
+#include <cmath>
+#include <cstdio>
+
+#include "generated/tiny-deepseek-v2-lite/model.hpp"
+#include "generated/tiny-deepseek-v2/model.hpp"
+#include "generated/tiny-llama/model.hpp"
+#include "generated/tiny-qwen3/model.hpp"
+#include "generated/tiny-smollm2/model.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/engine/backend.hpp"
+#include "runtime/engine/engine.hpp"
+#include "tests/golden/golden_fixture.hpp"
+
+using namespace kiln;
+
+namespace {
+
+bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+// Checks one model; returns the number of failed prompts.
+int check_model(const ModelDef& model, bool graphs) {
+  const golden::Fixture fixture = golden::load_fixture(model.info.name);
+  const auto source = open_safetensors_source(fixture.dir);
+  BackendOptions options;
+  options.cuda_graphs = graphs;
+  const auto backend = make_cuda_backend(model, WeightOrigin{source.get(), 0}, options);
+  const int64_t V = model.info.vocab_size;
+  int failures = 0;
+  for (size_t i = 0; i < fixture.prompts.size(); ++i) {
+    const golden::Prompt& p = fixture.prompts[i];
+    const golden::Run run = golden::run_prompt(model, *backend, p);
+    const golden::LogitsComparison c = golden::compare_logits(p.logits, run.prompt_logits, V, 1e-3);
+    size_t diverge = 0;
+    while (diverge < p.greedy.size() && p.greedy[diverge] == run.tokens[diverge]) ++diverge;
+    std::string verdict = "identical";
+    bool ok = diverge == p.greedy.size();
+    if (!ok) {
+      // Our logits at the first differing step: the prompt plus HF's tokens before it.
+      golden::Prompt extended = p;
+      extended.ids.insert(extended.ids.end(), p.greedy.begin(), p.greedy.begin() + diverge);
+      extended.greedy.assign(1, 0);
+      const golden::Run at = golden::run_prompt(model, *backend, extended);
+      const int64_t last = static_cast<int64_t>(extended.ids.size()) - 1;
+      const bool ours_in_hf = contains(golden::top_k(p.greedy_logits, V, static_cast<int64_t>(diverge), 5), run.tokens[diverge]);
+      const bool hf_in_ours = contains(golden::top_k(at.prompt_logits, V, last, 5), p.greedy[diverge]);
+      ok = ours_in_hf && hf_in_ours;
+      verdict = "first differ at " + std::to_string(diverge) + " (kiln " + std::to_string(run.tokens[diverge]) + ", HF " +
+                std::to_string(p.greedy[diverge]) + "): " + (ok ? "each in the other's top-5" : "NOT in each other's top-5");
+    }
+    std::printf("%-22s %s prompt %zu (%2zu tokens): prompt logits max|diff| %.2e x max|logit|; greedy %zu/%zu %s -> %s\n",
+                model.info.name, graphs ? "graphs" : "eager ", i, p.ids.size(), c.worst, diverge, p.greedy.size(),
+                verdict.c_str(), ok ? "PASS" : "FAIL");
+    failures += ok ? 0 : 1;
+  }
+  return failures;
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda_available()) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  int failures = 0;
+  try {
+    for (bool graphs : {true, false}) {
+      for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                                &models::tiny_smollm2::model_def(), &models::tiny_deepseek_v2::model_def(),
+                                &models::tiny_deepseek_v2_lite::model_def()}) {
+        failures += check_model(*m, graphs);
+      }
+    }
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%d passed, %d failed\n", 30 - failures, failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Real-shape check against HF transformers (run on the GPU machine): a random-weight model from a
+kiln config (HF from_config, bf16, saved with save_pretrained), HF's greedy continuation of a few
+random prompts, and kiln's on the same checkpoint. Tokens must be identical, or where they first
+differ each side's token must be in the other's top-5 (vLLM's rule).
+
+    python3 tools/golden/compare_hf.py configs/qwen3-0.6b.yaml build/bin/qwen3-0.6b /tmp/work
+    python3 tools/golden/compare_hf.py tests/fixtures/odd-shape/config.json build/bin/odd-shape /tmp/work
+"""
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from hf_model import hf_config_dict, use_original_deepseek_v2_routing  # noqa: E402
+
+
+def kiln(binary, model_dir, ids, new_tokens, dump=None):
+    cmd = [binary, "--model", model_dir, "--backend", "cuda", "--prompt-ids", ",".join(map(str, ids)),
+           "--max-tokens", str(new_tokens), "--temperature", "0", "--ignore-eos", "--output-format", "json"]
+    if dump:
+        cmd += ["--dump-logits", dump]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config", help="kiln YAML or HF config.json")
+    ap.add_argument("binary")
+    ap.add_argument("workdir")
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if args.config.endswith(".json"):
+        cfg = json.load(open(args.config))
+    else:
+        cfg = hf_config_dict(args.config)
+    if cfg["model_type"] == "deepseek_v2":
+        use_original_deepseek_v2_routing()
+    config = AutoConfig.for_model(**cfg)
+    torch.manual_seed(args.seed)
+    t0 = time.time()
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    model.save_pretrained(args.workdir)
+    print(f"model: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params, built and saved in {time.time() - t0:.0f} s",
+          flush=True)
+
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    lengths = [7, 33, 120][: args.prompts]
+    prompts = [torch.randint(3, cfg["vocab_size"], (n,), generator=gen).tolist() for n in lengths]
+    hf = []
+    with torch.no_grad():
+        for ids in prompts:
+            out = model.generate(torch.tensor([ids], device="cuda"), max_new_tokens=args.new_tokens,
+                                 min_new_tokens=args.new_tokens, do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True, pad_token_id=0)
+            tokens = out.sequences[0, len(ids):].tolist()
+            hf.append((tokens, torch.stack([l[0].float().cpu() for l in out.logits])))
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+
+    failures = 0
+    for ids, (hf_tokens, hf_logits) in zip(prompts, hf):
+        ours = kiln(args.binary, args.workdir, ids, args.new_tokens)["requests"][0]["output_ids"]
+        d = 0
+        while d < len(hf_tokens) and d < len(ours) and hf_tokens[d] == ours[d]:
+            d += 1
+        if d == len(hf_tokens):
+            verdict, ok = "identical", True
+        else:
+            dump = os.path.join(args.workdir, "step_logits.safetensors")
+            kiln(args.binary, args.workdir, ids + hf_tokens[:d], 1, dump)
+            kiln_logits = load_file(dump)["logits"][-1]
+            ours_in_hf = ours[d] in torch.topk(hf_logits[d], 5).indices.tolist()
+            hf_in_ours = hf_tokens[d] in torch.topk(kiln_logits, 5).indices.tolist()
+            ok = ours_in_hf and hf_in_ours
+            verdict = (f"first differ at {d} (kiln {ours[d]}, HF {hf_tokens[d]}): "
+                       + ("each in the other's top-5" if ok else "NOT in each other's top-5"))
+        failures += 0 if ok else 1
+        print(f"{os.path.basename(args.binary)} prompt of {len(ids)} tokens: {d}/{len(hf_tokens)} greedy tokens equal; "
+              f"{verdict} -> {'PASS' if ok else 'FAIL'}", flush=True)
+    print(f"{len(prompts) - failures} passed, {failures} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

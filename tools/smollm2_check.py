@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""SmolLM2-135M-Instruct from its Q4_1 GGUF, kiln against HF transformers on the same dequantized
+weights (issue 6). Run on the GPU machine:
+
+    python3 tools/smollm2_check.py SmolLM2-135M-Instruct.Q4_1.gguf --work /tmp/smol
+
+kiln answers 5 chat prompts from the GGUF (greedy, 64 tokens); tools/gguf-to-hf writes the
+dequantized weights as an HF checkpoint, which HF transformers runs in bf16 (the rounding kiln
+applies at load) on the exact prompt ids kiln's tokenizer and chat template produced. Tokens must
+match, or where they first differ each side's token must be in the other's top-5. HF in fp32 (on
+the bf16-rounded weights, and on the exact dequantized weights against kiln's fp32 CPU backend)
+shows which side bf16 rounding moves. Then the natural answers (stopping at the end of turn) on the
+GPU and on the CPU backend, with tok/s.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+BINARY = os.path.join(ROOT, "build", "bin", "smollm2-135m")
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three primary colors.",
+    "How many legs does a spider have?",
+    "Explain photosynthesis in one sentence.",
+]
+
+
+def kiln(gguf, chat, backend, extra):
+    cmd = [BINARY, "--gguf", gguf, "--chat", chat, "--backend", backend, "--temperature", "0",
+           "--output-format", "json"] + extra
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def first_difference(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def hf_greedy(model, ids, n):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(ids):].tolist(), [l[0].float().cpu() for l in out.logits]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gguf")
+    ap.add_argument("--work", default="/tmp/smol")
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    hf_dir = os.path.join(args.work, "hf")
+    subprocess.run([os.path.join(ROOT, "build", "bin", "gguf-to-hf"), args.gguf, hf_dir], check=True)
+    from transformers import AutoModelForCausalLM
+
+    # Three HF references: bf16 (HF's own bf16 inference: weights and activations in bf16), fp32
+    # compute on the bf16-rounded weights kiln's GPU backend uses, and fp32 on the exact dequantized
+    # weights kiln's CPU backend uses.
+    hf_bf16 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).cuda().eval()
+    hf_fp32_bf16w = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).float().cuda().eval()
+    hf_fp32 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).cuda().eval()
+    totals = {"cuda~hf_bf16": 0, "cuda~hf_fp32(bf16 w)": 0, "cpu~hf_fp32": 0}
+    total = 0
+    for q in PROMPTS:
+        r = kiln(args.gguf, q, "cuda", ["--max-tokens", str(args.tokens), "--ignore-eos"])["requests"][0]
+        ids, ours = r["prompt_ids"], r["output_ids"]
+        cpu = kiln(args.gguf, q, "cpu", ["--max-tokens", str(args.tokens), "--ignore-eos"])["requests"][0]["output_ids"]
+        hf, hf_logits = hf_greedy(hf_bf16, ids, args.tokens)
+        hf32b, _ = hf_greedy(hf_fp32_bf16w, ids, args.tokens)
+        hf32, _ = hf_greedy(hf_fp32, ids, args.tokens)
+        d = first_difference(ours, hf)
+        verdict = "identical"
+        if d < len(hf):
+            dump = os.path.join(args.work, "step.safetensors")
+            subprocess.run([BINARY, "--gguf", args.gguf, "--prompt-ids", ",".join(map(str, ids + hf[:d])), "--max-tokens",
+                            "1", "--temperature", "0", "--dump-logits", dump, "-q"], check=True, capture_output=True)
+            ours_in_hf = ours[d] in torch.topk(hf_logits[d], 5).indices.tolist()
+            hf_in_ours = hf[d] in torch.topk(load_file(dump)["logits"][-1], 5).indices.tolist()
+            verdict = f"first differ at {d}: " + ("each in the other's top-5" if ours_in_hf and hf_in_ours else "NOT in top-5")
+        pairs = {"cuda~hf_bf16": d, "cuda~hf_fp32(bf16 w)": first_difference(ours, hf32b), "cpu~hf_fp32": first_difference(cpu, hf32)}
+        for k, v in pairs.items():
+            totals[k] += v
+        total += args.tokens
+        print(f"{q!r}: kiln cuda vs HF bf16 {d}/{len(hf)} ({verdict}); kiln cuda vs HF fp32 on bf16 weights "
+              f"{pairs['cuda~hf_fp32(bf16 w)']}/{args.tokens}; kiln cpu vs HF fp32 {pairs['cpu~hf_fp32']}/{args.tokens}; "
+              f"kiln: {r['text'][:60]!r}", flush=True)
+    for k, v in totals.items():
+        print(f"greedy tokens equal before the first difference, {k}: {v}/{total}")
+
+    for backend in ("cuda", "cpu"):
+        r = kiln(args.gguf, PROMPTS[0], backend, ["--max-tokens", "128"])
+        t = r["timings"]
+        print(f"[{backend}] > {PROMPTS[0]}\n{r['requests'][0]['text']}\n"
+              f"[{backend}] {r['device']}: {r['counts']['output_tokens']} tokens, decode {t['decode_tok_s']:.1f} tok/s, "
+              f"time to first token {t['ttft_ms_mean']:.1f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
