@@ -129,7 +129,7 @@ int run(const ModelDef& model, const CliOptions& o) {
       }
     }
   }
-  if (!o.quiet && o.output_format == "text") std::cerr << summary_text(report);
+  if (!o.quiet && o.output_format == "text" && !finished.empty()) std::cerr << summary_text(report);
   return any_error ? 1 : 0;
 }
 

@@ -30,6 +30,21 @@ std::vector<int32_t> parse_ids(const std::string& text, int32_t vocab_size) {
   return ids;
 }
 
+// A whole number of at least 1, with a message a person can read.
+CLI::Validator positive_count(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const long long v = std::stoll(text, &used);
+          if (used == text.size() && v >= 1) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected a positive number of " + what + ", got '" + text + "'";
+      },
+      "POSITIVE");
+}
+
 }  // namespace
 
 std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, CliOptions& o) {
@@ -61,7 +76,7 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_option("--system", o.system, "system prompt for --chat (and chat lines of --prompts-file)");
   app.add_option("--output", o.output, "write results as JSONL, one line per request");
 
-  app.add_option("--max-tokens", o.max_tokens, "tokens to generate at most")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-tokens", o.max_tokens, "tokens to generate at most")->check(positive_count("tokens"))->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 is greedy")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
   app.add_option("--top-p", o.top_p, "nucleus mass in (0, 1]; 1 disables")->capture_default_str();
   app.add_option("--top-k", o.top_k, "keep the k most likely tokens; 0 disables")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -71,7 +86,7 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_flag("--logprobs", o.logprobs, "report each generated token's log-probability");
 
   app.add_option("--kv-pages", o.kv_pages, "KV-cache pages (default: from free GPU memory; CPU: 2 × max context)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_count("pages"));
   app.add_option("--gpu-mem-util", o.gpu_mem_util, "fraction of GPU memory to use in all")
       ->check(CLI::Range(0.05, 0.99))->capture_default_str();
   app.add_option("--max-batch", o.max_batch, "sequences per step at most (default: the model's build.max_batch)")
