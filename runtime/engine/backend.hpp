@@ -54,6 +54,11 @@ class Backend {
   virtual int64_t last_step_experts_read() = 0;
 };
 
+// Checks both backends make: a step within the model's build.max_batched_tokens, and logits rows
+// within the last step's.
+void check_step_fits(const ModelInfo& model, const StepBatch& step);
+void check_logit_rows(int32_t first, int32_t count, int32_t available);
+
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
 // Throws kiln::Error when no usable GPU is present.
 std::unique_ptr<Backend> make_cuda_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);

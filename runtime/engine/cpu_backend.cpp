@@ -43,9 +43,7 @@ class CpuBackend final : public Backend {
 
   void forward(const StepBatch& step) override {
     const ModelInfo& m = model_.info;
-    if (step.num_tokens() > m.max_batched_tokens) {
-      fail("step of ", step.num_tokens(), " tokens exceeds max_batched_tokens (", m.max_batched_tokens, ")");
-    }
+    check_step_fits(m, step);
     logits_.resize(static_cast<size_t>(step.num_logits()) * m.vocab_size);
     num_logits_ = step.num_logits();
     std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
@@ -54,7 +52,7 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
-    check_rows(first_logit_row, static_cast<int32_t>(rows.size()));
+    check_logit_rows(first_logit_row, static_cast<int32_t>(rows.size()), num_logits_);
     const int32_t V = model_.info.vocab_size;
     return sample_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, rows.size() * V), V,
                       rows);
@@ -65,18 +63,12 @@ class CpuBackend final : public Backend {
   }
 
   void copy_logits(int32_t first, int32_t count, float* out) override {
-    check_rows(first, count);
+    check_logit_rows(first, count, num_logits_);
     const size_t V = model_.info.vocab_size;
     std::copy_n(logits_.data() + first * V, count * V, out);
   }
 
  private:
-  void check_rows(int32_t first, int32_t count) const {
-    if (first < 0 || count < 0 || first + count > num_logits_) {
-      fail("internal: logits rows ", first, "..", first + count, " requested, the step has ", num_logits_);
-    }
-  }
-
   const ModelDef& model_;
   HostSink sink_;
   LoadedWeights weights_;

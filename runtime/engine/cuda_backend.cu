@@ -198,9 +198,7 @@ class CudaBackend final : public Backend {
 
   void forward(const StepBatch& step) override {
     const ModelInfo& m = model_.info;
-    if (step.num_tokens() > m.max_batched_tokens) {
-      fail("step of ", step.num_tokens(), " tokens exceeds max_batched_tokens (", m.max_batched_tokens, ")");
-    }
+    check_step_fits(m, step);
     ensure_logits_rows(step.num_logits());
     num_logits_ = step.num_logits();
     const CudaStep d = steps_->upload(step, stream_);
@@ -217,7 +215,7 @@ class CudaBackend final : public Backend {
   }
 
   std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
-    check_rows(first_logit_row, static_cast<int32_t>(rows.size()));
+    check_logit_rows(first_logit_row, static_cast<int32_t>(rows.size()), num_logits_);
     const int64_t V = model_.info.vocab_size;
     std::vector<SampleOutput> out =
         sampler_->sample(logits_.get<float>() + first_logit_row * V, V, static_cast<int32_t>(V), rows, stream_);
@@ -226,7 +224,7 @@ class CudaBackend final : public Backend {
   }
 
   void copy_logits(int32_t first, int32_t count, float* out) override {
-    check_rows(first, count);
+    check_logit_rows(first, count, num_logits_);
     const size_t V = model_.info.vocab_size;
     KILN_CUDA(cudaMemcpyAsync(out, logits_.get<float>() + first * V, count * V * 4, cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA(cudaStreamSynchronize(stream_));
@@ -317,11 +315,6 @@ class CudaBackend final : public Backend {
     if (bytes > logits_.bytes()) logits_.resize(bytes);  // --dump-logits of a long prompt
   }
 
-  void check_rows(int32_t first, int32_t count) const {
-    if (first < 0 || count < 0 || first + count > num_logits_) {
-      fail("internal: logits rows ", first, "..", first + count, " requested, the step has ", num_logits_);
-    }
-  }
 
   const ModelDef& model_;
   bool use_graphs_;

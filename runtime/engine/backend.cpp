@@ -1,0 +1,19 @@
+#include "runtime/engine/backend.hpp"
+
+#include "runtime/core/error.hpp"
+
+namespace kiln {
+
+void check_step_fits(const ModelInfo& model, const StepBatch& step) {
+  if (step.num_tokens() > model.max_batched_tokens) {
+    fail("step of ", step.num_tokens(), " tokens exceeds max_batched_tokens (", model.max_batched_tokens, ")");
+  }
+}
+
+void check_logit_rows(int32_t first, int32_t count, int32_t available) {
+  if (first < 0 || count < 0 || first + count > available) {
+    fail("internal: logits rows ", first, "..", first + count, " requested, the step has ", available);
+  }
+}
+
+}  // namespace kiln
