@@ -3,6 +3,9 @@
 // The two samplers share one definition made of exactly rounded operations and integer mass
 // (sampling_math.hpp), so tokens must match on every row: a float-summing sampler would differ
 // where its cumulative sum lands within rounding of u; here that count is reported and must be 0.
+// Every row is sampled in batches of 1, 2, 3, 8 and 64 rows, packed and with padded (unaligned)
+// rows, through CudaSampler, through a workspace that splits rows into slices of as few as 4 tokens,
+// and through the one-block-per-row kernel; captured launches are replayed from a CUDA graph.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -131,7 +134,11 @@ const ParamSet kParamSets[] = {
     {"top_k 1", 1.3f, 1, 1.0f, 0.0f},
     {"top_k 1000 top_p 0.99", 1.0f, 1000, 0.99f, 0.0f},
     {"top_k > V", 1.0f, 1 << 30, 1.0f, 0.0f},
+    {"t1e-5 (sampled: ties at the top)", 1e-5f, 0, 1.0f, 0.0f},
 };
+constexpr size_t kNumParamSets = std::size(kParamSets);
+// The timed sets: greedy, temperature 1, top-k, top-p, all filters.
+constexpr size_t kTimedSets[] = {0, 1, 2, 3, 5};
 
 // Rows of different shapes: spread-out logits, peaked ones, and coarse ones full of ties.
 std::vector<float> make_logits(int32_t rows, int32_t vocab, uint32_t seed) {
@@ -153,72 +160,252 @@ std::vector<float> make_logits(int32_t rows, int32_t vocab, uint32_t seed) {
   return logits;
 }
 
-void compare_with_cpu(CudaSampler& sampler) {
-  const int32_t vocabs[] = {49152, 151936, 128256, 102400, 1000, 200, 1, 7, 4097};
-  const int32_t rows = 24;
-  int64_t compared = 0, token_mismatches = 0, status_mismatches = 0, near_boundary = 0;
+// Row r of a batch sampled with parameter set `set` (kNumParamSets: "mixed", row r takes set r mod n).
+SamplerRow make_row(size_t set, int32_t r, int32_t vocab) {
+  const ParamSet& p = kParamSets[set < kNumParamSets ? set : static_cast<size_t>(r) % kNumParamSets];
+  SamplerRow row;
+  row.temperature = p.temperature;
+  row.top_k = p.top_k;
+  row.top_p = p.top_p;
+  row.min_p = p.min_p;
+  row.seed = 0x5eed0000ull + static_cast<uint64_t>(r) * 7919u + static_cast<uint64_t>(vocab);
+  row.counter = static_cast<uint64_t>(r) * 3u;
+  row.want_logprob = (r % 5 != 3) ? 1 : 0;  // most rows want one; some rows skip that pass
+  return row;
+}
+
+const char* set_name(size_t set) { return set < kNumParamSets ? kParamSets[set].name : "mixed"; }
+
+// A logits matrix on the device, rows `stride` apart; the padding between rows holds NaN, so a read
+// past the vocabulary turns the row's status bad.
+struct DeviceLogits {
+  DeviceBuffer<float> buffer;
+  int64_t stride;
+  DeviceLogits(const std::vector<float>& logits, int32_t rows, int32_t vocab, int64_t stride_)
+      : buffer(static_cast<size_t>(rows) * stride_), stride(stride_) {
+    std::vector<float> padded(static_cast<size_t>(rows) * stride, std::numeric_limits<float>::quiet_NaN());
+    for (int32_t r = 0; r < rows; ++r) {
+      std::copy_n(logits.data() + static_cast<size_t>(r) * vocab, vocab, padded.data() + static_cast<size_t>(r) * stride);
+    }
+    CUDA_OK(cudaMemcpy(buffer.ptr, padded.data(), sizeof(float) * padded.size(), cudaMemcpyHostToDevice));
+  }
+};
+
+// The ways of running the GPU sampler that must all agree with the CPU.
+struct Launcher {
+  std::string name;
+  CudaSampler* sampler;          // CudaSampler::sample (its default workspace)
+  SamplerWorkspace* workspace;   // else launch_sampler with this workspace, or none: one block per row
+};
+
+struct Tally {
+  int64_t compared = 0, token_mismatches = 0, status_mismatches = 0;
   double worst_logprob = 0;
+};
+
+// Batches of `batch` consecutive rows of `rows`, each batch one launch; outputs of all rows.
+std::vector<SampleOutput> run_batches(const Launcher& launcher, const DeviceLogits& logits, int32_t rows, int32_t vocab,
+                                      int32_t batch, const std::vector<SamplerRow>& host_rows,
+                                      const DeviceBuffer<SamplerRow>& device_rows, DeviceBuffer<SampleOutput>& device_out) {
+  std::vector<SampleOutput> out(rows, SampleOutput{-7, -7.0f, -7});
+  const int32_t full = rows / batch * batch;  // whole batches only: "B = 3" means three rows
+  if (launcher.sampler) {
+    for (int32_t start = 0; start < full; start += batch) {
+      const std::vector<SampleOutput> got = launcher.sampler->sample(
+          logits.buffer.ptr + start * logits.stride, logits.stride, vocab,
+          std::span<const SamplerRow>(host_rows.data() + start, batch), nullptr);
+      std::copy(got.begin(), got.end(), out.begin() + start);
+    }
+    return out;
+  }
+  // Poison the outputs: every row compared must have been written by this run.
+  std::vector<SampleOutput> poison(rows, SampleOutput{-7, -7.0f, -7});
+  CUDA_OK(cudaMemcpy(device_out.ptr, poison.data(), sizeof(SampleOutput) * rows, cudaMemcpyHostToDevice));
+  for (int32_t start = 0; start < full; start += batch) {
+    const float* first = logits.buffer.ptr + start * logits.stride;
+    if (launcher.workspace) {
+      launch_sampler(first, logits.stride, batch, vocab, device_rows.ptr + start, device_out.ptr + start,
+                     *launcher.workspace, nullptr);
+    } else {
+      launch_sampler(first, logits.stride, batch, vocab, device_rows.ptr + start, device_out.ptr + start, nullptr);
+    }
+  }
+  CUDA_OK(cudaMemcpy(out.data(), device_out.ptr, sizeof(SampleOutput) * rows, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+void compare_with_cpu(const std::vector<Launcher>& launchers) {
+  const int32_t vocabs[] = {49152, 151936, 128256, 102400, 1000, 200, 1, 7, 4097};
+  const int32_t batches[] = {1, 2, 3, 8, 64};
+  const int32_t rows = 64;
+  std::vector<Tally> tallies(launchers.size());
+  int64_t cpu_rows = 0, near_boundary = 0;
+  int printed = 0;
+  DeviceBuffer<SamplerRow> device_rows(rows);
+  DeviceBuffer<SampleOutput> device_out(rows);
   for (int32_t vocab : vocabs) {
     std::vector<float> logits = make_logits(rows, vocab, 1000u + static_cast<uint32_t>(vocab));
     // Poison two rows: NaN and -inf (must fail on both samplers, the others must not notice).
     logits[static_cast<size_t>(5) * vocab + vocab / 2] = std::numeric_limits<float>::quiet_NaN();
     logits[static_cast<size_t>(11) * vocab + vocab - 1] = -std::numeric_limits<float>::infinity();
-    DeviceBuffer<float> d_logits(logits.size());
-    CUDA_OK(cudaMemcpy(d_logits.ptr, logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
-    for (const ParamSet& p : kParamSets) {
+    // Packed rows, and rows 5 floats apart past the vocabulary (most rows then start unaligned).
+    const DeviceLogits layouts[] = {DeviceLogits(logits, rows, vocab, vocab), DeviceLogits(logits, rows, vocab, vocab + 5)};
+    for (size_t set = 0; set <= kNumParamSets; ++set) {
       std::vector<SamplerRow> sampler_rows(rows);
+      std::vector<SampleOutput> expected(rows);
       for (int32_t r = 0; r < rows; ++r) {
-        SamplerRow& row = sampler_rows[r];
-        row.temperature = p.temperature;
-        row.top_k = p.top_k;
-        row.top_p = p.top_p;
-        row.min_p = p.min_p;
-        row.seed = 0x5eed0000ull + static_cast<uint64_t>(r) * 7919u + static_cast<uint64_t>(vocab);
-        row.counter = static_cast<uint64_t>(r) * 3u;
-        row.want_logprob = 1;
-      }
-      const std::vector<SampleOutput> gpu = sampler.sample(d_logits.ptr, vocab, vocab, sampler_rows, nullptr);
-      for (int32_t r = 0; r < rows; ++r) {
-        const std::span<const float> row_logits(logits.data() + static_cast<size_t>(r) * vocab, vocab);
+        sampler_rows[r] = make_row(set, r, vocab);
         SampleTrace trace;
-        const SampleOutput cpu = sample_row_cpu(row_logits, sampler_rows[r], &trace);
-        ++compared;
-        if (cpu.status != gpu[r].status) {
-          ++status_mismatches;
-          std::printf("  V=%d %s row %d: status cpu %d gpu %d\n", vocab, p.name, r, cpu.status, gpu[r].status);
-          continue;
-        }
-        if (cpu.status != kSampleOk) continue;
+        const std::span<const float> row_logits(logits.data() + static_cast<size_t>(r) * vocab, vocab);
+        expected[r] = sample_row_cpu(row_logits, sampler_rows[r], &trace);
+        ++cpu_rows;
         // A float-summing sampler could flip where u lies within ~1e-6 (relative) of a CDF step.
-        if (p.temperature > 0.0f) {
+        if (expected[r].status == kSampleOk && !row_is_greedy(sampler_rows[r])) {
           const double margin = static_cast<double>(std::min(trace.target - trace.mass_before,
                                                              trace.mass_through - 1 - trace.target));
           if (margin < 1e-6 * static_cast<double>(trace.kept_mass)) ++near_boundary;
         }
-        if (cpu.token != gpu[r].token) {
-          ++token_mismatches;
-          if (token_mismatches <= 10) {
-            std::printf("  V=%d %s row %d: token cpu %d gpu %d (threshold key %08x kept %llu target %llu)\n", vocab,
-                        p.name, r, cpu.token, gpu[r].token, trace.threshold_key,
-                        static_cast<unsigned long long>(trace.kept_mass), static_cast<unsigned long long>(trace.target));
+      }
+      CUDA_OK(cudaMemcpy(device_rows.ptr, sampler_rows.data(), sizeof(SamplerRow) * rows, cudaMemcpyHostToDevice));
+      for (size_t l = 0; l < launchers.size(); ++l) {
+        for (const DeviceLogits& layout : layouts) {
+          for (int32_t batch : batches) {
+            const std::vector<SampleOutput> gpu =
+                run_batches(launchers[l], layout, rows, vocab, batch, sampler_rows, device_rows, device_out);
+            const int32_t full = rows / batch * batch;
+            Tally& t = tallies[l];
+            for (int32_t r = 0; r < full; ++r) {
+              const SampleOutput& cpu = expected[r];
+              ++t.compared;
+              const bool status_differs = cpu.status != gpu[r].status;
+              const bool token_differs = !status_differs && cpu.status == kSampleOk && cpu.token != gpu[r].token;
+              if (status_differs) ++t.status_mismatches;
+              if (token_differs) ++t.token_mismatches;
+              if ((status_differs || token_differs) && printed < 20) {
+                ++printed;
+                std::printf("  %s: V=%d stride %lld B=%d %s row %d: cpu token %d status %d, gpu token %d status %d\n",
+                            launchers[l].name.c_str(), vocab, static_cast<long long>(layout.stride), batch,
+                            set_name(set), r, cpu.token, cpu.status, gpu[r].token, gpu[r].status);
+              }
+              if (!status_differs && !token_differs && cpu.status == kSampleOk && sampler_rows[r].want_logprob) {
+                t.worst_logprob = std::max(t.worst_logprob, static_cast<double>(std::abs(cpu.logprob - gpu[r].logprob)));
+              }
+            }
           }
         }
-        worst_logprob = std::max(worst_logprob, static_cast<double>(std::abs(cpu.logprob - gpu[r].logprob)));
       }
     }
   }
-  std::printf("sampler: %lld rows compared over %zu vocabularies x %zu parameter sets\n",
-              static_cast<long long>(compared), std::size(vocabs), std::size(kParamSets));
-  std::printf("sampler: token mismatches %lld, status mismatches %lld, draws within 1e-6 of a CDF step %lld, "
-              "worst |logprob difference| %.3g\n",
-              static_cast<long long>(token_mismatches), static_cast<long long>(status_mismatches),
-              static_cast<long long>(near_boundary), worst_logprob);
-  expect(token_mismatches == 0, "GPU tokens equal CPU tokens");
-  expect(status_mismatches == 0, "GPU NaN/inf status equals CPU status");
-  expect(worst_logprob < 2e-4, "GPU logprobs equal CPU logprobs to float rounding");
+  std::printf("sampler: %lld CPU rows over %zu vocabularies x %zu parameter sets (+ mixed), 2 row layouts, "
+              "batches of 1, 2, 3, 8, 64; draws within 1e-6 of a CDF step %lld\n",
+              static_cast<long long>(cpu_rows), std::size(vocabs), kNumParamSets, static_cast<long long>(near_boundary));
+  for (size_t l = 0; l < launchers.size(); ++l) {
+    const Tally& t = tallies[l];
+    std::printf("sampler [%s]: %lld rows compared, token mismatches %lld, status mismatches %lld, "
+                "worst |logprob difference| %.3g\n",
+                launchers[l].name.c_str(), static_cast<long long>(t.compared), static_cast<long long>(t.token_mismatches),
+                static_cast<long long>(t.status_mismatches), t.worst_logprob);
+    expect(t.token_mismatches == 0, launchers[l].name + ": GPU tokens equal CPU tokens");
+    expect(t.status_mismatches == 0, launchers[l].name + ": GPU NaN/inf status equals CPU status");
+    expect(t.worst_logprob < 2e-4, launchers[l].name + ": GPU logprobs equal CPU logprobs to float rounding");
+  }
 }
 
-void time_sampler() {
+// The launch recorded once in a CUDA graph and replayed with new row parameters each time (what a
+// captured decode step does): every replay must match the CPU.
+void check_graph_capture(SamplerWorkspace& workspace) {
+  const int32_t vocab = 151936;
+  const int32_t rows = 4;
+  const std::vector<float> logits = make_logits(rows, vocab, 4242);
+  DeviceBuffer<float> d_logits(logits.size());
+  CUDA_OK(cudaMemcpy(d_logits.ptr, logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
+  DeviceBuffer<SamplerRow> d_rows(rows);
+  DeviceBuffer<SampleOutput> d_out(rows);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int mismatches = 0, replays = 0;
+  for (int32_t batch : {1, rows}) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch_sampler(d_logits.ptr, vocab, batch, vocab, d_rows.ptr, d_out.ptr, workspace, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (uint64_t step = 0; step < 2 * kNumParamSets; ++step) {
+      std::vector<SamplerRow> host_rows(batch);
+      for (int32_t r = 0; r < batch; ++r) {
+        host_rows[r] = make_row((step + r) % (kNumParamSets + 1), r, vocab);
+        host_rows[r].counter = step;
+      }
+      CUDA_OK(cudaMemcpyAsync(d_rows.ptr, host_rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice, stream));
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      std::vector<SampleOutput> gpu(batch);
+      CUDA_OK(cudaMemcpyAsync(gpu.data(), d_out.ptr, sizeof(SampleOutput) * batch, cudaMemcpyDeviceToHost, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      ++replays;
+      for (int32_t r = 0; r < batch; ++r) {
+        const SampleOutput cpu = sample_row_cpu(
+            std::span<const float>(logits.data() + static_cast<size_t>(r) * vocab, vocab), host_rows[r]);
+        if (cpu.token != gpu[r].token || cpu.status != gpu[r].status) ++mismatches;
+      }
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  std::printf("graph capture: %d replays of captured launches (B = 1 and %d, new parameters each time), "
+              "%d token/status mismatches\n", replays, rows, mismatches);
+  expect(mismatches == 0, "captured sampler launches match the CPU");
+}
+
+// Microseconds per launch_sampler call, `iterations` back-to-back launches on the default stream
+// (or replays of one captured launch with as_graph).
+double time_launches(const float* logits, int32_t vocab, int32_t batch, const SamplerRow* rows, SampleOutput* out,
+                     SamplerWorkspace* workspace, bool as_graph) {
+  auto launch = [&](cudaStream_t stream) {
+    if (workspace) {
+      launch_sampler(logits, vocab, batch, vocab, rows, out, *workspace, stream);
+    } else {
+      launch_sampler(logits, vocab, batch, vocab, rows, out, stream);
+    }
+  };
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraphExec_t exec = nullptr;
+  if (as_graph) {
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch(stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  auto run = [&] {
+    if (exec) {
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+    } else {
+      launch(stream);
+    }
+  };
+  cudaEvent_t start, stop;
+  CUDA_OK(cudaEventCreate(&start));
+  CUDA_OK(cudaEventCreate(&stop));
+  for (int i = 0; i < 5; ++i) run();
+  const int iterations = 100;
+  CUDA_OK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iterations; ++i) run();
+  CUDA_OK(cudaEventRecord(stop, stream));
+  CUDA_OK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaStreamDestroy(stream));
+  return 1000.0 * ms / iterations;
+}
+
+void time_sampler(SamplerWorkspace& workspace) {
   const int32_t vocab = 151936;
   const int32_t max_rows = 64;
   const std::vector<float> logits = make_logits(max_rows, vocab, 77);
@@ -226,38 +413,53 @@ void time_sampler() {
   CUDA_OK(cudaMemcpy(d_logits.ptr, logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
   DeviceBuffer<SamplerRow> d_rows(max_rows);
   DeviceBuffer<SampleOutput> d_out(max_rows);
-  cudaEvent_t start, stop;
-  CUDA_OK(cudaEventCreate(&start));
-  CUDA_OK(cudaEventCreate(&stop));
-  const ParamSet timed[] = {kParamSets[0], kParamSets[1], kParamSets[2], kParamSets[3], kParamSets[5]};
-  for (const ParamSet& p : timed) {
-    for (int32_t batch : {1, 64}) {
-      std::vector<SamplerRow> rows(batch);
-      for (int32_t r = 0; r < batch; ++r) {
-        rows[r].temperature = p.temperature;
-        rows[r].top_k = p.top_k;
-        rows[r].top_p = p.top_p;
-        rows[r].min_p = p.min_p;
-        rows[r].seed = 99 + r;
-      }
-      CUDA_OK(cudaMemcpy(d_rows.ptr, rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice));
-      for (int i = 0; i < 5; ++i) launch_sampler(d_logits.ptr, vocab, batch, vocab, d_rows.ptr, d_out.ptr, nullptr);
-      const int iterations = 100;
-      CUDA_OK(cudaEventRecord(start));
-      for (int i = 0; i < iterations; ++i) {
-        launch_sampler(d_logits.ptr, vocab, batch, vocab, d_rows.ptr, d_out.ptr, nullptr);
-      }
-      CUDA_OK(cudaEventRecord(stop));
-      CUDA_OK(cudaEventSynchronize(stop));
-      float ms = 0;
-      CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
-      const double us_per_call = 1000.0 * ms / iterations;
-      std::printf("timing V=%d B=%2d %-24s %8.1f us per call, %7.2f us per row\n", vocab, batch, p.name,
-                  us_per_call, us_per_call / batch);
+  auto upload = [&](const ParamSet& p, int32_t batch) {
+    std::vector<SamplerRow> rows(batch);
+    for (int32_t r = 0; r < batch; ++r) {
+      rows[r].temperature = p.temperature;
+      rows[r].top_k = p.top_k;
+      rows[r].top_p = p.top_p;
+      rows[r].min_p = p.min_p;
+      rows[r].seed = 99 + r;
+    }
+    CUDA_OK(cudaMemcpy(d_rows.ptr, rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice));
+  };
+  std::printf("workspace: %d resident blocks, up to %d rows split\n", workspace.resident_blocks(), workspace.max_rows());
+  for (size_t set : kTimedSets) {
+    const ParamSet& p = kParamSets[set];
+    for (int32_t batch : {1, 4, 64}) {
+      upload(p, batch);
+      const SamplerWorkspace::Split split = workspace.split(batch, vocab);
+      const double us = time_launches(d_logits.ptr, vocab, batch, d_rows.ptr, d_out.ptr, &workspace, false);
+      std::printf("timing V=%d B=%2d %-24s %8.1f us per call, %7.2f us per row  (%d blocks per row)\n", vocab, batch,
+                  p.name, us, us / batch, split.blocks_per_row);
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  // The same launches replayed from a graph (no launch overhead), and the one-block-per-row kernel.
+  for (size_t set : kTimedSets) {
+    const ParamSet& p = kParamSets[set];
+    for (int32_t batch : {1, 4}) {
+      upload(p, batch);
+      const double us = time_launches(d_logits.ptr, vocab, batch, d_rows.ptr, d_out.ptr, &workspace, true);
+      std::printf("timing V=%d B=%2d %-24s %8.1f us per graph replay\n", vocab, batch, p.name, us);
+    }
+    for (int32_t batch : {1, 64}) {
+      upload(p, batch);
+      const double us = time_launches(d_logits.ptr, vocab, batch, d_rows.ptr, d_out.ptr, nullptr, false);
+      std::printf("timing V=%d B=%2d %-24s %8.1f us per call, %7.2f us per row  (one block per row)\n", vocab, batch,
+                  p.name, us, us / batch);
+    }
+  }
+  // How the B = 1 latency depends on the smallest slice a block takes (kSamplerMinTokensPerBlock).
+  for (int32_t min_tokens : {256, 512, 1024, 2048, 4096, 8192}) {
+    SamplerWorkspace tuned(max_rows, min_tokens);
+    for (size_t set : {size_t{0}, size_t{3}}) {
+      upload(kParamSets[set], 1);
+      const double us = time_launches(d_logits.ptr, vocab, 1, d_rows.ptr, d_out.ptr, &tuned, false);
+      std::printf("timing V=%d B= 1 %-24s %8.1f us per call with min %d tokens per block (%d blocks)\n", vocab,
+                  kParamSets[set].name, us, min_tokens, tuned.split(1, vocab).blocks_per_row);
+    }
+  }
 }
 
 }  // namespace
@@ -275,8 +477,12 @@ int main() {
     check_philox_on_device();
     check_exp_bits_on_device();
     CudaSampler sampler(64);
-    compare_with_cpu(sampler);
-    time_sampler();
+    SamplerWorkspace tiny_slices(64, 4);  // splits even V = 7 over 2 blocks, V = 200 over 50
+    compare_with_cpu({{"CudaSampler::sample", &sampler, nullptr},
+                      {"launch_sampler, 4+ tokens per block", nullptr, &tiny_slices},
+                      {"launch_sampler, one block per row", nullptr, nullptr}});
+    check_graph_capture(sampler.workspace());
+    time_sampler(sampler.workspace());
   } catch (const std::exception& e) {
     std::printf("FAIL %s\n", e.what());
     return 1;
