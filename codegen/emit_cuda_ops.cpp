@@ -62,12 +62,21 @@ std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
                    "(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream)",
                "kiln::rmsnorm_rows<" + dim(op, "dim") + ">(x, rows, weight, out, num_rows, " + real(op, "eps") +
                    ", stream);"}};
-    case OpKind::linear:
+    case OpKind::linear: {
+      const std::string shape = dim(op, "n") + ", " + dim(op, "k") + ", " + gemv_out(op.epilogue);
+      const std::string out = out_type(op.epilogue) + "* out, int tokens, cudaStream_t stream)";
+      return {{name, "void " + name + "(const bf16* in, const bf16* weight, " + out,
+               "kiln::gemv<" + shape + ">(in, weight, out, tokens, stream);"}};
+    }
+    case OpKind::attention_prep:
       return {{name,
-               "void " + name + "(const bf16* in, const bf16* weight, " + out_type(op.epilogue) +
-                   "* out, int tokens, cudaStream_t stream)",
-               "kiln::gemv<" + dim(op, "n") + ", " + dim(op, "k") + ", " + gemv_out(op.epilogue) +
-                   ">(in, weight, out, tokens, stream);"}};
+               "void " + name +
+                   "(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table, "
+                   "const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
+               "kiln::attention_prep<" + dim(op, "heads") + ", " + dim(op, "kv_heads") + ", " + dim(op, "head_dim") +
+                   ", " + dim(op, "row") + ", " + dim(op, "page_size") + ", " +
+                   (op.weights.empty() ? "false" : "true") + ">(qkv, q_norm, k_norm, " + real(op, "eps") +
+                   ", positions, table, slot_mapping, cache, tokens, stream);"}};
     case OpKind::head_rmsnorm:
       return {{name,
                "void " + name + "(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, cudaStream_t stream)",
@@ -186,6 +195,7 @@ std::vector<std::string> cuda_headers(const Op& op) {
     case OpKind::moe_gate_up:
     case OpKind::moe_down: return {"templates/moe.cuh"};
     case OpKind::moe_record: return {"templates/moe_usage.cuh"};
+    case OpKind::attention_prep: return {"templates/attention_prep.cuh"};
   }
   return {};
 }
@@ -200,6 +210,13 @@ std::vector<std::string> ref_headers(const Op& op) {
     case OpKind::moe_record:
     case OpKind::moe_gate_up:
     case OpKind::moe_down: return {"runtime/ref/moe.hpp"};
+    case OpKind::attention_prep: {
+      std::vector<std::string> out;
+      for (const Op& part : op.parts) {
+        for (const auto& h : ref_headers(part)) out.push_back(h);
+      }
+      return out;
+    }
     default: return {"runtime/ref/ops.hpp"};
   }
 }
@@ -244,6 +261,9 @@ std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
              ", step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, "
              "step.max_query_len, stream);";
     case OpKind::moe_route: return k + "(router_logits, topk_ids, topk_weights, T, stream);";
+    case OpKind::attention_prep:
+      return k + "(" + op.reads[0] + ", " + (op.weights.empty() ? "nullptr, nullptr" : weight(op, g, 0) + ", " + weight(op, g, 1)) +
+             ", step.positions, ctx.rope, step.slot_mapping, kv, T, stream);";
     case OpKind::moe_record: return k + "(topk_ids, ctx.expert_usage + layer * " + dim(op, "experts") + ", T, stream);";
     case OpKind::moe_gate_up: return k + "(h, " + weight(op, g) + ", topk_ids, moe_gate_up, moe_scratch, T, stream);";
     case OpKind::moe_down:
@@ -302,6 +322,13 @@ std::vector<std::string> ref_call(const Op& op, const Graph& g) {
               ", " + dim(op, "topk_groups") + ", /*group_limited=*/" + (op.group_limited ? "true" : "false") +
               ", /*normalize=*/" + (op.normalize ? "true" : "false") + ", " + real(op, "scaling") +
               ", topk_ids, topk_weights);"};
+    case OpKind::attention_prep: {
+      std::vector<std::string> out;
+      for (const Op& part : op.parts) {
+        for (const auto& stmt : ref_call(part, g)) out.push_back(stmt);
+      }
+      return out;
+    }
     case OpKind::moe_record:
       return {"ref::moe_record(topk_ids, T, " + dim(op, "top_k") + ", ctx.expert_usage + layer * " + dim(op, "experts") +
               ");"};

@@ -14,7 +14,12 @@ namespace {
 enum class Backend { ref, cuda_prefill, cuda_decode };
 
 void emit_op(const Op& op, const Graph& g, Backend backend, Code& c) {
-  c.comment(op.math);
+  if (!op.parts.empty()) {
+    for (const Op& part : op.parts) c.comment(part.math);
+    if (backend != Backend::ref) c.comment("(one fused kernel)");
+  } else {
+    c.comment(op.math);
+  }
   if (backend == Backend::ref) {
     for (const auto& stmt : ref_call(op, g)) c.line(stmt);
   } else {

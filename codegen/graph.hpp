@@ -61,6 +61,10 @@ struct Op {
   bool interleaved = false;              // rope: pairs (2i, 2i+1) instead of (i, i + dim/2)
   bool group_limited = false;            // moe_route: topk_method group_limited_greedy
   bool normalize = false;                // moe_route: renormalize the top-k weights (norm_topk_prob)
+
+  // Fusion (fuse.cpp). A fused op lists the ops it replaces in `parts`: the CPU reference runs
+  // them one by one, the CUDA forward runs one kernel.
+  std::vector<Op> parts;
   std::string kernel;    // the wrapper this op calls in kernels.cu (ops sharing one instantiation share it)
 };
 
@@ -114,6 +118,9 @@ struct Graph {
 };
 
 Graph build_graph(const ModelSpec& spec);
+
+// The fusion pass (fuse.cpp), run by build_graph.
+void fuse(Graph& graph);
 
 // The byte offset of each buffer in the activation arena, planned at codegen from the buffers'
 // live ranges (buffers whose lives do not overlap share bytes). Sizes assume T = max_batched_tokens.

@@ -251,7 +251,8 @@ void share_kernels(Graph& g) {
   std::map<std::string, std::string> by_signature;
   auto visit = [&](Op& op) {
     std::string sig = std::string(op_name(op.kind)) + "/" + num(static_cast<int>(op.epilogue)) + "/" +
-                      (op.interleaved ? "i" : "-") + (op.group_limited ? "g" : "-") + (op.normalize ? "n" : "-");
+                      (op.interleaved ? "i" : "-") + (op.group_limited ? "g" : "-") + (op.normalize ? "n" : "-") +
+                      "/" + std::to_string(op.parts.size());
     for (const auto& [k, v] : op.dims) sig += "/" + k + "=" + num(g.value(v));
     for (const auto& [k, v] : op.reals) sig += "/" + k + "=" + fmt_real(g.constant(v).real_value);
     auto [it, inserted] = by_signature.emplace(sig, op.kernel);
@@ -420,6 +421,7 @@ Graph build_graph(const ModelSpec& spec) {
   } else {
     build_dense(spec, g);
   }
+  fuse(g);
   share_kernels(g);
   define_decode_bytes(spec, g);
   // Kernel wrappers and buffers share the generated forward's scope: one name, one thing.

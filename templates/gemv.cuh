@@ -12,6 +12,7 @@
 //
 // Warps split the rows (kWarpsN row tiles per block) and the columns (kWarpsK interleaved column
 // steps); a block sums its column-splits in shared memory in a fixed order (deterministic).
+//
 #pragma once
 
 #include "templates/common.cuh"
@@ -86,9 +87,43 @@ __device__ __forceinline__ uint4 load_chunk(const bf16* row, int col, bool valid
   }
 }
 
-template <int kN, int kK, GemvOut kOut, typename Shape>
+// ---- GEMV inputs ----
+// What the kernel multiplies, per token. An input type supplies
+//   Row                        what a thread keeps of its token's row between loads
+//   rows<kTiles, kThreads>(tokens, g, rows)
+//                              the block's prologue (every thread calls it; it may synchronize),
+//                              then the Row of token j·8 + g of each tile j (clamped to a real token)
+//   Raw fetch(row, col, valid) the loads behind the 8 input values of columns col..col+7, with
+//                              zeros where not `valid` or at or past kK
+//   uint4 convert(raw, row)    those 8 values as the mma takes them: four bf16x2 registers in
+//                              column order (zeros stay zeros)
+// The kernel issues a group's fetches before it multiplies the previous group and converts them
+// after, so that the loads of a computed input are in flight together and overlap the mmas.
+// kVec (elements per access) is the GEMV's: every row start and every chunk is aligned to it.
+// Only the plain bf16 input is used: inputs computed on load (silu(gate)·up, RMSNorm of the
+// residual) were built and measured on an H200 and cost more than the launch they saved, since
+// every block recomputes them (bench/RESULTS.md, 2026-11-21).
+
+// The rows of a bf16 matrix [tokens, kK]: the plain GEMV.
+template <int kK, int kVec>
+struct Bf16Input {
+  const bf16* in;
+  using Row = const bf16*;
+  using Raw = uint4;
+  template <int kTiles, int kThreads>
+  __device__ __forceinline__ void rows(int tokens, int g, Row (&rows)[kTiles]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
+  }
+  __device__ __forceinline__ Raw fetch(Row row, int col, bool valid) const {
+    return load_chunk<kK, kVec, false>(row, col, valid);
+  }
+  __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
+};
+
+template <int kN, int kK, GemvOut kOut, typename Shape, typename Input>
 __global__ void __launch_bounds__(Shape::kThreads)
-    gemv_kernel(const bf16* __restrict__ in, const bf16* __restrict__ weight,
+    gemv_kernel(const Input input, const bf16* __restrict__ weight,
                 typename GemvOutType<kOut>::type* __restrict__ out, int tokens) {
   constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK;
   __shared__ float partial[Shape::kWarps][128];
@@ -100,9 +135,6 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const int row0 = tile * 16 + g, row1 = row0 + 8;
   const bf16* w0 = weight + static_cast<long long>(min(row0, kN - 1)) * kK;  // rows past kN read as zeros
   const bf16* w1 = weight + static_cast<long long>(min(row1, kN - 1)) * kK;
-  const bf16* x_rows[T];  // token rows past `tokens` read as zeros
-#pragma unroll
-  for (int j = 0; j < T; ++j) x_rows[j] = in + static_cast<long long>(min(j * 8 + g, tokens - 1)) * kK;
 
   float acc[T][4];
 #pragma unroll
@@ -113,9 +145,12 @@ __global__ void __launch_bounds__(Shape::kThreads)
   // One group = U column steps of this warp (steps s0, s0 + WK, ...). The next group's loads are
   // issued before the current group's mmas, so a warp always has one group in flight.
   struct Group {
-    uint4 a0[U], a1[U], b[U][T];
+    uint4 a0[U], a1[U];
+    typename Input::Raw raw[U][T];  // the inputs as loaded
+    uint4 b[U][T];                  // the inputs as the mma takes them
   };
-  auto load_group = [&](int s0, Group& grp) {
+  typename Input::Row x_rows[T];  // token rows past `tokens` read as zeros
+  auto load_weights = [&](int s0, Group& grp) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int step = s0 + u * WK;
@@ -123,11 +158,23 @@ __global__ void __launch_bounds__(Shape::kThreads)
       const bool step_valid = step < Shape::kSteps;
       grp.a0[u] = load_chunk<kK, Shape::kVec, true>(w0, col, step_valid && row0 < kN);
       grp.a1[u] = load_chunk<kK, Shape::kVec, true>(w1, col, step_valid && row1 < kN);
-#pragma unroll
-      for (int j = 0; j < T; ++j) {
-        grp.b[u][j] = load_chunk<kK, Shape::kVec, false>(x_rows[j], col, step_valid && j * 8 + g < tokens);
-      }
     }
+  };
+  auto fetch_inputs = [&](int s0, Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s0 + u * WK;
+      const int col = step * 32 + q * 8;
+      const bool step_valid = step < Shape::kSteps;
+#pragma unroll
+      for (int j = 0; j < T; ++j) grp.raw[u][j] = input.fetch(x_rows[j], col, step_valid && j * 8 + g < tokens);
+    }
+  };
+  auto convert_inputs = [&](Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < T; ++j) grp.b[u][j] = input.convert(grp.raw[u][j], x_rows[j]);
   };
   auto mma_group = [&](const Group& grp) {
 #pragma unroll
@@ -144,15 +191,27 @@ __global__ void __launch_bounds__(Shape::kThreads)
     }
   };
   Group current;
-  if (wk < Shape::kSteps) load_group(wk, current);
+  // The first weights are requested before the input's prologue, which then overlaps their latency.
+  if (wk < Shape::kSteps) load_weights(wk, current);
+  input.template rows<T, Shape::kThreads>(tokens, g, x_rows);
+  if (wk < Shape::kSteps) {
+    fetch_inputs(wk, current);
+    convert_inputs(current);
+  }
   // Not unrolled: a fully unrolled loop lets the compiler sink every load down to its mma.
 #pragma unroll 1
   for (int s0 = wk; s0 < Shape::kSteps; s0 += WK * U) {
     Group next;
     const bool more = s0 + WK * U < Shape::kSteps;
-    if (more) load_group(s0 + WK * U, next);
+    if (more) {
+      load_weights(s0 + WK * U, next);
+      fetch_inputs(s0 + WK * U, next);
+    }
     mma_group(current);
-    if (more) current = next;
+    if (more) {
+      convert_inputs(next);
+      current = next;
+    }
   }
 
   // Sum the column-splits of each row tile, one token tile at a time, in a fixed order.
@@ -185,12 +244,40 @@ __global__ void __launch_bounds__(Shape::kThreads)
   }
 }
 
+// One pass of at most 8 · Shape::kTokenTileCount tokens of `input`.
+template <int kN, int kK, GemvOut kOut, typename Shape, typename Input>
+inline void launch_gemv_input(const Input& input, const bf16* weight, typename GemvOutType<kOut>::type* out,
+                              int tokens, cudaStream_t stream) {
+  auto kernel = gemv_kernel<kN, kK, kOut, Shape, Input>;
+  KILN_LAUNCH(kernel, Shape::kBlocks, Shape::kThreads, 0, stream, input, weight, out, tokens);
+}
+
 // One pass of at most 8 · Shape::kTokenTileCount tokens.
 template <int kN, int kK, GemvOut kOut, typename Shape>
 inline void launch_gemv(const bf16* in, const bf16* weight, typename GemvOutType<kOut>::type* out, int tokens,
                         cudaStream_t stream) {
-  auto kernel = gemv_kernel<kN, kK, kOut, Shape>;
-  KILN_LAUNCH(kernel, Shape::kBlocks, Shape::kThreads, 0, stream, in, weight, out, tokens);
+  launch_gemv_input<kN, kK, kOut, Shape>(Bf16Input<kK, Shape::kVec>{in}, weight, out, tokens, stream);
+}
+
+// Any token count: passes of up to 64 tokens, each reading the weights once. `input_at(done)` is
+// the input whose token 0 is token `done` (the pass's first).
+template <int kN, int kK, GemvOut kOut, typename InputAt>
+inline void gemv_passes(InputAt input_at, const bf16* weight, typename GemvOutType<kOut>::type* out, int tokens,
+                        cudaStream_t stream) {
+  for (int done = 0; done < tokens; done += 64) {
+    const int n = min_int(64, tokens - done);
+    const auto input = input_at(done);
+    auto* y = out + static_cast<long long>(done) * kN;
+    if (n <= 8) {
+      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 1>>(input, weight, y, n, stream);
+    } else if (n <= 16) {
+      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 2>>(input, weight, y, n, stream);
+    } else if (n <= 32) {
+      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 4>>(input, weight, y, n, stream);
+    } else {
+      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 8>>(input, weight, y, n, stream);
+    }
+  }
 }
 
 }  // namespace detail
@@ -201,20 +288,9 @@ template <int kN, int kK, GemvOut kOut>
 void gemv(const bf16* in, const bf16* weight, typename detail::GemvOutType<kOut>::type* out, int tokens,
           cudaStream_t stream) {
   static_assert(kN > 0 && kK > 0, "gemv: sizes must be positive");
-  for (int done = 0; done < tokens; done += 64) {
-    const int n = detail::min_int(64, tokens - done);
-    const bf16* x = in + static_cast<long long>(done) * kK;
-    auto* y = out + static_cast<long long>(done) * kN;
-    if (n <= 8) {
-      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 1>>(x, weight, y, n, stream);
-    } else if (n <= 16) {
-      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 2>>(x, weight, y, n, stream);
-    } else if (n <= 32) {
-      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 4>>(x, weight, y, n, stream);
-    } else {
-      detail::launch_gemv<kN, kK, kOut, detail::GemvShape<kN, kK, 8>>(x, weight, y, n, stream);
-    }
-  }
+  detail::gemv_passes<kN, kK, kOut>(
+      [&](int done) { return detail::Bf16Input<kK, detail::vec_width(kK, 2)>{in + static_cast<long long>(done) * kK}; },
+      weight, out, tokens, stream);
 }
 
 }  // namespace kiln

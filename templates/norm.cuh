@@ -10,6 +10,42 @@ namespace kiln {
 
 namespace detail {
 
+// The pieces every RMSNorm kernel shares, so that a kernel which folds a norm into its work
+// (attention_prep.cuh) computes the same float operations in the same order as the plain one.
+
+// 1 / sqrt(mean(x²) + eps) of a row of `dim` values whose sum of squares is `sum_sq`.
+__device__ __forceinline__ float rms_scale(float sum_sq, int dim, float eps) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
+}
+
+// y = x · scale · weight, left to right (the product is rounded to bf16 by the caller).
+template <int kVec>
+__device__ __forceinline__ void rms_apply(const float (&x)[kVec], float scale, const float (&w)[kVec],
+                                          float (&y)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) y[j] = x[j] * scale * w[j];
+}
+
+// Thread `thread` of a kThreads-wide rmsnorm block: loads its values of the fp32 row into v and
+// returns its part of Σx². rmsnorm adds the parts with block_sum (warp butterflies, then the warps
+// in order).
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ float rmsnorm_partial_sum_sq(const float* row, unsigned thread,
+                                                        float (&v)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + thread) * kVec;
+    if (i < kDim) {
+      load_f32<kVec>(row + i, v[s]);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
+    }
+  }
+  return sum_sq;
+}
+
 // One block per output row; the row stays in registers between the reduction and the scaling.
 template <int kDim, int kVec, int kThreads, bool kIndirect>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restrict__ x, const int* __restrict__ rows,
@@ -20,18 +56,9 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restri
   const long long r = blockIdx.x;
   const float* in = x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim;
   float v[kSteps][kVec];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + threadIdx.x) * kVec;
-    if (i < kDim) {
-      load_f32<kVec>(in + i, v[s]);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
-    }
-  }
+  const float sum_sq = rmsnorm_partial_sum_sq<kDim, kVec, kThreads>(in, threadIdx.x, v);
   const float total = block_sum<kThreads>(sum_sq, scratch);
-  const float scale = 1.0f / sqrtf(total / static_cast<float>(kDim) + eps);
+  const float scale = rms_scale(total, kDim, eps);
   bf16* o = out + r * kDim;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
@@ -39,8 +66,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restri
     if (i < kDim) {
       float w[kVec], y[kVec];
       load_bf16<kVec>(weight + i, w);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) y[j] = v[s][j] * scale * w[j];
+      rms_apply<kVec>(v[s], scale, w, y);
       store_bf16<kVec>(o + i, y);
     }
   }
@@ -51,6 +77,36 @@ struct RmsnormShape {
   static constexpr int kVec = min_int(vec_width(kDim, 2), 4);  // fp32 loads of at most 16 bytes
   static constexpr int kThreads = min_int(1024, round_up(ceil_div(kDim, kVec), 32));
 };
+
+// Per-head norm geometry: kLanes lanes per head vector, kVec values per access. Head starts are
+// t·kRow + h·kHeadDim, so the vector width must divide both.
+template <int kHeadDim, int kRow>
+struct QkRmsnormShape {
+  static constexpr int kVec = vec_width(gcd_int(kRow, kHeadDim), 2);
+  static constexpr int kLanes = min_int(32, pow2_ceil(ceil_div(kHeadDim, kVec)));
+};
+
+// Lane `lane` of the kLanes-lane group that owns one head vector: loads its values into x (when
+// `valid`) and returns the group's Σx². Every lane of the warp must call it (it shuffles); lanes of
+// an invalid group contribute zeros to their own group only.
+template <int kHeadDim, int kVec, int kLanes>
+__device__ __forceinline__ float head_sum_sq(const bf16* head, int lane, bool valid,
+                                             float (&x)[ceil_div(kHeadDim, kLanes * kVec)][kVec]) {
+  constexpr int kSteps = ceil_div(kHeadDim, kLanes * kVec);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kLanes + lane) * kVec;
+    if (valid && i < kHeadDim) {
+      load_bf16<kVec>(head + i, x[s]);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum_sq += x[s][j] * x[s][j];
+    }
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  return sum_sq;
+}
 
 // A group of kLanes lanes per head vector: 32 / kLanes heads per warp, 4 warps per block.
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kVec, int kLanes>
@@ -68,28 +124,16 @@ __global__ void __launch_bounds__(128) qk_rmsnorm_kernel(bf16* __restrict__ qkv,
   bf16* v = qkv + t * kRow + head * kHeadDim;
   const bf16* weight = head < kHeads ? q_weight : k_weight;
   float x[kSteps][kVec];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kLanes + lane) * kVec;
-    if (valid && i < kHeadDim) {
-      load_bf16<kVec>(v + i, x[s]);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sum_sq += x[s][j] * x[s][j];
-    }
-  }
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  const float sum_sq = head_sum_sq<kHeadDim, kVec, kLanes>(v, lane, valid, x);
   if (!valid) return;
-  const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(kHeadDim) + eps);
+  const float scale = rms_scale(sum_sq, kHeadDim, eps);
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     const int i = (s * kLanes + lane) * kVec;
     if (i < kHeadDim) {
       float w[kVec], y[kVec];
       load_bf16<kVec>(weight + i, w);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) y[j] = x[s][j] * scale * w[j];
+      rms_apply<kVec>(x[s], scale, w, y);
       store_bf16<kVec>(v + i, y);
     }
   }
@@ -121,9 +165,8 @@ void qk_rmsnorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int token
   static_assert(kHeads > 0 && kKvHeads > 0 && kHeadDim > 0, "qk_rmsnorm: sizes must be positive");
   static_assert((kHeads + kKvHeads) * kHeadDim <= kRow, "qk_rmsnorm: q and k heads must fit in a row");
   if (tokens <= 0) return;
-  // Head starts are t·kRow + h·kHeadDim: the vector width must divide both.
-  constexpr int kVec = detail::vec_width(detail::gcd_int(kRow, kHeadDim), 2);
-  constexpr int kLanes = detail::min_int(32, detail::pow2_ceil(detail::ceil_div(kHeadDim, kVec)));
+  constexpr int kVec = detail::QkRmsnormShape<kHeadDim, kRow>::kVec;
+  constexpr int kLanes = detail::QkRmsnormShape<kHeadDim, kRow>::kLanes;
   const long long items = static_cast<long long>(tokens) * (kHeads + kKvHeads);
   const int blocks = static_cast<int>(detail::ceil_div_ll(items * kLanes, 128));
   auto kernel = detail::qk_rmsnorm_kernel<kHeads, kKvHeads, kHeadDim, kRow, kVec, kLanes>;

@@ -35,8 +35,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
     ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
-    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
+    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
     ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);

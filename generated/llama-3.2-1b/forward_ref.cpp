@@ -35,8 +35,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 2048] · qkv_proj[3072, 2048]ᵀ   (q 2048 | k 512 | v 512)
     ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 500000, llama3 frequency scaling)
-    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 64, pages of 16 tokens)
+    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (32 query heads share 8 KV heads)
     ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);

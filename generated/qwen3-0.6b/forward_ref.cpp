@@ -35,11 +35,11 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 1024] · qkv_proj[4096, 1024]ᵀ   (q 2048 | k 1024 | v 1024)
     ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
+    // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
+    // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     ref::head_rmsnorm(qkv, T, kQkvWidth, 0, kNumHeads, kHeadDim, lw.q_norm, kRmsNormEps);
     ref::head_rmsnorm(qkv, T, kQkvWidth, kKvOffset, kNumKvHeads, kHeadDim, lw.k_norm, kRmsNormEps);
-    // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
     ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
-    // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 8 KV heads)
     ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);

@@ -4,11 +4,10 @@
 #include "model.hpp"
 #include "templates/activation.cuh"
 #include "templates/attention.cuh"
+#include "templates/attention_prep.cuh"
 #include "templates/embedding.cuh"
 #include "templates/gemv.cuh"
-#include "templates/kv_cache.cuh"
 #include "templates/norm.cuh"
-#include "templates/rope.cuh"
 
 namespace kiln::models::qwen3_0_6b {
 
@@ -27,19 +26,9 @@ void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, 
   kiln::gemv<kQkvWidth, kHiddenSize, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
 }
 
-// self_attn.q_norm,k_norm: q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
-void qk_norm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, cudaStream_t stream) {
-  kiln::qk_rmsnorm<kNumHeads, kNumKvHeads, kHeadDim, kQkvWidth>(qkv, q_weight, k_weight, tokens, kRmsNormEps, stream);
-}
-
-// rotary_emb: q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
-void rope_qk(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream) {
-  kiln::rope<kNumQkHeads, kHeadDim, kHeadDim, kQkvWidth, false>(rows, 0, positions, table, tokens, stream);
-}
-
-// past_key_values: k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
-void kv_write(const bf16* qkv, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
-  kiln::kv_write<kNumKvHeads, kHeadDim, kPageSize, kQkvWidth>(qkv, kKvOffset, kVOffset, slot_mapping, cache, tokens, stream);
+// self_attn (q/k prep): q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128); then q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000); then k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
+void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
+  kiln::attention_prep<kNumHeads, kNumKvHeads, kHeadDim, kQkvWidth, kPageSize, true>(qkv, q_norm, k_norm, kRmsNormEps, positions, table, slot_mapping, cache, tokens, stream);
 }
 
 // self_attn: attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 8 KV heads)

@@ -124,9 +124,7 @@ namespace kiln::models::qwen3_8b {
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_4096(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
-void qk_norm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, cudaStream_t stream);
-void rope_qk(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream);
-void kv_write(const bf16* qkv, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
+void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* qkv, const bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void attention_decode(const bf16* qkv, const bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);

@@ -35,8 +35,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 64] · qkv_proj[128, 64]ᵀ   (q 64 | k 32 | v 32)
     ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling)
-    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 16, pages of 8 tokens)
+    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (4 query heads share 2 KV heads)
     ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);

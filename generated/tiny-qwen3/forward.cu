@@ -36,11 +36,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
     cuda::gemm(ctx, h, lw.qkv_proj, qkv, T, kQkvWidth, kHiddenSize, cuda::GemmOut::store_bf16);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
-    qk_norm(qkv, lw.q_norm, lw.k_norm, T, stream);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
-    rope_qk(qkv, step.positions, ctx.rope, T, stream);
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
-    kv_write(qkv, step.slot_mapping, kv, T, stream);
+    // (one fused kernel)
+    attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
@@ -91,11 +90,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
-    qk_norm(qkv, lw.q_norm, lw.k_norm, T, stream);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
-    rope_qk(qkv, step.positions, ctx.rope, T, stream);
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
-    kv_write(qkv, step.slot_mapping, kv, T, stream);
+    // (one fused kernel)
+    attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
     // x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)

@@ -35,11 +35,11 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
     ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
+    // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
+    // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
     ref::head_rmsnorm(qkv, T, kQkvWidth, 0, kNumHeads, kHeadDim, lw.q_norm, kRmsNormEps);
     ref::head_rmsnorm(qkv, T, kQkvWidth, kKvOffset, kNumKvHeads, kHeadDim, lw.k_norm, kRmsNormEps);
-    // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
     ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
-    // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
     ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
     ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);

@@ -36,9 +36,9 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
     cuda::gemm(ctx, h, lw.qkv_proj, qkv, T, kQkvWidth, kHiddenSize, cuda::GemmOut::store_bf16);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000)
-    rope_qk(qkv, step.positions, ctx.rope, T, stream);
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 16, pages of 16 tokens)
-    kv_write(qkv, step.slot_mapping, kv, T, stream);
+    // (one fused kernel)
+    attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (9 query heads share 3 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
@@ -89,9 +89,9 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000)
-    rope_qk(qkv, step.positions, ctx.rope, T, stream);
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 16, pages of 16 tokens)
-    kv_write(qkv, step.slot_mapping, kv, T, stream);
+    // (one fused kernel)
+    attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (9 query heads share 3 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)

@@ -35,8 +35,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
     ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000)
-    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 16, pages of 16 tokens)
+    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
     ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (9 query heads share 3 KV heads)
     ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);

@@ -10,9 +10,9 @@
 #include <cublasLt.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "runtime/core/error.hpp"
 
@@ -21,9 +21,10 @@ namespace kiln::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-// The row count the shared per-shape algorithm is chosen for: a full prefill chunk, where speed
-// matters most.
+// The row count the shared per-shape algorithm is chosen for (a full prefill chunk, where speed
+// matters most), and the row counts it must also run at.
 constexpr int kReferenceRows = 2048;
+constexpr int kProbeRows[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 64, 100, 513, 1000, 2048};
 
 const char* mode_name(GemmOut mode) {
   switch (mode) {
@@ -119,40 +120,61 @@ struct GemmRunner::State {
     p.algo = algorithm(key, s, p);
   }
 
-  // One algorithm per (n, k, mode, alignments), chosen at a fixed reference row count and reused
-  // for every row count, with split-K reductions excluded: each output element then accumulates
-  // over k in the same order whatever the number of rows, so a token's projection does not depend
-  // on how many other tokens share the step (kiln's outputs equal each request run alone).
+  // One algorithm per (n, k, mode, alignments), reused for every row count, with split-K
+  // reductions excluded: each output element then accumulates over k in the same order whatever
+  // the number of rows, so a token's projection does not depend on what else shares the step
+  // (kiln's outputs equal each request run alone). Of the heuristic's candidates at the reference
+  // row count, the first one that runs at every probe row count is kept (a small count that could
+  // not run it would otherwise get an algorithm of its own, and round differently).
   cublasLtMatmulAlgo_t algorithm(const PlanKey& key, const Shape& s, const Plan& p) {
     PlanKey shape_key = key;
     shape_key.rows = 0;
     auto known = algos.find(shape_key);
-    if (known == algos.end()) {
-      cublasLtMatrixLayout_t b = nullptr, d = nullptr;
-      const cudaDataType_t out_type = key.mode == GemmOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-      check(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, key.k, kReferenceRows, key.k), "cublasLtMatrixLayoutCreate(B)", s);
-      check(cublasLtMatrixLayoutCreate(&d, out_type, key.n, kReferenceRows, key.n), "cublasLtMatrixLayoutCreate(D)", s);
-      struct LayoutGuard {
-        cublasLtMatrixLayout_t b, d;
-        ~LayoutGuard() {
-          cublasLtMatrixLayoutDestroy(b);
-          cublasLtMatrixLayoutDestroy(d);
-        }
-      } layouts{b, d};
-      known = algos.emplace(shape_key, heuristic(key, s, p.op, p.a, b, d)).first;
-    }
+    if (known == algos.end()) known = algos.emplace(shape_key, shared_algorithm(key, s, p.op, p.a)).first;
     cublasLtMatmulHeuristicResult_t check_result{};
-    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.d, p.d, &known->second, &check_result) == CUBLAS_STATUS_SUCCESS) {
-      return known->second;
+    if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, p.b, p.d, p.d, &known->second, &check_result) != CUBLAS_STATUS_SUCCESS) {
+      fail("cuBLASLt: the algorithm shared by every row count of gemm n=", s.n, " k=", s.k, " mode=", mode_name(s.mode),
+           " does not run at rows=", s.rows, " (it was checked at 1..", kReferenceRows, " rows)");
     }
-    // This row count cannot run the shared algorithm (seen nowhere yet): its own, still without
-    // split-K, and a note, since its rows may round differently.
-    std::fprintf(stderr, "kiln: gemm rows=%d n=%d k=%d uses its own cuBLASLt algorithm\n", s.rows, s.n, s.k);
-    return heuristic(key, s, p.op, p.a, p.b, p.d);
+    return known->second;
   }
 
-  cublasLtMatmulAlgo_t heuristic(const PlanKey& key, const Shape& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
-                                 cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d) {
+  cublasLtMatmulAlgo_t shared_algorithm(const PlanKey& key, const Shape& s, cublasLtMatmulDesc_t op,
+                                        cublasLtMatrixLayout_t a) {
+    const cudaDataType_t out_type = key.mode == GemmOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    auto layouts = [&](int rows) {
+      cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+      check(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, key.k, rows, key.k), "cublasLtMatrixLayoutCreate(B)", s);
+      check(cublasLtMatrixLayoutCreate(&d, out_type, key.n, rows, key.n), "cublasLtMatrixLayoutCreate(D)", s);
+      return std::pair{b, d};
+    };
+    auto release = [](std::pair<cublasLtMatrixLayout_t, cublasLtMatrixLayout_t> l) {
+      cublasLtMatrixLayoutDestroy(l.first);
+      cublasLtMatrixLayoutDestroy(l.second);
+    };
+    const auto reference = layouts(kReferenceRows);
+    const std::vector<cublasLtMatmulHeuristicResult_t> candidates =
+        heuristic(key, s, op, a, reference.first, reference.second, 16);
+    release(reference);
+    for (const auto& candidate : candidates) {
+      bool runs_everywhere = true;
+      for (int rows : kProbeRows) {
+        const auto probe = layouts(rows);
+        cublasLtMatmulHeuristicResult_t r{};
+        runs_everywhere &= cublasLtMatmulAlgoCheck(handle, op, a, probe.first, probe.second, probe.second,
+                                                   &candidate.algo, &r) == CUBLAS_STATUS_SUCCESS;
+        release(probe);
+        if (!runs_everywhere) break;
+      }
+      if (runs_everywhere) return candidate.algo;
+    }
+    fail("cuBLASLt has no split-K-free algorithm for gemm n=", s.n, " k=", s.k, " mode=", mode_name(s.mode),
+         " that runs at every row count 1..", kReferenceRows);
+  }
+
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristic(const PlanKey& key, const Shape& s, cublasLtMatmulDesc_t op,
+                                                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                         cublasLtMatrixLayout_t d, int count) {
     cublasLtMatmulPreference_t pref = nullptr;
     check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", s);
     struct PrefGuard {
@@ -181,16 +203,17 @@ struct GemmRunner::State {
       check(cublasLtMatmulPreferenceSetAttribute(pref, al.attribute, &al.value, sizeof al.value), al.name, s);
     }
 
-    cublasLtMatmulHeuristicResult_t result{};
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
     int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, d, d, pref, 1, &result, &found),
+    check(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, d, d, pref, count, results.data(), &found),
           "cublasLtMatmulAlgoGetHeuristic", s);
     if (found == 0) {
       fail("cuBLASLt has no algorithm for gemm rows=", s.rows, " n=", s.n, " k=", s.k, " mode=", mode_name(s.mode),
            " (operand alignments in/weight/out: ", key.align_in, "/", key.align_weight, "/", key.align_out,
            " bytes)");
     }
-    return result.algo;
+    results.resize(static_cast<size_t>(found));
+    return results;
   }
 };
 

@@ -38,6 +38,18 @@ std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v) {
   return f;
 }
 
+std::vector<float> rope_table(int positions, int rotary_dim, double theta) {
+  std::vector<float> table(static_cast<size_t>(positions) * rotary_dim);
+  for (int p = 0; p < positions; ++p) {
+    for (int i = 0; i < rotary_dim / 2; ++i) {
+      const double angle = p * std::pow(theta, -2.0 * i / rotary_dim);
+      table[(static_cast<size_t>(p) * rotary_dim / 2 + i) * 2] = static_cast<float>(std::cos(angle));
+      table[(static_cast<size_t>(p) * rotary_dim / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
+}
+
 Comparison compare(const std::vector<float>& ref, const std::vector<float>& got) {
   Comparison c;
   double err = 0.0, norm = 0.0;
@@ -74,6 +86,11 @@ bool expect_close(const std::string& what, const Comparison& c, double limit) {
 
 int failures() { return g_failures; }
 
+bool expect_clean_launch(const std::string& what) {
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+  return expect(cudaGetLastError() == cudaSuccess, what + ": launch error");
+}
+
 double median_us(const std::function<void(int)>& launch, int warmup, int iterations) {
   for (int i = 0; i < warmup; ++i) launch(i);
   KILN_CUDA_OK(cudaDeviceSynchronize());
@@ -91,6 +108,37 @@ double median_us(const std::function<void(int)>& launch, int warmup, int iterati
   for (auto& e : events) cudaEventDestroy(e);
   std::nth_element(ms.begin(), ms.begin() + iterations / 2, ms.end());
   return 1000.0 * ms[iterations / 2];
+}
+
+double graph_us(const std::function<void(int, cudaStream_t)>& launch, int iterations, int replays) {
+  cudaStream_t stream = nullptr;
+  KILN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  KILN_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < iterations; ++i) launch(i, stream);
+  KILN_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  KILN_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KILN_CUDA_OK(cudaEventCreate(&start));
+  KILN_CUDA_OK(cudaEventCreate(&stop));
+  KILN_CUDA_OK(cudaGraphLaunch(exec, stream));  // warm-up: first-launch costs, caches
+  std::vector<float> ms(replays);
+  for (auto& m : ms) {
+    KILN_CUDA_OK(cudaEventRecord(start, stream));
+    KILN_CUDA_OK(cudaGraphLaunch(exec, stream));
+    KILN_CUDA_OK(cudaEventRecord(stop, stream));
+    KILN_CUDA_OK(cudaEventSynchronize(stop));
+    KILN_CUDA_OK(cudaEventElapsedTime(&m, start, stop));
+  }
+  KILN_CUDA_OK(cudaGetLastError());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  std::nth_element(ms.begin(), ms.begin() + replays / 2, ms.end());
+  return 1000.0 * ms[replays / 2] / iterations;
 }
 
 int copies_beyond_l2(size_t bytes) {

@@ -63,6 +63,9 @@ std::vector<uint16_t> random_bf16(size_t count, std::mt19937& rng, float scale =
 std::vector<float> random_f32(size_t count, std::mt19937& rng, float scale = 1.0f);
 std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v);
 
+// RoPE table as the runtime builds it: [position][rotary_dim / 2] (cos, sin) of position · θ_i.
+std::vector<float> rope_table(int positions, int rotary_dim, double theta);
+
 struct Comparison {
   double nmse = 0.0;     // Σ(ref − got)² / Σ ref²
   long long nans = 0;    // NaN in got: unwritten (poisoned) or produced
@@ -74,10 +77,18 @@ Comparison compare(const std::vector<float>& ref, const std::vector<float>& got)
 bool expect_close(const std::string& what, const Comparison& c, double limit);
 bool expect(bool ok, const std::string& what);
 int failures();
+// Waits for the device and records a check that the launches so far raised no error (a launch with
+// nothing to do must launch nothing: a zero-sized grid is an error).
+bool expect_clean_launch(const std::string& what);
 
 // Median time in microseconds of `launch(iteration)` over `iterations` runs after `warmup` runs,
 // each run between its own pair of CUDA events on the default stream.
 double median_us(const std::function<void(int)>& launch, int warmup = 5, int iterations = 25);
+
+// Mean time in microseconds of one `launch(iteration, stream)` when `iterations` of them run back
+// to back inside one CUDA graph, the way a decode step runs its kernels (launch gaps included, no
+// CPU launch cost); the median over `replays` replays of the graph.
+double graph_us(const std::function<void(int, cudaStream_t)>& launch, int iterations = 20, int replays = 7);
 
 // How many copies of a `bytes`-sized input make the rotation larger than L2 (3× its size), so
 // bandwidth timings read from DRAM.

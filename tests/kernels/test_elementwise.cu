@@ -28,12 +28,6 @@ std::string dims(std::initializer_list<long long> values, const char* names) {
   return s;
 }
 
-// A launch with nothing to do must launch nothing (a zero-sized grid is an error).
-void expect_clean_launch(const std::string& what) {
-  KILN_CUDA_OK(cudaDeviceSynchronize());
-  expect(cudaGetLastError() == cudaSuccess, what + ": launch error");
-}
-
 template <int kDim>
 void test_embed(int vocab, int tokens) {
   std::mt19937 rng(1000 + kDim + tokens);
@@ -138,19 +132,6 @@ void test_qk_rmsnorm(int tokens) {
                                                        eps, nullptr);
   });
   report("qk_rmsnorm", shape, c.nmse, us, 4.0 * tokens * (kHeads + kKvHeads) * kHeadDim, 0);
-}
-
-// RoPE table as the runtime builds it: [position][rotary_dim / 2] (cos, sin) of position · θ_i.
-std::vector<float> rope_table(int positions, int rotary_dim, double theta) {
-  std::vector<float> table(static_cast<size_t>(positions) * rotary_dim);
-  for (int p = 0; p < positions; ++p) {
-    for (int i = 0; i < rotary_dim / 2; ++i) {
-      const double angle = p * std::pow(theta, -2.0 * i / rotary_dim);
-      table[(static_cast<size_t>(p) * rotary_dim / 2 + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(static_cast<size_t>(p) * rotary_dim / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-  return table;
 }
 
 template <int kHeads, int kHeadStride, int kRotaryDim, int kRow, bool kInterleaved>

@@ -8,5 +8,6 @@ void run_gemv_tests();         // test_gemv.cu
 void run_attention_tests();    // test_attention.cu
 void run_gemm_tests();         // test_gemm.cpp
 void run_invariance_tests();   // test_invariance.cu
+void run_fusion_tests();       // test_fusion.cu
 
 }  // namespace kiln::kernel_test

@@ -1,5 +1,5 @@
 // test_kernels_gpu: every kernel template against the CPU reference, with timings.
-//   test_kernels_gpu [group...]   groups: elementwise gemv attention gemm invariance (default: all)
+//   test_kernels_gpu [group...]   groups: elementwise gemv attention gemm invariance fusion (default: all)
 // Exits 77 (ctest: skipped) when no CUDA device is present, 1 on any failure.
 #include <cuda_runtime.h>
 
@@ -30,12 +30,13 @@ int main(int argc, char** argv) {
       {"attention", run_attention_tests},
       {"gemm", run_gemm_tests},
       {"invariance", run_invariance_tests},
+      {"fusion", run_fusion_tests},
   };
   for (int i = 1; i < argc; ++i) {
     bool known = false;
     for (const auto& g : groups) known |= std::strcmp(argv[i], g.first) == 0;
     if (!known) {
-      std::printf("unknown group '%s' (expected elementwise, gemv, attention, gemm or invariance)\n", argv[i]);
+      std::printf("unknown group '%s' (expected elementwise, gemv, attention, gemm, invariance or fusion)\n", argv[i]);
       return 2;
     }
   }

@@ -12,6 +12,7 @@ namespace {
 const char* const kInstantiations = R"(
 #include "templates/activation.cuh"
 #include "templates/attention.cuh"
+#include "templates/attention_prep.cuh"
 #include "templates/embedding.cuh"
 #include "templates/gemv.cuh"
 #include "templates/kv_cache.cuh"
@@ -45,6 +46,15 @@ void projections(const bf16* in, const bf16* w, bf16* out_bf16, float* out_f32, 
   kiln::gemv<17, 30, kiln::GemvOut::store_bf16>(in, w, out_bf16, 3, s);
   kiln::gemv<5, 7, kiln::GemvOut::add_f32>(in, w, out_f32, 3, s);
   kiln::gemv<128256, 2048, kiln::GemvOut::store_f32>(in, w, out_f32, 3, s);
+}
+
+void attention_prep(bf16* qkv, const bf16* norm, const int* pos, const float* rope_table, const int* slots,
+                    bf16* cache, cudaStream_t s) {
+  kiln::attention_prep<6, 2, 48, 480, 5, true>(qkv, norm, norm, 1e-6f, pos, rope_table, slots, cache, 5, s);
+  kiln::attention_prep<6, 2, 48, 482, 5, false>(qkv, nullptr, nullptr, 1e-6f, pos, rope_table, slots, cache, 5, s);
+  kiln::attention_prep<4, 2, 16, 128, 5, true>(qkv, norm, norm, 1e-6f, pos, rope_table, slots, cache, 5, s);
+  kiln::attention_prep<3, 1, 20, 101, 5, true>(qkv, norm, norm, 1e-6f, pos, rope_table, slots, cache, 5, s);
+  kiln::attention_prep<16, 8, 128, 4096, 16, true>(qkv, norm, norm, 1e-6f, pos, rope_table, slots, cache, 5, s);
 }
 
 void attention(const bf16* q, const bf16* cache, bf16* out, const int* qs, const int* pos, const int* bt,

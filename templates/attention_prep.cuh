@@ -1,0 +1,137 @@
+// Everything between the qkv projection and attention, in one launch: per token row of
+// qkv = [q heads | k heads | v heads] (kRow wide),
+//   when kQkNorm, RMSNorm of each q and k head with q_norm / k_norm   (qk_rmsnorm)
+//   RoPE of q and k, pairs (i, i + kHeadDim/2), table [pos][kHeadDim/2] (rope, kInterleaved = false)
+//   q written back in place, the roped k and v to the token's cache slot (kv_write: cache of one
+//   layer [page][2][kKvHeads][kPageSize][kHeadDim]; a negative slot writes nothing)
+// with the float operations of those three kernels, so the results are equal bit for bit. The k
+// heads in qkv are left as they came (nothing reads them after).
+#pragma once
+
+#include "templates/common.cuh"
+#include "templates/norm.cuh"
+
+namespace kiln {
+
+namespace detail {
+
+// A group of kLanes lanes per head vector (q, k or v) in qk_rmsnorm's geometry, so that the sums
+// of squares come out in its order: 32 / kLanes vectors per warp, 4 warps per block. A q or k head
+// passes through shared memory between the norm and the rotation, which pairs values that
+// different lanes loaded; the values staged there are the bf16 values that qk_rmsnorm would have
+// stored (or the raw ones without the norm), so the rotation reads what rope would have read.
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kVec, int kLanes>
+__global__ void __launch_bounds__(128)
+    attention_prep_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_norm, const bf16* __restrict__ k_norm,
+                          float eps, const int* __restrict__ positions, const float* __restrict__ table,
+                          const int* __restrict__ slot_mapping, bf16* __restrict__ cache, long long items) {
+  constexpr int kVectors = kHeads + 2 * kKvHeads;
+  constexpr int kSteps = ceil_div(kHeadDim, kLanes * kVec);
+  constexpr int kHalf = kHeadDim / 2;
+  using Bits = typename BitsOf<kVec>::type;
+  __shared__ __align__(16) bf16 staged[128 / kLanes][kHeadDim];
+
+  const long long item = (static_cast<long long>(blockIdx.x) * 128 + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  bf16* head = staged[threadIdx.x / kLanes];
+  // Whole groups share `valid`, so the group's shuffles always see every member.
+  const bool valid = item < items;
+  const long long t = valid ? item / kVectors : 0;
+  const int vector = valid ? static_cast<int>(item % kVectors) : 0;
+  const bool is_q = vector < kHeads, is_v = vector >= kHeads + kKvHeads;
+  const bf16* src = qkv + t * kRow + vector * kHeadDim;
+
+  // The destination in the cache of a k or v head (null: no slot, nothing to write).
+  bf16* dst = nullptr;
+  if (valid && !is_q) {
+    const int slot = slot_mapping[t];
+    if (slot >= 0) {
+      const long long page = slot / kPageSize;
+      const int in_page = slot % kPageSize;
+      const int kv = is_v ? 1 : 0;
+      const int h = vector - kHeads - kv * kKvHeads;
+      dst = cache + (((page * 2 + kv) * kKvHeads + h) * kPageSize + in_page) * kHeadDim;
+    }
+  }
+
+  // Stage q and k (normalized first when kQkNorm); copy v.
+  if constexpr (kQkNorm) {
+    float x[kSteps][kVec];
+    // Every lane shuffles, v groups included (they sum nothing and use nothing).
+    const float sum_sq = head_sum_sq<kHeadDim, kVec, kLanes>(src, lane, valid && !is_v, x);
+    if (valid && !is_v) {
+      const float scale = rms_scale(sum_sq, kHeadDim, eps);
+      const bf16* weight = is_q ? q_norm : k_norm;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int i = (s * kLanes + lane) * kVec;
+        if (i < kHeadDim) {
+          float w[kVec], y[kVec];
+          load_bf16<kVec>(weight + i, w);
+          rms_apply<kVec>(x[s], scale, w, y);
+          store_bf16<kVec>(head + i, y);
+        }
+      }
+    }
+  } else if (valid && !is_v) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = (s * kLanes + lane) * kVec;
+      if (i < kHeadDim) *reinterpret_cast<Bits*>(head + i) = load_bits<kVec>(src + i);
+    }
+  }
+  if (is_v && dst != nullptr) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = (s * kLanes + lane) * kVec;
+      if (i < kHeadDim) *reinterpret_cast<Bits*>(dst + i) = load_bits<kVec>(src + i);
+    }
+  }
+  __syncwarp();
+
+  // Rotate: each lane writes the chunks it loaded. Element e < kHalf is a·cos − b·sin of the pair
+  // (a = e, b = e + kHalf), element e ≥ kHalf is b·cos + a·sin of the pair (a = e − kHalf, b = e):
+  // rope's two expressions, one per element.
+  bf16* out = is_q ? qkv + t * kRow + vector * kHeadDim : dst;
+  if (!valid || is_v || out == nullptr) return;
+  const float2* cos_sin = reinterpret_cast<const float2*>(table) + static_cast<long long>(positions[t]) * kHalf;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kLanes + lane) * kVec;
+    if (i < kHeadDim) {
+      float y[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const int e = i + j;
+        const bool first = e < kHalf;
+        const int pair = first ? e : e - kHalf;
+        const float a = __bfloat162float(head[pair]), b = __bfloat162float(head[pair + kHalf]);
+        const float2 cs = cos_sin[pair];
+        y[j] = first ? a * cs.x - b * cs.y : b * cs.x + a * cs.y;
+      }
+      store_bf16<kVec>(out + i, y);
+    }
+  }
+}
+
+}  // namespace detail
+
+// q_norm, k_norm: [kHeadDim] each, read only when kQkNorm (may be null otherwise). positions,
+// slot_mapping: [tokens]; table: [max position][kHeadDim / 2] (cos, sin) fp32.
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm>
+void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, float eps, const int* positions,
+                    const float* table, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
+  static_assert(kHeads > 0 && kKvHeads > 0 && kHeadDim > 0 && kPageSize > 0, "attention_prep: sizes must be positive");
+  static_assert(kHeadDim % 2 == 0, "attention_prep: RoPE pairs need an even head dim");
+  static_assert((kHeads + 2 * kKvHeads) * kHeadDim <= kRow, "attention_prep: q, k and v heads must fit in a row");
+  if (tokens <= 0) return;
+  // qk_rmsnorm's geometry (its vector width also suits kv_write's copies: it divides kRow and kHeadDim).
+  using Shape = detail::QkRmsnormShape<kHeadDim, kRow>;
+  const long long items = static_cast<long long>(tokens) * (kHeads + 2 * kKvHeads);
+  const int blocks = static_cast<int>(detail::ceil_div_ll(items * Shape::kLanes, 128));
+  auto kernel =
+      detail::attention_prep_kernel<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kQkNorm, Shape::kVec, Shape::kLanes>;
+  KILN_LAUNCH(kernel, blocks, 128, 0, stream, qkv, q_norm, k_norm, eps, positions, table, slot_mapping, cache, items);
+}
+
+}  // namespace kiln
