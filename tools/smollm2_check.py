@@ -21,6 +21,9 @@ import sys
 import torch
 from safetensors.torch import load_file
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "golden"))
+from hf_model import greedy_cached  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BINARY = os.path.join(ROOT, "build", "bin", "smollm2-135m")
 PROMPTS = [
@@ -43,10 +46,7 @@ def first_difference(a, b):
 
 
 def hf_greedy(model, ids, n):
-    with torch.no_grad():
-        out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
-    return out.sequences[0, len(ids):].tolist(), [l[0].float().cpu() for l in out.logits]
+    return greedy_cached(model, ids, n)
 
 
 def main():

@@ -188,7 +188,7 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
-    for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
     cudaStreamDestroy(stream_);
   }
 
@@ -289,13 +289,16 @@ class CudaBackend final : public Backend {
     KILN_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  // The decode graph for this batch size: captured on first use, replayed after (its step
-  // buffers and logits live at fixed addresses).
+  // The decode graph for this shape, captured on first use and replayed after (its step buffers
+  // and logits live at fixed addresses). A graph bakes in the launch sizes: the sequences and the
+  // rows that need logits (fewer than the sequences while a re-admitted sequence replays its
+  // generated tokens), so both key it.
   cudaGraphExec_t decode_graph(const CudaStep& d, float* logits) {
-    auto it = graphs_.find(d.num_seqs);
+    const std::pair<int, int> key{d.num_seqs, d.num_logits};
+    auto it = graphs_.find(key);
     if (it != graphs_.end() && graph_logits_ == logits) return it->second;
     if (graph_logits_ != logits) {  // the logits buffer moved: every graph refers to the old one
-      for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
+      for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
       graphs_.clear();
       graph_logits_ = logits;
     }
@@ -306,7 +309,7 @@ class CudaBackend final : public Backend {
     cudaGraphExec_t exec;
     KILN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     KILN_CUDA(cudaGraphDestroy(graph));
-    graphs_[d.num_seqs] = exec;
+    graphs_[key] = exec;
     return exec;
   }
 
@@ -331,7 +334,7 @@ class CudaBackend final : public Backend {
   int32_t kv_pages_ = 0;
   int32_t num_logits_ = 0;
   CudaContext ctx_;
-  std::map<int32_t, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (sequences, logits rows)
   float* graph_logits_ = nullptr;
   BackendInfo info_;
 };

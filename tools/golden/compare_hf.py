@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hf_model import hf_config_dict, use_original_deepseek_v2_routing  # noqa: E402
+from hf_model import greedy_cached, hf_config_dict, use_original_deepseek_v2_routing  # noqa: E402
 
 
 def kiln(binary, model_dir, ids, new_tokens, dump=None):
@@ -61,13 +61,9 @@ def main():
     lengths = [7, 33, 120][: args.prompts]
     prompts = [torch.randint(3, cfg["vocab_size"], (n,), generator=gen).tolist() for n in lengths]
     hf = []
-    with torch.no_grad():
-        for ids in prompts:
-            out = model.generate(torch.tensor([ids], device="cuda"), max_new_tokens=args.new_tokens,
-                                 min_new_tokens=args.new_tokens, do_sample=False, output_logits=True,
-                                 return_dict_in_generate=True, pad_token_id=0)
-            tokens = out.sequences[0, len(ids):].tolist()
-            hf.append((tokens, torch.stack([l[0].float().cpu() for l in out.logits])))
+    for ids in prompts:
+        tokens, logits = greedy_cached(model, ids, args.new_tokens)
+        hf.append((tokens, torch.stack(logits)))
     del model
     gc.collect()
     torch.cuda.empty_cache()

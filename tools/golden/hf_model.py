@@ -166,3 +166,20 @@ def greedy(model, prompt_ids, new_tokens):
 def prompt_logits(model, prompt_ids):
     device = next(model.parameters()).device
     return model(torch.tensor([prompt_ids], device=device)).logits[0].float().cpu()
+
+
+@torch.no_grad()
+def greedy_cached(model, prompt_ids, new_tokens):
+    """Greedy continuation with HF's KV cache, past end-of-sequence tokens, with each step's logits.
+    (generate(min_new_tokens=n) would instead forbid EOS until n tokens: a different sequence from
+    kiln's --ignore-eos, which keeps going but does not forbid anything.)"""
+    device = next(model.parameters()).device
+    x, past, tokens, step_logits = torch.tensor([prompt_ids], device=device), None, [], []
+    for _ in range(new_tokens):
+        out = model(input_ids=x, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[0, -1].float()
+        tokens.append(int(torch.argmax(logits)))
+        step_logits.append(logits.cpu())
+        x = torch.tensor([[tokens[-1]]], device=device)
+    return tokens, step_logits
