@@ -101,7 +101,7 @@ TEST_CASE("a bad prompts-file line is named and the other requests still run") {
   CHECK(failed == 3);
 }
 
-TEST_CASE("the same seed gives the same tokens; sampling works without a seed") {
+TEST_CASE("the same seed gives the same tokens, and sampling works without a seed") {
   const std::string args = "--prompt-ids 5,6,7 --max-tokens 8 --temperature 1 --top-p 0.9 --top-k 50 --output-format json";
   const Result a = run(args + " --seed 11"), b = run(args + " --seed 11"), c = run(args);
   REQUIRE(a.exit_code == 0);
@@ -112,7 +112,7 @@ TEST_CASE("the same seed gives the same tokens; sampling works without a seed") 
   CHECK(ids(a) == ids(b));
 }
 
-TEST_CASE("--dump-logits writes the prompt's logits") {
+TEST_CASE("dump-logits writes the prompt's logits") {
   const std::string path = temp_file("logits.safetensors", "");
   const Result r = run("--prompt-ids 5,6,7,8 --max-tokens 1 --temperature 0 --dump-logits " + path + " -q");
   INFO(r.out);

@@ -56,7 +56,7 @@ FinishedRequest run_alone(const SchedulerConfig& cfg, int32_t num_pages, int32_t
 
 }  // namespace
 
-TEST_CASE("prefill chunks fill the token budget; a partial prefill continues first") {
+TEST_CASE("prefill chunks fill the token budget, and a partial prefill continues first") {
   Scheduler s(config(4, 8), BlockManager(32, 4));
   s.add(request(1, range(1, 10)));
   s.add(request(2, range(11, 5)));
