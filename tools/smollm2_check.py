@@ -35,9 +35,11 @@ PROMPTS = [
 ]
 
 
-def kiln(gguf, chat, backend, extra):
-    cmd = [BINARY, "--gguf", gguf, "--chat", chat, "--backend", backend, "--temperature", "0",
-           "--output-format", "json"] + extra
+def kiln(gguf, prompt, backend, extra):
+    """prompt is chat text (the chat template applies, and its end-of-turn token stops) or a list
+    of token ids (no template, no stop tokens)."""
+    given = ["--prompt-ids", ",".join(map(str, prompt))] if isinstance(prompt, list) else ["--chat", prompt]
+    cmd = [BINARY, "--gguf", gguf, "--backend", backend, "--temperature", "0", "--output-format", "json"] + given + extra
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -68,9 +70,13 @@ def main():
     totals = {"cuda~hf_bf16": 0, "cuda~hf_fp32(bf16 w)": 0, "cpu~hf_fp32": 0}
     total = 0
     for q in PROMPTS:
-        r = kiln(args.gguf, q, "cuda", ["--max-tokens", str(args.tokens), "--ignore-eos"])["requests"][0]
-        ids, ours = r["prompt_ids"], r["output_ids"]
-        cpu = kiln(args.gguf, q, "cpu", ["--max-tokens", str(args.tokens), "--ignore-eos"])["requests"][0]["output_ids"]
+        # The chat run gives the prompt ids; the comparison then continues from those ids without
+        # stop tokens, so both sides produce exactly --tokens tokens even past the end of the turn.
+        r = kiln(args.gguf, q, "cuda", ["--max-tokens", "1"])["requests"][0]
+        ids = r["prompt_ids"]
+        fixed_length = ["--max-tokens", str(args.tokens), "--ignore-eos"]
+        ours = kiln(args.gguf, ids, "cuda", fixed_length)["requests"][0]["output_ids"]
+        cpu = kiln(args.gguf, ids, "cpu", fixed_length)["requests"][0]["output_ids"]
         hf, hf_logits = hf_greedy(hf_bf16, ids, args.tokens)
         hf32b, _ = hf_greedy(hf_fp32_bf16w, ids, args.tokens)
         hf32, _ = hf_greedy(hf_fp32, ids, args.tokens)
@@ -89,7 +95,7 @@ def main():
         total += args.tokens
         print(f"{q!r}: kiln cuda vs HF bf16 {d}/{len(hf)} ({verdict}); kiln cuda vs HF fp32 on bf16 weights "
               f"{pairs['cuda~hf_fp32(bf16 w)']}/{args.tokens}; kiln cpu vs HF fp32 {pairs['cpu~hf_fp32']}/{args.tokens}; "
-              f"kiln: {r['text'][:60]!r}", flush=True)
+              f"kiln: {kiln(args.gguf, q, 'cuda', ['--max-tokens', '64'])['requests'][0]['text'][:60]!r}", flush=True)
     for k, v in totals.items():
         print(f"greedy tokens equal before the first difference, {k}: {v}/{total}")
 
