@@ -59,34 +59,6 @@ struct GemvShape {
   static_assert(kThreads <= 1024, "gemv: at most 1024 threads per block");
 };
 
-// 8 consecutive bf16 of `row` from column `col` (a lane's chunk) as four bf16x2 registers; a chunk
-// that is not `valid` or lies at or past kK reads as zeros. The 16-byte path is branch-free (the
-// address is clamped, the value selected) so that the compiler keeps all loads of an unrolled
-// group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
-// aligned: kK % kVec == 0, so no vector straddles kK.
-template <int kK, int kVec, bool kStreaming>
-__device__ __forceinline__ uint4 load_chunk(const bf16* row, int col, bool valid) {
-  if constexpr (kVec == 8) {
-    const bf16* p = row + min(col, kK - 8);
-    const uint4 r = kStreaming ? load_streaming_16(p) : __ldg(reinterpret_cast<const uint4*>(p));
-    const bool keep = valid && col < kK;
-    return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
-  } else {
-    uint4 r = make_uint4(0u, 0u, 0u, 0u);
-    if (!valid) return r;
-    unsigned short* e = reinterpret_cast<unsigned short*>(&r);
-    const unsigned short* src = reinterpret_cast<const unsigned short*>(row);
-#pragma unroll
-    for (int v = 0; v < 8; v += kVec) {
-      if (col + v < kK) {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) e[v + i] = __ldg(src + col + v + i);
-      }
-    }
-    return r;
-  }
-}
-
 // ---- GEMV inputs ----
 // What the kernel multiplies, per token. An input type supplies
 //   Row                        what a thread keeps of its token's row between loads
@@ -116,7 +88,7 @@ struct Bf16Input {
     for (int j = 0; j < kTiles; ++j) rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
   }
   __device__ __forceinline__ Raw fetch(Row row, int col, bool valid) const {
-    return load_chunk<kK, kVec, false>(row, col, valid);
+    return load_row_chunk<kK, kVec, false>(row, col, valid);
   }
   __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
 };
@@ -156,8 +128,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
       const int step = s0 + u * WK;
       const int col = step * 32 + q * 8;
       const bool step_valid = step < Shape::kSteps;
-      grp.a0[u] = load_chunk<kK, Shape::kVec, true>(w0, col, step_valid && row0 < kN);
-      grp.a1[u] = load_chunk<kK, Shape::kVec, true>(w1, col, step_valid && row1 < kN);
+      grp.a0[u] = load_row_chunk<kK, Shape::kVec, true>(w0, col, step_valid && row0 < kN);
+      grp.a1[u] = load_row_chunk<kK, Shape::kVec, true>(w1, col, step_valid && row1 < kN);
     }
   };
   auto fetch_inputs = [&](int s0, Group& grp) {

@@ -77,10 +77,22 @@ __global__ void __launch_bounds__(256) mla_v_up_simple_kernel(const bf16* __rest
 
 // ---- tensor-core paths ----
 
+// The grid of both per-head TileGemm problems: blockIdx.z is the head (the GEMM group), blockIdx.y
+// a tile of 64 tokens.
+struct PerHeadTokenTiles {
+  template <typename Args>
+  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
+    group = blockIdx.z;
+    m0 = blockIdx.y * 64;
+    rows = min(64, a.tokens - m0);
+    return rows > 0;
+  }
+};
+
 // Per head h: q_mla[t, h, :kLatent] = q[t, h, :kNope] · W_UK[h] ([kNope][kLatent]: K-major B);
 // the blocks of the first column tile also copy the rope part.
 template <int kHeads, int kNope, int kRope, int kLatent>
-struct MlaQAbsorbGemm {
+struct MlaQAbsorbGemm : PerHeadTokenTiles {
   static constexpr int kN = kLatent, kK = kNope;
   static constexpr bool kBKMajor = true;
   static constexpr int kIn = kNope + kRope, kOut = kLatent + kRope;
@@ -90,12 +102,6 @@ struct MlaQAbsorbGemm {
     bf16* q_mla;
     int tokens;
   };
-  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
-    group = blockIdx.z;
-    m0 = blockIdx.y * 64;
-    rows = min(64, a.tokens - m0);
-    return rows > 0;
-  }
   __device__ static const bf16* a_row(const Args& a, int group, int m) {
     return a.q + (static_cast<long long>(m) * kHeads + group) * kIn;
   }
@@ -123,7 +129,7 @@ struct MlaQAbsorbGemm {
 
 // Per head h: out[t, h, :] = o_lat[t, h, :] · W_UV[h]ᵀ (W_UV[h] is [kV][kLatent]: nn.Linear rows).
 template <int kHeads, int kLatent, int kV>
-struct MlaVUpGemm {
+struct MlaVUpGemm : PerHeadTokenTiles {
   static constexpr int kN = kV, kK = kLatent;
   static constexpr bool kBKMajor = false;
   struct Args {
@@ -132,12 +138,6 @@ struct MlaVUpGemm {
     bf16* out;
     int tokens;
   };
-  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
-    group = blockIdx.z;
-    m0 = blockIdx.y * 64;
-    rows = min(64, a.tokens - m0);
-    return rows > 0;
-  }
   __device__ static const bf16* a_row(const Args& a, int group, int m) {
     return a.o_lat + (static_cast<long long>(m) * kHeads + group) * kLatent;
   }
@@ -150,6 +150,8 @@ struct MlaVUpGemm {
   __device__ static void prologue(const Args&, int, int, int) {}
 };
 
+// The same pass as moe.cuh's moe_gate_up_stream_kernel, written out: one shared device helper for
+// both (a store callback per row) measured 24% slower gate_up at T = 1 on H200 (28 -> 35 us).
 // Decode v_up as a GEMV over the kHeads · kV rows of W_UV (one read per call): a 16-row tile lies
 // inside one head (kV % 16 == 0), whose o_lat rows are the tokens' inputs. One pass of <= 8·kTT tokens.
 template <int kHeads, int kLatent, int kV, int kTT>

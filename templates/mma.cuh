@@ -38,6 +38,34 @@ __device__ __forceinline__ uint4 load_streaming_16(const void* p) {
   return r;
 }
 
+// 8 consecutive bf16 of `row` from column `col` (a lane's chunk) as four bf16x2 registers; a chunk
+// that is not `valid` or lies at or past kK reads as zeros. The 16-byte path is branch-free (the
+// address is clamped, the value selected) so that the compiler keeps all loads of an unrolled
+// group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
+// aligned: kK % kVec == 0, so no vector straddles kK.
+template <int kK, int kVec, bool kStreaming>
+__device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool valid) {
+  if constexpr (kVec == 8) {
+    const bf16* p = row + min(col, kK - 8);
+    const uint4 r = kStreaming ? load_streaming_16(p) : __ldg(reinterpret_cast<const uint4*>(p));
+    const bool keep = valid && col < kK;
+    return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
+  } else {
+    uint4 r = make_uint4(0u, 0u, 0u, 0u);
+    if (!valid) return r;
+    unsigned short* e = reinterpret_cast<unsigned short*>(&r);
+    const unsigned short* src = reinterpret_cast<const unsigned short*>(row);
+#pragma unroll
+    for (int v = 0; v < 8; v += kVec) {
+      if (col + v < kK) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) e[v + i] = __ldg(src + col + v + i);
+      }
+    }
+    return r;
+  }
+}
+
 __device__ __forceinline__ unsigned smem_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }

@@ -39,32 +39,6 @@ namespace detail {
 // permutation on both sides, so the dot products come out right.
 // =====================================================================================
 
-// 8 consecutive bf16 of `row` at column `col` (a lane's chunk) as four bf16x2 registers; a chunk
-// that is not `valid` or lies at or past kK reads as zeros. `row` must point at a real row (the
-// 16-byte path loads first and selects after, so that a group of loads stays in flight).
-template <int kK, int kVec, bool kStreaming>
-__device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool valid) {
-  if constexpr (kVec == 8) {
-    const bf16* p = row + min(col, kK - 8);
-    const uint4 r = kStreaming ? load_streaming_16(p) : __ldg(reinterpret_cast<const uint4*>(p));
-    const bool keep = valid && col < kK;
-    return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
-  } else {
-    uint4 r = make_uint4(0u, 0u, 0u, 0u);
-    if (!valid) return r;
-    unsigned short* e = reinterpret_cast<unsigned short*>(&r);
-    const unsigned short* src = reinterpret_cast<const unsigned short*>(row);
-#pragma unroll
-    for (int v = 0; v < 8; v += kVec) {
-      if (col + v < kK) {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) e[v + i] = __ldg(src + col + v + i);
-      }
-    }
-    return r;
-  }
-}
-
 // acc[j] += W[rows g, g + 8] · X[token j·8 + g] over the column steps wk, wk + kWK, ... of a row of
 // kK values. acc[j][c] is C of the mma: (row g, token 2q), (row g, 2q + 1), (row g + 8, 2q),
 // (row g + 8, 2q + 1) of token tile j.
