@@ -154,16 +154,9 @@ void bench_prefill(int tokens) {
 
 int main(int argc, char** argv) {
   using namespace kiln::kernel_test;
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
+  if (!print_device_or_skip()) return 77;
   const bool sweep = !(argc > 1 && std::string(argv[1]) == "--no-sweep");
-  cudaDeviceProp prop{};
-  KILN_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   g_copy_gbps = measure_copy_gbps();
-  std::printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
   bench_gemv_shape<8192, 2048, true>(sweep);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 
 #include "runtime/core/dtype.hpp"
 
@@ -50,6 +52,48 @@ std::vector<float> rope_table(int positions, int rotary_dim, double theta) {
   return table;
 }
 
+StepBatch paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng, int& num_pages) {
+  StepBatch step;
+  int max_pages = 0, total_pages = 0;
+  for (const auto& [cached, fresh] : seqs) {
+    const int pages = (cached + fresh + page_size - 1) / page_size;
+    max_pages = std::max(max_pages, pages);
+    total_pages += pages;
+  }
+  num_pages = total_pages + 2;
+  std::vector<int> order(num_pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  step.max_pages_per_seq = max_pages + 1;
+  step.query_start.push_back(0);
+  int next_page = 0;
+  for (const auto& [cached, fresh] : seqs) {
+    const int context = cached + fresh;
+    const int pages = (context + page_size - 1) / page_size;
+    std::vector<int> table(step.max_pages_per_seq, -1);
+    for (int p = 0; p < pages; ++p) table[p] = order[next_page++];
+    for (int i = 0; i < fresh; ++i) {
+      const int pos = cached + i;
+      step.token_ids.push_back(0);
+      step.positions.push_back(pos);
+      step.slot_mapping.push_back(table[pos / page_size] * page_size + pos % page_size);
+    }
+    step.query_start.push_back(step.query_start.back() + fresh);
+    step.context_len.push_back(context);
+    step.block_tables.insert(step.block_tables.end(), table.begin(), table.end());
+  }
+  return step;
+}
+
+std::string seq_list(const std::vector<std::pair<int, int>>& seqs) {
+  std::string s;
+  for (const auto& [cached, fresh] : seqs) {
+    if (!s.empty()) s += ',';
+    s.append(std::to_string(cached)).append("+").append(std::to_string(fresh));
+  }
+  return s;
+}
+
 Comparison compare(const std::vector<float>& ref, const std::vector<float>& got) {
   Comparison c;
   double err = 0.0, norm = 0.0;
@@ -85,6 +129,48 @@ bool expect_close(const std::string& what, const Comparison& c, double limit) {
 }
 
 int failures() { return g_failures; }
+
+bool print_device_or_skip() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no GPU: skipped\n");
+    return false;
+  }
+  cudaDeviceProp prop{};
+  KILN_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  return true;
+}
+
+int run_test_groups(const char* program, int argc, char** argv, const std::vector<TestGroup>& groups) {
+  const auto known = [&](const char* name) {
+    return std::any_of(groups.begin(), groups.end(),
+                       [&](const TestGroup& g) { return std::strcmp(g.name, name) == 0; });
+  };
+  for (int i = 1; i < argc; ++i) {
+    if (!known(argv[i])) {
+      std::string names;
+      for (const TestGroup& g : groups) names += std::string(names.empty() ? "" : ", ") + g.name;
+      std::printf("%s: unknown group '%s' (expected one of: %s)\n", program, argv[i], names.c_str());
+      return 2;
+    }
+  }
+  if (!print_device_or_skip()) return 77;
+  for (const TestGroup& g : groups) {
+    const bool selected =
+        argc == 1 || std::any_of(argv + 1, argv + argc, [&](const char* a) { return std::strcmp(a, g.name) == 0; });
+    if (!selected) continue;
+    std::printf("---- %s ----\n", g.name);
+    std::fflush(stdout);
+    g.run();
+  }
+  if (failures() > 0) {
+    std::printf("%s: %d FAILED checks\n", program, failures());
+    return 1;
+  }
+  std::printf("%s: all checks passed\n", program);
+  return 0;
+}
 
 bool expect_clean_launch(const std::string& what) {
   KILN_CUDA_OK(cudaDeviceSynchronize());

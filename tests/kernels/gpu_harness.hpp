@@ -11,7 +11,10 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "runtime/core/step_batch.hpp"
 
 namespace kiln::kernel_test {
 
@@ -66,6 +69,16 @@ std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v);
 // RoPE table as the runtime builds it: [position][rotary_dim / 2] (cos, sin) of position · θ_i.
 std::vector<float> rope_table(int positions, int rotary_dim, double theta);
 
+// The step of a batch of sequences over a paged cache: sequence s has seqs[s].first tokens already
+// in the cache and seqs[s].second fresh ones (those the step computes). Pages are handed out in
+// shuffled order from a pool of `num_pages` (set here: two more than needed, never used), and the
+// block tables are one page wider than needed, so a kernel that assumes contiguous pages or a tight
+// stride fails.
+StepBatch paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng, int& num_pages);
+
+// "cached+fresh,..." for a report line.
+std::string seq_list(const std::vector<std::pair<int, int>>& seqs);
+
 struct Comparison {
   double nmse = 0.0;     // Σ(ref − got)² / Σ ref²
   long long nans = 0;    // NaN in got: unwritten (poisoned) or produced
@@ -99,5 +112,18 @@ void report(const std::string& op, const std::string& shape, double nmse, double
 
 // Device-to-device cudaMemcpy bandwidth (bytes read + written per second), in GB/s.
 double measure_copy_gbps();
+
+// Prints the device line and returns true; without a CUDA device prints "no GPU: skipped" and
+// returns false (the caller then exits 77, which ctest reports as skipped).
+bool print_device_or_skip();
+
+// The main of a GPU test program: `program [group...]` runs the named groups (default: all), each
+// under a "---- name ----" header. Returns the exit code: 77 without a GPU, 2 for an unknown group,
+// 1 when any check failed, 0 otherwise.
+struct TestGroup {
+  const char* name;
+  std::function<void()> run;
+};
+int run_test_groups(const char* program, int argc, char** argv, const std::vector<TestGroup>& groups);
 
 }  // namespace kiln::kernel_test

@@ -28,42 +28,9 @@ struct PagedBatch {
 PagedBatch make_batch(const std::vector<std::pair<int, int>>& seqs, int kv_heads, int head_dim, int page_size,
                       std::mt19937& rng) {
   PagedBatch b;
-  int max_pages = 0, total_pages = 0;
-  for (const auto& [cached, fresh] : seqs) {
-    const int pages = (cached + fresh + page_size - 1) / page_size;
-    max_pages = std::max(max_pages, pages);
-    total_pages += pages;
-  }
-  b.num_pages = total_pages + 2;  // two pages nobody uses
-  std::vector<int> order(b.num_pages);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  b.step.max_pages_per_seq = max_pages + 1;  // a stride wider than needed
-  b.step.query_start.push_back(0);
-  int next_page = 0;
-  for (const auto& [cached, fresh] : seqs) {
-    const int context = cached + fresh;
-    const int pages = (context + page_size - 1) / page_size;
-    std::vector<int> table(b.step.max_pages_per_seq, -1);
-    for (int p = 0; p < pages; ++p) table[p] = order[next_page++];
-    for (int i = 0; i < fresh; ++i) {
-      const int pos = cached + i;
-      b.step.token_ids.push_back(0);
-      b.step.positions.push_back(pos);
-      b.step.slot_mapping.push_back(table[pos / page_size] * page_size + pos % page_size);
-    }
-    b.step.query_start.push_back(b.step.query_start.back() + fresh);
-    b.step.context_len.push_back(context);
-    b.step.block_tables.insert(b.step.block_tables.end(), table.begin(), table.end());
-  }
+  b.step = paged_step(seqs, page_size, rng, b.num_pages);
   b.cache = random_bf16(static_cast<size_t>(b.num_pages) * 2 * kv_heads * page_size * head_dim, rng);
   return b;
-}
-
-std::string seq_list(const std::vector<std::pair<int, int>>& seqs) {
-  std::string s;
-  for (const auto& [cached, fresh] : seqs) s += (s.empty() ? "" : ",") + std::to_string(cached) + "+" + std::to_string(fresh);
-  return s;
 }
 
 double causal_flops(const StepBatch& step, int heads, int head_dim) {

@@ -1,11 +1,11 @@
 // The DeepSeek-V2 kernel templates, instantiated at real and odd shapes, compile under NVRTC the
 // way CI compiles generated kernels.cu (-default-device, C++20), for sm_90a and for compute_80
 // PTX, without a warning. No GPU needed: NVRTC only compiles.
-#include <nvrtc.h>
-
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
+
+#include "tests/support/nvrtc_compile.hpp"
 
 namespace {
 
@@ -69,56 +69,20 @@ void experts(const float* logits, int* ids, float* weights, const bf16* h, const
 }  // namespace probe
 )";
 
-struct Compiled {
-  nvrtcResult result;
-  std::string log;
-  size_t code_size = 0;
-};
-
-Compiled compile(const std::string& arch) {
-  nvrtcProgram program = nullptr;
-  REQUIRE(nvrtcCreateProgram(&program, kInstantiations, "deepseek_instantiations.cu", 0, nullptr, nullptr) ==
-          NVRTC_SUCCESS);
-  const std::string cuda_include = KILN_CUDA_INCLUDE_DIR;
-  const std::vector<std::string> options = {"-default-device",
-                                            "--gpu-architecture=" + arch,
-                                            "-std=c++20",
-                                            std::string("-I") + KILN_SOURCE_DIR,
-                                            "-I" + cuda_include,
-                                            "-I" + cuda_include + "/cccl"};
-  std::vector<const char*> argv;
-  for (const auto& o : options) argv.push_back(o.c_str());
-  Compiled c;
-  c.result = nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(program, &log_size);
-  c.log.resize(log_size);
-  nvrtcGetProgramLog(program, c.log.data());
-  if (c.result == NVRTC_SUCCESS) {
-    if (arch.rfind("sm_", 0) == 0) {
-      nvrtcGetCUBINSize(program, &c.code_size);
-    } else {
-      nvrtcGetPTXSize(program, &c.code_size);
-    }
-  }
-  nvrtcDestroyProgram(&program);
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("DeepSeek kernel templates compile under NVRTC for sm_90a without warnings", "[kernels][nvrtc]") {
-  const Compiled c = compile("sm_90a");
+  const auto c = kiln::test::nvrtc_compile(kInstantiations, "deepseek_instantiations.cu", "sm_90a");
   INFO(c.log);
-  REQUIRE(c.result == NVRTC_SUCCESS);
+  REQUIRE(c.ok);
   CHECK(c.log.find("warning") == std::string::npos);
-  CHECK(c.code_size > 0);
+  CHECK(c.cubin_bytes > 0);
 }
 
 TEST_CASE("DeepSeek kernel templates compile under NVRTC to compute_80 PTX without warnings", "[kernels][nvrtc]") {
-  const Compiled c = compile("compute_80");
+  const auto c = kiln::test::nvrtc_compile(kInstantiations, "deepseek_instantiations.cu", "compute_80");
   INFO(c.log);
-  REQUIRE(c.result == NVRTC_SUCCESS);
+  REQUIRE(c.ok);
   CHECK(c.log.find("warning") == std::string::npos);
-  CHECK(c.code_size > 0);
+  CHECK(!c.ptx.empty());
 }

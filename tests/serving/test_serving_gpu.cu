@@ -23,37 +23,15 @@
 #include "runtime/serving/sampler.hpp"
 #include "runtime/serving/sampler_cpu.hpp"
 #include "runtime/serving/sampling_math.hpp"
+#include "tests/kernels/gpu_harness.hpp"
 
 using namespace kiln;
 
 namespace {
 
-int g_failures = 0;
-
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    const cudaError_t status_ = (call);                                                    \
-    if (status_ != cudaSuccess) {                                                          \
-      std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(status_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) {
-    ++g_failures;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
-
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  explicit DeviceBuffer(size_t n) { CUDA_OK(cudaMalloc(&ptr, sizeof(T) * (n ? n : 1))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using kernel_test::DeviceBuffer;
+using kernel_test::expect;
+using kernel_test::failures;
 
 __global__ void philox_kernel(const PhiloxBlock* counters, const uint32_t* keys, PhiloxBlock* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -75,12 +53,12 @@ void check_philox_on_device() {
                                              {{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}};
   DeviceBuffer<PhiloxBlock> d_counters(3), d_out(3);
   DeviceBuffer<uint32_t> d_keys(6);
-  CUDA_OK(cudaMemcpy(d_counters.ptr, counters.data(), sizeof(PhiloxBlock) * 3, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_keys.ptr, keys.data(), sizeof(uint32_t) * 6, cudaMemcpyHostToDevice));
-  philox_kernel<<<1, 32>>>(d_counters.ptr, d_keys.ptr, d_out.ptr, 3);
-  CUDA_OK(cudaGetLastError());
+  KILN_CUDA_OK(cudaMemcpy(d_counters.get(), counters.data(), sizeof(PhiloxBlock) * 3, cudaMemcpyHostToDevice));
+  KILN_CUDA_OK(cudaMemcpy(d_keys.get(), keys.data(), sizeof(uint32_t) * 6, cudaMemcpyHostToDevice));
+  philox_kernel<<<1, 32>>>(d_counters.get(), d_keys.get(), d_out.get(), 3);
+  KILN_CUDA_OK(cudaGetLastError());
   std::vector<PhiloxBlock> out(3);
-  CUDA_OK(cudaMemcpy(out.data(), d_out.ptr, sizeof(PhiloxBlock) * 3, cudaMemcpyDeviceToHost));
+  KILN_CUDA_OK(cudaMemcpy(out.data(), d_out.get(), sizeof(PhiloxBlock) * 3, cudaMemcpyDeviceToHost));
   for (int i = 0; i < 3; ++i) {
     for (int w = 0; w < 4; ++w) expect(out[i].v[w] == expected[i].v[w], "philox known answer on the device");
   }
@@ -98,11 +76,11 @@ void check_exp_bits_on_device() {
   in.push_back(-std::numeric_limits<float>::infinity());
   const int n = static_cast<int>(in.size());
   DeviceBuffer<float> d_in(n), d_out(n);
-  CUDA_OK(cudaMemcpy(d_in.ptr, in.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
-  exp_kernel<<<(n + 255) / 256, 256>>>(d_in.ptr, d_out.ptr, n);
-  CUDA_OK(cudaGetLastError());
+  KILN_CUDA_OK(cudaMemcpy(d_in.get(), in.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+  exp_kernel<<<(n + 255) / 256, 256>>>(d_in.get(), d_out.get(), n);
+  KILN_CUDA_OK(cudaGetLastError());
   std::vector<float> out(n);
-  CUDA_OK(cudaMemcpy(out.data(), d_out.ptr, sizeof(float) * n, cudaMemcpyDeviceToHost));
+  KILN_CUDA_OK(cudaMemcpy(out.data(), d_out.get(), sizeof(float) * n, cudaMemcpyDeviceToHost));
   int differ = 0;
   for (int i = 0; i < n; ++i) {
     if (float_bits(out[i]) != float_bits(sampling_exp(in[i]))) {
@@ -187,7 +165,7 @@ struct DeviceLogits {
     for (int32_t r = 0; r < rows; ++r) {
       std::copy_n(logits.data() + static_cast<size_t>(r) * vocab, vocab, padded.data() + static_cast<size_t>(r) * stride);
     }
-    CUDA_OK(cudaMemcpy(buffer.ptr, padded.data(), sizeof(float) * padded.size(), cudaMemcpyHostToDevice));
+    KILN_CUDA_OK(cudaMemcpy(buffer.get(), padded.data(), sizeof(float) * padded.size(), cudaMemcpyHostToDevice));
   }
 };
 
@@ -212,7 +190,7 @@ std::vector<SampleOutput> run_batches(const Launcher& launcher, const DeviceLogi
   if (launcher.sampler) {
     for (int32_t start = 0; start < full; start += batch) {
       const std::vector<SampleOutput> got = launcher.sampler->sample(
-          logits.buffer.ptr + start * logits.stride, logits.stride, vocab,
+          logits.buffer.get() + start * logits.stride, logits.stride, vocab,
           std::span<const SamplerRow>(host_rows.data() + start, batch), nullptr);
       std::copy(got.begin(), got.end(), out.begin() + start);
     }
@@ -220,17 +198,17 @@ std::vector<SampleOutput> run_batches(const Launcher& launcher, const DeviceLogi
   }
   // Poison the outputs: every row compared must have been written by this run.
   std::vector<SampleOutput> poison(rows, SampleOutput{-7, -7.0f, -7});
-  CUDA_OK(cudaMemcpy(device_out.ptr, poison.data(), sizeof(SampleOutput) * rows, cudaMemcpyHostToDevice));
+  KILN_CUDA_OK(cudaMemcpy(device_out.get(), poison.data(), sizeof(SampleOutput) * rows, cudaMemcpyHostToDevice));
   for (int32_t start = 0; start < full; start += batch) {
-    const float* first = logits.buffer.ptr + start * logits.stride;
+    const float* first = logits.buffer.get() + start * logits.stride;
     if (launcher.workspace) {
-      launch_sampler(first, logits.stride, batch, vocab, device_rows.ptr + start, device_out.ptr + start,
+      launch_sampler(first, logits.stride, batch, vocab, device_rows.get() + start, device_out.get() + start,
                      *launcher.workspace, nullptr);
     } else {
-      launch_sampler(first, logits.stride, batch, vocab, device_rows.ptr + start, device_out.ptr + start, nullptr);
+      launch_sampler(first, logits.stride, batch, vocab, device_rows.get() + start, device_out.get() + start, nullptr);
     }
   }
-  CUDA_OK(cudaMemcpy(out.data(), device_out.ptr, sizeof(SampleOutput) * rows, cudaMemcpyDeviceToHost));
+  KILN_CUDA_OK(cudaMemcpy(out.data(), device_out.get(), sizeof(SampleOutput) * rows, cudaMemcpyDeviceToHost));
   return out;
 }
 
@@ -266,7 +244,7 @@ void compare_with_cpu(const std::vector<Launcher>& launchers) {
           if (margin < 1e-6 * static_cast<double>(trace.kept_mass)) ++near_boundary;
         }
       }
-      CUDA_OK(cudaMemcpy(device_rows.ptr, sampler_rows.data(), sizeof(SamplerRow) * rows, cudaMemcpyHostToDevice));
+      KILN_CUDA_OK(cudaMemcpy(device_rows.get(), sampler_rows.data(), sizeof(SamplerRow) * rows, cudaMemcpyHostToDevice));
       for (size_t l = 0; l < launchers.size(); ++l) {
         for (const DeviceLogits& layout : layouts) {
           for (int32_t batch : batches) {
@@ -318,30 +296,30 @@ void check_graph_capture(SamplerWorkspace& workspace) {
   const int32_t rows = 4;
   const std::vector<float> logits = make_logits(rows, vocab, 4242);
   DeviceBuffer<float> d_logits(logits.size());
-  CUDA_OK(cudaMemcpy(d_logits.ptr, logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
+  KILN_CUDA_OK(cudaMemcpy(d_logits.get(), logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
   DeviceBuffer<SamplerRow> d_rows(rows);
   DeviceBuffer<SampleOutput> d_out(rows);
   cudaStream_t stream;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  KILN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int mismatches = 0, replays = 0;
   for (int32_t batch : {1, rows}) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    launch_sampler(d_logits.ptr, vocab, batch, vocab, d_rows.ptr, d_out.ptr, workspace, stream);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    KILN_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch_sampler(d_logits.get(), vocab, batch, vocab, d_rows.get(), d_out.get(), workspace, stream);
+    KILN_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    KILN_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (uint64_t step = 0; step < 2 * kNumParamSets; ++step) {
       std::vector<SamplerRow> host_rows(batch);
       for (int32_t r = 0; r < batch; ++r) {
         host_rows[r] = make_row((step + r) % (kNumParamSets + 1), r, vocab);
         host_rows[r].counter = step;
       }
-      CUDA_OK(cudaMemcpyAsync(d_rows.ptr, host_rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice, stream));
-      CUDA_OK(cudaGraphLaunch(exec, stream));
+      KILN_CUDA_OK(cudaMemcpyAsync(d_rows.get(), host_rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice, stream));
+      KILN_CUDA_OK(cudaGraphLaunch(exec, stream));
       std::vector<SampleOutput> gpu(batch);
-      CUDA_OK(cudaMemcpyAsync(gpu.data(), d_out.ptr, sizeof(SampleOutput) * batch, cudaMemcpyDeviceToHost, stream));
-      CUDA_OK(cudaStreamSynchronize(stream));
+      KILN_CUDA_OK(cudaMemcpyAsync(gpu.data(), d_out.get(), sizeof(SampleOutput) * batch, cudaMemcpyDeviceToHost, stream));
+      KILN_CUDA_OK(cudaStreamSynchronize(stream));
       ++replays;
       for (int32_t r = 0; r < batch; ++r) {
         const SampleOutput cpu = sample_row_cpu(
@@ -349,10 +327,10 @@ void check_graph_capture(SamplerWorkspace& workspace) {
         if (cpu.token != gpu[r].token || cpu.status != gpu[r].status) ++mismatches;
       }
     }
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
+    KILN_CUDA_OK(cudaGraphExecDestroy(exec));
+    KILN_CUDA_OK(cudaGraphDestroy(graph));
   }
-  CUDA_OK(cudaStreamDestroy(stream));
+  KILN_CUDA_OK(cudaStreamDestroy(stream));
   std::printf("graph capture: %d replays of captured launches (B = 1 and %d, new parameters each time), "
               "%d token/status mismatches\n", replays, rows, mismatches);
   expect(mismatches == 0, "captured sampler launches match the CPU");
@@ -370,38 +348,38 @@ double time_launches(const float* logits, int32_t vocab, int32_t batch, const Sa
     }
   };
   cudaStream_t stream;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  KILN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraphExec_t exec = nullptr;
   if (as_graph) {
     cudaGraph_t graph;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    KILN_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     launch(stream);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_OK(cudaGraphDestroy(graph));
+    KILN_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    KILN_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    KILN_CUDA_OK(cudaGraphDestroy(graph));
   }
   auto run = [&] {
     if (exec) {
-      CUDA_OK(cudaGraphLaunch(exec, stream));
+      KILN_CUDA_OK(cudaGraphLaunch(exec, stream));
     } else {
       launch(stream);
     }
   };
   cudaEvent_t start, stop;
-  CUDA_OK(cudaEventCreate(&start));
-  CUDA_OK(cudaEventCreate(&stop));
+  KILN_CUDA_OK(cudaEventCreate(&start));
+  KILN_CUDA_OK(cudaEventCreate(&stop));
   for (int i = 0; i < 5; ++i) run();
   const int iterations = 100;
-  CUDA_OK(cudaEventRecord(start, stream));
+  KILN_CUDA_OK(cudaEventRecord(start, stream));
   for (int i = 0; i < iterations; ++i) run();
-  CUDA_OK(cudaEventRecord(stop, stream));
-  CUDA_OK(cudaEventSynchronize(stop));
+  KILN_CUDA_OK(cudaEventRecord(stop, stream));
+  KILN_CUDA_OK(cudaEventSynchronize(stop));
   float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+  KILN_CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaStreamDestroy(stream));
+  if (exec) KILN_CUDA_OK(cudaGraphExecDestroy(exec));
+  KILN_CUDA_OK(cudaStreamDestroy(stream));
   return 1000.0 * ms / iterations;
 }
 
@@ -410,7 +388,7 @@ void time_sampler(SamplerWorkspace& workspace) {
   const int32_t max_rows = 64;
   const std::vector<float> logits = make_logits(max_rows, vocab, 77);
   DeviceBuffer<float> d_logits(logits.size());
-  CUDA_OK(cudaMemcpy(d_logits.ptr, logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
+  KILN_CUDA_OK(cudaMemcpy(d_logits.get(), logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
   DeviceBuffer<SamplerRow> d_rows(max_rows);
   DeviceBuffer<SampleOutput> d_out(max_rows);
   auto upload = [&](const ParamSet& p, int32_t batch) {
@@ -422,7 +400,7 @@ void time_sampler(SamplerWorkspace& workspace) {
       rows[r].min_p = p.min_p;
       rows[r].seed = 99 + r;
     }
-    CUDA_OK(cudaMemcpy(d_rows.ptr, rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice));
+    KILN_CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice));
   };
   std::printf("workspace: %d resident blocks, up to %d rows split\n", workspace.resident_blocks(), workspace.max_rows());
   for (size_t set : kTimedSets) {
@@ -430,7 +408,7 @@ void time_sampler(SamplerWorkspace& workspace) {
     for (int32_t batch : {1, 4, 64}) {
       upload(p, batch);
       const SamplerWorkspace::Split split = workspace.split(batch, vocab);
-      const double us = time_launches(d_logits.ptr, vocab, batch, d_rows.ptr, d_out.ptr, &workspace, false);
+      const double us = time_launches(d_logits.get(), vocab, batch, d_rows.get(), d_out.get(), &workspace, false);
       std::printf("timing V=%d B=%2d %-24s %8.1f us per call, %7.2f us per row  (%d blocks per row)\n", vocab, batch,
                   p.name, us, us / batch, split.blocks_per_row);
     }
@@ -440,12 +418,12 @@ void time_sampler(SamplerWorkspace& workspace) {
     const ParamSet& p = kParamSets[set];
     for (int32_t batch : {1, 4}) {
       upload(p, batch);
-      const double us = time_launches(d_logits.ptr, vocab, batch, d_rows.ptr, d_out.ptr, &workspace, true);
+      const double us = time_launches(d_logits.get(), vocab, batch, d_rows.get(), d_out.get(), &workspace, true);
       std::printf("timing V=%d B=%2d %-24s %8.1f us per graph replay\n", vocab, batch, p.name, us);
     }
     for (int32_t batch : {1, 64}) {
       upload(p, batch);
-      const double us = time_launches(d_logits.ptr, vocab, batch, d_rows.ptr, d_out.ptr, nullptr, false);
+      const double us = time_launches(d_logits.get(), vocab, batch, d_rows.get(), d_out.get(), nullptr, false);
       std::printf("timing V=%d B=%2d %-24s %8.1f us per call, %7.2f us per row  (one block per row)\n", vocab, batch,
                   p.name, us, us / batch);
     }
@@ -455,7 +433,7 @@ void time_sampler(SamplerWorkspace& workspace) {
     SamplerWorkspace tuned(max_rows, min_tokens);
     for (size_t set : {size_t{0}, size_t{3}}) {
       upload(kParamSets[set], 1);
-      const double us = time_launches(d_logits.ptr, vocab, 1, d_rows.ptr, d_out.ptr, &tuned, false);
+      const double us = time_launches(d_logits.get(), vocab, 1, d_rows.get(), d_out.get(), &tuned, false);
       std::printf("timing V=%d B= 1 %-24s %8.1f us per call with min %d tokens per block (%d blocks)\n", vocab,
                   kParamSets[set].name, us, min_tokens, tuned.split(1, vocab).blocks_per_row);
     }
@@ -465,14 +443,7 @@ void time_sampler(SamplerWorkspace& workspace) {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s\n", prop.name);
+  if (!kernel_test::print_device_or_skip()) return 77;
   try {
     check_philox_on_device();
     check_exp_bits_on_device();
@@ -487,10 +458,10 @@ int main() {
     std::printf("FAIL %s\n", e.what());
     return 1;
   }
-  if (g_failures == 0) {
+  if (failures() == 0) {
     std::printf("all GPU sampler checks passed\n");
   } else {
-    std::printf("%d GPU sampler checks FAILED\n", g_failures);
+    std::printf("%d GPU sampler checks FAILED\n", failures());
   }
-  return g_failures == 0 ? 0 : 1;
+  return failures() == 0 ? 0 : 1;
 }
