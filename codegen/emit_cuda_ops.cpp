@@ -1,5 +1,7 @@
 #include "codegen/emit_cuda_ops.hpp"
 
+#include <initializer_list>
+
 #include "codegen/graph_build.hpp"
 #include "runtime/core/error.hpp"
 
@@ -24,6 +26,34 @@ std::string offset(const Op& op) { return op.dims.count("offset") ? op.dims.at("
 std::string rows(const Op& op) { return op.on_logit_rows ? "N" : "T"; }
 const std::string& dim(const Op& op, const std::string& key) { return op.dims.at(key); }
 const std::string& real(const Op& op, const std::string& key) { return op.reals.at(key); }
+
+// Template arguments from the op's dims, in the template's parameter order: "d0, d1, ...".
+std::string dims(const Op& op, std::initializer_list<const char*> keys) {
+  std::string out;
+  for (const char* key : keys) out += (out.empty() ? "" : ", ") + dim(op, key);
+  return out;
+}
+
+// The prefill and decode wrappers of a paged attention over queries `q` and the KV cache, into `out`:
+// kiln::<tmpl>_prefill<args> and kiln::<tmpl>_decode<args, partition, max partitions>.
+std::vector<CudaKernel> attention_kernels(const Op& op, const std::string& tmpl, const std::string& q,
+                                          const std::string& out, const std::string& args) {
+  const std::string& name = op.kernel;
+  return {
+      {name + "_prefill",
+       "void " + name + "_prefill(const bf16* " + q + ", const bf16* cache, bf16* " + out +
+           ", const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, "
+           "int num_seqs, int max_query_len, cudaStream_t stream)",
+       "kiln::" + tmpl + "_prefill<" + args + ">(" + q + ", cache, " + out +
+           ", query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, " + real(op, "scale") +
+           ", stream);"},
+      {name + "_decode",
+       "void " + name + "_decode(const bf16* " + q + ", const bf16* cache, bf16* " + out +
+           ", const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, "
+           "float* scratch, cudaStream_t stream)",
+       "kiln::" + tmpl + "_decode<" + args + ", kAttnPartition, kAttnMaxPartitions>(" + q + ", cache, " + out +
+           ", context_len, block_tables, max_pages_per_seq, num_seqs, " + real(op, "scale") + ", scratch, stream);"}};
+}
 
 std::string gemv_out(Epilogue e) {
   switch (e) {
@@ -51,19 +81,21 @@ std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
   const std::string& name = op.kernel;
   switch (op.kind) {
     case OpKind::embed:
-      return {{name, "void " + name + "(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream)",
+      return {{name,
+               "void " + name + "(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream)",
                "kiln::embed<" + dim(op, "dim") + ">(token_ids, table, x, tokens, stream);"}};
     case OpKind::rmsnorm:
       return {{name, "void " + name + "(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream)",
                "kiln::rmsnorm<" + dim(op, "dim") + ">(x, weight, out, rows, " + real(op, "eps") + ", stream);"}};
     case OpKind::rmsnorm_rows:
-      return {{name,
-               "void " + name +
-                   "(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream)",
-               "kiln::rmsnorm_rows<" + dim(op, "dim") + ">(x, rows, weight, out, num_rows, " + real(op, "eps") +
-                   ", stream);"}};
+      return {
+          {name,
+           "void " + name +
+               "(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream)",
+           "kiln::rmsnorm_rows<" + dim(op, "dim") + ">(x, rows, weight, out, num_rows, " + real(op, "eps") +
+               ", stream);"}};
     case OpKind::linear: {
-      const std::string shape = dim(op, "n") + ", " + dim(op, "k") + ", " + gemv_out(op.epilogue);
+      const std::string shape = dims(op, {"n", "k"}) + ", " + gemv_out(op.epilogue);
       const std::string out = out_type(op.epilogue) + "* out, int tokens, cudaStream_t stream)";
       return {{name, "void " + name + "(const bf16* in, const bf16* weight, " + out,
                "kiln::gemv<" + shape + ">(in, weight, out, tokens, stream);"}};
@@ -73,104 +105,77 @@ std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
                "void " + name +
                    "(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table, "
                    "const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
-               "kiln::attention_prep<" + dim(op, "heads") + ", " + dim(op, "kv_heads") + ", " + dim(op, "head_dim") +
-                   ", " + dim(op, "row") + ", " + dim(op, "page_size") + ", " +
+               "kiln::attention_prep<" + dims(op, {"heads", "kv_heads", "head_dim", "row", "page_size"}) + ", " +
                    (op.weights.empty() ? "false" : "true") + ">(qkv, q_norm, k_norm, " + real(op, "eps") +
                    ", positions, table, slot_mapping, cache, tokens, stream);"}};
     case OpKind::head_rmsnorm:
-      return {{name,
-               "void " + name + "(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, cudaStream_t stream)",
-               "kiln::qk_rmsnorm<" + dim(op, "heads") + ", " + dim(op, "kv_heads") + ", " + dim(op, "head_dim") + ", " +
-                   dim(op, "row") + ">(qkv, q_weight, k_weight, tokens, " + real(op, "eps") + ", stream);"}};
-    case OpKind::rope:
-      return {{name, "void " + name + "(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream)",
-               "kiln::rope<" + dim(op, "heads") + ", " + dim(op, "head_stride") + ", " + dim(op, "rotary_dim") + ", " +
-                   dim(op, "row") + ", " + (op.interleaved ? "true" : "false") + ">(rows, " + offset(op) +
-                   ", positions, table, tokens, stream);"}};
-    case OpKind::kv_write:
-      return {{name,
-               "void " + name + "(const bf16* qkv, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
-               "kiln::kv_write<" + dim(op, "kv_heads") + ", " + dim(op, "head_dim") + ", " + dim(op, "page_size") + ", " +
-                   dim(op, "row") + ">(qkv, " + dim(op, "k_offset") + ", " + dim(op, "v_offset") +
-                   ", slot_mapping, cache, tokens, stream);"}};
-    case OpKind::attention: {
-      const std::string args = dim(op, "heads") + ", " + dim(op, "kv_heads") + ", " + dim(op, "head_dim") + ", " +
-                               dim(op, "page_size") + ", " + dim(op, "row");
       return {
-          {name + "_prefill",
-           "void " + name +
-               "_prefill(const bf16* qkv, const bf16* cache, bf16* out, const int* query_start, const int* positions, "
-               "const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream)",
-           "kiln::attention_prefill<" + args + ">(qkv, cache, out, query_start, positions, block_tables, "
-                                               "max_pages_per_seq, num_seqs, max_query_len, " +
-               real(op, "scale") + ", stream);"},
-          {name + "_decode",
-           "void " + name +
-               "_decode(const bf16* qkv, const bf16* cache, bf16* out, const int* context_len, const int* block_tables, "
-               "int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream)",
-           "kiln::attention_decode<" + args + ", kAttnPartition, kAttnMaxPartitions>(qkv, cache, out, context_len, block_tables, "
-                                               "max_pages_per_seq, num_seqs, " +
-               real(op, "scale") + ", scratch, stream);"}};
-    }
+          {name,
+           "void " + name + "(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int tokens, cudaStream_t stream)",
+           "kiln::qk_rmsnorm<" + dims(op, {"heads", "kv_heads", "head_dim", "row"}) +
+               ">(qkv, q_weight, k_weight, tokens, " + real(op, "eps") + ", stream);"}};
+    case OpKind::rope:
+      return {
+          {name,
+           "void " + name + "(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream)",
+           "kiln::rope<" + dims(op, {"heads", "head_stride", "rotary_dim", "row"}) + ", " +
+               (op.interleaved ? "true" : "false") + ">(rows, " + offset(op) + ", positions, table, tokens, stream);"}};
+    case OpKind::kv_write:
+      return {
+          {name,
+           "void " + name + "(const bf16* qkv, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
+           "kiln::kv_write<" + dims(op, {"kv_heads", "head_dim", "page_size", "row"}) + ">(qkv, " +
+               dims(op, {"k_offset", "v_offset"}) + ", slot_mapping, cache, tokens, stream);"}};
+    case OpKind::attention:
+      return attention_kernels(op, "attention", "qkv", "out",
+                               dims(op, {"heads", "kv_heads", "head_dim", "page_size", "row"}));
     case OpKind::silu_mul:
       return {{name, "void " + name + "(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)",
                "kiln::silu_mul<" + dim(op, "dim") + ">(gate_up, act, rows, stream);"}};
     case OpKind::rmsnorm_act:
       return {{name, "void " + name + "(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream)",
-               "kiln::rmsnorm_inplace<" + dim(op, "dim") + ", " + dim(op, "row") + ">(rows, weight, tokens, " +
-                   real(op, "eps") + ", stream);"}};
+               "kiln::rmsnorm_inplace<" + dims(op, {"dim", "row"}) + ">(rows, weight, tokens, " + real(op, "eps") +
+                   ", stream);"}};
     case OpKind::mla_kv_write:
-      return {{name, "void " + name + "(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
-               "kiln::mla_kv_write<" + dim(op, "latent") + ", " + dim(op, "rope") + ", " + dim(op, "page_size") +
-                   ">(kv_a, slot_mapping, cache, tokens, stream);"}};
+      return {
+          {name,
+           "void " + name + "(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream)",
+           "kiln::mla_kv_write<" + dims(op, {"latent", "rope", "page_size"}) +
+               ">(kv_a, slot_mapping, cache, tokens, stream);"}};
     case OpKind::mla_q_absorb:
       return {{name, "void " + name + "(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream)",
-               "kiln::mla_q_absorb<" + dim(op, "heads") + ", " + dim(op, "nope") + ", " + dim(op, "rope") + ", " +
-                   dim(op, "latent") + ">(q, w_uk, q_mla, tokens, stream);"}};
-    case OpKind::mla_attention: {
-      const std::string args = dim(op, "heads") + ", " + dim(op, "latent") + ", " + dim(op, "rope") + ", " + dim(op, "page_size");
-      return {
-          {name + "_prefill",
-           "void " + name +
-               "_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* query_start, const int* positions, "
-               "const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream)",
-           "kiln::mla_attention_prefill<" + args + ">(q_mla, cache, o_lat, query_start, positions, block_tables, "
-                                                  "max_pages_per_seq, num_seqs, max_query_len, " +
-               real(op, "scale") + ", stream);"},
-          {name + "_decode",
-           "void " + name +
-               "_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, "
-               "int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream)",
-           "kiln::mla_attention_decode<" + args + ", kAttnPartition, kAttnMaxPartitions>(q_mla, cache, o_lat, context_len, "
-                                                  "block_tables, max_pages_per_seq, num_seqs, " +
-               real(op, "scale") + ", scratch, stream);"}};
-    }
+               "kiln::mla_q_absorb<" + dims(op, {"heads", "nope", "rope", "latent"}) +
+                   ">(q, w_uk, q_mla, tokens, stream);"}};
+    case OpKind::mla_attention:
+      return attention_kernels(op, "mla_attention", "q_mla", "o_lat",
+                               dims(op, {"heads", "latent", "rope", "page_size"}));
     case OpKind::mla_v_up:
-      return {{name, "void " + name + "(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream)",
-               "kiln::mla_v_up<" + dim(op, "heads") + ", " + dim(op, "latent") + ", " + dim(op, "v") +
-                   ">(o_lat, w_uv, out, tokens, stream);"}};
+      return {{name,
+               "void " + name + "(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream)",
+               "kiln::mla_v_up<" + dims(op, {"heads", "latent", "v"}) + ">(o_lat, w_uv, out, tokens, stream);"}};
     case OpKind::moe_route:
-      return {{name, "void " + name + "(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream)",
-               "kiln::moe_route<" + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "groups") + ", " +
-                   dim(op, "topk_groups") + ", " + (op.group_limited ? "true" : "false") + ", " +
-                   (op.normalize ? "true" : "false") + ">(logits, ids, weights, tokens, " + real(op, "scaling") +
-                   ", stream);"}};
+      return {{name,
+               "void " + name + "(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream)",
+               "kiln::moe_route<" + dims(op, {"experts", "top_k", "groups", "topk_groups"}) + ", " +
+                   (op.group_limited ? "true" : "false") + ", " + (op.normalize ? "true" : "false") +
+                   ">(logits, ids, weights, tokens, " + real(op, "scaling") + ", stream);"}};
     case OpKind::moe_record:
       return {{name, "void " + name + "(const int* ids, unsigned char* usage, int tokens, cudaStream_t stream)",
-               "kiln::moe_record<" + dim(op, "experts") + ", " + dim(op, "top_k") + ">(ids, usage, tokens, stream);"}};
+               "kiln::moe_record<" + dims(op, {"experts", "top_k"}) + ">(ids, usage, tokens, stream);"}};
     case OpKind::moe_gate_up:
       return {{name,
                "void " + name +
-                   "(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream)",
-               "kiln::moe_gate_up<" + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "hidden") + ", " +
-                   dim(op, "inter") + ">(h, weight, ids, out, scratch, tokens, stream);"}};
+                   "(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, "
+                   "cudaStream_t stream)",
+               "kiln::moe_gate_up<" + dims(op, {"experts", "top_k", "hidden", "inter"}) +
+                   ">(h, weight, ids, out, scratch, tokens, stream);"}};
     case OpKind::moe_down:
       return {{name,
                "void " + name +
                    "(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, "
                    "float* x, int tokens, cudaStream_t stream)",
-               "kiln::moe_down<" + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "hidden") + ", " +
-                   dim(op, "inter") + ">(act, weight, ids, weights, scratch, x, tokens, stream);"}};
+               "kiln::moe_down<" + dims(op, {"experts", "top_k", "hidden", "inter"}) +
+                   ">(act, weight, ids, weights, scratch, x, tokens, stream);"}};
   }
   return {};
 }
@@ -224,7 +229,8 @@ std::vector<std::string> ref_headers(const Op& op) {
 std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
   const std::string& k = op.kernel;
   switch (op.kind) {
-    case OpKind::embed: return k + "(step.token_ids, " + weight(op, g) + ", x, T, stream);";
+    case OpKind::embed:
+      return k + "(step.token_ids, " + weight(op, g) + ", x, T, stream);";
     case OpKind::rmsnorm:
       return k + "(" + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", T, stream);";
     case OpKind::rmsnorm_rows:
@@ -234,12 +240,15 @@ std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
         return k + "(" + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", " + rows(op) + ", stream);";
       }
       return "cuda::gemm(ctx, " + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", " + rows(op) + ", " +
-             dim(op, "n") + ", " + dim(op, "k") + ", " + gemm_out(op.epilogue) + ");";
+             dims(op, {"n", "k"}) + ", " + gemm_out(op.epilogue) + ");";
     case OpKind::head_rmsnorm:
       return k + "(" + op.reads[0] + ", " + weight(op, g, 0) + ", " + weight(op, g, 1) + ", T, stream);";
-    case OpKind::rope: return k + "(" + op.reads[0] + ", step.positions, ctx.rope, T, stream);";
-    case OpKind::kv_write: return k + "(" + op.reads[0] + ", step.slot_mapping, kv, T, stream);";
+    case OpKind::rope:
+      return k + "(" + op.reads[0] + ", step.positions, ctx.rope, T, stream);";
+    case OpKind::kv_write:
+      return k + "(" + op.reads[0] + ", step.slot_mapping, kv, T, stream);";
     case OpKind::attention:
+    case OpKind::mla_attention:  // the same wrappers (attention_kernels)
       if (phase == Phase::decode) {
         return k + "_decode(" + op.reads[0] + ", kv, " + op.writes[0] +
                ", step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);";
@@ -247,25 +256,25 @@ std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
       return k + "_prefill(" + op.reads[0] + ", kv, " + op.writes[0] +
              ", step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, "
              "step.max_query_len, stream);";
-    case OpKind::silu_mul: return k + "(" + op.reads[0] + ", " + op.writes[0] + ", " + silu_rows(op) + ", stream);";
-    case OpKind::rmsnorm_act: return k + "(" + op.reads[0] + ", " + weight(op, g) + ", T, stream);";
-    case OpKind::mla_kv_write: return k + "(" + op.reads[0] + ", step.slot_mapping, kv, T, stream);";
+    case OpKind::silu_mul:
+      return k + "(" + op.reads[0] + ", " + op.writes[0] + ", " + silu_rows(op) + ", stream);";
+    case OpKind::rmsnorm_act:
+      return k + "(" + op.reads[0] + ", " + weight(op, g) + ", T, stream);";
+    case OpKind::mla_kv_write:
+      return k + "(" + op.reads[0] + ", step.slot_mapping, kv, T, stream);";
     case OpKind::mla_q_absorb:
-    case OpKind::mla_v_up: return k + "(" + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", T, stream);";
-    case OpKind::mla_attention:
-      if (phase == Phase::decode) {
-        return k + "_decode(" + op.reads[0] + ", kv, " + op.writes[0] +
-               ", step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);";
-      }
-      return k + "_prefill(" + op.reads[0] + ", kv, " + op.writes[0] +
-             ", step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, "
-             "step.max_query_len, stream);";
-    case OpKind::moe_route: return k + "(router_logits, topk_ids, topk_weights, T, stream);";
+    case OpKind::mla_v_up:
+      return k + "(" + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", T, stream);";
+    case OpKind::moe_route:
+      return k + "(router_logits, topk_ids, topk_weights, T, stream);";
     case OpKind::attention_prep:
-      return k + "(" + op.reads[0] + ", " + (op.weights.empty() ? "nullptr, nullptr" : weight(op, g, 0) + ", " + weight(op, g, 1)) +
+      return k + "(" + op.reads[0] + ", " +
+             (op.weights.empty() ? "nullptr, nullptr" : weight(op, g, 0) + ", " + weight(op, g, 1)) +
              ", step.positions, ctx.rope, step.slot_mapping, kv, T, stream);";
-    case OpKind::moe_record: return k + "(topk_ids, ctx.expert_usage + layer * " + dim(op, "experts") + ", T, stream);";
-    case OpKind::moe_gate_up: return k + "(h, " + weight(op, g) + ", topk_ids, moe_gate_up, moe_scratch, T, stream);";
+    case OpKind::moe_record:
+      return k + "(topk_ids, ctx.expert_usage + layer * " + dim(op, "experts") + ", T, stream);";
+    case OpKind::moe_gate_up:
+      return k + "(h, " + weight(op, g) + ", topk_ids, moe_gate_up, moe_scratch, T, stream);";
     case OpKind::moe_down:
       return k + "(moe_act, " + weight(op, g) + ", topk_ids, topk_weights, moe_scratch, x, T, stream);";
   }
@@ -275,8 +284,7 @@ std::string cuda_call(const Op& op, const Graph& g, Phase phase) {
 std::vector<std::string> ref_call(const Op& op, const Graph& g) {
   switch (op.kind) {
     case OpKind::embed:
-      return {"ref::embed(step.token_ids.data(), T, " + weight(op, g) + ", " + dim(op, "vocab") + ", " + dim(op, "dim") +
-              ", x);"};
+      return {"ref::embed(step.token_ids.data(), T, " + weight(op, g) + ", " + dims(op, {"vocab", "dim"}) + ", x);"};
     case OpKind::rmsnorm:
       return {"ref::rmsnorm(" + op.reads[0] + ", " + weight(op, g) + ", " + op.writes[0] + ", T, " + dim(op, "dim") +
               ", " + real(op, "eps") + ");"};
@@ -284,44 +292,45 @@ std::vector<std::string> ref_call(const Op& op, const Graph& g) {
       return {"ref::rmsnorm_rows(" + op.reads[0] + ", step.logit_rows.data(), N, " + weight(op, g) + ", " +
               op.writes[0] + ", " + dim(op, "dim") + ", " + real(op, "eps") + ");"};
     case OpKind::linear:
-      return {"ref::linear(" + op.reads[0] + ", " + rows(op) + ", " + weight(op, g) + ", " + dim(op, "n") + ", " +
-              dim(op, "k") + ", " + op.writes[0] + ", /*accumulate=*/" +
-              (op.epilogue == Epilogue::residual_add ? "true" : "false") + ");"};
+      return {"ref::linear(" + op.reads[0] + ", " + rows(op) + ", " + weight(op, g) + ", " + dims(op, {"n", "k"}) +
+              ", " + op.writes[0] + ", /*accumulate=*/" + (op.epilogue == Epilogue::residual_add ? "true" : "false") +
+              ");"};
     case OpKind::head_rmsnorm:
-      return {"ref::head_rmsnorm(" + op.reads[0] + ", T, " + dim(op, "row") + ", 0, " + dim(op, "heads") + ", " +
-                  dim(op, "head_dim") + ", " + weight(op, g, 0) + ", " + real(op, "eps") + ");",
-              "ref::head_rmsnorm(" + op.reads[0] + ", T, " + dim(op, "row") + ", kKvOffset, " + dim(op, "kv_heads") +
-                  ", " + dim(op, "head_dim") + ", " + weight(op, g, 1) + ", " + real(op, "eps") + ");"};
+      return {"ref::head_rmsnorm(" + op.reads[0] + ", T, " + dim(op, "row") + ", 0, " +
+                  dims(op, {"heads", "head_dim"}) + ", " + weight(op, g, 0) + ", " + real(op, "eps") + ");",
+              "ref::head_rmsnorm(" + op.reads[0] + ", T, " + dim(op, "row") + ", kKvOffset, " +
+                  dims(op, {"kv_heads", "head_dim"}) + ", " + weight(op, g, 1) + ", " + real(op, "eps") + ");"};
     case OpKind::rope:
-      return {"ref::rope(" + op.reads[0] + ", T, " + dim(op, "row") + ", " + offset(op) + ", " + dim(op, "heads") + ", " +
-              dim(op, "head_stride") + ", " + dim(op, "rotary_dim") + ", /*interleaved=*/" +
+      return {"ref::rope(" + op.reads[0] + ", T, " + dim(op, "row") + ", " + offset(op) + ", " +
+              dims(op, {"heads", "head_stride", "rotary_dim"}) + ", /*interleaved=*/" +
               (op.interleaved ? "true" : "false") + ", step.positions.data(), ctx.rope);"};
     case OpKind::kv_write:
-      return {"ref::kv_write(" + op.reads[0] + ", T, " + dim(op, "row") + ", " + dim(op, "k_offset") + ", " +
-              dim(op, "v_offset") + ", step.slot_mapping.data(), kv);"};
+      return {"ref::kv_write(" + op.reads[0] + ", T, " + dims(op, {"row", "k_offset", "v_offset"}) +
+              ", step.slot_mapping.data(), kv);"};
     case OpKind::attention:
-      return {"ref::attention(" + op.reads[0] + ", " + dim(op, "row") + ", " + dim(op, "heads") + ", " +
-              real(op, "scale") + ", step, kv, " + op.writes[0] + ");"};
+      return {"ref::attention(" + op.reads[0] + ", " + dims(op, {"row", "heads"}) + ", " + real(op, "scale") +
+              ", step, kv, " + op.writes[0] + ");"};
     case OpKind::silu_mul:
-      return {"ref::silu_mul(" + op.reads[0] + ", " + silu_rows(op) + ", " + dim(op, "dim") + ", " + op.writes[0] + ");"};
+      return {"ref::silu_mul(" + op.reads[0] + ", " + silu_rows(op) + ", " + dim(op, "dim") + ", " + op.writes[0] +
+              ");"};
     case OpKind::rmsnorm_act:
-      return {"ref::rmsnorm(" + op.reads[0] + ", " + dim(op, "row") + ", " + weight(op, g) + ", " + op.writes[0] + ", " +
-              dim(op, "row") + ", T, " + dim(op, "dim") + ", " + real(op, "eps") + ");"};
-    case OpKind::mla_kv_write: return {"ref::mla_kv_write(" + op.reads[0] + ", T, step.slot_mapping.data(), kv);"};
+      return {"ref::rmsnorm(" + op.reads[0] + ", " + dim(op, "row") + ", " + weight(op, g) + ", " + op.writes[0] +
+              ", " + dim(op, "row") + ", T, " + dim(op, "dim") + ", " + real(op, "eps") + ");"};
+    case OpKind::mla_kv_write:
+      return {"ref::mla_kv_write(" + op.reads[0] + ", T, step.slot_mapping.data(), kv);"};
     case OpKind::mla_q_absorb:
-      return {"ref::mla_q_absorb(" + op.reads[0] + ", T, " + dim(op, "heads") + ", " + dim(op, "nope") + ", " +
-              dim(op, "rope") + ", " + dim(op, "latent") + ", " + weight(op, g) + ", " + op.writes[0] + ");"};
+      return {"ref::mla_q_absorb(" + op.reads[0] + ", T, " + dims(op, {"heads", "nope", "rope", "latent"}) + ", " +
+              weight(op, g) + ", " + op.writes[0] + ");"};
     case OpKind::mla_attention:
-      return {"ref::mla_attention(" + op.reads[0] + ", " + dim(op, "heads") + ", " + dim(op, "latent") + ", " +
-              dim(op, "rope") + ", " + real(op, "scale") + ", step, kv, " + op.writes[0] + ");"};
+      return {"ref::mla_attention(" + op.reads[0] + ", " + dims(op, {"heads", "latent", "rope"}) + ", " +
+              real(op, "scale") + ", step, kv, " + op.writes[0] + ");"};
     case OpKind::mla_v_up:
-      return {"ref::mla_v_up(" + op.reads[0] + ", T, " + dim(op, "heads") + ", " + dim(op, "latent") + ", " + dim(op, "v") +
-              ", " + weight(op, g) + ", " + op.writes[0] + ");"};
+      return {"ref::mla_v_up(" + op.reads[0] + ", T, " + dims(op, {"heads", "latent", "v"}) + ", " + weight(op, g) +
+              ", " + op.writes[0] + ");"};
     case OpKind::moe_route:
-      return {"ref::moe_route(router_logits, T, " + dim(op, "experts") + ", " + dim(op, "top_k") + ", " + dim(op, "groups") +
-              ", " + dim(op, "topk_groups") + ", /*group_limited=*/" + (op.group_limited ? "true" : "false") +
-              ", /*normalize=*/" + (op.normalize ? "true" : "false") + ", " + real(op, "scaling") +
-              ", topk_ids, topk_weights);"};
+      return {"ref::moe_route(router_logits, T, " + dims(op, {"experts", "top_k", "groups", "topk_groups"}) +
+              ", /*group_limited=*/" + (op.group_limited ? "true" : "false") + ", /*normalize=*/" +
+              (op.normalize ? "true" : "false") + ", " + real(op, "scaling") + ", topk_ids, topk_weights);"};
     case OpKind::attention_prep: {
       std::vector<std::string> out;
       for (const Op& part : op.parts) {
@@ -330,14 +339,14 @@ std::vector<std::string> ref_call(const Op& op, const Graph& g) {
       return out;
     }
     case OpKind::moe_record:
-      return {"ref::moe_record(topk_ids, T, " + dim(op, "top_k") + ", ctx.expert_usage + layer * " + dim(op, "experts") +
-              ");"};
+      return {"ref::moe_record(topk_ids, T, " + dim(op, "top_k") + ", ctx.expert_usage + layer * " +
+              dim(op, "experts") + ");"};
     case OpKind::moe_gate_up:
-      return {"ref::moe_gate_up(h, T, topk_ids, " + dim(op, "top_k") + ", " + weight(op, g) + ", " + dim(op, "hidden") +
-              ", " + dim(op, "inter") + ", moe_gate_up);"};
+      return {"ref::moe_gate_up(h, T, topk_ids, " + dim(op, "top_k") + ", " + weight(op, g) + ", " +
+              dims(op, {"hidden", "inter"}) + ", moe_gate_up);"};
     case OpKind::moe_down:
       return {"ref::moe_down(moe_act, T, topk_ids, topk_weights, " + dim(op, "top_k") + ", " + weight(op, g) + ", " +
-              dim(op, "hidden") + ", " + dim(op, "inter") + ", x);"};
+              dims(op, {"hidden", "inter"}) + ", x);"};
   }
   return {};
 }
