@@ -117,13 +117,15 @@ double measure_copy_gbps();
 // returns false (the caller then exits 77, which ctest reports as skipped).
 bool print_device_or_skip();
 
-// The main of a GPU test program: `program [group...]` runs the named groups (default: all), each
-// under a "---- name ----" header. Returns the exit code: 77 without a GPU, 2 for an unknown group,
-// 1 when any check failed, 0 otherwise.
+// A named set of checks of a GPU test program.
 struct TestGroup {
   const char* name;
   std::function<void()> run;
 };
+
+// The main of a GPU test program: `program [group...]` runs the named groups (default: all), each
+// under a "---- name ----" header. Returns the exit code: 77 without a GPU, 2 for an unknown group,
+// 1 when any check failed, 0 otherwise.
 int run_test_groups(const char* program, int argc, char** argv, const std::vector<TestGroup>& groups);
 
 }  // namespace kiln::kernel_test
