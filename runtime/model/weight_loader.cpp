@@ -7,6 +7,7 @@
 
 #include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/hash.hpp"
 #include "runtime/core/parallel.hpp"
 
 namespace kiln {
@@ -226,16 +227,13 @@ class Loader {
   void fill_random(const Instance& inst, uint64_t seed) {
     const int64_t n = inst.spec->numel();
     const bool vector = inst.spec->shape.size() == 1;
-    uint64_t h = seed ^ 0x9e3779b97f4a7c15ull;
+    uint64_t h = seed ^ kGoldenGamma;
     for (const char* c = inst.spec->name; *c; ++c) h = (h ^ static_cast<uint8_t>(*c)) * 0x100000001b3ull;
     h ^= static_cast<uint64_t>(inst.layer + 1) * 0xbf58476d1ce4e5b9ull;
     staging_f32_.resize(static_cast<size_t>(n));
     parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        uint64_t z = h + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;  // splitmix64
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
+        const uint64_t z = mix64(h + static_cast<uint64_t>(i) * kGoldenGamma);  // splitmix64
         const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;  // [-1, 1)
         staging_f32_[i] = vector ? 1.0f + 0.1f * u : 0.02f * std::sqrt(3.0f) * u;
       }

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/hash.hpp"
 
 namespace kiln {
 
@@ -32,10 +33,7 @@ uint64_t draw_request_seed() {
   // value, with no lock.
   static std::atomic<uint64_t> state{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
                                      std::random_device{}()};
-  uint64_t z = state.fetch_add(0x9E3779B97F4A7C15ull, std::memory_order_relaxed) + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return mix64(state.fetch_add(kGoldenGamma, std::memory_order_relaxed) + kGoldenGamma);
 }
 
 SamplerRow make_sampler_row(const SamplingParams& params, uint64_t seed, uint64_t counter) {

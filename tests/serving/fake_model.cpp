@@ -3,17 +3,9 @@
 #include <algorithm>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/hash.hpp"
 
 namespace kiln::testing {
-namespace {
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 FakeModel::FakeModel(int32_t num_kv_slots, int32_t page_size, int32_t vocab_size)
     : page_size_(page_size), vocab_size_(vocab_size), kv_(num_kv_slots) {}
@@ -24,7 +16,7 @@ std::vector<float> FakeModel::logits_for(std::span<const int32_t> context) const
   std::vector<float> logits(vocab_size_);
   for (int32_t v = 0; v < vocab_size_; ++v) {
     // Uniform in [-4, 4) with 2^-20 resolution: ties are rare but possible, like real logits.
-    const uint64_t r = mix64(h + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(v + 1));
+    const uint64_t r = mix64(h + kGoldenGamma * static_cast<uint64_t>(v + 1));
     logits[v] = static_cast<float>(static_cast<double>(r >> 44) / 1048576.0 * 8.0 - 4.0);
   }
   return logits;
