@@ -48,9 +48,8 @@ class Backend {
   virtual std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) = 0;
   // Copies logits rows [first, first + count) to the host.
   virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
-  // Waits for queued device work (timing).
-  virtual void synchronize() {}
-  // (layer, routed expert) pairs the last step chose: the experts whose weights it read (MoE).
+  // (layer, routed expert) pairs the last decode step chose: the experts whose weights it read
+  // (MoE). Valid after that step's sample(), which waits for the device.
   virtual int64_t last_step_experts_read() = 0;
 };
 

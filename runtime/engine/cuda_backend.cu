@@ -11,21 +11,13 @@
 #include <map>
 
 #include "runtime/core/error.hpp"
+#include "runtime/cuda/check.hpp"
 #include "runtime/cuda/context.hpp"
 #include "runtime/cuda/gemm.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/weight_loader.hpp"
 #include "runtime/serving/sampler.hpp"
-
-#define KILN_CUDA(call)                                                                            \
-  do {                                                                                             \
-    const cudaError_t kiln_status = (call);                                                        \
-    if (kiln_status != cudaSuccess) {                                                              \
-      ::kiln::fail("CUDA error ", cudaGetErrorName(kiln_status), " (", cudaGetErrorString(kiln_status), \
-                   ") in ", #call, " at ", __FILE__, ":", __LINE__);                               \
-    }                                                                                              \
-  } while (0)
 
 namespace kiln {
 
@@ -163,9 +155,10 @@ class CudaBackend final : public Backend {
     rope_.resize(static_cast<int64_t>(rope.size()) * 4);
     KILN_CUDA(cudaMemcpy(rope_.get(), rope.data(), rope.size() * 4, cudaMemcpyHostToDevice));
     const int32_t pages_per_seq = (m.max_context + m.page_size - 1) / m.page_size;
-    steps_ = std::make_unique<StepBuffers>(m.max_batched_tokens, m.max_batched_tokens, pages_per_seq);
+    // A step holds at most max_batch sequences (the scheduler's limit), and samples one row each.
+    steps_ = std::make_unique<StepBuffers>(m.max_batched_tokens, m.max_batch, pages_per_seq);
     logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
-    sampler_ = std::make_unique<CudaSampler>(m.max_batched_tokens);
+    sampler_ = std::make_unique<CudaSampler>(m.max_batch);
 
     page_bytes_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * 2;  // bf16
     info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 2;
@@ -173,6 +166,7 @@ class CudaBackend final : public Backend {
     kv_.resize(static_cast<int64_t>(kv_pages_) * page_bytes_ * m.num_layers);
     usage_bytes_ = static_cast<int64_t>(m.num_layers) * m.num_routed_experts;
     usage_.resize(usage_bytes_);
+    if (usage_bytes_ > 0) KILN_CUDA(cudaMallocHost(&usage_host_, static_cast<size_t>(usage_bytes_)));
     KILN_CUDA(cudaDeviceSynchronize());
 
     ctx_.arena = arena_.get();
@@ -188,7 +182,8 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
-    for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
+    destroy_graphs();
+    cudaFreeHost(usage_host_);
     cudaStreamDestroy(stream_);
   }
 
@@ -202,14 +197,21 @@ class CudaBackend final : public Backend {
     ensure_logits_rows(step.num_logits());
     num_logits_ = step.num_logits();
     const CudaStep d = steps_->upload(step, stream_);
-    if (usage_bytes_ > 0) KILN_CUDA(cudaMemsetAsync(usage_.get(), 0, static_cast<size_t>(usage_bytes_), stream_));
     float* logits = logits_.get<float>();
     if (!step.decode_only()) {
       forward_->prefill(d, ctx_, logits);
-    } else if (!use_graphs_) {
-      forward_->decode(d, ctx_, logits);
     } else {
-      KILN_CUDA(cudaGraphLaunch(decode_graph(d, logits), stream_));
+      if (use_graphs_) {
+        KILN_CUDA(cudaGraphLaunch(decode_graph(d, logits), stream_));
+      } else {
+        decode(d, logits);
+      }
+      // Read back with the step; sample() waits for the stream, so the flags are on the host by
+      // the time last_step_experts_read() counts them.
+      if (usage_bytes_ > 0) {
+        KILN_CUDA(cudaMemcpyAsync(usage_host_, usage_.get(), static_cast<size_t>(usage_bytes_),
+                                  cudaMemcpyDeviceToHost, stream_));
+      }
     }
     KILN_CUDA(cudaGetLastError());
   }
@@ -230,14 +232,8 @@ class CudaBackend final : public Backend {
     KILN_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  void synchronize() override { KILN_CUDA(cudaStreamSynchronize(stream_)); }
-
   int64_t last_step_experts_read() override {
-    if (usage_bytes_ == 0) return 0;
-    std::vector<unsigned char> usage(static_cast<size_t>(usage_bytes_));
-    KILN_CUDA(cudaMemcpyAsync(usage.data(), usage_.get(), usage.size(), cudaMemcpyDeviceToHost, stream_));
-    KILN_CUDA(cudaStreamSynchronize(stream_));
-    return std::count(usage.begin(), usage.end(), static_cast<unsigned char>(1));
+    return std::count(usage_host_, usage_host_ + usage_bytes_, static_cast<unsigned char>(1));
   }
 
  private:
@@ -296,15 +292,10 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t decode_graph(const CudaStep& d, float* logits) {
     const std::pair<int, int> key{d.num_seqs, d.num_logits};
     auto it = graphs_.find(key);
-    if (it != graphs_.end() && graph_logits_ == logits) return it->second;
-    if (graph_logits_ != logits) {  // the logits buffer moved: every graph refers to the old one
-      for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
-      graphs_.clear();
-      graph_logits_ = logits;
-    }
+    if (it != graphs_.end()) return it->second;
     cudaGraph_t graph;
     KILN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    forward_->decode(d, ctx_, logits);
+    decode(d, logits);
     KILN_CUDA(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec;
     KILN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -313,9 +304,23 @@ class CudaBackend final : public Backend {
     return exec;
   }
 
+  // One decode forward; the MoE layers flag the experts they choose, so the flags are cleared first
+  // (inside the graph when captured).
+  void decode(const CudaStep& d, float* logits) {
+    if (usage_bytes_ > 0) KILN_CUDA(cudaMemsetAsync(usage_.get(), 0, static_cast<size_t>(usage_bytes_), stream_));
+    forward_->decode(d, ctx_, logits);
+  }
+
   void ensure_logits_rows(int32_t rows) {
     const int64_t bytes = static_cast<int64_t>(rows) * model_.info.vocab_size * 4;
-    if (bytes > logits_.bytes()) logits_.resize(bytes);  // --dump-logits of a long prompt
+    if (bytes <= logits_.bytes()) return;
+    logits_.resize(bytes);  // --dump-logits of a long prompt
+    destroy_graphs();       // they write the old buffer
+  }
+
+  void destroy_graphs() {
+    for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
   }
 
 
@@ -327,6 +332,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaForward> forward_;
   DeviceBuffer arena_, scratch_, rope_, kv_, logits_, usage_;
   int64_t usage_bytes_ = 0;
+  unsigned char* usage_host_ = nullptr;  // pinned: the last decode step's expert flags
   std::unique_ptr<StepBuffers> steps_;
   std::unique_ptr<CudaSampler> sampler_;
   cuda::GemmRunner gemm_;
@@ -335,7 +341,6 @@ class CudaBackend final : public Backend {
   int32_t num_logits_ = 0;
   CudaContext ctx_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (sequences, logits rows)
-  float* graph_logits_ = nullptr;
   BackendInfo info_;
 };
 

@@ -67,38 +67,34 @@ void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
   // Each token's numerics then do not depend on the batch it ran in (outputs equal running alone),
   // at the price of reading the weights twice in mixed steps.
   std::vector<SampleOutput> samples;
-  if (step.num_decodes > 0 && step.num_decodes < static_cast<int32_t>(step.seqs.size())) {
-    ScheduledStep decodes, prefills;
-    decodes.seqs.assign(step.seqs.begin(), step.seqs.begin() + step.num_decodes);
-    decodes.num_decodes = step.num_decodes;
-    prefills.seqs.assign(step.seqs.begin() + step.num_decodes, step.seqs.end());
-    for (const ScheduledStep* part : {&decodes, &prefills}) {
-      const std::vector<SampleOutput> s = run_forward(*part);
-      samples.insert(samples.end(), s.begin(), s.end());
-    }
+  const std::span<const ScheduledSeq> seqs = step.seqs;
+  if (step.num_decodes > 0 && step.num_decodes < static_cast<int32_t>(seqs.size())) {
+    samples = run_forward(seqs.first(step.num_decodes));
+    const std::vector<SampleOutput> prefill_samples = run_forward(seqs.subspan(step.num_decodes));
+    samples.insert(samples.end(), prefill_samples.begin(), prefill_samples.end());
   } else {
-    samples = run_forward(step);
+    samples = run_forward(seqs);
   }
   ++stats_.steps;
 
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
   for (const TokenEvent& e : scheduler_.on_step_done(step, samples)) {
-    first_token_at_.emplace(e.id, now);
+    first_token_at_.try_emplace(e.id, now);
     if (on_token) on_token(e);
   }
 }
 
-std::vector<SampleOutput> Engine::run_forward(const ScheduledStep& step) {
-  StepBatch batch = build_step_batch(step, model_.info.page_size);
-  const std::vector<SamplerRow> rows = sampler_rows(step);
+std::vector<SampleOutput> Engine::run_forward(std::span<const ScheduledSeq> seqs) {
+  StepBatch batch = build_step_batch(seqs, model_.info.page_size);
+  const std::vector<SamplerRow> rows = sampler_rows(seqs);
 
   // Capturing prompt logits: every row of the (single) sequence's prompt chunks yields logits; the
   // sampled row, if the chunk ends the prompt, is the last one.
   int32_t first_sample_row = 0;
   int32_t capture_rows = 0;
   if (options_.capture_prompt_logits) {
-    if (step.seqs.size() != 1) fail("internal: capturing prompt logits with ", step.seqs.size(), " sequences in a step");
-    const ScheduledSeq& seq = step.seqs.front();
+    if (seqs.size() != 1) fail("internal: capturing prompt logits with ", seqs.size(), " sequences in a step");
+    const ScheduledSeq& seq = seqs.front();
     if (seq.start < capture_prompt_len_) {
       capture_rows = std::min(batch.num_tokens(), capture_prompt_len_ - seq.start);
       batch.logit_rows.resize(batch.num_tokens());

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "runtime/engine/backend.hpp"
@@ -47,12 +48,11 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   // With capture_prompt_logits: [prompt_len, vocab] logits of the last run's request.
   const std::vector<float>& prompt_logits() const { return prompt_logits_; }
-  const Scheduler& scheduler() const { return scheduler_; }
 
  private:
   void run_step(const std::function<void(const TokenEvent&)>& on_token);
-  // One forward of the backend over `step` (all decodes, or prefill chunks) and its samples.
-  std::vector<SampleOutput> run_forward(const ScheduledStep& step);
+  // One forward of the backend over `seqs` (all decodes, or prefill chunks) and its samples.
+  std::vector<SampleOutput> run_forward(std::span<const ScheduledSeq> seqs);
 
   const ModelDef& model_;
   Backend& backend_;

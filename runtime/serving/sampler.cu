@@ -35,16 +35,13 @@
 #include <type_traits>
 
 #include "runtime/core/error.hpp"
+#include "runtime/cuda/check.hpp"
 #include "runtime/serving/sampler.cuh"
 
 namespace kiln {
 namespace {
 
 namespace sk = sampler_kernels;
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("CUDA sampler: ", what, ": ", cudaGetErrorString(status));
-}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
