@@ -11,6 +11,7 @@
 #include "runtime/cli/requests.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/engine.hpp"
+#include "runtime/model/gguf_source.hpp"
 #include "runtime/tokenizer/stream_decoder.hpp"
 #include "runtime/weights/safetensors.hpp"
 
@@ -19,8 +20,8 @@ namespace kiln {
 namespace {
 
 // The tokenizer that goes with the weights, if there is one: --tokenizer, else the model
-// directory's tokenizer.json, else the GGUF file's vocabulary.
-std::optional<Tokenizer> open_tokenizer(const CliOptions& o) {
+// directory's tokenizer.json, else the vocabulary of `gguf` (the --gguf file, already open).
+std::optional<Tokenizer> open_tokenizer(const CliOptions& o, const GgufFile* gguf) {
   namespace fs = std::filesystem;
   if (!o.tokenizer.empty()) {
     if (fs::is_directory(o.tokenizer)) return Tokenizer::from_model_dir(o.tokenizer);
@@ -30,7 +31,7 @@ std::optional<Tokenizer> open_tokenizer(const CliOptions& o) {
   if (!o.model_dir.empty() && fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
     return Tokenizer::from_model_dir(o.model_dir);
   }
-  if (!o.gguf.empty()) return Tokenizer::from_gguf_file(o.gguf);
+  if (gguf != nullptr) return Tokenizer::from_gguf(*gguf);
   return std::nullopt;
 }
 
@@ -49,7 +50,9 @@ void write_logits(const std::string& path, const std::vector<float>& logits, int
 
 int run(const ModelDef& model, const CliOptions& o) {
   const ModelInfo& m = model.info;
-  const std::optional<Tokenizer> tokenizer = open_tokenizer(o);
+  // Opened once for both the weights and the vocabulary.
+  const std::shared_ptr<const GgufFile> gguf = o.gguf.empty() ? nullptr : std::make_shared<const GgufFile>(o.gguf);
+  const std::optional<Tokenizer> tokenizer = open_tokenizer(o, gguf.get());
   if (tokenizer && static_cast<int64_t>(tokenizer->vocab_size()) > m.vocab_size) {
     fail("the tokenizer (", tokenizer->describe(), ") has ", tokenizer->vocab_size(), " tokens but ", m.name,
          " has a vocabulary of ", m.vocab_size);
@@ -59,7 +62,7 @@ int run(const ModelDef& model, const CliOptions& o) {
 
   std::unique_ptr<TensorSource> source;
   if (!o.model_dir.empty()) source = open_safetensors_source(o.model_dir);
-  if (!o.gguf.empty()) source = open_gguf_source(o.gguf, m);
+  if (gguf) source = open_gguf_source(gguf, m);
   const std::unique_ptr<Backend> backend = open_backend(model, o, source.get());
 
   EngineOptions engine_options;

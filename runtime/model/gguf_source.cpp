@@ -4,8 +4,7 @@
 #include <map>
 
 #include "runtime/core/error.hpp"
-#include "runtime/model/tensor_source.hpp"
-#include "runtime/weights/gguf.hpp"
+#include "runtime/model/gguf_source.hpp"
 #include "runtime/weights/gguf_llama.hpp"
 
 namespace kiln {
@@ -41,20 +40,16 @@ void check_hyperparameters(const std::string& path, const LlamaHyperparams& hp, 
 
 class GgufSource final : public TensorSource {
  public:
-  GgufSource(const std::string& path, const ModelInfo& model) : path_(path), file_(path) {
-    const std::string arch = file_.has("general.architecture") ? file_.get_string("general.architecture") : "";
-    if (arch != "llama") {
-      fail(path, ": general.architecture is '", arch, "'; kiln reads Llama-architecture GGUF files (llama)");
-    }
-    const LlamaHyperparams hp = read_llama_hyperparams(file_);
-    check_hyperparameters(path, hp, model);
-    for (HfTensorSource& t : llama_hf_tensors(file_, hp)) {
+  GgufSource(std::shared_ptr<const GgufFile> file, const ModelInfo& model) : file_(std::move(file)) {
+    const LlamaHyperparams hp = read_llama_hyperparams(*file_);  // rejects other architectures
+    check_hyperparameters(file_->origin(), hp, model);
+    for (HfTensorSource& t : llama_hf_tensors(*file_, hp)) {
       const std::string name = t.hf_name;
       tensors_.emplace(name, std::move(t));
     }
   }
 
-  std::string describe() const override { return "GGUF file " + path_; }
+  std::string describe() const override { return "GGUF file " + file_->origin(); }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
     for (const auto& [name, t] : tensors_) out.push_back(name);
@@ -72,15 +67,18 @@ class GgufSource final : public TensorSource {
   }
 
  private:
-  std::string path_;
-  GgufFile file_;
+  std::shared_ptr<const GgufFile> file_;  // tensors_ point into it
   std::map<std::string, HfTensorSource> tensors_;
 };
 
 }  // namespace
 
+std::unique_ptr<TensorSource> open_gguf_source(std::shared_ptr<const GgufFile> file, const ModelInfo& model) {
+  return std::make_unique<GgufSource>(std::move(file), model);
+}
+
 std::unique_ptr<TensorSource> open_gguf_source(const std::string& path, const ModelInfo& model) {
-  return std::make_unique<GgufSource>(path, model);
+  return open_gguf_source(std::make_shared<const GgufFile>(path), model);
 }
 
 }  // namespace kiln

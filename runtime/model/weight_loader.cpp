@@ -5,10 +5,11 @@
 #include <cstring>
 #include <set>
 
-#include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/hash.hpp"
 #include "runtime/core/parallel.hpp"
+#include "runtime/weights/float_convert.hpp"
+#include "runtime/weights/shape.hpp"
 
 namespace kiln {
 
@@ -32,12 +33,6 @@ struct Instance {
 std::string substitute(std::string text, const std::string& pattern, int64_t value) {
   for (size_t at; (at = text.find(pattern)) != std::string::npos;) text.replace(at, pattern.size(), std::to_string(value));
   return text;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 // Rows × cols view of a shape: [d0, ..., dn] -> [d0·…·d(n-1), dn].
@@ -220,7 +215,7 @@ class Loader {
       return;
     }
     staging_bf16_.resize(static_cast<size_t>(values));
-    for (int64_t i = 0; i < values; ++i) staging_bf16_[i] = f32_to_bf16(staging_f32_[i]);
+    f32_elements_to_bf16(staging_f32_, staging_bf16_);
     sink_.write(dst, staging_bf16_.data(), values * 2);
   }
 
@@ -243,7 +238,7 @@ class Loader {
       sink_.write(dst, staging_f32_.data(), n * 4);
     } else {
       staging_bf16_.resize(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) staging_bf16_[i] = f32_to_bf16(staging_f32_[i]);
+      f32_elements_to_bf16(staging_f32_, staging_bf16_);
       sink_.write(dst, staging_bf16_.data(), n * 2);
     }
     result_.table.set(inst.spec->name, inst.layer, dst);

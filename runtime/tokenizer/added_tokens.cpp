@@ -14,20 +14,6 @@ const Regex& word_char() {
   return regex;
 }
 
-// Unicode White_Space, Rust regex's \s (HF's lstrip / rstrip).
-bool is_white_space(char32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
-}
-
-size_t previous_char_start(std::string_view text, size_t pos) {
-  do {
-    --pos;
-  } while (pos > 0 && (static_cast<uint8_t>(text[pos]) & 0xC0) == 0x80);
-  return pos;
-}
-
 bool is_word_char_at(std::string_view text, size_t pos) {
   size_t end = pos;
   utf8::next(text, end);
@@ -120,16 +106,16 @@ void AddedTokenMatcher::split(std::string_view text, bool normalized_pass, bool 
       pos = match_end;
       if (token.special && !parse_special) continue;
       if (token.single_word) {
-        const bool word_before = start > 0 && is_word_char_at(text, previous_char_start(text, start));
+        const bool word_before = start > 0 && is_word_char_at(text, utf8::char_start_before(text, start));
         const bool word_after = stop < text.size() && is_word_char_at(text, stop);
         if (word_before || word_after) continue;
       }
       if (token.lstrip) {
         size_t new_start = start;
         while (new_start > start_offset) {
-          const size_t prev = previous_char_start(text, new_start);
+          const size_t prev = utf8::char_start_before(text, new_start);
           size_t tmp = prev;
-          if (!is_white_space(utf8::next(text, tmp))) break;
+          if (!utf8::is_white_space(utf8::next(text, tmp))) break;
           new_start = prev;
         }
         start = new_start;
@@ -137,7 +123,7 @@ void AddedTokenMatcher::split(std::string_view text, bool normalized_pass, bool 
       if (token.rstrip) {
         while (stop < text.size()) {
           size_t tmp = stop;
-          if (!is_white_space(utf8::next(text, tmp))) break;
+          if (!utf8::is_white_space(utf8::next(text, tmp))) break;
           stop = tmp;
         }
         pos = stop;

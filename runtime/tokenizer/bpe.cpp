@@ -1,11 +1,12 @@
 #include "runtime/tokenizer/bpe.hpp"
 
 #include <climits>
-#include <cstdio>
 #include <queue>
 
 #include "runtime/core/error.hpp"
 #include "runtime/tokenizer/byte_level.hpp"
+#include "runtime/tokenizer/sentencepiece_text.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 
@@ -37,19 +38,22 @@ const BpeModel::Merge* BpeModel::MergeTable::find(int32_t left, int32_t right) c
   }
 }
 
-BpeModel::BpeModel(const StringMap<int32_t>& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-                   const Options& options, const std::string& origin)
+BpeModel::BpeModel(const StringMap<int32_t>& vocab,
+                   const std::vector<std::pair<std::string_view, std::string_view>>& merges, const Options& options,
+                   const std::string& origin)
     : options_(options) {
-  const auto lookup = [&](const std::string& text) {
+  const auto lookup = [&](std::string_view text) {
     const auto it = vocab.find(text);
     return it == vocab.end() ? -1 : it->second;
   };
   merges_.reserve(merges.size());
+  std::string merged;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
-    const int32_t left_id = lookup(left), right_id = lookup(right), merged_id = lookup(left + right);
+    merged.assign(left).append(right);
+    const int32_t left_id = lookup(left), right_id = lookup(right), merged_id = lookup(merged);
     if (left_id < 0 || right_id < 0 || merged_id < 0) {
-      const std::string& missing = left_id < 0 ? left : right_id < 0 ? right : left + right;
+      const std::string_view missing = left_id < 0 ? left : right_id < 0 ? right : std::string_view(merged);
       fail(origin, ": merge ", rank, " (\"", left, "\" \"", right, "\") names \"", missing,
            "\", which is not in the vocabulary");
     }
@@ -60,9 +64,11 @@ BpeModel::BpeModel(const StringMap<int32_t>& vocab, const std::vector<std::pair<
 
   for (int b = 0; b < 256; ++b) {
     byte_ids_[b] = options.byte_level ? lookup(byte_level::byte_to_text(static_cast<uint8_t>(b))) : -1;
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-    fallback_ids_[b] = options.byte_fallback ? lookup(hex) : -1;
+  }
+  if (options.byte_fallback) {
+    fallback_ids_ = byte_token_ids(vocab);
+  } else {
+    fallback_ids_.fill(-1);
   }
   if (options.byte_level) {
     // Pieces arrive as raw bytes, so index whole tokens by the bytes they stand for.
@@ -91,8 +97,7 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids
   // Character by character, as HF's BPE::merge_word.
   int32_t pending_unk = -1;
   for (size_t pos = 0; pos < piece.size();) {
-    size_t end = pos + 1;
-    while (end < piece.size() && (static_cast<uint8_t>(piece[end]) & 0xC0) == 0x80) ++end;
+    const size_t end = utf8::char_end(piece, pos);
     const std::string_view ch = piece.substr(pos, end - pos);
     pos = end;
     if (const auto it = whole_.find(ch); it != whole_.end()) {

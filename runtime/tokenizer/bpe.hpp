@@ -7,6 +7,7 @@
 // Results for short pieces are cached; the cache is shared by threads behind a mutex.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -30,9 +31,10 @@ class BpeModel {
     bool fuse_unk = false;       // consecutive unknown characters become one unknown token
   };
 
-  // `vocab` maps token text to id for the model's tokens. Merges are pairs of token texts; the
-  // merged text must be a token too. Throws naming `origin` and the merge's index otherwise.
-  BpeModel(const StringMap<int32_t>& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+  // `vocab` maps token text to id for the model's tokens. Merges are pairs of token texts (views
+  // into the caller's data, needed only while constructing); the merged text must be a token
+  // too. Throws naming `origin` and the merge's index otherwise.
+  BpeModel(const StringMap<int32_t>& vocab, const std::vector<std::pair<std::string_view, std::string_view>>& merges,
            const Options& options, const std::string& origin);
   BpeModel(BpeModel&&) = delete;
 
@@ -84,8 +86,8 @@ class BpeModel {
   Options options_;
   MergeTable merges_;
   StringMap<int32_t> whole_;         // ignore_merges and character lookup: piece -> id
-  int32_t byte_ids_[256];            // byte-level: id of each byte's character (-1: missing)
-  int32_t fallback_ids_[256];        // byte_fallback: id of <0xXX> (-1: missing)
+  std::array<int32_t, 256> byte_ids_;      // byte-level: id of each byte's character (-1: missing)
+  std::array<int32_t, 256> fallback_ids_;  // byte_fallback: id of <0xXX> (-1: missing)
 
   static constexpr size_t kMaxCachedPiece = 64;
   static constexpr size_t kMaxCacheEntries = 1 << 18;

@@ -1,12 +1,14 @@
 #include "runtime/tokenizer/byte_level.hpp"
 
+#include <array>
+
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln::byte_level {
 namespace {
 
+// UTF-8 spelling of each byte's code point.
 struct Alphabet {
-  std::array<char32_t, 256> code_point{};
   std::array<std::string, 256> text{};
 
   Alphabet() {
@@ -15,8 +17,7 @@ struct Alphabet {
     char32_t next_free = 0x100;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      code_point[b] = printable ? static_cast<char32_t>(b) : next_free++;
-      utf8::append(text[b], code_point[b]);
+      utf8::append(text[b], printable ? static_cast<char32_t>(b) : next_free++);
     }
   }
 };
@@ -26,12 +27,7 @@ const Alphabet& alphabet() {
   return instance;
 }
 
-}  // namespace
-
-char32_t byte_to_code_point(uint8_t byte) { return alphabet().code_point[byte]; }
-
-const std::string& byte_to_text(uint8_t byte) { return alphabet().text[byte]; }
-
+// The byte a code point stands for, if it is one of the 256 in the alphabet.
 std::optional<uint8_t> code_point_to_byte(char32_t cp) {
   if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF)) {
     return static_cast<uint8_t>(cp);
@@ -44,6 +40,10 @@ std::optional<uint8_t> code_point_to_byte(char32_t cp) {
   return static_cast<uint8_t>(0xAD);
 }
 
+}  // namespace
+
+const std::string& byte_to_text(uint8_t byte) { return alphabet().text[byte]; }
+
 std::optional<std::string> text_to_bytes(std::string_view token_text) {
   if (!utf8::is_valid(token_text)) return std::nullopt;
   std::string bytes;
@@ -54,13 +54,6 @@ std::optional<std::string> text_to_bytes(std::string_view token_text) {
     bytes.push_back(static_cast<char>(*byte));
   }
   return bytes;
-}
-
-std::string bytes_to_text(std::string_view bytes) {
-  std::string text;
-  text.reserve(bytes.size() * 2);
-  for (const char c : bytes) text += byte_to_text(static_cast<uint8_t>(c));
-  return text;
 }
 
 }  // namespace kiln::byte_level

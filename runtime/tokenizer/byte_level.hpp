@@ -3,7 +3,6 @@
 // whitespace or control bytes.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,21 +10,12 @@
 
 namespace kiln::byte_level {
 
-// The code point that stands for `byte`.
-char32_t byte_to_code_point(uint8_t byte);
-
 // UTF-8 spelling of the code point that stands for `byte` ("Ġ" for 0x20).
 const std::string& byte_to_text(uint8_t byte);
-
-// The byte a code point stands for, if it is one of the 256 in the alphabet.
-std::optional<uint8_t> code_point_to_byte(char32_t cp);
 
 // Raw bytes of a byte-level token ("Ġthe" -> " the"); nullopt when some character is not in
 // the alphabet (added tokens such as "<|im_end|>" are spelled in plain text and are all in the
 // alphabet; "<｜begin▁of▁sentence｜>" is not).
 std::optional<std::string> text_to_bytes(std::string_view token_text);
-
-// Byte-level spelling of raw bytes (" the" -> "Ġthe").
-std::string bytes_to_text(std::string_view bytes);
 
 }  // namespace kiln::byte_level

@@ -9,14 +9,13 @@
 //   kiln-tokenize --gguf model.gguf --file book.txt --bench
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 #include "runtime/tokenizer/vector_file.hpp"
 
@@ -26,11 +25,7 @@ using kiln::Tokenizer;
 
 std::string read_text(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) kiln::fail(path, ": cannot open file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  return kiln::read_file(path);
 }
 
 std::string join_ids(const std::vector<int32_t>& ids) {

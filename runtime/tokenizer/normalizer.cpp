@@ -3,25 +3,22 @@
 #include "runtime/tokenizer/unicode_nfc.hpp"
 
 namespace kiln {
-namespace {
 
-std::string replace_all(std::string_view text, std::string_view pattern, std::string_view replacement) {
-  if (pattern.empty()) return std::string(text);
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(text);
   std::string out;
   out.reserve(text.size());
   size_t pos = 0;
   while (true) {
-    const size_t hit = text.find(pattern, pos);
+    const size_t hit = text.find(from, pos);
     if (hit == std::string_view::npos) break;
     out.append(text.substr(pos, hit - pos));
-    out.append(replacement);
-    pos = hit + pattern.size();
+    out.append(to);
+    pos = hit + from.size();
   }
   out.append(text.substr(pos));
   return out;
 }
-
-}  // namespace
 
 std::string Normalizer::apply(std::string_view text) const {
   std::string current(text);
@@ -29,7 +26,7 @@ std::string Normalizer::apply(std::string_view text) const {
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Kind::nfc:
-        current = to_nfc(current);
+        if (!nfc_quick_check(current)) current = to_nfc(current);  // most text is already NFC
         break;
       case Kind::prepend:
         // HF prepends only to non-empty text.

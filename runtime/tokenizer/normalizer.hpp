@@ -24,7 +24,6 @@ class Normalizer {
 
   bool empty() const { return steps_.empty(); }
   void add(Step step) { steps_.push_back(std::move(step)); }
-  const std::vector<Step>& steps() const { return steps_; }
 
   // Applies every step in order to valid UTF-8 text.
   std::string apply(std::string_view text) const;
@@ -32,5 +31,9 @@ class Normalizer {
  private:
   std::vector<Step> steps_;
 };
+
+// `text` with every occurrence of `from` replaced by `to`, left to right (the Replace step with a
+// literal pattern; also SentencePiece's spelling of spaces as "▁" and back). Empty `from`: no change.
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
 
 }  // namespace kiln

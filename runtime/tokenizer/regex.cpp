@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "runtime/core/error.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
@@ -85,9 +86,7 @@ void Regex::find_all(std::string_view subject, std::vector<std::pair<size_t, siz
     }
     // Empty match: step over one whole character.
     if (begin >= subject.size()) return;
-    size_t next = begin + 1;
-    while (next < subject.size() && (static_cast<unsigned char>(subject[next]) & 0xC0) == 0x80) ++next;
-    start = next;
+    start = utf8::char_end(subject, begin);
   }
 }
 

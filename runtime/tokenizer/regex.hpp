@@ -23,15 +23,13 @@ class Regex {
   Regex(Regex&&) noexcept;
   Regex& operator=(Regex&&) noexcept;
 
-  const std::string& pattern() const { return pattern_; }
-
   // Every non-overlapping match in `subject` (valid UTF-8), left to right, as [begin, end) byte
   // offsets. An empty match is skipped by one character, as Oniguruma's find_iter does.
   void find_all(std::string_view subject, std::vector<std::pair<size_t, size_t>>& matches) const;
 
  private:
   struct Impl;
-  std::string pattern_;
+  std::string pattern_;  // for error messages
   std::unique_ptr<Impl> impl_;
 };
 

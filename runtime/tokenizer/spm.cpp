@@ -1,24 +1,20 @@
 #include "runtime/tokenizer/spm.hpp"
 
-#include <algorithm>
 #include <queue>
 
+#include "runtime/tokenizer/sentencepiece_text.hpp"
+#include "runtime/tokenizer/utf8.hpp"
+
 namespace kiln {
-namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // "▁"
-
-}  // namespace
-
-SpmModel::SpmModel(StringMap<int32_t> pieces, std::vector<float> scores, const int32_t (&byte_ids)[256],
+SpmModel::SpmModel(StringMap<int32_t> pieces, std::vector<float> scores, const std::array<int32_t, 256>& byte_ids,
                    int32_t unk_id)
-    : pieces_(std::move(pieces)), scores_(std::move(scores)), unk_id_(unk_id) {
-  std::copy(std::begin(byte_ids), std::end(byte_ids), byte_ids_);
+    : pieces_(std::move(pieces)), scores_(std::move(scores)), byte_ids_(byte_ids), unk_id_(unk_id) {
   split_words_ = true;
   for (const auto& [text, id] : pieces_) {
     size_t after_run = 0;  // end of the leading run of "▁"
-    while (text.compare(after_run, kSpace.size(), kSpace) == 0) after_run += kSpace.size();
-    if (text.find(kSpace, after_run) != std::string::npos) {
+    while (text.compare(after_run, kMetaspace.size(), kMetaspace) == 0) after_run += kMetaspace.size();
+    if (text.find(kMetaspace, after_run) != std::string::npos) {
       split_words_ = false;
       break;
     }
@@ -34,14 +30,15 @@ void SpmModel::encode(std::string_view text, std::vector<int32_t>& out) const {
   size_t start = 0;
   size_t pos = 0;
   while (pos < text.size()) {
-    const size_t hit = text.find(kSpace, pos);
+    const size_t hit = text.find(kMetaspace, pos);
     if (hit == std::string_view::npos) break;
-    const bool after_space = hit >= kSpace.size() && text.substr(hit - kSpace.size(), kSpace.size()) == kSpace;
+    const bool after_space =
+        hit >= kMetaspace.size() && text.substr(hit - kMetaspace.size(), kMetaspace.size()) == kMetaspace;
     if (hit > start && !after_space) {
       encode_chunk(text.substr(start, hit - start), out);
       start = hit;
     }
-    pos = hit + kSpace.size();
+    pos = hit + kMetaspace.size();
   }
   encode_chunk(text.substr(start), out);
 }
@@ -66,8 +63,7 @@ void SpmModel::encode_chunk(std::string_view text, std::vector<int32_t>& out) co
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
-    size_t end = pos + 1;
-    while (end < text.size() && (static_cast<uint8_t>(text[end]) & 0xC0) == 0x80) ++end;
+    const size_t end = utf8::char_end(text, pos);
     const int index = static_cast<int>(symbols.size());
     symbols.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(end - pos), index - 1,
                        end == text.size() ? -1 : index + 1});

@@ -8,6 +8,7 @@
 // applies); otherwise the whole text is merged at once, as llama.cpp does.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -23,7 +24,8 @@ class SpmModel {
  public:
   // `pieces` maps the text of every token that merging may produce (normal and user-defined
   // tokens) to its id; `scores` is indexed by id.
-  SpmModel(StringMap<int32_t> pieces, std::vector<float> scores, const int32_t (&byte_ids)[256], int32_t unk_id);
+  SpmModel(StringMap<int32_t> pieces, std::vector<float> scores, const std::array<int32_t, 256>& byte_ids,
+           int32_t unk_id);
 
   void encode(std::string_view escaped, std::vector<int32_t>& out) const;
   void set_cache_enabled(bool enabled) { cache_enabled_.store(enabled); }
@@ -39,7 +41,7 @@ class SpmModel {
   mutable StringMap<std::vector<int32_t>> cache_;
   std::atomic<bool> cache_enabled_{true};
   std::vector<float> scores_;
-  int32_t byte_ids_[256];
+  std::array<int32_t, 256> byte_ids_;
   int32_t unk_id_;
 };
 

@@ -4,42 +4,14 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/tokenizer/byte_level.hpp"
+#include "runtime/tokenizer/sentencepiece_text.hpp"
 #include "runtime/tokenizer/tokenizer_impl.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // "▁" U+2581
-
-std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(text.size() + text.size() / 4);
-  size_t pos = 0;
-  while (true) {
-    const size_t hit = text.find(from, pos);
-    if (hit == std::string_view::npos) break;
-    out.append(text.substr(pos, hit - pos));
-    out.append(to);
-    pos = hit + from.size();
-  }
-  out.append(text.substr(pos));
-  return out;
-}
-
-// "<0x0A>" -> 0x0A; -1 when `text` is not a byte token.
-int parse_byte_token(std::string_view text) {
-  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
-  int value = 0;
-  for (const char c : text.substr(3, 2)) {
-    value <<= 4;
-    if (c >= '0' && c <= '9') value |= c - '0';
-    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-    else return -1;
-  }
-  return value;
-}
+bool is_special_kind(TokenKind kind) { return kind == TokenKind::control || kind == TokenKind::unknown; }
 
 }  // namespace
 
@@ -170,15 +142,14 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
   std::string bytes;
   bool at_start = true;
   for (const int32_t id : ids) {
-    check_id(id);
-    if (skip_special && is_special(id)) continue;
-    std::string_view piece = impl_->bytes[id];
+    std::string_view piece = token_bytes(id, skip_special);
     if (piece.empty()) continue;
     if (at_start && impl_->strip_leading_space && piece.front() == ' ') piece.remove_prefix(1);
     at_start = false;
     bytes.append(piece);
   }
-  return utf8::is_valid(bytes) ? bytes : utf8::sanitize(bytes);
+  if (utf8::is_valid(bytes)) return bytes;
+  return utf8::sanitize(bytes);
 }
 
 void Tokenizer::check_id(int32_t id) const {
@@ -202,15 +173,13 @@ TokenKind Tokenizer::token_kind(int32_t id) const {
   return impl_->kinds[id];
 }
 
-bool Tokenizer::is_special(int32_t id) const {
-  const TokenKind kind = token_kind(id);
-  return kind == TokenKind::control || kind == TokenKind::unknown;
-}
+bool Tokenizer::is_special(int32_t id) const { return is_special_kind(token_kind(id)); }
 
 size_t Tokenizer::vocab_size() const { return impl_->texts.size(); }
 
-std::string_view Tokenizer::token_bytes(int32_t id) const {
+std::string_view Tokenizer::token_bytes(int32_t id, bool skip_special) const {
   check_id(id);
+  if (skip_special && is_special_kind(impl_->kinds[id])) return {};
   return impl_->bytes[id];
 }
 

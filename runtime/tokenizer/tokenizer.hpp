@@ -65,10 +65,11 @@ class Tokenizer {
   bool is_special(int32_t id) const;  // control or unknown: what skip_special drops
   size_t vocab_size() const;          // highest id + 1
 
-  // The bytes token `id` decodes to (possibly part of a UTF-8 character), and whether decoding
-  // drops one leading space at the start of a sequence (SentencePiece's dummy prefix). These are
-  // the building blocks of decode() and StreamDecoder.
-  std::string_view token_bytes(int32_t id) const;
+  // The bytes token `id` decodes to (possibly part of a UTF-8 character; nothing for a special
+  // token when skip_special), and whether decoding drops one leading space at the start of a
+  // sequence (SentencePiece's dummy prefix). These are the building blocks of decode() and
+  // StreamDecoder.
+  std::string_view token_bytes(int32_t id, bool skip_special = false) const;
   bool strips_leading_space() const;
 
   // One line for logs: model kind, vocabulary size, pre-tokenizer, BOS/EOS.

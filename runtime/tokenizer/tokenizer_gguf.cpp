@@ -1,8 +1,8 @@
 // Tokenizer::from_gguf: the `tokenizer.ggml.*` metadata llama.cpp writes and reads.
 #include <algorithm>
-#include <cstdio>
 
 #include "runtime/core/error.hpp"
+#include "runtime/tokenizer/sentencepiece_text.hpp"
 #include "runtime/tokenizer/tokenizer_impl.hpp"
 #include "runtime/weights/gguf.hpp"
 
@@ -52,7 +52,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
   const bool byte_level = model == "gpt2";
   m.kind = byte_level ? "byte-level BPE" : "SentencePiece BPE";
 
-  const std::vector<std::string> tokens = gguf.get_string_array(key("tokens"));
+  const std::vector<std::string>& tokens = gguf.get_string_array(key("tokens"));
   if (tokens.empty()) fail(m.origin, ": ", key("tokens"), " is empty");
   std::vector<int64_t> types;
   if (gguf.has(key("token_type"))) {
@@ -89,16 +89,17 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
 
   if (byte_level) {
     if (!gguf.has(key("merges"))) fail(m.origin, ": ", key("merges"), " is missing (required for 'gpt2' BPE)");
-    const std::vector<std::string> lines = gguf.get_string_array(key("merges"));
-    std::vector<std::pair<std::string, std::string>> merges;
+    const std::vector<std::string>& lines = gguf.get_string_array(key("merges"));
+    std::vector<std::pair<std::string_view, std::string_view>> merges;  // views into `gguf`
     merges.reserve(lines.size());
     for (size_t i = 0; i < lines.size(); ++i) {
       // The separator is the first space after the first character, as llama.cpp splits.
-      const size_t space = lines[i].size() > 1 ? lines[i].find(' ', 1) : std::string::npos;
-      if (space == std::string::npos) {
-        fail(m.origin, ": ", key("merges"), "[", i, "] is \"", lines[i], "\", expected two tokens separated by a space");
+      const std::string_view line = lines[i];
+      const size_t space = line.size() > 1 ? line.find(' ', 1) : std::string_view::npos;
+      if (space == std::string_view::npos) {
+        fail(m.origin, ": ", key("merges"), "[", i, "] is \"", line, "\", expected two tokens separated by a space");
       }
-      merges.emplace_back(lines[i].substr(0, space), lines[i].substr(space + 1));
+      merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     }
     if (!gguf.has(key("pre"))) {
       fail(m.origin, ": ", key("pre"), " is missing; without it the pre-tokenizer is unknown (re-convert the model "
@@ -121,12 +122,6 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
       fail(m.origin, ": ", key("scores"), " has ", scores.size(), " entries for ", tokens.size(), " tokens");
     }
     StringMap<int32_t> pieces;
-    int32_t byte_ids[256];
-    for (int b = 0; b < 256; ++b) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-      byte_ids[b] = m.find(hex);
-    }
     int32_t unk = -1;
     for (size_t id = 0; id < tokens.size(); ++id) {
       const TokenKind kind = m.kinds[id];
@@ -134,8 +129,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
       if (kind == TokenKind::unknown && unk < 0) unk = static_cast<int32_t>(id);
     }
     unk = optional_id("unknown_token_id", unk);
-    m.spm = std::make_unique<SpmModel>(std::move(pieces), std::vector<float>(scores.begin(), scores.end()), byte_ids,
-                                       unk);
+    m.spm = std::make_unique<SpmModel>(std::move(pieces), std::vector<float>(scores.begin(), scores.end()),
+                                       byte_token_ids(m.ids), unk);
     m.spm_dummy_prefix = gguf.has(key("add_space_prefix")) ? gguf.get_bool(key("add_space_prefix")) : true;
     m.strip_leading_space = m.spm_dummy_prefix;
     m.add_bos = true;

@@ -2,14 +2,15 @@
 // the transformers config files next to it.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
+#include "runtime/tokenizer/sentencepiece_text.hpp"
 #include "runtime/tokenizer/tokenizer_impl.hpp"
+#include "runtime/weights/strict_json.hpp"
 
 namespace kiln {
 namespace {
@@ -17,24 +18,8 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  if (fs::is_directory(path)) fail(path, ": is a directory, expected a tokenizer.json file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail(path, ": read error");
-  return buffer.str();
-}
-
-json parse_json_file(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(path, ": invalid JSON (", e.what(), ")");
-  }
-}
+// A repeated key keeps its last value: only weight headers are held to parse_json_strict.
+json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
 std::optional<json> parse_optional_json(const fs::path& path) {
   if (!fs::exists(path)) return std::nullopt;
@@ -171,8 +156,10 @@ void load_decoder(const Reader& r, const json& node, const std::string& where, D
   } else if (type == "Replace") {
     const json& pattern = r.require(node, "pattern", where);
     const bool metaspace_to_space = pattern.is_object() && pattern.contains("String") &&
-                                    pattern.at("String") == "\xE2\x96\x81" && node.value("content", "") == " ";
-    if (!metaspace_to_space) fail(r.origin, ": ", where, " replaces ", pattern.dump(), "; only \"\u2581\" -> \" \" is supported");
+                                    pattern.at("String") == kMetaspace && node.value("content", "") == " ";
+    if (!metaspace_to_space) {
+      fail(r.origin, ": ", where, " replaces ", pattern.dump(), "; only \"", kMetaspace, "\" -> \" \" is supported");
+    }
     info.metaspace = true;
   } else if (type == "ByteFallback" || type == "Fuse") {
     // Byte tokens always decode to their byte and pieces are always concatenated.
@@ -276,27 +263,27 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
   const bool byte_fallback = r.boolean(model, "byte_fallback", "model", false);
   for (const auto& [text, id] : vocab.items()) {
     if (!id.is_number_integer()) fail(path, ": model.vocab[\"", text, "\"] must be an integer id, got ", id.dump());
-    const bool is_byte = byte_fallback && text.size() == 6 && text.rfind("<0x", 0) == 0 && text.back() == '>';
+    const bool is_byte = byte_fallback && parse_byte_token(text) >= 0;
     m.set_token(id.get<int64_t>(), text, is_byte ? TokenKind::byte : TokenKind::normal);
   }
   StringMap<int32_t> model_vocab = m.ids;
 
   const json& merge_list = r.require(model, "merges", "model");
   if (!merge_list.is_array()) fail(path, ": model.merges must be an array");
-  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<std::pair<std::string_view, std::string_view>> merges;  // views into `root`
   merges.reserve(merge_list.size());
   for (size_t i = 0; i < merge_list.size(); ++i) {
     const json& item = merge_list[i];
     if (item.is_string()) {
       // "a b": exactly one space separates the two tokens.
-      const std::string line = item.get<std::string>();
+      const std::string_view line = item.get_ref<const std::string&>();
       const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
         fail(path, ": model.merges[", i, "] is \"", line, "\", expected two tokens separated by one space");
       }
       merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     } else if (item.is_array() && item.size() == 2 && item[0].is_string() && item[1].is_string()) {
-      merges.emplace_back(item[0].get<std::string>(), item[1].get<std::string>());
+      merges.emplace_back(item[0].get_ref<const std::string&>(), item[1].get_ref<const std::string&>());
     } else {
       fail(path, ": model.merges[", i, "] is ", item.dump(), ", expected \"a b\" or [\"a\", \"b\"]");
     }
@@ -336,7 +323,7 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
          decoder.byte_level ? "is" : "is not", "; both must agree");
   }
   if (!byte_level && !decoder.metaspace) {
-    fail(path, ": a BPE model without ByteLevel needs a decoder that maps \"\u2581\" to spaces");
+    fail(path, ": a BPE model without ByteLevel needs a decoder that maps \"", kMetaspace, "\" to spaces");
   }
   m.kind = byte_level ? "byte-level BPE" : "BPE";
 

@@ -30,6 +30,22 @@ bool continuation_ok(uint8_t lead, size_t index, uint8_t b) {
   return b >= 0x80 && b <= 0xBF;
 }
 
+// Length of the valid sequence at the start of `text`, or 0 when it is ill-formed or truncated.
+size_t valid_sequence_length(std::string_view text) {
+  if (text.empty()) return 0;
+  const uint8_t lead = static_cast<uint8_t>(text[0]);
+  const LeadInfo info = lead_info(lead);
+  if (info.length == 0 || text.size() < info.length) return 0;
+  for (size_t i = 1; i < info.length; ++i) {
+    if (!continuation_ok(lead, i, static_cast<uint8_t>(text[i]))) return 0;
+  }
+  return info.length;
+}
+
+// Python's str.isspace() for one code point: what Jinja's |trim and str.strip() remove. Python
+// also counts the information separators U+001C..U+001F as spaces.
+bool is_python_space(char32_t cp) { return is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
+
 }  // namespace
 
 void append(std::string& out, char32_t cp) {
@@ -71,17 +87,6 @@ char32_t next(std::string_view text, size_t& pos) {
                       ((byte(pos + 2) & 0x3F) << 6) | (byte(pos + 3) & 0x3F);
   pos += 4;
   return cp;
-}
-
-size_t valid_sequence_length(std::string_view text) {
-  if (text.empty()) return 0;
-  const uint8_t lead = static_cast<uint8_t>(text[0]);
-  const LeadInfo info = lead_info(lead);
-  if (info.length == 0 || text.size() < info.length) return 0;
-  for (size_t i = 1; i < info.length; ++i) {
-    if (!continuation_ok(lead, i, static_cast<uint8_t>(text[i]))) return 0;
-  }
-  return info.length;
 }
 
 bool is_valid(std::string_view text) {
@@ -146,11 +151,10 @@ void Assembler::flush(std::string& out) {
   held_len_ = 0;
 }
 
-bool is_python_space(char32_t cp) {
-  // Python's str.isspace(): bidirectional class WS, B or S, or category Zs.
-  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+bool is_white_space(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
 }
 
 std::string_view python_strip(std::string_view text) {

@@ -22,8 +22,23 @@ void append(std::string& out, char32_t cp);
 // Decodes the code point at text[pos] and advances pos. `text` must be valid UTF-8.
 char32_t next(std::string_view text, size_t& pos);
 
-// Length of the valid sequence at the start of `text`, or 0 when it is ill-formed or truncated.
-size_t valid_sequence_length(std::string_view text);
+inline bool is_continuation(char byte) { return (static_cast<uint8_t>(byte) & 0xC0) == 0x80; }
+
+// End of the character that starts at text[pos] (pos < text.size()): past its continuation
+// bytes. Never reads beyond `text`, whatever the bytes are.
+inline size_t char_end(std::string_view text, size_t pos) {
+  size_t end = pos + 1;
+  while (end < text.size() && is_continuation(text[end])) ++end;
+  return end;
+}
+
+// Start of the character that ends just before text[pos] (pos > 0).
+inline size_t char_start_before(std::string_view text, size_t pos) {
+  do {
+    --pos;
+  } while (pos > 0 && is_continuation(text[pos]));
+  return pos;
+}
 
 bool is_valid(std::string_view text);
 
@@ -46,8 +61,8 @@ class Assembler {
   uint8_t need_ = 0;  // total length of the sequence being held
 };
 
-// Python's str.isspace() for one code point: what Jinja's |trim and str.strip() remove.
-bool is_python_space(char32_t cp);
+// Unicode White_Space: Rust regex's \s, what HF's lstrip / rstrip of added tokens remove.
+bool is_white_space(char32_t cp);
 
 // `text` without leading and trailing Python whitespace (Jinja's |trim).
 std::string_view python_strip(std::string_view text);

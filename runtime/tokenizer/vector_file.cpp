@@ -1,23 +1,12 @@
 #include "runtime/tokenizer/vector_file.hpp"
 
 #include <charconv>
-#include <fstream>
 #include <sstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
 
 namespace kiln {
-namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-}  // namespace
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& origin) {
   std::vector<int32_t> ids;
@@ -42,8 +31,8 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& o
 
 std::vector<TokenizerVector> read_tokenizer_vectors(const std::string& gguf_path) {
   const std::string inp_path = gguf_path + ".inp", out_path = gguf_path + ".out";
-  const std::string inp = read_all(inp_path);
-  const std::string out = read_all(out_path);
+  const std::string inp = read_file(inp_path);
+  const std::string out = read_file(out_path);
 
   constexpr std::string_view kSeparator = "\n__ggml_vocab_test__\n";
   std::vector<TokenizerVector> cases;

@@ -16,6 +16,7 @@
 
 #include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/weights/float_convert.hpp"
 
 namespace kiln {
 namespace {
@@ -31,18 +32,6 @@ float load_f16(const uint8_t* p) {
 
 void dequantize_f32(const uint8_t* src, size_t n, float* dst) {
   if (n > 0) std::memcpy(dst, src, n * 4);
-}
-
-void dequantize_f16(const uint8_t* src, size_t n, float* dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = load_f16(src + 2 * i);
-}
-
-void dequantize_bf16(const uint8_t* src, size_t n, float* dst) {
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t b;
-    std::memcpy(&b, src + 2 * i, 2);
-    dst[i] = bf16_to_f32(b);
-  }
 }
 
 void dequantize_q8_0(const uint8_t* block, float* y) {
@@ -161,8 +150,8 @@ void dequantize(GgmlType type, std::span<const std::byte> src, std::span<float> 
   float* out = dst.data();
   switch (type) {
     case GgmlType::F32: return dequantize_f32(in, dst.size(), out);
-    case GgmlType::F16: return dequantize_f16(in, dst.size(), out);
-    case GgmlType::BF16: return dequantize_bf16(in, dst.size(), out);
+    case GgmlType::F16: return f16_elements_to_f32(src.data(), dst);
+    case GgmlType::BF16: return bf16_elements_to_f32(src.data(), dst);
     default: break;
   }
   const BlockFn fn = block_function(type);

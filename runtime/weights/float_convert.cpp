@@ -1,10 +1,37 @@
-// convert_to_f32 / convert_to_bf16: float tensors of any stored precision to what kernels read.
+// Float element conversion: the raw element loops (float_convert.hpp) and, built on them,
+// convert_to_f32 / convert_to_bf16 for float tensors of any stored precision (safetensors.hpp).
+#include "runtime/weights/float_convert.hpp"
+
 #include <cstring>
+#include <vector>
 
 #include "runtime/core/error.hpp"
 #include "runtime/weights/safetensors.hpp"
 
 namespace kiln {
+
+// Loads go through memcpy: a tensor inside a mapping need not be aligned to its element size.
+void f16_elements_to_f32(const std::byte* src, std::span<float> dst) {
+  for (size_t i = 0; i < dst.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = f16_to_f32(h);
+  }
+}
+
+void bf16_elements_to_f32(const std::byte* src, std::span<float> dst) {
+  for (size_t i = 0; i < dst.size(); ++i) {
+    uint16_t b;
+    std::memcpy(&b, src + 2 * i, 2);
+    dst[i] = bf16_to_f32(b);
+  }
+}
+
+void f32_elements_to_bf16(std::span<const float> src, std::span<uint16_t> dst) {
+  if (src.size() != dst.size()) fail("f32 -> bf16: ", src.size(), " inputs for ", dst.size(), " outputs");
+  for (size_t i = 0; i < src.size(); ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
 namespace {
 
 void check_sizes(const TensorView& t, size_t out_size) {
@@ -17,51 +44,27 @@ void check_sizes(const TensorView& t, size_t out_size) {
   }
 }
 
-// Calls sink(i, element i as fp32) for every element. Loads go through memcpy: a tensor inside a
-// mapping need not be aligned to its element size.
-template <typename Sink>
-void for_each_as_f32(const TensorView& t, size_t out_size, Sink&& sink) {
-  check_sizes(t, out_size);
-  const int64_t n = t.numel();
+}  // namespace
+
+void convert_to_f32(const TensorView& t, std::span<float> out) {
+  check_sizes(t, out.size());
   const std::byte* p = t.bytes.data();
   switch (t.dtype) {
     case DType::F32:
-      for (int64_t i = 0; i < n; ++i) {
-        float v;
-        std::memcpy(&v, p + 4 * i, 4);
-        sink(i, v);
-      }
+      if (!out.empty()) std::memcpy(out.data(), p, out.size() * 4);
       return;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        sink(i, f16_to_f32(h));
-      }
-      return;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, p + 2 * i, 2);
-        sink(i, bf16_to_f32(b));
-      }
-      return;
+    case DType::F16: return f16_elements_to_f32(p, out);
+    case DType::BF16: return bf16_elements_to_f32(p, out);
     case DType::F64:
-      for (int64_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < out.size(); ++i) {
         double v;
         std::memcpy(&v, p + 8 * i, 8);
-        sink(i, static_cast<float>(v));
+        out[i] = static_cast<float>(v);
       }
       return;
     default:
       fail("tensor \"", t.name, "\": dtype ", dtype_name(t.dtype), " is not a float type (expected F32, F16, BF16 or F64)");
   }
-}
-
-}  // namespace
-
-void convert_to_f32(const TensorView& t, std::span<float> out) {
-  for_each_as_f32(t, out.size(), [&](int64_t i, float v) { out[i] = v; });
 }
 
 void convert_to_bf16(const TensorView& t, std::span<uint16_t> out) {
@@ -70,7 +73,9 @@ void convert_to_bf16(const TensorView& t, std::span<uint16_t> out) {
     std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
     return;
   }
-  for_each_as_f32(t, out.size(), [&](int64_t i, float v) { out[i] = f32_to_bf16(v); });
+  std::vector<float> f32(out.size());
+  convert_to_f32(t, f32);
+  f32_elements_to_bf16(f32, out);
 }
 
 void convert_rows_to_f32(const TensorView& t, int64_t first_row, std::span<float> out) {

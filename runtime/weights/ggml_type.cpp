@@ -91,7 +91,7 @@ size_t ggml_tensor_bytes(GgmlType type, int64_t numel) {
   }
   size_t bytes = 0;
   if (__builtin_mul_overflow(static_cast<size_t>(numel) / info.block_size, size_t{info.block_bytes}, &bytes)) {
-    fail("ggml tensor of type ", info.name, ": byte size of ", numel, " elements overflows");
+    fail("ggml tensor of type ", info.name, " with ", numel, " elements: byte size overflows");
   }
   return bytes;
 }

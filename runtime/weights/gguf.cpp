@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "runtime/core/error.hpp"
+#include "runtime/weights/shape.hpp"
 
 namespace kiln {
 namespace {
@@ -199,11 +200,7 @@ std::string GgufValue::type_name() const {
   return name;
 }
 
-int64_t GgufTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : ne) n *= d;  // validated against overflow when parsed
-  return n;
-}
+int64_t GgufTensor::numel() const { return element_count(ne); }
 
 GgufFile::GgufFile(const std::string& path) : file_(std::in_place, path), origin_(path) {
   parse_image(file_->bytes());
@@ -303,8 +300,10 @@ void GgufFile::parse_image(std::span<const std::byte> image) {
       fail(where, ": ne[0] = ", t.ne[0], " is not a multiple of the ", ggml_type_name(t.type), " block size ", block);
     }
     uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(numel) / block, uint64_t{ggml_block_bytes(t.type)}, &nbytes)) {
-      fail(where, ": byte size overflows");
+    try {
+      nbytes = ggml_tensor_bytes(t.type, numel);  // whole rows are whole blocks: only overflow can fail
+    } catch (const Error& e) {
+      fail(where, ": ", e.what());
     }
     if (t.offset % alignment_ != 0) {
       fail(where, ": offset ", t.offset, " is not a multiple of the alignment ", alignment_);
@@ -382,7 +381,7 @@ bool GgufFile::get_bool(std::string_view key) const {
   return std::get<bool>(v.data);
 }
 
-std::vector<std::string> GgufFile::get_string_array(std::string_view key) const {
+const std::vector<std::string>& GgufFile::get_string_array(std::string_view key) const {
   const GgufValue& v = require(key);
   if (v.type != GgufValueType::ARRAY || v.array_type != GgufValueType::STRING) {
     fail(origin_, ": metadata key \"", key, "\" is ", v.type_name(), ", expected ARRAY[STRING]");

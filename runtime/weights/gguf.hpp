@@ -67,7 +67,7 @@ class GgufFile {
   int64_t get_int(std::string_view key) const;   // any integer type
   double get_float(std::string_view key) const;  // float types (and integers)
   bool get_bool(std::string_view key) const;
-  std::vector<std::string> get_string_array(std::string_view key) const;
+  const std::vector<std::string>& get_string_array(std::string_view key) const;  // valid while *this is
   std::vector<int64_t> get_int_array(std::string_view key) const;
   std::vector<double> get_float_array(std::string_view key) const;
 

@@ -5,6 +5,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/weights/dequant.hpp"
+#include "runtime/weights/shape.hpp"
 
 namespace kiln {
 namespace {
@@ -28,27 +29,29 @@ int64_t positive_int(const GgufFile& gguf, const std::string& key) {
   return v;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+// The sizes a layer tensor's torch shape is made of (none: a 1-D tensor has no second).
+enum class Dim { none, hidden, q_rows, kv_rows, intermediate };
+// The heads over which convert_hf_to_gguf permuted a projection's rows for RoPE: q with n_head,
+// k with n_head_kv.
+enum class RopePermuted { no, attention_heads, kv_heads };
 
-// Per-layer GGUF tensor suffix -> HF name suffix, in HF checkpoint order.
+// Per-layer GGUF tensor suffix -> HF name suffix and torch shape, in HF checkpoint order.
 struct LayerTensor {
   const char* gguf;
   const char* hf;
+  Dim rows, cols;
+  RopePermuted permuted;
 };
 constexpr LayerTensor kLayerTensors[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_norm.weight", "input_layernorm.weight", Dim::hidden, Dim::none, RopePermuted::no},
+    {"attn_q.weight", "self_attn.q_proj.weight", Dim::q_rows, Dim::hidden, RopePermuted::attention_heads},
+    {"attn_k.weight", "self_attn.k_proj.weight", Dim::kv_rows, Dim::hidden, RopePermuted::kv_heads},
+    {"attn_v.weight", "self_attn.v_proj.weight", Dim::kv_rows, Dim::hidden, RopePermuted::no},
+    {"attn_output.weight", "self_attn.o_proj.weight", Dim::hidden, Dim::q_rows, RopePermuted::no},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", Dim::hidden, Dim::none, RopePermuted::no},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", Dim::intermediate, Dim::hidden, RopePermuted::no},
+    {"ffn_up.weight", "mlp.up_proj.weight", Dim::intermediate, Dim::hidden, RopePermuted::no},
+    {"ffn_down.weight", "mlp.down_proj.weight", Dim::hidden, Dim::intermediate, RopePermuted::no},
 };
 
 }  // namespace
@@ -141,11 +144,7 @@ LlamaHyperparams read_llama_hyperparams(const GgufFile& gguf) {
   return hp;
 }
 
-int64_t HfTensorSource::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t HfTensorSource::numel() const { return element_count(shape); }
 
 void HfTensorSource::read_f32(std::span<float> out) const {
   if (static_cast<int64_t>(out.size()) != numel()) {
@@ -202,32 +201,28 @@ std::vector<HfTensorSource> llama_hf_tensors(const GgufFile& gguf, const LlamaHy
     out.push_back({hf_name, std::move(shape), t, unpermute_heads});
   };
 
+  const auto size = [&](Dim dim) -> int64_t {
+    switch (dim) {
+      case Dim::hidden: return hp.hidden_size;
+      case Dim::q_rows: return q_rows;
+      case Dim::kv_rows: return kv_rows;
+      case Dim::intermediate: return hp.intermediate_size;
+      case Dim::none: break;
+    }
+    return 0;
+  };
+
   add("token_embd.weight", "model.embed_tokens.weight", {hp.vocab_size, hp.hidden_size}, 0);
   for (int64_t layer = 0; layer < hp.num_hidden_layers; ++layer) {
     const std::string g = "blk." + std::to_string(layer) + ".";
     const std::string h = "model.layers." + std::to_string(layer) + ".";
     for (const LayerTensor& lt : kLayerTensors) {
-      const std::string suffix = lt.gguf;
-      std::vector<int64_t> shape;
-      int64_t heads = 0;
-      if (suffix == "attn_norm.weight" || suffix == "ffn_norm.weight") {
-        shape = {hp.hidden_size};
-      } else if (suffix == "attn_q.weight") {
-        shape = {q_rows, hp.hidden_size};
-        heads = hp.num_attention_heads;
-      } else if (suffix == "attn_k.weight") {
-        shape = {kv_rows, hp.hidden_size};
-        heads = hp.num_key_value_heads;  // convert_hf_to_gguf permutes k with n_head_kv
-      } else if (suffix == "attn_v.weight") {
-        shape = {kv_rows, hp.hidden_size};
-      } else if (suffix == "attn_output.weight") {
-        shape = {hp.hidden_size, q_rows};
-      } else if (suffix == "ffn_down.weight") {
-        shape = {hp.hidden_size, hp.intermediate_size};
-      } else {  // ffn_gate, ffn_up
-        shape = {hp.intermediate_size, hp.hidden_size};
-      }
-      add(g + suffix, h + lt.hf, shape, heads);
+      std::vector<int64_t> shape{size(lt.rows)};
+      if (lt.cols != Dim::none) shape.push_back(size(lt.cols));
+      const int64_t heads = lt.permuted == RopePermuted::attention_heads ? hp.num_attention_heads
+                            : lt.permuted == RopePermuted::kv_heads      ? hp.num_key_value_heads
+                                                                         : 0;
+      add(g + lt.gguf, h + lt.hf, std::move(shape), heads);
     }
   }
   add("output_norm.weight", "model.norm.weight", {hp.hidden_size}, 0);

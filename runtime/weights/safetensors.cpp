@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "runtime/core/error.hpp"
+#include "runtime/weights/shape.hpp"
 #include "runtime/weights/strict_json.hpp"
 
 namespace kiln {
@@ -105,11 +106,7 @@ Entry parse_entry(const std::string& origin, const std::string& name, const json
 
 }  // namespace
 
-int64_t TensorView::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;  // validated against overflow when parsed
-  return n;
-}
+int64_t TensorView::numel() const { return element_count(shape); }
 
 std::vector<TensorView> parse_safetensors(std::span<const std::byte> file, const std::string& origin,
                                           std::map<std::string, std::string>* metadata) {

@@ -1,9 +1,8 @@
 // SafetensorsDir: one HF model directory, single-file or sharded.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
 #include "runtime/weights/safetensors.hpp"
 #include "runtime/weights/strict_json.hpp"
 
@@ -11,15 +10,6 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path.string(), ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(path.string(), ": read error");
-  return text.str();
-}
 
 // Shard names are plain file names inside the directory; anything else (a path, "..") would let
 // an index point outside the model.
@@ -45,7 +35,7 @@ SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
   }
 
   const std::string origin = index_path.string();
-  const nlohmann::json index = parse_json_strict(read_text_file(index_path), origin);
+  const nlohmann::json index = parse_json_strict(read_file(origin), origin);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     fail(origin, ": expected an object with a \"weight_map\" object (tensor name -> shard file)");
   }

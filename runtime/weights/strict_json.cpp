@@ -6,9 +6,11 @@
 #include "runtime/core/error.hpp"
 
 namespace kiln {
+namespace {
 
-nlohmann::json parse_json_strict(std::string_view text, const std::string& origin) {
-  using json = nlohmann::json;
+using json = nlohmann::json;
+
+json parse(std::string_view text, const std::string& origin, bool reject_duplicate_keys) {
   // One key set per open object; the parser reports keys before their values.
   std::vector<std::set<std::string>> open_objects;
   const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
@@ -25,10 +27,17 @@ nlohmann::json parse_json_strict(std::string_view text, const std::string& origi
     return true;
   };
   try {
+    if (!reject_duplicate_keys) return json::parse(text.begin(), text.end());
     return json::parse(text.begin(), text.end(), check_keys);
   } catch (const json::exception& e) {
     fail(origin, ": invalid JSON (", e.what(), ")");
   }
 }
+
+}  // namespace
+
+json parse_json_strict(std::string_view text, const std::string& origin) { return parse(text, origin, true); }
+
+json parse_json(std::string_view text, const std::string& origin) { return parse(text, origin, false); }
 
 }  // namespace kiln
