@@ -290,17 +290,13 @@ void attention_decode(const bf16* q_rows, const bf16* cache, bf16* out, const in
   static_assert(kHeads * kHeadDim <= kRow, "attention_decode: q heads must fit in a row");
   using Shape = detail::DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
   if (num_seqs <= 0) return;
-  constexpr float kLog2e = 1.4426950408889634f;
-  auto partition_kernel =
+  constexpr auto partition_kernel =
       detail::attention_decode_partition_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow, kPartition,
                                                 kMaxPartitions>;
-#ifndef __CUDACC_RTC__
-  static const bool smem_ready = (detail::allow_dynamic_smem(partition_kernel, Shape::kSmemBytes), true);
-  (void)smem_ready;
-#endif
+  detail::allow_dynamic_smem_once<partition_kernel, Shape::kSmemBytes>();
   const dim3 grid(num_seqs, kKvHeads, kMaxPartitions);
   KILN_LAUNCH(partition_kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, context_len,
-              block_tables, max_pages_per_seq, scale * kLog2e, scratch);
+              block_tables, max_pages_per_seq, scale * detail::kLog2e, scratch);
   if constexpr (kMaxPartitions > 1) {
     constexpr int kReduceThreads = detail::min_int(1024, detail::round_up(kHeadDim, 32));
     auto reduce_kernel =

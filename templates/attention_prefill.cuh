@@ -24,25 +24,21 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
   static_assert(kHeadDim > 0 && kPageSize > 0, "attention_prefill: sizes must be positive");
   static_assert(kHeads * kHeadDim <= kRow, "attention_prefill: q heads must fit in a row");
   if (num_seqs <= 0 || max_query_len <= 0) return;
-  constexpr float kLog2e = 1.4426950408889634f;
   // Tensor cores need k16 steps over the head dim and 16-byte aligned q rows.
   if constexpr (kHeadDim % 16 == 0 && kRow % 8 == 0) {
     using Shape = detail::PrefillShape<kHeads, kKvHeads, kHeadDim>;
-    auto kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
-#ifndef __CUDACC_RTC__
-    static const bool smem_ready = (detail::allow_dynamic_smem(kernel, Shape::kSmemBytes), true);
-    (void)smem_ready;
-#endif
+    constexpr auto kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
+    detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
     const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
     const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, query_start, positions,
-                block_tables, max_pages_per_seq, scale * kLog2e);
+                block_tables, max_pages_per_seq, scale * detail::kLog2e);
   } else {
     const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(static_cast<long long>(max_query_len) * kHeads, 4)),
                     num_seqs);
     auto kernel = detail::attention_prefill_simple_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
     KILN_LAUNCH(kernel, grid, 128, 0, stream, q_rows, cache, out, query_start, positions, block_tables,
-                max_pages_per_seq, scale * kLog2e);
+                max_pages_per_seq, scale * detail::kLog2e);
   }
 }
 

@@ -34,6 +34,7 @@ __device__ inline void discard_launch_args(const Args&...) {}
 
 namespace kiln::detail {
 
+constexpr float kLog2e = 1.4426950408889634f;  // softmax runs in base 2: exp(x) = exp2(x · log2 e)
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr long long ceil_div_ll(long long a, long long b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
@@ -111,34 +112,24 @@ struct FloatBitsOf<2> { using type = float2; };
 template <>
 struct FloatBitsOf<4> { using type = float4; };
 
+// N (1, 2 or 4) consecutive floats as one load / store of N·4 bytes.
 template <int N>
 __device__ __forceinline__ void load_f32(const float* p, float (&out)[N]) {
-  if constexpr (N == 8) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
-  } else {
-    using Bits = typename FloatBitsOf<N>::type;
-    const Bits bits = *reinterpret_cast<const Bits*>(p);
-    const float* v = reinterpret_cast<const float*>(&bits);
+  using Bits = typename FloatBitsOf<N>::type;
+  const Bits bits = *reinterpret_cast<const Bits*>(p);
+  const float* v = reinterpret_cast<const float*>(&bits);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = v[i];
-  }
+  for (int i = 0; i < N; ++i) out[i] = v[i];
 }
 
 template <int N>
 __device__ __forceinline__ void store_f32(float* p, const float (&in)[N]) {
-  if constexpr (N == 8) {
-    reinterpret_cast<float4*>(p)[0] = make_float4(in[0], in[1], in[2], in[3]);
-    reinterpret_cast<float4*>(p)[1] = make_float4(in[4], in[5], in[6], in[7]);
-  } else {
-    using Bits = typename FloatBitsOf<N>::type;
-    Bits bits;
-    float* v = reinterpret_cast<float*>(&bits);
+  using Bits = typename FloatBitsOf<N>::type;
+  Bits bits;
+  float* v = reinterpret_cast<float*>(&bits);
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = in[i];
-    *reinterpret_cast<Bits*>(p) = bits;
-  }
+  for (int i = 0; i < N; ++i) v[i] = in[i];
+  *reinterpret_cast<Bits*>(p) = bits;
 }
 
 // -inf without <cmath> (not available under NVRTC).
@@ -155,6 +146,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Inclusive prefix sum over the lanes of a warp: lane i gets v of lanes 0..i.
+__device__ __forceinline__ int warp_inclusive_sum(int v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
   return v;
 }
 
@@ -179,14 +181,17 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   }
 }
 
-// Raises a kernel's dynamic shared-memory limit above the 48 KiB default, once per kernel.
-template <typename Kernel>
-inline void allow_dynamic_smem(Kernel kernel, int bytes) {
+// Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default), once per
+// process, before its first launch. The kernel is a template argument so that each instantiation
+// keeps its own flag (instantiations often share a function type). Under NVRTC (the compile check)
+// there is nothing to set.
+template <auto kKernel, int kBytes>
+inline void allow_dynamic_smem_once() {
 #ifndef __CUDACC_RTC__
-  if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-#else
-  (void)kernel;
-  (void)bytes;
+  if constexpr (kBytes > 48 * 1024) {
+    static const bool done = (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes), true);
+    (void)done;
+  }
 #endif
 }
 

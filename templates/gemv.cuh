@@ -236,18 +236,15 @@ inline void launch_gemv(const bf16* in, const bf16* weight, typename GemvOutType
 template <int kN, int kK, GemvOut kOut, typename InputAt>
 inline void gemv_passes(InputAt input_at, const bf16* weight, typename GemvOutType<kOut>::type* out, int tokens,
                         cudaStream_t stream) {
-  for (int done = 0; done < tokens; done += 64) {
-    const int n = min_int(64, tokens - done);
+  for (int done = 0; done < tokens; done += kStreamPassTokens) {
+    const int n = min_int(kStreamPassTokens, tokens - done);
     const auto input = input_at(done);
     auto* y = out + static_cast<long long>(done) * kN;
-    if (n <= 8) {
-      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 1>>(input, weight, y, n, stream);
-    } else if (n <= 16) {
-      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 2>>(input, weight, y, n, stream);
-    } else if (n <= 32) {
-      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 4>>(input, weight, y, n, stream);
-    } else {
-      launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 8>>(input, weight, y, n, stream);
+    switch (token_tiles_for(n)) {
+      case 1: launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 1>>(input, weight, y, n, stream); break;
+      case 2: launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 2>>(input, weight, y, n, stream); break;
+      case 4: launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 4>>(input, weight, y, n, stream); break;
+      default: launch_gemv_input<kN, kK, kOut, GemvShape<kN, kK, 8>>(input, weight, y, n, stream); break;
     }
   }
 }

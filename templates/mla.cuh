@@ -249,7 +249,7 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
   static_assert(kHeads > 0 && kLatent > 0 && kV > 0, "mla_v_up: sizes must be positive");
   if (tokens <= 0) return;
   if constexpr (kV % 16 == 0) {
-    if (tokens <= 64) {
+    if (tokens <= detail::kStreamPassTokens) {
       switch (detail::token_tiles_for(tokens)) {
         case 1: detail::launch_mla_v_up_stream<kHeads, kLatent, kV, 1>(o_lat, w_uv, out, tokens, stream); break;
         case 2: detail::launch_mla_v_up_stream<kHeads, kLatent, kV, 2>(o_lat, w_uv, out, tokens, stream); break;

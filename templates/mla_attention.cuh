@@ -395,23 +395,19 @@ void mla_attention_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, co
                            int max_query_len, float scale, cudaStream_t stream) {
   static_assert(kHeads > 0 && kLatent > 0 && kRope >= 0 && kPageSize > 0, "mla_attention_prefill: sizes must be positive");
   if (num_seqs <= 0 || max_query_len <= 0) return;
-  constexpr float kLog2e = 1.4426950408889634f;
   const long long rows = static_cast<long long>(max_query_len) * kHeads;
   if constexpr (detail::MlaMmaShape<kLatent, kRope, 2>::kSupported) {
     using Shape = detail::MlaMmaShape<kLatent, kRope, 2>;
-    auto kernel = detail::mla_attention_mma_kernel<kHeads, kLatent, kRope, kPageSize, 2, false, 1, 1>;
-#ifndef __CUDACC_RTC__
-    static const bool smem_ready = (detail::allow_dynamic_smem(kernel, Shape::kSmemBytes), true);
-    (void)smem_ready;
-#endif
+    constexpr auto kernel = detail::mla_attention_mma_kernel<kHeads, kLatent, kRope, kPageSize, 2, false, 1, 1>;
+    detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
     const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kRows)), num_seqs);
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, query_start, positions,
-                block_tables, max_pages_per_seq, scale * kLog2e, nullptr);
+                block_tables, max_pages_per_seq, scale * detail::kLog2e, nullptr);
   } else {
     const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, 4)), num_seqs);
     auto kernel = detail::mla_attention_warp_kernel<kHeads, kLatent, kRope, kPageSize, false>;
     KILN_LAUNCH(kernel, grid, 128, 0, stream, q_mla, cache, o_lat, query_start, positions, block_tables,
-                max_pages_per_seq, 0, scale * kLog2e);
+                max_pages_per_seq, 0, scale * detail::kLog2e);
   }
 }
 
@@ -426,20 +422,16 @@ void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, con
   static_assert(kHeads > 0 && kLatent > 0 && kRope >= 0 && kPageSize > 0 && kPartition > 0 && kMaxPartitions > 0,
                 "mla_attention_decode: sizes must be positive");
   if (num_seqs <= 0) return;
-  constexpr float kLog2e = 1.4426950408889634f;
   // One m-tile holds up to 16 heads; wider models take 32 heads per block (4 blocks for 128 heads).
   constexpr int kMTiles = kHeads <= 16 ? 1 : 2;
   if constexpr (detail::MlaMmaShape<kLatent, kRope, kMTiles>::kSupported) {
     using Shape = detail::MlaMmaShape<kLatent, kRope, kMTiles>;
-    auto kernel = detail::mla_attention_mma_kernel<kHeads, kLatent, kRope, kPageSize, kMTiles, true, kPartition,
-                                                   kMaxPartitions>;
-#ifndef __CUDACC_RTC__
-    static const bool smem_ready = (detail::allow_dynamic_smem(kernel, Shape::kSmemBytes), true);
-    (void)smem_ready;
-#endif
+    constexpr auto kernel =
+        detail::mla_attention_mma_kernel<kHeads, kLatent, kRope, kPageSize, kMTiles, true, kPartition, kMaxPartitions>;
+    detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
     const dim3 grid(detail::ceil_div(kHeads, Shape::kRows), num_seqs, kMaxPartitions);
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, nullptr, context_len,
-                block_tables, max_pages_per_seq, scale * kLog2e, scratch);
+                block_tables, max_pages_per_seq, scale * detail::kLog2e, scratch);
     if constexpr (kMaxPartitions > 1) {
       auto merge = detail::mla_decode_merge_kernel<kHeads, kLatent, kPartition, kMaxPartitions>;
       KILN_LAUNCH(merge, dim3(kHeads, num_seqs), 128, 0, stream, scratch, context_len, o_lat);
@@ -449,7 +441,7 @@ void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, con
     const dim3 grid(detail::ceil_div(kHeads, 4), num_seqs);
     auto kernel = detail::mla_attention_warp_kernel<kHeads, kLatent, kRope, kPageSize, true>;
     KILN_LAUNCH(kernel, grid, 128, 0, stream, q_mla, cache, o_lat, nullptr, context_len, block_tables,
-                max_pages_per_seq, kPartition * kMaxPartitions, scale * kLog2e);
+                max_pages_per_seq, kPartition * kMaxPartitions, scale * detail::kLog2e);
   }
 }
 

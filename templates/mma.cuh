@@ -14,6 +14,13 @@
 
 namespace kiln::detail {
 
+// The streaming kernels (GEMV, routed experts, MLA v_up at decode) read the weights once per pass
+// of up to kStreamPassTokens token rows: token_tiles_for(n) tiles of 8 (the mma's n).
+constexpr int kStreamPassTokens = 64;
+__host__ __device__ constexpr int token_tiles_for(int tokens) {
+  return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8;
+}
+
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

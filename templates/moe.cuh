@@ -97,13 +97,9 @@ struct Rows16 {
   }
 };
 
-// Up to this many tokens the expert kernels stream (decode); above, the grouped GEMM (prefill).
-constexpr int kMoeStreamTokens = 64;
-
-// Token tiles of 8 for a pass over up to 64 token rows.
-__host__ __device__ constexpr int token_tiles_for(int tokens) {
-  return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8;
-}
+// Up to one streaming pass of tokens the expert kernels stream (decode); above, the grouped GEMM
+// (prefill).
+constexpr int kMoeStreamTokens = kStreamPassTokens;
 
 // Two adjacent bf16 outputs (the second only when `two`), one 4-byte store when aligned.
 __device__ __forceinline__ void store_bf16_pair(bf16* p, float v0, float v1, bool two) {
@@ -289,11 +285,8 @@ __global__ void __launch_bounds__(TileGemmShape<kBN, P::kBKMajor>::kThreads)
 template <class P, int kBN>
 inline void launch_tile_gemm(const typename P::Args& args, dim3 grid, cudaStream_t stream) {
   using S = TileGemmShape<kBN, P::kBKMajor>;
-  auto kernel = tile_gemm_kernel<P, kBN>;
-#ifndef __CUDACC_RTC__
-  static const bool smem_ready = (allow_dynamic_smem(kernel, S::kSmemBytes), true);
-  (void)smem_ready;
-#endif
+  constexpr auto kernel = tile_gemm_kernel<P, kBN>;
+  allow_dynamic_smem_once<kernel, S::kSmemBytes>();
   KILN_LAUNCH(kernel, grid, S::kThreads, S::kSmemBytes, stream, args);
 }
 
@@ -301,6 +294,13 @@ inline void launch_tile_gemm(const typename P::Args& args, dim3 grid, cudaStream
 // Groups of rows laid out by bucket offsets (the MoE buckets): tile `index` of the tiles of
 // `tile_rows` rows over all groups in order. Called by whole warps; every lane gets the answer.
 // =====================================================================================
+
+// The pairs (token · kTopK + j) routed to expert e, ascending: its bucket of the scratch that
+// moe_bucket_kernel fills.
+template <int kExperts>
+__device__ __forceinline__ const int* expert_pairs(const int* scratch, int e) {
+  return scratch + kExperts + 1 + scratch[e];
+}
 
 struct GroupTile {
   int group;  // -1: past the last tile
@@ -316,12 +316,7 @@ __device__ __forceinline__ GroupTile locate_group_tile(const int* __restrict__ o
     const int gi = base + lane;
     const int n = gi < kGroups ? offsets[gi + 1] - offsets[gi] : 0;
     const int tiles = n > 0 ? (n - 1) / tile_rows + 1 : 0;
-    int incl = tiles;
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
+    const int incl = warp_inclusive_sum(tiles);
     const int total = __shfl_sync(0xffffffffu, incl, 31);
     if (index < before + total) {
       const int excl = incl - tiles;
@@ -483,12 +478,7 @@ __global__ void __launch_bounds__(1024) moe_bucket_kernel(const int* __restrict_
       if (e < kExperts) {
         for (int w = 0; w < 32; ++w) total += warp_counts[w * kExperts + e];
       }
-      int incl = total;
-#pragma unroll
-      for (int o = 1; o < 32; o *= 2) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
+      const int incl = warp_inclusive_sum(total);
       if (e < kExperts) {
         int next = running + incl - total;
         scratch[e] = next;
@@ -524,11 +514,8 @@ __global__ void __launch_bounds__(1024) moe_bucket_kernel(const int* __restrict_
 template <int kExperts, int kTopK>
 inline void launch_moe_bucket(const int* ids, int* scratch, int tokens, cudaStream_t stream) {
   constexpr int kSmem = 32 * kExperts * 4;
-  auto kernel = moe_bucket_kernel<kExperts, kTopK>;
-#ifndef __CUDACC_RTC__
-  static const bool smem_ready = (allow_dynamic_smem(kernel, kSmem), true);
-  (void)smem_ready;
-#endif
+  constexpr auto kernel = moe_bucket_kernel<kExperts, kTopK>;
+  allow_dynamic_smem_once<kernel, kSmem>();
   KILN_LAUNCH(kernel, 1, 1024, kSmem, stream, ids, scratch, tokens * kTopK);
 }
 
@@ -560,7 +547,7 @@ __global__ void __launch_bounds__(ExpertStreamShape<2 * kInter, kHidden, kTT>::k
   const GroupTile used = locate_group_tile<kExperts>(scratch, blockIdx.y, 0x40000000);
   if (used.group < 0) return;  // fewer used experts than slots: the same answer in every warp
   const int e = used.group, count = used.rows;
-  const int* pairs = scratch + kExperts + 1 + scratch[e];
+  const int* pairs = expert_pairs<kExperts>(scratch, e);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wn = warp / WK, wk = warp % WK, g = lane / 4;
@@ -723,11 +710,8 @@ template <int kExperts, int kTopK, int kHidden, int kInter, int kWindowTiles>
 inline void launch_moe_down_stream(const bf16* act, const bf16* weight, const float* weights, const int* scratch,
                                    float* x, int t_begin, int t_count, cudaStream_t stream) {
   using Shape = DownStreamShape<kHidden, kInter, kWindowTiles>;
-  auto kernel = moe_down_stream_kernel<kExperts, kTopK, kHidden, kInter, kWindowTiles>;
-#ifndef __CUDACC_RTC__
-  static const bool smem_ready = (allow_dynamic_smem(kernel, Shape::kSmemBytes), true);
-  (void)smem_ready;
-#endif
+  constexpr auto kernel = moe_down_stream_kernel<kExperts, kTopK, kHidden, kInter, kWindowTiles>;
+  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
   KILN_LAUNCH(kernel, ceil_div(kHidden, 16), Shape::kThreads, Shape::kSmemBytes, stream, act, weight, weights, scratch,
               x, t_begin, t_count);
 }
@@ -744,9 +728,26 @@ __device__ __forceinline__ bool locate_expert_tile(const int* scratch, int& grou
   return true;
 }
 
+// What both grouped-GEMM problems over the experts' pairs share: a group per used expert, its rows
+// the expert's pairs (token · kTopK + j) in bucket order.
+template <int kExperts>
+struct ExpertPairTiles {
+  template <typename Args>
+  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
+    return locate_expert_tile<kExperts>(a.scratch, group, m0, rows);
+  }
+  template <typename Args>
+  __device__ static int pair(const Args& a, int group, int m) {
+    return expert_pairs<kExperts>(a.scratch, group)[m];
+  }
+  template <typename Args>
+  __device__ static void prologue(const Args&, int, int, int) {}
+};
+
 // out[p] = weight[e] · h[p / kTopK] for the pairs p of expert e.
 template <int kExperts, int kTopK, int kHidden, int kInter>
-struct MoeGateUpGemm {
+struct MoeGateUpGemm : ExpertPairTiles<kExperts> {
+  using ExpertPairTiles<kExperts>::pair;
   static constexpr int kN = 2 * kInter, kK = kHidden;
   static constexpr bool kBKMajor = false;
   struct Args {
@@ -755,10 +756,6 @@ struct MoeGateUpGemm {
     const int* scratch;
     bf16* out;
   };
-  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
-    return locate_expert_tile<kExperts>(a.scratch, group, m0, rows);
-  }
-  __device__ static int pair(const Args& a, int group, int m) { return a.scratch[kExperts + 1 + a.scratch[group] + m]; }
   __device__ static const bf16* a_row(const Args& a, int group, int m) {
     return a.h + static_cast<long long>(pair(a, group, m) / kTopK) * kHidden;
   }
@@ -768,12 +765,12 @@ struct MoeGateUpGemm {
   __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
     store_bf16_pair(a.out + static_cast<long long>(pair(a, group, m)) * kN + n, v0, v1, two);
   }
-  __device__ static void prologue(const Args&, int, int, int) {}
 };
 
 // x[p / kTopK] += weights[p] · (weight[e] · act[p]) for the pairs p of expert e (fp32 atomics).
 template <int kExperts, int kTopK, int kHidden, int kInter>
-struct MoeDownGemm {
+struct MoeDownGemm : ExpertPairTiles<kExperts> {
+  using ExpertPairTiles<kExperts>::pair;
   static constexpr int kN = kHidden, kK = kInter;
   static constexpr bool kBKMajor = false;
   struct Args {
@@ -783,10 +780,6 @@ struct MoeDownGemm {
     const int* scratch;
     float* x;
   };
-  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
-    return locate_expert_tile<kExperts>(a.scratch, group, m0, rows);
-  }
-  __device__ static int pair(const Args& a, int group, int m) { return a.scratch[kExperts + 1 + a.scratch[group] + m]; }
   __device__ static const bf16* a_row(const Args& a, int group, int m) {
     return a.act + static_cast<long long>(pair(a, group, m)) * kInter;
   }
@@ -800,7 +793,6 @@ struct MoeDownGemm {
     atomicAdd(dst, w * v0);
     if (two) atomicAdd(dst + 1, w * v1);
   }
-  __device__ static void prologue(const Args&, int, int, int) {}
 };
 
 // Row tiles of 64 pairs over all experts: at most ceil(pairs / 64) + (experts used) of them.

@@ -4,12 +4,15 @@
 #pragma once
 
 #include "templates/common.cuh"
+#include "templates/norm.cuh"
 
 namespace kiln {
 
 namespace detail {
 
 // One warp per row: the row's values stay in registers between the sum of squares and the scaling.
+// A row is one "head" of kDim values to the shared norm pieces (norm.cuh), so the float operations
+// are those of every other RMSNorm.
 template <int kDim, int kRow, int kVec>
 __global__ void __launch_bounds__(128)
     rmsnorm_inplace_kernel(bf16* __restrict__ rows, const bf16* __restrict__ weight, int tokens, float eps) {
@@ -19,25 +22,14 @@ __global__ void __launch_bounds__(128)
   if (row >= tokens) return;  // whole warps leave together: the shuffles below see all 32 lanes
   bf16* r = rows + row * kRow;
   float v[kSteps][kVec];
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * 32 + lane) * kVec;
-    if (i < kDim) {
-      load_bf16<kVec>(r + i, v[s]);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
-    }
-  }
-  const float scale = 1.0f / sqrtf(warp_sum(sum_sq) / static_cast<float>(kDim) + eps);
+  const float scale = rms_scale(head_sum_sq<kDim, kVec, 32>(r, lane, true, v), kDim, eps);
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     const int i = (s * 32 + lane) * kVec;
     if (i < kDim) {
       float w[kVec], y[kVec];
       load_bf16<kVec>(weight + i, w);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) y[j] = v[s][j] * scale * w[j];
+      rms_apply<kVec>(v[s], scale, w, y);
       store_bf16<kVec>(r + i, y);
     }
   }
