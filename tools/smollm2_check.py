@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "golden"))
-from hf_model import greedy_cached  # noqa: E402
+from hf_model import first_difference, greedy_cached, greedy_verdict  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BINARY = os.path.join(ROOT, "build", "bin", "smollm2-135m")
@@ -41,14 +41,6 @@ def kiln(gguf, prompt, backend, extra):
     given = ["--prompt-ids", ",".join(map(str, prompt))] if isinstance(prompt, list) else ["--chat", prompt]
     cmd = [BINARY, "--gguf", gguf, "--backend", backend, "--temperature", "0", "--output-format", "json"] + given + extra
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-
-
-def first_difference(a, b):
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def hf_greedy(model, ids, n):
-    return greedy_cached(model, ids, n)
 
 
 def main():
@@ -70,32 +62,31 @@ def main():
     totals = {"cuda~hf_bf16": 0, "cuda~hf_fp32(bf16 w)": 0, "cpu~hf_fp32": 0}
     total = 0
     for q in PROMPTS:
-        # The chat run gives the prompt ids; the comparison then continues from those ids without
-        # stop tokens, so both sides produce exactly --tokens tokens even past the end of the turn.
-        r = kiln(args.gguf, q, "cuda", ["--max-tokens", "1"])["requests"][0]
-        ids = r["prompt_ids"]
+        # The chat run (its natural answer, stopping at the end of turn) gives the prompt ids; the
+        # comparison then continues from those ids without stop tokens, so both sides produce
+        # exactly --tokens tokens even past the end of the turn.
+        chat = kiln(args.gguf, q, "cuda", ["--max-tokens", "64"])["requests"][0]
+        ids = chat["prompt_ids"]
         fixed_length = ["--max-tokens", str(args.tokens), "--ignore-eos"]
         ours = kiln(args.gguf, ids, "cuda", fixed_length)["requests"][0]["output_ids"]
         cpu = kiln(args.gguf, ids, "cpu", fixed_length)["requests"][0]["output_ids"]
-        hf, hf_logits = hf_greedy(hf_bf16, ids, args.tokens)
-        hf32b, _ = hf_greedy(hf_fp32_bf16w, ids, args.tokens)
-        hf32, _ = hf_greedy(hf_fp32, ids, args.tokens)
-        d = first_difference(ours, hf)
-        verdict = "identical"
-        if d < len(hf):
+        hf, hf_logits = greedy_cached(hf_bf16, ids, args.tokens)
+        hf32b, _ = greedy_cached(hf_fp32_bf16w, ids, args.tokens)
+        hf32, _ = greedy_cached(hf_fp32, ids, args.tokens)
+
+        def kiln_logits_at(d):
             dump = os.path.join(args.work, "step.safetensors")
-            subprocess.run([BINARY, "--gguf", args.gguf, "--prompt-ids", ",".join(map(str, ids + hf[:d])), "--max-tokens",
-                            "1", "--temperature", "0", "--dump-logits", dump, "-q"], check=True, capture_output=True)
-            ours_in_hf = ours[d] in torch.topk(hf_logits[d], 5).indices.tolist()
-            hf_in_ours = hf[d] in torch.topk(load_file(dump)["logits"][-1], 5).indices.tolist()
-            verdict = f"first differ at {d}: " + ("each in the other's top-5" if ours_in_hf and hf_in_ours else "NOT in top-5")
+            kiln(args.gguf, ids + hf[:d], "cuda", ["--max-tokens", "1", "--dump-logits", dump])
+            return load_file(dump)["logits"][-1]
+
+        d, _, verdict = greedy_verdict(ours, hf, hf_logits, kiln_logits_at)
         pairs = {"cuda~hf_bf16": d, "cuda~hf_fp32(bf16 w)": first_difference(ours, hf32b), "cpu~hf_fp32": first_difference(cpu, hf32)}
         for k, v in pairs.items():
             totals[k] += v
         total += args.tokens
         print(f"{q!r}: kiln cuda vs HF bf16 {d}/{len(hf)} ({verdict}); kiln cuda vs HF fp32 on bf16 weights "
               f"{pairs['cuda~hf_fp32(bf16 w)']}/{args.tokens}; kiln cpu vs HF fp32 {pairs['cpu~hf_fp32']}/{args.tokens}; "
-              f"kiln: {kiln(args.gguf, q, 'cuda', ['--max-tokens', '64'])['requests'][0]['text'][:60]!r}", flush=True)
+              f"kiln: {chat['text'][:60]!r}", flush=True)
     for k, v in totals.items():
         print(f"greedy tokens equal before the first difference, {k}: {v}/{total}")
 

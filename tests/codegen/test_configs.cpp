@@ -8,6 +8,7 @@
 
 #include "codegen/config_load.hpp"
 #include "runtime/core/error.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace kiln::codegen;
 namespace fs = std::filesystem;
@@ -22,14 +23,12 @@ std::string read(const std::string& path) {
 }
 
 // Writes `text` to a temporary folder (named `folder`, or numbered) as config<ext>; returns the path.
+// The folders live in one TempDir, removed when the test program exits.
 std::string temp_config(const std::string& text, const std::string& ext, std::string folder = "") {
+  static const kiln::test::TempDir dir("kiln-config-test");
   static int n = 0;
   if (folder.empty()) folder = std::to_string(++n);
-  const fs::path dir = fs::temp_directory_path() / ("kiln-config-test-" + std::to_string(::getpid())) / folder;
-  fs::create_directories(dir);
-  const fs::path path = dir / ("config" + ext);
-  std::ofstream(path) << text;
-  return path.string();
+  return dir.write(folder + "/config" + ext, text);
 }
 
 // tiny-llama.yaml with `from` replaced by `to`.

@@ -11,7 +11,7 @@
 
 #include "templates/attention.cuh"
 #include "templates/gemv.cuh"
-#include "tests/kernels/gpu_harness.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 namespace {
@@ -22,19 +22,11 @@ double g_copy_gbps = 0.0;
 template <int kN, int kK>
 struct GemvData {
   static constexpr size_t kWeightElems = static_cast<size_t>(kN) * kK;
-  int copies = copies_beyond_l2(kWeightElems * 2);
-  DeviceBuffer<uint16_t> weights{kWeightElems * copies};
-  DeviceBuffer<uint16_t> in{static_cast<size_t>(64) * kK};
+  std::mt19937 rng{kN + kK};
+  RotatingWeights weights{DeviceBuffer<uint16_t>(random_bf16(kWeightElems, rng))};
+  DeviceBuffer<uint16_t> in{random_bf16(static_cast<size_t>(64) * kK, rng)};
   DeviceBuffer<float> out{static_cast<size_t>(64) * kN};
-  GemvData() {
-    std::mt19937 rng(kN + kK);
-    const auto w = random_bf16(kWeightElems, rng);
-    for (int i = 0; i < copies; ++i) {
-      KILN_CUDA_OK(cudaMemcpy(weights.get() + kWeightElems * i, w.data(), kWeightElems * 2, cudaMemcpyHostToDevice));
-    }
-    in.upload(random_bf16(in.size(), rng));
-  }
-  const __nv_bfloat16* weight(int i) const { return as_bf16(weights) + kWeightElems * (i % copies); }
+  const __nv_bfloat16* weight(int i) const { return weights.at(i); }
   double bytes(int tokens) const { return kWeightElems * 2.0 + tokens * (kK * 2.0 + kN * 4.0); }
 };
 

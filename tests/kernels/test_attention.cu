@@ -10,8 +10,8 @@
 #include "runtime/core/step_batch.hpp"
 #include "runtime/ref/ops.hpp"
 #include "templates/attention.cuh"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels/test_groups.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 
@@ -105,11 +105,9 @@ void test_decode(const char* model, const std::vector<int>& contexts, bool time_
   ref::attention(bf16_to_f32(q).data(), kRow, kHeads, scale, b.step,
                  ref::KvPages{cache_f.data(), kKvHeads, kHeadDim, kPageSize}, ref.data());
   const auto c = compare(ref, bf16_to_f32(d_out.download()));
-  std::string ctx;
-  for (int x : contexts) ctx += (ctx.empty() ? "" : ",") + std::to_string(x);
   const std::string shape = std::string(model) + " heads " + std::to_string(kHeads) + "/" + std::to_string(kKvHeads) +
                             "x" + std::to_string(kHeadDim) + " page " + std::to_string(kPageSize) + " part " +
-                            std::to_string(kPartition) + " ctx " + ctx;
+                            std::to_string(kPartition) + " ctx " + join(contexts);
   expect_close("attention_decode " + shape, c, 5e-4);
   if (time_it) {
     double kv_bytes = 0;

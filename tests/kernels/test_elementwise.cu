@@ -6,27 +6,21 @@
 #include <string>
 
 #include "runtime/core/dtype.hpp"
+#include "runtime/model/rope_table.hpp"
 #include "runtime/ref/ops.hpp"
 #include "templates/activation.cuh"
 #include "templates/embedding.cuh"
 #include "templates/kv_cache.cuh"
 #include "templates/norm.cuh"
 #include "templates/rope.cuh"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels/test_groups.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 
 namespace {
 
 constexpr double kBf16Limit = 5e-4;
-
-std::string dims(std::initializer_list<long long> values, const char* names) {
-  std::string s = names;
-  s += " =";
-  for (long long v : values) s += " " + std::to_string(v);
-  return s;
-}
 
 template <int kDim>
 void test_embed(int vocab, int tokens) {
@@ -141,7 +135,7 @@ void test_rope(int offset, int tokens, int max_position) {
   std::vector<int> positions(tokens);
   std::uniform_int_distribution<int> pick(0, max_position - 1);
   for (auto& p : positions) p = pick(rng);
-  const auto table = rope_table(max_position, kRotaryDim, 10000.0);
+  const auto table = build_rope_table(RopeInfo{.theta = 10000.0, .rotary_dim = kRotaryDim}, max_position);
   DeviceBuffer<uint16_t> d_rows(rows);
   DeviceBuffer<int> d_pos(positions);
   DeviceBuffer<float> d_table(table);

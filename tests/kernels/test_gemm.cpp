@@ -7,8 +7,8 @@
 #include "runtime/core/error.hpp"
 #include "runtime/cuda/gemm.hpp"
 #include "runtime/ref/ops.hpp"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels/test_groups.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 

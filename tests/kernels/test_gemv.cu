@@ -1,13 +1,14 @@
 // Decode GEMV against ref::linear for every output mode, at real projection shapes and odd ones,
 // over token counts that exercise each tile width and the multi-pass path (> 64 tokens).
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "runtime/ref/ops.hpp"
 #include "templates/gemv.cuh"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels/test_groups.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 
@@ -32,6 +33,10 @@ void test_gemv(const std::vector<int>& token_counts, bool time_it) {
   const auto weight = random_bf16(weight_elems, rng, 1.0f);
   const auto weight_f = bf16_to_f32(weight);
   DeviceBuffer<uint16_t> d_weight(weight);
+  // Timed calls rotate over copies of the weights larger than L2, so that every call streams from
+  // DRAM; one set of copies serves every token count.
+  std::optional<RotatingWeights> copies;
+  if (time_it) copies.emplace(d_weight);
   for (int tokens : token_counts) {
     const auto in = random_bf16(static_cast<size_t>(tokens) * kK, rng);
     const auto residual = random_f32(static_cast<size_t>(tokens) * kN, rng, 10.0f);
@@ -46,9 +51,10 @@ void test_gemv(const std::vector<int>& token_counts, bool time_it) {
     auto run = [&](const __nv_bfloat16* w) {
       kiln::gemv<kN, kK, kOut>(as_bf16(d_in), w, out, tokens, nullptr);
     };
+    const std::string shape = "N " + std::to_string(kN) + " K " + std::to_string(kK) + " tokens " +
+                              std::to_string(tokens) + " " + mode_name(kOut);
     run(as_bf16(d_weight));
-    KILN_CUDA_OK(cudaDeviceSynchronize());
-    KILN_CUDA_OK(cudaGetLastError());
+    expect_clean_launch("gemv " + shape);
 
     std::vector<float> ref(static_cast<size_t>(tokens) * kN);
     if constexpr (kOut == GemvOut::add_f32) ref = residual;
@@ -60,20 +66,11 @@ void test_gemv(const std::vector<int>& token_counts, bool time_it) {
       got = d_out.download();
     }
     const auto c = compare(ref, got);
-    const std::string shape = "N " + std::to_string(kN) + " K " + std::to_string(kK) + " tokens " +
-                              std::to_string(tokens) + " " + mode_name(kOut);
     expect_close("gemv " + shape, c, kBf16Out ? 5e-4 : 1e-5);
 
-    if (time_it) {
-      // Rotate over copies of the weights larger than L2 so that every call streams from DRAM.
-      const int copies = copies_beyond_l2(weight_elems * 2);
-      DeviceBuffer<uint16_t> d_copies(weight_elems * copies);
-      for (int i = 0; i < copies; ++i) {
-        KILN_CUDA_OK(cudaMemcpy(d_copies.get() + weight_elems * i, d_weight.get(), weight_elems * 2,
-                                cudaMemcpyDeviceToDevice));
-      }
+    if (copies) {
       if constexpr (kOut == GemvOut::add_f32) d_out.upload(residual);
-      const double us = median_us([&](int i) { run(as_bf16(d_copies) + weight_elems * (i % copies)); });
+      const double us = median_us([&](int i) { run(copies->at(i)); });
       const double bytes = weight_elems * 2.0 + tokens * kK * 2.0 + tokens * kN * (kBf16Out ? 2.0 : 4.0);
       report("gemv", shape, c.nmse, us, bytes, 0);
     }
@@ -81,8 +78,7 @@ void test_gemv(const std::vector<int>& token_counts, bool time_it) {
   // Zero tokens launch nothing.
   DeviceBuffer<Stored> d_none(1);
   kiln::gemv<kN, kK, kOut>(as_bf16(d_weight), as_bf16(d_weight), reinterpret_cast<Out*>(d_none.get()), 0, nullptr);
-  KILN_CUDA_OK(cudaDeviceSynchronize());
-  expect(cudaGetLastError() == cudaSuccess, "gemv with 0 tokens: launch error");
+  expect_clean_launch("gemv with 0 tokens");
 }
 
 }  // namespace

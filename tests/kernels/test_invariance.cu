@@ -13,8 +13,8 @@
 #include "runtime/cuda/gemm.hpp"
 #include "templates/attention.cuh"
 #include "templates/gemv.cuh"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels/test_groups.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 

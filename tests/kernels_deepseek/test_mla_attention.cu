@@ -13,9 +13,8 @@
 #include "runtime/core/step_batch.hpp"
 #include "runtime/ref/mla.hpp"
 #include "templates/mla_attention.cuh"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels_deepseek/deepseek_groups.hpp"
-#include "tests/kernels_deepseek/deepseek_test_util.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 
@@ -60,7 +59,7 @@ void test_prefill(const char* model, const std::vector<std::pair<int, int>>& seq
   const std::string shape = std::string(model) + " heads " + std::to_string(kHeads) + " latent " +
                             std::to_string(kLatent) + "+" + std::to_string(kRope) + " page " +
                             std::to_string(kPageSize) + " seqs " + seq_list(seqs);
-  sync_and_check("mla_attention_prefill " + shape);
+  expect_clean_launch("mla_attention_prefill " + shape);
 
   auto cache_f = bf16_to_f32(b.cache);
   std::vector<float> ref(static_cast<size_t>(tokens) * kHeads * kLatent);
@@ -101,7 +100,7 @@ void test_decode(const char* model, const std::vector<int>& contexts, float scal
   const std::string shape = std::string(model) + " heads " + std::to_string(kHeads) + " latent " +
                             std::to_string(kLatent) + "+" + std::to_string(kRope) + " part " +
                             std::to_string(kPartition) + " ctx " + ctx;
-  sync_and_check("mla_attention_decode " + shape);
+  expect_clean_launch("mla_attention_decode " + shape);
 
   auto cache_f = bf16_to_f32(b.cache);
   std::vector<float> ref(static_cast<size_t>(num_seqs) * kHeads * kLatent);
@@ -118,7 +117,7 @@ void test_decode(const char* model, const std::vector<int>& contexts, float scal
   kiln::mla_attention_decode<kHeads, kLatent, kRope, kPageSize, kPartition, kMaxPartitions>(
       as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_ctx.get(), d_bt.get(), b.step.max_pages_per_seq, 0, scale,
       d_scratch.get(), nullptr);
-  sync_and_check("mla_attention_decode with 0 sequences");
+  expect_clean_launch("mla_attention_decode with 0 sequences");
 }
 
 }  // namespace

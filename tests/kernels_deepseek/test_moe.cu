@@ -16,9 +16,8 @@
 
 #include "runtime/ref/moe.hpp"
 #include "templates/moe.cuh"
-#include "tests/kernels/gpu_harness.hpp"
 #include "tests/kernels_deepseek/deepseek_groups.hpp"
-#include "tests/kernels_deepseek/deepseek_test_util.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 
@@ -58,7 +57,7 @@ void test_route(const char* model, float scaling, const std::vector<int>& token_
                                                                            "/" + std::to_string(kGroups)
                                                                      : std::string()) +
                               (kNormalize ? " normalized" : " scaled") + " T " + std::to_string(tokens);
-    sync_and_check("moe_route " + shape);
+    expect_clean_launch("moe_route " + shape);
 
     std::vector<int32_t> ref_ids(static_cast<size_t>(tokens) * kTopK);
     std::vector<float> ref_weights(ref_ids.size());
@@ -82,7 +81,7 @@ void test_route(const char* model, float scaling, const std::vector<int>& token_
   }
   kiln::moe_route<kExperts, kTopK, kGroups, kTopkGroups, kGroupLimited, kNormalize>(nullptr, nullptr, nullptr, 0,
                                                                                     scaling, nullptr);
-  sync_and_check("moe_route with 0 tokens");
+  expect_clean_launch("moe_route with 0 tokens");
 }
 
 // Each token's kTopK distinct experts, drawn mostly from a small popular set so that tokens share
@@ -158,7 +157,7 @@ void test_experts(const char* model, const std::vector<int>& token_counts, bool 
                                                           as_bf16_mut(d_out), scratch, tokens, nullptr);
     };
     run_gate_up(d_ids.get(), d_scratch.get());
-    sync_and_check("moe_gate_up " + shape);
+    expect_clean_launch("moe_gate_up " + shape);
     std::vector<float> ref_out(static_cast<size_t>(pairs) * kRows);
     ref::moe_gate_up(bf16_to_f32(h).data(), tokens, mapped.data(), kTopK, gate_up.distinct_f.data(), kHidden, kInter,
                      ref_out.data());
@@ -171,7 +170,7 @@ void test_experts(const char* model, const std::vector<int>& token_counts, bool 
                                                        d_weights.get(), scratch, d_x.get(), tokens, nullptr);
     };
     run_down(d_ids.get(), d_scratch.get());
-    sync_and_check("moe_down " + shape);
+    expect_clean_launch("moe_down " + shape);
     std::vector<float> ref_x = x0;
     ref::moe_down(bf16_to_f32(act).data(), tokens, mapped.data(), weights.data(), kTopK, down.distinct_f.data(),
                   kHidden, kInter, ref_x.data());
@@ -196,7 +195,7 @@ void test_experts(const char* model, const std::vector<int>& token_counts, bool 
         set_scratch.push_back(std::make_unique<DeviceBuffer<int>>(kExperts + 1 + static_cast<size_t>(pairs)));
         run_gate_up(set_ids[s]->get(), set_scratch[s]->get());
       }
-      sync_and_check("moe_gate_up id sets");
+      expect_clean_launch("moe_gate_up id sets");
       const double us_gu = median_us([&](int i) { run_gate_up(set_ids[i % kSets]->get(), set_scratch[i % kSets]->get()); });
       const double us_down = median_us([&](int i) { run_down(set_ids[i % kSets]->get(), set_scratch[i % kSets]->get()); });
       if (tokens <= 64) {  // decode: bound by the used experts' bytes
@@ -212,7 +211,7 @@ void test_experts(const char* model, const std::vector<int>& token_counts, bool 
                                                       nullptr);
   kiln::moe_down<kExperts, kTopK, kHidden, kInter>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, 0,
                                                    nullptr);
-  sync_and_check("moe_gate_up / moe_down with 0 tokens");
+  expect_clean_launch("moe_gate_up / moe_down with 0 tokens");
 }
 
 }  // namespace

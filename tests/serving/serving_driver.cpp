@@ -37,4 +37,15 @@ ServeResult serve(Scheduler& scheduler, FakeModel& model, const std::vector<Requ
   return result;
 }
 
+FinishedRequest run_alone(const SchedulerConfig& cfg, int32_t num_pages, int32_t page_size, const Request& r,
+                          int32_t vocab) {
+  Scheduler alone(cfg, BlockManager(num_pages, page_size));
+  FakeModel model(num_pages * page_size, page_size, vocab);
+  ServeResult result = serve(alone, model, {r}, {0});
+  if (result.stats.preemptions != 0) {
+    fail("run_alone: request ", r.id, " was preempted ", result.stats.preemptions, " times while alone");
+  }
+  return std::move(result.finished.at(r.id));
+}
+
 }  // namespace kiln::testing

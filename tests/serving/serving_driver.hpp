@@ -26,4 +26,10 @@ struct ServeResult {
 ServeResult serve(Scheduler& scheduler, FakeModel& model, const std::vector<Request>& requests,
                   const std::vector<int64_t>& arrival_steps);
 
+// Serves one request alone, in a fresh scheduler and fake model of the given shape: the result that
+// request must also get when served among others. Throws if it was preempted (alone it never
+// should be).
+FinishedRequest run_alone(const SchedulerConfig& cfg, int32_t num_pages, int32_t page_size, const Request& r,
+                          int32_t vocab);
+
 }  // namespace kiln::testing

@@ -32,7 +32,9 @@ TEST_CASE("philox4x32_10 matches the Random123 known answers") {
 TEST_CASE("philox_random64 packs the first two words and depends on seed and counter only") {
   const PhiloxBlock b = philox4x32_10(PhiloxBlock{{7, 0, 0, 0}}, 0x89abcdefu, 0x01234567u);
   CHECK(philox_random64(0x0123456789abcdefull, 7) == ((static_cast<uint64_t>(b.v[1]) << 32) | b.v[0]));
-  CHECK(philox_random64(42, 3) == philox_random64(42, 3));
+  // The counter's high word is the block's second word (the first check leaves it 0).
+  const PhiloxBlock high = philox4x32_10(PhiloxBlock{{3, 1, 0, 0}}, 42, 0);
+  CHECK(philox_random64(42, (uint64_t{1} << 32) | 3) == ((static_cast<uint64_t>(high.v[1]) << 32) | high.v[0]));
   std::set<uint64_t> distinct;
   for (uint64_t seed = 0; seed < 100; ++seed) {
     for (uint64_t counter = 0; counter < 100; ++counter) distinct.insert(philox_random64(seed, counter));

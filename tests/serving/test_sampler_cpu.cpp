@@ -149,7 +149,10 @@ TEST_CASE("a row's token depends on its seed and counter and not on the batch ar
   const std::vector<SamplerRow> rows = {sampling_row(1.0f, 0, 1.0f, 0.0f, 1, 0), row,
                                         sampling_row(0.5f, 5, 1.0f, 0.0f, 2, 9)};
   CHECK(sample_cpu(batch, vocab, rows)[1].token == alone);
-  CHECK(sample_row_cpu(mine, row).token == alone);
+  // First in a batch of two as well: the row's index in the batch does not enter its draw.
+  std::vector<float> first(mine);
+  first.insert(first.end(), other.begin(), other.end());
+  CHECK(sample_cpu(first, vocab, std::vector<SamplerRow>{row, rows[2]})[0].token == alone);
 
   // Different counters (later tokens of the same request) and seeds spread over the kept set.
   std::vector<int32_t> seen;

@@ -44,16 +44,6 @@ V range(int32_t first, int32_t count) {
 
 SampleOutput token(int32_t t, float logprob = 0.0f) { return SampleOutput{t, logprob, kSampleOk}; }
 
-// Runs one request alone in a scheduler of the same shape and returns its result.
-FinishedRequest run_alone(const SchedulerConfig& cfg, int32_t num_pages, int32_t page_size, const Request& r,
-                          int32_t vocab) {
-  Scheduler alone(cfg, BlockManager(num_pages, page_size));
-  FakeModel model(num_pages * page_size, page_size, vocab);
-  ServeResult result = serve(alone, model, {r}, {0});
-  REQUIRE(result.stats.preemptions == 0);
-  return result.finished.at(r.id);
-}
-
 }  // namespace
 
 TEST_CASE("prefill chunks fill the token budget, and a partial prefill continues first") {

@@ -1,4 +1,5 @@
 // GPU sampler against the CPU reference, plus timings. Exits 77 (ctest: skipped) without a GPU.
+//   test_serving_gpu [group...]   groups: philox exp sampler graph timing (default: all)
 //
 // The two samplers share one definition made of exactly rounded operations and integer mass
 // (sampling_math.hpp), so tokens must match on every row: a float-summing sampler would differ
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -23,7 +25,7 @@
 #include "runtime/serving/sampler.hpp"
 #include "runtime/serving/sampler_cpu.hpp"
 #include "runtime/serving/sampling_math.hpp"
-#include "tests/kernels/gpu_harness.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 using namespace kiln;
 
@@ -31,7 +33,6 @@ namespace {
 
 using kernel_test::DeviceBuffer;
 using kernel_test::expect;
-using kernel_test::failures;
 
 __global__ void philox_kernel(const PhiloxBlock* counters, const uint32_t* keys, PhiloxBlock* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -51,14 +52,11 @@ void check_philox_on_device() {
   const std::vector<PhiloxBlock> expected = {{{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
                                              {{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
                                              {{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}};
-  DeviceBuffer<PhiloxBlock> d_counters(3), d_out(3);
-  DeviceBuffer<uint32_t> d_keys(6);
-  KILN_CUDA_OK(cudaMemcpy(d_counters.get(), counters.data(), sizeof(PhiloxBlock) * 3, cudaMemcpyHostToDevice));
-  KILN_CUDA_OK(cudaMemcpy(d_keys.get(), keys.data(), sizeof(uint32_t) * 6, cudaMemcpyHostToDevice));
+  DeviceBuffer<PhiloxBlock> d_counters(counters), d_out(3);
+  DeviceBuffer<uint32_t> d_keys(keys);
   philox_kernel<<<1, 32>>>(d_counters.get(), d_keys.get(), d_out.get(), 3);
   KILN_CUDA_OK(cudaGetLastError());
-  std::vector<PhiloxBlock> out(3);
-  KILN_CUDA_OK(cudaMemcpy(out.data(), d_out.get(), sizeof(PhiloxBlock) * 3, cudaMemcpyDeviceToHost));
+  const std::vector<PhiloxBlock> out = d_out.download();
   for (int i = 0; i < 3; ++i) {
     for (int w = 0; w < 4; ++w) expect(out[i].v[w] == expected[i].v[w], "philox known answer on the device");
   }
@@ -75,12 +73,10 @@ void check_exp_bits_on_device() {
   in.push_back(-0.0f);
   in.push_back(-std::numeric_limits<float>::infinity());
   const int n = static_cast<int>(in.size());
-  DeviceBuffer<float> d_in(n), d_out(n);
-  KILN_CUDA_OK(cudaMemcpy(d_in.get(), in.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+  DeviceBuffer<float> d_in(in), d_out(n);
   exp_kernel<<<(n + 255) / 256, 256>>>(d_in.get(), d_out.get(), n);
   KILN_CUDA_OK(cudaGetLastError());
-  std::vector<float> out(n);
-  KILN_CUDA_OK(cudaMemcpy(out.data(), d_out.get(), sizeof(float) * n, cudaMemcpyDeviceToHost));
+  const std::vector<float> out = d_out.download();
   int differ = 0;
   for (int i = 0; i < n; ++i) {
     if (float_bits(out[i]) != float_bits(sampling_exp(in[i]))) {
@@ -160,12 +156,14 @@ struct DeviceLogits {
   DeviceBuffer<float> buffer;
   int64_t stride;
   DeviceLogits(const std::vector<float>& logits, int32_t rows, int32_t vocab, int64_t stride_)
-      : buffer(static_cast<size_t>(rows) * stride_), stride(stride_) {
-    std::vector<float> padded(static_cast<size_t>(rows) * stride, std::numeric_limits<float>::quiet_NaN());
+      : buffer(padded(logits, rows, vocab, stride_)), stride(stride_) {}
+
+  static std::vector<float> padded(const std::vector<float>& logits, int32_t rows, int32_t vocab, int64_t stride) {
+    std::vector<float> out(static_cast<size_t>(rows) * stride, std::numeric_limits<float>::quiet_NaN());
     for (int32_t r = 0; r < rows; ++r) {
-      std::copy_n(logits.data() + static_cast<size_t>(r) * vocab, vocab, padded.data() + static_cast<size_t>(r) * stride);
+      std::copy_n(logits.data() + static_cast<size_t>(r) * vocab, vocab, out.data() + static_cast<size_t>(r) * stride);
     }
-    KILN_CUDA_OK(cudaMemcpy(buffer.get(), padded.data(), sizeof(float) * padded.size(), cudaMemcpyHostToDevice));
+    return out;
   }
 };
 
@@ -197,8 +195,7 @@ std::vector<SampleOutput> run_batches(const Launcher& launcher, const DeviceLogi
     return out;
   }
   // Poison the outputs: every row compared must have been written by this run.
-  std::vector<SampleOutput> poison(rows, SampleOutput{-7, -7.0f, -7});
-  KILN_CUDA_OK(cudaMemcpy(device_out.get(), poison.data(), sizeof(SampleOutput) * rows, cudaMemcpyHostToDevice));
+  device_out.upload(std::vector<SampleOutput>(rows, SampleOutput{-7, -7.0f, -7}));
   for (int32_t start = 0; start < full; start += batch) {
     const float* first = logits.buffer.get() + start * logits.stride;
     if (launcher.workspace) {
@@ -208,8 +205,7 @@ std::vector<SampleOutput> run_batches(const Launcher& launcher, const DeviceLogi
       launch_sampler(first, logits.stride, batch, vocab, device_rows.get() + start, device_out.get() + start, nullptr);
     }
   }
-  KILN_CUDA_OK(cudaMemcpy(out.data(), device_out.get(), sizeof(SampleOutput) * rows, cudaMemcpyDeviceToHost));
-  return out;
+  return device_out.download();
 }
 
 void compare_with_cpu(const std::vector<Launcher>& launchers) {
@@ -244,7 +240,7 @@ void compare_with_cpu(const std::vector<Launcher>& launchers) {
           if (margin < 1e-6 * static_cast<double>(trace.kept_mass)) ++near_boundary;
         }
       }
-      KILN_CUDA_OK(cudaMemcpy(device_rows.get(), sampler_rows.data(), sizeof(SamplerRow) * rows, cudaMemcpyHostToDevice));
+      device_rows.upload(sampler_rows);
       for (size_t l = 0; l < launchers.size(); ++l) {
         for (const DeviceLogits& layout : layouts) {
           for (int32_t batch : batches) {
@@ -295,8 +291,7 @@ void check_graph_capture(SamplerWorkspace& workspace) {
   const int32_t vocab = 151936;
   const int32_t rows = 4;
   const std::vector<float> logits = make_logits(rows, vocab, 4242);
-  DeviceBuffer<float> d_logits(logits.size());
-  KILN_CUDA_OK(cudaMemcpy(d_logits.get(), logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
+  DeviceBuffer<float> d_logits(logits);
   DeviceBuffer<SamplerRow> d_rows(rows);
   DeviceBuffer<SampleOutput> d_out(rows);
   cudaStream_t stream;
@@ -387,8 +382,7 @@ void time_sampler(SamplerWorkspace& workspace) {
   const int32_t vocab = 151936;
   const int32_t max_rows = 64;
   const std::vector<float> logits = make_logits(max_rows, vocab, 77);
-  DeviceBuffer<float> d_logits(logits.size());
-  KILN_CUDA_OK(cudaMemcpy(d_logits.get(), logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice));
+  DeviceBuffer<float> d_logits(logits);
   DeviceBuffer<SamplerRow> d_rows(max_rows);
   DeviceBuffer<SampleOutput> d_out(max_rows);
   auto upload = [&](const ParamSet& p, int32_t batch) {
@@ -400,7 +394,7 @@ void time_sampler(SamplerWorkspace& workspace) {
       rows[r].min_p = p.min_p;
       rows[r].seed = 99 + r;
     }
-    KILN_CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(SamplerRow) * batch, cudaMemcpyHostToDevice));
+    d_rows.upload(rows);
   };
   std::printf("workspace: %d resident blocks, up to %d rows split\n", workspace.resident_blocks(), workspace.max_rows());
   for (size_t set : kTimedSets) {
@@ -442,26 +436,30 @@ void time_sampler(SamplerWorkspace& workspace) {
 
 }  // namespace
 
-int main() {
-  if (!kernel_test::print_device_or_skip()) return 77;
+int main(int argc, char** argv) {
+  // One sampler shared by the groups that use it, made on first use: after run_test_groups has
+  // found a GPU.
+  std::optional<CudaSampler> sampler;
+  const auto shared = [&]() -> CudaSampler& {
+    if (!sampler) sampler.emplace(64);
+    return *sampler;
+  };
   try {
-    check_philox_on_device();
-    check_exp_bits_on_device();
-    CudaSampler sampler(64);
-    SamplerWorkspace tiny_slices(64, 4);  // splits even V = 7 over 2 blocks, V = 200 over 50
-    compare_with_cpu({{"CudaSampler::sample", &sampler, nullptr},
-                      {"launch_sampler, 4+ tokens per block", nullptr, &tiny_slices},
-                      {"launch_sampler, one block per row", nullptr, nullptr}});
-    check_graph_capture(sampler.workspace());
-    time_sampler(sampler.workspace());
+    return kernel_test::run_test_groups(
+        "test_serving_gpu", argc, argv,
+        {{"philox", check_philox_on_device},
+         {"exp", check_exp_bits_on_device},
+         {"sampler",
+          [&] {
+            SamplerWorkspace tiny_slices(64, 4);  // splits even V = 7 over 2 blocks, V = 200 over 50
+            compare_with_cpu({{"CudaSampler::sample", &shared(), nullptr},
+                              {"launch_sampler, 4+ tokens per block", nullptr, &tiny_slices},
+                              {"launch_sampler, one block per row", nullptr, nullptr}});
+          }},
+         {"graph", [&] { check_graph_capture(shared().workspace()); }},
+         {"timing", [&] { time_sampler(shared().workspace()); }}});
   } catch (const std::exception& e) {
     std::printf("FAIL %s\n", e.what());
     return 1;
   }
-  if (failures() == 0) {
-    std::printf("all GPU sampler checks passed\n");
-  } else {
-    std::printf("%d GPU sampler checks FAILED\n", failures());
-  }
-  return failures() == 0 ? 0 : 1;
 }

@@ -96,11 +96,7 @@ TEST_CASE("served under pressure every request produces what it produces alone")
 
     int reasons[6] = {};
     for (const Request& r : requests) {
-      Scheduler alone_scheduler(cfg, BlockManager(shape.num_pages, shape.page_size));
-      FakeModel alone_model(shape.num_pages * shape.page_size, shape.page_size, kVocab);
-      const ServeResult alone = serve(alone_scheduler, alone_model, {r}, {0});
-      REQUIRE(alone.stats.preemptions == 0);
-      const FinishedRequest& a = alone.finished.at(r.id);
+      const FinishedRequest a = run_alone(cfg, shape.num_pages, shape.page_size, r, kVocab);
       const FinishedRequest& t = together.finished.at(r.id);
       INFO("request " << r.id);
       CHECK(t.output_tokens == a.output_tokens);

@@ -1,5 +1,6 @@
 #include "tests/support/nvrtc_compile.hpp"
 
+#include <catch2/catch.hpp>
 #include <nvrtc.h>
 
 #include <stdexcept>
@@ -36,6 +37,18 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, co
   }
   nvrtcDestroyProgram(&program);
   return r;
+}
+
+void check_nvrtc_clean(const std::string& source, const std::string& name, const std::string& arch) {
+  const NvrtcResult c = nvrtc_compile(source, name, arch);
+  INFO(name << " for " << arch << ":\n" << c.log);
+  REQUIRE(c.ok);
+  CHECK(c.log.find("warning") == std::string::npos);
+  if (arch.starts_with("compute_")) {
+    CHECK(!c.ptx.empty());
+  } else {
+    CHECK(c.cubin_bytes > 0);
+  }
 }
 
 }  // namespace kiln::test

@@ -19,4 +19,8 @@ struct NvrtcResult {
 NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, const std::string& arch,
                           const std::vector<std::string>& include_dirs = {});
 
+// Catch2 checks that `source` compiles for `arch` without a warning in NVRTC's log, to a non-empty
+// cubin (sm_XX) or non-empty PTX (compute_XX). The log is shown on failure.
+void check_nvrtc_clean(const std::string& source, const std::string& name, const std::string& arch);
+
 }  // namespace kiln::test

@@ -1,27 +1,15 @@
 // kiln-tokenize end to end: encode, decode, vectors (pass and fail), errors.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-#include <sys/wait.h>
-
+#include "tests/support/run_command.hpp"
 #include "tests/tokenizer/tokenizer_test_util.hpp"
 
 namespace {
 
-struct Run {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Run = kiln::test::CommandResult;
 
 Run run_cli(const std::string& arguments) {
-  const std::string command = std::string(KILN_BINARY_DIR) + "/bin/kiln-tokenize " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return kiln::test::run_command(std::string(KILN_BINARY_DIR) + "/bin/kiln-tokenize " + arguments);
 }
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }

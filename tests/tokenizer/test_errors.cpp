@@ -1,11 +1,6 @@
 // Malformed inputs give errors that name the file and what is wrong; they never crash.
 #include <catch2/catch.hpp>
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <unistd.h>
-
 #include "runtime/core/error.hpp"
 #include "runtime/tokenizer/stream_decoder.hpp"
 #include "runtime/weights/gguf.hpp"
@@ -13,28 +8,15 @@
 
 using namespace kiln;
 using Catch::Contains;
-namespace fs = std::filesystem;
 
 namespace {
 
-// A scratch directory per test case, removed afterwards.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    path = fs::temp_directory_path() / ("kiln_tok_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~ScratchDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& content) const {
-    const fs::path file = path / name;
-    std::ofstream(file, std::ios::binary) << content;
-    return file.string();
-  }
-  static int& counter() {
-    static int value = 0;
-    return value;
-  }
-};
+// Writes `content` to the file `name` in `dir`; returns its path.
+std::string write(const test::TempDir& dir, const std::string& name, const std::string& content) {
+  const std::string path = dir.file(name);
+  test::write_file(path, content);
+  return path;
+}
 
 const char* kValidJson = R"({
   "added_tokens": [],
@@ -50,23 +32,23 @@ std::string with(std::string json, const std::string& from, const std::string& t
   return json.replace(at, from.size(), to);
 }
 
-Tokenizer load_gguf(const test::GgufImage& image) { return image.load("test.gguf"); }
+Tokenizer load_gguf(const test::GgufBuilder& image) { return test::load_gguf_tokenizer(image, "test.gguf"); }
 
 }  // namespace
 
 TEST_CASE("the minimal valid tokenizer.json loads (the malformed variants below differ in one place)") {
-  ScratchDir dir;
-  const Tokenizer tokenizer = Tokenizer::from_tokenizer_json(dir.write("tokenizer.json", kValidJson));
+  test::TempDir dir;
+  const Tokenizer tokenizer = Tokenizer::from_tokenizer_json(write(dir, "tokenizer.json", kValidJson));
   CHECK(tokenizer.encode("abba") == std::vector<int32_t>{2, 1, 0});
 }
 
 TEST_CASE("tokenizer.json errors name the file and the problem") {
-  ScratchDir dir;
+  test::TempDir dir;
   const auto load = [&](const std::string& content) {
-    return Tokenizer::from_tokenizer_json(dir.write("tokenizer.json", content));
+    return Tokenizer::from_tokenizer_json(write(dir, "tokenizer.json", content));
   };
-  const std::string path = (dir.path / "tokenizer.json").string();
-  CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json((dir.path / "missing.json").string()),
+  const std::string path = (dir.path() / "tokenizer.json").string();
+  CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json((dir.path() / "missing.json").string()),
                     Contains("missing.json") && Contains("cannot open"));
   CHECK_THROWS_WITH(load("{\"model\": "), Contains(path) && Contains("invalid JSON"));
   CHECK_THROWS_WITH(load("[1, 2]"), Contains("expected a JSON object"));
@@ -102,63 +84,63 @@ TEST_CASE("tokenizer.json errors name the file and the problem") {
 }
 
 TEST_CASE("model directory and config-file errors") {
-  ScratchDir dir;
-  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()), Contains("no tokenizer.json"));
-  CHECK_THROWS_WITH(Tokenizer::from_model_dir((dir.path / "nope").string()), Contains("not a directory"));
-  dir.write("tokenizer.json", kValidJson);
-  dir.write("tokenizer_config.json", R"({"bos_token": "<s>"})");
-  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()),
+  test::TempDir dir;
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path().string()), Contains("no tokenizer.json"));
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir((dir.path() / "nope").string()), Contains("not a directory"));
+  write(dir, "tokenizer.json", kValidJson);
+  write(dir, "tokenizer_config.json", R"({"bos_token": "<s>"})");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path().string()),
                     Contains("tokenizer_config.json bos_token") && Contains("\"<s>\" is not in the vocabulary"));
-  dir.write("tokenizer_config.json", R"({"eos_token": "b"})");
-  dir.write("generation_config.json", R"({"eos_token_id": [7]})");
-  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()),
+  write(dir, "tokenizer_config.json", R"({"eos_token": "b"})");
+  write(dir, "generation_config.json", R"({"eos_token_id": [7]})");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path().string()),
                     Contains("generation_config.json eos_token_id") && Contains("token id 7 is outside"));
-  dir.write("generation_config.json", R"({"eos_token_id": "x"})");
-  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path.string()), Contains("eos_token_id must be an integer"));
-  dir.write("generation_config.json", R"({"eos_token_id": [2, 1]})");
-  CHECK(Tokenizer::from_model_dir(dir.path.string()).eos_ids() == std::vector<int32_t>{2, 1});
+  write(dir, "generation_config.json", R"({"eos_token_id": "x"})");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.path().string()), Contains("eos_token_id must be an integer"));
+  write(dir, "generation_config.json", R"({"eos_token_id": [2, 1]})");
+  CHECK(Tokenizer::from_model_dir(dir.path().string()).eos_ids() == std::vector<int32_t>{2, 1});
 }
 
 TEST_CASE("GGUF errors name the file and the key") {
-  test::GgufImage weights_only;
-  weights_only.add_string("general.architecture", "llama");
+  test::GgufBuilder weights_only;
+  weights_only.kv_string("general.architecture", "llama");
   CHECK_THROWS_WITH(load_gguf(weights_only), Contains("test.gguf") && Contains("no tokenizer in this GGUF"));
 
-  test::GgufImage bert;
-  bert.add_string("tokenizer.ggml.model", "bert");
-  bert.add_strings("tokenizer.ggml.tokens", {"a", "b"});
+  test::GgufBuilder bert;
+  bert.kv_string("tokenizer.ggml.model", "bert");
+  bert.kv_string_array("tokenizer.ggml.tokens", {"a", "b"});
   CHECK_THROWS_WITH(load_gguf(bert), Contains("tokenizer.ggml.model is 'bert'"));
 
-  test::GgufImage no_merges;
-  no_merges.add_string("tokenizer.ggml.model", "gpt2");
-  no_merges.add_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  test::GgufBuilder no_merges;
+  no_merges.kv_string("tokenizer.ggml.model", "gpt2");
+  no_merges.kv_string_array("tokenizer.ggml.tokens", {"a", "b", "ab"});
   CHECK_THROWS_WITH(load_gguf(no_merges), Contains("tokenizer.ggml.merges is missing"));
 
-  test::GgufImage no_pre = no_merges;
-  no_pre.add_strings("tokenizer.ggml.merges", {"a b"});
+  test::GgufBuilder no_pre = no_merges;
+  no_pre.kv_string_array("tokenizer.ggml.merges", {"a b"});
   CHECK_THROWS_WITH(load_gguf(no_pre), Contains("tokenizer.ggml.pre is missing"));
 
-  test::GgufImage odd_pre = no_pre;
-  odd_pre.add_string("tokenizer.ggml.pre", "made-up");
+  test::GgufBuilder odd_pre = no_pre;
+  odd_pre.kv_string("tokenizer.ggml.pre", "made-up");
   CHECK_THROWS_WITH(load_gguf(odd_pre), Contains("'made-up' is not supported"));
 
-  test::GgufImage bad_merge = no_merges;
-  bad_merge.add_strings("tokenizer.ggml.merges", {"a zz"});
-  bad_merge.add_string("tokenizer.ggml.pre", "gpt-2");
+  test::GgufBuilder bad_merge = no_merges;
+  bad_merge.kv_string_array("tokenizer.ggml.merges", {"a zz"});
+  bad_merge.kv_string("tokenizer.ggml.pre", "gpt-2");
   CHECK_THROWS_WITH(load_gguf(bad_merge), Contains("test.gguf: merge 0") && Contains("\"zz\""));
 
-  test::GgufImage no_scores;
-  no_scores.add_string("tokenizer.ggml.model", "llama");
-  no_scores.add_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+  test::GgufBuilder no_scores;
+  no_scores.kv_string("tokenizer.ggml.model", "llama");
+  no_scores.kv_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
   CHECK_THROWS_WITH(load_gguf(no_scores), Contains("tokenizer.ggml.scores is missing"));
 
-  test::GgufImage duplicate;
-  duplicate.add_string("tokenizer.ggml.model", "gpt2");
-  duplicate.add_strings("tokenizer.ggml.tokens", {"a", "a"});
+  test::GgufBuilder duplicate;
+  duplicate.kv_string("tokenizer.ggml.model", "gpt2");
+  duplicate.kv_string_array("tokenizer.ggml.tokens", {"a", "a"});
   CHECK_THROWS_WITH(load_gguf(duplicate), Contains("token \"a\" has two ids, 0 and 1"));
 
-  test::GgufImage good = no_pre;
-  good.add_string("tokenizer.ggml.pre", "gpt-2");
+  test::GgufBuilder good = no_pre;
+  good.kv_string("tokenizer.ggml.pre", "gpt-2");
   CHECK(load_gguf(good).encode("ab") == std::vector<int32_t>{2});
 }
 

@@ -9,7 +9,7 @@ using namespace kiln;
 
 namespace {
 
-test::GgufImage gguf_from_fixture(const std::string& name, const std::string& pre) {
+test::GgufBuilder gguf_from_fixture(const std::string& name, const std::string& pre) {
   const auto json = test::read_json(test::fixture_dir(name) + "/tokenizer.json");
   std::map<int32_t, std::pair<std::string, int32_t>> tokens;  // id -> (text, GGUF token type)
   for (const auto& [text, id] : json.at("model").at("vocab").items()) tokens[id.get<int32_t>()] = {text, 1};
@@ -29,12 +29,12 @@ test::GgufImage gguf_from_fixture(const std::string& name, const std::string& pr
     merges.push_back(merge.is_string() ? merge.get<std::string>()
                                        : merge[0].get<std::string>() + " " + merge[1].get<std::string>());
   }
-  test::GgufImage image;
-  image.add_string("tokenizer.ggml.model", "gpt2");
-  image.add_string("tokenizer.ggml.pre", pre);
-  image.add_strings("tokenizer.ggml.tokens", texts);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_strings("tokenizer.ggml.merges", merges);
+  test::GgufBuilder image;
+  image.kv_string("tokenizer.ggml.model", "gpt2");
+  image.kv_string("tokenizer.ggml.pre", pre);
+  image.kv_string_array("tokenizer.ggml.tokens", texts);
+  image.kv_int32_array("tokenizer.ggml.token_type", types);
+  image.kv_string_array("tokenizer.ggml.merges", merges);
   return image;
 }
 
@@ -47,7 +47,8 @@ TEST_CASE("GGUF pre-tokenizer names reproduce their tokenizer.json pipelines") {
   };
   for (const Case& c : {Case{"llama3", "llama-bpe"}, Case{"qwen3", "qwen2"}, Case{"smollm2", "smollm"},
                         Case{"deepseek", "deepseek-llm"}}) {
-    const Tokenizer tokenizer = gguf_from_fixture(c.fixture, c.pre).load(std::string(c.fixture) + ".gguf");
+    const Tokenizer tokenizer =
+        test::load_gguf_tokenizer(gguf_from_fixture(c.fixture, c.pre), std::string(c.fixture) + ".gguf");
     const auto expected = test::read_json(test::fixture_dir(c.fixture) + "/expected.json");
     size_t matched = 0;
     for (const auto& item : expected.at("cases")) {
@@ -65,18 +66,19 @@ TEST_CASE("GGUF pre-tokenizer names reproduce their tokenizer.json pipelines") {
 
 TEST_CASE("GGUF BOS/EOS keys, add_bos_token and the end-of-generation tokens found by text") {
   auto image = gguf_from_fixture("llama3", "llama-bpe");
-  const Tokenizer defaults = image.load("llama3.gguf");
+  const Tokenizer defaults = test::load_gguf_tokenizer(image, "llama3.gguf");
   CHECK(defaults.add_bos_by_default() == false);  // llama-bpe adds BOS, but no BOS id is set: see below
-  image.add_u32("tokenizer.ggml.bos_token_id", 1195);
-  image.add_u32("tokenizer.ggml.eos_token_id", 1196);
-  image.add_u32("tokenizer.ggml.eom_token_id", 1199);
-  const Tokenizer llama3 = image.load("llama3.gguf");
+  image.kv_u32("tokenizer.ggml.bos_token_id", 1195);
+  image.kv_u32("tokenizer.ggml.eos_token_id", 1196);
+  image.kv_u32("tokenizer.ggml.eom_token_id", 1199);
+  const Tokenizer llama3 = test::load_gguf_tokenizer(image, "llama3.gguf");
   CHECK(llama3.bos_id() == 1195);
   CHECK(llama3.add_bos_by_default());  // llama.cpp's default for llama-bpe
   // EOS, then EOM, then <|eot_id|> found by its text.
   CHECK(llama3.eos_ids() == std::vector<int32_t>{1196, 1199, llama3.token_id("<|eot_id|>")});
-  image.add_bool("tokenizer.ggml.add_bos_token", false);
-  CHECK_FALSE(image.load("llama3.gguf").add_bos_by_default());
-  image.add_u32("tokenizer.ggml.eot_token_id", 99999);
-  CHECK_THROWS_WITH(image.load("llama3.gguf"), Catch::Contains("tokenizer.ggml.eot_token_id is 99999, outside"));
+  image.kv_bool("tokenizer.ggml.add_bos_token", false);
+  CHECK_FALSE(test::load_gguf_tokenizer(image, "llama3.gguf").add_bos_by_default());
+  image.kv_u32("tokenizer.ggml.eot_token_id", 99999);
+  CHECK_THROWS_WITH(test::load_gguf_tokenizer(image, "llama3.gguf"),
+                    Catch::Contains("tokenizer.ggml.eot_token_id is 99999, outside"));
 }

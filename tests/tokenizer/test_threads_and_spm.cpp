@@ -31,12 +31,12 @@ TEST_CASE("one tokenizer encodes from several threads with the same results") {
 }
 
 TEST_CASE("SentencePiece without byte tokens falls back to the unknown token") {
-  test::GgufImage image;
-  image.add_string("tokenizer.ggml.model", "llama");
-  image.add_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "a", "\xE2\x96\x81"});
-  image.add_floats("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -3});
-  image.add_int32s("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1});
-  const Tokenizer tokenizer = image.load("tiny-spm.gguf");
+  test::GgufBuilder image;
+  image.kv_string("tokenizer.ggml.model", "llama");
+  image.kv_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "a", "\xE2\x96\x81"});
+  image.kv_f32_array("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -3});
+  image.kv_int32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1});
+  const Tokenizer tokenizer = test::load_gguf_tokenizer(image, "tiny-spm.gguf");
   // "▁a▁b": "b" is in no token and there are no <0xXX> tokens, so it becomes <unk>; a character
   // of several bytes becomes one <unk>.
   CHECK(tokenizer.encode("a b") == std::vector<int32_t>{3, 5, 0});
@@ -45,8 +45,8 @@ TEST_CASE("SentencePiece without byte tokens falls back to the unknown token") {
   CHECK(tokenizer.decode(std::vector<int32_t>{3, 5, 0}, /*skip_special=*/true) == "a ");
   CHECK(tokenizer.encode("<unk>a") == std::vector<int32_t>{0, 3});  // parsed as the special token
 
-  image.add_bool("tokenizer.ggml.add_space_prefix", false);
-  const Tokenizer no_prefix = image.load("tiny-spm.gguf");
+  image.kv_bool("tokenizer.ggml.add_space_prefix", false);
+  const Tokenizer no_prefix = test::load_gguf_tokenizer(image, "tiny-spm.gguf");
   CHECK(no_prefix.encode("a") == std::vector<int32_t>{4});
   CHECK_FALSE(no_prefix.strips_leading_space());
 }

@@ -1,21 +1,20 @@
-// Shared helpers for the tokenizer tests: fixture paths, cached tokenizers, seeded random text.
+// Shared helpers for the tokenizer tests: fixture paths, cached tokenizers, seeded random text,
+// GGUF vocabularies built in memory.
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/file_io.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 #include "runtime/weights/gguf.hpp"
+#include "tests/weights/test_support.hpp"
 
 namespace kiln::test {
 
@@ -49,12 +48,7 @@ inline const Tokenizer& fixture_tokenizer(const std::string& name) {
   return it->second;
 }
 
-inline nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return nlohmann::json::parse(buffer.str());
-}
+inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
 
 inline std::vector<int32_t> ids_of(const nlohmann::json& list) { return list.get<std::vector<int32_t>>(); }
 
@@ -90,75 +84,10 @@ inline std::vector<std::string> random_unicode_strings(size_t count, uint32_t se
   return out;
 }
 
-// Builds minimal GGUF v3 images (metadata only) in memory, for loader tests.
-class GgufImage {
- public:
-  void add_string(const std::string& key, const std::string& value) {
-    begin(key, 8);
-    put_string(value);
-  }
-  void add_u32(const std::string& key, uint32_t value) {
-    begin(key, 4);
-    put(value);
-  }
-  void add_bool(const std::string& key, bool value) {
-    begin(key, 7);
-    put<uint8_t>(value ? 1 : 0);
-  }
-  void add_strings(const std::string& key, const std::vector<std::string>& values) {
-    begin_array(key, 8, values.size());
-    for (const auto& v : values) put_string(v);
-  }
-  void add_int32s(const std::string& key, const std::vector<int32_t>& values) {
-    begin_array(key, 5, values.size());
-    for (const int32_t v : values) put(v);
-  }
-  void add_floats(const std::string& key, const std::vector<float>& values) {
-    begin_array(key, 6, values.size());
-    for (const float v : values) put(v);
-  }
-  std::vector<std::byte> bytes() const {
-    // Header: magic, version 3, no tensors, the key/value count.
-    std::array<std::byte, 24> header{};
-    const uint32_t version = 3;
-    const uint64_t tensors = 0;
-    std::memcpy(header.data(), "GGUF", 4);
-    std::memcpy(header.data() + 4, &version, 4);
-    std::memcpy(header.data() + 8, &tensors, 8);
-    std::memcpy(header.data() + 16, &count_, 8);
-    std::vector<std::byte> out(header.begin(), header.end());
-    out.reserve(header.size() + body_.size());
-    out.insert(out.end(), body_.begin(), body_.end());
-    return out;
-  }
-  Tokenizer load(const std::string& origin) const {
-    const auto image = bytes();  // GgufFile::parse does not own it; the tokenizer copies what it needs
-    return Tokenizer::from_gguf(GgufFile::parse(image, origin));
-  }
-
- private:
-  void begin(const std::string& key, uint32_t type) {
-    put_string(key);
-    put(type);
-    ++count_;
-  }
-  void begin_array(const std::string& key, uint32_t element_type, uint64_t size) {
-    begin(key, 9);
-    put(element_type);
-    put(size);
-  }
-  template <typename T>
-  void put(T value) {
-    const auto* b = reinterpret_cast<const std::byte*>(&value);
-    body_.insert(body_.end(), b, b + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put<uint64_t>(s.size());
-    const auto* b = reinterpret_cast<const std::byte*>(s.data());
-    body_.insert(body_.end(), b, b + s.size());
-  }
-  std::vector<std::byte> body_;
-  uint64_t count_ = 0;
-};
+// A tokenizer from a metadata-only GGUF image built in memory (GgufBuilder's kv_* calls).
+inline Tokenizer load_gguf_tokenizer(const GgufBuilder& builder, const std::string& origin) {
+  const auto image = builder.build();  // GgufFile::parse does not own it; the tokenizer copies what it needs
+  return Tokenizer::from_gguf(GgufFile::parse(image, origin));
+}
 
 }  // namespace kiln::test

@@ -1,5 +1,5 @@
-// GGUF parsing: a crafted well-formed file, one crafted file per way a file can be wrong, and
-// the real files when this checkout has them.
+// GGUF parsing: a crafted well-formed file, one crafted file per way a file can be wrong, the
+// llama.cpp vocab files committed for the tokenizer tests, and a real model when it is cached.
 #include <catch2/catch.hpp>
 
 #include "runtime/weights/gguf.hpp"
@@ -326,15 +326,11 @@ TEST_CASE("gguf: corrupting any single byte never crashes", "[gguf]") {
   CHECK(rejected > 0);
 }
 
-TEST_CASE("gguf: the real vocab-only files in shared/data/tokenizer-vectors", "[gguf][real]") {
-  const auto dir = kiln::test::tokenizer_vectors_dir();
-  if (!dir) {
-    WARN("SKIPPED: shared/data/tokenizer-vectors is not beside this checkout");
-    return;
-  }
+TEST_CASE("gguf: the real vocab-only files in tests/tokenizer/vectors", "[gguf][real]") {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/tokenizer/vectors/";
   // Expected values read with gguf-py's GGUFReader.
   {
-    const GgufFile f((*dir / "ggml-vocab-llama-spm.gguf").string());
+    const GgufFile f(dir + "ggml-vocab-llama-spm.gguf");
     CHECK(f.version() == 3);
     CHECK(f.tensors().empty());
     CHECK(f.keys().size() == 22);
@@ -356,7 +352,7 @@ TEST_CASE("gguf: the real vocab-only files in shared/data/tokenizer-vectors", "[
     CHECK(f.get_int("tokenizer.ggml.unknown_token_id") == 0);
   }
   {
-    const GgufFile f((*dir / "ggml-vocab-gpt-2.gguf").string());
+    const GgufFile f(dir + "ggml-vocab-gpt-2.gguf");
     CHECK(f.keys().size() == 16);
     CHECK(f.get_string("general.architecture") == "gpt2");
     CHECK(f.get_string("tokenizer.ggml.pre") == "gpt-2");
@@ -370,7 +366,7 @@ TEST_CASE("gguf: the real vocab-only files in shared/data/tokenizer-vectors", "[
     CHECK(f.get_int("tokenizer.ggml.bos_token_id") == 50256);
   }
   {
-    const GgufFile f((*dir / "ggml-vocab-deepseek-llm.gguf").string());
+    const GgufFile f(dir + "ggml-vocab-deepseek-llm.gguf");
     CHECK(f.keys().size() == 23);
     CHECK(f.get_string("tokenizer.ggml.pre") == "deepseek-llm");
     CHECK(f.get_string_array("tokenizer.ggml.tokens").size() == 102400);

@@ -7,7 +7,7 @@
 namespace kiln::test {
 
 TempDir::TempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "kiln-test-weights-XXXXXX").string();
+  std::string pattern = (std::filesystem::temp_directory_path() / "kiln-test-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
   path_ = pattern;
 }
@@ -23,10 +23,8 @@ void write_file(const std::string& path, std::span<const std::byte> bytes) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-std::optional<std::filesystem::path> tokenizer_vectors_dir() {
-  const std::filesystem::path dir = std::filesystem::path(KILN_SOURCE_DIR) / ".." / "shared" / "data" / "tokenizer-vectors";
-  if (std::filesystem::is_directory(dir)) return dir;
-  return std::nullopt;
+void write_file(const std::string& path, std::string_view text) {
+  write_file(path, std::as_bytes(std::span(text.data(), text.size())));
 }
 
 std::optional<std::string> cached_smollm2() {

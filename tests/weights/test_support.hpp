@@ -1,5 +1,6 @@
-// Helpers for the weights tests: building binary images byte by byte (so malformed files are
-// crafted in code, not committed), temporary directories, and locating optional real files.
+// Helpers for the weights tests (and the tokenizer tests, which build GGUF vocabularies):
+// building binary images byte by byte (so malformed files are crafted in code, not committed),
+// temporary directories, and locating optional real files.
 #pragma once
 
 #include <cstddef>
@@ -108,10 +109,21 @@ struct GgufBuilder {
   }
   GgufBuilder& kv_u32(std::string_view key, uint32_t v) { kv(key, 4).u32(v); return *this; }
   GgufBuilder& kv_f32(std::string_view key, float v) { kv(key, 6).put(v); return *this; }
+  GgufBuilder& kv_bool(std::string_view key, bool v) { kv(key, 7).u8(v ? 1 : 0); return *this; }
   GgufBuilder& kv_string(std::string_view key, std::string_view v) { kv(key, 8).gguf_string(v); return *this; }
   GgufBuilder& kv_string_array(std::string_view key, const std::vector<std::string>& v) {
     ByteWriter& w = kv(key, 9).u32(8).u64(v.size());
     for (const std::string& s : v) w.gguf_string(s);
+    return *this;
+  }
+  GgufBuilder& kv_int32_array(std::string_view key, const std::vector<int32_t>& v) {
+    ByteWriter& w = kv(key, 9).u32(5).u64(v.size());
+    for (const int32_t x : v) w.put(x);
+    return *this;
+  }
+  GgufBuilder& kv_f32_array(std::string_view key, const std::vector<float>& v) {
+    ByteWriter& w = kv(key, 9).u32(6).u64(v.size());
+    for (const float x : v) w.put(x);
     return *this;
   }
   // Adds a tensor after the previous one (offset aligned). `data` may be shorter than the
@@ -162,9 +174,8 @@ class TempDir {
 };
 
 void write_file(const std::string& path, std::span<const std::byte> bytes);
+void write_file(const std::string& path, std::string_view text);
 
-// The shared tokenizer-vector folder beside the repository, when this checkout has one (CI: no).
-std::optional<std::filesystem::path> tokenizer_vectors_dir();
 // The SmolLM2 GGUF in the kiln cache ($KILN_CACHE, else ~/.cache/kiln), when tools/fetch-smollm2
 // has put it there.
 std::optional<std::string> cached_smollm2();

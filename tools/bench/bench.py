@@ -21,7 +21,7 @@ import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "golden"))
-from hf_model import hf_config_dict, use_original_deepseek_v2_routing  # noqa: E402
+from hf_model import from_kiln_config, hf_config_dict  # noqa: E402
 
 PROMPT, NEW = 32, 128
 
@@ -67,14 +67,9 @@ def run_kiln(model, ids):
 
 @torch.no_grad()
 def run_hf(model_name, ids):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg = hf_config_dict(os.path.join(ROOT, "configs", model_name + ".yaml"))
-    if cfg["model_type"] == "deepseek_v2":
-        use_original_deepseek_v2_routing()
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.bfloat16).eval()
+    cfg = hf_config_dict(os.path.join(ROOT, "configs", model_name + ".yaml"))
+    model = from_kiln_config(cfg, torch.bfloat16, "cuda")
     x = torch.tensor([ids], device="cuda")
 
     def generate(n):

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hf_model import greedy_cached, hf_config_dict, use_original_deepseek_v2_routing  # noqa: E402
+from hf_model import from_kiln_config, greedy_cached, greedy_verdict, hf_config_dict  # noqa: E402
 
 
 def kiln(binary, model_dir, ids, new_tokens, dump=None):
@@ -40,19 +40,14 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     if args.config.endswith(".json"):
         cfg = json.load(open(args.config))
     else:
         cfg = hf_config_dict(args.config)
-    if cfg["model_type"] == "deepseek_v2":
-        use_original_deepseek_v2_routing()
-    config = AutoConfig.for_model(**cfg)
     torch.manual_seed(args.seed)
     t0 = time.time()
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    model = from_kiln_config(cfg, torch.bfloat16, "cuda")
     model.save_pretrained(args.workdir)
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params, built and saved in {time.time() - t0:.0f} s",
           flush=True)
@@ -71,20 +66,13 @@ def main():
     failures = 0
     for ids, (hf_tokens, hf_logits) in zip(prompts, hf):
         ours = kiln(args.binary, args.workdir, ids, args.new_tokens)["requests"][0]["output_ids"]
-        d = 0
-        while d < len(hf_tokens) and d < len(ours) and hf_tokens[d] == ours[d]:
-            d += 1
-        if d == len(hf_tokens):
-            verdict, ok = "identical", True
-        else:
+
+        def kiln_logits_at(d):
             dump = os.path.join(args.workdir, "step_logits.safetensors")
             kiln(args.binary, args.workdir, ids + hf_tokens[:d], 1, dump)
-            kiln_logits = load_file(dump)["logits"][-1]
-            ours_in_hf = ours[d] in torch.topk(hf_logits[d], 5).indices.tolist()
-            hf_in_ours = hf_tokens[d] in torch.topk(kiln_logits, 5).indices.tolist()
-            ok = ours_in_hf and hf_in_ours
-            verdict = (f"first differ at {d} (kiln {ours[d]}, HF {hf_tokens[d]}): "
-                       + ("each in the other's top-5" if ok else "NOT in each other's top-5"))
+            return load_file(dump)["logits"][-1]
+
+        d, ok, verdict = greedy_verdict(ours, hf_tokens, hf_logits, kiln_logits_at)
         failures += 0 if ok else 1
         print(f"{os.path.basename(args.binary)} prompt of {len(ids)} tokens: {d}/{len(hf_tokens)} greedy tokens equal; "
               f"{verdict} -> {'PASS' if ok else 'FAIL'}", flush=True)

@@ -1,7 +1,8 @@
-"""Building the HF transformers model that a kiln config describes.
+"""Building the HF transformers model that a kiln config describes, and comparing greedy tokens.
 
 kiln configs use HF's field names, so a config maps onto an HF config almost one to one. Used by
-make_golden.py (tiny fixtures) and compare_hf.py (real-shape checks on the GPU machine).
+make_golden.py (tiny fixtures), compare_hf.py (real-shape checks on the GPU machine),
+tools/bench/bench.py (HF's decode speed) and tools/smollm2_check.py.
 """
 import copy
 
@@ -70,6 +71,24 @@ def use_original_deepseek_v2_routing():
     m.DeepseekV2TopkRouter._kiln_original_routing = True
 
 
+def use_kiln_routing(model_type):
+    """HF routes DeepSeek-V2 differently from kiln (use_original_deepseek_v2_routing); call before
+    building or loading a model of `model_type`. Other families need nothing."""
+    if model_type == "deepseek_v2":
+        use_original_deepseek_v2_routing()
+
+
+def from_kiln_config(cfg_dict, dtype=torch.float32, device="cpu"):
+    """A model of that HF config dict (hf_config_dict, or a config.json), built by HF's from_config
+    on `device` in `dtype` with HF's random initialization (seeded by torch.manual_seed beforehand),
+    in eval mode. DeepSeek-V2 models route as kiln does."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    use_kiln_routing(cfg_dict["model_type"])
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg_dict), dtype=dtype).eval()
+
+
 def build_model(cfg_dict, seed, dtype=torch.float32, device="cpu"):
     """A randomly initialized model of that config, its weights rounded to bf16.
 
@@ -77,13 +96,8 @@ def build_model(cfg_dict, seed, dtype=torch.float32, device="cpu"):
     the values saved to the bf16 checkpoint. Initialization is widened (std 0.1 instead of HF's
     0.02) and norm weights drawn around 1, so tiny random models produce varied, decisive logits.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if cfg_dict["model_type"] == "deepseek_v2":
-        use_original_deepseek_v2_routing()
-    config = AutoConfig.for_model(**cfg_dict)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = from_kiln_config(cfg_dict)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -102,8 +116,7 @@ def save_checkpoint(model, out_dir):
     from transformers import AutoModelForCausalLM
 
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    if model.config.model_type == "deepseek_v2":
-        use_original_deepseek_v2_routing()
+    use_kiln_routing(model.config.model_type)
     return AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
 
 
@@ -183,3 +196,25 @@ def greedy_cached(model, prompt_ids, new_tokens):
         step_logits.append(logits.cpu())
         x = torch.tensor([[tokens[-1]]], device=device)
     return tokens, step_logits
+
+
+def first_difference(a, b):
+    """The first index where two token lists differ; the shorter length if one is a prefix of the other."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def greedy_verdict(ours, hf, hf_logits, kiln_logits_at):
+    """vLLM's rule for kiln's greedy tokens `ours` against HF's `hf` (with HF's logits at each step):
+    identical, or where they first differ each side's token is in the other's top-5.
+    kiln_logits_at(d) returns kiln's logits at step d (the prompt plus hf[:d]); it is called only
+    when the tokens differ. Returns (d, ok, verdict text), d the number of equal leading tokens."""
+    d = first_difference(ours, hf)
+    if d == len(hf):
+        return d, True, "identical"
+    if d == len(ours):
+        return d, False, f"kiln stopped after {d} tokens"
+    ours_in_hf = ours[d] in torch.topk(hf_logits[d], 5).indices.tolist()
+    hf_in_ours = hf[d] in torch.topk(kiln_logits_at(d), 5).indices.tolist()
+    ok = ours_in_hf and hf_in_ours
+    return d, ok, (f"first differ at {d} (kiln {ours[d]}, HF {hf[d]}): "
+                   + ("each in the other's top-5" if ok else "NOT in each other's top-5"))

@@ -1,5 +1,6 @@
-// Shared pieces of the GPU op tests and benchmarks: device buffers, random bf16 data, poisoning,
-// the NMSE check, CUDA-event timing and the one-line report per op.
+// Shared pieces of the GPU test programs (tests/kernels, tests/kernels_deepseek, tests/serving) and
+// the kernel benchmark: device buffers, random bf16 data, poisoning, the NMSE check, CUDA-event
+// timing, weights rotated beyond L2, and the one-line report per op.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <utility>
@@ -66,9 +68,6 @@ std::vector<uint16_t> random_bf16(size_t count, std::mt19937& rng, float scale =
 std::vector<float> random_f32(size_t count, std::mt19937& rng, float scale = 1.0f);
 std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v);
 
-// RoPE table as the runtime builds it: [position][rotary_dim / 2] (cos, sin) of position · θ_i.
-std::vector<float> rope_table(int positions, int rotary_dim, double theta);
-
 // The step of a batch of sequences over a paged cache: sequence s has seqs[s].first tokens already
 // in the cache and seqs[s].second fresh ones (those the step computes). Pages are handed out in
 // shuffled order from a pool of `num_pages` (set here: two more than needed, never used), and the
@@ -78,6 +77,17 @@ StepBatch paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size
 
 // "cached+fresh,..." for a report line.
 std::string seq_list(const std::vector<std::pair<int, int>>& seqs);
+
+// "names = v1 v2 ..." for a report line, e.g. dims({kDim, rows}, "dim rows").
+std::string dims(std::initializer_list<long long> values, const char* names);
+
+// "v1,v2,..." for a report line.
+template <typename T>
+std::string join(const std::vector<T>& values) {
+  std::string s;
+  for (const T& v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
 
 struct Comparison {
   double nmse = 0.0;     // Σ(ref − got)² / Σ ref²
@@ -91,7 +101,7 @@ bool expect_close(const std::string& what, const Comparison& c, double limit);
 bool expect(bool ok, const std::string& what);
 int failures();
 // Waits for the device and records a check that the launches so far raised no error (a launch with
-// nothing to do must launch nothing: a zero-sized grid is an error).
+// nothing to do must launch nothing: a zero-sized grid is an error); the FAIL line names the error.
 bool expect_clean_launch(const std::string& what);
 
 // Median time in microseconds of `launch(iteration)` over `iterations` runs after `warmup` runs,
@@ -106,6 +116,20 @@ double graph_us(const std::function<void(int, cudaStream_t)>& launch, int iterat
 // How many copies of a `bytes`-sized input make the rotation larger than L2 (3× its size), so
 // bandwidth timings read from DRAM.
 int copies_beyond_l2(size_t bytes);
+
+// Device copies of a bf16 weight tensor, copies_beyond_l2 of them: rotating over them in a timed
+// loop makes each call read its weights from DRAM, as a decode step does. Build it once per
+// weight tensor (the copies take 3× L2), not once per timed shape.
+class RotatingWeights {
+ public:
+  explicit RotatingWeights(const DeviceBuffer<uint16_t>& source);
+  const __nv_bfloat16* at(int i) const { return as_bf16(buffer_) + elems_ * static_cast<size_t>(i % copies_); }
+
+ private:
+  size_t elems_;
+  int copies_;
+  DeviceBuffer<uint16_t> buffer_;
+};
 
 // One line per measured op: name, shape, NMSE, time, and GB/s (bytes > 0) or TFLOP/s (flops > 0).
 void report(const std::string& op, const std::string& shape, double nmse, double us, double bytes, double flops);

@@ -1,4 +1,4 @@
-#include "tests/kernels/gpu_harness.hpp"
+#include "tests/support/gpu_harness.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -40,18 +40,6 @@ std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v) {
   return f;
 }
 
-std::vector<float> rope_table(int positions, int rotary_dim, double theta) {
-  std::vector<float> table(static_cast<size_t>(positions) * rotary_dim);
-  for (int p = 0; p < positions; ++p) {
-    for (int i = 0; i < rotary_dim / 2; ++i) {
-      const double angle = p * std::pow(theta, -2.0 * i / rotary_dim);
-      table[(static_cast<size_t>(p) * rotary_dim / 2 + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(static_cast<size_t>(p) * rotary_dim / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  }
-  return table;
-}
-
 StepBatch paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng, int& num_pages) {
   StepBatch step;
   int max_pages = 0, total_pages = 0;
@@ -91,6 +79,13 @@ std::string seq_list(const std::vector<std::pair<int, int>>& seqs) {
     if (!s.empty()) s += ',';
     s.append(std::to_string(cached)).append("+").append(std::to_string(fresh));
   }
+  return s;
+}
+
+std::string dims(std::initializer_list<long long> values, const char* names) {
+  std::string s = names;
+  s += " =";
+  for (long long v : values) s += " " + std::to_string(v);
   return s;
 }
 
@@ -174,7 +169,8 @@ int run_test_groups(const char* program, int argc, char** argv, const std::vecto
 
 bool expect_clean_launch(const std::string& what) {
   KILN_CUDA_OK(cudaDeviceSynchronize());
-  return expect(cudaGetLastError() == cudaSuccess, what + ": launch error");
+  const cudaError_t status = cudaGetLastError();
+  return expect(status == cudaSuccess, what + ": launch error: " + cudaGetErrorString(status));
 }
 
 double median_us(const std::function<void(int)>& launch, int warmup, int iterations) {
@@ -233,6 +229,13 @@ int copies_beyond_l2(size_t bytes) {
   KILN_CUDA_OK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
   const size_t want = 3 * static_cast<size_t>(l2);
   return static_cast<int>(std::max<size_t>(1, (want + bytes - 1) / std::max<size_t>(bytes, 1)));
+}
+
+RotatingWeights::RotatingWeights(const DeviceBuffer<uint16_t>& source)
+    : elems_(source.size()), copies_(copies_beyond_l2(source.size() * 2)), buffer_(source.size() * copies_) {
+  for (int i = 0; i < copies_; ++i) {
+    KILN_CUDA_OK(cudaMemcpy(buffer_.get() + elems_ * i, source.get(), elems_ * 2, cudaMemcpyDeviceToDevice));
+  }
 }
 
 void report(const std::string& op, const std::string& shape, double nmse, double us, double bytes, double flops) {
