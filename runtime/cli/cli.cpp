@@ -37,7 +37,7 @@ std::optional<Tokenizer> open_tokenizer(const CliOptions& o, const GgufFile* ggu
 
 std::unique_ptr<Backend> open_backend(const ModelDef& model, const CliOptions& o, const TensorSource* source) {
   WeightOrigin origin{source, o.random_weights.value_or(0)};
-  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs};
+  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile};
   const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
   return gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
 }
@@ -67,13 +67,13 @@ int run(const ModelDef& model, const CliOptions& o) {
 
   EngineOptions engine_options;
   engine_options.max_batch = o.max_batch;
-  engine_options.capture_prompt_logits = !o.dump_logits.empty();
   Engine engine(model, *backend, engine_options);
 
   std::map<RequestId, size_t> job_of;
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!jobs[i].error.empty()) continue;
     jobs[i].request.id = static_cast<RequestId>(i + 1);
+    jobs[i].request.prompt_logits = !o.dump_logits.empty();
     try {
       engine.add(jobs[i].request);
       job_of[jobs[i].request.id] = i;
@@ -112,7 +112,9 @@ int run(const ModelDef& model, const CliOptions& o) {
     report.results.push_back(std::move(r));
   }
 
-  if (!o.dump_logits.empty()) write_logits(o.dump_logits, engine.prompt_logits(), m.vocab_size);
+  if (!o.dump_logits.empty() && !finished.empty()) {
+    write_logits(o.dump_logits, finished.front().prompt_logits, m.vocab_size);
+  }
   if (!o.output.empty()) {
     std::ofstream out(o.output);
     if (!out) fail(o.output, ": cannot write");

@@ -92,6 +92,8 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_option("--max-batch", o.max_batch, "sequences per step at most (default: the model's build.max_batch)")
       ->check(CLI::Range(1, m.max_batch));
   app.add_flag("!--no-cuda-graphs", o.cuda_graphs, "launch decode steps directly instead of replaying CUDA graphs");
+  app.add_flag("--profile", o.profile,
+               "count what each decode step reads (MoE: the routed experts chosen) for --output-format json");
 
   app.add_flag("--stream", o.stream, "print tokens as they are generated");
   app.add_option("--output-format", o.output_format, "text or json (token ids, text, timings)")

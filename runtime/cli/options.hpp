@@ -42,6 +42,7 @@ struct CliOptions {
   double gpu_mem_util = 0.9;
   int32_t max_batch = 0;
   bool cuda_graphs = true;
+  bool profile = false;
 
   // Output.
   bool stream = false;

@@ -73,11 +73,14 @@ json report_json(const RunReport& rep) {
                   {"decode_tok_s", s.decode_seconds > 0 ? decode_tokens / s.decode_seconds : 0.0},
                   {"decode_ms_per_step", s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0}};
   const double steps = static_cast<double>(std::max<int64_t>(1, s.decode_steps));
+  // MoE models count the routed experts only under --profile; without it the bytes leave them out
+  // (routed_experts_read is null).
+  const bool moe = rep.model->num_routed_experts > 0;
   j["decode_bytes_per_step"] = {
       {"weights", s.decode_weight_bytes / steps},
       {"kv_cache", s.decode_kv_bytes / steps},
       {"total", (s.decode_weight_bytes + s.decode_kv_bytes) / steps},
-      {"routed_experts_read", s.decode_experts_read / steps}};  // (layer, expert) pairs per step
+      {"routed_experts_read", moe && !s.experts_counted ? nlohmann::json() : nlohmann::json(s.decode_experts_read / steps)}};
   j["memory"] = {{"weight_bytes", b.weight_bytes},
                  {"kv_bytes_per_token", b.kv_bytes_per_token},
                  {"kv_pages", rep.backend->kv_pages()},

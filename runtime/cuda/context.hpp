@@ -36,7 +36,7 @@ struct CudaContext {
   const float* rope = nullptr;      // [max_context][rotary_dim / 2][cos, sin]
   float* scratch = nullptr;         // ModelInfo::gpu_scratch_bytes (decode attention partials)
   cuda::GemmRunner* gemm = nullptr; // prefill projections
-  unsigned char* expert_usage = nullptr;  // [num_layers][num_routed_experts] (MoE models)
+  unsigned char* expert_usage = nullptr;  // null, or [num_layers][num_routed_experts] flags (--profile; mapped host memory)
   cudaStream_t stream = nullptr;
 
   template <typename T>

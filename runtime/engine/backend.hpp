@@ -24,7 +24,10 @@ struct WeightOrigin {
 struct BackendOptions {
   int32_t kv_pages = 0;        // 0: decide (GPU: from free memory × gpu_mem_util)
   double gpu_mem_util = 0.9;   // fraction of the GPU memory kiln may use in all
-  bool cuda_graphs = true;     // replay captured graphs for decode steps
+  bool cuda_graphs = true;     // replay captured graphs for decode steps (captured at start)
+  // Count the routed experts each step reads (MoE; --profile): the routing kernels flag them in
+  // BackendInfo::expert_usage. Off by default: nothing is added to a step.
+  bool profile = false;
 };
 
 // What a backend measured about itself, for the summary and --output-format json.
@@ -33,6 +36,9 @@ struct BackendInfo {
   int64_t weight_bytes = 0;      // in the backend's format
   int64_t kv_bytes_per_token = 0;
   double load_seconds = 0;
+  // With BackendOptions::profile: [num_layers][num_routed_experts] flags the last step's routing
+  // set, in host memory (read it after sample()); null otherwise or without MoE.
+  const uint8_t* expert_usage = nullptr;
 };
 
 class Backend {
@@ -42,21 +48,24 @@ class Backend {
   virtual int32_t kv_pages() const = 0;
   virtual const BackendInfo& info() const = 0;
 
-  // Runs one step; keeps logits [step.num_logits(), vocab] for sample() / copy_logits().
+  // The staging memory the next step of `phase` is written into (build_step_batch).
+  virtual StepBuffer& step_buffer(StepPhase phase) = 0;
+  // Runs one step, built in step_buffer(step.phase); keeps logits [step.num_logits(), vocab] for
+  // sample() / copy_logits().
   virtual void forward(const StepBatch& step) = 0;
-  // Samples rows[i] from logits row first_logit_row + i.
-  virtual std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) = 0;
+  // Samples rows[i] from logits row i (the step's sampling rows come first).
+  virtual std::vector<SampleOutput> sample(std::span<const SamplerRow> rows) = 0;
   // Copies logits rows [first, first + count) to the host.
   virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
-  // (layer, routed expert) pairs the last decode step chose: the experts whose weights it read
-  // (MoE). Valid after that step's sample(), which waits for the device.
-  virtual int64_t last_step_experts_read() = 0;
 };
 
 // Checks both backends make: a step within the model's build.max_batched_tokens, and logits rows
 // within the last step's.
 void check_step_fits(const ModelInfo& model, const StepBatch& step);
 void check_logit_rows(int32_t first, int32_t count, int32_t available);
+// The capacity of a phase's step buffer: decode steps hold at most max_batch sequences of one
+// token; prefill steps max_batched_tokens tokens, each of which may keep its logits.
+StepCapacity step_capacity(const ModelInfo& model, StepPhase phase);
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
 // Throws kiln::Error when no usable GPU is present.

@@ -16,7 +16,10 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options) : model_(model) {
+  CpuBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options)
+      : model_(model),
+        prefill_steps_(step_capacity(model.info, StepPhase::prefill)),
+        decode_steps_(step_capacity(model.info, StepPhase::decode)) {
     const ModelInfo& m = model.info;
     const auto start = std::chrono::steady_clock::now();
     weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::f32, sink_)
@@ -30,7 +33,10 @@ class CpuBackend final : public Backend {
     kv_cache_.assign(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, 0.0f);
     arena_.assign(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), 0.0f);
     rope_ = build_rope_table(m.rope, m.max_context);
-    expert_usage_.assign(static_cast<size_t>(m.num_layers) * m.num_routed_experts, 0);
+    if (options.profile && m.num_routed_experts > 0) {
+      expert_usage_.assign(static_cast<size_t>(m.num_layers) * m.num_routed_experts, 0);
+      info_.expert_usage = expert_usage_.data();
+    }
 
     info_.device = "CPU (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads)";
     info_.weight_bytes = weights_.bytes;
@@ -41,25 +47,25 @@ class CpuBackend final : public Backend {
   int32_t kv_pages() const override { return kv_pages_; }
   const BackendInfo& info() const override { return info_; }
 
+  StepBuffer& step_buffer(StepPhase phase) override {
+    return phase == StepPhase::decode ? decode_steps_ : prefill_steps_;
+  }
+
   void forward(const StepBatch& step) override {
     const ModelInfo& m = model_.info;
     check_step_fits(m, step);
     logits_.resize(static_cast<size_t>(step.num_logits()) * m.vocab_size);
     num_logits_ = step.num_logits();
     std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
-    const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data(), expert_usage_.data()};
+    const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data(),
+                         expert_usage_.empty() ? nullptr : expert_usage_.data()};
     forward_->forward(step, ctx, logits_.data());
   }
 
-  std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
-    check_logit_rows(first_logit_row, static_cast<int32_t>(rows.size()), num_logits_);
+  std::vector<SampleOutput> sample(std::span<const SamplerRow> rows) override {
+    check_logit_rows(0, static_cast<int32_t>(rows.size()), num_logits_);
     const int32_t V = model_.info.vocab_size;
-    return sample_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, rows.size() * V), V,
-                      rows);
-  }
-
-  int64_t last_step_experts_read() override {
-    return std::count(expert_usage_.begin(), expert_usage_.end(), uint8_t{1});
+    return sample_cpu(std::span<const float>(logits_.data(), rows.size() * V), V, rows);
   }
 
   void copy_logits(int32_t first, int32_t count, float* out) override {
@@ -70,12 +76,13 @@ class CpuBackend final : public Backend {
 
  private:
   const ModelDef& model_;
+  StepBuffer prefill_steps_, decode_steps_;
   HostSink sink_;
   LoadedWeights weights_;
   std::unique_ptr<RefForward> forward_;
   int32_t kv_pages_ = 0;
   std::vector<float> kv_cache_, arena_, rope_, logits_;
-  std::vector<uint8_t> expert_usage_;
+  std::vector<uint8_t> expert_usage_;  // with --profile (MoE): the routing's flags
   int32_t num_logits_ = 0;
   BackendInfo info_;
 };

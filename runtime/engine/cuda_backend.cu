@@ -1,8 +1,9 @@
 // The CUDA backend: bf16 weights on the GPU, the generated forward (prefill: cuBLASLt + our
-// kernels; decode: our kernels only, replayed from captured CUDA graphs), the GPU sampler.
+// kernels; decode: our kernels only, replayed from CUDA graphs captured at start), the GPU sampler.
 //
 // Memory is sized once at start: weights, the activation arena and attention scratch (sizes from
-// codegen), the step buffers, and then the KV pool from what is left of --gpu-mem-util.
+// codegen), the step buffers, and then the KV pool from what is left of --gpu-mem-util, plus one
+// padding page that decode steps padded to a graph's batch size read and write.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -67,76 +68,84 @@ class DeviceSink final : public WeightSink {
   DeviceBuffer buffer_;
 };
 
-// The step's int arrays live at fixed offsets of one device buffer (sized for the largest step),
-// uploaded with one copy from pinned memory. Fixed addresses let captured graphs be replayed.
-class StepBuffers {
+// Pinned host memory freed with its owner.
+class PinnedBuffer {
  public:
-  StepBuffers(int32_t max_tokens, int32_t max_seqs, int32_t pages_per_seq)
-      : max_tokens_(max_tokens), max_seqs_(max_seqs), stride_(pages_per_seq) {
-    token_ids_ = 0;
-    positions_ = token_ids_ + max_tokens;
-    slot_mapping_ = positions_ + max_tokens;
-    logit_rows_ = slot_mapping_ + max_tokens;
-    query_start_ = logit_rows_ + max_tokens;
-    context_len_ = query_start_ + max_seqs + 1;
-    block_tables_ = context_len_ + max_seqs;
-    count_ = block_tables_ + static_cast<int64_t>(max_seqs) * pages_per_seq;
-    device_.resize(count_ * 4);
-    KILN_CUDA(cudaMallocHost(&host_, static_cast<size_t>(count_) * 4));
+  PinnedBuffer() = default;
+  PinnedBuffer(int64_t bytes, unsigned flags) { KILN_CUDA(cudaHostAlloc(&ptr_, static_cast<size_t>(bytes), flags)); }
+  ~PinnedBuffer() { cudaFreeHost(ptr_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(ptr_);
   }
-  ~StepBuffers() { cudaFreeHost(host_); }
 
-  // Copies `step` in (block tables re-laid at the fixed stride) and returns its device view.
+ private:
+  void* ptr_ = nullptr;
+};
+
+// One phase's steps: the StepBuffer the engine writes a step into (pinned memory), its device
+// mirror, and the upload. The device copy has the same layout, so a step's arrays keep fixed device
+// addresses (what captured graphs replay against).
+class PhaseStaging {
+ public:
+  explicit PhaseStaging(StepCapacity capacity)
+      : host_(StepBuffer::ints(capacity) * 4, cudaHostAllocDefault),
+        buffer_(capacity, host_.get<int32_t>()),
+        device_(StepBuffer::ints(capacity) * 4) {}
+
+  StepBuffer& buffer() { return buffer_; }
+
+  // One copy of the prefix that holds `step`; returns its device view.
   CudaStep upload(const StepBatch& step, cudaStream_t stream) {
-    if (step.num_tokens() > max_tokens_ || step.num_seqs() > max_seqs_ || step.num_logits() > max_tokens_) {
-      fail("internal: step of ", step.num_tokens(), " tokens / ", step.num_seqs(), " sequences exceeds the buffers");
-    }
-    if (step.max_pages_per_seq > stride_) fail("internal: block table wider than the model's max context");
-    std::copy(step.token_ids.begin(), step.token_ids.end(), host_ + token_ids_);
-    std::copy(step.positions.begin(), step.positions.end(), host_ + positions_);
-    std::copy(step.slot_mapping.begin(), step.slot_mapping.end(), host_ + slot_mapping_);
-    std::copy(step.logit_rows.begin(), step.logit_rows.end(), host_ + logit_rows_);
-    std::copy(step.query_start.begin(), step.query_start.end(), host_ + query_start_);
-    std::copy(step.context_len.begin(), step.context_len.end(), host_ + context_len_);
-    for (int32_t s = 0; s < step.num_seqs(); ++s) {
-      const int32_t* row = step.block_tables.data() + static_cast<int64_t>(s) * step.max_pages_per_seq;
-      int32_t* dst = host_ + block_tables_ + static_cast<int64_t>(s) * stride_;
-      std::copy(row, row + step.max_pages_per_seq, dst);
-      std::fill(dst + step.max_pages_per_seq, dst + stride_, 0);
-    }
-    const int64_t used = block_tables_ + static_cast<int64_t>(step.num_seqs()) * stride_;
-    KILN_CUDA(cudaMemcpyAsync(device_.get(), host_, static_cast<size_t>(used) * 4, cudaMemcpyHostToDevice, stream));
+    KILN_CUDA(cudaMemcpyAsync(device_.get(), buffer_.data(), static_cast<size_t>(buffer_.used_ints(step)) * 4,
+                              cudaMemcpyHostToDevice, stream));
+    return device_view(step);
+  }
 
+  // Where `step`'s arrays are on the device (after an upload).
+  CudaStep device_view(const StepBatch& step) const {
+    const int32_t* base = device_.get<int32_t>();
+    auto at = [&](std::span<const int32_t> array) { return base + buffer_.offset_of(array); };
     CudaStep d;
     d.num_tokens = step.num_tokens();
     d.num_seqs = step.num_seqs();
     d.num_logits = step.num_logits();
-    d.max_pages_per_seq = stride_;
-    for (int32_t s = 0; s < step.num_seqs(); ++s) {
-      d.max_query_len = std::max(d.max_query_len, step.query_start[s + 1] - step.query_start[s]);
-    }
-    const int32_t* base = device_.get<int32_t>();
-    d.token_ids = base + token_ids_;
-    d.positions = base + positions_;
-    d.slot_mapping = base + slot_mapping_;
-    d.logit_rows = base + logit_rows_;
-    d.query_start = base + query_start_;
-    d.context_len = base + context_len_;
-    d.block_tables = base + block_tables_;
+    d.max_query_len = step.max_query_len();
+    d.max_pages_per_seq = step.max_pages_per_seq;
+    d.token_ids = at(step.token_ids);
+    d.positions = at(step.positions);
+    d.slot_mapping = at(step.slot_mapping);
+    d.query_start = at(step.query_start);
+    d.context_len = at(step.context_len);
+    d.block_tables = at(step.block_tables);
+    d.logit_rows = at(step.logit_rows);
     return d;
   }
 
  private:
-  int32_t max_tokens_, max_seqs_, stride_;
-  int64_t token_ids_, positions_, slot_mapping_, logit_rows_, query_start_, context_len_, block_tables_, count_;
+  PinnedBuffer host_;
+  StepBuffer buffer_;
   DeviceBuffer device_;
-  int32_t* host_ = nullptr;
 };
+
+// The batch sizes decode graphs are captured for: every size up to 8, then multiples of 8 (a step
+// of S sequences runs the graph of the smallest size >= S, padded), and max_batch itself.
+std::vector<int32_t> decode_graph_sizes(int32_t max_batch) {
+  std::vector<int32_t> sizes;
+  for (int32_t s = 1; s <= max_batch; s = s < 8 ? s + 1 : s + 8) sizes.push_back(s);
+  if (sizes.back() != max_batch) sizes.push_back(max_batch);
+  return sizes;
+}
 
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options)
-      : model_(model), use_graphs_(options.cuda_graphs) {
+      : model_(model),
+        use_graphs_(options.cuda_graphs),
+        prefill_(step_capacity(model.info, StepPhase::prefill)),
+        decode_(step_capacity(model.info, StepPhase::decode)) {
     const ModelInfo& m = model.info;
     cudaDeviceProp prop{};
     KILN_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -154,36 +163,38 @@ class CudaBackend final : public Backend {
     const std::vector<float> rope = build_rope_table(m.rope, m.max_context);
     rope_.resize(static_cast<int64_t>(rope.size()) * 4);
     KILN_CUDA(cudaMemcpy(rope_.get(), rope.data(), rope.size() * 4, cudaMemcpyHostToDevice));
-    const int32_t pages_per_seq = (m.max_context + m.page_size - 1) / m.page_size;
-    // A step holds at most max_batch sequences (the scheduler's limit), and samples one row each.
-    steps_ = std::make_unique<StepBuffers>(m.max_batched_tokens, m.max_batch, pages_per_seq);
-    logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
+    // Decode graphs write their fixed logits buffer; prefill grows its own for prompt logits.
+    decode_logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
+    prefill_logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
     sampler_ = std::make_unique<CudaSampler>(m.max_batch);
 
+    const int32_t pages_per_seq = step_capacity(m, StepPhase::decode).pages_per_seq;
     page_bytes_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * 2;  // bf16
     info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 2;
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : pages_from_free_memory(options.gpu_mem_util, pages_per_seq);
-    kv_.resize(static_cast<int64_t>(kv_pages_) * page_bytes_ * m.num_layers);
-    usage_bytes_ = static_cast<int64_t>(m.num_layers) * m.num_routed_experts;
-    usage_.resize(usage_bytes_);
-    if (usage_bytes_ > 0) KILN_CUDA(cudaMallocHost(&usage_host_, static_cast<size_t>(usage_bytes_)));
+    padding_page_ = kv_pages_;  // past the block manager's pages: only padded rows touch it
+    kv_.resize(static_cast<int64_t>(kv_pages_ + 1) * page_bytes_ * m.num_layers);
+    if (options.profile && m.num_routed_experts > 0) {
+      usage_bytes_ = static_cast<int64_t>(m.num_layers) * m.num_routed_experts;
+      usage_ = std::make_unique<PinnedBuffer>(usage_bytes_, cudaHostAllocMapped);
+      info_.expert_usage = usage_->get<uint8_t>();
+    }
     KILN_CUDA(cudaDeviceSynchronize());
 
     ctx_.arena = arena_.get();
     ctx_.kv_cache = kv_.get();
-    ctx_.kv_layer_bytes = static_cast<int64_t>(kv_pages_) * page_bytes_;
+    ctx_.kv_layer_bytes = static_cast<int64_t>(kv_pages_ + 1) * page_bytes_;
     ctx_.rope = rope_.get<float>();
     ctx_.scratch = scratch_.get<float>();
     ctx_.gemm = &gemm_;
-    ctx_.expert_usage = usage_.get<unsigned char>();
+    ctx_.expert_usage = usage_ ? usage_->get<unsigned char>() : nullptr;
     ctx_.stream = stream_;
     warm_up();
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   ~CudaBackend() override {
-    destroy_graphs();
-    cudaFreeHost(usage_host_);
+    for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
     cudaStreamDestroy(stream_);
   }
 
@@ -191,36 +202,36 @@ class CudaBackend final : public Backend {
   int32_t kv_pages() const override { return kv_pages_; }
   const BackendInfo& info() const override { return info_; }
 
+  StepBuffer& step_buffer(StepPhase phase) override {
+    return phase == StepPhase::decode ? decode_.buffer() : prefill_.buffer();
+  }
+
   void forward(const StepBatch& step) override {
-    const ModelInfo& m = model_.info;
-    check_step_fits(m, step);
-    ensure_logits_rows(step.num_logits());
+    check_step_fits(model_.info, step);
+    // The previous step's sample() synchronized: its routing flags are read, clear them.
+    if (usage_) std::memset(usage_->get<uint8_t>(), 0, static_cast<size_t>(usage_bytes_));
     num_logits_ = step.num_logits();
-    const CudaStep d = steps_->upload(step, stream_);
-    float* logits = logits_.get<float>();
-    if (!step.decode_only()) {
-      forward_->prefill(d, ctx_, logits);
-    } else {
+    if (step.phase == StepPhase::decode) {
+      logits_ = decode_logits_.get<float>();
       if (use_graphs_) {
-        KILN_CUDA(cudaGraphLaunch(decode_graph(d, logits), stream_));
+        const int32_t size = graph_size(step.num_seqs());
+        decode_.upload(pad_decode(step, size), stream_);
+        KILN_CUDA(cudaGraphLaunch(graphs_.at(size), stream_));
       } else {
-        decode(d, logits);
+        forward_->decode(decode_.upload(step, stream_), ctx_, logits_);
       }
-      // Read back with the step; sample() waits for the stream, so the flags are on the host by
-      // the time last_step_experts_read() counts them.
-      if (usage_bytes_ > 0) {
-        KILN_CUDA(cudaMemcpyAsync(usage_host_, usage_.get(), static_cast<size_t>(usage_bytes_),
-                                  cudaMemcpyDeviceToHost, stream_));
-      }
+    } else {
+      ensure_prefill_logits(step.num_logits());
+      logits_ = prefill_logits_.get<float>();
+      forward_->prefill(prefill_.upload(step, stream_), ctx_, logits_);
     }
     KILN_CUDA(cudaGetLastError());
   }
 
-  std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
-    check_logit_rows(first_logit_row, static_cast<int32_t>(rows.size()), num_logits_);
+  std::vector<SampleOutput> sample(std::span<const SamplerRow> rows) override {
+    check_logit_rows(0, static_cast<int32_t>(rows.size()), num_logits_);
     const int64_t V = model_.info.vocab_size;
-    std::vector<SampleOutput> out =
-        sampler_->sample(logits_.get<float>() + first_logit_row * V, V, static_cast<int32_t>(V), rows, stream_);
+    std::vector<SampleOutput> out = sampler_->sample(logits_, V, static_cast<int32_t>(V), rows, stream_);
     KILN_CUDA(cudaGetLastError());
     return out;
   }
@@ -228,17 +239,14 @@ class CudaBackend final : public Backend {
   void copy_logits(int32_t first, int32_t count, float* out) override {
     check_logit_rows(first, count, num_logits_);
     const size_t V = model_.info.vocab_size;
-    KILN_CUDA(cudaMemcpyAsync(out, logits_.get<float>() + first * V, count * V * 4, cudaMemcpyDeviceToHost, stream_));
+    KILN_CUDA(cudaMemcpyAsync(out, logits_ + first * V, count * V * 4, cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA(cudaStreamSynchronize(stream_));
-  }
-
-  int64_t last_step_experts_read() override {
-    return std::count(usage_host_, usage_host_ + usage_bytes_, static_cast<unsigned char>(1));
   }
 
  private:
   // KV pages from the memory left under the --gpu-mem-util budget, at most enough for every
-  // sequence of a full batch at full context.
+  // sequence of a full batch at full context; at least one sequence of an eighth of the context
+  // (fewer would serve almost nothing: ask for more memory instead).
   int32_t pages_from_free_memory(double util, int32_t pages_per_seq) const {
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -246,83 +254,95 @@ class CudaBackend final : public Backend {
     const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total_bytes)) -
                            static_cast<int64_t>(total_bytes - free_bytes) - kReserve;
     const int64_t per_page = page_bytes_ * model_.info.num_layers;
-    const int64_t pages = std::min<int64_t>(budget / per_page, static_cast<int64_t>(model_.info.max_batch) * pages_per_seq);
-    if (pages < pages_per_seq / 8 + 1) {
+    const int64_t pages = std::min<int64_t>(budget / per_page - 1,  // the padding page
+                                            static_cast<int64_t>(model_.info.max_batch) * pages_per_seq);
+    const int64_t least = pages_per_seq / 8 + 1;
+    if (pages < least) {
       fail("not enough GPU memory for the KV cache: ", budget >> 20, " MiB left under --gpu-mem-util ", util,
-           " after the weights (", weights_.bytes >> 20, " MiB); raise --gpu-mem-util or set --kv-pages");
+           " after the weights (", weights_.bytes >> 20, " MiB) hold ", std::max<int64_t>(pages, 0), " pages; ",
+           least, " are needed for one sequence of an eighth of the context; raise --gpu-mem-util or set --kv-pages");
     }
     return static_cast<int32_t>(pages);
   }
 
-  // One prefill and one decode before serving, confined to KV page 0 (no sequence owns a page yet,
-  // and a page is always written before it is read): every kernel module gets loaded, cuBLASLt
-  // plans built and the batch-1 decode graph captured, so a request's time to first token
-  // measures the model rather than this setup.
+  int32_t graph_size(int32_t seqs) const {
+    for (const auto& [size, exec] : graphs_) {
+      if (size >= seqs) return size;
+    }
+    fail("internal: decode step of ", seqs, " sequences exceeds the largest graph");
+  }
+
+  // `step` extended to `size` sequences in place (its buffer holds max_batch): the padding rows
+  // decode token 0 at position 0 into the padding page, and their logits rows repeat row 0; the
+  // sampler reads only the real rows. Every kernel handles its rows independently, so the real
+  // rows come out as without padding.
+  StepBatch pad_decode(const StepBatch& step, int32_t size) {
+    const int32_t seqs = step.num_seqs(), logits = step.num_logits();
+    StepBatch padded = decode_.buffer().view(StepPhase::decode, size, size, size);
+    padded.num_samples = step.num_samples;
+    const int32_t slot = padding_page_ * model_.info.page_size;
+    padded.query_start[0] = 0;
+    for (int32_t s = seqs; s < size; ++s) {
+      padded.token_ids[s] = 0;
+      padded.positions[s] = 0;
+      padded.slot_mapping[s] = slot;
+      padded.query_start[s + 1] = s + 1;
+      padded.context_len[s] = 1;
+      padded.block_tables[static_cast<size_t>(s) * padded.max_pages_per_seq] = padding_page_;
+    }
+    for (int32_t r = logits; r < size; ++r) padded.logit_rows[r] = 0;
+    return padded;
+  }
+
+  // One prefill into the padding page (no sequence owns it), then a decode graph captured for every
+  // batch size and uploaded, the batch-1 one replayed: every kernel module loaded, cuBLASLt plans
+  // built, graphs ready, so a request's time to first token measures the model, not this setup.
   void warm_up() {
-    const int32_t n = std::max(1, std::min(model_.info.page_size, 8));
-    StepBatch prefill;
+    const ModelInfo& m = model_.info;
+    const int32_t n = std::max(1, std::min(m.page_size, 8));
+    const int32_t slot = padding_page_ * m.page_size;
+    StepBatch prefill = prefill_.buffer().view(StepPhase::prefill, n, 1, 1);
     for (int32_t i = 0; i < n; ++i) {
-      prefill.token_ids.push_back(i % model_.info.vocab_size);
-      prefill.positions.push_back(i);
-      prefill.slot_mapping.push_back(i);
+      prefill.token_ids[i] = i % m.vocab_size;
+      prefill.positions[i] = i;
+      prefill.slot_mapping[i] = slot + i;
     }
-    prefill.query_start = {0, n};
-    prefill.context_len = {n};
-    prefill.block_tables = {0};
-    prefill.max_pages_per_seq = 1;
-    prefill.logit_rows = {n - 1};
-    StepBatch decode = prefill;  // the last position again, as a one-token decode
-    decode.token_ids = {prefill.token_ids.back()};
-    decode.positions = {n - 1};
-    decode.slot_mapping = {n - 1};
-    decode.query_start = {0, 1};
-    decode.logit_rows = {0};
+    prefill.query_start[0] = 0;
+    prefill.query_start[1] = n;
+    prefill.context_len[0] = n;
+    prefill.block_tables[0] = padding_page_;
+    prefill.logit_rows[0] = n - 1;
+    prefill.num_samples = 1;
     const SamplerRow greedy{.temperature = 0.0f};
-    for (const StepBatch* step : {&prefill, &decode}) {
-      forward(*step);
-      sample(0, std::span(&greedy, 1));
+    forward(prefill);
+    sample(std::span(&greedy, 1));
+    if (use_graphs_) {
+      for (int32_t size : decode_graph_sizes(m.max_batch)) graphs_.emplace(size, capture_decode(size));
     }
+    StepBatch decode = decode_.buffer().view(StepPhase::decode, 0, 0, 0);
+    forward(pad_decode(decode, 1));  // one padded sequence: the batch-1 graph (or the plain decode)
     KILN_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  // The decode graph for this shape, captured on first use and replayed after (its step buffers
-  // and logits live at fixed addresses). A graph bakes in the launch sizes: the sequences and the
-  // rows that need logits (fewer than the sequences while a re-admitted sequence replays its
-  // generated tokens), so both key it.
-  cudaGraphExec_t decode_graph(const CudaStep& d, float* logits) {
-    const std::pair<int, int> key{d.num_seqs, d.num_logits};
-    auto it = graphs_.find(key);
-    if (it != graphs_.end()) return it->second;
+  // The decode forward of `size` sequences as a graph over the decode staging buffer's fixed device
+  // addresses and the fixed decode logits.
+  cudaGraphExec_t capture_decode(int32_t size) {
+    const StepBatch step = decode_.buffer().view(StepPhase::decode, size, size, size);
     cudaGraph_t graph;
     KILN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    decode(d, logits);
+    forward_->decode(decode_.device_view(step), ctx_, decode_logits_.get<float>());
     KILN_CUDA(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec;
     KILN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     KILN_CUDA(cudaGraphDestroy(graph));
-    graphs_[key] = exec;
+    KILN_CUDA(cudaGraphUpload(exec, stream_));
     return exec;
   }
 
-  // One decode forward; the MoE layers flag the experts they choose, so the flags are cleared first
-  // (inside the graph when captured).
-  void decode(const CudaStep& d, float* logits) {
-    if (usage_bytes_ > 0) KILN_CUDA(cudaMemsetAsync(usage_.get(), 0, static_cast<size_t>(usage_bytes_), stream_));
-    forward_->decode(d, ctx_, logits);
-  }
-
-  void ensure_logits_rows(int32_t rows) {
+  void ensure_prefill_logits(int32_t rows) {
     const int64_t bytes = static_cast<int64_t>(rows) * model_.info.vocab_size * 4;
-    if (bytes <= logits_.bytes()) return;
-    logits_.resize(bytes);  // --dump-logits of a long prompt
-    destroy_graphs();       // they write the old buffer
+    if (bytes > prefill_logits_.bytes()) prefill_logits_.resize(bytes);  // prompt logits of a long prompt
   }
-
-  void destroy_graphs() {
-    for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
-  }
-
 
   const ModelDef& model_;
   bool use_graphs_;
@@ -330,17 +350,19 @@ class CudaBackend final : public Backend {
   DeviceSink sink_;
   LoadedWeights weights_;
   std::unique_ptr<CudaForward> forward_;
-  DeviceBuffer arena_, scratch_, rope_, kv_, logits_, usage_;
+  DeviceBuffer arena_, scratch_, rope_, kv_, decode_logits_, prefill_logits_;
+  PhaseStaging prefill_, decode_;
+  std::unique_ptr<PinnedBuffer> usage_;  // --profile, MoE: the routing's flags (mapped into the device)
   int64_t usage_bytes_ = 0;
-  unsigned char* usage_host_ = nullptr;  // pinned: the last decode step's expert flags
-  std::unique_ptr<StepBuffers> steps_;
   std::unique_ptr<CudaSampler> sampler_;
   cuda::GemmRunner gemm_;
   int64_t page_bytes_ = 0;
   int32_t kv_pages_ = 0;
+  int32_t padding_page_ = 0;
+  float* logits_ = nullptr;  // the last forward's logits
   int32_t num_logits_ = 0;
   CudaContext ctx_;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (sequences, logits rows)
+  std::map<int32_t, cudaGraphExec_t> graphs_;  // by batch size
   BackendInfo info_;
 };
 

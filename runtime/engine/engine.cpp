@@ -1,5 +1,7 @@
 #include "runtime/engine/engine.hpp"
 
+#include <algorithm>
+
 #include "runtime/core/error.hpp"
 #include "runtime/serving/step_batch_builder.hpp"
 
@@ -31,28 +33,26 @@ Engine::Engine(const ModelDef& model, Backend& backend, const EngineOptions& opt
       options_(options),
       scheduler_(scheduler_config(model, options), BlockManager(backend.kv_pages(), model.info.page_size)) {}
 
-void Engine::add(Request request) {
-  if (options_.capture_prompt_logits && scheduler_.has_unfinished()) {
-    fail("prompt logits can be captured for one request at a time");
-  }
-  capture_prompt_len_ = static_cast<int32_t>(request.prompt.size());
-  scheduler_.add(std::move(request));
-}
+void Engine::add(Request request) { scheduler_.add(std::move(request)); }
 
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   run_start_ = std::chrono::steady_clock::now();
   first_token_at_.clear();
-  prompt_logits_.clear();
   while (scheduler_.has_unfinished()) run_step(on_token);
   stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
 
   std::vector<FinishedRequest> finished = scheduler_.take_finished();
-  for (const FinishedRequest& f : finished) {
+  for (FinishedRequest& f : finished) {
     stats_.prompt_tokens += f.num_prompt_tokens;
     stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
     stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
     auto it = first_token_at_.find(f.id);
     if (it != first_token_at_.end()) stats_.ttft_seconds.push_back(it->second);
+    auto logits = prompt_logits_.find(f.id);
+    if (logits != prompt_logits_.end()) {
+      f.prompt_logits = std::move(logits->second);
+      prompt_logits_.erase(logits);
+    }
   }
   stats_.scheduler = scheduler_.stats();
   return finished;
@@ -61,19 +61,12 @@ std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEve
 void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
-
-  // Decodes and prefill chunks run as separate forwards: a decode token always takes the decode
-  // graph (our GEMV kernels) and a prompt token the prefill graph, whatever else shares the step.
-  // Each token's numerics then do not depend on the batch it ran in (outputs equal running alone),
-  // at the price of reading the weights twice in mixed steps.
+  // The decode phase first: its samples come first (Scheduler::on_step_done).
   std::vector<SampleOutput> samples;
-  const std::span<const ScheduledSeq> seqs = step.seqs;
-  if (step.num_decodes > 0 && step.num_decodes < static_cast<int32_t>(seqs.size())) {
-    samples = run_forward(seqs.first(step.num_decodes));
-    const std::vector<SampleOutput> prefill_samples = run_forward(seqs.subspan(step.num_decodes));
-    samples.insert(samples.end(), prefill_samples.begin(), prefill_samples.end());
-  } else {
-    samples = run_forward(seqs);
+  for (const PhaseStep* phase : {&step.decode, &step.prefill}) {
+    if (phase->empty()) continue;
+    const std::vector<SampleOutput> phase_samples = run_phase(*phase);
+    samples.insert(samples.end(), phase_samples.begin(), phase_samples.end());
   }
   ++stats_.steps;
 
@@ -84,47 +77,46 @@ void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
   }
 }
 
-std::vector<SampleOutput> Engine::run_forward(std::span<const ScheduledSeq> seqs) {
-  StepBatch batch = build_step_batch(seqs, model_.info.page_size);
-  const std::vector<SamplerRow> rows = sampler_rows(seqs);
-
-  // Capturing prompt logits: every row of the (single) sequence's prompt chunks yields logits; the
-  // sampled row, if the chunk ends the prompt, is the last one.
-  int32_t first_sample_row = 0;
-  int32_t capture_rows = 0;
-  if (options_.capture_prompt_logits) {
-    if (seqs.size() != 1) fail("internal: capturing prompt logits with ", seqs.size(), " sequences in a step");
-    const ScheduledSeq& seq = seqs.front();
-    if (seq.start < capture_prompt_len_) {
-      capture_rows = std::min(batch.num_tokens(), capture_prompt_len_ - seq.start);
-      batch.logit_rows.resize(batch.num_tokens());
-      for (int32_t i = 0; i < batch.num_tokens(); ++i) batch.logit_rows[i] = i;
-      first_sample_row = batch.num_tokens() - static_cast<int32_t>(rows.size());
-    }
-  }
+std::vector<SampleOutput> Engine::run_phase(const PhaseStep& phase) {
+  const StepBatch batch = build_step_batch(phase, model_.info.page_size, backend_.step_buffer(phase.phase));
+  const std::vector<SamplerRow> rows = sampler_rows(phase);
 
   const auto start = std::chrono::steady_clock::now();
   backend_.forward(batch);
-  if (capture_rows > 0) {
-    const size_t V = model_.info.vocab_size, old = prompt_logits_.size();
-    prompt_logits_.resize(old + capture_rows * V);
-    backend_.copy_logits(0, capture_rows, prompt_logits_.data() + old);
-  }
-  std::vector<SampleOutput> samples = backend_.sample(first_sample_row, rows);
+  keep_prompt_logits(phase);
+  std::vector<SampleOutput> samples = backend_.sample(rows);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (batch.decode_only()) {
+  if (phase.phase == StepPhase::decode) {
     ++stats_.decode_steps;
     stats_.decode_seconds += seconds;
-    const int64_t experts = backend_.last_step_experts_read();
-    stats_.decode_experts_read += experts;
-    stats_.decode_weight_bytes += model_.info.decode_weight_bytes + experts * model_.info.routed_expert_bytes;
+    const ModelInfo& m = model_.info;
+    stats_.decode_weight_bytes += m.decode_weight_bytes;
+    if (const uint8_t* usage = backend_.info().expert_usage; usage != nullptr) {
+      const int64_t experts = std::count(usage, usage + static_cast<int64_t>(m.num_layers) * m.num_routed_experts, 1);
+      stats_.experts_counted = true;
+      stats_.decode_experts_read += experts;
+      stats_.decode_weight_bytes += experts * m.routed_expert_bytes;
+    }
     for (int32_t len : batch.context_len) stats_.decode_kv_bytes += len * backend_.info().kv_bytes_per_token;
   } else {
     ++stats_.prefill_steps;
     stats_.prefill_seconds += seconds;
   }
   return samples;
+}
+
+void Engine::keep_prompt_logits(const PhaseStep& phase) {
+  const size_t V = model_.info.vocab_size;
+  for (const PromptLogitRows& r : prompt_logit_rows(phase)) {
+    std::vector<float>& kept = prompt_logits_[r.id];
+    const int32_t have = static_cast<int32_t>(kept.size() / V);
+    if (r.start > have) fail("internal: prompt logits of request ", r.id, " skip positions ", have, "..", r.start);
+    const int32_t skip = have - r.start;  // positions computed again after a preemption
+    if (skip >= r.count) continue;
+    kept.resize(kept.size() + (r.count - skip) * V);
+    backend_.copy_logits(r.first_row + skip, r.count - skip, kept.data() + have * V);
+  }
 }
 
 }  // namespace kiln

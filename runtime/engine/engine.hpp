@@ -17,7 +17,6 @@ namespace kiln {
 struct EngineOptions {
   int32_t max_batch = 0;            // sequences per step (0: the model's build.max_batch)
   int32_t max_batched_tokens = 0;   // tokens per step (0: the model's build.max_batched_tokens)
-  bool capture_prompt_logits = false;  // keep every prompt row's logits (one request at a time)
 };
 
 struct EngineStats {
@@ -29,10 +28,12 @@ struct EngineStats {
   double decode_seconds = 0;        // steps of decodes only
   double wall_seconds = 0;
   std::vector<double> ttft_seconds; // per finished request: from run() start to its first token
-  // What decode steps read: weights (bf16; routed experts counted as chosen) and KV cache.
+  // What decode steps read: weights (bf16; routed experts counted as chosen, with --profile) and
+  // KV cache.
   int64_t decode_weight_bytes = 0;
   int64_t decode_kv_bytes = 0;
-  int64_t decode_experts_read = 0;  // (layer, expert) pairs, summed over decode steps
+  int64_t decode_experts_read = 0;  // (layer, expert) pairs, summed over decode steps (--profile)
+  bool experts_counted = false;     // the backend counted them (a MoE model under --profile)
   SchedulerStats scheduler;
 };
 
@@ -43,16 +44,17 @@ class Engine {
   // Queues a request; throws kiln::Error for that request only (too long, bad params, ...).
   void add(Request request);
   // Runs every queued request to completion, calling on_token for each sampled token in order.
+  // Requests that asked for prompt logits get them in FinishedRequest::prompt_logits.
   std::vector<FinishedRequest> run(const std::function<void(const TokenEvent&)>& on_token = {});
 
   const EngineStats& stats() const { return stats_; }
-  // With capture_prompt_logits: [prompt_len, vocab] logits of the last run's request.
-  const std::vector<float>& prompt_logits() const { return prompt_logits_; }
 
  private:
   void run_step(const std::function<void(const TokenEvent&)>& on_token);
-  // One forward of the backend over `seqs` (all decodes, or prefill chunks) and its samples.
-  std::vector<SampleOutput> run_forward(std::span<const ScheduledSeq> seqs);
+  // One forward of the backend over one phase of the step, and its samples.
+  std::vector<SampleOutput> run_phase(const PhaseStep& phase);
+  // Appends the prompt positions a phase computed to their requests' prompt logits.
+  void keep_prompt_logits(const PhaseStep& phase);
 
   const ModelDef& model_;
   Backend& backend_;
@@ -61,8 +63,7 @@ class Engine {
   EngineStats stats_;
   std::chrono::steady_clock::time_point run_start_;
   std::map<RequestId, double> first_token_at_;
-  std::vector<float> prompt_logits_;
-  int32_t capture_prompt_len_ = 0;
+  std::map<RequestId, std::vector<float>> prompt_logits_;  // [positions so far, vocab]
 };
 
 }  // namespace kiln

@@ -113,7 +113,7 @@ struct RefContext {
   float* kv_cache;            // [num_layers][num_pages][page_size × kv_elems_per_token], see kv_layout
   int64_t num_pages;
   const float* rope;          // [max_context][rotary_dim / 2][cos, sin]
-  uint8_t* expert_usage;      // [num_layers][num_routed_experts]: experts the step chose (MoE models)
+  uint8_t* expert_usage;      // null, or [num_layers][num_routed_experts] flags the routing sets (--profile)
 };
 class RefForward {
  public:

@@ -1,10 +1,13 @@
-// What the scheduler decided for one forward step: which sequences run which tokens, in batch order.
-// Self-contained (tokens and block tables are copied in), so build_step_batch is a pure function.
+// What the scheduler decided for one step: a decode phase (one new token per sequence) and a
+// prefill phase (prompt chunks), each run as its own forward, so that a token's numerics depend only
+// on its phase, never on what else shares the step (outputs equal running alone).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "runtime/core/step_batch.hpp"
 #include "runtime/serving/request_id.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
@@ -12,20 +15,23 @@ namespace kiln {
 
 struct ScheduledSeq {
   RequestId id = 0;
-  int32_t start = 0;                  // position of the first new token = tokens already in the KV cache
-  std::vector<int32_t> new_tokens;    // tokens fed this step: 1 for a decode, a chunk for a prefill
-  std::vector<int32_t> block_table;   // the sequence's pages, covering at least start + new_tokens.size()
-  bool samples = false;               // the step ends at the last known token: sample the next one
-  SamplerRow sampler;                 // valid when samples
+  int32_t start = 0;                   // position of the first new token = tokens already in the KV cache
+  std::vector<int32_t> new_tokens;     // tokens fed this step: 1 for a decode, a chunk for a prefill
+  // The sequence's pages, covering at least start + new_tokens.size(): a view of the block
+  // manager's table, valid until the scheduler is called again.
+  std::span<const int32_t> block_table;
+  bool samples = false;                // the step ends at the last known token: sample the next one
+  SamplerRow sampler;                  // valid when samples
+  bool prompt_logits = false;          // keep the logits of every row (a prompt chunk; the request asked)
 
   int32_t context_len() const { return start + static_cast<int32_t>(new_tokens.size()); }
 };
 
-struct ScheduledStep {
-  std::vector<ScheduledSeq> seqs;     // decodes first, then prefill continuations, then new prefills
-  int32_t num_decodes = 0;            // seqs[0, num_decodes) are decodes
+// The sequences of one phase, in batch order.
+struct PhaseStep {
+  StepPhase phase;
+  std::vector<ScheduledSeq> seqs;
   int32_t num_tokens = 0;             // Σ new_tokens.size()
-  std::vector<RequestId> preempted;   // sent back to the waiting queue while scheduling this step
 
   bool empty() const { return seqs.empty(); }
   int32_t num_samples() const {
@@ -33,6 +39,16 @@ struct ScheduledStep {
     for (const ScheduledSeq& s : seqs) n += s.samples ? 1 : 0;
     return n;
   }
+};
+
+struct ScheduledStep {
+  PhaseStep decode{StepPhase::decode};    // running sequences past their prompt, oldest first
+  PhaseStep prefill{StepPhase::prefill};  // prefill continuations, then new prefills
+  std::vector<RequestId> preempted;       // sent back to the waiting queue while scheduling this step
+
+  bool empty() const { return decode.empty() && prefill.empty(); }
+  int32_t num_tokens() const { return decode.num_tokens + prefill.num_tokens; }
+  int32_t num_samples() const { return decode.num_samples() + prefill.num_samples(); }
 };
 
 }  // namespace kiln

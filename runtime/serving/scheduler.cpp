@@ -63,6 +63,7 @@ void Scheduler::add(Request request) {
   seq->tokens = std::move(request.prompt);
   seq->seed = request.params.seed ? *request.params.seed : draw_request_seed();
   seq->params = std::move(request.params);
+  seq->prompt_logits = request.prompt_logits;
   waiting_.push_back(seq.get());
   seqs_.emplace(seq->id, std::move(seq));
 }
@@ -73,10 +74,10 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
   s.start = seq.num_computed;
   s.new_tokens.assign(seq.tokens.begin() + seq.num_computed,
                       seq.tokens.begin() + seq.num_computed + num_new_tokens);
-  const auto table = blocks_.block_table(seq.id);
-  s.block_table.assign(table.begin(), table.end());
+  s.block_table = blocks_.block_table(seq.id);
   s.samples = seq.num_computed + num_new_tokens == seq.num_tokens();
   if (s.samples) s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
+  s.prompt_logits = seq.prompt_logits && seq.num_computed < seq.num_prompt_tokens;
   return s;
 }
 
@@ -109,11 +110,10 @@ ScheduledStep Scheduler::schedule() {
     }
     if (self_preempted) break;  // it was the newest: nothing after it is left
     blocks_.append_slots(seq.id, needed);
-    step.seqs.push_back(make_scheduled(seq, 1));
+    step.decode.seqs.push_back(make_scheduled(seq, 1));
     --budget;
     ++i;
   }
-  step.num_decodes = static_cast<int32_t>(step.seqs.size());
 
   // 2. Prefills in progress continue, oldest first. Prefill covers the prompt only; generated
   //    tokens are replayed as decodes (above).
@@ -121,7 +121,7 @@ ScheduledStep Scheduler::schedule() {
     if (budget == 0) break;
     if (seq->num_computed >= seq->num_prompt_tokens) continue;
     const int32_t chunk = std::min(seq->num_prompt_tokens - seq->num_computed, budget);
-    step.seqs.push_back(make_scheduled(*seq, chunk));
+    step.prefill.seqs.push_back(make_scheduled(*seq, chunk));
     budget -= chunk;
   }
 
@@ -129,8 +129,8 @@ ScheduledStep Scheduler::schedule() {
   while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
-    if (!blocks_.can_allocate(seq.tokens)) break;
-    const int32_t cached = blocks_.allocate(seq.id, seq.tokens);
+    if (!blocks_.can_allocate(seq.tokens, !seq.prompt_logits)) break;
+    const int32_t cached = blocks_.allocate(seq.id, seq.tokens, !seq.prompt_logits);
     seq.num_computed = cached;
     if (!seq.admitted_before) {
       seq.num_cached_prompt_tokens = cached;
@@ -143,16 +143,18 @@ ScheduledStep Scheduler::schedule() {
     // generated tokens then replay as decodes from the next step on.
     if (seq.num_computed >= seq.num_prompt_tokens) continue;
     const int32_t chunk = std::min(seq.num_prompt_tokens - seq.num_computed, budget);
-    step.seqs.push_back(make_scheduled(seq, chunk));
+    step.prefill.seqs.push_back(make_scheduled(seq, chunk));
     budget -= chunk;
   }
 
-  for (const ScheduledSeq& s : step.seqs) step.num_tokens += static_cast<int32_t>(s.new_tokens.size());
+  for (PhaseStep* phase : {&step.decode, &step.prefill}) {
+    for (const ScheduledSeq& s : phase->seqs) phase->num_tokens += static_cast<int32_t>(s.new_tokens.size());
+  }
   if (!step.empty()) {
     step_pending_ = true;
     ++stats_.steps;
-    stats_.decode_tokens += step.num_decodes;
-    stats_.prefill_tokens += step.num_tokens - step.num_decodes;
+    stats_.decode_tokens += step.decode.num_tokens;
+    stats_.prefill_tokens += step.prefill.num_tokens;
   }
   return step;
 }
@@ -167,15 +169,17 @@ std::vector<TokenEvent> Scheduler::on_step_done(const ScheduledStep& step, std::
   step_pending_ = false;
   std::vector<TokenEvent> events;
   size_t next_sample = 0;
-  for (const ScheduledSeq& s : step.seqs) {
-    auto it = seqs_.find(s.id);
-    if (it == seqs_.end() || it->second->status != SequenceStatus::Running || it->second->num_computed != s.start) {
-      fail("scheduler: step entry for sequence ", s.id, " does not match a running sequence at position ", s.start);
+  for (const PhaseStep* phase : {&step.decode, &step.prefill}) {
+    for (const ScheduledSeq& s : phase->seqs) {
+      auto it = seqs_.find(s.id);
+      if (it == seqs_.end() || it->second->status != SequenceStatus::Running || it->second->num_computed != s.start) {
+        fail("scheduler: step entry for sequence ", s.id, " does not match a running sequence at position ", s.start);
+      }
+      Sequence& seq = *it->second;
+      seq.num_computed += static_cast<int32_t>(s.new_tokens.size());
+      blocks_.mark_computed(seq.id, std::span<const int32_t>(seq.tokens).first(seq.num_computed));
+      if (s.samples) events.push_back(apply_sample(seq, samples[next_sample++]));
     }
-    Sequence& seq = *it->second;
-    seq.num_computed += static_cast<int32_t>(s.new_tokens.size());
-    blocks_.mark_computed(seq.id, std::span<const int32_t>(seq.tokens).first(seq.num_computed));
-    if (s.samples) events.push_back(apply_sample(seq, samples[next_sample++]));
   }
   return events;
 }

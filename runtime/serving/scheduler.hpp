@@ -1,6 +1,7 @@
 // Continuous-batching scheduler with chunked prefill and recompute preemption (vLLM v1's Scheduler,
-// nano-vllm's scheduler.py). Model-independent: it hands out ScheduledSteps and takes back sampled
-// tokens; build_step_batch turns a step into the forward's StepBatch.
+// nano-vllm's scheduler.py). Model-independent: it hands out ScheduledSteps (a decode phase and a
+// prefill phase) and takes back sampled tokens; build_step_batch turns a phase into the forward's
+// StepBatch.
 //
 // Each schedule():
 //   1. Decodes of running sequences, oldest first, one token each. A decode that needs a page when
@@ -59,6 +60,7 @@ struct FinishedRequest {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;
+  std::vector<float> prompt_logits;    // [prompt, vocab] when Request::prompt_logits (the engine's)
 };
 
 struct SchedulerStats {
@@ -82,8 +84,8 @@ class Scheduler {
 
   ScheduledStep schedule();
 
-  // After the forward and the sampler: one SampleOutput per sampling sequence of `step`, in step
-  // order (= StepBatch::logit_rows order). Returns the generated tokens.
+  // After the forwards and the sampler: one SampleOutput per sampling sequence of `step`, the
+  // decode phase's first, each phase in its batch order. Returns the generated tokens.
   std::vector<TokenEvent> on_step_done(const ScheduledStep& step, std::span<const SampleOutput> samples);
 
   // Requests finished since the last call, in finishing order.

@@ -14,6 +14,9 @@ struct Request {
   RequestId id = 0;              // unique among the scheduler's unfinished requests
   std::vector<int32_t> prompt;   // token ids, non-empty
   SamplingParams params;
+  // Keep the logits of every prompt position (--dump-logits, prompt logprobs). Such a request
+  // takes no pages from the prefix cache: every prompt row must run.
+  bool prompt_logits = false;
 };
 
 enum class SequenceStatus { Waiting, Running, Finished };
@@ -56,6 +59,7 @@ struct Sequence {
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at the first admission
   int32_t num_preemptions = 0;
   bool admitted_before = false;
+  bool prompt_logits = false;     // Request::prompt_logits
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }

@@ -6,51 +6,65 @@
 
 namespace kiln {
 
-StepBatch build_step_batch(std::span<const ScheduledSeq> seqs, int32_t page_size) {
+StepBatch build_step_batch(const PhaseStep& phase, int32_t page_size, StepBuffer& buffer) {
   if (page_size <= 0) fail("build_step_batch: page_size = ", page_size, ": expected > 0");
-  StepBatch batch;
-  const int32_t num_seqs = static_cast<int32_t>(seqs.size());
-  size_t num_tokens = 0;
-  for (const ScheduledSeq& s : seqs) {
+  const int32_t stride = buffer.capacity().pages_per_seq;
+  int32_t num_logits = 0;
+  for (const ScheduledSeq& s : phase.seqs) {
     const int32_t pages = (s.context_len() + page_size - 1) / page_size;
-    if (s.new_tokens.empty() || s.start < 0 || static_cast<int32_t>(s.block_table.size()) < pages) {
-      fail("build_step_batch: sequence ", s.id, " has ", s.new_tokens.size(), " new tokens at position ",
-           s.start, " and ", s.block_table.size(), " pages; expected >= 1 token and >= ", pages, " pages");
+    if (s.new_tokens.empty() || s.start < 0 || static_cast<int32_t>(s.block_table.size()) < pages || pages > stride) {
+      fail("build_step_batch: sequence ", s.id, " has ", s.new_tokens.size(), " new tokens at position ", s.start,
+           " and ", s.block_table.size(), " pages; expected >= 1 token and ", pages, " pages (at most ", stride, ")");
     }
-    batch.max_pages_per_seq = std::max(batch.max_pages_per_seq, pages);
-    num_tokens += s.new_tokens.size();
+    if (phase.phase == StepPhase::decode && s.new_tokens.size() != 1) {
+      fail("build_step_batch: decode sequence ", s.id, " brings ", s.new_tokens.size(), " tokens; expected 1");
+    }
+    num_logits += (s.samples ? 1 : 0) + (s.prompt_logits ? static_cast<int32_t>(s.new_tokens.size()) : 0);
   }
 
-  batch.token_ids.reserve(num_tokens);
-  batch.positions.reserve(num_tokens);
-  batch.slot_mapping.reserve(num_tokens);
-  batch.query_start.reserve(num_seqs + 1);
-  batch.query_start.push_back(0);
-  batch.block_tables.assign(static_cast<size_t>(num_seqs) * batch.max_pages_per_seq, kBlockTablePadding);
-  for (int32_t si = 0; si < num_seqs; ++si) {
-    const ScheduledSeq& s = seqs[si];
-    for (size_t j = 0; j < s.new_tokens.size(); ++j) {
+  StepBatch batch = buffer.view(phase.phase, phase.num_tokens, static_cast<int32_t>(phase.seqs.size()), num_logits);
+  int32_t row = 0, sample_row = 0;
+  int32_t capture_row = phase.num_samples();
+  batch.num_samples = capture_row;
+  batch.query_start[0] = 0;
+  for (size_t si = 0; si < phase.seqs.size(); ++si) {
+    const ScheduledSeq& s = phase.seqs[si];
+    for (size_t j = 0; j < s.new_tokens.size(); ++j, ++row) {
       const int32_t position = s.start + static_cast<int32_t>(j);
-      batch.token_ids.push_back(s.new_tokens[j]);
-      batch.positions.push_back(position);
-      batch.slot_mapping.push_back(s.block_table[position / page_size] * page_size + position % page_size);
+      batch.token_ids[row] = s.new_tokens[j];
+      batch.positions[row] = position;
+      batch.slot_mapping[row] = s.block_table[position / page_size] * page_size + position % page_size;
+      if (s.prompt_logits) batch.logit_rows[capture_row++] = row;
     }
-    batch.query_start.push_back(batch.num_tokens());
-    batch.context_len.push_back(s.context_len());
+    if (s.samples) batch.logit_rows[sample_row++] = row - 1;
+    batch.query_start[si + 1] = row;
+    batch.context_len[si] = s.context_len();
     const int32_t pages = (s.context_len() + page_size - 1) / page_size;
-    std::copy_n(s.block_table.begin(), pages,
-                batch.block_tables.begin() + static_cast<ptrdiff_t>(si) * batch.max_pages_per_seq);
-    if (s.samples) batch.logit_rows.push_back(batch.num_tokens() - 1);
+    // Entries past a sequence's pages are never read (attention stops at context_len).
+    std::copy_n(s.block_table.begin(), pages, batch.block_tables.data() + si * stride);
   }
+  if (row != phase.num_tokens) fail("internal: phase of ", phase.num_tokens, " tokens has ", row, " rows");
   return batch;
 }
 
-std::vector<SamplerRow> sampler_rows(std::span<const ScheduledSeq> seqs) {
+std::vector<SamplerRow> sampler_rows(const PhaseStep& phase) {
   std::vector<SamplerRow> rows;
-  for (const ScheduledSeq& s : seqs) {
+  for (const ScheduledSeq& s : phase.seqs) {
     if (s.samples) rows.push_back(s.sampler);
   }
   return rows;
+}
+
+std::vector<PromptLogitRows> prompt_logit_rows(const PhaseStep& phase) {
+  std::vector<PromptLogitRows> out;
+  int32_t first = phase.num_samples();
+  for (const ScheduledSeq& s : phase.seqs) {
+    if (!s.prompt_logits) continue;
+    const int32_t count = static_cast<int32_t>(s.new_tokens.size());
+    out.push_back({s.id, s.start, count, first});
+    first += count;
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
-// Turns a scheduled step into the flat batch the forward consumes (runtime/core/step_batch.hpp) and
-// the sampler rows for its logits.
+// Turns one phase of a scheduled step into the flat batch the forward consumes
+// (runtime/core/step_batch.hpp), written straight into the backend's staging memory, and the
+// sampler rows for its logits.
 #pragma once
 
 #include <span>
@@ -10,20 +11,20 @@
 
 namespace kiln {
 
-// Rows in step order; block_tables rows cover each sequence's context_len and are padded with
-// kBlockTablePadding up to the longest one (max_pages_per_seq). logit_rows holds the last row of
-// every sequence that samples, in step order.
-StepBatch build_step_batch(std::span<const ScheduledSeq> seqs, int32_t page_size);
-inline StepBatch build_step_batch(const ScheduledStep& step, int32_t page_size) {
-  return build_step_batch(step.seqs, page_size);
-}
+// Rows in phase order; each block_tables row (the buffer's fixed stride) starts with the pages
+// that cover its sequence's context_len. logit_rows: the last row of every sequence that samples,
+// in phase order, then every row of the chunks that keep their prompt logits (PromptLogitRows).
+StepBatch build_step_batch(const PhaseStep& phase, int32_t page_size, StepBuffer& buffer);
 
-// Padding in block_tables beyond a sequence's pages: a valid page id, so a kernel that reads a
-// padded entry stays in bounds; attention never uses it (it stops at context_len).
-constexpr int32_t kBlockTablePadding = 0;
+// One row per sampling sequence, in the order of the batch's sampling logit rows.
+std::vector<SamplerRow> sampler_rows(const PhaseStep& phase);
 
-// One row per sampling sequence, in the order of StepBatch::logit_rows.
-std::vector<SamplerRow> sampler_rows(std::span<const ScheduledSeq> seqs);
-inline std::vector<SamplerRow> sampler_rows(const ScheduledStep& step) { return sampler_rows(step.seqs); }
+// Where each prompt-logits chunk's rows landed in a batch's logit rows: sequence `id` has its
+// positions [start, start + count) at logits rows [first_row, first_row + count).
+struct PromptLogitRows {
+  RequestId id;
+  int32_t start, count, first_row;
+};
+std::vector<PromptLogitRows> prompt_logit_rows(const PhaseStep& phase);
 
 }  // namespace kiln

@@ -39,19 +39,18 @@ Fixture load_fixture(const std::string& model_name) {
 }
 
 Run run_prompt(const ModelDef& model, Backend& backend, const Prompt& prompt) {
-  EngineOptions options;
-  options.capture_prompt_logits = true;
-  Engine engine(model, backend, options);
+  Engine engine(model, backend, EngineOptions{});
   Request request;
   request.id = 1;
   request.prompt = prompt.ids;
+  request.prompt_logits = true;
   request.params.temperature = 0.0f;
   request.params.max_tokens = static_cast<int32_t>(prompt.greedy.size());
   request.params.ignore_eos = true;  // the reference generates past EOS too
   engine.add(request);
   const std::vector<FinishedRequest> finished = engine.run();
   if (finished.size() != 1) fail("expected one finished request, got ", finished.size());
-  return {engine.prompt_logits(), finished.front().output_tokens};
+  return {finished.front().prompt_logits, finished.front().output_tokens};
 }
 
 LogitsComparison compare_logits(const std::vector<float>& golden, const std::vector<float>& ours, int64_t vocab,

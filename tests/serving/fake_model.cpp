@@ -7,8 +7,21 @@
 
 namespace kiln::testing {
 
+namespace {
+
+StepCapacity capacity(int32_t num_kv_slots, int32_t page_size) {
+  constexpr int32_t kMaxTokens = 8192, kMaxSeqs = 512;
+  return {kMaxTokens, kMaxSeqs, kMaxTokens + kMaxSeqs, (num_kv_slots + page_size - 1) / page_size};
+}
+
+}  // namespace
+
 FakeModel::FakeModel(int32_t num_kv_slots, int32_t page_size, int32_t vocab_size)
-    : page_size_(page_size), vocab_size_(vocab_size), kv_(num_kv_slots) {}
+    : page_size_(page_size),
+      vocab_size_(vocab_size),
+      kv_(num_kv_slots),
+      prefill_steps_(capacity(num_kv_slots, page_size)),
+      decode_steps_(capacity(num_kv_slots, page_size)) {}
 
 std::vector<float> FakeModel::logits_for(std::span<const int32_t> context) const {
   uint64_t h = 0x243F6A8885A308D3ull;

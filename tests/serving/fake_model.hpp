@@ -18,6 +18,9 @@ class FakeModel {
   FakeModel(int32_t num_kv_slots, int32_t page_size, int32_t vocab_size);
 
   int32_t vocab_size() const { return vocab_size_; }
+  // Where a step of `phase` is built (large enough for every test's scheduler settings; a block
+  // table row can name every page of the pool).
+  StepBuffer& step_buffer(StepPhase phase) { return phase == StepPhase::decode ? decode_steps_ : prefill_steps_; }
   // [batch.num_logits() x vocab_size] logits. Throws kiln::Error when a slot or block table entry
   // is out of range or a context position reads a slot holding another position.
   std::vector<float> forward(const StepBatch& batch);
@@ -32,6 +35,7 @@ class FakeModel {
   int32_t page_size_;
   int32_t vocab_size_;
   std::vector<Slot> kv_;
+  StepBuffer prefill_steps_, decode_steps_;
 };
 
 }  // namespace kiln::testing

@@ -9,9 +9,16 @@ namespace kiln::testing {
 ScheduledStep run_step(Scheduler& scheduler, FakeModel& model) {
   ScheduledStep step = scheduler.schedule();
   if (step.empty()) return step;
-  const StepBatch batch = build_step_batch(step, scheduler.blocks().page_size());
-  const std::vector<float> logits = model.forward(batch);
-  const std::vector<SampleOutput> samples = sample_cpu(logits, model.vocab_size(), sampler_rows(step));
+  std::vector<SampleOutput> samples;
+  for (const PhaseStep* phase : {&step.decode, &step.prefill}) {
+    if (phase->empty()) continue;
+    const StepBatch batch = build_step_batch(*phase, scheduler.blocks().page_size(), model.step_buffer(phase->phase));
+    const std::vector<float> logits = model.forward(batch);
+    const std::vector<SampleOutput> phase_samples =
+        sample_cpu(std::span<const float>(logits).first(batch.num_samples * static_cast<size_t>(model.vocab_size())),
+                   model.vocab_size(), sampler_rows(*phase));
+    samples.insert(samples.end(), phase_samples.begin(), phase_samples.end());
+  }
   scheduler.on_step_done(step, samples);
   return step;
 }
@@ -25,7 +32,7 @@ ServeResult serve(Scheduler& scheduler, FakeModel& model, const std::vector<Requ
     while (next < requests.size() && arrival_steps[next] <= result.steps) scheduler.add(requests[next++]);
     const ScheduledStep step = run_step(scheduler, model);
     ++result.steps;
-    for (const ScheduledSeq& s : step.seqs) {
+    for (const ScheduledSeq& s : step.prefill.seqs) {
       if (!s.samples) ++result.chunked_prefills;
     }
     for (FinishedRequest& f : scheduler.take_finished()) result.finished.emplace(f.id, std::move(f));

@@ -44,6 +44,14 @@ V range(int32_t first, int32_t count) {
 
 SampleOutput token(int32_t t, float logprob = 0.0f) { return SampleOutput{t, logprob, kSampleOk}; }
 
+// A step's sequences in sample order: its decode phase, then its prefill phase.
+std::vector<ScheduledSeq> seqs(const ScheduledStep& step) {
+  std::vector<ScheduledSeq> out = step.decode.seqs;
+  out.insert(out.end(), step.prefill.seqs.begin(), step.prefill.seqs.end());
+  return out;
+}
+V table(const ScheduledSeq& s) { return V(s.block_table.begin(), s.block_table.end()); }
+
 }  // namespace
 
 TEST_CASE("prefill chunks fill the token budget, and a partial prefill continues first") {
@@ -52,31 +60,31 @@ TEST_CASE("prefill chunks fill the token budget, and a partial prefill continues
   s.add(request(2, range(11, 5)));
 
   const ScheduledStep step1 = s.schedule();
-  REQUIRE(step1.seqs.size() == 1);  // A's first 8 tokens use the whole budget; B waits
-  CHECK(step1.seqs[0].id == 1);
-  CHECK(step1.seqs[0].start == 0);
-  CHECK(step1.seqs[0].new_tokens == range(1, 8));
-  CHECK(step1.seqs[0].block_table == V{0, 1, 2});  // the whole prompt has its slots
-  CHECK_FALSE(step1.seqs[0].samples);
-  CHECK(step1.num_tokens == 8);
-  CHECK(step1.num_decodes == 0);
+  REQUIRE(seqs(step1).size() == 1);  // A's first 8 tokens use the whole budget; B waits
+  CHECK(seqs(step1)[0].id == 1);
+  CHECK(seqs(step1)[0].start == 0);
+  CHECK(seqs(step1)[0].new_tokens == range(1, 8));
+  CHECK(table(seqs(step1)[0]) == V{0, 1, 2});  // the whole prompt has its slots
+  CHECK_FALSE(seqs(step1)[0].samples);
+  CHECK(step1.num_tokens() == 8);
+  CHECK(static_cast<int32_t>(step1.decode.seqs.size()) == 0);
   CHECK(s.num_waiting() == 1);
   CHECK(s.on_step_done(step1, {}).empty());
 
   const ScheduledStep step2 = s.schedule();
-  REQUIRE(step2.seqs.size() == 2);
-  CHECK(step2.seqs[0].id == 1);
-  CHECK(step2.seqs[0].start == 8);
-  CHECK(step2.seqs[0].new_tokens == V{9, 10});
-  CHECK(step2.seqs[0].samples);
-  CHECK(step2.seqs[0].sampler.counter == 0);
-  CHECK(step2.seqs[0].sampler.seed == 1001);
-  CHECK(step2.seqs[1].id == 2);
-  CHECK(step2.seqs[1].start == 0);
-  CHECK(step2.seqs[1].new_tokens == range(11, 5));
-  CHECK(step2.seqs[1].block_table == V{3, 4});
-  CHECK(step2.seqs[1].samples);
-  CHECK(step2.num_tokens == 7);
+  REQUIRE(seqs(step2).size() == 2);
+  CHECK(seqs(step2)[0].id == 1);
+  CHECK(seqs(step2)[0].start == 8);
+  CHECK(seqs(step2)[0].new_tokens == V{9, 10});
+  CHECK(seqs(step2)[0].samples);
+  CHECK(seqs(step2)[0].sampler.counter == 0);
+  CHECK(seqs(step2)[0].sampler.seed == 1001);
+  CHECK(seqs(step2)[1].id == 2);
+  CHECK(seqs(step2)[1].start == 0);
+  CHECK(seqs(step2)[1].new_tokens == range(11, 5));
+  CHECK(table(seqs(step2)[1]) == V{3, 4});
+  CHECK(seqs(step2)[1].samples);
+  CHECK(step2.num_tokens() == 7);
   const std::vector<TokenEvent> events = s.on_step_done(step2, std::vector<SampleOutput>{token(50), token(60)});
   REQUIRE(events.size() == 2);
   CHECK(events[0].id == 1);
@@ -87,20 +95,20 @@ TEST_CASE("prefill chunks fill the token budget, and a partial prefill continues
   // Decodes come first, oldest first, then the new prefill.
   s.add(request(3, V{7, 7, 7}));
   const ScheduledStep step3 = s.schedule();
-  REQUIRE(step3.seqs.size() == 3);
-  CHECK(step3.num_decodes == 2);
-  CHECK(step3.seqs[0].id == 1);
-  CHECK(step3.seqs[0].start == 10);
-  CHECK(step3.seqs[0].new_tokens == V{50});
-  CHECK(step3.seqs[0].sampler.counter == 1);
-  CHECK(step3.seqs[1].id == 2);
-  CHECK(step3.seqs[1].start == 5);
-  CHECK(step3.seqs[1].new_tokens == V{60});
-  CHECK(step3.seqs[1].block_table == V{3, 4});
-  CHECK(step3.seqs[2].id == 3);
-  CHECK(step3.seqs[2].new_tokens == V{7, 7, 7});
-  CHECK(step3.seqs[2].block_table == V{5});
-  CHECK(step3.num_tokens == 5);
+  REQUIRE(seqs(step3).size() == 3);
+  CHECK(static_cast<int32_t>(step3.decode.seqs.size()) == 2);
+  CHECK(seqs(step3)[0].id == 1);
+  CHECK(seqs(step3)[0].start == 10);
+  CHECK(seqs(step3)[0].new_tokens == V{50});
+  CHECK(seqs(step3)[0].sampler.counter == 1);
+  CHECK(seqs(step3)[1].id == 2);
+  CHECK(seqs(step3)[1].start == 5);
+  CHECK(seqs(step3)[1].new_tokens == V{60});
+  CHECK(table(seqs(step3)[1]) == V{3, 4});
+  CHECK(seqs(step3)[2].id == 3);
+  CHECK(seqs(step3)[2].new_tokens == V{7, 7, 7});
+  CHECK(table(seqs(step3)[2]) == V{5});
+  CHECK(step3.num_tokens() == 5);
 
   const SchedulerStats st = s.stats();
   CHECK(st.steps == 3);
@@ -114,7 +122,7 @@ TEST_CASE("max_num_seqs caps the running set and the queue head is never skipped
   s.add(request(2, range(1, 16)));  // 4 pages: does not fit next to request 1
   s.add(request(3, V{5, 6}));       // would fit, but waits behind request 2
   ScheduledStep step = s.schedule();
-  REQUIRE(step.seqs.size() == 1);
+  REQUIRE(seqs(step).size() == 1);
   CHECK(s.num_running() == 1);
   CHECK(s.num_waiting() == 2);
   s.on_step_done(step, std::vector<SampleOutput>{token(9)});
@@ -122,7 +130,7 @@ TEST_CASE("max_num_seqs caps the running set and the queue head is never skipped
   Scheduler capped(config(2, 64), BlockManager(64, 4));
   for (RequestId id = 1; id <= 3; ++id) capped.add(request(id, V{1, 2, 3}));
   step = capped.schedule();
-  CHECK(step.seqs.size() == 2);
+  CHECK(seqs(step).size() == 2);
   CHECK(capped.num_waiting() == 1);
 }
 
@@ -184,8 +192,8 @@ TEST_CASE("running out of pages preempts the newest sequence which later finishe
       REQUIRE(steps.size() < 50);
     }
     CHECK(steps[3].preempted == std::vector<RequestId>{2});
-    REQUIRE(steps[3].seqs.size() == 1);
-    CHECK(steps[3].seqs[0].id == 1);
+    REQUIRE(seqs(steps[3]).size() == 1);
+    CHECK(seqs(steps[3])[0].id == 1);
     CHECK(s.stats().preemptions == 1);
     for (const Request& r : requests) {
       CHECK(done.at(r.id).output_tokens == run_alone(cfg, 64, 4, r, vocab).output_tokens);
@@ -223,7 +231,7 @@ TEST_CASE("sequences finish on EOS or stop tokens or max_tokens or max context o
   for (int i = 0; i < 20 && s.has_unfinished(); ++i) {
     const ScheduledStep step = s.schedule();
     std::vector<SampleOutput> samples;
-    for (const ScheduledSeq& q : step.seqs) {
+    for (const ScheduledSeq& q : seqs(step)) {
       if (q.samples) samples.push_back(script.at(q.id).at(fed[q.id]++));
     }
     for (const TokenEvent& e : s.on_step_done(step, samples)) events.push_back(e);

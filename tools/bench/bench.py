@@ -57,12 +57,20 @@ def matmul_rate():
     return 10 * 2 * 8192 ** 3 / (time.perf_counter() - t)
 
 
-def run_kiln(model, ids):
-    cmd = [os.path.join(ROOT, "build", "bin", model), "--random-weights", "1", "--backend", "cuda", "--prompt-ids",
+def run_kiln(model, ids, bin_dir, profile=True):
+    cmd = [os.path.join(bin_dir, model), "--random-weights", "1", "--backend", "cuda", "--prompt-ids",
            ",".join(map(str, ids)), "--max-tokens", str(NEW), "--temperature", "0", "--ignore-eos",
            "--output-format", "json"]
-    runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout) for _ in range(2)]
-    return min(runs, key=lambda r: r["timings"]["decode_ms_per_step"])
+
+    def run(extra):
+        return json.loads(subprocess.run(cmd + extra, check=True, capture_output=True, text=True).stdout)
+
+    best = min((run([]) for _ in range(2)), key=lambda r: r["timings"]["decode_ms_per_step"])
+    # The bytes a step reads come from a --profile run (MoE models count their routed experts only
+    # then); the timing from runs without it.
+    if profile:
+        best["decode_bytes_per_step"] = run(["--profile"])["decode_bytes_per_step"]
+    return best
 
 
 @torch.no_grad()
@@ -93,20 +101,23 @@ def main():
     ap.add_argument("models", nargs="+")
     ap.add_argument("--out", default="bench.md")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"), help="the kiln binaries to measure")
+    ap.add_argument("--baseline-bin-dir", help="binaries of another build, measured in the same run for comparison")
     args = ap.parse_args()
     bw = copy_bandwidth()
     rate = matmul_rate()
     gpu = torch.cuda.get_device_name()
     lines = [f"GPU: {gpu}; copy bandwidth {bw / 1e12:.2f} TB/s (read + write); bf16 matmul {rate / 1e12:.0f} TFLOP/s",
              "",
-             "| model | kiln ms/token | floor ms (bytes/step) | % of bandwidth | kiln prefill 32 tok (ms) | HF ms/token | kiln vs HF |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | kiln ms/token | floor ms (bytes/step) | % of bandwidth | kiln prefill 32 tok (ms) | HF ms/token | kiln vs HF |"
+             + (" baseline ms/token | change |" if args.baseline_bin_dir else ""),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
     print(lines[0], flush=True)
     gen = torch.Generator().manual_seed(5)
     for m in args.models:
         vocab = hf_config_dict(os.path.join(ROOT, "configs", m + ".yaml"))["vocab_size"]
         ids = torch.randint(3, vocab, (PROMPT,), generator=gen).tolist()
-        r = run_kiln(m, ids)
+        r = run_kiln(m, ids, args.bin_dir)
         ms = r["timings"]["decode_ms_per_step"]
         step_bytes = r["decode_bytes_per_step"]["total"]
         floor = step_bytes / bw * 1e3
@@ -116,6 +127,9 @@ def main():
         ratio = "—" if hf_ms is None else f"{hf_ms * 1e3 / ms:.1f}×"
         line = (f"| {m} | {ms:.3f} | {floor:.3f} ({step_bytes / 1e9:.2f} GB) | {100 * floor / ms:.0f}% | "
                 f"{prefill:.2f} | {hf_text} | {ratio} |")
+        if args.baseline_bin_dir:
+            base = run_kiln(m, ids, args.baseline_bin_dir, profile=False)["timings"]["decode_ms_per_step"]
+            line += f" {base:.3f} | {100 * (ms - base) / base:+.1f}% |"
         lines.append(line)
         print(line, flush=True)
     with open(args.out, "w") as f:
