@@ -26,8 +26,8 @@ ArenaPlan plan_arena(const Graph& graph, int64_t max_tokens, int64_t act_bytes) 
   std::map<std::string, Interval> live;
   int64_t step = 0;
   for (const Op* op : graph.all_ops()) {
-    for (const auto* list : {&op->reads, &op->writes}) {
-      for (const auto& name : *list) {
+    for (const auto& list : {op->reads(), op->writes()}) {
+      for (const auto& name : list) {
         if (name == "logits") continue;  // the caller's output buffer, not in the arena
         Interval& iv = live[name];
         if (iv.first < 0) iv.first = step;

@@ -20,6 +20,7 @@ BuildSpec read_build(const YamlFields& build) {
   b.kv_page_size = build.integer("kv_page_size", 1);
   b.max_batch = build.integer("max_batch", 1);
   b.max_batched_tokens = build.integer("max_batched_tokens", 1);
+  b.attention_partition = build.integer_or("attention_partition", b.attention_partition, 1);
   b.gpu_archs = build.string_list("gpu_archs");
   build.reject_unknown();
   return b;

@@ -4,31 +4,25 @@
 #include <set>
 
 #include "codegen/emit.hpp"
-#include "codegen/emit_cuda_ops.hpp"
+#include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
 
 namespace kiln::codegen {
 
 namespace {
 
-enum class Backend { ref, cuda_prefill, cuda_decode };
-
-void emit_op(const Op& op, const Graph& g, Backend backend, Code& c) {
+void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
   if (!op.parts.empty()) {
     for (const Op& part : op.parts) c.comment(part.math);
-    if (backend != Backend::ref) c.comment("(one fused kernel)");
+    if (phase != Phase::ref) c.comment("(one fused kernel)");
   } else {
     c.comment(op.math);
   }
-  if (backend == Backend::ref) {
-    for (const auto& stmt : ref_call(op, g)) c.line(stmt);
-  } else {
-    c.line(cuda_call(op, g, backend == Backend::cuda_decode ? Phase::decode : Phase::prefill));
-  }
+  for (const auto& stmt : op_call(op, g, phase)) c.line(stmt);
 }
 
-void emit_buffers(const Graph& g, Backend backend, Code& c) {
-  const bool gpu = backend != Backend::ref;
+void emit_buffers(const Graph& g, Phase phase, Code& c) {
+  const bool gpu = phase != Phase::ref;
   for (const Buffer& b : g.buffers) {
     const std::string type = b.elem == Elem::i32 ? (gpu ? "int" : "int32_t") : b.elem == Elem::f32 || !gpu ? "float" : "bf16";
     const std::string base = gpu ? "ctx.arena" : "arena";
@@ -38,14 +32,16 @@ void emit_buffers(const Graph& g, Backend backend, Code& c) {
   }
 }
 
-std::string kv_decl(const Graph& g, Backend backend) {
-  if (backend != Backend::ref) return "bf16* kv = ctx.kv_layer<bf16>(layer);";
-  if (g.latent_kv) return "const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, kKvElemsPerToken, kPageSize};";
-  return "const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, kNumKvHeads, kHeadDim, kPageSize};";
+std::string kv_decl(const Graph& g, Phase phase) {
+  if (phase != Phase::ref) return "bf16* kv = ctx.kv_layer<bf16>(layer);";
+  if (g.latent_kv) {
+    return "const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, {kKvElemsPerToken}, kPageSize};";
+  }
+  return "const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, {kNumKvHeads, kHeadDim, kPageSize}};";
 }
 
-void emit_body(const Graph& g, Backend backend, Code& c) {
-  const bool gpu = backend != Backend::ref;
+void emit_body(const Graph& g, Phase phase, Code& c) {
+  const bool gpu = phase != Phase::ref;
   c.line(gpu ? "const int T = step.num_tokens;   // tokens in this step" : "const int64_t T = step.num_tokens();   // tokens in this step");
   c.line(gpu ? "const int N = step.num_logits;   // rows that need logits" : "const int64_t N = step.num_logits();   // rows that need logits");
   if (gpu) {
@@ -54,9 +50,9 @@ void emit_body(const Graph& g, Backend backend, Code& c) {
     c.line("char* arena = reinterpret_cast<char*>(ctx.arena);");
     c.line("const int64_t kv_layer_floats = ctx.num_pages * kPageSize * kKvElemsPerToken;");
   }
-  emit_buffers(g, backend, c);
+  emit_buffers(g, phase, c);
   c.line();
-  for (const Op& op : g.prologue) emit_op(op, g, backend, c);
+  for (const Op& op : g.prologue) emit_op(op, g, phase, c);
 
   for (const LayerBlock& block : g.blocks) {
     c.line();
@@ -65,18 +61,18 @@ void emit_body(const Graph& g, Backend backend, Code& c) {
     c.line("for (int layer = " + first + "; layer < " + last + "; ++layer) {");
     c.indent();
     c.line(std::string("const LayerWeights<") + (gpu ? "bf16" : "float") + ">& lw = w.layers[layer];");
-    c.line(kv_decl(g, backend));
+    c.line(kv_decl(g, phase));
     for (const auto& [stage, ops] : block.stages) {
       c.line();
       c.comment(stage);
-      for (const Op& op : ops) emit_op(op, g, backend, c);
+      for (const Op& op : ops) emit_op(op, g, phase, c);
     }
     c.dedent();
     c.line("}");
   }
   c.line();
   c.comment("---- logits ----");
-  for (const Op& op : g.epilogue) emit_op(op, g, backend, c);
+  for (const Op& op : g.epilogue) emit_op(op, g, phase, c);
 }
 
 }  // namespace
@@ -98,7 +94,7 @@ std::string emit_forward_ref(const ModelSpec& spec, const Graph& g) {
   c.comment("One step over the flat batch `step`; writes logits [N, kVocabSize] for step.logit_rows.");
   c.line("void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContext& ctx, float* logits) {");
   c.indent();
-  emit_body(g, Backend::ref, c);
+  emit_body(g, Phase::ref, c);
   c.dedent();
   c.line("}");
   c.line();
@@ -138,7 +134,7 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.comment("attention runs over each sequence's cached pages with a causal mask.");
   c.line("void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {");
   c.indent();
-  emit_body(g, Backend::cuda_prefill, c);
+  emit_body(g, Phase::prefill, c);
   c.dedent();
   c.line("}");
   c.line();
@@ -146,7 +142,7 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.comment("once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).");
   c.line("void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {");
   c.indent();
-  emit_body(g, Backend::cuda_decode, c);
+  emit_body(g, Phase::decode, c);
   c.dedent();
   c.line("}");
   c.line();

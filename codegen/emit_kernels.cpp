@@ -5,7 +5,7 @@
 #include <set>
 
 #include "codegen/emit.hpp"
-#include "codegen/emit_cuda_ops.hpp"
+#include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
 
 namespace kiln::codegen {
@@ -46,6 +46,18 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
     c.line("  " + k.body);
     c.line("}");
   }
+  // The sizes the generator computed for the templates' scratch and buffers, against the layouts
+  // the templates define (a mismatch stops the build, not the kernel).
+  std::set<std::string> ties;
+  for (const Op* op : g.all_ops()) {
+    for (std::string tie : op->record().ties) {
+      const size_t at = tie.find("{shape}");
+      if (at != std::string::npos) tie.replace(at, 7, shape_constant(*op));
+      ties.insert(tie);
+    }
+  }
+  if (!ties.empty()) c.line();
+  for (const auto& tie : ties) c.line("static_assert(" + tie + ");");
   c.line();
   c.line("}  // namespace kiln::models::" + spec.id());
   return c.str();

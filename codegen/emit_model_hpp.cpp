@@ -1,10 +1,12 @@
 // model.hpp: the model's constants (each with the config field it comes from), its weights as a
 // struct with shape comments, the activation arena plan, and the declarations the other generated
-// files share. The first part includes nothing, so NVRTC can compile kernels.cu, which includes it.
+// files share. The first part includes only the op shape structs, so NVRTC can compile kernels.cu,
+// which includes it.
+#include <map>
 #include <set>
 
 #include "codegen/emit.hpp"
-#include "codegen/emit_cuda_ops.hpp"
+#include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
 
 namespace kiln::codegen {
@@ -23,6 +25,29 @@ void emit_constants(const Graph& g, Code& c) {
       decl = "constexpr double " + k.name + " = " + fmt_real(k.real_value) + ";";
     }
     c.line(pad(decl, 44) + "// " + k.origin);
+  }
+}
+
+// One constant per kernel instantiation: the op's shape, its members named (codegen/ops.def). Fused
+// ops' parts have theirs too (the CPU reference runs the parts).
+void emit_op_shapes(const Graph& g, Code& c) {
+  std::map<std::string, std::vector<const Op*>> users;
+  std::vector<const Op*> order;
+  auto visit = [&](const Op& op, auto&& self) -> void {
+    auto& list = users[op.kernel];
+    if (list.empty()) order.push_back(&op);
+    list.push_back(&op);
+    for (const Op& part : op.parts) self(part, self);
+  };
+  for (const Op* op : g.all_ops()) visit(*op, visit);
+  for (const Op* op : order) {
+    std::string labels;
+    std::set<std::string> seen;
+    for (const Op* user : users[op->kernel]) {
+      if (seen.insert(user->label).second) labels += (labels.empty() ? "" : ", ") + user->label;
+    }
+    c.comment(labels);
+    c.line("constexpr shape::" + op->record().name + " " + shape_constant(*op) + shape_init(*op) + ";");
   }
 }
 
@@ -112,10 +137,15 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.paragraph(model_summary(spec));
   c.line("#pragma once");
   c.line();
+  c.line("#include \"codegen/op_shapes.hpp\"");
+  c.line();
   c.line("namespace kiln::models::" + spec.id() + " {");
   c.line();
   c.comment("---- constants: the only literals of the generated code ----");
   emit_constants(g, c);
+  c.line();
+  c.comment("---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----");
+  emit_op_shapes(g, c);
   c.line();
   emit_weights(g, c);
   c.line();

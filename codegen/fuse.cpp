@@ -17,22 +17,23 @@ namespace {
 // [head_rmsnorm] + rope + kv_write over `qkv` -> attention_prep.
 void fuse_attention_prep(std::vector<Op>& ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
-    size_t rope = i;
-    if (ops[i].kind == OpKind::head_rmsnorm) rope = i + 1;
+    const bool norm = ops[i].kind == OpKind::head_rmsnorm;
+    const size_t rope = norm ? i + 1 : i;
     if (rope + 1 >= ops.size() || ops[rope].kind != OpKind::rope || ops[rope + 1].kind != OpKind::kv_write) continue;
-    if (ops[rope].interleaved || ops[rope].reads != std::vector<std::string>{"qkv"}) continue;
-    Op prep{OpKind::attention_prep};
-    prep.parts.assign(ops.begin() + i, ops.begin() + rope + 2);
-    prep.label = "self_attn (q/k prep)";
-    for (const Op& part : prep.parts) prep.math += (prep.math.empty() ? "" : "; then ") + part.math;
-    prep.reads = {"qkv"};
-    prep.writes = {"qkv"};
+    const Op& r = ops[rope];
+    if (r.shape.at("interleaved") != "false" || r.args.at("rows") != "qkv" || r.shape.at("offset") != "0") continue;
     const Op& kv = ops[rope + 1];
-    prep.dims = {{"heads", "kNumHeads"}, {"kv_heads", kv.dims.at("kv_heads")}, {"head_dim", kv.dims.at("head_dim")},
-                 {"row", kv.dims.at("row")}, {"page_size", kv.dims.at("page_size")}};
-    prep.reals = {{"eps", "kRmsNormEps"}};
-    if (ops[i].kind == OpKind::head_rmsnorm) prep.weights = ops[i].weights;  // q_norm, k_norm
-    prep.kernel = "attention_prep";
+    Op prep = make_op(OpKind::attention_prep, "self_attn (q/k prep)", "", {{"qkv", "qkv"}},
+                      {{"heads", "kNumHeads"}, {"kv_heads", kv.shape.at("kv_heads")}, {"head_dim", kv.shape.at("head_dim")},
+                       {"row", kv.shape.at("row")}, {"page_size", kv.shape.at("page_size")},
+                       {"qk_norm", norm ? "true" : "false"}, {"eps", "kRmsNormEps"}},
+                      "attention_prep");
+    if (norm) {
+      prep.args["q_norm"] = ops[i].args.at("q_norm");
+      prep.args["k_norm"] = ops[i].args.at("k_norm");
+    }
+    prep.parts.assign(ops.begin() + i, ops.begin() + rope + 2);
+    for (const Op& part : prep.parts) prep.math += (prep.math.empty() ? "" : "; then ") + part.math;
     ops.erase(ops.begin() + i, ops.begin() + rope + 2);
     ops.insert(ops.begin() + i, prep);
   }

@@ -10,16 +10,11 @@
 #include <vector>
 
 #include "codegen/model_spec.hpp"
+#include "codegen/op_record.hpp"
 
 namespace kiln::codegen {
 
-enum class OpKind {
-#define KILN_OP(name, summary) name,
-#include "codegen/ops.def"
-#undef KILN_OP
-};
-const char* op_name(OpKind kind);
-const char* op_summary(OpKind kind);
+
 
 // Element type of a buffer: `act` is bf16 on the GPU and fp32 in the reference; `f32` is fp32 on
 // both (the residual stream, kept in fp32 for accuracy; router logits); `i32` holds indices.
@@ -44,28 +39,26 @@ struct Constant {
   std::string origin;    // the config field, or how it is derived
 };
 
-// Where a linear op's result goes.
-enum class Epilogue { store, residual_add, store_f32 };
-
+// One op of the graph: an instance of its record (codegen/ops.def) with every argument and shape
+// member bound. What it reads and writes follows from the record's argument sources.
 struct Op {
   OpKind kind;
   std::string label;     // HF module name(s) this op implements, e.g. "self_attn.q_proj,k_proj,v_proj"
   std::string math;      // one-line formula with the config's numbers, emitted as the comment
-  std::vector<std::string> reads;    // buffers
-  std::vector<std::string> writes;   // buffers
-  std::vector<std::string> weights;  // weight fields, e.g. "embed_tokens", "input_layernorm" (layer)
-  std::map<std::string, std::string> dims;   // template parameter -> Constant name (sizes)
-  std::map<std::string, std::string> reals;  // argument -> Constant name (eps, softmax scale)
-  Epilogue epilogue = Epilogue::store;   // linear only
-  bool on_logit_rows = false;            // runs on the N rows that need logits, not on all T tokens
-  bool interleaved = false;              // rope: pairs (2i, 2i+1) instead of (i, i + dim/2)
-  bool group_limited = false;            // moe_route: topk_method group_limited_greedy
-  bool normalize = false;                // moe_route: renormalize the top-k weights (norm_topk_prob)
+  std::map<std::string, std::string> args;   // record argument -> buffer, or weight field
+  std::map<std::string, std::string> shape;  // shape member -> constant name, or a literal of its type
+  std::string rows = "T";  // the rows it runs over: T (every token), N (the rows that need logits), ...
 
   // Fusion (fuse.cpp). A fused op lists the ops it replaces in `parts`: the CPU reference runs
   // them one by one, the CUDA forward runs one kernel.
   std::vector<Op> parts;
-  std::string kernel;    // the wrapper this op calls in kernels.cu (ops sharing one instantiation share it)
+  std::string kernel;    // its wrapper's name in kernels.cu; ops with the same rendered call share one
+
+  const OpRecord& record() const { return codegen::record(kind); }
+  // Buffers (in the record's argument order) and weight fields bound to its arguments.
+  std::vector<std::string> reads() const;
+  std::vector<std::string> writes() const;
+  std::vector<std::string> weights() const;
 };
 
 // A run of layers with one structure; the forward loops over [first, last).

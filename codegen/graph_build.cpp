@@ -10,28 +10,6 @@
 
 namespace kiln::codegen {
 
-const char* op_name(OpKind kind) {
-  switch (kind) {
-#define KILN_OP(name, summary) \
-  case OpKind::name:           \
-    return #name;
-#include "codegen/ops.def"
-#undef KILN_OP
-  }
-  return "?";
-}
-
-const char* op_summary(OpKind kind) {
-  switch (kind) {
-#define KILN_OP(name, summary) \
-  case OpKind::name:           \
-    return summary;
-#include "codegen/ops.def"
-#undef KILN_OP
-  }
-  return "?";
-}
-
 const Buffer& Graph::buffer(const std::string& name) const {
   for (const auto& b : buffers) {
     if (b.name == name) return b;
@@ -112,57 +90,16 @@ std::string hf_layer(const std::string& suffix) { return "model.layers.{L}." + s
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-Op make_rmsnorm(const Graph& g, const std::string& weight, const std::string& in, const std::string& out,
-                const std::string& dim) {
-  Op op{OpKind::rmsnorm};
-  op.label = weight;
-  op.math = out + " = RMSNorm(" + in + ") · " + weight + "   (" + num(g.value(dim)) + " features)";
-  op.reads = {in};
-  op.writes = {out};
-  op.weights = {weight};
-  op.dims = {{"dim", dim}};
-  op.reals = {{"eps", "kRmsNormEps"}};
-  op.kernel = "rmsnorm_" + num(g.value(dim));
-  return op;
-}
 
-Op make_rope(const Graph& g, const std::string& label, const std::string& buffer, const std::string& math,
-             const std::string& heads, const std::string& head_stride, const std::string& rotary_dim,
-             const std::string& row, const std::string& offset, bool interleaved, const std::string& kernel) {
-  Op op{OpKind::rope};
-  op.label = label;
-  op.math = math;
-  op.reads = {buffer};
-  op.writes = {buffer};
-  op.dims = {{"heads", heads}, {"head_stride", head_stride}, {"rotary_dim", rotary_dim}, {"row", row}};
-  if (!offset.empty()) op.dims["offset"] = offset;
-  op.interleaved = interleaved;
-  op.kernel = kernel;
-  (void)g;
-  return op;
-}
-
-Op make_linear(const Graph& g, const std::string& label, const std::string& weight, const std::string& in,
-               const std::string& out, const std::string& n, const std::string& k, Epilogue epilogue,
-               const std::string& detail) {
-  Op op{OpKind::linear};
-  op.label = label;
-  const std::string product =
-      in + "[T, " + num(g.value(k)) + "] · " + weight + "[" + num(g.value(n)) + ", " + num(g.value(k)) + "]ᵀ";
-  switch (epilogue) {
-    case Epilogue::store: op.math = out + " = " + product; break;
-    case Epilogue::residual_add: op.math = out + " += " + product + "   (residual add fused)"; break;
-    case Epilogue::store_f32: op.math = out + " = " + product + "   (fp32)"; break;
-  }
-  if (!detail.empty()) op.math += "   " + detail;
-  op.reads = {in};
-  op.writes = {out};
-  if (epilogue == Epilogue::residual_add) op.reads.push_back(out);
-  op.weights = {weight};
-  op.dims = {{"n", n}, {"k", k}};
-  op.epilogue = epilogue;
-  op.kernel = "linear_" + weight;
-  return op;
+// The SM count of the common part with each target architecture (validate.cpp lists them): the
+// GEMV spreads its rows and column splits over that many SMs. H100 and H200 SXM have 132 SMs; A100
+// 108; the sm_86 and sm_89 figures are the largest parts (RTX A6000 / 3090: 84, L40S: 142).
+int64_t target_sms(const std::string& arch) {
+  if (arch == "sm_90" || arch == "sm_90a") return 132;
+  if (arch == "sm_80") return 108;
+  if (arch == "sm_86") return 84;
+  if (arch == "sm_89") return 142;
+  fail("internal: no SM count for target ", arch);
 }
 
 void define_common_constants(const ModelSpec& s, Graph& g) {
@@ -175,15 +112,19 @@ void define_common_constants(const ModelSpec& s, Graph& g) {
   g.define("kMaxBatch", s.build.max_batch, "build.max_batch: sequences decoded together");
   g.define("kMaxBatchedTokens", s.build.max_batched_tokens, "build.max_batched_tokens: tokens per step");
   define_rope_constants(s, g);
+  const std::string& arch = s.build.gpu_archs.front();
+  g.define("kTargetSms", target_sms(arch),
+           "SMs of the first build.gpu_archs target (" + arch + "): sizes the decode GEMV's split, any GPU runs it");
 }
 
 // Split-KV decode attention (PagedAttention V2): each sequence's context is cut into partitions of
-// kAttnPartition tokens, each reduced on its own, then merged; the partials live in GPU scratch.
+// kAttnPartition tokens, each reduced on its own, then merged; the partials live in GPU scratch,
+// whose layout is the template's (kernels.cu asserts the size against it).
 void define_decode_attention_constants(const ModelSpec& s, Graph& g, const std::string& heads,
                                        const std::string& value_dim) {
-  const int64_t partition = 512;
+  const int64_t partition = s.build.attention_partition;
   const int64_t partitions = (s.build.max_context + partition - 1) / partition;
-  g.define("kAttnPartition", partition, "decode attention: tokens per split-KV partition");
+  g.define("kAttnPartition", partition, "build.attention_partition: decode attention tokens per split-KV partition");
   g.define("kAttnMaxPartitions", partitions, "ceil(kMaxContext / kAttnPartition)");
   g.define("kDecodeScratchFloats", s.build.max_batch * g.value(heads) * partitions * (g.value(value_dim) + 2),
            "decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)");
@@ -225,47 +166,20 @@ void add_final_weights(const ModelSpec& s, Graph& g) {
 }
 
 void add_prologue_epilogue(const ModelSpec& s, Graph& g) {
-  Op embed{OpKind::embed};
-  embed.label = "embed_tokens";
-  embed.math = "x = embed_tokens[token_ids]   (x: fp32 residual stream [T, " + num(s.hidden_size) + "])";
-  embed.writes = {"x"};
-  embed.weights = {"embed_tokens"};
-  embed.dims = {{"dim", "kHiddenSize"}, {"vocab", "kVocabSize"}};
-  embed.kernel = "embed_tokens";
-  g.prologue.push_back(embed);
-
-  Op norm = make_rmsnorm(g, "norm", "x", "h", "kHiddenSize");
-  norm.kind = OpKind::rmsnorm_rows;
-  norm.math = "h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)";
-  norm.kernel = "rmsnorm_rows_" + num(s.hidden_size);
+  g.prologue.push_back(make_op(OpKind::embed, "embed_tokens",
+                               "x = embed_tokens[token_ids]   (x: fp32 residual stream [T, " + num(s.hidden_size) + "])",
+                               {{"table", "embed_tokens"}, {"x", "x"}}, {{"vocab", "kVocabSize"}, {"dim", "kHiddenSize"}},
+                               "embed_tokens"));
+  Op norm = make_op(OpKind::rmsnorm_rows, "norm",
+                    "h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)",
+                    {{"x", "x"}, {"weight", "norm"}, {"out", "h"}}, {{"dim", "kHiddenSize"}, {"eps", "kRmsNormEps"}},
+                    "rmsnorm_rows_" + num(s.hidden_size));
+  norm.rows = "N";
   g.epilogue.push_back(norm);
-  Op lm_head = make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", Epilogue::store_f32, "");
-  lm_head.on_logit_rows = true;
-  lm_head.math.replace(lm_head.math.find("[T,"), 3, "[N,");
-  g.epilogue.push_back(lm_head);
+  g.epilogue.push_back(
+      make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", LinearOut::store_f32, "", "N"));
 }
 
-// Ops with the same instantiation (kind, sizes, reals, epilogue) call one kernel wrapper: the first
-// op's name wins, so names stay stable and readable.
-void share_kernels(Graph& g) {
-  std::map<std::string, std::string> by_signature;
-  auto visit = [&](Op& op) {
-    std::string sig = std::string(op_name(op.kind)) + "/" + num(static_cast<int>(op.epilogue)) + "/" +
-                      (op.interleaved ? "i" : "-") + (op.group_limited ? "g" : "-") + (op.normalize ? "n" : "-") +
-                      "/" + std::to_string(op.parts.size());
-    for (const auto& [k, v] : op.dims) sig += "/" + k + "=" + num(g.value(v));
-    for (const auto& [k, v] : op.reals) sig += "/" + k + "=" + fmt_real(g.constant(v).real_value);
-    auto [it, inserted] = by_signature.emplace(sig, op.kernel);
-    op.kernel = it->second;
-  };
-  for (auto& op : g.prologue) visit(op);
-  for (auto& block : g.blocks) {
-    for (auto& [stage, ops] : block.stages) {
-      for (auto& op : ops) visit(op);
-    }
-  }
-  for (auto& op : g.epilogue) visit(op);
-}
 
 namespace {
 
@@ -326,65 +240,48 @@ void build_dense(const ModelSpec& s, Graph& g) {
   std::vector<Op> attn;
   attn.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
   attn.push_back(make_linear(g, "self_attn.q_proj,k_proj,v_proj", "qkv_proj", "h", "qkv", "kQkvWidth", "kHiddenSize",
-                             Epilogue::store,
+                             LinearOut::store_bf16,
                              "(q " + num(q_width) + " | k " + num(kv_width) + " | v " + num(kv_width) + ")"));
   if (s.has_qk_norm()) {
-    Op norm{OpKind::head_rmsnorm};
-    norm.label = "self_attn.q_norm,k_norm";
-    norm.math = "q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of " + num(D) + ")";
-    norm.reads = {"qkv"};
-    norm.writes = {"qkv"};
-    norm.weights = {"q_norm", "k_norm"};
-    norm.dims = {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"row", "kQkvWidth"}};
-    norm.reals = {{"eps", "kRmsNormEps"}};
-    norm.kernel = "qk_norm";
-    attn.push_back(norm);
+    attn.push_back(make_op(
+        OpKind::head_rmsnorm, "self_attn.q_norm,k_norm",
+        "q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of " + num(D) + ")",
+        {{"qkv", "qkv"}, {"q_norm", "q_norm"}, {"k_norm", "k_norm"}},
+        {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"row", "kQkvWidth"},
+         {"eps", "kRmsNormEps"}},
+        "head_rmsnorm"));
   }
   g.define("kNumQkHeads", Hq + Hkv, "q and k heads, rotated together: kNumHeads + kNumKvHeads");
-  attn.push_back(make_rope(g, "rotary_emb", "qkv",
+  attn.push_back(make_rope("rotary_emb", "qkv",
                            "q, k = RoPE(q, k; positions)   (pairs (i, i + " + num(D / 2) + "), theta " +
                                fmt_real(s.rope.theta) +
                                (s.rope.type == RopeType::llama3 ? ", llama3 frequency scaling" : "") + ")",
-                           "kNumQkHeads", "kHeadDim", "kHeadDim", "kQkvWidth", "", false, "rope_qk"));
-
-  Op kv{OpKind::kv_write};
-  kv.label = "past_key_values";
-  kv.math = "k_cache[slot], v_cache[slot] = k, v   (" + num(Hkv) + " KV heads × " + num(D) + ", pages of " +
-            num(s.build.kv_page_size) + " tokens)";
-  kv.reads = {"qkv"};
-  kv.dims = {{"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"page_size", "kPageSize"}, {"row", "kQkvWidth"},
-             {"k_offset", "kKvOffset"}, {"v_offset", "kVOffset"}};
-  kv.kernel = "kv_write";
-  attn.push_back(kv);
-
-  Op sdpa{OpKind::attention};
-  sdpa.label = "self_attn";
-  sdpa.math = "attn = softmax(q·kᵀ · " + fmt_real(1.0 / std::sqrt(static_cast<double>(D))) + " + causal mask) · v   (" +
-              num(Hq) + " query heads share " + num(Hkv) + " KV heads)";
-  sdpa.reads = {"qkv"};
-  sdpa.writes = {"attn"};
-  sdpa.dims = {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"page_size", "kPageSize"},
-               {"row", "kQkvWidth"}};
-  sdpa.reals = {{"scale", "kAttnScale"}};
-  sdpa.kernel = "attention";
-  attn.push_back(sdpa);
-  attn.push_back(
-      make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kQWidth", Epilogue::residual_add, ""));
+                           "kNumQkHeads", "kHeadDim", "kHeadDim", "kQkvWidth", "0", false, "rope_qk"));
+  attn.push_back(make_op(OpKind::kv_write, "past_key_values",
+                         "k_cache[slot], v_cache[slot] = k, v   (" + num(Hkv) + " KV heads × " + num(D) +
+                             ", pages of " + num(s.build.kv_page_size) + " tokens)",
+                         {{"qkv", "qkv"}},
+                         {{"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"}, {"page_size", "kPageSize"},
+                          {"row", "kQkvWidth"}, {"k_offset", "kKvOffset"}, {"v_offset", "kVOffset"}},
+                         "kv_write"));
+  attn.push_back(make_op(OpKind::attention, "self_attn",
+                         "attn = softmax(q·kᵀ · " + fmt_real(1.0 / std::sqrt(static_cast<double>(D))) +
+                             " + causal mask) · v   (" + num(Hq) + " query heads share " + num(Hkv) + " KV heads)",
+                         {{"q", "qkv"}, {"out", "attn"}},
+                         {{"heads", "kNumHeads"}, {"kv_heads", "kNumKvHeads"}, {"head_dim", "kHeadDim"},
+                          {"page_size", "kPageSize"}, {"row", "kQkvWidth"}, {"scale", "kAttnScale"},
+                          {"partition", "kAttnPartition"}, {"max_partitions", "kAttnMaxPartitions"}},
+                         "attention"));
+  attn.push_back(make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kQWidth",
+                             LinearOut::add_f32, ""));
 
   std::vector<Op> mlp;
   mlp.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   mlp.push_back(make_linear(g, "mlp.gate_proj,up_proj", "gate_up_proj", "h", "gate_up", "kGateUpWidth", "kHiddenSize",
-                            Epilogue::store, "(gate " + num(I) + " | up " + num(I) + ")"));
-  Op silu{OpKind::silu_mul};
-  silu.label = "mlp.act_fn";
-  silu.math = "act = silu(gate) ⊙ up   (" + num(I) + " features)";
-  silu.reads = {"gate_up"};
-  silu.writes = {"act"};
-  silu.dims = {{"dim", "kIntermediateSize"}};
-  silu.kernel = "silu_mul_" + num(I);
-  mlp.push_back(silu);
+                            LinearOut::store_bf16, "(gate " + num(I) + " | up " + num(I) + ")"));
+  mlp.push_back(make_silu_mul("mlp.act_fn", "gate_up", "act", "kIntermediateSize", g));
   mlp.push_back(make_linear(g, "mlp.down_proj", "down_proj", "act", "x", "kHiddenSize", "kIntermediateSize",
-                            Epilogue::residual_add, ""));
+                            LinearOut::add_f32, ""));
 
   g.blocks.push_back({"decoder_layer", 0, L, {{"self-attention", attn}, {"MLP (SwiGLU)", mlp}}});
   add_prologue_epilogue(s, g);
@@ -422,6 +319,7 @@ Graph build_graph(const ModelSpec& spec) {
     build_dense(spec, g);
   }
   fuse(g);
+  check_bindings(g);
   share_kernels(g);
   define_decode_bytes(spec, g);
   // Kernel wrappers and buffers share the generated forward's scope: one name, one thing.

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "codegen/graph.hpp"
+#include "codegen/op_shapes.hpp"
 
 namespace kiln::codegen {
 
@@ -11,17 +12,26 @@ std::string fmt_real(double v);                     // shortest faithful text of
 std::string num(int64_t v);
 std::string hf_layer(const std::string& suffix);    // "model.layers.{L}." + suffix
 
-// `dim`, `n`, `k` name constants of `g`.
+// ---- ops (graph_ops.cpp); sizes are names of constants of `g` ----
+Op make_op(OpKind kind, const std::string& label, const std::string& math, std::map<std::string, std::string> args,
+           std::map<std::string, std::string> shape, const std::string& kernel);
 Op make_rmsnorm(const Graph& g, const std::string& weight, const std::string& in, const std::string& out,
                 const std::string& dim);
-// RoPE in place over `heads` vectors per row of `buffer` (vector h at offset + h·head_stride);
-// `offset` names a constant, or is empty for 0.
-Op make_rope(const Graph& g, const std::string& label, const std::string& buffer, const std::string& math,
-             const std::string& heads, const std::string& head_stride, const std::string& rotary_dim,
-             const std::string& row, const std::string& offset, bool interleaved, const std::string& kernel);
+// RoPE in place over `heads` vectors per row of `buffer` (vector h at offset + h·head_stride).
+Op make_rope(const std::string& label, const std::string& buffer, const std::string& math, const std::string& heads,
+             const std::string& head_stride, const std::string& rotary_dim, const std::string& row,
+             const std::string& offset, bool interleaved, const std::string& kernel);
+// out[rows, n] (=|+=) in[rows, k] · weight[n, k]ᵀ; rows: "T" (every token) or "N" (logit rows).
 Op make_linear(const Graph& g, const std::string& label, const std::string& weight, const std::string& in,
-               const std::string& out, const std::string& n, const std::string& k, Epilogue epilogue,
-               const std::string& detail);
+               const std::string& out, const std::string& n, const std::string& k, LinearOut result,
+               const std::string& detail, const std::string& rows = "T");
+// silu(gate) ⊙ up over T rows, or T × rows_per_token rows (a token's chosen experts).
+Op make_silu_mul(const std::string& label, const std::string& in, const std::string& out, const std::string& dim,
+                 const Graph& g, const std::string& rows_per_token = "");
+std::string linear_out_name(LinearOut result);  // "LinearOut::add_f32"
+std::string shape_init(const Op& op);           // "{.dim = kHiddenSize, .eps = kRmsNormEps}"
+void check_bindings(const Graph& g);
+void share_kernels(Graph& g);
 
 void define_common_constants(const ModelSpec& s, Graph& g);  // sizes every family has; build choices; rope
 void define_rope_constants(const ModelSpec& s, Graph& g);

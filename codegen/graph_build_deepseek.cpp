@@ -135,20 +135,6 @@ void add_weights(const ModelSpec& s, Graph& g) {
   add_final_weights(s, g);
 }
 
-Op make_op(OpKind kind, const std::string& label, const std::string& math, std::vector<std::string> reads,
-           std::vector<std::string> writes, std::vector<std::string> weights, std::map<std::string, std::string> dims,
-           const std::string& kernel) {
-  Op op{kind};
-  op.label = label;
-  op.math = math;
-  op.reads = std::move(reads);
-  op.writes = std::move(writes);
-  op.weights = std::move(weights);
-  op.dims = std::move(dims);
-  op.kernel = kernel;
-  return op;
-}
-
 std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
   const MlaSpec& a = *s.mla;
   const int64_t Hn = s.num_attention_heads;
@@ -156,86 +142,72 @@ std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
   ops.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
   if (a.q_lora_rank) {
     ops.push_back(make_linear(g, "self_attn.q_a_proj", "q_a_proj", "h", "q_a", "kQLoraRank", "kHiddenSize",
-                              Epilogue::store, ""));
-    Op norm = make_op(OpKind::rmsnorm_act, "self_attn.q_a_layernorm",
-                      "q_a = RMSNorm(q_a) · q_a_layernorm   (" + num(a.q_lora_rank) + " features)", {"q_a"}, {"q_a"},
-                      {"q_a_layernorm"}, {{"dim", "kQLoraRank"}, {"row", "kQLoraRank"}}, "rmsnorm_q_latent");
-    norm.reals = {{"eps", "kRmsNormEps"}};
-    ops.push_back(norm);
+                              LinearOut::store_bf16, ""));
+    ops.push_back(make_op(OpKind::rmsnorm_inplace, "self_attn.q_a_layernorm",
+                          "q_a = RMSNorm(q_a) · q_a_layernorm   (" + num(a.q_lora_rank) + " features)",
+                          {{"rows", "q_a"}, {"weight", "q_a_layernorm"}},
+                          {{"dim", "kQLoraRank"}, {"row", "kQLoraRank"}, {"eps", "kRmsNormEps"}}, "rmsnorm_q_latent"));
     ops.push_back(make_linear(g, "self_attn.q_b_proj", "q_b_proj", "q_a", "q", "kQWidth", "kQLoraRank",
-                              Epilogue::store, "(per head: nope " + num(a.qk_nope_head_dim) + " | rope " +
-                                                   num(a.qk_rope_head_dim) + ")"));
+                              LinearOut::store_bf16, "(per head: nope " + num(a.qk_nope_head_dim) + " | rope " +
+                                                         num(a.qk_rope_head_dim) + ")"));
   } else {
-    ops.push_back(make_linear(g, "self_attn.q_proj", "q_proj", "h", "q", "kQWidth", "kHiddenSize", Epilogue::store,
+    ops.push_back(make_linear(g, "self_attn.q_proj", "q_proj", "h", "q", "kQWidth", "kHiddenSize",
+                              LinearOut::store_bf16,
                               "(per head: nope " + num(a.qk_nope_head_dim) + " | rope " + num(a.qk_rope_head_dim) + ")"));
   }
   ops.push_back(make_linear(g, "self_attn.kv_a_proj_with_mqa", "kv_a_proj_with_mqa", "h", "kv_a", "kKvAWidth",
-                            "kHiddenSize", Epilogue::store,
+                            "kHiddenSize", LinearOut::store_bf16,
                             "(c_kv " + num(a.kv_lora_rank) + " | k_rope " + num(a.qk_rope_head_dim) + ")"));
-  Op kv_norm = make_op(OpKind::rmsnorm_act, "self_attn.kv_a_layernorm",
-                       "c_kv = RMSNorm(kv_a[:, :" + num(a.kv_lora_rank) + "]) · kv_a_layernorm   (in place)",
-                       {"kv_a"}, {"kv_a"}, {"kv_a_layernorm"}, {{"dim", "kKvLoraRank"}, {"row", "kKvAWidth"}},
-                       "rmsnorm_kv_latent");
-  kv_norm.reals = {{"eps", "kRmsNormEps"}};
-  ops.push_back(kv_norm);
+  ops.push_back(make_op(OpKind::rmsnorm_inplace, "self_attn.kv_a_layernorm",
+                        "c_kv = RMSNorm(kv_a[:, :" + num(a.kv_lora_rank) + "]) · kv_a_layernorm   (in place)",
+                        {{"rows", "kv_a"}, {"weight", "kv_a_layernorm"}},
+                        {{"dim", "kKvLoraRank"}, {"row", "kKvAWidth"}, {"eps", "kRmsNormEps"}}, "rmsnorm_kv_latent"));
   const std::string theta = fmt_real(s.rope.theta) + (s.rope.type == RopeType::yarn ? ", YaRN scaling" : "");
-  ops.push_back(make_rope(g, "rotary_emb (q)", "q",
+  ops.push_back(make_rope("rotary_emb (q)", "q",
                           "q_rope = RoPE(q[:, head, " + num(a.qk_nope_head_dim) + ":]; positions)   (interleaved pairs, " +
                               num(Hn) + " heads, theta " + theta + ")",
                           "kNumHeads", "kQkHeadDim", "kQkRopeHeadDim", "kQWidth", "kQkNopeHeadDim", true, "rope_q"));
-  ops.push_back(make_rope(g, "rotary_emb (k)", "kv_a",
+  ops.push_back(make_rope("rotary_emb (k)", "kv_a",
                           "k_rope = RoPE(kv_a[:, " + num(a.kv_lora_rank) + ":]; positions)   (one head shared by all)",
                           "kKRopeHeads", "kKvAWidth", "kQkRopeHeadDim", "kKvAWidth", "kKvLoraRank", true, "rope_k"));
   ops.push_back(make_op(OpKind::mla_kv_write, "past_key_values",
                         "latent_cache[slot] = c_kv | k_rope   (" + num(a.kv_lora_rank + a.qk_rope_head_dim) +
                             " values per token, pages of " + num(s.build.kv_page_size) + ")",
-                        {"kv_a"}, {}, {}, {{"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"}, {"page_size", "kPageSize"}},
+                        {{"kv_a", "kv_a"}}, {{"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"}, {"page_size", "kPageSize"}},
                         "mla_kv_write"));
   ops.push_back(make_op(OpKind::mla_q_absorb, "self_attn (absorbed W_UK)",
                         "q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (" + num(a.qk_nope_head_dim) +
                             " -> " + num(a.kv_lora_rank) + " per head)",
-                        {"q"}, {"q_mla"}, {"w_uk"},
+                        {{"q", "q"}, {"w_uk", "w_uk"}, {"q_mla", "q_mla"}},
                         {{"heads", "kNumHeads"}, {"nope", "kQkNopeHeadDim"}, {"rope", "kQkRopeHeadDim"}, {"latent", "kKvLoraRank"}},
                         "mla_q_absorb"));
-  Op attn = make_op(OpKind::mla_attention, "self_attn",
-                    "o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · " + fmt_real(g.constant("kAttnScale").real_value) +
-                        " + causal mask) · c_kv   (" + num(Hn) + " heads over one latent head)",
-                    {"q_mla"}, {"o_lat"}, {},
-                    {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"}, {"page_size", "kPageSize"}},
-                    "mla_attention");
-  attn.reals = {{"scale", "kAttnScale"}};
-  ops.push_back(attn);
+  ops.push_back(make_op(OpKind::mla_attention, "self_attn",
+                        "o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · " +
+                            fmt_real(g.constant("kAttnScale").real_value) + " + causal mask) · c_kv   (" + num(Hn) +
+                            " heads over one latent head)",
+                        {{"q_mla", "q_mla"}, {"o_lat", "o_lat"}},
+                        {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"},
+                         {"page_size", "kPageSize"}, {"scale", "kAttnScale"}, {"partition", "kAttnPartition"},
+                         {"max_partitions", "kAttnMaxPartitions"}},
+                        "mla_attention"));
   ops.push_back(make_op(OpKind::mla_v_up, "self_attn (absorbed W_UV)",
                         "attn[head] = W_UV[head] · o_latent[head]   (" + num(a.kv_lora_rank) + " -> " +
                             num(a.v_head_dim) + " per head)",
-                        {"o_lat"}, {"attn"}, {"w_uv"}, {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"v", "kVHeadDim"}},
-                        "mla_v_up"));
-  ops.push_back(
-      make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kAttnOutWidth", Epilogue::residual_add, ""));
-  (void)Hn;
+                        {{"o_lat", "o_lat"}, {"w_uv", "w_uv"}, {"out", "attn"}},
+                        {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"v", "kVHeadDim"}}, "mla_v_up"));
+  ops.push_back(make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kAttnOutWidth",
+                            LinearOut::add_f32, ""));
   return ops;
 }
 
-Op make_silu(const std::string& label, const std::string& in, const std::string& out, const std::string& dim,
-             const Graph& g, const std::string& rows_per_token = "") {
-  Op op = make_op(OpKind::silu_mul, label, out + " = silu(gate) ⊙ up   (" + num(g.value(dim)) + " features)", {in}, {out},
-                  {}, {{"dim", dim}}, "silu_mul_" + num(g.value(dim)));
-  if (!rows_per_token.empty()) {
-    op.dims["rows_per_token"] = rows_per_token;
-    op.math += ", for each of a token's " + num(g.value(rows_per_token)) + " chosen experts";
-  }
-  return op;
-}
-
-std::vector<Op> dense_mlp_ops(const ModelSpec& s, const Graph& g) {
+std::vector<Op> dense_mlp_ops(const Graph& g) {
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   ops.push_back(make_linear(g, "mlp.gate_proj,up_proj", "gate_up_proj", "h", "gate_up", "kGateUpWidth", "kHiddenSize",
-                            Epilogue::store, ""));
-  ops.push_back(make_silu("mlp.act_fn", "gate_up", "act", "kIntermediateSize", g));
+                            LinearOut::store_bf16, ""));
+  ops.push_back(make_silu_mul("mlp.act_fn", "gate_up", "act", "kIntermediateSize", g));
   ops.push_back(make_linear(g, "mlp.down_proj", "down_proj", "act", "x", "kHiddenSize", "kIntermediateSize",
-                            Epilogue::residual_add, ""));
-  (void)s;
+                            LinearOut::add_f32, ""));
   return ops;
 }
 
@@ -244,45 +216,41 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   ops.push_back(make_linear(g, "mlp.gate", "router", "h", "router_logits", "kNumExperts", "kHiddenSize",
-                            Epilogue::store_f32, ""));
+                            LinearOut::store_f32, ""));
   std::string how = m.topk_method == TopkMethod::greedy
                         ? "top " + num(m.num_experts_per_tok) + " of " + num(m.n_routed_experts)
                         : "top " + num(m.num_experts_per_tok) + " within the best " + num(m.topk_group) + " of " +
                               num(m.n_group) + " groups";
-  how += m.norm_topk_prob && m.num_experts_per_tok > 1 ? ", weights renormalized"
-                                                       : ", weights × " + fmt_real(m.routed_scaling_factor);
-  Op route = make_op(OpKind::moe_route, "mlp.gate (routing)", "experts, weights = route(softmax(router_logits))   (" + how + ")",
-                     {"router_logits"}, {"topk_ids", "topk_weights"}, {},
-                     {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}, {"groups", "kNumGroups"},
-                      {"topk_groups", "kTopkGroups"}},
-                     "moe_route");
-  route.reals = {{"scaling", "kRoutedScalingFactor"}};
-  route.group_limited = m.topk_method == TopkMethod::group_limited_greedy;
-  route.normalize = m.norm_topk_prob && m.num_experts_per_tok > 1;
-  ops.push_back(route);
-  ops.push_back(make_op(OpKind::moe_record, "(accounting)",
-                        "expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)",
-                        {"topk_ids"}, {}, {}, {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}},
-                        "moe_record"));
+  const bool normalize = m.norm_topk_prob && m.num_experts_per_tok > 1;
+  how += normalize ? ", weights renormalized" : ", weights × " + fmt_real(m.routed_scaling_factor);
+  ops.push_back(make_op(OpKind::moe_route, "mlp.gate (routing)",
+                        "experts, weights = route(softmax(router_logits))   (" + how + ")",
+                        {{"logits", "router_logits"}, {"ids", "topk_ids"}, {"weights", "topk_weights"}},
+                        {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}, {"groups", "kNumGroups"},
+                         {"topk_groups", "kTopkGroups"},
+                         {"group_limited", m.topk_method == TopkMethod::group_limited_greedy ? "true" : "false"},
+                         {"normalize", normalize ? "true" : "false"}, {"scaling", "kRoutedScalingFactor"}},
+                        "moe_route"));
+  const std::map<std::string, std::string> experts = {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"},
+                                                      {"hidden", "kHiddenSize"}, {"inter", "kMoeIntermediateSize"}};
   ops.push_back(make_op(OpKind::moe_gate_up, "mlp.experts (gate_up_proj)",
                         "moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)",
-                        {"h", "topk_ids"}, {"moe_gate_up", "moe_scratch"}, {"experts_gate_up"},
-                        {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}, {"hidden", "kHiddenSize"},
-                         {"inter", "kMoeIntermediateSize"}},
-                        "moe_experts_gate_up"));
-  ops.push_back(make_silu("mlp.experts (act_fn)", "moe_gate_up", "moe_act", "kMoeIntermediateSize", g, "kNumExpertsPerTok"));
+                        {{"h", "h"}, {"weight", "experts_gate_up"}, {"ids", "topk_ids"}, {"out", "moe_gate_up"},
+                         {"scratch", "moe_scratch"}},
+                        experts, "moe_experts_gate_up"));
+  ops.push_back(make_silu_mul("mlp.experts (act_fn)", "moe_gate_up", "moe_act", "kMoeIntermediateSize", g,
+                              "kNumExpertsPerTok"));
   ops.push_back(make_op(OpKind::moe_down, "mlp.experts (down_proj)",
                         "x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)",
-                        {"moe_act", "topk_ids", "topk_weights", "moe_scratch", "x"}, {"x"}, {"experts_down"},
-                        {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}, {"hidden", "kHiddenSize"},
-                         {"inter", "kMoeIntermediateSize"}},
-                        "moe_experts_down"));
+                        {{"act", "moe_act"}, {"weight", "experts_down"}, {"ids", "topk_ids"}, {"weights", "topk_weights"},
+                         {"scratch", "moe_scratch"}, {"x", "x"}},
+                        experts, "moe_experts_down"));
   if (m.n_shared_experts > 0) {
     ops.push_back(make_linear(g, "mlp.shared_experts.gate_proj,up_proj", "shared_gate_up", "h", "shared_gate_up",
-                              "kSharedGateUpWidth", "kHiddenSize", Epilogue::store, ""));
-    ops.push_back(make_silu("mlp.shared_experts.act_fn", "shared_gate_up", "shared_act", "kSharedIntermediateSize", g));
+                              "kSharedGateUpWidth", "kHiddenSize", LinearOut::store_bf16, ""));
+    ops.push_back(make_silu_mul("mlp.shared_experts.act_fn", "shared_gate_up", "shared_act", "kSharedIntermediateSize", g));
     ops.push_back(make_linear(g, "mlp.shared_experts.down_proj", "shared_down", "shared_act", "x", "kHiddenSize",
-                              "kSharedIntermediateSize", Epilogue::residual_add, ""));
+                              "kSharedIntermediateSize", LinearOut::add_f32, ""));
   }
   return ops;
 }
@@ -325,7 +293,7 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
   const std::vector<Op> attention = attention_ops(s, g);
   if (m.first_k_dense_replace > 0) {
     g.blocks.push_back({"decoder_layer (dense MLP)", 0, m.first_k_dense_replace,
-                        {{"self-attention (MLA)", attention}, {"MLP (SwiGLU)", dense_mlp_ops(s, g)}}});
+                        {{"self-attention (MLA)", attention}, {"MLP (SwiGLU)", dense_mlp_ops(g)}}});
   }
   if (m.first_k_dense_replace < s.num_hidden_layers) {
     g.blocks.push_back({"decoder_layer (DeepSeekMoE)", m.first_k_dense_replace, s.num_hidden_layers,

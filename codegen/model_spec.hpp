@@ -64,6 +64,10 @@ struct BuildSpec {
   int64_t kv_page_size = 16;
   int64_t max_batch = 64;            // sequences decoded together
   int64_t max_batched_tokens = 2048; // tokens in one step (prefill chunk budget)
+  // Decode attention splits a sequence's context into partitions of this many tokens, each reduced
+  // by its own block and then merged (PagedAttention V2). Short enough that a batch-1 decode of a
+  // few thousand tokens still spreads over many SMs; long enough that the merge stays cheap.
+  int64_t attention_partition = 512;
   std::vector<std::string> gpu_archs = {"sm_90a"};
 };
 

@@ -6,14 +6,16 @@
 // keys. It stores the scores in shared memory, takes their max and exp-sum per head, then sums
 // p · v. A sequence that fits in one partition is finished there; otherwise the block writes its
 // (max, exp-sum, unnormalized output) to scratch.
-// Pass 2 (grid: sequence × head): merges the partitions of sequences longer than one partition.
+// Pass 2 (grid: head × sequence): merges the partitions of sequences longer than one partition
+// (blocks/split_kv.cuh, shared with MLA decode).
 //
 // The grid depends only on num_seqs (CUDA graphs replay it with other context lengths): all
 // kMaxPartitions partitions are launched and those past a sequence's end return at once.
 // Scores are kept in log2 units (q is pre-scaled by scale · log2 e) so exp2 does the exponentials.
 #pragma once
 
-#include "templates/attention_paging.cuh"
+#include "templates/blocks/attention_paging.cuh"
+#include "templates/blocks/split_kv.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
@@ -37,12 +39,10 @@ struct DecodeShape {
   // [kWarps][kGroup][kHeadDim]; then max and exp-sum per head; then the partition's page ids.
   static constexpr int kUnionFloats = max_int(kGroup * kPartition, kWarps * kGroup * kHeadDim);
   static constexpr int kSmemBytes = (kUnionFloats + 2 * kGroup) * 4 + kMaxPages * 4;
-  // Scratch of one (sequence, head, partition): unnormalized output [kHeadDim], max, exp-sum.
-  static constexpr int kScratchStride = kHeadDim + 2;
 };
 
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>::kThreads)
     attention_decode_partition_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
                                       bf16* __restrict__ out, const int* __restrict__ context_len,
                                       const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
@@ -239,8 +239,7 @@ __global__ void __launch_bounds__(256)
       const float l = head_sum[g];
       out[static_cast<long long>(seq) * kHeads * D + head * D + d] = __float2bfloat16_rn(l > 0.0f ? o / l : 0.0f);
     } else {
-      float* slot = scratch + ((static_cast<long long>(seq) * kHeads + head) * kMaxPartitions + part) *
-                                  Shape::kScratchStride;
+      float* slot = split_kv_slot(scratch, static_cast<long long>(seq) * kHeads + head, part, kMaxPartitions, D);
       slot[d] = o;
       if (d == 0) {
         slot[D] = head_max[g];
@@ -250,39 +249,24 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Merges the partitions of one (sequence, head); sequences of one partition were finished by pass 1.
-template <int kHeads, int kHeadDim, int kPartition, int kMaxPartitions, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-    attention_decode_reduce_kernel(const float* __restrict__ scratch, const int* __restrict__ context_len,
-                                   bf16* __restrict__ out) {
-  constexpr int kStride = kHeadDim + 2;
-  const int seq = blockIdx.x, head = blockIdx.y;
-  const int ctx = min(context_len[seq], kMaxPartitions * kPartition);
-  const int parts = ceil_div(ctx, kPartition);
-  if (parts <= 1) return;
-  const float* base = scratch + (static_cast<long long>(seq) * kHeads + head) * kMaxPartitions * kStride;
-  float m = neg_inf();
-  for (int p = 0; p < parts; ++p) m = fmaxf(m, base[p * kStride + kHeadDim]);
-  float l = 0.0f;
-  for (int p = 0; p < parts; ++p) l += base[p * kStride + kHeadDim + 1] * exp2f(base[p * kStride + kHeadDim] - m);
-  const float inv_l = 1.0f / l;
-  for (int d = threadIdx.x; d < kHeadDim; d += kThreads) {
-    float o = 0.0f;
-    for (int p = 0; p < parts; ++p) o += base[p * kStride + d] * exp2f(base[p * kStride + kHeadDim] - m);
-    out[static_cast<long long>(seq) * kHeads * kHeadDim + head * kHeadDim + d] = __float2bfloat16_rn(o * inv_l);
-  }
-}
-
 }  // namespace detail
 
-// q of sequence s, head h at q_rows + s·kRow + h·kHeadDim; out [num_seqs, kHeads·kHeadDim].
-// Sequence s attends to its context_len[s] cached keys (its new token's included: kv_write ran).
-// scratch: kMaxBatch × kHeads × kMaxPartitions × (kHeadDim + 2) floats. Contexts longer than
-// kMaxPartitions · kPartition (the model's max context) are cut there.
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
+// Decode scratch a batch of max_batch sequences needs (the generator's kDecodeScratchFloats).
+template <shape::attention S>
+constexpr long long attention_decode_scratch_floats(int max_batch) {
+  return split_kv_scratch_floats(static_cast<long long>(max_batch) * S.heads, S.max_partitions, S.head_dim);
+}
+
+// q of sequence s, head h at q_rows + s·row + h·head_dim; out [num_seqs, heads·head_dim].
+// Sequence s attends to its context_len[s] cached keys (its new token's included: attention_prep
+// ran). scratch: attention_decode_scratch_floats(num_seqs) floats. Contexts longer than
+// max_partitions · partition (the model's max context) are cut there.
+template <shape::attention S>
 void attention_decode(const bf16* q_rows, const bf16* cache, bf16* out, const int* context_len,
-                      const int* block_tables, int max_pages_per_seq, int num_seqs, float scale, float* scratch,
+                      const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch,
                       cudaStream_t stream) {
+  constexpr int kHeads = S.heads, kKvHeads = S.kv_heads, kHeadDim = S.head_dim, kPageSize = S.page_size;
+  constexpr int kRow = S.row, kPartition = S.partition, kMaxPartitions = S.max_partitions;
   static_assert(kHeads > 0 && kKvHeads > 0 && kHeads % kKvHeads == 0,
                 "attention_decode: query heads must be a multiple of KV heads");
   static_assert(kHeadDim > 0 && kPageSize > 0 && kPartition > 0 && kMaxPartitions > 0,
@@ -296,14 +280,9 @@ void attention_decode(const bf16* q_rows, const bf16* cache, bf16* out, const in
   detail::allow_dynamic_smem_once<partition_kernel, Shape::kSmemBytes>();
   const dim3 grid(num_seqs, kKvHeads, kMaxPartitions);
   KILN_LAUNCH(partition_kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, context_len,
-              block_tables, max_pages_per_seq, scale * detail::kLog2e, scratch);
-  if constexpr (kMaxPartitions > 1) {
-    constexpr int kReduceThreads = detail::min_int(1024, detail::round_up(kHeadDim, 32));
-    auto reduce_kernel =
-        detail::attention_decode_reduce_kernel<kHeads, kHeadDim, kPartition, kMaxPartitions, kReduceThreads>;
-    const dim3 reduce_grid(num_seqs, kHeads);
-    KILN_LAUNCH(reduce_kernel, reduce_grid, kReduceThreads, 0, stream, scratch, context_len, out);
-  }
+              block_tables, max_pages_per_seq, S.scale * detail::kLog2e, scratch);
+  detail::launch_split_kv_merge<kHeads, kHeadDim, kPartition, kMaxPartitions>(scratch, context_len, out, num_seqs,
+                                                                              stream);
 }
 
 }  // namespace kiln

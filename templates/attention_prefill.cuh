@@ -10,15 +10,18 @@
 
 namespace kiln {
 
-// q of token t, head h at q_rows + t·kRow + h·kHeadDim; out [T, kHeads·kHeadDim]. Tokens of
+// q of token t, head h at q_rows + t·row + h·head_dim; out [T, heads·head_dim]. Tokens of
 // sequence s are [query_start[s], query_start[s+1]); token t attends to positions
-// 0..positions[t] of its sequence through block_tables[s·max_pages_per_seq + pos / kPageSize].
-// GQA: head h reads KV head h / (kHeads / kKvHeads). max_query_len bounds every sequence's
+// 0..positions[t] of its sequence through block_tables[s·max_pages_per_seq + pos / page_size].
+// GQA: head h reads KV head h / (heads / kv_heads). max_query_len bounds every sequence's
 // new-token count (it sizes the grid).
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow>
+template <shape::attention S>
 void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const int* query_start,
                        const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,
-                       int max_query_len, float scale, cudaStream_t stream) {
+                       int max_query_len, cudaStream_t stream) {
+  constexpr int kHeads = S.heads, kKvHeads = S.kv_heads, kHeadDim = S.head_dim, kPageSize = S.page_size;
+  constexpr int kRow = S.row;
+  constexpr float scale = S.scale;
   static_assert(kHeads > 0 && kKvHeads > 0 && kHeads % kKvHeads == 0,
                 "attention_prefill: query heads must be a multiple of KV heads");
   static_assert(kHeadDim > 0 && kPageSize > 0, "attention_prefill: sizes must be positive");

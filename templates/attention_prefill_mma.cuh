@@ -12,9 +12,9 @@
 // the mask. Scores are in log2 units (scale · log2 e folded into one multiply) for exp2.
 #pragma once
 
-#include "templates/attention_paging.cuh"
+#include "templates/blocks/attention_paging.cuh"
+#include "templates/blocks/mma.cuh"
 #include "templates/common.cuh"
-#include "templates/mma.cuh"
 
 namespace kiln::detail {
 

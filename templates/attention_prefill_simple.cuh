@@ -2,7 +2,7 @@
 // softmax. The path for head dims the tensor-core kernel does not take (kHeadDim % 16 != 0).
 #pragma once
 
-#include "templates/attention_paging.cuh"
+#include "templates/blocks/attention_paging.cuh"
 #include "templates/common.cuh"
 
 namespace kiln::detail {

@@ -1,25 +1,26 @@
 // Everything between the qkv projection and attention, in one launch: per token row of
 // qkv = [q heads | k heads | v heads] (kRow wide),
-//   when kQkNorm, RMSNorm of each q and k head with q_norm / k_norm   (qk_rmsnorm)
-//   RoPE of q and k, pairs (i, i + kHeadDim/2), table [pos][kHeadDim/2] (rope, kInterleaved = false)
-//   q written back in place, the roped k and v to the token's cache slot (kv_write: cache of one
-//   layer [page][2][kKvHeads][kPageSize][kHeadDim]; a negative slot writes nothing)
-// with the float operations of those three kernels, so the results are equal bit for bit. The k
-// heads in qkv are left as they came (nothing reads them after).
+//   when qk_norm, RMSNorm of each q and k head with q_norm / k_norm   (ref::head_rmsnorm)
+//   RoPE of q and k, pairs (i, i + head_dim/2), table [pos][head_dim/2]  (ref::rope, not interleaved)
+//   q written back in place, the roped k and v to the token's cache slot (ref::kv_write; the
+//   layout of kv_layout.hpp; a negative slot writes nothing)
+// with the norms' shared float operations (blocks/row_norm.cuh) and rope's. The k heads in qkv are
+// left as they came (nothing reads them after).
 #pragma once
 
+#include "templates/blocks/row_norm.cuh"
 #include "templates/common.cuh"
-#include "templates/norm.cuh"
+#include "templates/kv_layout.hpp"
 
 namespace kiln {
 
 namespace detail {
 
-// A group of kLanes lanes per head vector (q, k or v) in qk_rmsnorm's geometry, so that the sums
-// of squares come out in its order: 32 / kLanes vectors per warp, 4 warps per block. A q or k head
+// A group of kLanes lanes per head vector (q, k or v) in the per-head norm geometry
+// (HeadNormShape), so that the sums of squares come out in one fixed order: 32 / kLanes vectors per warp, 4 warps per block. A q or k head
 // passes through shared memory between the norm and the rotation, which pairs values that
-// different lanes loaded; the values staged there are the bf16 values that qk_rmsnorm would have
-// stored (or the raw ones without the norm), so the rotation reads what rope would have read.
+// different lanes loaded; the values staged there are the bf16 values that a separate per-head norm
+// would have stored (or the raw ones without the norm), so the rotation reads what rope would have read.
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kVec, int kLanes>
 __global__ void __launch_bounds__(128)
     attention_prep_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_norm, const bf16* __restrict__ k_norm,
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(128)
       const int in_page = slot % kPageSize;
       const int kv = is_v ? 1 : 0;
       const int h = vector - kHeads - kv * kKvHeads;
-      dst = cache + (((page * 2 + kv) * kKvHeads + h) * kPageSize + in_page) * kHeadDim;
+      dst = cache + KvLayout{kKvHeads, kHeadDim, kPageSize}.vec(page, kv, h, in_page);
     }
   }
 
@@ -116,22 +117,24 @@ __global__ void __launch_bounds__(128)
 
 }  // namespace detail
 
-// q_norm, k_norm: [kHeadDim] each, read only when kQkNorm (may be null otherwise). positions,
-// slot_mapping: [tokens]; table: [max position][kHeadDim / 2] (cos, sin) fp32.
-template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm>
-void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, float eps, const int* positions,
-                    const float* table, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
+// q_norm, k_norm: [head_dim] each, read only when qk_norm (may be null otherwise). positions,
+// slot_mapping: [tokens]; table: [max position][head_dim / 2] (cos, sin) fp32.
+template <shape::attention_prep S>
+void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table,
+                    const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
+  constexpr int kHeads = S.heads, kKvHeads = S.kv_heads, kHeadDim = S.head_dim, kRow = S.row, kPageSize = S.page_size;
   static_assert(kHeads > 0 && kKvHeads > 0 && kHeadDim > 0 && kPageSize > 0, "attention_prep: sizes must be positive");
   static_assert(kHeadDim % 2 == 0, "attention_prep: RoPE pairs need an even head dim");
   static_assert((kHeads + 2 * kKvHeads) * kHeadDim <= kRow, "attention_prep: q, k and v heads must fit in a row");
   if (tokens <= 0) return;
-  // qk_rmsnorm's geometry (its vector width also suits kv_write's copies: it divides kRow and kHeadDim).
-  using Shape = detail::QkRmsnormShape<kHeadDim, kRow>;
+  // The per-head norm geometry (its vector width also suits the k and v copies: it divides the
+  // row and the head dim).
+  using Shape = detail::HeadNormShape<kHeadDim, kRow>;
   const long long items = static_cast<long long>(tokens) * (kHeads + 2 * kKvHeads);
   const int blocks = static_cast<int>(detail::ceil_div_ll(items * Shape::kLanes, 128));
   auto kernel =
-      detail::attention_prep_kernel<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kQkNorm, Shape::kVec, Shape::kLanes>;
-  KILN_LAUNCH(kernel, blocks, 128, 0, stream, qkv, q_norm, k_norm, eps, positions, table, slot_mapping, cache, items);
+      detail::attention_prep_kernel<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, S.qk_norm, Shape::kVec, Shape::kLanes>;
+  KILN_LAUNCH(kernel, blocks, 128, 0, stream, qkv, q_norm, k_norm, S.eps, positions, table, slot_mapping, cache, items);
 }
 
 }  // namespace kiln

@@ -8,6 +8,8 @@
 
 #include <cuda_bf16.h>
 
+#include "codegen/op_shapes.hpp"
+
 #ifdef __CUDACC_RTC__
 typedef struct CUstream_st* cudaStream_t;
 #else
@@ -35,6 +37,9 @@ __device__ inline void discard_launch_args(const Args&...) {}
 namespace kiln::detail {
 
 constexpr float kLog2e = 1.4426950408889634f;  // softmax runs in base 2: exp(x) = exp2(x · log2 e)
+// Threads per block of the element-wise kernels (one thread per vector of values): large enough to
+// hide latency, small enough that short rows still spread over the SMs.
+constexpr int kElementwiseThreads = 256;
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr long long ceil_div_ll(long long a, long long b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }

@@ -1,11 +1,14 @@
 // Absorbed MLA attention (ref::mla_attention): multi-query attention of kHeads query heads over ONE
 // latent KV head of width kLatent + kRope per token, the values being its first kLatent values.
-// Cache of one layer: [num_pages][kPageSize][kLatent + kRope] bf16 (slot s is row s).
+// Cache of one layer: one latent row per slot (kv_layout.hpp LatentLayout). Decode splits long
+// contexts into partitions merged like dense attention's (blocks/split_kv.cuh).
 // Scores are kept in log2 units (q·k times scale · log2 e) so exp2 does the exponentials.
 #pragma once
 
+#include "templates/blocks/mma.cuh"
+#include "templates/blocks/split_kv.cuh"
 #include "templates/common.cuh"
-#include "templates/mma.cuh"
+#include "templates/kv_layout.hpp"
 
 namespace kiln {
 
@@ -50,7 +53,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int i = 0; i < kPerO; ++i) acc[i] = 0.0f;
   for (int j = 0; j < keys; ++j) {
-    const bf16* kv = cache + (static_cast<long long>(pages[j / kPageSize]) * kPageSize + j % kPageSize) * kWidth;
+    const bf16* kv = cache + LatentLayout{kWidth}.row(static_cast<long long>(pages[j / kPageSize]) * kPageSize + j % kPageSize);
     float k[kPerQ], dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerQ; ++i) {
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
       const bool valid = key < num_keys;  // zero-filled past the end: 0 · garbage could be NaN
       const int pos = key_begin + key;
       const bf16* src =
-          valid ? cache + (static_cast<long long>(pages[pos / kPageSize]) * kPageSize + pos % kPageSize) * W + col
+          valid ? cache + LatentLayout{W}.row(static_cast<long long>(pages[pos / kPageSize]) * kPageSize + pos % kPageSize) + col
                 : cache;
       cp_async_16(dst + kr * ST + col, src, valid);
     }
@@ -336,7 +339,7 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
       }
     } else {
       // row = seq · kHeads + head; slot of (seq, head, part): [kLatent] unnormalized O, max, sum.
-      float* slot = scratch + (row * kMaxPartitions + part) * (kLatent + 2);
+      float* slot = split_kv_slot(scratch, row, part, kMaxPartitions, kLatent);
 #pragma unroll
       for (int dt = 0; dt < S::kOutTiles; ++dt) {
         *reinterpret_cast<float2*>(slot + cw * S::kCols + dt * 8 + 2 * q) = make_float2(o[dt][2 * i], o[dt][2 * i + 1]);
@@ -349,50 +352,16 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
   }
 }
 
-// Merges the partitions of one (sequence, head) for sequences longer than one partition.
-template <int kHeads, int kLatent, int kPartition, int kMaxPartitions>
-__global__ void __launch_bounds__(128) mla_decode_merge_kernel(const float* __restrict__ scratch,
-                                                               const int* __restrict__ context_len,
-                                                               bf16* __restrict__ o_lat) {
-  constexpr int kSlot = kLatent + 2;
-  __shared__ float factor[kMaxPartitions];
-  __shared__ float inv_total;
-  const int head = blockIdx.x, seq = blockIdx.y;
-  const int ctx = min(context_len[seq], kPartition * kMaxPartitions);
-  const int parts = ceil_div(ctx, kPartition);
-  if (parts <= 1) return;
-  const long long row = static_cast<long long>(seq) * kHeads + head;
-  const float* base = scratch + row * kMaxPartitions * kSlot;
-  if (threadIdx.x < 32) {
-    float m = neg_inf();
-    for (int p = threadIdx.x; p < parts; p += 32) m = fmaxf(m, base[p * kSlot + kLatent]);
-    m = warp_max(m);
-    float total = 0.0f;
-    for (int p = threadIdx.x; p < parts; p += 32) {
-      const float f = exp2f(base[p * kSlot + kLatent] - m);
-      factor[p] = f;
-      total += f * base[p * kSlot + kLatent + 1];
-    }
-    total = warp_sum(total);
-    if (threadIdx.x == 0) inv_total = total > 0.0f ? 1.0f / total : 0.0f;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < kLatent; c += 128) {
-    float v = 0.0f;
-    for (int p = 0; p < parts; ++p) v += base[p * kSlot + c] * factor[p];
-    o_lat[row * kLatent + c] = __float2bfloat16_rn(v * inv_total);
-  }
-}
-
 }  // namespace detail
 
-// q_mla [T, kHeads, kLatent + kRope] -> o_lat [T, kHeads, kLatent]. Token t of sequence s (rows
+// q_mla [T, heads, latent + rope] -> o_lat [T, heads, latent]. Token t of sequence s (rows
 // [query_start[s], query_start[s+1])) attends to key positions 0..positions[t] of s, found through
-// block_tables[s · max_pages_per_seq + pos / kPageSize]; the step's own latents are already cached.
-template <int kHeads, int kLatent, int kRope, int kPageSize>
+// block_tables[s · max_pages_per_seq + pos / page_size]; the step's own latents are already cached.
+template <shape::mla_attention S>
 void mla_attention_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* query_start,
                            const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,
-                           int max_query_len, float scale, cudaStream_t stream) {
+                           int max_query_len, cudaStream_t stream) {
+  constexpr int kHeads = S.heads, kLatent = S.latent, kRope = S.rope, kPageSize = S.page_size;
   static_assert(kHeads > 0 && kLatent > 0 && kRope >= 0 && kPageSize > 0, "mla_attention_prefill: sizes must be positive");
   if (num_seqs <= 0 || max_query_len <= 0) return;
   const long long rows = static_cast<long long>(max_query_len) * kHeads;
@@ -402,23 +371,31 @@ void mla_attention_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, co
     detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
     const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kRows)), num_seqs);
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, query_start, positions,
-                block_tables, max_pages_per_seq, scale * detail::kLog2e, nullptr);
+                block_tables, max_pages_per_seq, S.scale * detail::kLog2e, nullptr);
   } else {
     const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, 4)), num_seqs);
     auto kernel = detail::mla_attention_warp_kernel<kHeads, kLatent, kRope, kPageSize, false>;
     KILN_LAUNCH(kernel, grid, 128, 0, stream, q_mla, cache, o_lat, query_start, positions, block_tables,
-                max_pages_per_seq, 0, scale * detail::kLog2e);
+                max_pages_per_seq, 0, S.scale * detail::kLog2e);
   }
 }
 
+// Decode scratch a batch of max_batch sequences needs (the generator's kDecodeScratchFloats).
+template <shape::mla_attention S>
+constexpr long long mla_attention_decode_scratch_floats(int max_batch) {
+  return split_kv_scratch_floats(static_cast<long long>(max_batch) * S.heads, S.max_partitions, S.latent);
+}
+
 // One query row per sequence (row s of q_mla) over its context_len[s] cached keys, split into
-// partitions of kPartition keys (FlashDecoding) merged through scratch: kMaxBatch × kHeads ×
-// kMaxPartitions × (kLatent + 2) floats. Contexts longer than kMaxPartitions · kPartition (the
+// partitions of `partition` keys (FlashDecoding) merged through scratch
+// (mla_attention_decode_scratch_floats). Contexts longer than max_partitions · partition (the
 // model's max context) are cut there. The grid depends on num_seqs only (CUDA-graph replay).
-template <int kHeads, int kLatent, int kRope, int kPageSize, int kPartition, int kMaxPartitions>
+template <shape::mla_attention S>
 void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* context_len,
-                          const int* block_tables, int max_pages_per_seq, int num_seqs, float scale, float* scratch,
+                          const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch,
                           cudaStream_t stream) {
+  constexpr int kHeads = S.heads, kLatent = S.latent, kRope = S.rope, kPageSize = S.page_size;
+  constexpr int kPartition = S.partition, kMaxPartitions = S.max_partitions;
   static_assert(kHeads > 0 && kLatent > 0 && kRope >= 0 && kPageSize > 0 && kPartition > 0 && kMaxPartitions > 0,
                 "mla_attention_decode: sizes must be positive");
   if (num_seqs <= 0) return;
@@ -431,17 +408,15 @@ void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, con
     detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
     const dim3 grid(detail::ceil_div(kHeads, Shape::kRows), num_seqs, kMaxPartitions);
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, nullptr, context_len,
-                block_tables, max_pages_per_seq, scale * detail::kLog2e, scratch);
-    if constexpr (kMaxPartitions > 1) {
-      auto merge = detail::mla_decode_merge_kernel<kHeads, kLatent, kPartition, kMaxPartitions>;
-      KILN_LAUNCH(merge, dim3(kHeads, num_seqs), 128, 0, stream, scratch, context_len, o_lat);
-    }
+                block_tables, max_pages_per_seq, S.scale * detail::kLog2e, scratch);
+    detail::launch_split_kv_merge<kHeads, kLatent, kPartition, kMaxPartitions>(scratch, context_len, o_lat, num_seqs,
+                                                                              stream);
   } else {
     (void)scratch;
     const dim3 grid(detail::ceil_div(kHeads, 4), num_seqs);
     auto kernel = detail::mla_attention_warp_kernel<kHeads, kLatent, kRope, kPageSize, true>;
     KILN_LAUNCH(kernel, grid, 128, 0, stream, q_mla, cache, o_lat, nullptr, context_len, block_tables,
-                max_pages_per_seq, kPartition * kMaxPartitions, scale * detail::kLog2e);
+                max_pages_per_seq, kPartition * kMaxPartitions, S.scale * detail::kLog2e);
   }
 }
 

@@ -13,11 +13,11 @@ namespace detail {
 // One thread per (token, head, pair); consecutive threads take consecutive pairs of one head, so
 // a warp reads contiguous stretches of the row.
 template <int kHeads, int kHeadStride, int kRotaryDim, int kRow, bool kInterleaved>
-__global__ void __launch_bounds__(256) rope_kernel(bf16* __restrict__ rows, int offset,
+__global__ void __launch_bounds__(kElementwiseThreads) rope_kernel(bf16* __restrict__ rows, int offset,
                                                    const int* __restrict__ positions,
                                                    const float* __restrict__ table, long long pairs) {
   constexpr int kHalf = kRotaryDim / 2;
-  const long long item = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
+  const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (item >= pairs) return;
   const int i = static_cast<int>(item % kHalf);
   const long long vector = item / kHalf;
@@ -34,18 +34,19 @@ __global__ void __launch_bounds__(256) rope_kernel(bf16* __restrict__ rows, int 
 
 }  // namespace detail
 
-// `offset` is where head 0 starts inside a row; the generator keeps offset + kHeads·kHeadStride
-// within kRow.
-template <int kHeads, int kHeadStride, int kRotaryDim, int kRow, bool kInterleaved>
-void rope(bf16* rows, int offset, const int* positions, const float* table, int tokens, cudaStream_t stream) {
-  static_assert(kHeads > 0 && kRotaryDim > 0 && kRotaryDim % 2 == 0, "rope: kRotaryDim must be positive and even");
+// Head h of a row starts at offset + h·head_stride; its first rotary_dim values rotate.
+// table: [position][rotary_dim / 2] (cos, sin).
+template <shape::rope S>
+void rope(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream) {
+  constexpr int kHeads = S.heads, kHeadStride = S.head_stride, kRotaryDim = S.rotary_dim, kRow = S.row;
+  static_assert(kHeads > 0 && kRotaryDim > 0 && kRotaryDim % 2 == 0, "rope: rotary_dim must be positive and even");
   static_assert(kRotaryDim <= kHeadStride || kHeads == 1, "rope: rotated dims must fit in a head");
-  static_assert((kHeads - 1) * kHeadStride + kRotaryDim <= kRow, "rope: heads must fit in a row");
+  static_assert(S.offset + (kHeads - 1) * kHeadStride + kRotaryDim <= kRow, "rope: heads must fit in a row");
   if (tokens <= 0) return;
   const long long pairs = static_cast<long long>(tokens) * kHeads * (kRotaryDim / 2);
-  const int blocks = static_cast<int>(detail::ceil_div_ll(pairs, 256));
-  auto kernel = detail::rope_kernel<kHeads, kHeadStride, kRotaryDim, kRow, kInterleaved>;
-  KILN_LAUNCH(kernel, blocks, 256, 0, stream, rows, offset, positions, table, pairs);
+  const int blocks = static_cast<int>(detail::ceil_div_ll(pairs, detail::kElementwiseThreads));
+  auto kernel = detail::rope_kernel<kHeads, kHeadStride, kRotaryDim, kRow, S.interleaved>;
+  KILN_LAUNCH(kernel, blocks, detail::kElementwiseThreads, 0, stream, rows, S.offset, positions, table, pairs);
 }
 
 }  // namespace kiln

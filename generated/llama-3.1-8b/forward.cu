@@ -34,7 +34,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (4096 features)
     rmsnorm_4096(x, lw.input_layernorm, h, T, stream);
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
-    cuda::gemm(ctx, h, lw.qkv_proj, qkv, T, kQkvWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     // (one fused kernel)
@@ -42,24 +42,24 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kQWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
     rmsnorm_4096(x, lw.post_attention_layernorm, h, T, stream);
     // gate_up = h[T, 4096] · gate_up_proj[28672, 4096]ᵀ   (gate 14336 | up 14336)
-    cuda::gemm(ctx, h, lw.gate_up_proj, gate_up, T, kGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (14336 features)
-    silu_mul_14336(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 14336] · down_proj[4096, 14336]ᵀ   (residual add fused)
-    cuda::gemm(ctx, act, lw.down_proj, x, T, kHiddenSize, kIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 4096] · lm_head[128256, 4096]ᵀ   (fp32)
-  cuda::gemm(ctx, h, w.lm_head, logits, N, kVocabSize, kHiddenSize, cuda::GemmOut::store_f32);
+  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -103,7 +103,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // gate_up = h[T, 4096] · gate_up_proj[28672, 4096]ᵀ   (gate 14336 | up 14336)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
     // act = silu(gate) ⊙ up   (14336 features)
-    silu_mul_14336(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 14336] · down_proj[4096, 14336]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, stream);
   }

@@ -22,43 +22,43 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* act = reinterpret_cast<float*>(arena + RefArena::act);           // [T, kIntermediateSize] silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 4096])
-  ref::embed(step.token_ids.data(), T, w.embed_tokens, kVocabSize, kHiddenSize, x);
+  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, T);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<float>& lw = w.layers[layer];
-    const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, kNumKvHeads, kHeadDim, kPageSize};
+    const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, {kNumKvHeads, kHeadDim, kPageSize}};
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    ref::rmsnorm(x, lw.input_layernorm, h, T, kHiddenSize, kRmsNormEps);
+    ref::rmsnorm(kRmsnorm4096, x, lw.input_layernorm, h, T);
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
-    ref::linear(h, T, lw.qkv_proj, kQkvWidth, kHiddenSize, qkv, /*accumulate=*/false);
+    ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
-    ref::rope(qkv, T, kQkvWidth, 0, kNumQkHeads, kHeadDim, kHeadDim, /*interleaved=*/false, step.positions.data(), ctx.rope);
-    ref::kv_write(qkv, T, kQkvWidth, kKvOffset, kVOffset, step.slot_mapping.data(), kv);
+    ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
-    ref::attention(qkv, kQkvWidth, kNumHeads, kAttnScale, step, kv, attn);
+    ref::attention(kAttention, qkv, kv, attn, step);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
-    ref::linear(attn, T, lw.o_proj, kHiddenSize, kQWidth, x, /*accumulate=*/true);
+    ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    ref::rmsnorm(x, lw.post_attention_layernorm, h, T, kHiddenSize, kRmsNormEps);
+    ref::rmsnorm(kRmsnorm4096, x, lw.post_attention_layernorm, h, T);
     // gate_up = h[T, 4096] · gate_up_proj[28672, 4096]ᵀ   (gate 14336 | up 14336)
-    ref::linear(h, T, lw.gate_up_proj, kGateUpWidth, kHiddenSize, gate_up, /*accumulate=*/false);
+    ref::linear(kLinearGateUpProj, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (14336 features)
-    ref::silu_mul(gate_up, T, kIntermediateSize, act);
+    ref::silu_mul(kSiluMulAct, gate_up, act, T);
     // x += act[T, 14336] · down_proj[4096, 14336]ᵀ   (residual add fused)
-    ref::linear(act, T, lw.down_proj, kHiddenSize, kIntermediateSize, x, /*accumulate=*/true);
+    ref::linear(kLinearDownProj, act, lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
-  ref::rmsnorm_rows(x, step.logit_rows.data(), N, w.norm, h, kHiddenSize, kRmsNormEps);
+  ref::rmsnorm_rows(kRmsnormRows4096, x, step.logit_rows.data(), w.norm, h, N);
   // logits = h[N, 4096] · lm_head[128256, 4096]ᵀ   (fp32)
-  ref::linear(h, N, w.lm_head, kVocabSize, kHiddenSize, logits, /*accumulate=*/false);
+  ref::linear(kLinearLmHead, h, w.lm_head, logits, N);
 }
 
 class RefModel final : public RefForward {

@@ -5,6 +5,8 @@
 // query heads / 8 KV heads × 128. SwiGLU MLP 14336. RoPE theta 500000, llama3 scaling.
 #pragma once
 
+#include "codegen/op_shapes.hpp"
+
 namespace kiln::models::llama_3_1_8b {
 
 // ---- constants: the only literals of the generated code ----
@@ -21,6 +23,7 @@ constexpr double kRopeFactor = 8;           // rope_scaling.factor
 constexpr int kRopeOriginalMaxPositions = 8192; // rope_scaling.original_max_position_embeddings
 constexpr double kRopeLowFreqFactor = 1;    // rope_scaling.low_freq_factor
 constexpr double kRopeHighFreqFactor = 4;   // rope_scaling.high_freq_factor
+constexpr int kTargetSms = 132;             // SMs of the first build.gpu_archs target (sm_90a): sizes the decode GEMV's split, any GPU runs it
 constexpr int kNumHeads = 32;               // num_attention_heads
 constexpr int kNumKvHeads = 8;              // num_key_value_heads
 constexpr int kHeadDim = 128;               // head_dim
@@ -33,12 +36,40 @@ constexpr int kKvOffset = 4096;             // k starts after q in a qkv row
 constexpr int kVOffset = 5120;              // v starts after q and k in a qkv row
 constexpr int kKvElemsPerToken = 2048;      // KV-cache values per token per layer: k and v
 constexpr float kAttnScale = 0.088388346f;  // softmax scale 1/sqrt(head_dim)
-constexpr int kAttnPartition = 512;         // decode attention: tokens per split-KV partition
+constexpr int kAttnPartition = 512;         // build.attention_partition: decode attention tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 16;      // ceil(kMaxContext / kAttnPartition)
 constexpr int kDecodeScratchFloats = 4259840; // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
 constexpr int kNumQkHeads = 40;             // q and k heads, rotated together: kNumHeads + kNumKvHeads
 constexpr long long kDecodeWeightBytes = 15009857536; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
+
+// ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
+// embed_tokens
+constexpr shape::embed kEmbedTokens{.vocab = kVocabSize, .dim = kHiddenSize};
+// input_layernorm, post_attention_layernorm
+constexpr shape::rmsnorm kRmsnorm4096{.dim = kHiddenSize, .eps = kRmsNormEps};
+// self_attn.q_proj,k_proj,v_proj
+constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// self_attn (q/k prep)
+constexpr shape::attention_prep kAttentionPrep{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = false, .eps = kRmsNormEps};
+// rotary_emb
+constexpr shape::rope kRopeQk{.heads = kNumQkHeads, .head_stride = kHeadDim, .rotary_dim = kHeadDim, .row = kQkvWidth, .offset = 0, .interleaved = false};
+// past_key_values
+constexpr shape::kv_write kKvWrite{.kv_heads = kNumKvHeads, .head_dim = kHeadDim, .page_size = kPageSize, .row = kQkvWidth, .k_offset = kKvOffset, .v_offset = kVOffset};
+// self_attn
+constexpr shape::attention kAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .page_size = kPageSize, .row = kQkvWidth, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
+// self_attn.o_proj
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms};
+// mlp.gate_proj,up_proj
+constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// mlp.act_fn
+constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
+// mlp.down_proj
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms};
+// norm
+constexpr shape::rmsnorm_rows kRmsnormRows4096{.dim = kHiddenSize, .eps = kRmsNormEps};
+// lm_head
+constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
 template <typename T>
@@ -124,14 +155,14 @@ namespace kiln::models::llama_3_1_8b {
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_4096(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
-void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
-void attention_prefill(const bf16* qkv, const bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
-void attention_decode(const bf16* qkv, const bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
+void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
+void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
+void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
-void silu_mul_14336(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void rmsnorm_rows_4096(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
+void rmsnorm_rows_4096(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 
 }  // namespace kiln::models::llama_3_1_8b

@@ -34,7 +34,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
     // qkv = h[T, 2048] · qkv_proj[3072, 2048]ᵀ   (q 2048 | k 512 | v 512)
-    cuda::gemm(ctx, h, lw.qkv_proj, qkv, T, kQkvWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 64, pages of 16 tokens)
     // (one fused kernel)
@@ -42,24 +42,24 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (32 query heads share 8 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kQWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
     // gate_up = h[T, 2048] · gate_up_proj[16384, 2048]ᵀ   (gate 8192 | up 8192)
-    cuda::gemm(ctx, h, lw.gate_up_proj, gate_up, T, kGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (8192 features)
-    silu_mul_8192(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 8192] · down_proj[2048, 8192]ᵀ   (residual add fused)
-    cuda::gemm(ctx, act, lw.down_proj, x, T, kHiddenSize, kIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 2048] · lm_head[128256, 2048]ᵀ   (fp32)
-  cuda::gemm(ctx, h, w.lm_head, logits, N, kVocabSize, kHiddenSize, cuda::GemmOut::store_f32);
+  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -103,7 +103,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // gate_up = h[T, 2048] · gate_up_proj[16384, 2048]ᵀ   (gate 8192 | up 8192)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
     // act = silu(gate) ⊙ up   (8192 features)
-    silu_mul_8192(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 8192] · down_proj[2048, 8192]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, stream);
   }

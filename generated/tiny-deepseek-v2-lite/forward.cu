@@ -45,9 +45,9 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48(x, lw.input_layernorm, h, T, stream);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    cuda::gemm(ctx, h, lw.q_proj, q, T, kQWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    cuda::gemm(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T, kKvAWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
@@ -63,17 +63,17 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn[head] = W_UV[head] · o_latent[head]   (24 -> 10 per head)
     mla_v_up(o_lat, lw.w_uv, attn, T, stream);
     // x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kAttnOutWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
     rmsnorm_48(x, lw.post_attention_layernorm, h, T, stream);
     // gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
-    cuda::gemm(ctx, h, lw.gate_up_proj, gate_up, T, kGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (80 features)
-    silu_mul_80(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
-    cuda::gemm(ctx, act, lw.down_proj, x, T, kHiddenSize, kIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -85,9 +85,9 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48(x, lw.input_layernorm, h, T, stream);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    cuda::gemm(ctx, h, lw.q_proj, q, T, kQWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    cuda::gemm(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T, kKvAWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
@@ -103,36 +103,34 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn[head] = W_UV[head] · o_latent[head]   (24 -> 10 per head)
     mla_v_up(o_lat, lw.w_uv, attn, T, stream);
     // x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kAttnOutWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
     rmsnorm_48(x, lw.post_attention_layernorm, h, T, stream);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
-    cuda::gemm(ctx, h, lw.router, router_logits, T, kNumExperts, kHiddenSize, cuda::GemmOut::store_f32);
+    cuda::linear<kLinearRouter>(ctx, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
-    moe_route(router_logits, topk_ids, topk_weights, T, stream);
-    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
-    moe_record(topk_ids, ctx.expert_usage + layer * kNumExperts, T, stream);
+    moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
-    silu_mul_20(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-    cuda::gemm(ctx, h, lw.shared_gate_up, shared_gate_up, T, kSharedGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearSharedGateUp>(ctx, h, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_40(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
-    cuda::gemm(ctx, shared_act, lw.shared_down, x, T, kHiddenSize, kSharedIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearSharedDown>(ctx, shared_act, lw.shared_down, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_48(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 48] · lm_head[384, 48]ᵀ   (fp32)
-  cuda::gemm(ctx, h, w.lm_head, logits, N, kVocabSize, kHiddenSize, cuda::GemmOut::store_f32);
+  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -197,7 +195,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
     // act = silu(gate) ⊙ up   (80 features)
-    silu_mul_80(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, stream);
   }
@@ -237,19 +235,17 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, stream);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
-    moe_route(router_logits, topk_ids, topk_weights, T, stream);
-    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
-    moe_record(topk_ids, ctx.expert_usage + layer * kNumExperts, T, stream);
+    moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
-    silu_mul_20(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, stream);
     // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_40(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, stream);
   }

@@ -6,6 +6,8 @@
 // wide; dense MLP 80 in the first 1 layers. RoPE theta 10000.
 #pragma once
 
+#include "codegen/op_shapes.hpp"
+
 namespace kiln::models::tiny_deepseek_v2_lite {
 
 // ---- constants: the only literals of the generated code ----
@@ -18,6 +20,7 @@ constexpr int kPageSize = 16;               // build.kv_page_size: tokens per KV
 constexpr int kMaxBatch = 8;                // build.max_batch: sequences decoded together
 constexpr int kMaxBatchedTokens = 256;      // build.max_batched_tokens: tokens per step
 constexpr double kRopeTheta = 10000;        // rope_theta
+constexpr int kTargetSms = 132;             // SMs of the first build.gpu_archs target (sm_90a): sizes the decode GEMV's split, any GPU runs it
 constexpr int kNumHeads = 3;                // num_attention_heads
 constexpr int kKvLoraRank = 24;             // kv_lora_rank: the latent c_kv
 constexpr int kQkNopeHeadDim = 8;           // qk_nope_head_dim
@@ -47,11 +50,63 @@ constexpr int kNumGroups = 1;               // n_group
 constexpr int kTopkGroups = 1;              // topk_group
 constexpr float kRoutedScalingFactor = 1.0f; // routed_scaling_factor
 constexpr float kAttnScale = 0.26726124f;   // softmax scale: kQkHeadDim^-0.5 × yarn mscale(factor, mscale_all_dim)²
-constexpr int kAttnPartition = 512;         // decode attention: tokens per split-KV partition
+constexpr int kAttnPartition = 512;         // build.attention_partition: decode attention tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 1;       // ceil(kMaxContext / kAttnPartition)
 constexpr int kDecodeScratchFloats = 624;   // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
 constexpr int kDecodeWeightBytes = 97440;   // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 5760;    // bf16 bytes of one routed expert (gate | up and down)
+
+// ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
+// embed_tokens
+constexpr shape::embed kEmbedTokens{.vocab = kVocabSize, .dim = kHiddenSize};
+// input_layernorm, post_attention_layernorm
+constexpr shape::rmsnorm kRmsnorm48{.dim = kHiddenSize, .eps = kRmsNormEps};
+// self_attn.q_proj
+constexpr shape::linear kLinearQProj{.n = kQWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// self_attn.kv_a_proj_with_mqa
+constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// self_attn.kv_a_layernorm
+constexpr shape::rmsnorm_inplace kRmsnormKvLatent{.dim = kKvLoraRank, .row = kKvAWidth, .eps = kRmsNormEps};
+// rotary_emb (q)
+constexpr shape::rope kRopeQ{.heads = kNumHeads, .head_stride = kQkHeadDim, .rotary_dim = kQkRopeHeadDim, .row = kQWidth, .offset = kQkNopeHeadDim, .interleaved = true};
+// rotary_emb (k)
+constexpr shape::rope kRopeK{.heads = kKRopeHeads, .head_stride = kKvAWidth, .rotary_dim = kQkRopeHeadDim, .row = kKvAWidth, .offset = kKvLoraRank, .interleaved = true};
+// past_key_values
+constexpr shape::mla_kv_write kMlaKvWrite{.latent = kKvLoraRank, .rope = kQkRopeHeadDim, .page_size = kPageSize};
+// self_attn (absorbed W_UK)
+constexpr shape::mla_q_absorb kMlaQAbsorb{.heads = kNumHeads, .nope = kQkNopeHeadDim, .rope = kQkRopeHeadDim, .latent = kKvLoraRank};
+// self_attn
+constexpr shape::mla_attention kMlaAttention{.heads = kNumHeads, .latent = kKvLoraRank, .rope = kQkRopeHeadDim, .page_size = kPageSize, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
+// self_attn (absorbed W_UV)
+constexpr shape::mla_v_up kMlaVUp{.heads = kNumHeads, .latent = kKvLoraRank, .v = kVHeadDim};
+// self_attn.o_proj
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms};
+// mlp.gate_proj,up_proj
+constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// mlp.act_fn
+constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
+// mlp.down_proj
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms};
+// mlp.gate
+constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
+// mlp.gate (routing)
+constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = false, .normalize = true, .scaling = kRoutedScalingFactor};
+// mlp.experts (gate_up_proj)
+constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+// mlp.experts (act_fn)
+constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
+// mlp.experts (down_proj)
+constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+// mlp.shared_experts.gate_proj,up_proj
+constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// mlp.shared_experts.act_fn
+constexpr shape::silu_mul kSiluMulSharedAct{.dim = kSharedIntermediateSize};
+// mlp.shared_experts.down_proj
+constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms};
+// norm
+constexpr shape::rmsnorm_rows kRmsnormRows48{.dim = kHiddenSize, .eps = kRmsNormEps};
+// lm_head
+constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
 template <typename T>
@@ -183,27 +238,26 @@ void rmsnorm_48(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
 void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
 void rmsnorm_kv_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
-void rope_q(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream);
-void rope_k(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream);
+void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
+void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
 void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
-void mla_attention_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
-void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
+void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
+void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
-void silu_mul_80(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void moe_route(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream);
-void moe_record(const int* ids, unsigned char* usage, int tokens, cudaStream_t stream);
+void moe_route(const float* logits, int* ids, float* weights, int tokens, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
-void silu_mul_20(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
-void silu_mul_40(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void rmsnorm_rows_48(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
+void rmsnorm_rows_48(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 
 }  // namespace kiln::models::tiny_deepseek_v2_lite

@@ -46,13 +46,13 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64(x, lw.input_layernorm, h, T, stream);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    cuda::gemm(ctx, h, lw.q_a_proj, q_a, T, kQLoraRank, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQAProj>(ctx, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
-    cuda::gemm(ctx, q_a, lw.q_b_proj, q, T, kQWidth, kQLoraRank, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQBProj>(ctx, q_a, lw.q_b_proj, q, T);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::gemm(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T, kKvAWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
@@ -68,17 +68,17 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
     mla_v_up(o_lat, lw.w_uv, attn, T, stream);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kAttnOutWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
     rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
     // gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
-    cuda::gemm(ctx, h, lw.gate_up_proj, gate_up, T, kGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (96 features)
-    silu_mul_96(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
-    cuda::gemm(ctx, act, lw.down_proj, x, T, kHiddenSize, kIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -90,13 +90,13 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64(x, lw.input_layernorm, h, T, stream);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    cuda::gemm(ctx, h, lw.q_a_proj, q_a, T, kQLoraRank, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQAProj>(ctx, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
-    cuda::gemm(ctx, q_a, lw.q_b_proj, q, T, kQWidth, kQLoraRank, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQBProj>(ctx, q_a, lw.q_b_proj, q, T);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::gemm(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T, kKvAWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
@@ -112,36 +112,34 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
     mla_v_up(o_lat, lw.w_uv, attn, T, stream);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kAttnOutWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
     rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-    cuda::gemm(ctx, h, lw.router, router_logits, T, kNumExperts, kHiddenSize, cuda::GemmOut::store_f32);
+    cuda::linear<kLinearRouter>(ctx, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
-    moe_route(router_logits, topk_ids, topk_weights, T, stream);
-    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
-    moe_record(topk_ids, ctx.expert_usage + layer * kNumExperts, T, stream);
+    moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
-    silu_mul_24(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-    cuda::gemm(ctx, h, lw.shared_gate_up, shared_gate_up, T, kSharedGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearSharedGateUp>(ctx, h, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (24 features)
-    silu_mul_24(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
     // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
-    cuda::gemm(ctx, shared_act, lw.shared_down, x, T, kHiddenSize, kSharedIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearSharedDown>(ctx, shared_act, lw.shared_down, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-  cuda::gemm(ctx, h, w.lm_head, logits, N, kVocabSize, kHiddenSize, cuda::GemmOut::store_f32);
+  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -211,7 +209,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
     // act = silu(gate) ⊙ up   (96 features)
-    silu_mul_96(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, stream);
   }
@@ -255,19 +253,17 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, stream);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
-    moe_route(router_logits, topk_ids, topk_weights, T, stream);
-    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
-    moe_record(topk_ids, ctx.expert_usage + layer * kNumExperts, T, stream);
+    moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
-    silu_mul_24(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, stream);
     // shared_act = silu(gate) ⊙ up   (24 features)
-    silu_mul_24(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
     // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, stream);
   }

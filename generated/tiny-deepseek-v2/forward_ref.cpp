@@ -36,113 +36,111 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* shared_act = reinterpret_cast<float*>(arena + RefArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
-  ref::embed(step.token_ids.data(), T, w.embed_tokens, kVocabSize, kHiddenSize, x);
+  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, T);
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
     const LayerWeights<float>& lw = w.layers[layer];
-    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, kKvElemsPerToken, kPageSize};
+    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, {kKvElemsPerToken}, kPageSize};
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    ref::rmsnorm(x, lw.input_layernorm, h, T, kHiddenSize, kRmsNormEps);
+    ref::rmsnorm(kRmsnorm64, x, lw.input_layernorm, h, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    ref::linear(h, T, lw.q_a_proj, kQLoraRank, kHiddenSize, q_a, /*accumulate=*/false);
+    ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
-    ref::rmsnorm(q_a, kQLoraRank, lw.q_a_layernorm, q_a, kQLoraRank, T, kQLoraRank, kRmsNormEps);
+    ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
-    ref::linear(q_a, T, lw.q_b_proj, kQWidth, kQLoraRank, q, /*accumulate=*/false);
+    ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    ref::linear(h, T, lw.kv_a_proj_with_mqa, kKvAWidth, kHiddenSize, kv_a, /*accumulate=*/false);
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-    ref::rmsnorm(kv_a, kKvAWidth, lw.kv_a_layernorm, kv_a, kKvAWidth, T, kKvLoraRank, kRmsNormEps);
+    ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-    ref::rope(q, T, kQWidth, kQkNopeHeadDim, kNumHeads, kQkHeadDim, kQkRopeHeadDim, /*interleaved=*/true, step.positions.data(), ctx.rope);
+    ref::rope(kRopeQ, q, step.positions.data(), ctx.rope, T);
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-    ref::rope(kv_a, T, kKvAWidth, kKvLoraRank, kKRopeHeads, kKvAWidth, kQkRopeHeadDim, /*interleaved=*/true, step.positions.data(), ctx.rope);
+    ref::rope(kRopeK, kv_a, step.positions.data(), ctx.rope, T);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-    ref::mla_kv_write(kv_a, T, step.slot_mapping.data(), kv);
+    ref::mla_kv_write(kMlaKvWrite, kv_a, step.slot_mapping.data(), kv, T);
     // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
-    ref::mla_q_absorb(q, T, kNumHeads, kQkNopeHeadDim, kQkRopeHeadDim, kKvLoraRank, lw.w_uk, q_mla);
+    ref::mla_q_absorb(kMlaQAbsorb, q, lw.w_uk, q_mla, T);
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.24609782191507457 + causal mask) · c_kv   (4 heads over one latent head)
-    ref::mla_attention(q_mla, kNumHeads, kKvLoraRank, kQkRopeHeadDim, kAttnScale, step, kv, o_lat);
+    ref::mla_attention(kMlaAttention, q_mla, kv, o_lat, step);
     // attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
-    ref::mla_v_up(o_lat, T, kNumHeads, kKvLoraRank, kVHeadDim, lw.w_uv, attn);
+    ref::mla_v_up(kMlaVUp, o_lat, lw.w_uv, attn, T);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
-    ref::linear(attn, T, lw.o_proj, kHiddenSize, kAttnOutWidth, x, /*accumulate=*/true);
+    ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    ref::rmsnorm(x, lw.post_attention_layernorm, h, T, kHiddenSize, kRmsNormEps);
+    ref::rmsnorm(kRmsnorm64, x, lw.post_attention_layernorm, h, T);
     // gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
-    ref::linear(h, T, lw.gate_up_proj, kGateUpWidth, kHiddenSize, gate_up, /*accumulate=*/false);
+    ref::linear(kLinearGateUpProj, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (96 features)
-    ref::silu_mul(gate_up, T, kIntermediateSize, act);
+    ref::silu_mul(kSiluMulAct, gate_up, act, T);
     // x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
-    ref::linear(act, T, lw.down_proj, kHiddenSize, kIntermediateSize, x, /*accumulate=*/true);
+    ref::linear(kLinearDownProj, act, lw.down_proj, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
   for (int layer = kFirstKDenseReplace; layer < kNumLayers; ++layer) {
     const LayerWeights<float>& lw = w.layers[layer];
-    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, kKvElemsPerToken, kPageSize};
+    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, {kKvElemsPerToken}, kPageSize};
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    ref::rmsnorm(x, lw.input_layernorm, h, T, kHiddenSize, kRmsNormEps);
+    ref::rmsnorm(kRmsnorm64, x, lw.input_layernorm, h, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    ref::linear(h, T, lw.q_a_proj, kQLoraRank, kHiddenSize, q_a, /*accumulate=*/false);
+    ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
-    ref::rmsnorm(q_a, kQLoraRank, lw.q_a_layernorm, q_a, kQLoraRank, T, kQLoraRank, kRmsNormEps);
+    ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
-    ref::linear(q_a, T, lw.q_b_proj, kQWidth, kQLoraRank, q, /*accumulate=*/false);
+    ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    ref::linear(h, T, lw.kv_a_proj_with_mqa, kKvAWidth, kHiddenSize, kv_a, /*accumulate=*/false);
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-    ref::rmsnorm(kv_a, kKvAWidth, lw.kv_a_layernorm, kv_a, kKvAWidth, T, kKvLoraRank, kRmsNormEps);
+    ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-    ref::rope(q, T, kQWidth, kQkNopeHeadDim, kNumHeads, kQkHeadDim, kQkRopeHeadDim, /*interleaved=*/true, step.positions.data(), ctx.rope);
+    ref::rope(kRopeQ, q, step.positions.data(), ctx.rope, T);
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-    ref::rope(kv_a, T, kKvAWidth, kKvLoraRank, kKRopeHeads, kKvAWidth, kQkRopeHeadDim, /*interleaved=*/true, step.positions.data(), ctx.rope);
+    ref::rope(kRopeK, kv_a, step.positions.data(), ctx.rope, T);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-    ref::mla_kv_write(kv_a, T, step.slot_mapping.data(), kv);
+    ref::mla_kv_write(kMlaKvWrite, kv_a, step.slot_mapping.data(), kv, T);
     // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
-    ref::mla_q_absorb(q, T, kNumHeads, kQkNopeHeadDim, kQkRopeHeadDim, kKvLoraRank, lw.w_uk, q_mla);
+    ref::mla_q_absorb(kMlaQAbsorb, q, lw.w_uk, q_mla, T);
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.24609782191507457 + causal mask) · c_kv   (4 heads over one latent head)
-    ref::mla_attention(q_mla, kNumHeads, kKvLoraRank, kQkRopeHeadDim, kAttnScale, step, kv, o_lat);
+    ref::mla_attention(kMlaAttention, q_mla, kv, o_lat, step);
     // attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
-    ref::mla_v_up(o_lat, T, kNumHeads, kKvLoraRank, kVHeadDim, lw.w_uv, attn);
+    ref::mla_v_up(kMlaVUp, o_lat, lw.w_uv, attn, T);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
-    ref::linear(attn, T, lw.o_proj, kHiddenSize, kAttnOutWidth, x, /*accumulate=*/true);
+    ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    ref::rmsnorm(x, lw.post_attention_layernorm, h, T, kHiddenSize, kRmsNormEps);
+    ref::rmsnorm(kRmsnorm64, x, lw.post_attention_layernorm, h, T);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-    ref::linear(h, T, lw.router, kNumExperts, kHiddenSize, router_logits, /*accumulate=*/false);
+    ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
-    ref::moe_route(router_logits, T, kNumExperts, kNumExpertsPerTok, kNumGroups, kTopkGroups, /*group_limited=*/true, /*normalize=*/false, kRoutedScalingFactor, topk_ids, topk_weights);
-    // expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
-    ref::moe_record(topk_ids, T, kNumExpertsPerTok, ctx.expert_usage + layer * kNumExperts);
+    ref::moe_route(kMoeRoute, router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
-    ref::moe_gate_up(h, T, topk_ids, kNumExpertsPerTok, lw.experts_gate_up, kHiddenSize, kMoeIntermediateSize, moe_gate_up);
+    ref::moe_gate_up(kMoeExpertsGateUp, h, lw.experts_gate_up, topk_ids, moe_gate_up, T);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
-    ref::silu_mul(moe_gate_up, T * kNumExpertsPerTok, kMoeIntermediateSize, moe_act);
+    ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    ref::moe_down(moe_act, T, topk_ids, topk_weights, kNumExpertsPerTok, lw.experts_down, kHiddenSize, kMoeIntermediateSize, x);
+    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
     // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-    ref::linear(h, T, lw.shared_gate_up, kSharedGateUpWidth, kHiddenSize, shared_gate_up, /*accumulate=*/false);
+    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (24 features)
-    ref::silu_mul(shared_gate_up, T, kSharedIntermediateSize, shared_act);
+    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
-    ref::linear(shared_act, T, lw.shared_down, kHiddenSize, kSharedIntermediateSize, x, /*accumulate=*/true);
+    ref::linear(kLinearSharedDown, shared_act, lw.shared_down, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
-  ref::rmsnorm_rows(x, step.logit_rows.data(), N, w.norm, h, kHiddenSize, kRmsNormEps);
+  ref::rmsnorm_rows(kRmsnormRows64, x, step.logit_rows.data(), w.norm, h, N);
   // logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-  ref::linear(h, N, w.lm_head, kVocabSize, kHiddenSize, logits, /*accumulate=*/false);
+  ref::linear(kLinearLmHead, h, w.lm_head, logits, N);
 }
 
 class RefModel final : public RefForward {

@@ -2,157 +2,164 @@
 // CUDA kernels: one instantiation per op of the graph, this model's sizes baked in.
 
 #include "model.hpp"
-#include "templates/activation.cuh"
-#include "templates/embedding.cuh"
-#include "templates/gemv.cuh"
-#include "templates/mla.cuh"
+#include "templates/embed.cuh"
+#include "templates/linear.cuh"
 #include "templates/mla_attention.cuh"
-#include "templates/moe.cuh"
-#include "templates/moe_usage.cuh"
-#include "templates/norm.cuh"
-#include "templates/norm_inplace.cuh"
+#include "templates/mla_kv_write.cuh"
+#include "templates/mla_q_absorb.cuh"
+#include "templates/mla_v_up.cuh"
+#include "templates/moe_down.cuh"
+#include "templates/moe_gate_up.cuh"
+#include "templates/moe_route.cuh"
+#include "templates/rmsnorm.cuh"
+#include "templates/rmsnorm_inplace.cuh"
+#include "templates/rmsnorm_rows.cuh"
 #include "templates/rope.cuh"
+#include "templates/silu_mul.cuh"
 
 namespace kiln::models::tiny_deepseek_v2 {
 
 // embed_tokens: x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream) {
-  kiln::embed<kHiddenSize>(token_ids, table, x, tokens, stream);
+  kiln::embed<kEmbedTokens>(token_ids, table, x, tokens, stream);
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
 void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kHiddenSize>(x, weight, out, rows, kRmsNormEps, stream);
+  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
 }
 
 // self_attn.q_a_proj: q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
 void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kQLoraRank, kHiddenSize, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearQAProj>(in, weight, out, tokens, stream);
 }
 
 // self_attn.q_a_layernorm: q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
 void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream) {
-  kiln::rmsnorm_inplace<kQLoraRank, kQLoraRank>(rows, weight, tokens, kRmsNormEps, stream);
+  kiln::rmsnorm_inplace<kRmsnormQLatent>(rows, weight, tokens, stream);
 }
 
 // self_attn.q_b_proj: q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
 void linear_q_b_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kQWidth, kQLoraRank, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearQBProj>(in, weight, out, tokens, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
 void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kKvAWidth, kHiddenSize, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, stream);
 }
 
 // self_attn.kv_a_layernorm: c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
 void rmsnorm_kv_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream) {
-  kiln::rmsnorm_inplace<kKvLoraRank, kKvAWidth>(rows, weight, tokens, kRmsNormEps, stream);
+  kiln::rmsnorm_inplace<kRmsnormKvLatent>(rows, weight, tokens, stream);
 }
 
 // rotary_emb (q): q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-void rope_q(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream) {
-  kiln::rope<kNumHeads, kQkHeadDim, kQkRopeHeadDim, kQWidth, true>(rows, kQkNopeHeadDim, positions, table, tokens, stream);
+void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream) {
+  kiln::rope<kRopeQ>(rows, positions, rope, tokens, stream);
 }
 
 // rotary_emb (k): k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-void rope_k(bf16* rows, const int* positions, const float* table, int tokens, cudaStream_t stream) {
-  kiln::rope<kKRopeHeads, kKvAWidth, kQkRopeHeadDim, kKvAWidth, true>(rows, kKvLoraRank, positions, table, tokens, stream);
+void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream) {
+  kiln::rope<kRopeK>(rows, positions, rope, tokens, stream);
 }
 
 // past_key_values: latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
 void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
-  kiln::mla_kv_write<kKvLoraRank, kQkRopeHeadDim, kPageSize>(kv_a, slot_mapping, cache, tokens, stream);
+  kiln::mla_kv_write<kMlaKvWrite>(kv_a, slot_mapping, cache, tokens, stream);
 }
 
 // self_attn (absorbed W_UK): q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream) {
-  kiln::mla_q_absorb<kNumHeads, kQkNopeHeadDim, kQkRopeHeadDim, kKvLoraRank>(q, w_uk, q_mla, tokens, stream);
+  kiln::mla_q_absorb<kMlaQAbsorb>(q, w_uk, q_mla, tokens, stream);
 }
 
 // self_attn: o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.24609782191507457 + causal mask) · c_kv   (4 heads over one latent head)
-void mla_attention_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream) {
-  kiln::mla_attention_prefill<kNumHeads, kKvLoraRank, kQkRopeHeadDim, kPageSize>(q_mla, cache, o_lat, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, kAttnScale, stream);
+void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream) {
+  kiln::mla_attention_prefill<kMlaAttention>(q_mla, cache, o_lat, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, stream);
 }
 
 // self_attn: o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.24609782191507457 + causal mask) · c_kv   (4 heads over one latent head)
-void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream) {
-  kiln::mla_attention_decode<kNumHeads, kKvLoraRank, kQkRopeHeadDim, kPageSize, kAttnPartition, kAttnMaxPartitions>(q_mla, cache, o_lat, context_len, block_tables, max_pages_per_seq, num_seqs, kAttnScale, scratch, stream);
+void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream) {
+  kiln::mla_attention_decode<kMlaAttention>(q_mla, cache, o_lat, context_len, block_tables, max_pages_per_seq, num_seqs, scratch, stream);
 }
 
 // self_attn (absorbed W_UV): attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
 void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::mla_v_up<kNumHeads, kKvLoraRank, kVHeadDim>(o_lat, w_uv, out, tokens, stream);
+  kiln::mla_v_up<kMlaVUp>(o_lat, w_uv, out, tokens, stream);
 }
 
 // self_attn.o_proj: x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kHiddenSize, kAttnOutWidth, kiln::GemvOut::add_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
 void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kGateUpWidth, kHiddenSize, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (96 features)
-void silu_mul_96(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kIntermediateSize>(gate_up, act, rows, stream);
+void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
 }
 
 // mlp.down_proj: x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kHiddenSize, kIntermediateSize, kiln::GemvOut::add_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, stream);
 }
 
 // mlp.gate: router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
 void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kNumExperts, kHiddenSize, kiln::GemvOut::store_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
-void moe_route(const float* logits, int* ids, float* weights, int tokens, cudaStream_t stream) {
-  kiln::moe_route<kNumExperts, kNumExpertsPerTok, kNumGroups, kTopkGroups, true, false>(logits, ids, weights, tokens, kRoutedScalingFactor, stream);
-}
-
-// (accounting): expert_usage[layer][experts[t, j]] = 1   (which experts' weights this step reads)
-void moe_record(const int* ids, unsigned char* usage, int tokens, cudaStream_t stream) {
-  kiln::moe_record<kNumExperts, kNumExpertsPerTok>(ids, usage, tokens, stream);
+void moe_route(const float* logits, int* ids, float* weights, int tokens, unsigned char* expert_usage, int layer, cudaStream_t stream) {
+  kiln::moe_route<kMoeRoute>(logits, ids, weights, tokens, expert_usage, layer, stream);
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream) {
-  kiln::moe_gate_up<kNumExperts, kNumExpertsPerTok, kHiddenSize, kMoeIntermediateSize>(h, weight, ids, out, scratch, tokens, stream);
+  kiln::moe_gate_up<kMoeExpertsGateUp>(h, weight, ids, out, scratch, tokens, stream);
 }
 
-// mlp.experts (act_fn), mlp.shared_experts.act_fn: moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
-void silu_mul_24(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kMoeIntermediateSize>(gate_up, act, rows, stream);
+// mlp.experts (act_fn): moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
+void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulMoeAct>(gate_up, act, rows, stream);
 }
 
 // mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream) {
-  kiln::moe_down<kNumExperts, kNumExpertsPerTok, kHiddenSize, kMoeIntermediateSize>(act, weight, ids, weights, scratch, x, tokens, stream);
+  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, x, tokens, stream);
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
 void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kSharedGateUpWidth, kHiddenSize, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, stream);
+}
+
+// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (24 features)
+void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
 void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kHiddenSize, kSharedIntermediateSize, kiln::GemvOut::add_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
-void rmsnorm_rows_64(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream) {
-  kiln::rmsnorm_rows<kHiddenSize>(x, rows, weight, out, num_rows, kRmsNormEps, stream);
+void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream) {
+  kiln::rmsnorm_rows<kRmsnormRows64>(x, logit_rows, weight, out, num_rows, stream);
 }
 
 // lm_head: logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
 void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kVocabSize, kHiddenSize, kiln::GemvOut::store_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, stream);
 }
+
+static_assert(kiln::mla_attention_decode_scratch_floats<kMlaAttention>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUp>() <= kMoeScratchPerToken);
 
 }  // namespace kiln::models::tiny_deepseek_v2

@@ -34,7 +34,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64(x, lw.input_layernorm, h, T, stream);
     // qkv = h[T, 64] · qkv_proj[128, 64]ᵀ   (q 64 | k 32 | v 32)
-    cuda::gemm(ctx, h, lw.qkv_proj, qkv, T, kQkvWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 16, pages of 8 tokens)
     // (one fused kernel)
@@ -42,24 +42,24 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (4 query heads share 2 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 64] · o_proj[64, 64]ᵀ   (residual add fused)
-    cuda::gemm(ctx, attn, lw.o_proj, x, T, kHiddenSize, kQWidth, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
     rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
     // gate_up = h[T, 64] · gate_up_proj[320, 64]ᵀ   (gate 160 | up 160)
-    cuda::gemm(ctx, h, lw.gate_up_proj, gate_up, T, kGateUpWidth, kHiddenSize, cuda::GemmOut::store_bf16);
+    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (160 features)
-    silu_mul_160(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 160] · down_proj[64, 160]ᵀ   (residual add fused)
-    cuda::gemm(ctx, act, lw.down_proj, x, T, kHiddenSize, kIntermediateSize, cuda::GemmOut::add_f32);
+    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-  cuda::gemm(ctx, h, w.lm_head, logits, N, kVocabSize, kHiddenSize, cuda::GemmOut::store_f32);
+  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -103,7 +103,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // gate_up = h[T, 64] · gate_up_proj[320, 64]ᵀ   (gate 160 | up 160)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
     // act = silu(gate) ⊙ up   (160 features)
-    silu_mul_160(gate_up, act, T, stream);
+    silu_mul_act(gate_up, act, T, stream);
     // x += act[T, 160] · down_proj[64, 160]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, stream);
   }

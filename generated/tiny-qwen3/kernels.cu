@@ -2,63 +2,76 @@
 // CUDA kernels: one instantiation per op of the graph, this model's sizes baked in.
 
 #include "model.hpp"
-#include "templates/activation.cuh"
 #include "templates/attention.cuh"
 #include "templates/attention_prep.cuh"
-#include "templates/embedding.cuh"
-#include "templates/gemv.cuh"
-#include "templates/norm.cuh"
+#include "templates/embed.cuh"
+#include "templates/linear.cuh"
+#include "templates/rmsnorm.cuh"
+#include "templates/rmsnorm_rows.cuh"
+#include "templates/silu_mul.cuh"
 
 namespace kiln::models::tiny_qwen3 {
 
 // embed_tokens: x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream) {
-  kiln::embed<kHiddenSize>(token_ids, table, x, tokens, stream);
+  kiln::embed<kEmbedTokens>(token_ids, table, x, tokens, stream);
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
 void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kHiddenSize>(x, weight, out, rows, kRmsNormEps, stream);
+  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
 }
 
-// self_attn.q_proj,k_proj,v_proj, mlp.gate_proj,up_proj: qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
+// self_attn.q_proj,k_proj,v_proj: qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
 void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kQkvWidth, kHiddenSize, kiln::GemvOut::store_bf16>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, stream);
 }
 
 // self_attn (q/k prep): q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32); then q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000); then k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
-void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* table, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
-  kiln::attention_prep<kNumHeads, kNumKvHeads, kHeadDim, kQkvWidth, kPageSize, true>(qkv, q_norm, k_norm, kRmsNormEps, positions, table, slot_mapping, cache, tokens, stream);
+void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
+  kiln::attention_prep<kAttentionPrep>(qkv, q_norm, k_norm, positions, rope, slot_mapping, cache, tokens, stream);
 }
 
 // self_attn: attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
-void attention_prefill(const bf16* qkv, const bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream) {
-  kiln::attention_prefill<kNumHeads, kNumKvHeads, kHeadDim, kPageSize, kQkvWidth>(qkv, cache, out, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, kAttnScale, stream);
+void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream) {
+  kiln::attention_prefill<kAttention>(q, cache, out, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, stream);
 }
 
 // self_attn: attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
-void attention_decode(const bf16* qkv, const bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream) {
-  kiln::attention_decode<kNumHeads, kNumKvHeads, kHeadDim, kPageSize, kQkvWidth, kAttnPartition, kAttnMaxPartitions>(qkv, cache, out, context_len, block_tables, max_pages_per_seq, num_seqs, kAttnScale, scratch, stream);
+void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream) {
+  kiln::attention_decode<kAttention>(q, cache, out, context_len, block_tables, max_pages_per_seq, num_seqs, scratch, stream);
 }
 
-// self_attn.o_proj, mlp.down_proj: x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
+// self_attn.o_proj: x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kHiddenSize, kQWidth, kiln::GemvOut::add_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, stream);
+}
+
+// mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[256, 64]ᵀ   (gate 128 | up 128)
+void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (128 features)
-void silu_mul_128(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kIntermediateSize>(gate_up, act, rows, stream);
+void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
+}
+
+// mlp.down_proj: x += act[T, 128] · down_proj[64, 128]ᵀ   (residual add fused)
+void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
-void rmsnorm_rows_64(const float* x, const int* rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream) {
-  kiln::rmsnorm_rows<kHiddenSize>(x, rows, weight, out, num_rows, kRmsNormEps, stream);
+void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream) {
+  kiln::rmsnorm_rows<kRmsnormRows64>(x, logit_rows, weight, out, num_rows, stream);
 }
 
 // lm_head: logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
 void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::gemv<kVocabSize, kHiddenSize, kiln::GemvOut::store_f32>(in, weight, out, tokens, stream);
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, stream);
 }
+
+static_assert(kiln::attention_decode_scratch_floats<kAttention>(kMaxBatch) <= kDecodeScratchFloats);
 
 }  // namespace kiln::models::tiny_qwen3

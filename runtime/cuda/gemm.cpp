@@ -27,11 +27,11 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int kReferenceRows = 2048;
 constexpr int kProbeRows[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 64, 100, 513, 1000, 2048};
 
-const char* mode_name(GemmOut mode) {
+const char* mode_name(LinearOut mode) {
   switch (mode) {
-    case GemmOut::store_bf16: return "store_bf16";
-    case GemmOut::add_f32: return "add_f32";
-    case GemmOut::store_f32: return "store_f32";
+    case LinearOut::store_bf16: return "store_bf16";
+    case LinearOut::add_f32: return "add_f32";
+    case LinearOut::store_f32: return "store_f32";
   }
   return "unknown";
 }
@@ -39,13 +39,13 @@ const char* mode_name(GemmOut mode) {
 // Operand alignments are part of the key: cuBLASLt picks kernels by them.
 struct ShapeKey {
   int n, k;
-  GemmOut mode;
+  LinearOut mode;
   uint32_t align_in, align_weight, align_out;
   bool operator<(const ShapeKey& o) const {
     return std::tie(n, k, mode, align_in, align_weight, align_out) <
            std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out);
   }
-  cudaDataType_t out_type() const { return mode == GemmOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+  cudaDataType_t out_type() const { return mode == LinearOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 };
 
 void check(cublasStatus_t status, const char* call, const ShapeKey& s, int rows) {
@@ -140,7 +140,7 @@ struct GemmRunner::State {
   }
 
   void build(const ShapeKey& key, ShapePlan& p) {
-    p.beta = key.mode == GemmOut::add_f32 ? 1.0f : 0.0f;
+    p.beta = key.mode == LinearOut::add_f32 ? 1.0f : 0.0f;
     check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", key, 0);
     const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
@@ -236,7 +236,7 @@ GemmRunner::~GemmRunner() {
 }
 
 void GemmRunner::run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k,
-                     GemmOut mode, cudaStream_t stream) {
+                     LinearOut mode, cudaStream_t stream) {
   if (rows == 0) return;
   if (rows < 0 || n <= 0 || k <= 0) {
     fail("gemm: expected rows >= 0 and positive n, k; got rows=", rows, " n=", n, " k=", k);

@@ -1,5 +1,6 @@
 // Prefill projections through cuBLASLt: out[rows, n] (=|+=) in[rows, k] · weight[n, k]ᵀ with bf16
-// operands and fp32 accumulation. Decode uses our own GEMV kernels (templates/gemv.cuh).
+// operands and fp32 accumulation: the prefill side of the linear op (decode runs our GEMV,
+// templates/linear.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,15 +8,10 @@
 
 #include <memory>
 
+#include "codegen/op_shapes.hpp"
 #include "runtime/cuda/context.hpp"
 
 namespace kiln::cuda {
-
-enum class GemmOut {
-  store_bf16,  // out is bf16 [rows, n]
-  add_f32,     // out is fp32 [rows, n] and receives the product added (the residual stream)
-  store_f32,   // out is fp32 [rows, n] (logits)
-};
 
 // Owns the cuBLASLt handle, its workspace and the chosen algorithms per shape.
 class GemmRunner {
@@ -25,7 +21,7 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  void run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k, GemmOut mode,
+  void run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k, LinearOut mode,
            cudaStream_t stream);
 
  private:
@@ -33,10 +29,12 @@ class GemmRunner {
   std::unique_ptr<State> state_;
 };
 
-// The call the generated forward makes.
-inline void gemm(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows,
-                 int n, int k, GemmOut mode) {
-  ctx.gemm->run(in, weight, out, rows, n, k, mode, ctx.stream);
+// The call the generated prefill forward makes for a linear op (codegen/ops.def): out is bf16 for
+// LinearOut::store_bf16, fp32 otherwise (added into for add_f32).
+template <shape::linear S, typename Out>
+void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16* weight, Out* out, int tokens) {
+  static_assert((S.out == LinearOut::store_bf16) == (sizeof(Out) == 2), "cuda::linear: out type must match S.out");
+  ctx.gemm->run(in, weight, out, tokens, S.n, S.k, S.out, ctx.stream);
 }
 
 }  // namespace kiln::cuda

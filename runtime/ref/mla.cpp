@@ -9,14 +9,16 @@
 
 namespace kiln::ref {
 
-void mla_kv_write(const float* kv_a, int64_t tokens, const int32_t* slot_mapping, const LatentPages& cache) {
+void mla_kv_write(const shape::mla_kv_write& s, const float* kv_a, const int32_t* slot_mapping,
+                  const LatentPages& cache, int64_t tokens) {
+  const int64_t width = s.latent + s.rope;
   for (int64_t t = 0; t < tokens; ++t) {
-    std::memcpy(cache.row(slot_mapping[t]), kv_a + t * cache.width, sizeof(float) * cache.width);
+    std::memcpy(cache.row(slot_mapping[t]), kv_a + t * width, sizeof(float) * width);
   }
 }
 
-void mla_q_absorb(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope, int64_t latent,
-                  const float* w_uk, float* q_mla) {
+void mla_q_absorb(const shape::mla_q_absorb& s, const float* q, const float* w_uk, float* q_mla, int64_t tokens) {
+  const int64_t heads = s.heads, nope = s.nope, rope = s.rope, latent = s.latent;
   const int64_t q_head = nope + rope, out_head = latent + rope;
   parallel_for(tokens * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
@@ -33,16 +35,17 @@ void mla_q_absorb(const float* q, int64_t tokens, int64_t heads, int64_t nope, i
   });
 }
 
-void mla_attention(const float* q_mla, int64_t heads, int64_t latent, int64_t rope, float scale, const StepBatch& step,
-                   const LatentPages& cache, float* o_lat) {
-  const int64_t width = latent + rope, P = cache.page_size;
-  for (int64_t s = 0; s < step.num_seqs(); ++s) {
-    const int32_t* pages = step.block_tables.data() + s * step.max_pages_per_seq;
-    parallel_for(static_cast<int64_t>(step.query_start[s + 1] - step.query_start[s]) * heads, 1,
+void mla_attention(const shape::mla_attention& s, const float* q_mla, const LatentPages& cache, float* o_lat,
+                   const StepBatch& step) {
+  const int64_t heads = s.heads, latent = s.latent, width = s.latent + s.rope, P = s.page_size;
+  const float scale = s.scale;
+  for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {
+    const int32_t* pages = step.block_tables.data() + seq * step.max_pages_per_seq;
+    parallel_for(static_cast<int64_t>(step.query_start[seq + 1] - step.query_start[seq]) * heads, 1,
                  [&](int64_t begin, int64_t end) {
       std::vector<float> p;
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = step.query_start[s] + item / heads, h = item % heads;
+        const int64_t t = step.query_start[seq] + item / heads, h = item % heads;
         const float* qh = q_mla + (t * heads + h) * width;
         const int64_t keys = static_cast<int64_t>(step.positions[t]) + 1;
         p.resize(keys);
@@ -68,8 +71,8 @@ void mla_attention(const float* q_mla, int64_t heads, int64_t latent, int64_t ro
   }
 }
 
-void mla_v_up(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, int64_t v, const float* w_uv,
-              float* out) {
+void mla_v_up(const shape::mla_v_up& s, const float* o_lat, const float* w_uv, float* out, int64_t tokens) {
+  const int64_t heads = s.heads, latent = s.latent, v = s.v;
   parallel_for(tokens * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / heads, h = item % heads;

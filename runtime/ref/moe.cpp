@@ -24,9 +24,9 @@ std::vector<int64_t> top_indices(const std::vector<float>& values, int64_t k) {
 
 }  // namespace
 
-void moe_route(const float* logits, int64_t tokens, int64_t experts, int64_t top_k, int64_t groups,
-               int64_t topk_groups, bool group_limited, bool normalize, float scaling, int32_t* ids,
-               float* weights) {
+void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, float* weights, int64_t tokens,
+               uint8_t* expert_usage, int layer) {
+  const int64_t experts = s.experts, top_k = s.top_k, groups = s.groups;
   std::vector<float> scores(experts);
   for (int64_t t = 0; t < tokens; ++t) {
     const float* l = logits + t * experts;
@@ -36,14 +36,14 @@ void moe_route(const float* logits, int64_t tokens, int64_t experts, int64_t top
     for (float& s : scores) s = static_cast<float>(s / sum);
 
     std::vector<float> candidates = scores;
-    if (group_limited) {  // keep the topk_groups groups with the highest max score
+    if (s.group_limited) {  // keep the topk_groups groups with the highest max score
       const int64_t per_group = experts / groups;
       std::vector<float> group_max(groups);
       for (int64_t gi = 0; gi < groups; ++gi) {
         group_max[gi] = *std::max_element(scores.begin() + gi * per_group, scores.begin() + (gi + 1) * per_group);
       }
       std::vector<bool> keep(groups, false);
-      for (int64_t gi : top_indices(group_max, topk_groups)) keep[gi] = true;
+      for (int64_t gi : top_indices(group_max, s.topk_groups)) keep[gi] = true;
       for (int64_t e = 0; e < experts; ++e) {
         if (!keep[e / per_group]) candidates[e] = 0.0f;
       }
@@ -54,17 +54,15 @@ void moe_route(const float* logits, int64_t tokens, int64_t experts, int64_t top
     for (int64_t j = 0; j < top_k; ++j) {
       ids[t * top_k + j] = static_cast<int32_t>(chosen[j]);
       const float w = candidates[chosen[j]];
-      weights[t * top_k + j] = normalize ? w / (total + 1e-20f) : w * scaling;
+      weights[t * top_k + j] = s.normalize ? w / (total + 1e-20f) : w * s.scaling;
+      if (expert_usage != nullptr) expert_usage[static_cast<int64_t>(layer) * experts + chosen[j]] = 1;
     }
   }
 }
 
-void moe_record(const int32_t* ids, int64_t tokens, int64_t top_k, uint8_t* usage) {
-  for (int64_t i = 0; i < tokens * top_k; ++i) usage[ids[i]] = 1;
-}
-
-void moe_gate_up(const float* h, int64_t tokens, const int32_t* ids, int64_t top_k, const float* w, int64_t hidden,
-                 int64_t inter, float* out) {
+void moe_gate_up(const shape::moe_gate_up& s, const float* h, const float* w, const int32_t* ids, float* out,
+                 int64_t tokens) {
+  const int64_t top_k = s.top_k, hidden = s.hidden, inter = s.inter;
   parallel_for(tokens * top_k * 2 * inter, 64, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t pair = item / (2 * inter), row = item % (2 * inter);
@@ -78,8 +76,9 @@ void moe_gate_up(const float* h, int64_t tokens, const int32_t* ids, int64_t top
   });
 }
 
-void moe_down(const float* act, int64_t tokens, const int32_t* ids, const float* weights, int64_t top_k,
-              const float* w, int64_t hidden, int64_t inter, float* x) {
+void moe_down(const shape::moe_down& s, const float* act, const float* w, const int32_t* ids, const float* weights,
+              float* x, int64_t tokens) {
+  const int64_t top_k = s.top_k, hidden = s.hidden, inter = s.inter;
   parallel_for(tokens * hidden, 64, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / hidden, row = item % hidden;

@@ -30,16 +30,11 @@ inline float rms_scale(const float* x, int64_t dim, float eps) {
 
 }  // namespace
 
-void embed(const int32_t* token_ids, int64_t tokens, const float* table, int64_t vocab, int64_t dim, float* x) {
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t id = token_ids[t];
-    if (id < 0 || id >= vocab) fail("token id ", id, " at row ", t, " is outside the vocabulary (0..", vocab - 1, ")");
-    std::memcpy(x + t * dim, table + static_cast<int64_t>(id) * dim, sizeof(float) * dim);
-  }
-}
+namespace {
 
-void rmsnorm(const float* x, int64_t x_stride, const float* weight, float* out, int64_t out_stride, int64_t rows,
-             int64_t dim, float eps) {
+// out[r] = x[r] / sqrt(mean(x[r]²) + eps) · weight over `rows` rows of strides x_stride / out_stride.
+void rmsnorm_strided(const float* x, int64_t x_stride, const float* weight, float* out, int64_t out_stride,
+                     int64_t rows, int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * x_stride;
     float* o = out + r * out_stride;
@@ -48,12 +43,35 @@ void rmsnorm(const float* x, int64_t x_stride, const float* weight, float* out, 
   }
 }
 
-void rmsnorm_rows(const float* x, const int32_t* rows, int64_t num_rows, const float* weight, float* out, int64_t dim,
-                  float eps) {
-  for (int64_t r = 0; r < num_rows; ++r) rmsnorm(x + rows[r] * dim, dim, weight, out + r * dim, dim, 1, dim, eps);
+}  // namespace
+
+void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int64_t tokens) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t id = token_ids[t];
+    if (id < 0 || id >= s.vocab) fail("token id ", id, " at row ", t, " is outside the vocabulary (0..", s.vocab - 1, ")");
+    std::memcpy(x + t * s.dim, table + static_cast<int64_t>(id) * s.dim, sizeof(float) * s.dim);
+  }
 }
 
-void linear(const float* in, int64_t tokens, const float* weight, int64_t n, int64_t k, float* out, bool accumulate) {
+void rmsnorm(const shape::rmsnorm& s, const float* x, const float* weight, float* out, int64_t rows) {
+  rmsnorm_strided(x, s.dim, weight, out, s.dim, rows, s.dim, s.eps);
+}
+
+void rmsnorm_rows(const shape::rmsnorm_rows& s, const float* x, const int32_t* logit_rows, const float* weight,
+                  float* out, int64_t num_rows) {
+  for (int64_t r = 0; r < num_rows; ++r) {
+    rmsnorm_strided(x + logit_rows[r] * static_cast<int64_t>(s.dim), s.dim, weight, out + r * s.dim, s.dim, 1, s.dim,
+                    s.eps);
+  }
+}
+
+void rmsnorm_inplace(const shape::rmsnorm_inplace& s, float* rows, const float* weight, int64_t tokens) {
+  rmsnorm_strided(rows, s.row, weight, rows, s.row, tokens, s.dim, s.eps);
+}
+
+void linear(const shape::linear& s, const float* in, const float* weight, float* out, int64_t tokens) {
+  const int64_t n = s.n, k = s.k;
+  const bool accumulate = s.out == LinearOut::add_f32;
   // Each weight row is read once and applied to every token while it is in cache.
   parallel_for(n, 16, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
@@ -67,62 +85,61 @@ void linear(const float* in, int64_t tokens, const float* weight, int64_t n, int
   });
 }
 
-void head_rmsnorm(float* rows, int64_t tokens, int64_t row_stride, int64_t offset, int64_t heads, int64_t head_dim,
-                  const float* weight, float eps) {
+void head_rmsnorm(const shape::head_rmsnorm& s, float* qkv, const float* q_norm, const float* k_norm, int64_t tokens) {
   for (int64_t t = 0; t < tokens; ++t) {
-    float* base = rows + t * row_stride + offset;
-    rmsnorm(base, head_dim, weight, base, head_dim, heads, head_dim, eps);
+    float* q = qkv + t * s.row;
+    rmsnorm_strided(q, s.head_dim, q_norm, q, s.head_dim, s.heads, s.head_dim, s.eps);
+    float* k = q + static_cast<int64_t>(s.heads) * s.head_dim;
+    rmsnorm_strided(k, s.head_dim, k_norm, k, s.head_dim, s.kv_heads, s.head_dim, s.eps);
   }
 }
 
-void rope(float* rows, int64_t tokens, int64_t row_stride, int64_t offset, int64_t heads, int64_t head_stride,
-          int64_t rotary_dim, bool interleaved, const int32_t* positions, const float* table) {
-  const int64_t half = rotary_dim / 2;
+void rope(const shape::rope& s, float* rows, const int32_t* positions, const float* table, int64_t tokens) {
+  const int64_t half = s.rotary_dim / 2;
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* cs = table + static_cast<int64_t>(positions[t]) * rotary_dim;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = rows + t * row_stride + offset + h * head_stride;
+    const float* cs = table + static_cast<int64_t>(positions[t]) * s.rotary_dim;
+    for (int64_t h = 0; h < s.heads; ++h) {
+      float* v = rows + t * s.row + s.offset + h * s.head_stride;
       for (int64_t i = 0; i < half; ++i) {
-        const float c = cs[2 * i], s = cs[2 * i + 1];
-        float& a = interleaved ? v[2 * i] : v[i];
-        float& b = interleaved ? v[2 * i + 1] : v[i + half];
+        const float c = cs[2 * i], sn = cs[2 * i + 1];
+        float& a = s.interleaved ? v[2 * i] : v[i];
+        float& b = s.interleaved ? v[2 * i + 1] : v[i + half];
         const float a0 = a, b0 = b;
-        a = a0 * c - b0 * s;
-        b = b0 * c + a0 * s;
+        a = a0 * c - b0 * sn;
+        b = b0 * c + a0 * sn;
       }
     }
   }
 }
 
-void kv_write(const float* rows, int64_t tokens, int64_t row_stride, int64_t k_offset, int64_t v_offset,
-              const int32_t* slot_mapping, const KvPages& cache) {
-  const int64_t D = cache.head_dim;
+void kv_write(const shape::kv_write& s, const float* qkv, const int32_t* slot_mapping, const KvPages& cache,
+              int64_t tokens) {
+  const int64_t D = s.head_dim;
   for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t page = slot_mapping[t] / cache.page_size, off = slot_mapping[t] % cache.page_size;
-    for (int64_t h = 0; h < cache.kv_heads; ++h) {
-      std::memcpy(cache.k(page, h, off), rows + t * row_stride + k_offset + h * D, sizeof(float) * D);
-      std::memcpy(cache.v(page, h, off), rows + t * row_stride + v_offset + h * D, sizeof(float) * D);
+    const int64_t page = slot_mapping[t] / s.page_size, off = slot_mapping[t] % s.page_size;
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      std::memcpy(cache.k(page, h, off), qkv + t * s.row + s.k_offset + h * D, sizeof(float) * D);
+      std::memcpy(cache.v(page, h, off), qkv + t * s.row + s.v_offset + h * D, sizeof(float) * D);
     }
   }
 }
 
-void attention(const float* rows, int64_t row_stride, int64_t heads, float scale, const StepBatch& step,
-               const KvPages& cache, float* out) {
-  const int64_t D = cache.head_dim, P = cache.page_size;
-  const int64_t group = heads / cache.kv_heads;
-  for (int64_t s = 0; s < step.num_seqs(); ++s) {
-    const int32_t* pages = step.block_tables.data() + s * step.max_pages_per_seq;
-    parallel_for(static_cast<int64_t>(step.query_start[s + 1] - step.query_start[s]) * heads, 4,
+void attention(const shape::attention& s, const float* q_rows, const KvPages& cache, float* out, const StepBatch& step) {
+  const int64_t D = s.head_dim, P = s.page_size, heads = s.heads;
+  const int64_t group = heads / s.kv_heads;
+  for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {
+    const int32_t* pages = step.block_tables.data() + seq * step.max_pages_per_seq;
+    parallel_for(static_cast<int64_t>(step.query_start[seq + 1] - step.query_start[seq]) * heads, 4,
                  [&](int64_t begin, int64_t end) {
       std::vector<float> scores;
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = step.query_start[s] + item / heads, h = item % heads, kvh = h / group;
-        const float* q = rows + t * row_stride + h * D;
+        const int64_t t = step.query_start[seq] + item / heads, h = item % heads, kvh = h / group;
+        const float* q = q_rows + t * s.row + h * D;
         const int64_t keys = static_cast<int64_t>(step.positions[t]) + 1;  // causal: positions 0..pos
         scores.resize(keys);
         float max_score = -INFINITY;
         for (int64_t j = 0; j < keys; ++j) {
-          scores[j] = dot(q, cache.k(pages[j / P], kvh, j % P), D) * scale;
+          scores[j] = dot(q, cache.k(pages[j / P], kvh, j % P), D) * s.scale;
           max_score = std::max(max_score, scores[j]);
         }
         float denom = 0;
@@ -139,8 +156,9 @@ void attention(const float* rows, int64_t row_stride, int64_t heads, float scale
   }
 }
 
-void silu_mul(const float* gate_up, int64_t tokens, int64_t dim, float* act) {
-  for (int64_t t = 0; t < tokens; ++t) {
+void silu_mul(const shape::silu_mul& s, const float* gate_up, float* act, int64_t rows) {
+  const int64_t dim = s.dim;
+  for (int64_t t = 0; t < rows; ++t) {
     const float* g = gate_up + t * 2 * dim;
     const float* u = g + dim;
     float* a = act + t * dim;

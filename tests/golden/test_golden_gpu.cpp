@@ -1,6 +1,6 @@
-// GPU golden test: each tiny model on the CUDA backend (bf16) against the HF fixtures. Greedy
-// tokens must equal HF's; where they first differ, each side's token must be in the other's top-5
-// (vLLM's rule). Prints the prompt-logit error too. Exits 77 (ctest: skipped) without a GPU.
+// GPU golden test (Catch2; skipped without a GPU): each tiny model on the CUDA backend (bf16)
+// against the HF fixtures. Greedy tokens must equal HF's; where they first differ, each side's
+// token must be in the other's top-5 (vLLM's rule). Prints the prompt-logit error too.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/engine/engine.hpp"
+#include <catch2/catch.hpp>
 #include "tests/golden/golden_fixture.hpp"
 
 using namespace kiln;
@@ -23,14 +24,8 @@ namespace {
 
 bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
 
-// The checks run and those that failed, counted as they run.
-struct Tally {
-  int passed = 0, failed = 0;
-  void add(bool ok) { (ok ? passed : failed) += 1; }
-};
-
 // Checks one model, one check per prompt.
-void check_model(const ModelDef& model, bool graphs, Tally& tally) {
+void check_model(const ModelDef& model, bool graphs) {
   const golden::Fixture fixture = golden::load_fixture(model.info.name);
   const auto source = open_safetensors_source(fixture.dir);
   BackendOptions options;
@@ -65,7 +60,8 @@ void check_model(const ModelDef& model, bool graphs, Tally& tally) {
     std::printf("%-22s %s prompt %zu (%2zu tokens): prompt logits max|diff| %.2e x max|logit|; greedy %zu/%zu %s -> %s\n",
                 model.info.name, graphs ? "graphs" : "eager ", i, p.ids.size(), c.worst, diverge, p.greedy.size(),
                 verdict.c_str(), ok ? "PASS" : "FAIL");
-    tally.add(ok);
+    INFO(model.info.name << (graphs ? " with" : " without") << " CUDA graphs, prompt " << i << ": " << verdict);
+    CHECK(ok);
   }
 }
 
@@ -73,7 +69,7 @@ void check_model(const ModelDef& model, bool graphs, Tally& tally) {
 // sequences get preempted, re-admitted and replay their tokens) must each produce exactly what
 // they produce alone. Decode steps replay captured CUDA graphs, whose shapes then vary in both
 // sequences and logits rows.
-bool check_serving_matches_alone(const ModelDef& model) {
+void check_serving_matches_alone(const ModelDef& model) {
   BackendOptions options;
   options.kv_pages = 40;
   const auto backend = make_cuda_backend(model, WeightOrigin{nullptr, 5}, options);
@@ -102,33 +98,24 @@ bool check_serving_matches_alone(const ModelDef& model) {
   const auto [alone, none] = run(1);
   int same = 0;
   for (const auto& [id, tokens] : together) same += alone.at(id) == tokens;
-  const bool ok = same == static_cast<int>(requests.size()) && preemptions > 0;
-  std::printf("%-22s serving: %zu requests together (%lld preemptions) vs each alone: %d identical -> %s\n",
-              model.info.name, requests.size(), static_cast<long long>(preemptions), same, ok ? "PASS" : "FAIL");
-  return ok;
+  std::printf("%-22s serving: %zu requests together (%lld preemptions) vs each alone: %d identical\n",
+              model.info.name, requests.size(), static_cast<long long>(preemptions), same);
+  CHECK(preemptions > 0);
+  CHECK(same == static_cast<int>(requests.size()));
 }
 
 }  // namespace
 
-int main() {
-  if (!cuda_available()) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
-  Tally tally;
-  try {
-    for (bool graphs : {true, false}) {
-      for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
-                                &models::tiny_smollm2::model_def(), &models::tiny_deepseek_v2::model_def(),
-                                &models::tiny_deepseek_v2_lite::model_def()}) {
-        check_model(*m, graphs, tally);
-      }
+TEST_CASE("every tiny model on CUDA agrees with HF under the top-5 rule", "[golden]") {
+  for (bool graphs : {true, false}) {
+    for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                              &models::tiny_smollm2::model_def(), &models::tiny_deepseek_v2::model_def(),
+                              &models::tiny_deepseek_v2_lite::model_def()}) {
+      check_model(*m, graphs);
     }
-    tally.add(check_serving_matches_alone(models::tiny_qwen3::model_def()));
-  } catch (const Error& e) {
-    std::printf("error: %s\n", e.what());
-    return 1;
   }
-  std::printf("%d passed, %d failed\n", tally.passed, tally.failed);
-  return tally.failed == 0 ? 0 : 1;
+}
+
+TEST_CASE("requests served together through a small KV pool equal each alone", "[golden]") {
+  check_serving_matches_alone(models::tiny_qwen3::model_def());
 }

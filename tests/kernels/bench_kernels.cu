@@ -1,6 +1,6 @@
 // bench_kernels: decode GEMV bandwidth against the device-to-device copy bandwidth at the shapes
 // that decide decode latency, for 1, 4, 16 and 64 tokens; a sweep of GEMV launch geometries (to
-// choose the defaults in gemv.cuh); decode and prefill attention at realistic sizes. Inputs rotate
+// choose the defaults in linear.cuh); decode and prefill attention at realistic sizes. Inputs rotate
 // over copies larger than L2, so the numbers are DRAM numbers. No correctness checks here
 // (test_kernels_gpu has them). Exits 77 without a GPU.
 #include <algorithm>
@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "templates/attention.cuh"
-#include "templates/gemv.cuh"
+#include "templates/linear.cuh"
 #include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
 namespace {
 
 double g_copy_gbps = 0.0;
+constexpr int kSms = 132;  // H100 / H200: the generated models' kTargetSms
 
 // Weights (in copies beyond L2), inputs and outputs for one GEMV shape.
 template <int kN, int kK>
@@ -42,7 +43,8 @@ void bench_gemv_default(const GemvData<kN, kK>& data) {
   const std::string shape = std::to_string(kK) + " -> " + std::to_string(kN);
   for (int tokens : {1, 4, 16, 64}) {
     const double us = median_us([&](int i) {
-      kiln::gemv<kN, kK, GemvOut::store_f32>(as_bf16(data.in), data.weight(i), data.out.get(), tokens, nullptr);
+      kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
+          as_bf16(data.in), data.weight(i), data.out.get(), tokens, nullptr);
     });
     print_gemv_row(shape, "default", tokens, us, data.bytes(tokens));
   }
@@ -50,10 +52,10 @@ void bench_gemv_default(const GemvData<kN, kK>& data) {
 
 template <int kN, int kK, int kTiles, int kWarpsN, int kWarpsK, int kUnroll>
 void bench_gemv_variant(const GemvData<kN, kK>& data, int tokens) {
-  using Shape = detail::GemvShape<kN, kK, kTiles, kWarpsN, kWarpsK, kUnroll>;
+  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kWarpsN, kWarpsK, kUnroll>;
   const double us = median_us([&](int i) {
-    detail::launch_gemv<kN, kK, GemvOut::store_f32, Shape>(as_bf16(data.in), data.weight(i), data.out.get(), tokens,
-                                                            nullptr);
+    detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(
+        detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)}, data.weight(i), data.out.get(), tokens, nullptr);
   });
   char variant[64];
   std::snprintf(variant, sizeof variant, "wn %d wk %d unroll %d (%d blk)", Shape::kWarpsN, Shape::kWarpsK,
@@ -103,11 +105,13 @@ void bench_decode(int batch, int context) {
   DeviceBuffer<int> d_tables(tables), d_ctx(std::vector<int>(batch, context));
   DeviceBuffer<uint16_t> q(random_bf16(static_cast<size_t>(batch) * kRow, rng)),
       out(static_cast<size_t>(batch) * kHeads * kHeadDim);
-  DeviceBuffer<float> scratch(static_cast<size_t>(batch) * kHeads * kMaxPartitions * (kHeadDim + 2));
+  constexpr shape::attention kShape{.heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim, .page_size = kPageSize,
+                                    .row = kRow, .scale = 0.125f, .partition = kPartition,
+                                    .max_partitions = kMaxPartitions};
+  DeviceBuffer<float> scratch(static_cast<size_t>(attention_decode_scratch_floats<kShape>(batch)));
   const double us = median_us([&](int i) {
-    kiln::attention_decode<kHeads, kKvHeads, kHeadDim, kPageSize, kRow, kPartition, kMaxPartitions>(
-        as_bf16(q), as_bf16(cache) + layer_elems * (i % layers), as_bf16_mut(out), d_ctx.get(), d_tables.get(),
-        pages_per_seq, batch, 0.125f, scratch.get(), nullptr);
+    kiln::attention_decode<kShape>(as_bf16(q), as_bf16(cache) + layer_elems * (i % layers), as_bf16_mut(out),
+                                   d_ctx.get(), d_tables.get(), pages_per_seq, batch, scratch.get(), nullptr);
   });
   const double bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
   const double gbps = bytes / (us * 1e-6) / 1e9;
@@ -130,10 +134,11 @@ void bench_prefill(int tokens) {
   DeviceBuffer<int> d_table(table), d_pos(positions), d_qs(std::vector<int>{0, tokens});
   DeviceBuffer<uint16_t> q(random_bf16(static_cast<size_t>(tokens) * kRow, rng)),
       out(static_cast<size_t>(tokens) * kHeads * kHeadDim);
+  constexpr shape::attention kShape{.heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim, .page_size = kPageSize,
+                                    .row = kRow, .scale = 0.125f, .partition = 512, .max_partitions = 1};
   const double us = median_us([&](int) {
-    kiln::attention_prefill<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>(as_bf16(q), as_bf16(cache), as_bf16_mut(out),
-                                                                         d_qs.get(), d_pos.get(), d_table.get(), pages,
-                                                                         1, tokens, 0.125f, nullptr);
+    kiln::attention_prefill<kShape>(as_bf16(q), as_bf16(cache), as_bf16_mut(out), d_qs.get(), d_pos.get(),
+                                    d_table.get(), pages, 1, tokens, nullptr);
   }, 3, 20);
   const double flops = 4.0 * kHeads * kHeadDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
   std::printf("prefill attention %2d/%d x %3d page %2d  tokens %5d %10.2f us %8.1f TFLOP/s\n", kHeads, kKvHeads,

@@ -1,5 +1,5 @@
-// GPU sampler against the CPU reference, plus timings. Exits 77 (ctest: skipped) without a GPU.
-//   test_serving_gpu [group...]   groups: philox exp sampler graph timing (default: all)
+// GPU sampler against the CPU reference (Catch2; skipped without a GPU), and its timings (a hidden
+// test case: test_serving_gpu "[.timing]").
 //
 // The two samplers share one definition made of exactly rounded operations and integer mass
 // (sampling_math.hpp), so tokens must match on every row: a float-summing sampler would differ
@@ -25,6 +25,7 @@
 #include "runtime/serving/sampler.hpp"
 #include "runtime/serving/sampler_cpu.hpp"
 #include "runtime/serving/sampling_math.hpp"
+#include "tests/support/gpu_checks.hpp"
 #include "tests/support/gpu_harness.hpp"
 
 using namespace kiln;
@@ -32,7 +33,11 @@ using namespace kiln;
 namespace {
 
 using kernel_test::DeviceBuffer;
-using kernel_test::expect;
+
+void expect(bool ok, const std::string& what) {
+  INFO(what);
+  CHECK(ok);
+}
 
 __global__ void philox_kernel(const PhiloxBlock* counters, const uint32_t* keys, PhiloxBlock* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -436,30 +441,25 @@ void time_sampler(SamplerWorkspace& workspace) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // One sampler shared by the groups that use it, made on first use: after run_test_groups has
-  // found a GPU.
-  std::optional<CudaSampler> sampler;
-  const auto shared = [&]() -> CudaSampler& {
-    if (!sampler) sampler.emplace(64);
-    return *sampler;
-  };
-  try {
-    return kernel_test::run_test_groups(
-        "test_serving_gpu", argc, argv,
-        {{"philox", check_philox_on_device},
-         {"exp", check_exp_bits_on_device},
-         {"sampler",
-          [&] {
-            SamplerWorkspace tiny_slices(64, 4);  // splits even V = 7 over 2 blocks, V = 200 over 50
-            compare_with_cpu({{"CudaSampler::sample", &shared(), nullptr},
-                              {"launch_sampler, 4+ tokens per block", nullptr, &tiny_slices},
-                              {"launch_sampler, one block per row", nullptr, nullptr}});
-          }},
-         {"graph", [&] { check_graph_capture(shared().workspace()); }},
-         {"timing", [&] { time_sampler(shared().workspace()); }}});
-  } catch (const std::exception& e) {
-    std::printf("FAIL %s\n", e.what());
-    return 1;
-  }
+TEST_CASE("philox4x32_10 on the device gives the known answers", "[sampler]") { check_philox_on_device(); }
+
+TEST_CASE("sampling_exp is bit-identical on host and device", "[sampler]") { check_exp_bits_on_device(); }
+
+TEST_CASE("the GPU sampler picks the CPU sampler's tokens", "[sampler]") {
+  CudaSampler sampler(64);
+  SamplerWorkspace tiny_slices(64, 4);  // splits even V = 7 over 2 blocks, V = 200 over 50
+  compare_with_cpu({{"CudaSampler::sample", &sampler, nullptr},
+                    {"launch_sampler, 4+ tokens per block", nullptr, &tiny_slices},
+                    {"launch_sampler, one block per row", nullptr, nullptr}});
+}
+
+TEST_CASE("captured sampler launches replay with new rows", "[sampler]") {
+  CudaSampler sampler(64);
+  check_graph_capture(sampler.workspace());
+}
+
+// Timings, not a check: hidden from the default run (`test_serving_gpu "[.timing]"`).
+TEST_CASE("sampler timings", "[.timing]") {
+  CudaSampler sampler(64);
+  time_sampler(sampler.workspace());
 }

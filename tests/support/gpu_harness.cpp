@@ -40,37 +40,43 @@ std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v) {
   return f;
 }
 
-StepBatch paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng, int& num_pages) {
-  StepBatch step;
-  int max_pages = 0, total_pages = 0;
+PagedStep paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng, StepPhase phase) {
+  int max_pages = 0, total_pages = 0, tokens = 0;
   for (const auto& [cached, fresh] : seqs) {
     const int pages = (cached + fresh + page_size - 1) / page_size;
     max_pages = std::max(max_pages, pages);
     total_pages += pages;
+    tokens += fresh;
   }
-  num_pages = total_pages + 2;
-  std::vector<int> order(num_pages);
+  const int num_seqs = static_cast<int>(seqs.size());
+  PagedStep out{StepBuffer(StepCapacity{std::max(tokens, 1), std::max(num_seqs, 1), std::max(num_seqs, 1), max_pages + 1}),
+                {}, total_pages + 2};
+  std::vector<int> order(out.num_pages);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
-  step.max_pages_per_seq = max_pages + 1;
-  step.query_start.push_back(0);
-  int next_page = 0;
-  for (const auto& [cached, fresh] : seqs) {
+  StepBatch& step = out.step;
+  step = out.buffer.view(phase, tokens, num_seqs, num_seqs);
+  step.num_samples = num_seqs;
+  step.query_start[0] = 0;
+  int next_page = 0, row = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const auto [cached, fresh] = seqs[s];
     const int context = cached + fresh;
     const int pages = (context + page_size - 1) / page_size;
-    std::vector<int> table(step.max_pages_per_seq, -1);
+    int* table = step.block_tables.data() + static_cast<size_t>(s) * step.max_pages_per_seq;
+    std::fill(table, table + step.max_pages_per_seq, -1);
     for (int p = 0; p < pages; ++p) table[p] = order[next_page++];
-    for (int i = 0; i < fresh; ++i) {
+    for (int i = 0; i < fresh; ++i, ++row) {
       const int pos = cached + i;
-      step.token_ids.push_back(0);
-      step.positions.push_back(pos);
-      step.slot_mapping.push_back(table[pos / page_size] * page_size + pos % page_size);
+      step.token_ids[row] = 0;
+      step.positions[row] = pos;
+      step.slot_mapping[row] = table[pos / page_size] * page_size + pos % page_size;
     }
-    step.query_start.push_back(step.query_start.back() + fresh);
-    step.context_len.push_back(context);
-    step.block_tables.insert(step.block_tables.end(), table.begin(), table.end());
+    step.query_start[s + 1] = row;
+    step.context_len[s] = context;
+    step.logit_rows[s] = std::max(row - 1, 0);
   }
-  return step;
+  return out;
 }
 
 std::string seq_list(const std::vector<std::pair<int, int>>& seqs) {

@@ -70,10 +70,16 @@ std::vector<float> bf16_to_f32(const std::vector<uint16_t>& v);
 
 // The step of a batch of sequences over a paged cache: sequence s has seqs[s].first tokens already
 // in the cache and seqs[s].second fresh ones (those the step computes). Pages are handed out in
-// shuffled order from a pool of `num_pages` (set here: two more than needed, never used), and the
-// block tables are one page wider than needed, so a kernel that assumes contiguous pages or a tight
-// stride fails.
-StepBatch paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng, int& num_pages);
+// shuffled order from a pool of `num_pages` (two more than needed, never used), and the block tables
+// are one page wider than needed and padded with -1, so a kernel that assumes contiguous pages or a
+// tight stride, or reads past a sequence's pages, fails.
+struct PagedStep {
+  StepBuffer buffer;
+  StepBatch step;  // a view of `buffer`
+  int num_pages = 0;
+};
+PagedStep paged_step(const std::vector<std::pair<int, int>>& seqs, int page_size, std::mt19937& rng,
+                     StepPhase phase = StepPhase::prefill);
 
 // "cached+fresh,..." for a report line.
 std::string seq_list(const std::vector<std::pair<int, int>>& seqs);

@@ -1,0 +1,167 @@
+#include "codegen/emit_ops.hpp"
+
+#include "runtime/core/error.hpp"
+
+namespace kiln::codegen {
+
+namespace {
+
+bool is_array_field(const std::string& field) {
+  return field == "token_ids" || field == "positions" || field == "slot_mapping" || field == "logit_rows" ||
+         field == "query_start" || field == "context_len" || field == "block_tables";
+}
+
+// The element type of a buffer on the GPU (bf16 activations) or in the reference (fp32).
+std::string elem_type(const Graph& g, const std::string& buffer, bool gpu) {
+  if (buffer == "logits") return "float";  // the forward's output, not an arena buffer
+  switch (g.buffer(buffer).elem) {
+    case Elem::act: return gpu ? "bf16" : "float";
+    case Elem::f32: return "float";
+    case Elem::i32: return gpu ? "int" : "int32_t";
+  }
+  fail("internal: unknown buffer element type");
+}
+
+// A kernel wrapper's parameter type for argument `a` of `op`.
+std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
+  switch (a.source) {
+    case ArgSource::in: return "const " + elem_type(g, op.args.at(a.name), true) + "*";
+    case ArgSource::out:
+    case ArgSource::inout: return elem_type(g, op.args.at(a.name), true) + "*";
+    case ArgSource::weight:
+    case ArgSource::weight_opt: return "const bf16*";
+    case ArgSource::rows:
+    case ArgSource::layer: return "int";
+    case ArgSource::step: return is_array_field(a.name) ? "const int*" : "int";
+    case ArgSource::kv: return "bf16*";
+    case ArgSource::ctx:
+      if (a.name == "rope") return "const float*";
+      if (a.name == "scratch") return "float*";
+      if (a.name == "expert_usage") return "unsigned char*";
+      fail("internal: ops.def: unknown context field ", a.name);
+  }
+  fail("internal: unknown argument source");
+}
+
+// The expression naming a weight field in the generated forward: per-layer weights live in `lw`.
+std::string weight_expr(const Graph& g, const std::string& field) {
+  for (const auto& w : g.weights) {
+    if (w.field == field) return (w.per_layer ? "lw." : "w.") + field;
+  }
+  fail("internal: unknown weight ", field);
+}
+
+// What the forward passes for argument `a` of `op` (`gpu`: forward.cu, else forward_ref.cpp).
+std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
+  switch (a.source) {
+    case ArgSource::in:
+    case ArgSource::out:
+    case ArgSource::inout: return op.args.at(a.name);
+    case ArgSource::weight: return weight_expr(g, op.args.at(a.name));
+    case ArgSource::weight_opt: return op.args.count(a.name) ? weight_expr(g, op.args.at(a.name)) : "nullptr";
+    case ArgSource::rows: return op.rows;
+    case ArgSource::layer: return "layer";
+    case ArgSource::kv: return "kv";
+    case ArgSource::ctx: return "ctx." + a.name;
+    case ArgSource::step:
+      if (a.name == "step") return "step";
+      if (gpu) return "step." + a.name;
+      return "step." + a.name + (is_array_field(a.name) ? ".data()" : "()");
+  }
+  fail("internal: unknown argument source");
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+std::string wrapper_name(const Op& op, Phase phase) {
+  if (!op.record().split_phases()) return op.kernel;
+  return op.kernel + (phase == Phase::prefill ? "_prefill" : "_decode");
+}
+
+}  // namespace
+
+std::string shape_constant(const Op& op) {
+  std::string out = "k";
+  bool upper = true;
+  for (char c : op.kernel) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper && c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+    upper = false;
+  }
+  return out;
+}
+
+std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
+  std::vector<CudaKernel> out;
+  for (Phase phase : {Phase::prefill, Phase::decode}) {
+    const CallSpec& call = op.record().call(phase);
+    if (call.how != CallHow::kernel) continue;
+    const std::string name = wrapper_name(op, phase);
+    if (!out.empty() && out.back().name == name) continue;  // one wrapper serves both phases
+    std::vector<std::string> params, names;
+    for (const ArgSpec* a : op.record().args_of(phase)) {
+      params.push_back(cuda_param_type(op, g, *a) + " " + a->name);
+      names.push_back(a->name);
+    }
+    params.push_back("cudaStream_t stream");
+    names.push_back("stream");
+    out.push_back({name, "void " + name + "(" + join(params) + ")",
+                   call.function + "<" + shape_constant(op) + ">(" + join(names) + ");"});
+  }
+  return out;
+}
+
+std::vector<std::string> cuda_headers(const Op& op) {
+  for (Phase phase : {Phase::prefill, Phase::decode}) {
+    if (op.record().call(phase).how == CallHow::kernel) return {op.record().template_header};
+  }
+  return {};
+}
+
+std::vector<std::string> ref_headers(const Op& op) {
+  if (op.record().call(Phase::ref).how != CallHow::parts) return {op.record().ref_header};
+  std::vector<std::string> out;
+  for (const Op& part : op.parts) {
+    for (const auto& h : ref_headers(part)) out.push_back(h);
+  }
+  return out;
+}
+
+std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
+  const CallSpec& call = op.record().call(phase);
+  const bool gpu = phase != Phase::ref;
+  std::vector<std::string> args;
+  for (const ArgSpec* a : op.record().args_of(phase)) args.push_back(arg_expr(op, g, *a, gpu));
+  switch (call.how) {
+    case CallHow::kernel:
+      if (gpu) {
+        args.push_back("stream");
+        return {wrapper_name(op, phase) + "(" + join(args) + ");"};
+      }
+      args.insert(args.begin(), shape_constant(op));  // ref::<op>(shape, args...)
+      return {call.function + "(" + join(args) + ");"};
+    case CallHow::host:  // cuda::linear<shape>(ctx, args...): cuBLASLt, launched from the host side
+      args.insert(args.begin(), "ctx");
+      return {call.function + "<" + shape_constant(op) + ">(" + join(args) + ");"};
+    case CallHow::parts: {
+      std::vector<std::string> out;
+      for (const Op& part : op.parts) {
+        for (const auto& stmt : op_call(part, g, phase)) out.push_back(stmt);
+      }
+      return out;
+    }
+    case CallHow::none:
+      fail("op ", op.record().name, " (", op.label, ") has no kernel of its own on the GPU: it runs fused into ",
+           call.function, ", and this model's graph did not fuse it (see codegen/fuse.cpp)");
+  }
+  fail("internal: unknown call");
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,181 @@
+// Graph ops: building them (make_*), what they read and write (from their records), checking
+// their bindings, and sharing one kernel between ops whose calls render the same.
+#include <algorithm>
+#include <initializer_list>
+
+#include "codegen/graph_build.hpp"
+#include "runtime/core/error.hpp"
+
+namespace kiln::codegen {
+
+namespace {
+
+std::vector<std::string> bound(const Op& op, std::initializer_list<ArgSource> sources) {
+  std::vector<std::string> out;
+  for (const ArgSpec& a : op.record().args) {
+    if (std::find(sources.begin(), sources.end(), a.source) == sources.end()) continue;
+    auto it = op.args.find(a.name);
+    if (it != op.args.end()) out.push_back(it->second);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> Op::reads() const { return bound(*this, {ArgSource::in, ArgSource::inout}); }
+std::vector<std::string> Op::writes() const { return bound(*this, {ArgSource::out, ArgSource::inout}); }
+std::vector<std::string> Op::weights() const { return bound(*this, {ArgSource::weight, ArgSource::weight_opt}); }
+
+Op make_op(OpKind kind, const std::string& label, const std::string& math, std::map<std::string, std::string> args,
+           std::map<std::string, std::string> shape, const std::string& kernel) {
+  Op op{kind};
+  op.label = label;
+  op.math = math;
+  op.args = std::move(args);
+  op.shape = std::move(shape);
+  op.kernel = kernel;
+  return op;
+}
+
+Op make_rmsnorm(const Graph& g, const std::string& weight, const std::string& in, const std::string& out,
+                const std::string& dim) {
+  return make_op(OpKind::rmsnorm, weight,
+                 out + " = RMSNorm(" + in + ") · " + weight + "   (" + num(g.value(dim)) + " features)",
+                 {{"x", in}, {"weight", weight}, {"out", out}}, {{"dim", dim}, {"eps", "kRmsNormEps"}},
+                 "rmsnorm_" + num(g.value(dim)));
+}
+
+Op make_rope(const std::string& label, const std::string& buffer, const std::string& math, const std::string& heads,
+             const std::string& head_stride, const std::string& rotary_dim, const std::string& row,
+             const std::string& offset, bool interleaved, const std::string& kernel) {
+  return make_op(OpKind::rope, label, math, {{"rows", buffer}},
+                 {{"heads", heads}, {"head_stride", head_stride}, {"rotary_dim", rotary_dim}, {"row", row},
+                  {"offset", offset}, {"interleaved", interleaved ? "true" : "false"}},
+                 kernel);
+}
+
+Op make_linear(const Graph& g, const std::string& label, const std::string& weight, const std::string& in,
+               const std::string& out, const std::string& n, const std::string& k, LinearOut result,
+               const std::string& detail, const std::string& rows) {
+  const std::string product =
+      in + "[" + rows + ", " + num(g.value(k)) + "] · " + weight + "[" + num(g.value(n)) + ", " + num(g.value(k)) + "]ᵀ";
+  std::string math;
+  switch (result) {
+    case LinearOut::store_bf16: math = out + " = " + product; break;
+    case LinearOut::add_f32: math = out + " += " + product + "   (residual add fused)"; break;
+    case LinearOut::store_f32: math = out + " = " + product + "   (fp32)"; break;
+  }
+  if (!detail.empty()) math += "   " + detail;
+  Op op = make_op(OpKind::linear, label, math, {{"in", in}, {"weight", weight}, {"out", out}},
+                  {{"n", n}, {"k", k}, {"out", linear_out_name(result)}, {"sms", "kTargetSms"}}, "linear_" + weight);
+  op.rows = rows;
+  return op;
+}
+
+std::string linear_out_name(LinearOut result) {
+  switch (result) {
+    case LinearOut::store_bf16: return "LinearOut::store_bf16";
+    case LinearOut::add_f32: return "LinearOut::add_f32";
+    case LinearOut::store_f32: return "LinearOut::store_f32";
+  }
+  fail("internal: unknown LinearOut");
+}
+
+Op make_silu_mul(const std::string& label, const std::string& in, const std::string& out, const std::string& dim,
+                 const Graph& g, const std::string& rows_per_token) {
+  Op op = make_op(OpKind::silu_mul, label, out + " = silu(gate) ⊙ up   (" + num(g.value(dim)) + " features)",
+                  {{"gate_up", in}, {"act", out}}, {{"dim", dim}}, "silu_mul_" + out);
+  if (!rows_per_token.empty()) {
+    op.rows = "T * " + rows_per_token;
+    op.math += ", for each of a token's " + num(g.value(rows_per_token)) + " chosen experts";
+  }
+  return op;
+}
+
+// The initializer of an op's shape constant: "{.dim = kHiddenSize, .eps = kRmsNormEps}", members in
+// the record's order.
+std::string shape_init(const Op& op) {
+  std::string out;
+  for (const ShapeMember& m : op.record().shape) out += (out.empty() ? "." : ", .") + m.name + " = " + op.shape.at(m.name);
+  return "{" + out + "}";
+}
+
+namespace {
+
+bool is_buffer(ArgSource s) { return s == ArgSource::in || s == ArgSource::out || s == ArgSource::inout; }
+bool is_weight(ArgSource s) { return s == ArgSource::weight || s == ArgSource::weight_opt; }
+
+// Every op binds exactly its record's arguments and shape members, with values of the right kind:
+// a mistake in a graph builder stops kilnc here, not the C++ compiler later.
+void check_op(const Graph& g, const Op& op) {
+  const OpRecord& r = op.record();
+  const std::string where = "internal: op " + r.name + " (" + op.label + ")";
+  for (const auto& [name, value] : op.args) {
+    const auto it = std::find_if(r.args.begin(), r.args.end(), [&](const ArgSpec& a) { return a.name == name; });
+    if (it == r.args.end()) fail(where, " binds '", name, "', which its record does not have");
+    if (is_buffer(it->source)) {
+      if (value != "logits") g.buffer(value);  // throws when absent; logits is the caller's output
+    } else if (is_weight(it->source)) {
+      if (std::none_of(g.weights.begin(), g.weights.end(), [&](const WeightDecl& w) { return w.field == value; })) {
+        fail(where, " binds '", name, "' to unknown weight ", value);
+      }
+    } else {
+      fail(where, " binds '", name, "', which comes from the step or the context");
+    }
+  }
+  for (const ArgSpec& a : r.args) {
+    const bool needed = is_buffer(a.source) || a.source == ArgSource::weight;
+    if (needed && !op.args.count(a.name)) fail(where, " leaves argument '", a.name, "' unbound");
+  }
+  for (const ShapeMember& m : r.shape) {
+    auto it = op.shape.find(m.name);
+    if (it == op.shape.end()) fail(where, " leaves shape member '", m.name, "' unbound");
+    const std::string& v = it->second;
+    bool ok = false;
+    if (m.type == "int") ok = v == "0" || (v.starts_with("k") && !g.constant(v).is_real);
+    if (m.type == "float") ok = v.starts_with("k") && g.constant(v).is_real;
+    if (m.type == "bool") ok = v == "true" || v == "false";
+    if (m.type == "LinearOut") ok = v.starts_with("LinearOut::");
+    if (!ok) fail(where, " binds shape member ", m.type, " ", m.name, " to '", v, "'");
+  }
+  if (op.shape.size() != r.shape.size()) fail(where, " binds shape members its record does not have");
+  for (const Op& part : op.parts) check_op(g, part);
+}
+
+// Visits every op, fused parts included, in graph order.
+template <typename F>
+void for_each_op(Graph& g, F&& f) {
+  auto visit = [&](Op& op, auto&& self) -> void {
+    f(op);
+    for (Op& part : op.parts) self(part, self);
+  };
+  for (auto& op : g.prologue) visit(op, visit);
+  for (auto& block : g.blocks) {
+    for (auto& [stage, ops] : block.stages) {
+      for (auto& op : ops) visit(op, visit);
+    }
+  }
+  for (auto& op : g.epilogue) visit(op, visit);
+}
+
+}  // namespace
+
+void check_bindings(const Graph& g) {
+  for (const Op* op : g.all_ops()) check_op(g, *op);
+}
+
+// Ops whose calls render the same (same op, same shape text) share one kernel wrapper and shape
+// constant: the first op's name wins, so names stay stable and readable. One name for two different
+// shapes would be a graph builder's mistake.
+void share_kernels(Graph& g) {
+  std::map<std::string, std::string> name_of_call, call_of_name;
+  for_each_op(g, [&](Op& op) {
+    const std::string call = op.record().name + shape_init(op);
+    op.kernel = name_of_call.emplace(call, op.kernel).first->second;
+    if (call_of_name.emplace(op.kernel, call).first->second != call) {
+      fail("internal: kernel name ", op.kernel, " names two different calls");
+    }
+  });
+}
+
+}  // namespace kiln::codegen

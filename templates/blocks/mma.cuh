@@ -1,0 +1,124 @@
+// Warp-level tensor-core and async-copy primitives (sm_80+: mma.sync, ldmatrix, cp.async), shared
+// by the GEMV and the prefill attention. Nothing here is Hopper-only, so the same code serves the
+// sm_90a build and the compute_80 PTX.
+//
+// mma.sync m16n8k16, bf16 inputs, fp32 accumulators. Lane = 4·g + q (g = lane / 4, q = lane % 4):
+//   A (16×16, row-major)  a[0] = A[g][2q, 2q+1]      a[1] = A[g+8][2q, 2q+1]
+//                         a[2] = A[g][2q+8, 2q+9]    a[3] = A[g+8][2q+8, 2q+9]
+//   B (16×8, "col")       b[0] = B[2q, 2q+1][g]      b[1] = B[2q+8, 2q+9][g]
+//   C (16×8)              c[0..1] = C[g][2q, 2q+1]   c[2..3] = C[g+8][2q, 2q+1]
+// (each b16 pair packed in one 32-bit register, the lower column / row in the low half).
+#pragma once
+
+#include "templates/common.cuh"
+
+namespace kiln::detail {
+
+// The streaming kernels (GEMV, routed experts, MLA v_up at decode) read the weights once per pass
+// of up to kStreamPassTokens token rows: token_tiles_for(n) tiles of 8 (the mma's n).
+constexpr int kStreamPassTokens = 64;
+__host__ __device__ constexpr int token_tiles_for(int tokens) {
+  return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8;
+}
+
+// Runs launch(TokenTiles<n>{}) with n = token_tiles_for(tokens): one instantiation per tile count,
+// chosen at run time from the pass's token count.
+template <int kTiles>
+struct TokenTiles {
+  static constexpr int value = kTiles;
+};
+template <typename Launch>
+inline void with_token_tiles(int tokens, Launch&& launch) {
+  switch (token_tiles_for(tokens)) {
+    case 1: launch(TokenTiles<1>{}); break;
+    case 2: launch(TokenTiles<2>{}); break;
+    case 4: launch(TokenTiles<4>{}); break;
+    default: launch(TokenTiles<8>{}); break;
+  }
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two fp32 values as one bf16x2 register (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// 16 bytes from global memory that is read once: no L1 allocation, and a 256-byte L2 fetch so that
+// neighbouring chunks (other warps' steps of the same row) arrive with it (the weights of a GEMV).
+__device__ __forceinline__ uint4 load_streaming_16(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// 8 consecutive bf16 of `row` from column `col` (a lane's chunk) as four bf16x2 registers; a chunk
+// that is not `valid` or lies at or past kK reads as zeros. The 16-byte path is branch-free (the
+// address is clamped, the value selected) so that the compiler keeps all loads of an unrolled
+// group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
+// aligned: kK % kVec == 0, so no vector straddles kK.
+template <int kK, int kVec, bool kStreaming>
+__device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool valid) {
+  if constexpr (kVec == 8) {
+    const bf16* p = row + min(col, kK - 8);
+    const uint4 r = kStreaming ? load_streaming_16(p) : __ldg(reinterpret_cast<const uint4*>(p));
+    const bool keep = valid && col < kK;
+    return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
+  } else {
+    uint4 r = make_uint4(0u, 0u, 0u, 0u);
+    if (!valid) return r;
+    unsigned short* e = reinterpret_cast<unsigned short*>(&r);
+    const unsigned short* src = reinterpret_cast<const unsigned short*>(row);
+#pragma unroll
+    for (int v = 0; v < 8; v += kVec) {
+      if (col + v < kK) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) e[v + i] = __ldg(src + col + v + i);
+      }
+    }
+    return r;
+  }
+}
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// ldmatrix: four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, and each
+// lane receives, per matrix, the pair of row (lane / 4), columns 2·(lane % 4) and +1.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem_row)));
+}
+
+// The same, transposed: each lane receives, per matrix, column (lane / 4), rows 2·(lane % 4), +1.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem_row)));
+}
+
+// 16-byte asynchronous copy global -> shared; `valid` false writes zeros (src-size 0).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,186 @@
+// The routed experts' buckets: moe_gate_up sorts each step's (token, slot) pairs by expert into
+// its int scratch, and moe_down reads them back.
+//
+// Scratch: [0, kExperts] bucket offsets, then the T·kTopK pair indices (t·kTopK + j) sorted by
+// expert (stable: a bucket's pairs stay ascending): kExperts + 1 + T·kTopK ints, that is
+// kExperts + 1 + kTopK per token at most (moe_scratch_ints_per_token).
+#pragma once
+
+#include "templates/blocks/mma.cuh"
+#include "templates/common.cuh"
+
+namespace kiln {
+
+// Scratch ints per token a moe_gate_up / moe_down step needs for step sizes of at least one token:
+// the pairs, plus the offsets spread over at least one token. The generator's kMoeScratchPerToken
+// is checked against it (kernels.cu).
+template <auto S>
+constexpr int moe_scratch_ints_per_token() {
+  return S.top_k + S.experts + 1;
+}
+
+namespace detail {
+
+// Up to one streaming pass of tokens the expert kernels stream (decode); above, the grouped GEMM
+// (prefill).
+constexpr int kMoeStreamTokens = kStreamPassTokens;
+
+// =====================================================================================
+// Groups of rows laid out by bucket offsets (the MoE buckets): tile `index` of the tiles of
+// `tile_rows` rows over all groups in order. Called by whole warps; every lane gets the answer.
+// =====================================================================================
+
+// The pairs (token · kTopK + j) routed to expert e, ascending: its bucket of the scratch that
+// moe_bucket_kernel fills.
+template <int kExperts>
+__device__ __forceinline__ const int* expert_pairs(const int* scratch, int e) {
+  return scratch + kExperts + 1 + scratch[e];
+}
+
+struct GroupTile {
+  int group;  // -1: past the last tile
+  int first;  // first row of the tile inside the group
+  int rows;   // rows of the group
+};
+
+template <int kGroups>
+__device__ __forceinline__ GroupTile locate_group_tile(const int* __restrict__ offsets, int index, int tile_rows) {
+  const int lane = threadIdx.x % 32;
+  int before = 0;  // tiles of the groups already passed
+  for (int base = 0; base < kGroups; base += 32) {
+    const int gi = base + lane;
+    const int n = gi < kGroups ? offsets[gi + 1] - offsets[gi] : 0;
+    const int tiles = n > 0 ? (n - 1) / tile_rows + 1 : 0;
+    const int incl = warp_inclusive_sum(tiles);
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    if (index < before + total) {
+      const int excl = incl - tiles;
+      const bool mine = index >= before + excl && index < before + incl;
+      const int src = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;
+      const int sel_excl = __shfl_sync(0xffffffffu, excl, src);
+      const int sel_n = __shfl_sync(0xffffffffu, n, src);
+      return {base + src, (index - before - sel_excl) * tile_rows, sel_n};
+    }
+    before += total;
+  }
+  return {-1, 0, 0};
+}
+
+// =====================================================================================
+// Bucketing: one block of 32 warps. Warp w owns a contiguous segment of the pairs; pass 1 counts
+// per (warp, expert), a scan turns the counts into each warp's first slot per expert, pass 2
+// places the pairs (ranks inside a warp from __match_any_sync). Stable, so deterministic.
+// Pairs whose expert id is out of range are left out (their outputs are not written).
+// =====================================================================================
+
+template <int kExperts, int kTopK>
+__global__ void __launch_bounds__(1024) moe_bucket_kernel(const int* __restrict__ ids, int* __restrict__ scratch,
+                                                          int num_pairs) {
+  extern __shared__ int warp_counts[];  // [32][kExperts]: counts, then each warp's next slot
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = threadIdx.x; i < 32 * kExperts; i += 1024) warp_counts[i] = 0;
+  __syncthreads();
+  const int segment = round_up(ceil_div(num_pairs, 32), 32);
+  const int begin = warp * segment, end = min(num_pairs, begin + segment);
+  int* mine = warp_counts + warp * kExperts;
+
+  for (int base = begin; base < end; base += 32) {
+    const int p = base + lane;
+    const int e = p < end ? ids[p] : -1;
+    const bool valid = e >= 0 && e < kExperts;
+    const unsigned active = __ballot_sync(0xffffffffu, valid);
+    if (valid) {
+      const unsigned peers = __match_any_sync(active, e);
+      if (lane == __ffs(peers) - 1) mine[e] += __popc(peers);
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+
+  if (warp == 0) {
+    int running = 0;
+    for (int eb = 0; eb < kExperts; eb += 32) {
+      const int e = eb + lane;
+      int total = 0;
+      if (e < kExperts) {
+        for (int w = 0; w < 32; ++w) total += warp_counts[w * kExperts + e];
+      }
+      const int incl = warp_inclusive_sum(total);
+      if (e < kExperts) {
+        int next = running + incl - total;
+        scratch[e] = next;
+        for (int w = 0; w < 32; ++w) {
+          const int c = warp_counts[w * kExperts + e];
+          warp_counts[w * kExperts + e] = next;
+          next += c;
+        }
+      }
+      running += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) scratch[kExperts] = running;
+  }
+  __syncthreads();
+
+  int* sorted = scratch + kExperts + 1;
+  for (int base = begin; base < end; base += 32) {
+    const int p = base + lane;
+    const int e = p < end ? ids[p] : -1;
+    const bool valid = e >= 0 && e < kExperts;
+    const unsigned active = __ballot_sync(0xffffffffu, valid);
+    unsigned peers = 0;
+    if (valid) {
+      peers = __match_any_sync(active, e);
+      sorted[mine[e] + __popc(peers & ((1u << lane) - 1u))] = p;
+    }
+    __syncwarp();
+    if (valid && lane == __ffs(peers) - 1) mine[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+template <int kExperts, int kTopK>
+inline void launch_moe_bucket(const int* ids, int* scratch, int tokens, cudaStream_t stream) {
+  constexpr int kSmem = 32 * kExperts * 4;
+  constexpr auto kernel = moe_bucket_kernel<kExperts, kTopK>;
+  allow_dynamic_smem_once<kernel, kSmem>();
+  KILN_LAUNCH(kernel, 1, 1024, kSmem, stream, ids, scratch, tokens * kTopK);
+}
+
+// ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 of its pairs ----
+
+template <int kExperts>
+__device__ __forceinline__ bool locate_expert_tile(const int* scratch, int& group, int& m0, int& rows) {
+  const GroupTile tile = locate_group_tile<kExperts>(scratch, blockIdx.y, 64);
+  if (tile.group < 0) return false;
+  group = tile.group;
+  m0 = tile.first;
+  rows = min(64, tile.rows - tile.first);
+  return true;
+}
+
+// What both grouped-GEMM problems over the experts' pairs share: a group per used expert, its rows
+// the expert's pairs (token · kTopK + j) in bucket order.
+template <int kExperts>
+struct ExpertPairTiles {
+  template <typename Args>
+  __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
+    return locate_expert_tile<kExperts>(a.scratch, group, m0, rows);
+  }
+  template <typename Args>
+  __device__ static int pair(const Args& a, int group, int m) {
+    return expert_pairs<kExperts>(a.scratch, group)[m];
+  }
+  template <typename Args>
+  __device__ static void prologue(const Args&, int, int, int) {}
+};
+
+// Row tiles of 64 pairs over all experts: at most ceil(pairs / 64) + (experts used) of them.
+template <int kExperts, int kTopK>
+inline int expert_tile_bound(int tokens) {
+  const int pairs = tokens * kTopK;
+  return ceil_div(pairs, 64) + min_int(kExperts, pairs);
+}
+
+}  // namespace detail
+
+}  // namespace kiln

@@ -1,0 +1,106 @@
+// The pieces every RMSNorm kernel shares (rmsnorm, rmsnorm_rows, rmsnorm_inplace, attention_prep),
+// so that a kernel which folds a norm into its work computes the same float operations in the same
+// order as the plain one: 1 / sqrt(mean(x²) + eps), then x · scale · weight, fp32 math rounded to
+// bf16 once.
+#pragma once
+
+#include "templates/common.cuh"
+
+namespace kiln::detail {
+
+// 1 / sqrt(mean(x²) + eps) of a row of `dim` values whose sum of squares is `sum_sq`.
+__device__ __forceinline__ float rms_scale(float sum_sq, int dim, float eps) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
+}
+
+// y = x · scale · weight, left to right (the product is rounded to bf16 by the caller).
+template <int kVec>
+__device__ __forceinline__ void rms_apply(const float (&x)[kVec], float scale, const float (&w)[kVec],
+                                          float (&y)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) y[j] = x[j] * scale * w[j];
+}
+
+// Thread `thread` of a kThreads-wide rmsnorm block: loads its values of the fp32 row into v and
+// returns its part of Σx². rmsnorm adds the parts with block_sum (warp butterflies, then the warps
+// in order).
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ float rmsnorm_partial_sum_sq(const float* row, unsigned thread,
+                                                        float (&v)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + thread) * kVec;
+    if (i < kDim) {
+      load_f32<kVec>(row + i, v[s]);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
+    }
+  }
+  return sum_sq;
+}
+
+// One block per output row; the row stays in registers between the reduction and the scaling.
+template <int kDim, int kVec, int kThreads, bool kIndirect>
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restrict__ x, const int* __restrict__ rows,
+                                                           const bf16* __restrict__ weight, bf16* __restrict__ out,
+                                                           float eps) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  __shared__ float scratch[kThreads / 32];
+  const long long r = blockIdx.x;
+  const float* in = x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim;
+  float v[kSteps][kVec];
+  const float sum_sq = rmsnorm_partial_sum_sq<kDim, kVec, kThreads>(in, threadIdx.x, v);
+  const float total = block_sum<kThreads>(sum_sq, scratch);
+  const float scale = rms_scale(total, kDim, eps);
+  bf16* o = out + r * kDim;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + threadIdx.x) * kVec;
+    if (i < kDim) {
+      float w[kVec], y[kVec];
+      load_bf16<kVec>(weight + i, w);
+      rms_apply<kVec>(v[s], scale, w, y);
+      store_bf16<kVec>(o + i, y);
+    }
+  }
+}
+
+template <int kDim>
+struct RmsnormShape {
+  static constexpr int kVec = min_int(vec_width(kDim, 2), 4);  // fp32 loads of at most 16 bytes
+  static constexpr int kThreads = min_int(1024, round_up(ceil_div(kDim, kVec), 32));
+};
+
+// Per-head norm geometry (attention_prep.cuh, rmsnorm_inplace.cuh): kLanes lanes per head vector, kVec values per access. Head starts are
+// t·kRow + h·kHeadDim, so the vector width must divide both.
+template <int kHeadDim, int kRow>
+struct HeadNormShape {
+  static constexpr int kVec = vec_width(gcd_int(kRow, kHeadDim), 2);
+  static constexpr int kLanes = min_int(32, pow2_ceil(ceil_div(kHeadDim, kVec)));
+};
+
+// Lane `lane` of the kLanes-lane group that owns one head vector: loads its values into x (when
+// `valid`) and returns the group's Σx². Every lane of the warp must call it (it shuffles); lanes of
+// an invalid group contribute zeros to their own group only.
+template <int kHeadDim, int kVec, int kLanes>
+__device__ __forceinline__ float head_sum_sq(const bf16* head, int lane, bool valid,
+                                             float (&x)[ceil_div(kHeadDim, kLanes * kVec)][kVec]) {
+  constexpr int kSteps = ceil_div(kHeadDim, kLanes * kVec);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kLanes + lane) * kVec;
+    if (valid && i < kHeadDim) {
+      load_bf16<kVec>(head + i, x[s]);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum_sq += x[s][j] * x[s][j];
+    }
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  return sum_sq;
+}
+
+}  // namespace kiln::detail

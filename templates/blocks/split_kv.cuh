@@ -1,0 +1,79 @@
+// Split-KV decode attention (PagedAttention V2, FlashDecoding), the part both attention kernels
+// share: a sequence's context is cut into partitions of `partition` keys; each partition's block
+// writes a slot of scratch, and the merge kernel combines the slots of each (sequence, head).
+//
+// Scratch: one slot per (row = sequence · heads + head, partition) of value_dim + 2 floats:
+//   [0, value_dim)  the partition's unnormalized output Σ p·v (scores in log2 units, p = 2^(s - max))
+//   value_dim       its max score
+//   value_dim + 1   its exp-sum Σ p
+#pragma once
+
+#include "templates/common.cuh"
+
+namespace kiln {
+
+// Floats of decode scratch for `rows` (sequence, head) rows: the size the generator's
+// kDecodeScratchFloats must cover (checked in kernels.cu through each attention's own function).
+__host__ __device__ constexpr long long split_kv_scratch_floats(long long rows, int max_partitions, int value_dim) {
+  return rows * max_partitions * (value_dim + 2);
+}
+
+namespace detail {
+
+// The slot of (row, part).
+__device__ __forceinline__ float* split_kv_slot(float* scratch, long long row, int part, int max_partitions,
+                                                int value_dim) {
+  return scratch + (row * max_partitions + part) * (value_dim + 2);
+}
+
+// Merges the partitions of one (sequence, head) (grid: heads × sequences) into out[row]; sequences
+// of one partition were finished by the partition kernel. A warp finds the max and each
+// partition's factor 2^(max_p - max), then every thread sums its output columns over the
+// partitions in order.
+template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
+__global__ void __launch_bounds__(128) split_kv_merge_kernel(const float* __restrict__ scratch,
+                                                             const int* __restrict__ context_len,
+                                                             bf16* __restrict__ out) {
+  constexpr int kSlot = kValueDim + 2;
+  __shared__ float factor[kMaxPartitions];
+  __shared__ float inv_total;
+  const int head = blockIdx.x, seq = blockIdx.y;
+  const int ctx = min(context_len[seq], kPartition * kMaxPartitions);
+  const int parts = ceil_div(ctx, kPartition);
+  if (parts <= 1) return;
+  const long long row = static_cast<long long>(seq) * kHeads + head;
+  const float* base = scratch + row * kMaxPartitions * kSlot;
+  if (threadIdx.x < 32) {
+    float m = neg_inf();
+    for (int p = threadIdx.x; p < parts; p += 32) m = fmaxf(m, base[p * kSlot + kValueDim]);
+    m = warp_max(m);
+    float total = 0.0f;
+    for (int p = threadIdx.x; p < parts; p += 32) {
+      const float f = exp2f(base[p * kSlot + kValueDim] - m);
+      factor[p] = f;
+      total += f * base[p * kSlot + kValueDim + 1];
+    }
+    total = warp_sum(total);
+    if (threadIdx.x == 0) inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < kValueDim; c += 128) {
+    float v = 0.0f;
+    for (int p = 0; p < parts; ++p) v += base[p * kSlot + c] * factor[p];
+    out[row * kValueDim + c] = __float2bfloat16_rn(v * inv_total);
+  }
+}
+
+// The merge of every (sequence, head) of a decode step whose sequences may span several partitions.
+template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
+inline void launch_split_kv_merge(const float* scratch, const int* context_len, bf16* out, int num_seqs,
+                                  cudaStream_t stream) {
+  if constexpr (kMaxPartitions > 1) {
+    auto merge = split_kv_merge_kernel<kHeads, kValueDim, kPartition, kMaxPartitions>;
+    KILN_LAUNCH(merge, dim3(kHeads, num_seqs), 128, 0, stream, scratch, context_len, out);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace kiln

@@ -1,0 +1,238 @@
+// Decode projections (ref::linear; prefill runs cuBLASLt, runtime/cuda/gemm.hpp): out[t, n] (=|+=)
+// Σ_k in[t, k] · weight[n, k] for a small batch of tokens. weight is row-major [n, k] bf16;
+// accumulation is fp32.
+//
+// The weight matrix is streamed once per call, so this kernel is bound by memory bandwidth. It
+// uses the tensor cores (mma.sync m16n8k16) so that the token count costs nothing but registers:
+// a warp owns 16 weight rows; per step of 32 columns each lane loads 16 contiguous bytes of two
+// rows (row g and g + 8, columns 8q..8q+7) and 16 bytes of the input of token g at the same
+// columns. The order of the k terms inside a dot product is free, so the lane's 8 columns are fed
+// to the mma as if they were its k slots (2q, 2q+1, 2q+8, 2q+9) of two consecutive k16 steps —
+// the same permutation on the weight side and the token side. Up to 8 tokens per n8 tile and up
+// to 8 tiles per pass (64 tokens) stay in registers; more tokens take further passes.
+//
+// Warps split the rows (kWarpsN row tiles per block) and the columns (kWarpsK interleaved column
+// steps); a block sums its column-splits in shared memory in a fixed order (deterministic).
+//
+#pragma once
+
+#include "templates/blocks/mma.cuh"
+#include "templates/blocks/stream_rows.cuh"
+#include "templates/common.cuh"
+
+namespace kiln {
+
+namespace detail {
+
+template <LinearOut kOut>
+struct LinearOutType { using type = float; };
+template <>
+struct LinearOutType<LinearOut::store_bf16> { using type = bf16; };
+
+// Launch geometry from the shape alone (kTokenTiles: n8 tiles of tokens in this pass; kSMs: the
+// target's SM count, shape::linear::sms, which only sizes the split: any GPU runs it). The last
+// three parameters override the choices (0: automatic); the benchmark uses them to compare.
+template <int kN, int kK, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0, int kUnrollSet = 0>
+struct GemvShape {
+  static constexpr int kTokenTileCount = kTokenTiles;
+  static constexpr int kVec = vec_width(kK, 2);          // elements per load: 8 (16 bytes) when kK % 8 == 0
+  static constexpr int kSteps = ceil_div(kK, 32);        // 32-column steps along a row
+  static constexpr int kRowTiles = ceil_div(kN, 16);
+  // More row tiles per block when there are rows to spare: the warps of a block then share the
+  // token inputs through L1 (they matter when the batch is large).
+  static constexpr int kWarpsN = kWarpsNSet > 0              ? kWarpsNSet
+                                 : kRowTiles >= 8 * 2 * kSMs ? 8
+                                 : kRowTiles >= 4 * 2 * kSMs ? 4
+                                 : kRowTiles >= 2 * 2 * kSMs ? 2
+                                                             : 1;
+  static constexpr int kBlocks = ceil_div(kRowTiles, kWarpsN);
+  // Split the columns over more warps when the rows alone leave SMs idle. The split depends on the
+  // shape only, never on the token count: each token's sums then run in the same order whatever
+  // the batch, so a decode's output does not depend on what else is in the step.
+  static constexpr int kWarpsKMax = (kBlocks >= kSMs ? 8 : 16) / kWarpsN;
+  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : max_int(1, min_int(kSteps, kWarpsKMax));
+  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr int kThreads = kWarps * 32;
+  // Column steps per load group (a warp keeps one group in flight while it multiplies the previous
+  // one): more bytes in flight, bounded by registers.
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : max_int(1, 4 / kTokenTiles);
+  static_assert(kThreads <= 1024, "gemv: at most 1024 threads per block");
+};
+
+// ---- GEMV inputs ----
+// What the kernel multiplies, per token. An input type supplies
+//   Row                        what a thread keeps of its token's row between loads
+//   rows<kTiles, kThreads>(tokens, g, rows)
+//                              the block's prologue (every thread calls it; it may synchronize),
+//                              then the Row of token j·8 + g of each tile j (clamped to a real token)
+//   Raw fetch(row, col, valid) the loads behind the 8 input values of columns col..col+7, with
+//                              zeros where not `valid` or at or past kK
+//   uint4 convert(raw, row)    those 8 values as the mma takes them: four bf16x2 registers in
+//                              column order (zeros stay zeros)
+// The kernel issues a group's fetches before it multiplies the previous group and converts them
+// after, so that the loads of a computed input are in flight together and overlap the mmas.
+// kVec (elements per access) is the GEMV's: every row start and every chunk is aligned to it.
+// Only the plain bf16 input is used: inputs computed on load (silu(gate)·up, RMSNorm of the
+// residual) were built and measured on an H200 and cost more than the launch they saved, since
+// every block recomputes them (bench/RESULTS.md, 2026-11-21).
+
+// The rows of a bf16 matrix [tokens, kK]: the plain GEMV.
+template <int kK, int kVec>
+struct Bf16Input {
+  const bf16* in;
+  using Row = const bf16*;
+  using Raw = uint4;
+  template <int kTiles, int kThreads>
+  __device__ __forceinline__ void rows(int tokens, int g, Row (&rows)[kTiles]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
+  }
+  __device__ __forceinline__ Raw fetch(Row row, int col, bool valid) const {
+    return load_row_chunk<kK, kVec, false>(row, col, valid);
+  }
+  __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
+};
+
+template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
+__global__ void __launch_bounds__(Shape::kThreads)
+    gemv_kernel(const Input input, const bf16* __restrict__ weight,
+                typename LinearOutType<kOut>::type* __restrict__ out, int tokens) {
+  constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK;
+  __shared__ float partial[Shape::kWarps][128];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wn = warp / WK, wk = warp % WK;
+  const int g = lane / 4, q = lane % 4;
+  const int tile = blockIdx.x * Shape::kWarpsN + wn;
+  const int row0 = tile * 16 + g, row1 = row0 + 8;
+  const bf16* w0 = weight + static_cast<long long>(min(row0, kN - 1)) * kK;  // rows past kN read as zeros
+  const bf16* w1 = weight + static_cast<long long>(min(row1, kN - 1)) * kK;
+
+  float acc[T][4];
+#pragma unroll
+  for (int j = 0; j < T; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+
+  // One group = U column steps of this warp (steps s0, s0 + WK, ...). The next group's loads are
+  // issued before the current group's mmas, so a warp always has one group in flight.
+  struct Group {
+    uint4 a0[U], a1[U];
+    typename Input::Raw raw[U][T];  // the inputs as loaded
+    uint4 b[U][T];                  // the inputs as the mma takes them
+  };
+  typename Input::Row x_rows[T];  // token rows past `tokens` read as zeros
+  auto load_weights = [&](int s0, Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s0 + u * WK;
+      const int col = step * 32 + q * 8;
+      const bool step_valid = step < Shape::kSteps;
+      grp.a0[u] = load_row_chunk<kK, Shape::kVec, true>(w0, col, step_valid && row0 < kN);
+      grp.a1[u] = load_row_chunk<kK, Shape::kVec, true>(w1, col, step_valid && row1 < kN);
+    }
+  };
+  auto fetch_inputs = [&](int s0, Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s0 + u * WK;
+      const int col = step * 32 + q * 8;
+      const bool step_valid = step < Shape::kSteps;
+#pragma unroll
+      for (int j = 0; j < T; ++j) grp.raw[u][j] = input.fetch(x_rows[j], col, step_valid && j * 8 + g < tokens);
+    }
+  };
+  auto convert_inputs = [&](Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < T; ++j) grp.b[u][j] = input.convert(grp.raw[u][j], x_rows[j]);
+  };
+  auto mma_group = [&](const Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const unsigned a_lo[4] = {grp.a0[u].x, grp.a1[u].x, grp.a0[u].y, grp.a1[u].y};  // columns 8q..8q+3
+      const unsigned a_hi[4] = {grp.a0[u].z, grp.a1[u].z, grp.a0[u].w, grp.a1[u].w};  // columns 8q+4..8q+7
+#pragma unroll
+      for (int j = 0; j < T; ++j) {
+        const unsigned b_lo[2] = {grp.b[u][j].x, grp.b[u][j].y};
+        const unsigned b_hi[2] = {grp.b[u][j].z, grp.b[u][j].w};
+        mma_bf16_16816(acc[j], a_lo, b_lo);
+        mma_bf16_16816(acc[j], a_hi, b_hi);
+      }
+    }
+  };
+  Group current;
+  // The first weights are requested before the input's prologue, which then overlaps their latency.
+  if (wk < Shape::kSteps) load_weights(wk, current);
+  input.template rows<T, Shape::kThreads>(tokens, g, x_rows);
+  if (wk < Shape::kSteps) {
+    fetch_inputs(wk, current);
+    convert_inputs(current);
+  }
+  // Not unrolled: a fully unrolled loop lets the compiler sink every load down to its mma.
+#pragma unroll 1
+  for (int s0 = wk; s0 < Shape::kSteps; s0 += WK * U) {
+    Group next;
+    const bool more = s0 + WK * U < Shape::kSteps;
+    if (more) {
+      load_weights(s0 + WK * U, next);
+      fetch_inputs(s0 + WK * U, next);
+    }
+    mma_group(current);
+    if (more) {
+      convert_inputs(next);
+      current = next;
+    }
+  }
+
+  // Sum the column-splits of each row tile, one token tile at a time, in a fixed order.
+#pragma unroll
+  for (int j = 0; j < T; ++j) {
+    sum_column_splits<Shape::kWarpsN, WK, Shape::kThreads>(partial, acc[j], [&](int block_row, int token, float v) {
+      const int n = blockIdx.x * Shape::kWarpsN * 16 + block_row;
+      const int t = j * 8 + token;
+      if (n < kN && t < tokens) {
+        auto* o = out + static_cast<long long>(t) * kN + n;
+        if constexpr (kOut == LinearOut::store_bf16) {
+          *o = __float2bfloat16_rn(v);
+        } else if constexpr (kOut == LinearOut::add_f32) {
+          *o += v;
+        } else {
+          *o = v;
+        }
+      }
+    });
+  }
+}
+
+// One pass of at most 8 · Shape::kTokenTileCount tokens of `input`.
+template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
+inline void launch_gemv_input(const Input& input, const bf16* weight, typename LinearOutType<kOut>::type* out,
+                              int tokens, cudaStream_t stream) {
+  auto kernel = gemv_kernel<kN, kK, kOut, Shape, Input>;
+  KILN_LAUNCH(kernel, Shape::kBlocks, Shape::kThreads, 0, stream, input, weight, out, tokens);
+}
+
+}  // namespace detail
+
+// out is bf16* for LinearOut::store_bf16, float* otherwise. Any token count: passes of up to
+// kStreamPassTokens tokens, each reading the weights once.
+template <shape::linear S>
+void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
+            cudaStream_t stream) {
+  constexpr int kN = S.n, kK = S.k;
+  static_assert(kN > 0 && kK > 0 && S.sms > 0, "linear: sizes must be positive");
+  using Input = detail::Bf16Input<kK, detail::vec_width(kK, 2)>;
+  for (int done = 0; done < tokens; done += detail::kStreamPassTokens) {
+    const int n = detail::min_int(detail::kStreamPassTokens, tokens - done);
+    const Input input{in + static_cast<long long>(done) * kK};
+    auto* y = out + static_cast<long long>(done) * kN;
+    detail::with_token_tiles(n, [&](auto tiles) {
+      using Shape = detail::GemvShape<kN, kK, S.sms, decltype(tiles)::value>;
+      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, n, stream);
+    });
+  }
+}
+
+}  // namespace kiln

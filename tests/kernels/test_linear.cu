@@ -1,0 +1,164 @@
+// linear against ref::linear in its three outputs (bf16, added into the fp32 residual, fp32
+// logits): the decode GEMV (templates/linear.cuh) over token counts that take every tile width and
+// several passes (> 64 tokens), and the prefill path through cuBLASLt (runtime/cuda/gemm.hpp, large
+// products checked on a sample of rows: the CPU reference would take minutes on all of them).
+#include <algorithm>
+#include <type_traits>
+
+#include "runtime/core/error.hpp"
+#include "runtime/cuda/gemm.hpp"
+#include "runtime/ref/ops.hpp"
+#include "templates/linear.cuh"
+#include "tests/kernels/kernel_test.hpp"
+
+namespace kiln::kernel_test {
+namespace {
+
+template <shape::linear S>
+constexpr bool kBf16Out = S.out == LinearOut::store_bf16;
+template <shape::linear S>
+using Stored = std::conditional_t<kBf16Out<S>, uint16_t, float>;  // the host-side element of the output
+template <shape::linear S>
+using Out = typename detail::LinearOutType<S.out>::type;
+
+template <shape::linear S>
+std::string describe(const char* path, int tokens) {
+  const char* out = S.out == LinearOut::store_bf16 ? "store_bf16" : S.out == LinearOut::add_f32 ? "add_f32" : "store_f32";
+  return std::string(path) + " N " + std::to_string(S.n) + " K " + std::to_string(S.k) + " " + out + " tokens " +
+         std::to_string(tokens);
+}
+
+// The reference output of `rows` of `in` (and, for add_f32, the residual they are added to).
+template <shape::linear S>
+std::vector<float> reference(const std::vector<float>& in, const std::vector<float>& weight,
+                             const std::vector<float>& residual, int rows) {
+  std::vector<float> ref = S.out == LinearOut::add_f32 ? residual : std::vector<float>(static_cast<size_t>(rows) * S.n);
+  ref::linear(S, in.data(), weight.data(), ref.data(), rows);
+  return ref;
+}
+
+template <shape::linear S>
+void check_gemv(const std::vector<int>& token_counts) {
+  std::mt19937 rng(8000 + S.n + S.k);
+  const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
+  DeviceBuffer<uint16_t> d_weight(weight);
+  for (int tokens : token_counts) {
+    const auto in = random_bf16(static_cast<size_t>(tokens) * S.k, rng);
+    const auto residual = random_f32(static_cast<size_t>(tokens) * S.n, rng, 10.0f);
+    DeviceBuffer<uint16_t> d_in(in);
+    DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(tokens) * S.n);
+    if constexpr (S.out == LinearOut::add_f32) {
+      d_out.upload(residual);
+    } else {
+      d_out.poison();
+    }
+    kiln::linear<S>(as_bf16(d_in), as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()), tokens, nullptr);
+    const std::string what = describe<S>("gemv", tokens);
+    check_launch(what);
+    const auto ref = reference<S>(bf16_to_f32(in), bf16_to_f32(weight), residual, tokens);
+    if constexpr (kBf16Out<S>) {
+      check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
+    } else {
+      check_close(what, ref, d_out.download(), 1e-5);
+    }
+  }
+  DeviceBuffer<Stored<S>> none(1);
+  kiln::linear<S>(as_bf16(d_weight), as_bf16(d_weight), reinterpret_cast<Out<S>*>(none.get()), 0, nullptr);
+  check_launch("gemv, 0 tokens");
+}
+
+template <shape::linear S>
+void check_cublaslt(cuda::GemmRunner& runner, int rows) {
+  std::mt19937 rng(11000 + rows + S.n + S.k);
+  const auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
+  const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
+  const auto residual = random_f32(static_cast<size_t>(rows) * S.n, rng, 10.0f);
+  DeviceBuffer<uint16_t> d_in(in), d_weight(weight);
+  DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(rows) * S.n);
+  if constexpr (S.out == LinearOut::add_f32) {
+    d_out.upload(residual);
+  } else {
+    d_out.poison();
+  }
+  CudaContext ctx;
+  ctx.gemm = &runner;
+  cuda::linear<S>(ctx, as_bf16(d_in), as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()), rows);
+  const std::string what = describe<S>("cuBLASLt", rows);
+  check_launch(what);
+  std::vector<float> got_all;
+  if constexpr (kBf16Out<S>) {
+    got_all = bf16_to_f32(d_out.download());
+  } else {
+    got_all = d_out.download();
+  }
+  // Rows to check: all up to 64, else 64 spread over the range (first and last included).
+  const int samples = std::min(rows, 64);
+  const auto in_f = bf16_to_f32(in);
+  std::vector<float> sample_in, sample_residual, got;
+  for (int i = 0; i < samples; ++i) {
+    const size_t r = samples == 1 ? 0 : static_cast<size_t>(1LL * i * (rows - 1) / (samples - 1));
+    sample_in.insert(sample_in.end(), in_f.begin() + r * S.k, in_f.begin() + (r + 1) * S.k);
+    sample_residual.insert(sample_residual.end(), residual.begin() + r * S.n, residual.begin() + (r + 1) * S.n);
+    got.insert(got.end(), got_all.begin() + r * S.n, got_all.begin() + (r + 1) * S.n);
+  }
+  check_close(what, reference<S>(sample_in, bf16_to_f32(weight), sample_residual, samples), got,
+              kBf16Out<S> ? kBf16Limit : 1e-5);
+  long long nans = 0;  // the rows not sampled must be written too
+  for (float v : got_all) nans += v != v;
+  CHECK(nans == 0);
+}
+
+}  // namespace
+
+TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linear]") {
+  const std::vector<int> real = {1, 4, 16, 64};
+  check_gemv<llama1b::kLinearQkvProj>(real);
+  check_gemv<llama1b::kLinearOProj>({1, 4, 16, 64, 100});
+  check_gemv<llama1b::kLinearGateUpProj>(real);
+  check_gemv<llama1b::kLinearDownProj>(real);
+  check_gemv<llama1b::kLinearLmHead>({1, 16, 64});
+  check_gemv<smollm2::kLinearQkvProj>(real);
+  check_gemv<smollm2::kLinearOProj>(real);
+  check_gemv<smollm2::kLinearGateUpProj>(real);
+  check_gemv<smollm2::kLinearDownProj>(real);
+  check_gemv<smollm2::kLinearLmHead>({1, 16, 64});
+  check_gemv<qwen06::kLinearQkvProj>(real);
+  check_gemv<qwen06::kLinearOProj>(real);
+  check_gemv<qwen06::kLinearDownProj>(real);
+  check_gemv<qwen06::kLinearLmHead>({1, 16});
+  check_gemv<dsv2lite::kLinearRouter>(real);  // fp32 router logits, 64 rows
+}
+
+TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
+  // N not a multiple of 16, K not a multiple of 32; K % 8 = 4, 2, 1: narrower loads. Token counts
+  // around every tile width and past one 64-token pass.
+  const std::vector<int> odd = {1, 3, 8, 9, 13, 31, 33, 64, 100, 130};
+  check_gemv<shape::linear{.n = 200, .k = 144, .out = LinearOut::store_bf16, .sms = 132}>(odd);
+  check_gemv<shape::linear{.n = 1000, .k = 200, .out = LinearOut::add_f32, .sms = 132}>(odd);
+  check_gemv<shape::linear{.n = 33, .k = 100, .out = LinearOut::store_f32, .sms = 132}>(odd);
+  check_gemv<shape::linear{.n = 17, .k = 30, .out = LinearOut::store_bf16, .sms = 132}>(odd);
+  check_gemv<shape::linear{.n = 5, .k = 7, .out = LinearOut::store_f32, .sms = 132}>(odd);
+  check_gemv<tiny_qwen3::kLinearDownProj>(odd);
+  // Another target's SM count only changes the split.
+  check_gemv<shape::linear{.n = 3072, .k = 2048, .out = LinearOut::store_bf16, .sms = 108}>({1, 33});
+}
+
+TEST_CASE("linear, prefill: cuBLASLt", "[linear]") {
+  cuda::GemmRunner runner;
+  for (int rows : {1, 17, 2048}) {
+    check_cublaslt<llama1b::kLinearQkvProj>(runner, rows);
+    check_cublaslt<llama1b::kLinearDownProj>(runner, rows);
+    check_cublaslt<llama1b::kLinearGateUpProj>(runner, rows);
+    check_cublaslt<smollm2::kLinearQkvProj>(runner, rows);
+  }
+  check_cublaslt<llama1b::kLinearLmHead>(runner, 1);
+  check_cublaslt<llama1b::kLinearLmHead>(runner, 64);
+  check_cublaslt<shape::linear{.n = 200, .k = 144, .out = LinearOut::add_f32, .sms = 132}>(runner, 333);
+  check_cublaslt<shape::linear{.n = 1000, .k = 200, .out = LinearOut::store_f32, .sms = 132}>(runner, 5);
+  // Zero rows: nothing to do. A bad size: kiln::Error naming it.
+  runner.run(nullptr, nullptr, nullptr, 0, 64, 64, LinearOut::store_bf16, nullptr);
+  CHECK_THROWS_WITH(runner.run(nullptr, nullptr, nullptr, 4, -1, 64, LinearOut::store_bf16, nullptr),
+                    Catch::Contains("n=-1"));
+}
+
+}  // namespace kiln::kernel_test

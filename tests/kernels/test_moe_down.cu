@@ -1,0 +1,65 @@
+// moe_down (templates/moe_down.cuh) against ref::moe_down: the chosen experts' down projections,
+// weighted and added into the residual (the added part compared), streaming at decode and as a
+// grouped GEMM above. It reads the buckets moe_gate_up leaves in scratch, so moe_gate_up runs first.
+#include "runtime/ref/moe.hpp"
+#include "templates/moe_down.cuh"
+#include "templates/moe_gate_up.cuh"
+#include "tests/kernels/kernel_test.hpp"
+#include "tests/kernels/moe_experts.hpp"
+
+namespace kiln::kernel_test {
+namespace {
+
+template <shape::moe_down S>
+void check_down(const std::vector<int>& token_counts) {
+  constexpr shape::moe_gate_up kBuckets{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
+  std::mt19937 rng(28000 + S.experts * S.hidden + S.inter);
+  ExpertTensor down(S.experts, static_cast<size_t>(S.hidden) * S.inter, rng, 1.0f / std::sqrt(float(S.inter)));
+  DeviceBuffer<uint16_t> gate_up(static_cast<size_t>(S.experts) * 2 * S.inter * S.hidden);
+  gate_up.poison();  // its outputs are not looked at: moe_gate_up runs for the buckets
+  for (int tokens : token_counts) {
+    const int pairs = tokens * S.top_k;
+    const auto ids = make_ids(tokens, S.experts, S.top_k, rng);
+    const auto act = random_bf16(static_cast<size_t>(pairs) * S.inter, rng);
+    std::uniform_real_distribution<float> weight_dist(0.05f, 1.0f);
+    std::vector<float> weights(pairs);
+    for (auto& w : weights) w = weight_dist(rng);
+    const auto x0 = random_f32(static_cast<size_t>(tokens) * S.hidden, rng);
+    DeviceBuffer<uint16_t> d_h(static_cast<size_t>(tokens) * S.hidden), d_gate_up_out(static_cast<size_t>(pairs) * 2 * S.inter);
+    DeviceBuffer<uint16_t> d_act(act);
+    DeviceBuffer<int> d_ids(ids), d_scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<kBuckets>());
+    DeviceBuffer<float> d_weights(weights), d_x(x0);
+    d_scratch.poison();
+    kiln::moe_gate_up<kBuckets>(as_bf16(d_h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(d_gate_up_out),
+                                d_scratch.get(), tokens, nullptr);
+    kiln::moe_down<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(), d_x.get(),
+                      tokens, nullptr);
+    const std::string what = "moe_down experts " + std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " +
+                             std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens);
+    check_launch(what);
+    std::vector<float> ref = x0;
+    const auto mapped = down.reference_ids(ids);
+    ref::moe_down(S, bf16_to_f32(act).data(), down.distinct_f.data(), mapped.data(), weights.data(), ref.data(), tokens);
+    const auto got = d_x.download();
+    std::vector<float> ref_added(x0.size()), got_added(x0.size());
+    for (size_t i = 0; i < x0.size(); ++i) {
+      ref_added[i] = ref[i] - x0[i];
+      got_added[i] = got[i] - x0[i];
+    }
+    check_close(what + " (the added part)", ref_added, got_added, 1e-5);
+  }
+  kiln::moe_down<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  check_launch("moe_down, 0 tokens");
+}
+
+}  // namespace
+
+TEST_CASE("moe_down adds each token's weighted expert outputs", "[moe_down]") {
+  check_down<dsv2lite::kMoeExpertsDown>({1, 4, 64, 300, 2048});
+  check_down<shape::moe_down{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536}>({1, 64});  // DeepSeek-V2
+  check_down<tiny_ds::kMoeExpertsDown>({1, 4, 64, 65, 300});
+  check_down<tiny_ds_lite::kMoeExpertsDown>({1, 4, 64, 65, 300});
+  check_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>({1, 65});  // 2-element rows
+}
+
+}  // namespace kiln::kernel_test

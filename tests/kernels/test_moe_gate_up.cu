@@ -1,0 +1,48 @@
+// moe_gate_up (templates/moe_gate_up.cuh) against ref::moe_gate_up: each token's chosen experts'
+// gate | up rows, streaming at decode (T <= 64) and as a grouped GEMM above.
+#include "runtime/ref/moe.hpp"
+#include "templates/moe_gate_up.cuh"
+#include "tests/kernels/kernel_test.hpp"
+#include "tests/kernels/moe_experts.hpp"
+
+namespace kiln::kernel_test {
+namespace {
+
+template <shape::moe_gate_up S>
+void check_gate_up(const std::vector<int>& token_counts) {
+  constexpr int kRows = 2 * S.inter;
+  std::mt19937 rng(27000 + S.experts * S.hidden + S.inter);
+  ExpertTensor gate_up(S.experts, static_cast<size_t>(kRows) * S.hidden, rng, 1.0f / std::sqrt(float(S.hidden)));
+  for (int tokens : token_counts) {
+    const int pairs = tokens * S.top_k;
+    const auto ids = make_ids(tokens, S.experts, S.top_k, rng);
+    const auto h = random_bf16(static_cast<size_t>(tokens) * S.hidden, rng);
+    DeviceBuffer<uint16_t> d_h(h), d_out(static_cast<size_t>(pairs) * kRows);
+    DeviceBuffer<int> d_ids(ids), d_scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<S>());
+    d_out.poison();
+    d_scratch.poison();
+    kiln::moe_gate_up<S>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),
+                         tokens, nullptr);
+    const std::string what = "moe_gate_up experts " + std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " +
+                             std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens);
+    check_launch(what);
+    std::vector<float> ref(static_cast<size_t>(pairs) * kRows);
+    const auto mapped = gate_up.reference_ids(ids);
+    ref::moe_gate_up(S, bf16_to_f32(h).data(), gate_up.distinct_f.data(), mapped.data(), ref.data(), tokens);
+    check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
+  }
+  kiln::moe_gate_up<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
+  check_launch("moe_gate_up, 0 tokens");
+}
+
+}  // namespace
+
+TEST_CASE("moe_gate_up multiplies each token by its chosen experts", "[moe_gate_up]") {
+  check_gate_up<dsv2lite::kMoeExpertsGateUp>({1, 4, 64, 300, 2048});
+  check_gate_up<shape::moe_gate_up{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536}>({1, 64});  // DeepSeek-V2
+  check_gate_up<tiny_ds::kMoeExpertsGateUp>({1, 4, 64, 65, 300});
+  check_gate_up<tiny_ds_lite::kMoeExpertsGateUp>({1, 4, 64, 65, 300});
+  check_gate_up<shape::moe_gate_up{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>({1, 65});  // 4-element rows
+}
+
+}  // namespace kiln::kernel_test
