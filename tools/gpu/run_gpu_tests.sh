@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# Runs every GPU test of a build on the GPU machine and writes each one's output to OUT_DIR.
-#   tools/gpu/run_gpu_tests.sh BUILD_DIR OUT_DIR
+# Runs every GPU test program of a build on the GPU machine and writes each one's output to OUT_DIR.
+#   tools/gpu/run_gpu_tests.sh BUILD_DIR OUT_DIR [catch2 args...]
 # The binaries need only the CUDA toolkit's libcublasLt there (cudart is linked statically). A test
 # binary missing from the build is a failure (exit 1), not a test that passed by not running.
 set -uo pipefail
 build=${1:-build}
 out=${2:-gpu-tests}
+shift 2 || true
 mkdir -p "$out"
 status=0
-for t in test_kernels_gpu test_kernels_deepseek_gpu test_serving_gpu test_golden_gpu; do
+for t in test_kernels_gpu test_serving_gpu test_golden_gpu; do
   if [ ! -x "$build/tests/$t" ]; then
     echo "$t missing: $build/tests/$t is not an executable" | tee -a "$out/summary.txt"
     status=1
     continue
   fi
   echo "== $t"
-  timeout 300 "$build/tests/$t" >"$out/$t.txt" 2>&1
+  timeout 900 "$build/tests/$t" "$@" >"$out/$t.txt" 2>&1
   rc=$?
   echo "$t exit $rc" | tee -a "$out/summary.txt"
   [ $rc -ne 0 ] && status=1
-  grep -E "FAIL|passed|failed|error|Error" "$out/$t.txt" | tail -n 12
+  grep -E "FAILED|passed|failed|error|Error|All tests" "$out/$t.txt" | tail -n 12
 done
 exit $status
