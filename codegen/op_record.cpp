@@ -57,14 +57,7 @@ std::vector<OpRecord> build_records() {
 #define KILN_ARG(phases, source, arg) records.back().args.push_back({phase_bits(#phases), source_of(#source), #arg});
 #define KILN_CALL(phases, how, function) add_call(#phases, #how, #function);
 #define KILN_TIE(expression) records.back().ties.push_back(expression);
-#define KILN_END
 #include "codegen/ops.def"
-#undef KILN_OP
-#undef KILN_SHAPE
-#undef KILN_ARG
-#undef KILN_CALL
-#undef KILN_TIE
-#undef KILN_END
   for (const OpRecord& r : records) {
     if (r.template_header.empty() && r.call(Phase::decode).how == CallHow::kernel) {
       fail("internal: ops.def: ", r.name, " has a kernel call but no template header");

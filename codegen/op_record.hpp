@@ -9,18 +9,7 @@ namespace kiln::codegen {
 
 enum class OpKind {
 #define KILN_OP(name, summary, template_header, ref_header) name,
-#define KILN_SHAPE(type, member)
-#define KILN_ARG(phases, source, name)
-#define KILN_CALL(phases, how, function)
-#define KILN_TIE(expression)
-#define KILN_END
 #include "codegen/ops.def"
-#undef KILN_OP
-#undef KILN_SHAPE
-#undef KILN_ARG
-#undef KILN_CALL
-#undef KILN_TIE
-#undef KILN_END
 };
 
 // Where generated code runs an op: the two CUDA graphs and the CPU reference.

@@ -17,17 +17,8 @@ namespace shape {
 
 #define KILN_OP(name, summary, template_header, ref_header) struct name {
 #define KILN_SHAPE(type, member) type member;
-#define KILN_ARG(phases, source, name)
-#define KILN_CALL(phases, how, function)
-#define KILN_TIE(expression)
 #define KILN_END };
 #include "codegen/ops.def"
-#undef KILN_OP
-#undef KILN_SHAPE
-#undef KILN_ARG
-#undef KILN_CALL
-#undef KILN_TIE
-#undef KILN_END
 
 }  // namespace shape
 
