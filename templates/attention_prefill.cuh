@@ -37,10 +37,10 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, query_start, positions,
                 block_tables, max_pages_per_seq, scale * detail::kLog2e);
   } else {
-    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(static_cast<long long>(max_query_len) * kHeads, 4)),
-                    num_seqs);
+    const long long rows = static_cast<long long>(max_query_len) * kHeads;  // one warp per (token, head)
+    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, detail::kWarpRowsPerBlock)), num_seqs);
     auto kernel = detail::attention_prefill_simple_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
-    KILN_LAUNCH(kernel, grid, 128, 0, stream, q_rows, cache, out, query_start, positions, block_tables,
+    KILN_LAUNCH(kernel, grid, detail::kWarpRowThreads, 0, stream, q_rows, cache, out, query_start, positions, block_tables,
                 max_pages_per_seq, scale * detail::kLog2e);
   }
 }

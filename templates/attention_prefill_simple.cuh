@@ -8,7 +8,7 @@
 namespace kiln::detail {
 
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kWarpRowThreads)
     attention_prefill_simple_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
                                     bf16* __restrict__ out, const int* __restrict__ query_start,
                                     const int* __restrict__ positions, const int* __restrict__ block_tables,
@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(128)
   constexpr int kPerLane = ceil_div(kHeadDim, 32);
   const int seq = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long item = static_cast<long long>(blockIdx.x) * 4 + warp;
+  const long long item = static_cast<long long>(blockIdx.x) * kWarpRowsPerBlock + warp;
   const int begin = query_start[seq];
   const long long i = item / kHeads;
   const int head = static_cast<int>(item % kHeads);

@@ -40,6 +40,10 @@ constexpr float kLog2e = 1.4426950408889634f;  // softmax runs in base 2: exp(x)
 // Threads per block of the element-wise kernels (one thread per vector of values): large enough to
 // hide latency, small enough that short rows still spread over the SMs.
 constexpr int kElementwiseThreads = 256;
+// The kernels that give one warp a row (a token, a (token, head) pair): blocks of kWarpRowThreads
+// threads, kWarpRowsPerBlock rows each.
+constexpr int kWarpRowThreads = 128;
+constexpr int kWarpRowsPerBlock = kWarpRowThreads / 32;
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr long long ceil_div_ll(long long a, long long b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }

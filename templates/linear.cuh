@@ -151,15 +151,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
   auto mma_group = [&](const Group& grp) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const unsigned a_lo[4] = {grp.a0[u].x, grp.a1[u].x, grp.a0[u].y, grp.a1[u].y};  // columns 8q..8q+3
-      const unsigned a_hi[4] = {grp.a0[u].z, grp.a1[u].z, grp.a0[u].w, grp.a1[u].w};  // columns 8q+4..8q+7
 #pragma unroll
-      for (int j = 0; j < T; ++j) {
-        const unsigned b_lo[2] = {grp.b[u][j].x, grp.b[u][j].y};
-        const unsigned b_hi[2] = {grp.b[u][j].z, grp.b[u][j].w};
-        mma_bf16_16816(acc[j], a_lo, b_lo);
-        mma_bf16_16816(acc[j], a_hi, b_hi);
-      }
+      for (int j = 0; j < T; ++j) mma_row_chunk(acc[j], grp.a0[u], grp.a1[u], grp.b[u][j]);
     }
   };
   Group current;

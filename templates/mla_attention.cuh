@@ -15,9 +15,10 @@ namespace kiln {
 namespace detail {
 
 // ---- CUDA cores: one warp per (query token, head) row, online softmax over its keys ----
-// Prefill: grid (ceil(max_query_len · kHeads / 4), num_seqs); decode: grid (ceil(kHeads / 4), num_seqs).
+// Prefill: grid (ceil(max_query_len · kHeads / kWarpRowsPerBlock), num_seqs); decode: grid
+// (ceil(kHeads / kWarpRowsPerBlock), num_seqs).
 template <int kHeads, int kLatent, int kRope, int kPageSize, bool kDecode>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kWarpRowThreads)
     mla_attention_warp_kernel(const bf16* __restrict__ q_mla, const bf16* __restrict__ cache, bf16* __restrict__ o_lat,
                               const int* __restrict__ query_start, const int* __restrict__ positions_or_context,
                               const int* __restrict__ block_tables, int max_pages_per_seq, int max_keys,
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(128)
   constexpr int kPerQ = ceil_div(kWidth, 32), kPerO = ceil_div(kLatent, 32);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int seq = blockIdx.y;
-  const int row = blockIdx.x * 4 + warp;
+  const int row = blockIdx.x * kWarpRowsPerBlock + warp;
   long long t;
   int head, keys;
   if constexpr (kDecode) {
@@ -373,9 +374,9 @@ void mla_attention_prefill(const bf16* q_mla, const bf16* cache, bf16* o_lat, co
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, query_start, positions,
                 block_tables, max_pages_per_seq, S.scale * detail::kLog2e, nullptr);
   } else {
-    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, 4)), num_seqs);
+    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, detail::kWarpRowsPerBlock)), num_seqs);
     auto kernel = detail::mla_attention_warp_kernel<kHeads, kLatent, kRope, kPageSize, false>;
-    KILN_LAUNCH(kernel, grid, 128, 0, stream, q_mla, cache, o_lat, query_start, positions, block_tables,
+    KILN_LAUNCH(kernel, grid, detail::kWarpRowThreads, 0, stream, q_mla, cache, o_lat, query_start, positions, block_tables,
                 max_pages_per_seq, 0, S.scale * detail::kLog2e);
   }
 }
@@ -413,9 +414,9 @@ void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, con
                                                                               stream);
   } else {
     (void)scratch;
-    const dim3 grid(detail::ceil_div(kHeads, 4), num_seqs);
+    const dim3 grid(detail::ceil_div(kHeads, detail::kWarpRowsPerBlock), num_seqs);
     auto kernel = detail::mla_attention_warp_kernel<kHeads, kLatent, kRope, kPageSize, true>;
-    KILN_LAUNCH(kernel, grid, 128, 0, stream, q_mla, cache, o_lat, nullptr, context_len, block_tables,
+    KILN_LAUNCH(kernel, grid, detail::kWarpRowThreads, 0, stream, q_mla, cache, o_lat, nullptr, context_len, block_tables,
                 max_pages_per_seq, kPartition * kMaxPartitions, S.scale * detail::kLog2e);
   }
 }

@@ -27,13 +27,13 @@ __device__ __forceinline__ void warp_argmax(float& value, int& index) {
 }
 
 template <int kExperts, int kTopK, int kGroups, int kTopkGroups, bool kGroupLimited, bool kNormalize>
-__global__ void __launch_bounds__(128) moe_route_kernel(const float* __restrict__ logits, int* __restrict__ ids,
+__global__ void __launch_bounds__(kWarpRowThreads) moe_route_kernel(const float* __restrict__ logits, int* __restrict__ ids,
                                                          float* __restrict__ weights, int tokens, float scaling,
                                                          unsigned char* __restrict__ usage) {
   constexpr int kPer = ceil_div(kExperts, 32);  // experts per lane: e = lane + 32·i
   constexpr int kBig = 0x7fffffff;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long t = static_cast<long long>(blockIdx.x) * 4 + warp;
+  const long long t = static_cast<long long>(blockIdx.x) * kWarpRowsPerBlock + warp;
   if (t >= tokens) return;
   const float* l = logits + t * kExperts;
 
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(128) moe_route_kernel(const float* __restrict_
   if constexpr (kGroupLimited) {
     // Keep the kTopkGroups groups with the highest max score; the others' experts score 0.
     constexpr int kPerGroup = kExperts / kGroups;
-    __shared__ float group_scores[4][kExperts];  // each warp's token
+    __shared__ float group_scores[kWarpRowsPerBlock][kExperts];  // each warp's token
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       if (lane + 32 * i < kExperts) group_scores[warp][lane + 32 * i] = s[i];
@@ -135,7 +135,8 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, unsign
   if (tokens <= 0) return;
   unsigned char* usage = expert_usage != nullptr ? expert_usage + static_cast<long long>(layer) * kExperts : nullptr;
   auto kernel = detail::moe_route_kernel<kExperts, kTopK, kGroups, kTopkGroups, S.group_limited, S.normalize>;
-  KILN_LAUNCH(kernel, detail::ceil_div(tokens, 4), 128, 0, stream, logits, ids, weights, tokens, S.scaling, usage);
+  KILN_LAUNCH(kernel, detail::ceil_div(tokens, detail::kWarpRowsPerBlock), detail::kWarpRowThreads, 0, stream, logits,
+              ids, weights, tokens, S.scaling, usage);
 }
 
 }  // namespace kiln

@@ -14,10 +14,10 @@ namespace detail {
 // A row is one "head" of kDim values to the shared norm pieces (row_norm.cuh), so the float operations
 // are those of every other RMSNorm.
 template <int kDim, int kRow, int kVec>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kWarpRowThreads)
     rmsnorm_inplace_kernel(bf16* __restrict__ rows, const bf16* __restrict__ weight, int tokens, float eps) {
   constexpr int kSteps = ceil_div(kDim, 32 * kVec);
-  const long long row = static_cast<long long>(blockIdx.x) * 4 + threadIdx.x / 32;
+  const long long row = static_cast<long long>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= tokens) return;  // whole warps leave together: the shuffles below see all 32 lanes
   bf16* r = rows + row * kRow;
@@ -46,7 +46,8 @@ void rmsnorm_inplace(bf16* rows, const bf16* weight, int tokens, cudaStream_t st
   // Row starts are multiples of kRow and the normalized span ends at kDim: the width divides both.
   constexpr int kVec = detail::vec_width(detail::gcd_int(kDim, kRow), 2);
   auto kernel = detail::rmsnorm_inplace_kernel<kDim, kRow, kVec>;
-  KILN_LAUNCH(kernel, detail::ceil_div(tokens, 4), 128, 0, stream, rows, weight, tokens, S.eps);
+  KILN_LAUNCH(kernel, detail::ceil_div(tokens, detail::kWarpRowsPerBlock), detail::kWarpRowThreads, 0, stream, rows,
+              weight, tokens, S.eps);
 }
 
 }  // namespace kiln

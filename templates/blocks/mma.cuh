@@ -45,6 +45,18 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// acc += the two k16 steps of one lane's 8 columns: weight rows g and g + 8 (a0, a1: 8 bf16 each)
+// times a token's 8 values (b), the columns fed as the lane's k slots (2q, 2q+1, 2q+8, 2q+9) of
+// both steps, the same permutation on both sides (linear.cuh says why that is right).
+__device__ __forceinline__ void mma_row_chunk(float (&acc)[4], const uint4& a0, const uint4& a1, const uint4& b) {
+  const unsigned a_lo[4] = {a0.x, a1.x, a0.y, a1.y};  // columns 8q..8q+3
+  const unsigned a_hi[4] = {a0.z, a1.z, a0.w, a1.w};  // columns 8q+4..8q+7
+  const unsigned b_lo[2] = {b.x, b.y};
+  const unsigned b_hi[2] = {b.z, b.w};
+  mma_bf16_16816(acc, a_lo, b_lo);
+  mma_bf16_16816(acc, a_hi, b_hi);
+}
+
 // Two fp32 values as one bf16x2 register (lo in the low half), rounded to nearest even.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
