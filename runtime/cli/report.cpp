@@ -40,6 +40,8 @@ json result_json(const JobResult& r) {
   j["text"] = r.text;
   j["finish_reason"] = std::string(finish_reason_name(f.reason));
   j["preemptions"] = f.num_preemptions;
+  j["first_token_ms"] = 1e3 * f.first_token_seconds;  // from the start of the run (queueing included)
+  j["finish_ms"] = 1e3 * f.finish_seconds;
   if (!f.logprobs.empty()) j["logprobs"] = f.logprobs;
   return j;
 }

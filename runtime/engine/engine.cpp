@@ -38,6 +38,7 @@ void Engine::add(Request request) { scheduler_.add(std::move(request)); }
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   run_start_ = std::chrono::steady_clock::now();
   first_token_at_.clear();
+  finished_at_.clear();
   while (scheduler_.has_unfinished()) run_step(on_token);
   stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
 
@@ -47,7 +48,11 @@ std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEve
     stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
     stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
     auto it = first_token_at_.find(f.id);
-    if (it != first_token_at_.end()) stats_.ttft_seconds.push_back(it->second);
+    if (it != first_token_at_.end()) {
+      f.first_token_seconds = it->second;
+      stats_.ttft_seconds.push_back(it->second);
+    }
+    f.finish_seconds = finished_at_.at(f.id);
     auto logits = prompt_logits_.find(f.id);
     if (logits != prompt_logits_.end()) {
       f.prompt_logits = std::move(logits->second);
@@ -73,6 +78,7 @@ void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
   for (const TokenEvent& e : scheduler_.on_step_done(step, samples)) {
     first_token_at_.try_emplace(e.id, now);
+    if (e.finished) finished_at_[e.id] = now;
     if (on_token) on_token(e);
   }
 }

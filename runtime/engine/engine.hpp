@@ -62,7 +62,7 @@ class Engine {
   Scheduler scheduler_;
   EngineStats stats_;
   std::chrono::steady_clock::time_point run_start_;
-  std::map<RequestId, double> first_token_at_;
+  std::map<RequestId, double> first_token_at_, finished_at_;
   std::map<RequestId, std::vector<float>> prompt_logits_;  // [positions so far, vocab]
 };
 

@@ -61,6 +61,9 @@ struct FinishedRequest {
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;
   std::vector<float> prompt_logits;    // [prompt, vocab] when Request::prompt_logits (the engine's)
+  // Seconds from the start of the engine's run() to this request's first token and to its last
+  // (the engine's).
+  double first_token_seconds = 0, finish_seconds = 0;
 };
 
 struct SchedulerStats {
