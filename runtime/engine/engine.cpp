@@ -41,24 +41,37 @@ void Engine::add(Request request) {
 
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   run_start_ = std::chrono::steady_clock::now();
+  started_ = true;
   first_token_at_.clear();
   prompt_logits_.clear();
-  while (scheduler_.has_unfinished()) run_step(on_token);
+  while (scheduler_.has_unfinished()) step(on_token);
   stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  return take_finished();
+}
 
+bool Engine::abort(RequestId id, FinishReason reason) { return scheduler_.abort(id, reason); }
+
+std::vector<FinishedRequest> Engine::take_finished() {
   std::vector<FinishedRequest> finished = scheduler_.take_finished();
   for (const FinishedRequest& f : finished) {
     stats_.prompt_tokens += f.num_prompt_tokens;
     stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
     stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
     auto it = first_token_at_.find(f.id);
-    if (it != first_token_at_.end()) stats_.ttft_seconds.push_back(it->second);
+    if (it != first_token_at_.end()) {
+      stats_.ttft_seconds.push_back(it->second);
+      first_token_at_.erase(it);
+    }
   }
   stats_.scheduler = scheduler_.stats();
   return finished;
 }
 
-void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
+void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
+  if (!started_) {
+    run_start_ = std::chrono::steady_clock::now();
+    started_ = true;
+  }
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
 

@@ -45,12 +45,21 @@ class Engine {
   // Runs every queued request to completion, calling on_token for each sampled token in order.
   std::vector<FinishedRequest> run(const std::function<void(const TokenEvent&)>& on_token = {});
 
+  // Live serving (runtime/server/engine_loop.hpp) drives the engine one step at a time, adding and
+  // aborting requests between steps; run() is these in a loop.
+  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+  void step(const std::function<void(const TokenEvent&)>& on_token = {});
+  // Finishes an unfinished request now (see Scheduler::abort); its pages are free on return.
+  bool abort(RequestId id, FinishReason reason);
+  // Requests finished since the last call, counted into stats().
+  std::vector<FinishedRequest> take_finished();
+  const Scheduler& scheduler() const { return scheduler_; }
+
   const EngineStats& stats() const { return stats_; }
   // With capture_prompt_logits: [prompt_len, vocab] logits of the last run's request.
   const std::vector<float>& prompt_logits() const { return prompt_logits_; }
 
  private:
-  void run_step(const std::function<void(const TokenEvent&)>& on_token);
   // One forward of the backend over `seqs` (all decodes, or prefill chunks) and its samples.
   std::vector<SampleOutput> run_forward(std::span<const ScheduledSeq> seqs);
 
@@ -60,6 +69,7 @@ class Engine {
   Scheduler scheduler_;
   EngineStats stats_;
   std::chrono::steady_clock::time_point run_start_;
+  bool started_ = false;  // run_start_ is set
   std::map<RequestId, double> first_token_at_;
   std::vector<float> prompt_logits_;
   int32_t capture_prompt_len_ = 0;

@@ -219,10 +219,22 @@ TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
   return event;
 }
 
+bool Scheduler::abort(RequestId id, FinishReason reason) {
+  if (step_pending_) fail("scheduler: abort() between schedule() and on_step_done()");
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  finish(*it->second, reason);
+  return true;
+}
+
 void Scheduler::finish(Sequence& seq, FinishReason reason) {
   const RequestId id = seq.id;
-  blocks_.free(id);
-  running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  if (blocks_.has_sequence(id)) blocks_.free(id);
+  if (seq.status == SequenceStatus::Waiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &seq));
+  } else {
+    running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  }
   FinishedRequest done;
   done.id = seq.id;
   done.output_tokens.assign(seq.tokens.begin() + seq.num_prompt_tokens, seq.tokens.end());

@@ -86,6 +86,11 @@ class Scheduler {
   // order (= StepBatch::logit_rows order). Returns the generated tokens.
   std::vector<TokenEvent> on_step_done(const ScheduledStep& step, std::span<const SampleOutput> samples);
 
+  // Finishes an unfinished request at once with `reason` (StopString or Aborted), waiting or
+  // running: its pages go back to the pool now. Returns false when `id` is not unfinished. Only
+  // between steps (not between schedule() and on_step_done()).
+  bool abort(RequestId id, FinishReason reason);
+
   // Requests finished since the last call, in finishing order.
   std::vector<FinishedRequest> take_finished();
 

@@ -25,6 +25,8 @@ enum class FinishReason {
   MaxTokens,   // generated params.max_tokens tokens
   MaxContext,  // reached the model's max context (or the whole KV pool, if smaller)
   BadLogits,   // the model produced NaN or ±inf logits for this sequence
+  StopString,  // the output text reached one of params.stop (found after detokenizing)
+  Aborted,     // the caller withdrew the request (a client went away, the server stops)
 };
 
 constexpr std::string_view finish_reason_name(FinishReason reason) {
@@ -35,6 +37,8 @@ constexpr std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::MaxTokens: return "max_tokens";
     case FinishReason::MaxContext: return "max_context";
     case FinishReason::BadLogits: return "bad_logits";
+    case FinishReason::StopString: return "stop_string";
+    case FinishReason::Aborted: return "aborted";
   }
   return "unknown";
 }
