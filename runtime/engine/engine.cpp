@@ -16,7 +16,8 @@ SchedulerConfig scheduler_config(const ModelDef& model, const EngineOptions& opt
   if (c.max_batched_tokens > m.max_batched_tokens) {
     fail("max batched tokens ", c.max_batched_tokens, " exceeds the model's build.max_batched_tokens (", m.max_batched_tokens, ")");
   }
-  c.max_context = m.max_context;
+  c.max_context = options.max_context > 0 ? options.max_context : m.max_context;
+  if (c.max_context > m.max_context) fail("--max-model-len ", c.max_context, " exceeds the model's build.max_context (", m.max_context, ")");
   c.vocab_size = m.vocab_size;
   c.eos_token_ids = m.eos_token_ids;
   c.validate();

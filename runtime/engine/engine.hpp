@@ -17,6 +17,7 @@ namespace kiln {
 struct EngineOptions {
   int32_t max_batch = 0;            // sequences per step (0: the model's build.max_batch)
   int32_t max_batched_tokens = 0;   // tokens per step (0: the model's build.max_batched_tokens)
+  int32_t max_context = 0;          // prompt + generated tokens (0: the model's build.max_context)
   bool capture_prompt_logits = false;  // keep every prompt row's logits (one request at a time)
 };
 

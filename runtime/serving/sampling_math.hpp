@@ -58,6 +58,12 @@ struct SampleOutput {
   int32_t status = kSampleOk;
 };
 
+// One entry of a row's top-N log-probabilities (most likely first; ties: lower id first).
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
 // Temperatures below this sample greedily: 1/t would overflow the scaled logits (vLLM uses 1e-5 too).
 constexpr float kGreedyTemperature = 1e-5f;
 // Mass resolution: a token's weight is floor(e * 2^40), so up to 2^23 tokens sum below 2^63.

@@ -44,6 +44,11 @@ void Scheduler::add(Request request) {
         fail("stop token ", stop, " is outside the vocabulary [0, ", config_.vocab_size, ")");
       }
     }
+    for (const auto& [token, bias] : request.params.logit_bias) {
+      if (token >= config_.vocab_size) {
+        fail("logit_bias token ", token, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+      }
+    }
     if (static_cast<int64_t>(prompt.size()) > config_.max_context) {
       fail("the prompt has ", prompt.size(), " tokens; the model's max context is ", config_.max_context);
     }

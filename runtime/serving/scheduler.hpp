@@ -47,6 +47,7 @@ struct TokenEvent {
   RequestId id = 0;
   int32_t token = -1;          // -1 when the sequence finished on BadLogits
   float logprob = 0.0f;        // when the request asked for logprobs
+  std::vector<TokenLogprob> top_logprobs;  // the params.top_logprobs most likely tokens, when asked
   bool finished = false;
   FinishReason reason = FinishReason::None;
 };
