@@ -11,6 +11,7 @@
 #include "runtime/core/step_batch.hpp"
 #include "runtime/model/model_def.hpp"
 #include "runtime/model/tensor_source.hpp"
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -44,8 +45,9 @@ class Backend {
 
   // Runs one step; keeps logits [step.num_logits(), vocab] for sample() / copy_logits().
   virtual void forward(const StepBatch& step) = 0;
-  // Samples rows[i] from logits row first_logit_row + i.
-  virtual std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) = 0;
+  // Samples batch.rows[i] from logits row first_logit_row + i, with the rows' logit edits and
+  // logprobs (runtime/serving/sample_batch.hpp).
+  virtual SampleResult sample(int32_t first_logit_row, const SampleBatch& batch) = 0;
   // Copies logits rows [first, first + count) to the host.
   virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
   // (layer, routed expert) pairs the last decode step chose: the experts whose weights it read

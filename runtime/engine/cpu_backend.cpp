@@ -51,11 +51,12 @@ class CpuBackend final : public Backend {
     forward_->forward(step, ctx, logits_.data());
   }
 
-  std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
-    check_logit_rows(first_logit_row, static_cast<int32_t>(rows.size()), num_logits_);
+  SampleResult sample(int32_t first_logit_row, const SampleBatch& batch) override {
+    const size_t rows = batch.rows.size();
+    check_logit_rows(first_logit_row, static_cast<int32_t>(rows), num_logits_);
     const int32_t V = model_.info.vocab_size;
-    return sample_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, rows.size() * V), V,
-                      rows);
+    return sample_batch_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, rows * V), V,
+                            batch);
   }
 
   int64_t last_step_experts_read() override {

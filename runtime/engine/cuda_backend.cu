@@ -216,11 +216,11 @@ class CudaBackend final : public Backend {
     KILN_CUDA(cudaGetLastError());
   }
 
-  std::vector<SampleOutput> sample(int32_t first_logit_row, std::span<const SamplerRow> rows) override {
-    check_logit_rows(first_logit_row, static_cast<int32_t>(rows.size()), num_logits_);
+  SampleResult sample(int32_t first_logit_row, const SampleBatch& batch) override {
+    check_logit_rows(first_logit_row, static_cast<int32_t>(batch.rows.size()), num_logits_);
     const int64_t V = model_.info.vocab_size;
-    std::vector<SampleOutput> out =
-        sampler_->sample(logits_.get<float>() + first_logit_row * V, V, static_cast<int32_t>(V), rows, stream_);
+    SampleResult out =
+        sampler_->sample(logits_.get<float>() + first_logit_row * V, V, static_cast<int32_t>(V), batch, stream_);
     KILN_CUDA(cudaGetLastError());
     return out;
   }
@@ -277,10 +277,10 @@ class CudaBackend final : public Backend {
     decode.slot_mapping = {n - 1};
     decode.query_start = {0, 1};
     decode.logit_rows = {0};
-    const SamplerRow greedy{.temperature = 0.0f};
+    const SampleBatch greedy = SampleBatch::of({SamplerRow{.temperature = 0.0f}});
     for (const StepBatch* step : {&prefill, &decode}) {
       forward(*step);
-      sample(0, std::span(&greedy, 1));
+      sample(0, greedy);
     }
     KILN_CUDA(cudaStreamSynchronize(stream_));
   }

@@ -81,26 +81,41 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
   // Each token's numerics then do not depend on the batch it ran in (outputs equal running alone),
   // at the price of reading the weights twice in mixed steps.
   std::vector<SampleOutput> samples;
+  std::vector<std::vector<TokenLogprob>> top;  // per sample, when its request asked for top-N
+  const auto take = [&](std::span<const ScheduledSeq> part) {
+    const SampleResult result = run_forward(part);
+    size_t r = 0;
+    for (const ScheduledSeq& s : part) {
+      if (!s.samples) continue;
+      samples.push_back(result.outputs[r]);
+      const auto row_top = result.row_top(r, s.sampler.top_logprobs);
+      top.emplace_back(row_top.begin(), row_top.end());
+      ++r;
+    }
+  };
   const std::span<const ScheduledSeq> seqs = step.seqs;
   if (step.num_decodes > 0 && step.num_decodes < static_cast<int32_t>(seqs.size())) {
-    samples = run_forward(seqs.first(step.num_decodes));
-    const std::vector<SampleOutput> prefill_samples = run_forward(seqs.subspan(step.num_decodes));
-    samples.insert(samples.end(), prefill_samples.begin(), prefill_samples.end());
+    take(seqs.first(step.num_decodes));
+    take(seqs.subspan(step.num_decodes));
   } else {
-    samples = run_forward(seqs);
+    take(seqs);
   }
   ++stats_.steps;
 
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
-  for (const TokenEvent& e : scheduler_.on_step_done(step, samples)) {
+  std::vector<TokenEvent> events = scheduler_.on_step_done(step, samples);
+  for (size_t i = 0; i < events.size(); ++i) {  // one event per sample, in step order
+    TokenEvent& e = events[i];
+    if (e.token >= 0) e.top_logprobs = std::move(top[i]);
     first_token_at_.try_emplace(e.id, now);
     if (on_token) on_token(e);
   }
 }
 
-std::vector<SampleOutput> Engine::run_forward(std::span<const ScheduledSeq> seqs) {
+SampleResult Engine::run_forward(std::span<const ScheduledSeq> seqs) {
   StepBatch batch = build_step_batch(seqs, model_.info.page_size);
-  const std::vector<SamplerRow> rows = sampler_rows(seqs);
+  const SampleBatch sampling = sample_batch(seqs);
+  const std::vector<SamplerRow>& rows = sampling.rows;
 
   // Capturing prompt logits: every row of the (single) sequence's prompt chunks yields logits; the
   // sampled row, if the chunk ends the prompt, is the last one.
@@ -124,7 +139,7 @@ std::vector<SampleOutput> Engine::run_forward(std::span<const ScheduledSeq> seqs
     prompt_logits_.resize(old + capture_rows * V);
     backend_.copy_logits(0, capture_rows, prompt_logits_.data() + old);
   }
-  std::vector<SampleOutput> samples = backend_.sample(first_sample_row, rows);
+  SampleResult samples = backend_.sample(first_sample_row, sampling);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   if (batch.decode_only()) {

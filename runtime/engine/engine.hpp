@@ -62,7 +62,7 @@ class Engine {
 
  private:
   // One forward of the backend over `seqs` (all decodes, or prefill chunks) and its samples.
-  std::vector<SampleOutput> run_forward(std::span<const ScheduledSeq> seqs);
+  SampleResult run_forward(std::span<const ScheduledSeq> seqs);
 
   const ModelDef& model_;
   Backend& backend_;

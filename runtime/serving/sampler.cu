@@ -29,6 +29,8 @@
 // host: a launch is one cudaLaunchKernelEx, capturable in a graph. The workspace is allocated once.
 #include "runtime/serving/sampler.hpp"
 
+#include "runtime/serving/sample_batch_cuda.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -164,9 +166,17 @@ CudaSampler::CudaSampler(int32_t max_rows) : max_rows_(max_rows), workspace_(max
   check_cuda(cudaMallocHost(&host_out_, sizeof(SampleOutput) * max_rows), "cudaMallocHost(outputs)");
   check_cuda(cudaMalloc(&device_rows_, sizeof(SamplerRow) * max_rows), "cudaMalloc(rows)");
   check_cuda(cudaMalloc(&device_out_, sizeof(SampleOutput) * max_rows), "cudaMalloc(outputs)");
+  check_cuda(cudaMalloc(&device_raw_rows_, sizeof(SamplerRow) * max_rows), "cudaMalloc(raw rows)");
+  check_cuda(cudaMalloc(&device_top_, sizeof(TokenLogprob) * kMaxTopLogprobs * max_rows), "cudaMalloc(top logprobs)");
+  check_cuda(cudaMalloc(&device_edit_offsets_, sizeof(int32_t) * (max_rows + 1)), "cudaMalloc(edit offsets)");
 }
 
 CudaSampler::~CudaSampler() {
+  cudaFree(device_saved_);
+  cudaFree(device_edits_);
+  cudaFree(device_edit_offsets_);
+  cudaFree(device_top_);
+  cudaFree(device_raw_rows_);
   cudaFree(device_out_);
   cudaFree(device_rows_);
   cudaFreeHost(host_out_);
@@ -186,6 +196,57 @@ std::vector<SampleOutput> CudaSampler::sample(const float* logits, int64_t row_s
              "copying sampler outputs");
   check_cuda(cudaStreamSynchronize(stream), "sampling");
   return std::vector<SampleOutput>(host_out_, host_out_ + n);
+}
+
+SampleResult CudaSampler::sample(float* logits, int64_t row_stride, int32_t vocab_size, const SampleBatch& batch,
+                                 cudaStream_t stream) {
+  const auto n = static_cast<int32_t>(batch.rows.size());
+  if (n > max_rows_) fail("CUDA sampler: ", n, " rows exceed the ", max_rows_, " it was created for");
+  SampleResult result;
+  if (n == 0) return result;
+  if (!batch.edit_offsets.empty() && batch.edit_offsets.size() != batch.rows.size() + 1) {
+    fail("CUDA sampler: ", batch.edit_offsets.size(), " edit offsets for ", n, " rows");
+  }
+  bool logprobs = false;
+  for (int32_t r = 0; r < n; ++r) {
+    host_rows_[r] = batch.rows[r];
+    host_rows_[r].want_logprob = 0;  // from the raw rows, by launch_logprobs
+    logprobs = logprobs || batch.rows[r].want_logprob || batch.rows[r].top_logprobs > 0;
+  }
+  check_cuda(cudaMemcpyAsync(device_rows_, host_rows_, sizeof(SamplerRow) * n, cudaMemcpyHostToDevice, stream),
+             "copying sampler rows");
+  const bool edits = !batch.edits.empty();
+  if (edits) {
+    if (batch.edits.size() > edit_capacity_) {
+      check_cuda(cudaStreamSynchronize(stream), "sampling");  // the old buffers may still be read
+      cudaFree(device_edits_);
+      cudaFree(device_saved_);
+      edit_capacity_ = std::max(batch.edits.size(), 2 * edit_capacity_);
+      check_cuda(cudaMalloc(&device_edits_, sizeof(LogitEdit) * edit_capacity_), "cudaMalloc(edits)");
+      check_cuda(cudaMalloc(&device_saved_, sizeof(float) * edit_capacity_), "cudaMalloc(saved logits)");
+    }
+    // Pageable copies: the runtime stages them before returning, so the vectors may go away after.
+    check_cuda(cudaMemcpyAsync(device_edits_, batch.edits.data(), sizeof(LogitEdit) * batch.edits.size(),
+                               cudaMemcpyHostToDevice, stream), "copying logit edits");
+    check_cuda(cudaMemcpyAsync(device_edit_offsets_, batch.edit_offsets.data(), sizeof(int32_t) * (n + 1),
+                               cudaMemcpyHostToDevice, stream), "copying logit edit offsets");
+    launch_apply_logit_edits(logits, row_stride, n, device_edits_, device_edit_offsets_, device_saved_, stream);
+  }
+  launch_sampler(logits, row_stride, n, vocab_size, device_rows_, device_out_, workspace_, stream);
+  if (edits) launch_restore_logit_edits(logits, row_stride, n, device_edits_, device_edit_offsets_, device_saved_, stream);
+  result.top.assign(static_cast<size_t>(n) * kMaxTopLogprobs, TokenLogprob{});
+  if (logprobs) {
+    check_cuda(cudaMemcpyAsync(device_raw_rows_, batch.rows.data(), sizeof(SamplerRow) * n, cudaMemcpyHostToDevice, stream),
+               "copying sampler rows");
+    launch_logprobs(logits, row_stride, n, vocab_size, device_raw_rows_, device_out_, device_top_, stream);
+    check_cuda(cudaMemcpyAsync(result.top.data(), device_top_, sizeof(TokenLogprob) * kMaxTopLogprobs * n,
+                               cudaMemcpyDeviceToHost, stream), "copying top logprobs");
+  }
+  check_cuda(cudaMemcpyAsync(host_out_, device_out_, sizeof(SampleOutput) * n, cudaMemcpyDeviceToHost, stream),
+             "copying sampler outputs");
+  check_cuda(cudaStreamSynchronize(stream), "sampling");
+  result.outputs.assign(host_out_, host_out_ + n);
+  return result;
 }
 
 }  // namespace kiln

@@ -69,6 +69,7 @@ SamplerRow make_sampler_row(const SamplingParams& params, uint64_t seed, uint64_
   row.seed = seed;
   row.counter = counter;
   row.want_logprob = params.logprobs ? 1 : 0;
+  row.top_logprobs = params.top_logprobs;
   return row;
 }
 

@@ -44,8 +44,6 @@ struct SamplingParams {
   void validate() const;
 };
 
-constexpr int32_t kMaxTopLogprobs = 20;  // vLLM's default max_logprobs
-
 // A seed for a request that did not set one: distinct per call (process-wide, thread-safe), and
 // different between runs of the program.
 uint64_t draw_request_seed();

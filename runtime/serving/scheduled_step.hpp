@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/serving/request_id.hpp"
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -17,6 +19,7 @@ struct ScheduledSeq {
   std::vector<int32_t> block_table;   // the sequence's pages, covering at least start + new_tokens.size()
   bool samples = false;               // the step ends at the last known token: sample the next one
   SamplerRow sampler;                 // valid when samples
+  std::vector<LogitEdit> edits;       // when samples: logit_bias, min_tokens and penalties (sample_batch.hpp)
 
   int32_t context_len() const { return start + static_cast<int32_t>(new_tokens.size()); }
 };
@@ -34,5 +37,9 @@ struct ScheduledStep {
     return n;
   }
 };
+
+// The sampler rows and logit edits of a step's sampling sequences, in step order
+// (= StepBatch::logit_rows order).
+SampleBatch sample_batch(std::span<const ScheduledSeq> seqs);
 
 }  // namespace kiln

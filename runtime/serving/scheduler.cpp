@@ -68,6 +68,11 @@ void Scheduler::add(Request request) {
   seq->tokens = std::move(request.prompt);
   seq->seed = request.params.seed ? *request.params.seed : draw_request_seed();
   seq->params = std::move(request.params);
+  if (seq->params.repetition_penalty != 1.0f) {
+    seq->prompt_set = seq->tokens;
+    std::sort(seq->prompt_set.begin(), seq->prompt_set.end());
+    seq->prompt_set.erase(std::unique(seq->prompt_set.begin(), seq->prompt_set.end()), seq->prompt_set.end());
+  }
   waiting_.push_back(seq.get());
   seqs_.emplace(seq->id, std::move(seq));
 }
@@ -81,7 +86,15 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
   const auto table = blocks_.block_table(seq.id);
   s.block_table.assign(table.begin(), table.end());
   s.samples = seq.num_computed + num_new_tokens == seq.num_tokens();
-  if (s.samples) s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
+  if (s.samples) {
+    s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
+    const SamplingParams& p = seq.params;
+    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens) {
+      std::vector<int32_t> stop_ids = p.stop_token_ids;
+      if (!p.ignore_eos) stop_ids.insert(stop_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+      s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids);
+    }
+  }
   return s;
 }
 
@@ -200,6 +213,15 @@ TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
   }
   seq.tokens.push_back(sample.token);
   if (seq.params.logprobs) seq.logprobs.push_back(sample.logprob);
+  if (seq.params.has_penalties()) {
+    auto& counts = seq.output_counts;
+    const auto at = std::lower_bound(counts.begin(), counts.end(), std::pair{sample.token, 0});
+    if (at != counts.end() && at->first == sample.token) {
+      ++at->second;
+    } else {
+      counts.insert(at, {sample.token, 1});
+    }
+  }
   event.token = sample.token;
   event.logprob = sample.logprob;
 

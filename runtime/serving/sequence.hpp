@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/serving/request_id.hpp"
@@ -57,6 +58,10 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::Waiting;
   FinishReason finish_reason = FinishReason::None;
   std::vector<float> logprobs;    // one per generated token when params.logprobs
+  // For the logit edits (sample_batch.hpp), kept only when the params need them: each generated
+  // token's count, and the prompt's distinct tokens (repetition penalty).
+  std::vector<std::pair<int32_t, int32_t>> output_counts;  // sorted by token
+  std::vector<int32_t> prompt_set;                          // sorted
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at the first admission
   int32_t num_preemptions = 0;
   bool admitted_before = false;
