@@ -44,6 +44,7 @@ int run_chat(const ModelDef& model, const CliOptions& o) {
 
   RequestId next_id = 1;
   uint64_t turn = 0;
+  int64_t turns = 0, prompt_tokens = 0, cached_tokens = 0;
   std::string line;
   for (;;) {
     if (interactive) std::cout << "> " << std::flush;
@@ -51,6 +52,7 @@ int run_chat(const ModelDef& model, const CliOptions& o) {
     if (line == "/exit" || line == "/quit") break;
     if (line == "/clear") {
       reset();
+      turn = 0;  // with --seed, a conversation started over replays the same answers
       if (interactive) std::cerr << "(conversation cleared)\n";
       continue;
     }
@@ -90,6 +92,9 @@ int run_chat(const ModelDef& model, const CliOptions& o) {
     }
     std::cout << std::endl;
     for (const FinishedRequest& f : engine.take_finished()) {
+      prompt_tokens += f.num_prompt_tokens;
+      cached_tokens += f.num_cached_prompt_tokens;
+      ++turns;
       if (interactive && f.num_cached_prompt_tokens > 0) {
         std::cerr << "(" << f.num_cached_prompt_tokens << " of " << f.num_prompt_tokens
                   << " prompt tokens from the prefix cache)\n";
@@ -97,6 +102,8 @@ int run_chat(const ModelDef& model, const CliOptions& o) {
     }
     messages.push_back({{"role", "assistant"}, {"content", output.text()}});
   }
+  std::cerr << "kiln: " << turns << " turns, " << cached_tokens << " of " << prompt_tokens
+            << " prompt tokens from the prefix cache\n";
   return 0;
 }
 

@@ -1,8 +1,15 @@
 #include "runtime/server/http_server.hpp"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include <chrono>
+#include <cstring>
 #include <deque>
 
 #include "runtime/core/error.hpp"
@@ -33,32 +40,97 @@ json parse_body(const httplib::Request& req) {
   }
 }
 
-// Deltas of one HTTP request's choices, from the engine loop's thread to the handler's.
-struct Channel {
+// The socket of the connection a request came on. cpp-httplib 0.11 tells a streaming handler
+// neither the socket nor that the client went away until a write fails (which, after a close,
+// only the second write does), so the handler finds its socket once by the peer's address and
+// polls it for the client's hang-up while it waits for tokens. -1 when not found.
+int find_client_socket(const httplib::Request& req) {
+  for (int fd = 3; fd < 65536; ++fd) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+      if (errno == EBADF && fd > 4096) break;  // past the open descriptors (with slack for gaps)
+      continue;
+    }
+    char host[INET6_ADDRSTRLEN] = {};
+    int port = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+      inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+      port = ntohs(a->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+      port = ntohs(a->sin6_port);
+    }
+    if (port == req.remote_port && req.remote_addr == host) return fd;
+  }
+  return -1;
+}
+
+// Whether the client closed its end (or the connection broke), given poll()'s revents for it.
+bool hung_up(int fd, short revents) {
+  if (revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+  char byte;
+  return (revents & POLLIN) && recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+// Deltas of one HTTP request's choices, from the engine loop's thread to the handler's. The
+// handler sleeps in poll() on an eventfd the loop signals and on the client's socket, so it wakes
+// for new deltas or for the client's hang-up, and for nothing else.
+class Channel {
+ public:
   struct Item {
     int32_t choice;
     OutputDelta delta;
     RequestSummary summary;
   };
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::deque<Item> items;
+
+  Channel() : event_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (event_ < 0) fail("eventfd: ", std::strerror(errno));
+  }
+  ~Channel() { close(event_); }
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
 
   void push(int32_t choice, const OutputDelta& delta, const RequestSummary& summary) {
     {
-      std::lock_guard lock(mutex);
-      items.push_back(Item{choice, delta, summary});
+      std::lock_guard lock(mutex_);
+      items_.push_back(Item{choice, delta, summary});
     }
-    ready.notify_one();
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(event_, &one, sizeof one);  // only fails when the counter is full
   }
-  // Waits up to `timeout` for items; returns what is there (maybe nothing).
-  std::deque<Item> take(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex);
-    ready.wait_for(lock, timeout, [&] { return !items.empty(); });
+
+  // Waits until deltas arrive or the client (socket, -1: not watched) hangs up; returns the
+  // deltas (maybe none) and sets `gone` on a hang-up.
+  std::deque<Item> wait(int socket, bool& gone) {
+    pollfd fds[2] = {{event_, POLLIN, 0}, {socket, POLLIN | POLLRDHUP, 0}};
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (!items_.empty()) break;
+      }
+      const int ready = poll(fds, socket >= 0 ? 2 : 1, 1000);
+      if (ready > 0 && socket >= 0 && fds[1].revents && hung_up(socket, fds[1].revents)) {
+        gone = true;
+        break;
+      }
+      if (ready > 0 && socket >= 0 && (fds[1].revents & POLLIN)) fds[1].events = POLLRDHUP;  // pipelined bytes: stop polling them
+      if (ready > 0 && (fds[0].revents & POLLIN)) break;
+    }
+    uint64_t count;
+    [[maybe_unused]] const ssize_t n = read(event_, &count, sizeof count);  // reset (EAGAIN when already 0)
+    std::lock_guard lock(mutex_);
     std::deque<Item> out;
-    out.swap(items);
+    out.swap(items_);
     return out;
   }
+
+ private:
+  int event_;
+  std::mutex mutex_;
+  std::deque<Item> items_;
 };
 
 // One HTTP generation request: its engine requests (prompts × n) and their accumulated results.
@@ -313,9 +385,15 @@ void HttpServer::routes() {
                                               loop_.load());
       gen->submit();  // throws Overloaded (503) or the engine's refusal (400)
 
+      const int socket = find_client_socket(req);
       if (!gen->request.stream) {
         while (!gen->done()) {
-          for (const Channel::Item& item : gen->channel->take(std::chrono::milliseconds(100))) gen->apply(item);
+          bool gone = false;
+          for (const Channel::Item& item : gen->channel->wait(socket, gone)) gen->apply(item);
+          if (gone && !gen->done()) {
+            gen->abort_all();  // nobody is waiting for the answer: free its pages now
+            return;
+          }
         }
         send_json(res, 200, gen->builder.response(gen->choices, gen->usage));
         return;
@@ -324,17 +402,19 @@ void HttpServer::routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [gen, chat](size_t, httplib::DataSink& sink) {
+          [gen, chat, socket](size_t, httplib::DataSink& sink) {
             if (!gen->done()) {
-              // Short waits, so a client that went away is noticed (and its request aborted) soon.
+              // A client that went away is noticed at once: its request is aborted (the
+              // releaser below) and its pages freed before the next step.
+              bool gone = false;
               std::string out;
-              for (const Channel::Item& item : gen->channel->take(std::chrono::milliseconds(20))) {
+              for (const Channel::Item& item : gen->channel->wait(socket, gone)) {
                 if (chat && !gen->started[item.choice]) out += gen->builder.role_chunk(item.choice);
                 const ChoiceText d = gen->apply(item);
                 if (!d.text.empty() || d.finish_reason || !d.token_ids.empty()) out += gen->builder.chunk(d);
               }
+              if (gone) return false;
               if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-              if (out.empty() && !sink.is_writable()) return false;
               if (!gen->done()) return true;
             }
             std::string tail;

@@ -322,7 +322,20 @@ json ResponseBuilder::logprobs_json(const ChoiceText& c, size_t text_offset) con
   const auto raw = [&](int32_t id) {
     return t && id >= 0 && static_cast<size_t>(id) < t->vocab_size() ? t->token_bytes(id) : std::string_view();
   };
-  const auto token_text = [&](int32_t id) { return t ? utf8::sanitize(raw(id)) : std::to_string(id); };
+  // A token's text; one that is not whole UTF-8 (part of a character) is written as its bytes,
+  // "bytes:\\xe2\\x80" (OpenAI's notation), so different tokens never share a key.
+  const auto token_text = [&](int32_t id) -> std::string {
+    if (!t) return std::to_string(id);
+    const std::string_view bytes = raw(id);
+    if (utf8::is_valid(bytes)) return std::string(bytes);
+    std::string out = "bytes:";
+    char hex[5];
+    for (unsigned char b : bytes) {
+      std::snprintf(hex, sizeof hex, "\\x%02x", b);
+      out += hex;
+    }
+    return out;
+  };
   const auto token_bytes = [&](int32_t id) {
     json bytes = json::array();
     for (unsigned char b : raw(id)) bytes.push_back(b);
