@@ -1,7 +1,6 @@
 #include "runtime/server/http_server.hpp"
 
 #include <arpa/inet.h>
-#include <httplib.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,6 +12,11 @@
 #include <deque>
 
 #include "runtime/core/error.hpp"
+
+// cpp-httplib, header-only (third_party/cpp-httplib/README.md says why not Debian's shared build).
+// A burst of clients connecting at once must not overflow the accept queue (Debian's build: 5).
+#define CPPHTTPLIB_LISTEN_BACKLOG 1024
+#include "third_party/cpp-httplib/httplib.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP server (cpp-httplib, Debian's libcpp-httplib-dev): /v1/completions,
+// The OpenAI-compatible HTTP server (cpp-httplib 0.11.4, third_party/cpp-httplib): /v1/completions,
 // /v1/chat/completions (Server-Sent Events when streaming), /v1/models, /health, /metrics,
 // /tokenize, /detokenize, /version. It listens before the model is loaded (/health answers 503
 // until set_ready()), checks the API key on /v1/*, refuses bodies over the size limit (413), and
