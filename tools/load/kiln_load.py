@@ -95,9 +95,16 @@ class Client:
 
 async def one_request(client, args, i, record):
     chat = args.endpoint == "chat"
-    prompt = PROMPTS[i % len(PROMPTS)] + (f" {i}" if args.unique_prompts else "")
+    if args.prompt_ids_len:
+        # Token-id prompts (a server without a tokenizer, random weights): distinct per request.
+        rng = random.Random(args.seed * 1000003 + i)
+        prompt = [rng.randrange(args.prompt_ids_vocab) for _ in range(args.prompt_ids_len)]
+    else:
+        prompt = PROMPTS[i % len(PROMPTS)] + (f" {i}" if args.unique_prompts else "")
     body = {"model": args.model, "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": i,
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": args.ignore_eos}
+    if args.model is None:
+        del body["model"]
     if chat:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -230,6 +237,8 @@ def main():
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--ignore-eos", action="store_true", help="every request generates max-tokens tokens (vLLM's ignore_eos)")
     p.add_argument("--unique-prompts", action="store_true", help="append the request number (no prefix-cache hits)")
+    p.add_argument("--prompt-ids-len", type=int, default=0, help="send prompts of this many random token ids instead of text")
+    p.add_argument("--prompt-ids-vocab", type=int, default=1000, help="token ids of --prompt-ids-len are drawn below this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--json", help="write the summary (and per-request timings) here")
