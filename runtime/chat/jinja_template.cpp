@@ -2,12 +2,12 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 #include "runtime/weights/gguf.hpp"
+#include "runtime/weights/strict_json.hpp"
 
 // minja.hpp is third-party code: its warnings are not ours to fix.
 #pragma GCC diagnostic push
@@ -108,21 +108,10 @@ std::string JinjaChatTemplate::render(const json& messages, bool add_generation_
 std::string find_chat_template(const std::string& model_dir) {
   namespace fs = std::filesystem;
   const fs::path dir(model_dir);
-  if (fs::exists(dir / "chat_template.jinja")) {
-    std::ifstream in(dir / "chat_template.jinja");
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  if (fs::exists(dir / "chat_template.jinja")) return read_file((dir / "chat_template.jinja").string());
   const fs::path config = dir / "tokenizer_config.json";
   if (!fs::exists(config)) return "";
-  json j;
-  try {
-    std::ifstream in(config);
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(config.string(), ": not valid JSON (", e.what(), ")");
-  }
+  const json j = parse_json(read_file(config.string()), config.string());
   if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null()) return "";
   const json& t = j["chat_template"];
   if (t.is_string()) return t.get<std::string>();

@@ -58,10 +58,12 @@ int run(const ModelDef& model, const CliOptions& o) {
   ProgressBar progress(static_cast<int64_t>(job_of.size()), o.progress && !o.stream);
   int64_t done = 0, tokens = 0;
   std::vector<RequestId> stopped;
+  std::map<RequestId, std::vector<PromptTokenLogprob>> prompt_logprobs;
   const auto on_token = [&](const TokenEvent& e) {
     ++tokens;
     OutputProcessor& out = outputs.at(e.id);
     const OutputDelta d = out.push(e);
+    if (!d.prompt_logprobs.empty()) prompt_logprobs[e.id] = d.prompt_logprobs;
     if (stream_one && e.token >= 0) std::cout << (tokenizer ? d.text : std::to_string(e.token) + " ") << std::flush;
     if (d.finished && !e.finished) stopped.push_back(e.id);  // a stop string ended it
     if (d.finished) {
@@ -88,6 +90,7 @@ int run(const ModelDef& model, const CliOptions& o) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     JobResult r{&jobs[i], by_job[i], ""};
     if (r.finished && tokenizer) r.text = outputs.at(r.finished->id).text();
+    if (r.finished && prompt_logprobs.count(r.finished->id)) r.prompt_logprobs = prompt_logprobs.at(r.finished->id);
     if (!r.finished) {
       any_error = true;
       std::cerr << "kiln: error: " << jobs[i].error << "\n";

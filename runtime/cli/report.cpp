@@ -41,6 +41,15 @@ json result_json(const JobResult& r) {
   j["finish_reason"] = std::string(finish_reason_name(f.reason));
   j["preemptions"] = f.num_preemptions;
   if (!f.logprobs.empty()) j["logprobs"] = f.logprobs;
+  if (r.job->request.params.prompt_logprobs) {
+    json p = json::array();
+    for (const PromptTokenLogprob& e : r.prompt_logprobs) {
+      json top = json::array();
+      for (const TokenLogprob& t : e.top) top.push_back({{"id", t.token}, {"logprob", t.logprob}});
+      p.push_back({{"id", e.token}, {"logprob", e.logprob}, {"top", top}});
+    }
+    j["prompt_logprobs"] = p;  // prompt tokens 1.. (the first has nothing before it)
+  }
   return j;
 }
 

@@ -57,7 +57,7 @@ Request parse_line(const json& j, const CliOptions& o, const Encoder& enc, const
   static const std::set<std::string> kFields = {
       "id", "prompt", "chat", "system", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
       "stop", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "logprobs", "top_logprobs", "min_tokens",
-      "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"};
+      "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "prompt_logprobs"};
   if (!j.is_object()) fail("expected a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!kFields.count(it.key())) fail("unknown field '", it.key(), "'");
@@ -97,6 +97,7 @@ Request parse_line(const json& j, const CliOptions& o, const Encoder& enc, const
   r.params.top_logprobs = get("top_logprobs", r.params.top_logprobs);
   if (r.params.top_logprobs > 0) r.params.logprobs = true;
   r.params.min_tokens = get("min_tokens", r.params.min_tokens);
+  if (j.contains("prompt_logprobs")) r.params.prompt_logprobs = get("prompt_logprobs", int32_t{0});
   r.params.presence_penalty = get("presence_penalty", r.params.presence_penalty);
   r.params.frequency_penalty = get("frequency_penalty", r.params.frequency_penalty);
   r.params.repetition_penalty = get("repetition_penalty", r.params.repetition_penalty);

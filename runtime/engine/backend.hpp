@@ -48,6 +48,9 @@ class Backend {
   // Samples batch.rows[i] from logits row first_logit_row + i, with the rows' logit edits and
   // logprobs (runtime/serving/sample_batch.hpp).
   virtual SampleResult sample(int32_t first_logit_row, const SampleBatch& batch) = 0;
+  // Raw logprobs of given tokens: tokens[i] in logits row first_logit_row + i (outputs[i].logprob),
+  // with that row's top_n most likely tokens (row_top(i, top_n)). For prompt logprobs.
+  virtual SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) = 0;
   // Copies logits rows [first, first + count) to the host.
   virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
   // (layer, routed expert) pairs the last decode step chose: the experts whose weights it read

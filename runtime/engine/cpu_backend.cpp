@@ -59,6 +59,13 @@ class CpuBackend final : public Backend {
                             batch);
   }
 
+  SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) override {
+    check_logit_rows(first_logit_row, static_cast<int32_t>(tokens.size()), num_logits_);
+    const int32_t V = model_.info.vocab_size;
+    return logprobs_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, tokens.size() * V),
+                        V, tokens, top_n);
+  }
+
   int64_t last_step_experts_read() override {
     return std::count(expert_usage_.begin(), expert_usage_.end(), uint8_t{1});
   }

@@ -225,6 +225,15 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) override {
+    check_logit_rows(first_logit_row, static_cast<int32_t>(tokens.size()), num_logits_);
+    const int64_t V = model_.info.vocab_size;
+    SampleResult out = sampler_->logprobs(logits_.get<float>() + first_logit_row * V, V, static_cast<int32_t>(V), tokens,
+                                          top_n, stream_);
+    KILN_CUDA(cudaGetLastError());
+    return out;
+  }
+
   void copy_logits(int32_t first, int32_t count, float* out) override {
     check_logit_rows(first, count, num_logits_);
     const size_t V = model_.info.vocab_size;

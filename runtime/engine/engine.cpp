@@ -55,6 +55,7 @@ bool Engine::abort(RequestId id, FinishReason reason) { return scheduler_.abort(
 std::vector<FinishedRequest> Engine::take_finished() {
   std::vector<FinishedRequest> finished = scheduler_.take_finished();
   for (const FinishedRequest& f : finished) {
+    prompt_logprobs_.erase(f.id);  // aborted before its first token
     stats_.prompt_tokens += f.num_prompt_tokens;
     stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
     stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
@@ -107,6 +108,10 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
   for (size_t i = 0; i < events.size(); ++i) {  // one event per sample, in step order
     TokenEvent& e = events[i];
     if (e.token >= 0) e.top_logprobs = std::move(top[i]);
+    if (auto it = prompt_logprobs_.find(e.id); it != prompt_logprobs_.end()) {
+      e.prompt_logprobs = std::move(it->second);
+      prompt_logprobs_.erase(it);
+    }
     first_token_at_.try_emplace(e.id, now);
     if (on_token) on_token(e);
   }
@@ -132,6 +137,17 @@ SampleResult Engine::run_forward(std::span<const ScheduledSeq> seqs) {
     }
   }
 
+  // Prompt logprobs: the rows of prefill chunks that predict a prompt token get logits too, after
+  // the sampling rows.
+  const int32_t first_prompt_row = batch.num_logits();
+  if (!options_.capture_prompt_logits) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      for (size_t k = 0; k < seqs[i].prompt_targets.size(); ++k) {
+        batch.logit_rows.push_back(batch.query_start[i] + static_cast<int32_t>(k));
+      }
+    }
+  }
+
   const auto start = std::chrono::steady_clock::now();
   backend_.forward(batch);
   if (capture_rows > 0) {
@@ -140,6 +156,18 @@ SampleResult Engine::run_forward(std::span<const ScheduledSeq> seqs) {
     backend_.copy_logits(0, capture_rows, prompt_logits_.data() + old);
   }
   SampleResult samples = backend_.sample(first_sample_row, sampling);
+  int32_t row = first_prompt_row;
+  for (const ScheduledSeq& s : seqs) {
+    if (s.prompt_targets.empty() || options_.capture_prompt_logits) continue;
+    const SampleResult lp = backend_.logprobs(row, s.prompt_targets, s.prompt_top_logprobs);
+    std::vector<PromptTokenLogprob>& acc = prompt_logprobs_[s.id];
+    if (s.start == 0) acc.clear();  // recomputed after a preemption
+    for (size_t k = 0; k < s.prompt_targets.size(); ++k) {
+      const auto top = lp.row_top(k, s.prompt_top_logprobs);
+      acc.push_back(PromptTokenLogprob{s.prompt_targets[k], lp.outputs[k].logprob, {top.begin(), top.end()}});
+    }
+    row += static_cast<int32_t>(s.prompt_targets.size());
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   if (batch.decode_only()) {

@@ -73,6 +73,8 @@ class Engine {
   bool started_ = false;  // run_start_ is set
   std::map<RequestId, double> first_token_at_;
   std::vector<float> prompt_logits_;
+  // Prompt logprobs computed so far, per request, until they go out with its first token.
+  std::map<RequestId, std::vector<PromptTokenLogprob>> prompt_logprobs_;
   int32_t capture_prompt_len_ = 0;
 };
 

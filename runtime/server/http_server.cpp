@@ -197,6 +197,7 @@ struct Generation {
     d.token_ids = item.delta.token_ids;
     d.logprobs = item.delta.logprobs;
     d.top_logprobs = item.delta.top_logprobs;
+    d.prompt_logprobs = item.delta.prompt_logprobs;
     if (item.delta.finished) {
       d.finish_reason = openai_finish_reason(item.delta.reason);
       if (item.delta.reason == FinishReason::StopString) d.stop_reason = item.delta.stop_string;
@@ -214,6 +215,7 @@ struct Generation {
     acc.token_ids.insert(acc.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
     acc.logprobs.insert(acc.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
     acc.top_logprobs.insert(acc.top_logprobs.end(), d.top_logprobs.begin(), d.top_logprobs.end());
+    if (!d.prompt_logprobs.empty()) acc.prompt_logprobs = d.prompt_logprobs;
     if (d.finish_reason) {
       acc.finish_reason = d.finish_reason;
       acc.stop_reason = d.stop_reason;
@@ -415,7 +417,9 @@ void HttpServer::routes() {
               for (const Channel::Item& item : gen->channel->wait(socket, gone)) {
                 if (chat && !gen->started[item.choice]) out += gen->builder.role_chunk(item.choice);
                 const ChoiceText d = gen->apply(item);
-                if (!d.text.empty() || d.finish_reason || !d.token_ids.empty()) out += gen->builder.chunk(d);
+                if (!d.text.empty() || d.finish_reason || !d.token_ids.empty() || !d.prompt_logprobs.empty()) {
+                  out += gen->builder.chunk(d);
+                }
               }
               if (gone) return false;
               if (!out.empty() && !sink.write(out.data(), out.size())) return false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 namespace kiln {
 
@@ -115,30 +116,25 @@ std::string ServerMetrics::text() const {
   std::lock_guard lock(mutex_);
   std::string out;
   const std::string& l = labels_;
-  header(out, "kiln:num_requests_running", "gauge", "Number of requests in model execution batches.");
-  sample(out, "kiln:num_requests_running", l, gauges_.running);
-  header(out, "kiln:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
-  sample(out, "kiln:num_requests_waiting", l, gauges_.waiting);
-  header(out, "kiln:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
-  sample(out, "kiln:kv_cache_usage_perc", l, gauges_.kv_cache_usage);
-  header(out, "kiln:kv_cache_pages_in_use", "gauge", "KV-cache pages held by unfinished requests.");
-  sample(out, "kiln:kv_cache_pages_in_use", l, gauges_.kv_pages_in_use);
-  header(out, "kiln:kv_cache_pages", "gauge", "KV-cache pages in the pool.");
-  sample(out, "kiln:kv_cache_pages", l, gauges_.kv_pages);
-  header(out, "kiln:prompt_tokens_total", "counter", "Number of prefill tokens processed (of finished requests).");
-  sample(out, "kiln:prompt_tokens_total", l, static_cast<double>(prompt_tokens_));
-  header(out, "kiln:generation_tokens_total", "counter", "Number of generation tokens processed.");
-  sample(out, "kiln:generation_tokens_total", l, static_cast<double>(generation_tokens_));
-  header(out, "kiln:prefix_cache_queries_total", "counter", "Prefix-cache queries, in prompt tokens.");
-  sample(out, "kiln:prefix_cache_queries_total", l, static_cast<double>(prefix_queries_));
-  header(out, "kiln:prefix_cache_hits_total", "counter", "Prefix-cache hits, in prompt tokens.");
-  sample(out, "kiln:prefix_cache_hits_total", l, static_cast<double>(prefix_hits_));
-  header(out, "kiln:num_preemptions_total", "counter", "Cumulative number of preemptions.");
-  sample(out, "kiln:num_preemptions_total", l, static_cast<double>(preemptions_));
-  header(out, "kiln:engine_steps_total", "counter", "Forward steps the engine ran.");
-  sample(out, "kiln:engine_steps_total", l, static_cast<double>(steps_));
-  header(out, "kiln:request_rejected_total", "counter", "Requests refused with 503 because the waiting queue was full.");
-  sample(out, "kiln:request_rejected_total", l, static_cast<double>(rejected_));
+  // Single-sample metrics: name, type, help, value.
+  const std::tuple<const char*, const char*, const char*, double> scalars[] = {
+      {"kiln:num_requests_running", "gauge", "Number of requests in model execution batches.", gauges_.running},
+      {"kiln:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", gauges_.waiting},
+      {"kiln:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", gauges_.kv_cache_usage},
+      {"kiln:kv_cache_pages_in_use", "gauge", "KV-cache pages held by unfinished requests.", gauges_.kv_pages_in_use},
+      {"kiln:kv_cache_pages", "gauge", "KV-cache pages in the pool.", gauges_.kv_pages},
+      {"kiln:prompt_tokens_total", "counter", "Number of prefill tokens processed (of finished requests).", prompt_tokens_},
+      {"kiln:generation_tokens_total", "counter", "Number of generation tokens processed.", generation_tokens_},
+      {"kiln:prefix_cache_queries_total", "counter", "Prefix-cache queries, in prompt tokens.", prefix_queries_},
+      {"kiln:prefix_cache_hits_total", "counter", "Prefix-cache hits, in prompt tokens.", prefix_hits_},
+      {"kiln:num_preemptions_total", "counter", "Cumulative number of preemptions.", preemptions_},
+      {"kiln:engine_steps_total", "counter", "Forward steps the engine ran.", steps_},
+      {"kiln:request_rejected_total", "counter", "Requests refused with 503 because the waiting queue was full.", rejected_},
+  };
+  for (const auto& [name, type, help, value] : scalars) {
+    header(out, name, type, help);
+    sample(out, name, l, value);
+  }
   header(out, "kiln:request_success_total", "counter", "Count of finished requests, by finish reason.");
   for (const char* reason : {"stop", "length", "abort", "error"}) {
     const auto it = success_.find(reason);

@@ -160,6 +160,9 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
       p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
     }
   }
+  if (f.has("prompt_logprobs")) {
+    r.params.prompt_logprobs = static_cast<int32_t>(f.integer("prompt_logprobs", 0, kMaxTopLogprobs, 0));
+  }
   if (f.has("stream_options")) {
     const json& o = f.body["stream_options"];
     if (!o.is_object()) bad("stream_options", "'stream_options' must be an object");
@@ -374,6 +377,31 @@ json ResponseBuilder::logprobs_json(const ChoiceText& c, size_t text_offset) con
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
+json ResponseBuilder::prompt_logprobs_json(const std::vector<PromptTokenLogprob>& p) const {
+  // vLLM's format: one entry per prompt position, null for the first (nothing predicts it), else
+  // {"<token id>": {"logprob", "rank", "decoded_token"}} for the prompt token and the top-N. The
+  // rank is the place in the top-N (1 = most likely); a prompt token outside the top-N has null.
+  const Tokenizer* t = model_.tokenizer;
+  const auto decoded = [&](int32_t id) -> json {
+    if (!t || id < 0 || static_cast<size_t>(id) >= t->vocab_size()) return nullptr;
+    return utf8::sanitize(t->token_bytes(id));
+  };
+  json out = json::array({nullptr});
+  for (const PromptTokenLogprob& entry : p) {
+    json position = json::object();
+    for (size_t k = 0; k < entry.top.size(); ++k) {
+      position[std::to_string(entry.top[k].token)] = {{"logprob", entry.top[k].logprob}, {"rank", k + 1},
+                                                      {"decoded_token", decoded(entry.top[k].token)}};
+    }
+    const std::string key = std::to_string(entry.token);
+    if (!position.contains(key)) {
+      position[key] = {{"logprob", entry.logprob}, {"rank", nullptr}, {"decoded_token", decoded(entry.token)}};
+    }
+    out.push_back(position);
+  }
+  return out;
+}
+
 std::string ResponseBuilder::role_chunk(int32_t index) const {
   json j = chunk_base();
   j["choices"] = json::array({{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
@@ -394,6 +422,7 @@ std::string ResponseBuilder::chunk(const ChoiceText& d) {
     choice["text"] = d.text;
   }
   if (d.finish_reason) choice["stop_reason"] = d.stop_reason;
+  if (!d.prompt_logprobs.empty()) choice["prompt_logprobs"] = prompt_logprobs_json(d.prompt_logprobs);
   j["choices"] = json::array({choice});
   if (request_.include_usage) j["usage"] = nullptr;
   return sse(j);
@@ -418,6 +447,7 @@ json ResponseBuilder::response(const std::vector<ChoiceText>& choices, const Usa
     } else {
       choice["text"] = c.text;
     }
+    if (request_.params.prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(c.prompt_logprobs);
     out.push_back(choice);
   }
   j["choices"] = out;

@@ -62,6 +62,7 @@ struct ChoiceText {
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  std::vector<PromptTokenLogprob> prompt_logprobs;  // prompt tokens 1.. (params.prompt_logprobs)
   const char* finish_reason = nullptr;  // null while running
   nlohmann::json stop_reason;            // null, the stop string, or the stop token id
 };
@@ -82,6 +83,7 @@ class ResponseBuilder {
 
  private:
   nlohmann::json logprobs_json(const ChoiceText& c, size_t text_offset) const;
+  nlohmann::json prompt_logprobs_json(const std::vector<PromptTokenLogprob>& p) const;
   nlohmann::json chunk_base() const;
   const ApiRequest& request_;
   const ApiModel& model_;

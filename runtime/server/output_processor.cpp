@@ -19,6 +19,7 @@ OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const SamplingParam
 OutputDelta OutputProcessor::push(const TokenEvent& e) {
   OutputDelta out;
   if (finished_) return out;
+  out.prompt_logprobs = e.prompt_logprobs;
   if (e.token >= 0) {
     ++num_tokens_;
     out.token_ids.push_back(e.token);

@@ -20,6 +20,7 @@ struct OutputDelta {
   std::vector<int32_t> token_ids;                     // the tokens generated since the last delta
   std::vector<float> logprobs;                        // per token, when params.logprobs
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, when params.top_logprobs > 0
+  std::vector<PromptTokenLogprob> prompt_logprobs;    // the first delta's, when params.prompt_logprobs
   bool finished = false;
   FinishReason reason = FinishReason::None;
   std::string stop_string;  // the stop string that ended the request (reason StopString)

@@ -1,10 +1,11 @@
 #include "runtime/serving/generation_defaults.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
+#include "runtime/weights/strict_json.hpp"
 
 namespace kiln {
 
@@ -14,13 +15,7 @@ GenerationDefaults read_generation_defaults(const std::string& model_dir) {
   GenerationDefaults d;
   const std::filesystem::path path = std::filesystem::path(model_dir) / "generation_config.json";
   if (model_dir.empty() || !std::filesystem::exists(path)) return d;
-  json j;
-  try {
-    std::ifstream in(path);
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(path.string(), ": not valid JSON (", e.what(), ")");
-  }
+  const json j = parse_json(read_file(path.string()), path.string());
   const auto number = [&](const char* key) -> std::optional<double> {
     if (!j.contains(key) || j[key].is_null()) return std::nullopt;
     if (!j[key].is_number()) fail(path.string(), ": ", key, " must be a number, not ", j[key].dump());

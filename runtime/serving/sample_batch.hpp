@@ -65,6 +65,13 @@ struct SampleResult {
   }
 };
 
+// One prompt token's logprob given the tokens before it, with the top-N at its position.
+struct PromptTokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
 // The edits of one sequence's next sample. output_counts: (token, count) of the generated tokens;
 // prompt_tokens: the distinct prompt tokens (for the repetition penalty); num_generated: tokens
 // generated so far; stop_ids: EOS (unless ignore_eos) and stop_token_ids, banned below min_tokens.

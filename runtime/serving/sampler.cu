@@ -249,4 +249,37 @@ SampleResult CudaSampler::sample(float* logits, int64_t row_stride, int32_t voca
   return result;
 }
 
+SampleResult CudaSampler::logprobs(const float* logits, int64_t row_stride, int32_t vocab_size,
+                                   std::span<const int32_t> tokens, int32_t top_n, cudaStream_t stream) {
+  SampleResult result;
+  const auto n = static_cast<int32_t>(tokens.size());
+  result.top.assign(static_cast<size_t>(n) * kMaxTopLogprobs, TokenLogprob{});
+  result.outputs.resize(n);
+  // launch_logprobs reads the token from out[r] and writes the logprob there; rows go in slices of
+  // the staging buffers' size.
+  for (int32_t first = 0; first < n; first += max_rows_) {
+    const int32_t count = std::min(max_rows_, n - first);
+    for (int32_t r = 0; r < count; ++r) {
+      host_rows_[r] = SamplerRow{};
+      host_rows_[r].want_logprob = 1;
+      host_rows_[r].top_logprobs = std::clamp(top_n, 0, kMaxTopLogprobs);
+      host_out_[r] = SampleOutput{tokens[first + r], 0.0f, kSampleOk};
+    }
+    check_cuda(cudaMemcpyAsync(device_raw_rows_, host_rows_, sizeof(SamplerRow) * count, cudaMemcpyHostToDevice, stream),
+               "copying logprob rows");
+    check_cuda(cudaMemcpyAsync(device_out_, host_out_, sizeof(SampleOutput) * count, cudaMemcpyHostToDevice, stream),
+               "copying logprob tokens");
+    launch_logprobs(logits + first * row_stride, row_stride, count, vocab_size, device_raw_rows_, device_out_, device_top_,
+                    stream);
+    check_cuda(cudaMemcpyAsync(result.top.data() + static_cast<size_t>(first) * kMaxTopLogprobs, device_top_,
+                               sizeof(TokenLogprob) * kMaxTopLogprobs * count, cudaMemcpyDeviceToHost, stream),
+               "copying top logprobs");
+    check_cuda(cudaMemcpyAsync(host_out_, device_out_, sizeof(SampleOutput) * count, cudaMemcpyDeviceToHost, stream),
+               "copying logprobs");
+    check_cuda(cudaStreamSynchronize(stream), "logprobs");
+    std::copy(host_out_, host_out_ + count, result.outputs.begin() + first);
+  }
+  return result;
+}
+
 }  // namespace kiln

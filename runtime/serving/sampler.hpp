@@ -77,6 +77,10 @@ class CudaSampler {
   SampleResult sample(float* logits, int64_t row_stride, int32_t vocab_size, const SampleBatch& batch,
                       cudaStream_t stream);
 
+  // Raw logprobs of given tokens (one per row) with each row's top_n, as logprobs_cpu.
+  SampleResult logprobs(const float* logits, int64_t row_stride, int32_t vocab_size, std::span<const int32_t> tokens,
+                        int32_t top_n, cudaStream_t stream);
+
   // For enqueueing (or capturing) launch_sampler with device-resident rows and outputs.
   SamplerWorkspace& workspace() { return workspace_; }
 

@@ -140,6 +140,29 @@ SampleResult sample_batch_cpu(std::span<const float> logits, int32_t vocab_size,
   return result;
 }
 
+SampleResult logprobs_cpu(std::span<const float> logits, int32_t vocab_size, std::span<const int32_t> tokens, int32_t top_n) {
+  if (vocab_size <= 0 || logits.size() != tokens.size() * static_cast<size_t>(vocab_size)) {
+    fail("logprobs_cpu: logits hold ", logits.size(), " values; expected ", tokens.size(), " rows x ", vocab_size, " tokens");
+  }
+  top_n = std::clamp(top_n, 0, kMaxTopLogprobs);
+  SampleResult result;
+  result.top.assign(tokens.size() * kMaxTopLogprobs, TokenLogprob{});
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const std::span<const float> row = logits.subspan(r * vocab_size, vocab_size);
+    SampleOutput out{tokens[r], 0.0f, kSampleOk};
+    for (float x : row) {
+      if (!std::isfinite(x)) out.status = kSampleBadLogits;
+    }
+    if (out.status == kSampleOk) {
+      out.logprob = token_logprob_cpu(row, tokens[r]);
+      const std::vector<TokenLogprob> top = top_logprobs_cpu(row, top_n);
+      std::copy(top.begin(), top.end(), result.top.begin() + r * kMaxTopLogprobs);
+    }
+    result.outputs.push_back(out);
+  }
+  return result;
+}
+
 SampleOutput sample_row_cpu(std::span<const float> x, const SamplerRow& row, SampleTrace* trace) {
   const auto vocab = static_cast<int64_t>(x.size());
   if (vocab == 0 || vocab > kMaxSamplerVocab) {

@@ -24,6 +24,9 @@ void SamplingParams::validate() const {
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     fail("sampling parameter top_logprobs = ", top_logprobs, ": expected a value in [0, ", kMaxTopLogprobs, "]");
   }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxTopLogprobs)) {
+    fail("sampling parameter prompt_logprobs = ", *prompt_logprobs, ": expected a value in [0, ", kMaxTopLogprobs, "]");
+  }
   if (min_tokens < 0 || min_tokens > max_tokens) {
     fail("sampling parameter min_tokens = ", min_tokens, ": expected a value in [0, max_tokens = ", max_tokens, "]");
   }

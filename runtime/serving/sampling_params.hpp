@@ -23,6 +23,10 @@ struct SamplingParams {
   bool ignore_eos = false;              // keep generating past the model's EOS tokens
   bool logprobs = false;                // return each generated token's log-probability
   int32_t top_logprobs = 0;             // [0, kMaxTopLogprobs]: also the N most likely tokens, per token
+  // [0, kMaxTopLogprobs]: each prompt token's logprob (from the second on) and the N most likely
+  // tokens at its position. Such a request takes no prefix-cache hits (vLLM: every prompt row's
+  // logits are needed).
+  std::optional<int32_t> prompt_logprobs;
 
   // Logit processing before sampling, in vLLM's order: logit_bias, min_tokens, then the penalties.
   int32_t min_tokens = 0;               // [0, max_tokens]: EOS and stop tokens banned before this many

@@ -20,6 +20,10 @@ struct ScheduledSeq {
   bool samples = false;               // the step ends at the last known token: sample the next one
   SamplerRow sampler;                 // valid when samples
   std::vector<LogitEdit> edits;       // when samples: logit_bias, min_tokens and penalties (sample_batch.hpp)
+  // Prompt logprobs (params.prompt_logprobs): the prompt tokens that rows 0, 1, ... of this chunk
+  // predict (positions start + 1, ...; the sampling row, if any, is not among them), and the top-N.
+  std::vector<int32_t> prompt_targets;
+  int32_t prompt_top_logprobs = 0;
 
   int32_t context_len() const { return start + static_cast<int32_t>(new_tokens.size()); }
 };

@@ -86,6 +86,12 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
   const auto table = blocks_.block_table(seq.id);
   s.block_table.assign(table.begin(), table.end());
   s.samples = seq.num_computed + num_new_tokens == seq.num_tokens();
+  // (Not again when a preempted sequence recomputes its prompt: its client has them already.)
+  if (seq.params.prompt_logprobs && seq.num_generated() == 0 && seq.num_computed < seq.num_prompt_tokens - 1) {
+    const int32_t last = std::min(seq.num_computed + num_new_tokens, seq.num_prompt_tokens - 1);
+    s.prompt_targets.assign(seq.tokens.begin() + seq.num_computed + 1, seq.tokens.begin() + last + 1);
+    s.prompt_top_logprobs = *seq.params.prompt_logprobs;
+  }
   if (s.samples) {
     s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
     const SamplingParams& p = seq.params;
@@ -147,8 +153,9 @@ ScheduledStep Scheduler::schedule() {
   while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
-    if (!blocks_.can_allocate(seq.tokens)) break;
-    const int32_t cached = blocks_.allocate(seq.id, seq.tokens);
+    const bool use_cache = !seq.params.prompt_logprobs;  // prompt logprobs need every prompt row computed
+    if (!blocks_.can_allocate(seq.tokens, use_cache)) break;
+    const int32_t cached = blocks_.allocate(seq.id, seq.tokens, use_cache);
     seq.num_computed = cached;
     if (!seq.admitted_before) {
       seq.num_cached_prompt_tokens = cached;

@@ -48,6 +48,9 @@ struct TokenEvent {
   int32_t token = -1;          // -1 when the sequence finished on BadLogits
   float logprob = 0.0f;        // when the request asked for logprobs
   std::vector<TokenLogprob> top_logprobs;  // the params.top_logprobs most likely tokens, when asked
+  // With the request's first token, when it asked for prompt_logprobs: prompt tokens 1.. (the
+  // first has no context to be predicted from).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::None;
 };

@@ -189,6 +189,36 @@ def case_logprobs_match_dump_logits():
             check(abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-6, "greedy: the chosen token is the top one")
 
 
+def case_prompt_logprobs():
+    import math
+    import tempfile
+    with Server(ARGS.binary) as s, tempfile.TemporaryDirectory() as tmp:
+        prompt = "Tell me a story about the sea, the sky and the mountains, and the little model that wanted to talk."
+        _, tokens, _ = s.post("/tokenize", {"prompt": prompt})
+        ids = tokens["tokens"]
+        path = os.path.join(tmp, "logits.safetensors")
+        cli_json("-p", prompt, "-n", "1", "--temp", "0", "--dump-logits", path)
+        rows = read_safetensors(path)
+        # Twice: the second time the prompt's pages are in the prefix cache, which such a request skips.
+        for attempt in range(2):
+            st, body, _ = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2})
+            check(st == 200, f"status {st}: {body}")
+            p = body["choices"][0]["prompt_logprobs"]
+            check(len(p) == len(ids) and p[0] is None, f"one entry per prompt token, the first null: {len(p)} vs {len(ids)}")
+            for i in range(1, len(ids)):
+                entry = p[i]
+                row = rows[i - 1]
+                m = max(row)
+                log_sum = math.log(sum(math.exp(x - m) for x in row))
+                expected = (row[ids[i]] - m) - log_sum
+                check(str(ids[i]) in entry, f"position {i}: the prompt token is in the entry")
+                check(abs(entry[str(ids[i])]["logprob"] - expected) < 1e-4, f"position {i}: {entry} vs {expected}")
+                ranked = [v for v in entry.values() if v["rank"] is not None]
+                check(len(ranked) == 2, f"position {i}: two alternatives")
+        status, body, _ = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 21})
+        check(status == 400 and body["error"]["param"] == "prompt_logprobs", "prompt_logprobs out of range")
+
+
 def case_penalties_and_logit_bias():
     with Server(ARGS.binary) as s:
         c = client(s)
