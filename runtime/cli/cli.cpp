@@ -1,46 +1,25 @@
 #include "runtime/cli/cli.hpp"
 
+#include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 
+#include "runtime/cli/chat_repl.hpp"
+#include "runtime/cli/model_setup.hpp"
 #include "runtime/cli/options.hpp"
 #include "runtime/cli/report.hpp"
 #include "runtime/cli/requests.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/engine.hpp"
-#include "runtime/model/gguf_source.hpp"
-#include "runtime/tokenizer/stream_decoder.hpp"
+#include "runtime/server/output_processor.hpp"
+#include "runtime/cli/serve.hpp"
 #include "runtime/weights/safetensors.hpp"
 
 namespace kiln {
 
 namespace {
-
-// The tokenizer that goes with the weights, if there is one: --tokenizer, else the model
-// directory's tokenizer.json, else the vocabulary of `gguf` (the --gguf file, already open).
-std::optional<Tokenizer> open_tokenizer(const CliOptions& o, const GgufFile* gguf) {
-  namespace fs = std::filesystem;
-  if (!o.tokenizer.empty()) {
-    if (fs::is_directory(o.tokenizer)) return Tokenizer::from_model_dir(o.tokenizer);
-    if (o.tokenizer.ends_with(".gguf")) return Tokenizer::from_gguf_file(o.tokenizer);
-    return Tokenizer::from_tokenizer_json(o.tokenizer);
-  }
-  if (!o.model_dir.empty() && fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
-    return Tokenizer::from_model_dir(o.model_dir);
-  }
-  if (gguf != nullptr) return Tokenizer::from_gguf(*gguf);
-  return std::nullopt;
-}
-
-std::unique_ptr<Backend> open_backend(const ModelDef& model, const CliOptions& o, const TensorSource* source) {
-  WeightOrigin origin{source, o.random_weights.value_or(0)};
-  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile};
-  const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
-  return gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
-}
 
 void write_logits(const std::string& path, const std::vector<float>& logits, int64_t vocab) {
   const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
@@ -50,61 +29,69 @@ void write_logits(const std::string& path, const std::vector<float>& logits, int
 
 int run(const ModelDef& model, const CliOptions& o) {
   const ModelInfo& m = model.info;
-  // Opened once for both the weights and the vocabulary.
-  const std::shared_ptr<const GgufFile> gguf = o.gguf.empty() ? nullptr : std::make_shared<const GgufFile>(o.gguf);
-  const std::optional<Tokenizer> tokenizer = open_tokenizer(o, gguf.get());
-  if (tokenizer && static_cast<int64_t>(tokenizer->vocab_size()) > m.vocab_size) {
-    fail("the tokenizer (", tokenizer->describe(), ") has ", tokenizer->vocab_size(), " tokens but ", m.name,
-         " has a vocabulary of ", m.vocab_size);
-  }
-  const ChatSetup chat{m.chat_template, m.chat_default_system};
-  std::vector<PromptJob> jobs = build_jobs(o, m, chat, tokenizer ? &*tokenizer : nullptr);
-
-  std::unique_ptr<TensorSource> source;
-  if (!o.model_dir.empty()) source = open_safetensors_source(o.model_dir);
-  if (gguf) source = open_gguf_source(gguf, m);
-  const std::unique_ptr<Backend> backend = open_backend(model, o, source.get());
-
-  EngineOptions engine_options;
-  engine_options.max_batch = o.max_batch;
-  Engine engine(model, *backend, engine_options);
+  ModelSetup setup = open_model(model, o);
+  const Tokenizer* tokenizer = setup.tokenizer ? &*setup.tokenizer : nullptr;
+  std::vector<PromptJob> jobs = build_jobs(o, m, setup, default_params(o, setup.defaults));
+  load_backend(setup, model, o);
+  Engine engine(model, *setup.backend, engine_options(o));
 
   std::map<RequestId, size_t> job_of;
+  std::map<RequestId, OutputProcessor> outputs;  // text and stop strings, per request
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!jobs[i].error.empty()) continue;
     jobs[i].request.id = static_cast<RequestId>(i + 1);
     jobs[i].request.prompt_logits = !o.dump_logits.empty();
+    const auto where = [&] { return jobs[i].line > 0 ? o.prompts_file + ":" + std::to_string(jobs[i].line) + ": " : ""; };
     try {
+      OutputProcessor output(tokenizer, jobs[i].request.params);
       engine.add(jobs[i].request);
       job_of[jobs[i].request.id] = i;
+      outputs.emplace(jobs[i].request.id, std::move(output));
     } catch (const Error& e) {
-      jobs[i].error = (jobs[i].line > 0 ? o.prompts_file + ":" + std::to_string(jobs[i].line) + ": " : "") + e.what();
+      jobs[i].error = where() + e.what();
     }
   }
 
-  // Streaming prints text (or ids) of the single request as it comes.
-  const bool stream = o.stream && job_of.size() == 1 && o.output_format == "text";
-  std::optional<StreamDecoder> decoder;
-  if (stream && tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
-  ProgressBar progress(static_cast<int64_t>(job_of.size()), o.progress && !stream);
+  // --stream prints the text of a single request as it comes; with several, each request's text is
+  // printed as soon as it finishes (interleaved tokens of several requests would not be readable).
+  const bool stream_one = o.stream && job_of.size() == 1 && o.output_format == "text";
+  const bool stream_each = o.stream && job_of.size() > 1 && o.output_format == "text";
+  ProgressBar progress(static_cast<int64_t>(job_of.size()), o.progress && !o.stream);
   int64_t done = 0, tokens = 0;
-  std::vector<FinishedRequest> finished = engine.run([&](const TokenEvent& e) {
+  std::vector<RequestId> stopped;
+  std::map<RequestId, std::vector<PromptTokenLogprob>> prompt_logprobs;
+  const auto on_token = [&](const TokenEvent& e) {
     ++tokens;
-    if (stream && e.token >= 0) {
-      std::cout << (decoder ? decoder->push(e.token) : std::to_string(e.token) + " ") << std::flush;
+    OutputProcessor& out = outputs.at(e.id);
+    const OutputDelta d = out.push(e);
+    if (!d.prompt_logprobs.empty()) prompt_logprobs[e.id] = d.prompt_logprobs;
+    if (stream_one && e.token >= 0) std::cout << (tokenizer ? d.text : std::to_string(e.token) + " ") << std::flush;
+    if (d.finished && !e.finished) stopped.push_back(e.id);  // a stop string ended it
+    if (d.finished) {
+      progress.update(++done, tokens);
+      if (stream_each) {
+        const PromptJob& job = jobs[job_of.at(e.id)];
+        std::cout << "[" << (job.line > 0 ? job.line : 1) << "] " << out.text() << std::endl;
+      }
     }
-    if (e.finished) progress.update(++done, tokens);
-  });
+  };
+  while (engine.has_unfinished()) {
+    engine.step(on_token);
+    for (RequestId id : stopped) engine.abort(id, FinishReason::StopString);
+    stopped.clear();
+  }
+  std::vector<FinishedRequest> finished = engine.take_finished();
   progress.finish();
-  if (stream) std::cout << (decoder ? decoder->flush() : "") << "\n";
+  if (stream_one) std::cout << "\n";
 
-  RunReport report{&m, backend.get(), &engine.stats(), {}};
+  RunReport report{&m, setup.backend.get(), &engine.stats(), {}};
   std::vector<const FinishedRequest*> by_job(jobs.size(), nullptr);
   for (const FinishedRequest& f : finished) by_job[job_of.at(f.id)] = &f;
   bool any_error = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
     JobResult r{&jobs[i], by_job[i], ""};
-    if (r.finished && tokenizer) r.text = tokenizer->decode(r.finished->output_tokens, /*skip_special=*/true);
+    if (r.finished && tokenizer) r.text = outputs.at(r.finished->id).text();
+    if (r.finished && prompt_logprobs.count(r.finished->id)) r.prompt_logprobs = prompt_logprobs.at(r.finished->id);
     if (!r.finished) {
       any_error = true;
       std::cerr << "kiln: error: " << jobs[i].error << "\n";
@@ -122,7 +109,7 @@ int run(const ModelDef& model, const CliOptions& o) {
   }
   if (o.output_format == "json") {
     std::cout << report_json(report).dump(2) << "\n";
-  } else if (!stream && o.output.empty()) {
+  } else if (!o.stream && o.output.empty()) {
     for (const JobResult& r : report.results) {
       if (!r.finished) continue;
       if (report.results.size() > 1) std::cout << "[" << (r.job->line > 0 ? r.job->line : 1) << "] ";
@@ -144,7 +131,12 @@ int run_cli(const ModelDef& model, int argc, char** argv) {
   try {
     CliOptions options;
     if (std::optional<int> code = parse_options(model, argc, argv, options)) return *code;
-    return run(model, options);
+    switch (options.command) {
+      case Command::serve: return run_serve(model, options);
+      case Command::chat: return run_chat(model, options);
+      case Command::run: return run(model, options);
+    }
+    return 2;
   } catch (const Error& e) {
     std::cerr << model.info.name << ": error: " << e.what() << "\n";
     return 1;

@@ -2,6 +2,10 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string_view>
 
 #include "runtime/core/error.hpp"
 
@@ -45,84 +49,176 @@ CLI::Validator positive_count(const std::string& what) {
       "POSITIVE");
 }
 
+// A limit up to the model's compiled maximum, named in the message.
+CLI::Validator up_to(int32_t max, const std::string& what) {
+  return CLI::Validator(
+      [max, what](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const long long v = std::stoll(text, &used);
+          if (used == text.size() && v >= 1 && v <= max) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected " + what + " in [1, " + std::to_string(max) + "] (the compiled maximum), got '" + text + "'";
+      },
+      "1.." + std::to_string(max));
+}
+
+uint64_t parse_u64(const std::string& flag, const std::string& text) {
+  uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    fail(flag, ": '", text, "' is not a non-negative integer");
+  }
+  return v;
+}
+
 }  // namespace
+
+std::string version_line(const ModelInfo& m) {
+  return std::string("kiln ") + KILN_VERSION + " (" + m.name + ", generated from " + m.source + ")";
+}
 
 std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, CliOptions& o) {
   const ModelInfo& m = model.info;
-  CLI::App app{std::string(m.name) + ": a kiln binary generated from " + m.source +
-               ". Give weights (--model, --gguf or --random-weights) and prompts."};
-  app.get_formatter()->column_width(34);
-  std::string prompt_ids, seed, random_weights;
+  // The command, if any, comes first: `<model> serve ...`, `<model> chat ...`.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);  // CLI11 takes them reversed
+  if (!args.empty() && (args.back() == "serve" || args.back() == "chat")) {
+    o.command = args.back() == "serve" ? Command::serve : Command::chat;
+    args.pop_back();
+  }
+  const bool run = o.command == Command::run;
+  const std::string title = run ? ": a kiln binary generated from " + std::string(m.source) +
+                                      ". Give weights (-m DIR|FILE.gguf or --random-weights) and prompts. "
+                                      "Also: `" + m.name + " serve` (OpenAI API server), `" + m.name + " chat` (interactive chat)."
+                : o.command == Command::serve ? " serve: an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)."
+                                              : " chat: an interactive chat in the model's chat template (/clear, /exit; one message per line from a pipe).";
+  CLI::App app{std::string(m.name) + title};
+  app.get_formatter()->column_width(38);
+  std::string prompt_ids, seed, random_weights, model_path;
+  float temperature = 0.8f, top_p = 0.95f, min_p = 0.0f, repetition_penalty = 1.0f;
+  int32_t top_k = 40;
+  bool version = false;
+  app.add_flag("--version", version, "print the version and exit");
 
   auto* weights = app.add_option_group("weights", "where the weights come from (one of)");
-  weights->add_option("--model", o.model_dir, "HF model directory: config.json, *.safetensors, tokenizer.json")
-      ->check(CLI::ExistingDirectory);
+  weights->add_option("-m,--model", model_path, "HF model directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
+      ->check(CLI::ExistingPath);
   weights->add_option("--gguf", o.gguf, "GGUF file (Llama architecture)")->check(CLI::ExistingFile);
-  weights->add_option("--random-weights", random_weights, "deterministic random weights from SEED (benchmarks)");
-  weights->require_option(1);
+  weights->add_option("--random-weights", random_weights, "deterministic random weights from SEED (benchmarks, tests)");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer.json, model directory or GGUF file (default: from the weights)")
       ->check(CLI::ExistingPath);
   app.add_option("--backend", o.backend, "cuda, cpu, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
 
-  auto* prompts = app.add_option_group("prompts", "what to run (one of)");
-  prompts->add_option("--prompt", o.prompt, "prompt text");
-  prompts->add_option("--chat", o.chat, "a user message, wrapped in the model's chat template");
-  prompts->add_option("--prompt-ids", prompt_ids, "prompt as token ids: 1,2,3");
-  prompts->add_option("--prompts-file", o.prompts_file,
-                      "JSONL, one request per line: {\"prompt\"|\"chat\"|\"prompt_ids\", sampling fields...}")
-      ->check(CLI::ExistingFile);
-  prompts->require_option(1);
-  app.add_option("--system", o.system, "system prompt for --chat (and chat lines of --prompts-file)");
-  app.add_option("--output", o.output, "write results as JSONL, one line per request");
+  CLI::Option_group* prompts = nullptr;
+  if (run) {
+    prompts = app.add_option_group("prompts", "what to run (one of)");
+    prompts->add_option("-p,--prompt", o.prompt, "prompt text");
+    prompts->add_option("--chat", o.chat, "a user message, wrapped in the model's chat template");
+    prompts->add_option("--prompt-ids", prompt_ids, "prompt as token ids: 1,2,3");
+    prompts->add_option("--prompts-file", o.prompts_file,
+                        "JSONL, one request per line: {\"prompt\"|\"chat\"|\"prompt_ids\", sampling fields...}")
+        ->check(CLI::ExistingFile);
+    app.add_option("--output", o.output, "write results as JSONL, one line per request");
+  }
+  if (o.command != Command::serve) app.add_option("--system", o.system, "system prompt for chat");
 
-  app.add_option("--max-tokens", o.max_tokens, "tokens to generate at most")->check(positive_count("tokens"))->capture_default_str();
-  app.add_option("--temperature", o.temperature, "0 is greedy")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
-  app.add_option("--top-p", o.top_p, "nucleus mass in (0, 1]; 1 disables")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "keep the k most likely tokens; 0 disables")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--min-p", o.min_p, "drop tokens below min_p × the top probability; 0 disables")->capture_default_str();
-  app.add_option("--seed", seed, "sampling seed (request i uses SEED + i); default: random");
-  app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-sequence tokens");
-  app.add_flag("--logprobs", o.logprobs, "report each generated token's log-probability");
+  if (o.command != Command::serve) {
+    app.add_option("-n,--n-predict,--max-tokens", o.max_tokens, "tokens to generate at most")
+        ->check(positive_count("tokens"))->capture_default_str();
+    app.add_option("--temp,--temperature", temperature, "0 is greedy (default: generation_config.json, else 0.8)")
+        ->check(CLI::Range(0.0f, 100.0f));
+    app.add_option("--top-p", top_p, "nucleus mass in (0, 1]; 1 disables (default: generation_config.json, else 0.95)");
+    app.add_option("--top-k", top_k, "keep the k most likely tokens; 0 disables (default: generation_config.json, else 40)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--min-p", min_p, "drop tokens below min_p × the top probability; 0 disables");
+    app.add_option("--repeat-penalty,--repetition-penalty", repetition_penalty, "divide logits of seen tokens (> 0; 1 disables)");
+    app.add_option("--presence-penalty", o.presence_penalty, "minus this for tokens already generated ([-2, 2])")->check(CLI::Range(-2.0f, 2.0f));
+    app.add_option("--frequency-penalty", o.frequency_penalty, "minus this times each token's count so far ([-2, 2])")->check(CLI::Range(-2.0f, 2.0f));
+    app.add_option("--stop", o.stop, "stop when the text reaches STR (repeatable; not printed)");
+    app.add_option("-s,--seed", seed, "sampling seed (request i uses SEED + i); default: random");
+    app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-sequence tokens");
+    app.add_flag("--logprobs", o.logprobs, "report each generated token's log-probability");
+  }
 
   app.add_option("--kv-pages", o.kv_pages, "KV-cache pages (default: from free GPU memory; CPU: 2 × max context)")
       ->check(positive_count("pages"));
-  app.add_option("--gpu-mem-util", o.gpu_mem_util, "fraction of GPU memory to use in all")
+  app.add_option("--gpu-memory-utilization,--gpu-mem-util", o.gpu_mem_util, "fraction of GPU memory to use in all")
       ->check(CLI::Range(0.05, 0.99))->capture_default_str();
-  app.add_option("--max-batch", o.max_batch, "sequences per step at most (default: the model's build.max_batch)")
-      ->check(CLI::Range(1, m.max_batch));
+  app.add_option("--max-num-seqs,--max-batch", o.max_batch, "sequences per step at most (default: the compiled build.max_batch)")
+      ->check(up_to(m.max_batch, "sequences"));
+  app.add_option("-c,--ctx-size,--max-model-len", o.max_context, "context length: prompt + output tokens (default: the compiled build.max_context)")
+      ->check(up_to(m.max_context, "tokens"));
   app.add_flag("!--no-cuda-graphs", o.cuda_graphs, "launch decode steps directly instead of replaying CUDA graphs");
   app.add_flag("--profile", o.profile,
                "count what each decode step reads (MoE: the routed experts chosen) for --output-format json");
 
-  app.add_flag("--stream", o.stream, "print tokens as they are generated");
-  app.add_option("--output-format", o.output_format, "text or json (token ids, text, timings)")
-      ->check(CLI::IsMember({"text", "json"}));
-  app.add_option("--dump-logits", o.dump_logits, "write the prompt's logits [prompt_len, vocab] (fp32 safetensors)");
-  app.add_flag("!--no-progress", o.progress, "no progress bar for long batch runs");
-  app.add_flag("-q,--quiet", o.quiet, "no summary");
+  if (o.command == Command::serve) {
+    app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+    app.add_option("--port", o.port, "port (0: any free one, printed at start)")->check(CLI::Range(0, 65535))->capture_default_str();
+    app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $KILN_API_KEY)");
+    app.add_option("--served-model-name", o.served_model_name, "the model name of the API (default: the binary's model name)");
+    app.add_option("--max-waiting", o.max_waiting, "requests waiting for a batch slot at most; more get 503 with Retry-After")
+        ->check(positive_count("requests"))->capture_default_str();
+    app.add_option("--max-request-bytes", o.max_request_bytes, "larger request bodies get 413")->check(positive_count("bytes"))->capture_default_str();
+    app.add_option("--http-threads", o.http_threads, "HTTP worker threads (default: max-num-seqs + max-waiting + 64)")->check(positive_count("threads"));
+  }
+
+  if (run) {
+    app.add_flag("--stream", o.stream, "print text as it is generated (several requests: each as soon as it finishes)");
+    app.add_option("--output-format", o.output_format, "text or json (token ids, text, timings)")
+        ->check(CLI::IsMember({"text", "json"}));
+    app.add_option("--dump-logits", o.dump_logits, "write the prompt's logits [prompt_len, vocab] (fp32 safetensors)");
+    app.add_flag("!--no-progress", o.progress, "no progress bar for long batch runs");
+    app.add_flag("-q,--quiet", o.quiet, "no summary");
+  }
 
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-
-  if (!prompt_ids.empty()) o.prompt_ids = parse_ids(prompt_ids, m.vocab_size);
-  auto parse_u64 = [](const std::string& flag, const std::string& text) {
-    uint64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-      fail(flag, ": '", text, "' is not a non-negative integer");
+  if (version) {
+    std::cout << version_line(m) << "\n";
+    return 0;
+  }
+  const int sources = !model_path.empty() + !o.gguf.empty() + !random_weights.empty();
+  if (sources != 1) fail("give exactly one of -m/--model DIR|FILE.gguf, --gguf FILE, --random-weights SEED (see --help)");
+  if (run && prompts->count_all() != 1) fail("give exactly one of -p/--prompt, --chat, --prompt-ids, --prompts-file (see --help)");
+  if (!model_path.empty()) {
+    // -m takes what llama.cpp's -m and vLLM's --model take: a .gguf file or a model directory.
+    if (std::filesystem::is_directory(model_path)) {
+      o.model_dir = model_path;
+    } else if (model_path.ends_with(".gguf")) {
+      o.gguf = model_path;
+    } else {
+      fail("-m/--model ", model_path, ": expected a model directory or a .gguf file");
     }
-    return v;
+  }
+
+  // Sampling flags given on the command line override generation_config.json.
+  const auto given = [&](const char* name) {
+    const CLI::Option* option = app.get_option_no_throw(name);  // serve has no sampling flags
+    return option != nullptr && option->count() > 0;
   };
+  if (given("--temp")) o.temperature = temperature;
+  if (given("--top-p")) o.top_p = top_p;
+  if (given("--top-k")) o.top_k = top_k;
+  if (given("--min-p")) o.min_p = min_p;
+  if (given("--repeat-penalty")) o.repetition_penalty = repetition_penalty;
+  if (!prompt_ids.empty()) o.prompt_ids = parse_ids(prompt_ids, m.vocab_size);
   if (!seed.empty()) o.seed = parse_u64("--seed", seed);
   if (!random_weights.empty()) o.random_weights = parse_u64("--random-weights", random_weights);
-  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) fail("--top-p ", o.top_p, " is out of range; expected (0, 1]");
-  if (!(o.min_p >= 0.0f && o.min_p < 1.0f)) fail("--min-p ", o.min_p, " is out of range; expected [0, 1)");
+  if (o.top_p && !(*o.top_p > 0.0f && *o.top_p <= 1.0f)) fail("--top-p ", *o.top_p, " is out of range; expected (0, 1]");
+  if (o.min_p && !(*o.min_p >= 0.0f && *o.min_p < 1.0f)) fail("--min-p ", *o.min_p, " is out of range; expected [0, 1)");
+  if (o.repetition_penalty && !(*o.repetition_penalty > 0.0f)) fail("--repeat-penalty ", *o.repetition_penalty, " is out of range; expected > 0");
   if (!o.dump_logits.empty() && !o.prompts_file.empty()) fail("--dump-logits takes a single prompt, not --prompts-file");
-  if (!o.system.empty() && o.chat.empty() && o.prompts_file.empty()) fail("--system goes with --chat");
+  if (run && !o.system.empty() && o.chat.empty() && o.prompts_file.empty()) fail("--system goes with --chat");
+  if (o.api_key.empty()) {
+    if (const char* key = std::getenv("KILN_API_KEY")) o.api_key = key;
+  }
   return std::nullopt;
 }
 

@@ -10,10 +10,15 @@
 
 namespace kiln {
 
+// The binary's commands: run prompts and exit (the default), serve the OpenAI API, or chat.
+enum class Command { run, serve, chat };
+
 struct CliOptions {
+  Command command = Command::run;
+
   // Weights: exactly one of these.
-  std::string model_dir;                   // --model: HF directory (config.json, safetensors, tokenizer)
-  std::string gguf;                        // --gguf: Llama-architecture GGUF file
+  std::string model_dir;                   // --model DIR (or -m DIR): HF directory (config.json, safetensors, tokenizer)
+  std::string gguf;                        // --gguf FILE (or -m FILE.gguf): Llama-architecture GGUF file
   std::optional<uint64_t> random_weights;  // --random-weights SEED
   std::string tokenizer;                   // --tokenizer: tokenizer.json, model directory or GGUF
 
@@ -27,12 +32,16 @@ struct CliOptions {
   std::string prompts_file;    // --prompts-file F (JSONL)
   std::string output;          // --output F (JSONL results)
 
-  // Sampling defaults (a prompts-file line may override each).
+  // Sampling defaults (a prompts-file line may override each). Unset ones come from the model's
+  // generation_config.json, else the values noted.
   int32_t max_tokens = 256;
-  float temperature = 0.8f;
-  float top_p = 0.95f;
-  int32_t top_k = 40;
-  float min_p = 0.0f;
+  std::optional<float> temperature;  // 0.8
+  std::optional<float> top_p;        // 0.95
+  std::optional<int32_t> top_k;      // 40
+  std::optional<float> min_p;        // 0
+  std::optional<float> repetition_penalty;  // 1
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::vector<std::string> stop;     // --stop STR (repeatable)
   std::optional<uint64_t> seed;
   bool ignore_eos = false;
   bool logprobs = false;
@@ -40,9 +49,19 @@ struct CliOptions {
   // Engine.
   int32_t kv_pages = 0;
   double gpu_mem_util = 0.9;
-  int32_t max_batch = 0;
+  int32_t max_batch = 0;     // --max-num-seqs: up to the compiled build.max_batch
+  int32_t max_context = 0;   // --max-model-len / -c: up to the compiled build.max_context
   bool cuda_graphs = true;
   bool profile = false;
+
+  // serve.
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;            // also from $KILN_API_KEY
+  std::string served_model_name;  // default: the model's name
+  int32_t max_waiting = 1024;
+  size_t max_request_bytes = 8u << 20;
+  int http_threads = 0;
 
   // Output.
   bool stream = false;
@@ -52,7 +71,11 @@ struct CliOptions {
   bool quiet = false;
 };
 
-// Parses the command line. On --help or a usage error, returns the exit code to end with.
+// Parses the command line (argv[1] may name the command: serve, chat). On --help, --version or a
+// usage error, returns the exit code to end with.
 std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, CliOptions& options);
+
+// "kiln <version> (<model> from <config>)"
+std::string version_line(const ModelInfo& model);
 
 }  // namespace kiln

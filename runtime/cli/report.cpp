@@ -43,6 +43,15 @@ json result_json(const JobResult& r) {
   j["first_token_ms"] = 1e3 * f.first_token_seconds;  // from the start of the run (queueing included)
   j["finish_ms"] = 1e3 * f.finish_seconds;
   if (!f.logprobs.empty()) j["logprobs"] = f.logprobs;
+  if (r.job->request.params.prompt_logprobs) {
+    json p = json::array();
+    for (const PromptTokenLogprob& e : r.prompt_logprobs) {
+      json top = json::array();
+      for (const TokenLogprob& t : e.top) top.push_back({{"id", t.token}, {"logprob", t.logprob}});
+      p.push_back({{"id", e.token}, {"logprob", e.logprob}, {"top", top}});
+    }
+    j["prompt_logprobs"] = p;  // prompt tokens 1.. (the first has nothing before it)
+  }
   return j;
 }
 

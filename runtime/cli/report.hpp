@@ -17,6 +17,7 @@ struct JobResult {
   const PromptJob* job = nullptr;
   const FinishedRequest* finished = nullptr;  // null when the job failed before running
   std::string text;                           // decoded output (empty without a tokenizer)
+  std::vector<PromptTokenLogprob> prompt_logprobs;  // when the request asked for them
 };
 
 struct RunReport {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cli/model_setup.hpp"
 #include "runtime/cli/options.hpp"
 #include "runtime/serving/sequence.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
@@ -19,13 +20,9 @@ struct PromptJob {
   std::string error;      // non-empty: this job is not run; the message says why
 };
 
-// The model's chat format and default system prompt, for --chat.
-struct ChatSetup {
-  std::string format;          // ModelInfo::chat_template ("none": --chat is refused)
-  std::string default_system;  // used when no system prompt is given
-};
-
-std::vector<PromptJob> build_jobs(const CliOptions& options, const ModelInfo& model, const ChatSetup& chat,
-                                  const Tokenizer* tokenizer);
+// Turns prompts into jobs; sampling fields not given default to `defaults` (the command line's
+// flags over generation_config.json).
+std::vector<PromptJob> build_jobs(const CliOptions& options, const ModelInfo& model, const ModelSetup& setup,
+                                  const SamplingParams& defaults);
 
 }  // namespace kiln

@@ -11,6 +11,7 @@
 #include "runtime/core/step_batch.hpp"
 #include "runtime/model/model_def.hpp"
 #include "runtime/model/tensor_source.hpp"
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -53,8 +54,12 @@ class Backend {
   // Runs one step, built in step_buffer(step.phase); keeps logits [step.num_logits(), vocab] for
   // sample() / copy_logits().
   virtual void forward(const StepBatch& step) = 0;
-  // Samples rows[i] from logits row i (the step's sampling rows come first).
-  virtual std::vector<SampleOutput> sample(std::span<const SamplerRow> rows) = 0;
+  // Samples batch.rows[i] from logits row i (a step's sampling rows come first), with the rows'
+  // logit edits and logprobs (runtime/serving/sample_batch.hpp).
+  virtual SampleResult sample(const SampleBatch& batch) = 0;
+  // Raw logprobs of given tokens: tokens[i] in logits row first_logit_row + i (outputs[i].logprob),
+  // with that row's top_n most likely tokens (row_top(i, top_n)). For prompt logprobs.
+  virtual SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) = 0;
   // Copies logits rows [first, first + count) to the host.
   virtual void copy_logits(int32_t first, int32_t count, float* out) = 0;
 };

@@ -62,10 +62,18 @@ class CpuBackend final : public Backend {
     forward_->forward(step, ctx, logits_.data());
   }
 
-  std::vector<SampleOutput> sample(std::span<const SamplerRow> rows) override {
-    check_logit_rows(0, static_cast<int32_t>(rows.size()), num_logits_);
+  SampleResult sample(const SampleBatch& batch) override {
+    const size_t rows = batch.rows.size();
+    check_logit_rows(0, static_cast<int32_t>(rows), num_logits_);
     const int32_t V = model_.info.vocab_size;
-    return sample_cpu(std::span<const float>(logits_.data(), rows.size() * V), V, rows);
+    return sample_batch_cpu(std::span<const float>(logits_.data(), rows * V), V, batch);
+  }
+
+  SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) override {
+    check_logit_rows(first_logit_row, static_cast<int32_t>(tokens.size()), num_logits_);
+    const int32_t V = model_.info.vocab_size;
+    return logprobs_cpu(std::span<const float>(logits_.data() + static_cast<size_t>(first_logit_row) * V, tokens.size() * V),
+                        V, tokens, top_n);
   }
 
   void copy_logits(int32_t first, int32_t count, float* out) override {

@@ -228,10 +228,19 @@ class CudaBackend final : public Backend {
     KILN_CUDA(cudaGetLastError());
   }
 
-  std::vector<SampleOutput> sample(std::span<const SamplerRow> rows) override {
-    check_logit_rows(0, static_cast<int32_t>(rows.size()), num_logits_);
+  SampleResult sample(const SampleBatch& batch) override {
+    check_logit_rows(0, static_cast<int32_t>(batch.rows.size()), num_logits_);
     const int64_t V = model_.info.vocab_size;
-    std::vector<SampleOutput> out = sampler_->sample(logits_, V, static_cast<int32_t>(V), rows, stream_);
+    SampleResult out = sampler_->sample(logits_, V, static_cast<int32_t>(V), batch, stream_);
+    KILN_CUDA(cudaGetLastError());
+    return out;
+  }
+
+  SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) override {
+    check_logit_rows(first_logit_row, static_cast<int32_t>(tokens.size()), num_logits_);
+    const int64_t V = model_.info.vocab_size;
+    SampleResult out =
+        sampler_->logprobs(logits_ + first_logit_row * V, V, static_cast<int32_t>(V), tokens, top_n, stream_);
     KILN_CUDA(cudaGetLastError());
     return out;
   }
@@ -313,9 +322,8 @@ class CudaBackend final : public Backend {
     prefill.block_tables[0] = padding_page_;
     prefill.logit_rows[0] = n - 1;
     prefill.num_samples = 1;
-    const SamplerRow greedy{.temperature = 0.0f};
     forward(prefill);
-    sample(std::span(&greedy, 1));
+    sample(SampleBatch::of({SamplerRow{.temperature = 0.0f}}));
     if (use_graphs_) {
       for (int32_t size : decode_graph_sizes(m.max_batch)) graphs_.emplace(size, capture_decode(size));
     }

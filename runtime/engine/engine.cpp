@@ -18,7 +18,8 @@ SchedulerConfig scheduler_config(const ModelDef& model, const EngineOptions& opt
   if (c.max_batched_tokens > m.max_batched_tokens) {
     fail("max batched tokens ", c.max_batched_tokens, " exceeds the model's build.max_batched_tokens (", m.max_batched_tokens, ")");
   }
-  c.max_context = m.max_context;
+  c.max_context = options.max_context > 0 ? options.max_context : m.max_context;
+  if (c.max_context > m.max_context) fail("--max-model-len ", c.max_context, " exceeds the model's build.max_context (", m.max_context, ")");
   c.vocab_size = m.vocab_size;
   c.eos_token_ids = m.eos_token_ids;
   c.validate();
@@ -37,60 +38,87 @@ void Engine::add(Request request) { scheduler_.add(std::move(request)); }
 
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   run_start_ = std::chrono::steady_clock::now();
-  first_token_at_.clear();
-  finished_at_.clear();
-  while (scheduler_.has_unfinished()) run_step(on_token);
+  started_ = true;
+  while (scheduler_.has_unfinished()) step(on_token);
   stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  return take_finished();
+}
 
+bool Engine::abort(RequestId id, FinishReason reason) { return scheduler_.abort(id, reason); }
+
+std::vector<FinishedRequest> Engine::take_finished() {
   std::vector<FinishedRequest> finished = scheduler_.take_finished();
   for (FinishedRequest& f : finished) {
+    prompt_logprobs_.erase(f.id);  // aborted before its first token
     stats_.prompt_tokens += f.num_prompt_tokens;
     stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
     stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
-    auto it = first_token_at_.find(f.id);
-    if (it != first_token_at_.end()) {
+    if (auto it = first_token_at_.find(f.id); it != first_token_at_.end()) {
       f.first_token_seconds = it->second;
       stats_.ttft_seconds.push_back(it->second);
+      first_token_at_.erase(it);
     }
-    f.finish_seconds = finished_at_.at(f.id);
-    auto logits = prompt_logits_.find(f.id);
-    if (logits != prompt_logits_.end()) {
-      f.prompt_logits = std::move(logits->second);
-      prompt_logits_.erase(logits);
+    if (auto it = finished_at_.find(f.id); it != finished_at_.end()) {
+      f.finish_seconds = it->second;
+      finished_at_.erase(it);
+    }
+    if (auto it = prompt_logits_.find(f.id); it != prompt_logits_.end()) {
+      f.prompt_logits = std::move(it->second);
+      prompt_logits_.erase(it);
     }
   }
   stats_.scheduler = scheduler_.stats();
   return finished;
 }
 
-void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {
+void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
+  if (!started_) {
+    run_start_ = std::chrono::steady_clock::now();
+    started_ = true;
+  }
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
+
   // The decode phase first: its samples come first (Scheduler::on_step_done).
   std::vector<SampleOutput> samples;
+  std::vector<std::vector<TokenLogprob>> top;  // per sample, when its request asked for top-N
   for (const PhaseStep* phase : {&step.decode, &step.prefill}) {
     if (phase->empty()) continue;
-    const std::vector<SampleOutput> phase_samples = run_phase(*phase);
-    samples.insert(samples.end(), phase_samples.begin(), phase_samples.end());
+    const SampleResult result = run_phase(*phase);
+    size_t r = 0;
+    for (const ScheduledSeq& s : phase->seqs) {
+      if (!s.samples) continue;
+      samples.push_back(result.outputs[r]);
+      const auto row_top = result.row_top(r, s.sampler.top_logprobs);
+      top.emplace_back(row_top.begin(), row_top.end());
+      ++r;
+    }
   }
   ++stats_.steps;
 
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
-  for (const TokenEvent& e : scheduler_.on_step_done(step, samples)) {
+  std::vector<TokenEvent> events = scheduler_.on_step_done(step, samples);
+  for (size_t i = 0; i < events.size(); ++i) {  // one event per sample, in step order
+    TokenEvent& e = events[i];
+    if (e.token >= 0) e.top_logprobs = std::move(top[i]);
+    if (auto it = prompt_logprobs_.find(e.id); it != prompt_logprobs_.end()) {
+      e.prompt_logprobs = std::move(it->second);
+      prompt_logprobs_.erase(it);
+    }
     first_token_at_.try_emplace(e.id, now);
     if (e.finished) finished_at_[e.id] = now;
     if (on_token) on_token(e);
   }
 }
 
-std::vector<SampleOutput> Engine::run_phase(const PhaseStep& phase) {
+SampleResult Engine::run_phase(const PhaseStep& phase) {
   const StepBatch batch = build_step_batch(phase, model_.info.page_size, backend_.step_buffer(phase.phase));
-  const std::vector<SamplerRow> rows = sampler_rows(phase);
 
   const auto start = std::chrono::steady_clock::now();
   backend_.forward(batch);
   keep_prompt_logits(phase);
-  std::vector<SampleOutput> samples = backend_.sample(rows);
+  keep_prompt_logprobs(phase);
+  SampleResult samples = backend_.sample(sample_batch(phase.seqs));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   if (phase.phase == StepPhase::decode) {
@@ -122,6 +150,22 @@ void Engine::keep_prompt_logits(const PhaseStep& phase) {
     if (skip >= r.count) continue;
     kept.resize(kept.size() + (r.count - skip) * V);
     backend_.copy_logits(r.first_row + skip, r.count - skip, kept.data() + have * V);
+  }
+}
+
+void Engine::keep_prompt_logprobs(const PhaseStep& phase) {
+  const std::vector<PromptLogitRows> rows = prompt_target_rows(phase);
+  size_t next = 0;
+  for (const ScheduledSeq& s : phase.seqs) {
+    if (s.prompt_targets.empty()) continue;
+    const PromptLogitRows& r = rows.at(next++);
+    const SampleResult lp = backend_.logprobs(r.first_row, s.prompt_targets, s.prompt_top_logprobs);
+    std::vector<PromptTokenLogprob>& acc = prompt_logprobs_[s.id];
+    if (s.start == 0) acc.clear();  // recomputed after a preemption
+    for (size_t k = 0; k < s.prompt_targets.size(); ++k) {
+      const auto row_top = lp.row_top(k, s.prompt_top_logprobs);
+      acc.push_back(PromptTokenLogprob{s.prompt_targets[k], lp.outputs[k].logprob, {row_top.begin(), row_top.end()}});
+    }
   }
 }
 

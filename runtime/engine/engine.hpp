@@ -17,6 +17,7 @@ namespace kiln {
 struct EngineOptions {
   int32_t max_batch = 0;            // sequences per step (0: the model's build.max_batch)
   int32_t max_batched_tokens = 0;   // tokens per step (0: the model's build.max_batched_tokens)
+  int32_t max_context = 0;          // prompt + generated tokens (0: the model's build.max_context)
 };
 
 struct EngineStats {
@@ -47,14 +48,25 @@ class Engine {
   // Requests that asked for prompt logits get them in FinishedRequest::prompt_logits.
   std::vector<FinishedRequest> run(const std::function<void(const TokenEvent&)>& on_token = {});
 
+  // Live serving (runtime/server/engine_loop.hpp) drives the engine one step at a time, adding and
+  // aborting requests between steps; run() is these in a loop.
+  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+  void step(const std::function<void(const TokenEvent&)>& on_token = {});
+  // Finishes an unfinished request now (see Scheduler::abort); its pages are free on return.
+  bool abort(RequestId id, FinishReason reason);
+  // Requests finished since the last call, counted into stats().
+  std::vector<FinishedRequest> take_finished();
+  const Scheduler& scheduler() const { return scheduler_; }
+
   const EngineStats& stats() const { return stats_; }
 
  private:
-  void run_step(const std::function<void(const TokenEvent&)>& on_token);
   // One forward of the backend over one phase of the step, and its samples.
-  std::vector<SampleOutput> run_phase(const PhaseStep& phase);
+  SampleResult run_phase(const PhaseStep& phase);
   // Appends the prompt positions a phase computed to their requests' prompt logits.
   void keep_prompt_logits(const PhaseStep& phase);
+  // Computes the prompt logprobs a phase's rows predict, for the requests that asked.
+  void keep_prompt_logprobs(const PhaseStep& phase);
 
   const ModelDef& model_;
   Backend& backend_;
@@ -62,8 +74,11 @@ class Engine {
   Scheduler scheduler_;
   EngineStats stats_;
   std::chrono::steady_clock::time_point run_start_;
+  bool started_ = false;  // run_start_ is set
   std::map<RequestId, double> first_token_at_, finished_at_;
   std::map<RequestId, std::vector<float>> prompt_logits_;  // [positions so far, vocab]
+  // Prompt logprobs computed so far, per request, until they go out with its first token.
+  std::map<RequestId, std::vector<PromptTokenLogprob>> prompt_logprobs_;
 };
 
 }  // namespace kiln

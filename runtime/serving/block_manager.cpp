@@ -48,26 +48,26 @@ std::vector<int32_t> BlockManager::match_prefix(std::span<const int32_t> tokens)
   return hits;
 }
 
-bool BlockManager::can_allocate(std::span<const int32_t> tokens, bool reuse_cached) const {
+bool BlockManager::can_allocate(std::span<const int32_t> tokens, bool use_prefix_cache) const {
   if (tokens.empty()) return false;
-  const std::vector<int32_t> hits = reuse_cached ? match_prefix(tokens) : std::vector<int32_t>{};
+  const std::vector<int32_t> hits = use_prefix_cache ? match_prefix(tokens) : std::vector<int32_t>();
   const auto idle_hits = std::count_if(hits.begin(), hits.end(),
                                        [&](int32_t p) { return pages_[p].ref_count == 0; });
   const int64_t fresh = pages_for(static_cast<int64_t>(tokens.size())) - static_cast<int64_t>(hits.size());
   return fresh + idle_hits <= num_available_pages();
 }
 
-int32_t BlockManager::allocate(RequestId seq, std::span<const int32_t> tokens, bool reuse_cached) {
+int32_t BlockManager::allocate(RequestId seq, std::span<const int32_t> tokens, bool use_prefix_cache) {
   if (seqs_.count(seq)) fail("KV pool: sequence ", seq, " already holds pages");
   if (tokens.empty()) fail("KV pool: sequence ", seq, " has no tokens to allocate");
-  if (!can_allocate(tokens, reuse_cached)) {
+  if (!can_allocate(tokens, use_prefix_cache)) {
     fail("KV pool: sequence ", seq, " needs ", pages_for(static_cast<int64_t>(tokens.size())),
          " pages for ", tokens.size(), " tokens; only ", num_available_pages(), " of ", num_pages(),
          " are available");
   }
   SeqPages state;
   // Claim the hits before taking fresh pages, so an idle hit cannot be evicted for this sequence.
-  for (int32_t page : reuse_cached ? match_prefix(tokens) : std::vector<int32_t>{}) {
+  for (int32_t page : use_prefix_cache ? match_prefix(tokens) : std::vector<int32_t>()) {
     Page& p = pages_[page];
     if (p.ref_count == 0) {
       lru_remove(page);

@@ -48,13 +48,13 @@ class BlockManager {
   int32_t num_available_pages() const { return static_cast<int32_t>(free_pages_.size()) + lru_size_; }
 
   // Whether allocate(tokens) would succeed now.
-  bool can_allocate(std::span<const int32_t> tokens, bool reuse_cached = true) const;
+  bool can_allocate(std::span<const int32_t> tokens, bool use_prefix_cache = true) const;
   // Slots for all of a new sequence's known tokens (prompt, or prompt + generated after a
   // preemption). Leading full pages come from the prefix cache where possible — at most
   // (len - 1) / page_size pages, so the last token is always computed. Returns how many leading
   // tokens are cached (a multiple of page_size). Throws when the pool cannot hold the sequence.
-  // Without reuse_cached every page is fresh (a request that needs the logits of every prompt row).
-  int32_t allocate(RequestId seq, std::span<const int32_t> tokens, bool reuse_cached = true);
+  // use_prefix_cache false takes no hits: every token is computed (and cached as usual after).
+  int32_t allocate(RequestId seq, std::span<const int32_t> tokens, bool use_prefix_cache = true);
 
   // Whether the sequence can grow by num_new_tokens slots now.
   bool can_append_slots(RequestId seq, int32_t num_new_tokens) const;

@@ -29,6 +29,8 @@
 // host: a launch is one cudaLaunchKernelEx, capturable in a graph. The workspace is allocated once.
 #include "runtime/serving/sampler.hpp"
 
+#include "runtime/serving/sample_batch_cuda.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -164,9 +166,17 @@ CudaSampler::CudaSampler(int32_t max_rows) : max_rows_(max_rows), workspace_(max
   check_cuda(cudaMallocHost(&host_out_, sizeof(SampleOutput) * max_rows), "cudaMallocHost(outputs)");
   check_cuda(cudaMalloc(&device_rows_, sizeof(SamplerRow) * max_rows), "cudaMalloc(rows)");
   check_cuda(cudaMalloc(&device_out_, sizeof(SampleOutput) * max_rows), "cudaMalloc(outputs)");
+  check_cuda(cudaMalloc(&device_raw_rows_, sizeof(SamplerRow) * max_rows), "cudaMalloc(raw rows)");
+  check_cuda(cudaMalloc(&device_top_, sizeof(TokenLogprob) * kMaxTopLogprobs * max_rows), "cudaMalloc(top logprobs)");
+  check_cuda(cudaMalloc(&device_edit_offsets_, sizeof(int32_t) * (max_rows + 1)), "cudaMalloc(edit offsets)");
 }
 
 CudaSampler::~CudaSampler() {
+  cudaFree(device_saved_);
+  cudaFree(device_edits_);
+  cudaFree(device_edit_offsets_);
+  cudaFree(device_top_);
+  cudaFree(device_raw_rows_);
   cudaFree(device_out_);
   cudaFree(device_rows_);
   cudaFreeHost(host_out_);
@@ -186,6 +196,90 @@ std::vector<SampleOutput> CudaSampler::sample(const float* logits, int64_t row_s
              "copying sampler outputs");
   check_cuda(cudaStreamSynchronize(stream), "sampling");
   return std::vector<SampleOutput>(host_out_, host_out_ + n);
+}
+
+SampleResult CudaSampler::sample(float* logits, int64_t row_stride, int32_t vocab_size, const SampleBatch& batch,
+                                 cudaStream_t stream) {
+  const auto n = static_cast<int32_t>(batch.rows.size());
+  if (n > max_rows_) fail("CUDA sampler: ", n, " rows exceed the ", max_rows_, " it was created for");
+  SampleResult result;
+  if (n == 0) return result;
+  if (!batch.edit_offsets.empty() && batch.edit_offsets.size() != batch.rows.size() + 1) {
+    fail("CUDA sampler: ", batch.edit_offsets.size(), " edit offsets for ", n, " rows");
+  }
+  bool logprobs = false;
+  for (int32_t r = 0; r < n; ++r) {
+    host_rows_[r] = batch.rows[r];
+    host_rows_[r].want_logprob = 0;  // from the raw rows, by launch_logprobs
+    logprobs = logprobs || batch.rows[r].want_logprob || batch.rows[r].top_logprobs > 0;
+  }
+  check_cuda(cudaMemcpyAsync(device_rows_, host_rows_, sizeof(SamplerRow) * n, cudaMemcpyHostToDevice, stream),
+             "copying sampler rows");
+  const bool edits = !batch.edits.empty();
+  if (edits) {
+    if (batch.edits.size() > edit_capacity_) {
+      check_cuda(cudaStreamSynchronize(stream), "sampling");  // the old buffers may still be read
+      cudaFree(device_edits_);
+      cudaFree(device_saved_);
+      edit_capacity_ = std::max(batch.edits.size(), 2 * edit_capacity_);
+      check_cuda(cudaMalloc(&device_edits_, sizeof(LogitEdit) * edit_capacity_), "cudaMalloc(edits)");
+      check_cuda(cudaMalloc(&device_saved_, sizeof(float) * edit_capacity_), "cudaMalloc(saved logits)");
+    }
+    // Pageable copies: the runtime stages them before returning, so the vectors may go away after.
+    check_cuda(cudaMemcpyAsync(device_edits_, batch.edits.data(), sizeof(LogitEdit) * batch.edits.size(),
+                               cudaMemcpyHostToDevice, stream), "copying logit edits");
+    check_cuda(cudaMemcpyAsync(device_edit_offsets_, batch.edit_offsets.data(), sizeof(int32_t) * (n + 1),
+                               cudaMemcpyHostToDevice, stream), "copying logit edit offsets");
+    launch_apply_logit_edits(logits, row_stride, n, device_edits_, device_edit_offsets_, device_saved_, stream);
+  }
+  launch_sampler(logits, row_stride, n, vocab_size, device_rows_, device_out_, workspace_, stream);
+  if (edits) launch_restore_logit_edits(logits, row_stride, n, device_edits_, device_edit_offsets_, device_saved_, stream);
+  result.top.assign(static_cast<size_t>(n) * kMaxTopLogprobs, TokenLogprob{});
+  if (logprobs) {
+    check_cuda(cudaMemcpyAsync(device_raw_rows_, batch.rows.data(), sizeof(SamplerRow) * n, cudaMemcpyHostToDevice, stream),
+               "copying sampler rows");
+    launch_logprobs(logits, row_stride, n, vocab_size, device_raw_rows_, device_out_, device_top_, stream);
+    check_cuda(cudaMemcpyAsync(result.top.data(), device_top_, sizeof(TokenLogprob) * kMaxTopLogprobs * n,
+                               cudaMemcpyDeviceToHost, stream), "copying top logprobs");
+  }
+  check_cuda(cudaMemcpyAsync(host_out_, device_out_, sizeof(SampleOutput) * n, cudaMemcpyDeviceToHost, stream),
+             "copying sampler outputs");
+  check_cuda(cudaStreamSynchronize(stream), "sampling");
+  result.outputs.assign(host_out_, host_out_ + n);
+  return result;
+}
+
+SampleResult CudaSampler::logprobs(const float* logits, int64_t row_stride, int32_t vocab_size,
+                                   std::span<const int32_t> tokens, int32_t top_n, cudaStream_t stream) {
+  SampleResult result;
+  const auto n = static_cast<int32_t>(tokens.size());
+  result.top.assign(static_cast<size_t>(n) * kMaxTopLogprobs, TokenLogprob{});
+  result.outputs.resize(n);
+  // launch_logprobs reads the token from out[r] and writes the logprob there; rows go in slices of
+  // the staging buffers' size.
+  for (int32_t first = 0; first < n; first += max_rows_) {
+    const int32_t count = std::min(max_rows_, n - first);
+    for (int32_t r = 0; r < count; ++r) {
+      host_rows_[r] = SamplerRow{};
+      host_rows_[r].want_logprob = 1;
+      host_rows_[r].top_logprobs = std::clamp(top_n, 0, kMaxTopLogprobs);
+      host_out_[r] = SampleOutput{tokens[first + r], 0.0f, kSampleOk};
+    }
+    check_cuda(cudaMemcpyAsync(device_raw_rows_, host_rows_, sizeof(SamplerRow) * count, cudaMemcpyHostToDevice, stream),
+               "copying logprob rows");
+    check_cuda(cudaMemcpyAsync(device_out_, host_out_, sizeof(SampleOutput) * count, cudaMemcpyHostToDevice, stream),
+               "copying logprob tokens");
+    launch_logprobs(logits + first * row_stride, row_stride, count, vocab_size, device_raw_rows_, device_out_, device_top_,
+                    stream);
+    check_cuda(cudaMemcpyAsync(result.top.data() + static_cast<size_t>(first) * kMaxTopLogprobs, device_top_,
+                               sizeof(TokenLogprob) * kMaxTopLogprobs * count, cudaMemcpyDeviceToHost, stream),
+               "copying top logprobs");
+    check_cuda(cudaMemcpyAsync(host_out_, device_out_, sizeof(SampleOutput) * count, cudaMemcpyDeviceToHost, stream),
+               "copying logprobs");
+    check_cuda(cudaStreamSynchronize(stream), "logprobs");
+    std::copy(host_out_, host_out_ + count, result.outputs.begin() + first);
+  }
+  return result;
 }
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -71,6 +72,14 @@ class CudaSampler {
   // Copies rows in, samples, copies the outputs back; synchronizes with `stream`.
   std::vector<SampleOutput> sample(const float* logits, int64_t row_stride, int32_t vocab_size,
                                    std::span<const SamplerRow> rows, cudaStream_t stream);
+  // With the batch's logit edits and logprobs (sample_batch.hpp): the edits are applied to
+  // `logits` in place and undone before it returns. Synchronizes with `stream`.
+  SampleResult sample(float* logits, int64_t row_stride, int32_t vocab_size, const SampleBatch& batch,
+                      cudaStream_t stream);
+
+  // Raw logprobs of given tokens (one per row) with each row's top_n, as logprobs_cpu.
+  SampleResult logprobs(const float* logits, int64_t row_stride, int32_t vocab_size, std::span<const int32_t> tokens,
+                        int32_t top_n, cudaStream_t stream);
 
   // For enqueueing (or capturing) launch_sampler with device-resident rows and outputs.
   SamplerWorkspace& workspace() { return workspace_; }
@@ -82,6 +91,14 @@ class CudaSampler {
   SampleOutput* host_out_ = nullptr;
   SamplerRow* device_rows_ = nullptr;
   SampleOutput* device_out_ = nullptr;
+  // sample(SampleBatch): the rows as given (for the logprobs), top-N outputs, and the edits
+  // (grown on demand) with their offsets and the logits they replace.
+  SamplerRow* device_raw_rows_ = nullptr;
+  TokenLogprob* device_top_ = nullptr;
+  int32_t* device_edit_offsets_ = nullptr;
+  LogitEdit* device_edits_ = nullptr;
+  float* device_saved_ = nullptr;
+  size_t edit_capacity_ = 0;
 };
 
 }  // namespace kiln

@@ -70,7 +70,98 @@ uint32_t upper_set_threshold(const std::vector<uint32_t>& keys, uint32_t floor_k
   return 0;
 }
 
+// max and log Σ exp(x - max) of a row: the log-softmax's two constants.
+struct LogSoftmax {
+  float max_logit;
+  double log_sum;
+  float logprob(float x) const { return static_cast<float>(static_cast<double>(x - max_logit) - log_sum); }
+};
+LogSoftmax log_softmax_of(std::span<const float> x) {
+  float m = x[0];
+  for (float v : x) m = v > m ? v : m;
+  return LogSoftmax{m, std::log(exp_sum(x, m))};
+}
+
 }  // namespace
+
+float token_logprob_cpu(std::span<const float> logits, int32_t token) {
+  return log_softmax_of(logits).logprob(logits[token]);
+}
+
+std::vector<TokenLogprob> top_logprobs_cpu(std::span<const float> logits, int32_t n) {
+  const LogSoftmax ls = log_softmax_of(logits);
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  n = std::min<int32_t>(n, static_cast<int32_t>(ids.size()));
+  // Highest logit first; the lower id first among equals (the CUDA kernel's order too).
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  std::vector<TokenLogprob> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(TokenLogprob{ids[i], ls.logprob(logits[ids[i]])});
+  return out;
+}
+
+SampleResult sample_batch_cpu(std::span<const float> logits, int32_t vocab_size, const SampleBatch& batch) {
+  const size_t rows = batch.rows.size();
+  if (vocab_size <= 0 || logits.size() != rows * static_cast<size_t>(vocab_size)) {
+    fail("sample_batch_cpu: logits hold ", logits.size(), " values; expected ", rows, " rows x ", vocab_size, " tokens");
+  }
+  if (!batch.edit_offsets.empty() && batch.edit_offsets.size() != rows + 1) {
+    fail("sample_batch_cpu: ", batch.edit_offsets.size(), " edit offsets for ", rows, " rows");
+  }
+  SampleResult result;
+  result.outputs.reserve(rows);
+  result.top.assign(rows * kMaxTopLogprobs, TokenLogprob{});
+  std::vector<float> edited;
+  for (size_t r = 0; r < rows; ++r) {
+    const std::span<const float> raw = logits.subspan(r * vocab_size, vocab_size);
+    SamplerRow row = batch.rows[r];
+    const bool want_logprob = row.want_logprob != 0;
+    row.want_logprob = 0;  // from the raw row, below
+    const std::span<const LogitEdit> edits = batch.row_edits(r);
+    SampleOutput out;
+    if (edits.empty()) {
+      out = sample_row_cpu(raw, row);
+    } else {
+      edited.assign(raw.begin(), raw.end());
+      for (const LogitEdit& e : edits) edited[e.token] = apply_logit_edit(edited[e.token], e);
+      out = sample_row_cpu(edited, row);
+    }
+    if (out.status == kSampleOk && (want_logprob || row.top_logprobs > 0)) {
+      if (want_logprob) out.logprob = token_logprob_cpu(raw, out.token);
+      if (row.top_logprobs > 0) {
+        const std::vector<TokenLogprob> top = top_logprobs_cpu(raw, std::min(row.top_logprobs, kMaxTopLogprobs));
+        std::copy(top.begin(), top.end(), result.top.begin() + r * kMaxTopLogprobs);
+      }
+    }
+    result.outputs.push_back(out);
+  }
+  return result;
+}
+
+SampleResult logprobs_cpu(std::span<const float> logits, int32_t vocab_size, std::span<const int32_t> tokens, int32_t top_n) {
+  if (vocab_size <= 0 || logits.size() != tokens.size() * static_cast<size_t>(vocab_size)) {
+    fail("logprobs_cpu: logits hold ", logits.size(), " values; expected ", tokens.size(), " rows x ", vocab_size, " tokens");
+  }
+  top_n = std::clamp(top_n, 0, kMaxTopLogprobs);
+  SampleResult result;
+  result.top.assign(tokens.size() * kMaxTopLogprobs, TokenLogprob{});
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const std::span<const float> row = logits.subspan(r * vocab_size, vocab_size);
+    SampleOutput out{tokens[r], 0.0f, kSampleOk};
+    for (float x : row) {
+      if (!std::isfinite(x)) out.status = kSampleBadLogits;
+    }
+    if (out.status == kSampleOk) {
+      out.logprob = token_logprob_cpu(row, tokens[r]);
+      const std::vector<TokenLogprob> top = top_logprobs_cpu(row, top_n);
+      std::copy(top.begin(), top.end(), result.top.begin() + r * kMaxTopLogprobs);
+    }
+    result.outputs.push_back(out);
+  }
+  return result;
+}
 
 SampleOutput sample_row_cpu(std::span<const float> x, const SamplerRow& row, SampleTrace* trace) {
   const auto vocab = static_cast<int64_t>(x.size());

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -27,5 +28,16 @@ SampleOutput sample_row_cpu(std::span<const float> logits, const SamplerRow& row
 // Rows of a [rows.size(), vocab_size] row-major logits matrix.
 std::vector<SampleOutput> sample_cpu(std::span<const float> logits, int32_t vocab_size,
                                      std::span<const SamplerRow> rows);
+
+// A step's rows with their logit edits and logprobs (sample_batch.hpp). `logits` is not changed.
+SampleResult sample_batch_cpu(std::span<const float> logits, int32_t vocab_size, const SampleBatch& batch);
+
+// Raw logprobs of given tokens, one per row of a [tokens.size(), vocab] matrix, with each row's
+// top_n (outputs[i].logprob, row_top(i, top_n)).
+SampleResult logprobs_cpu(std::span<const float> logits, int32_t vocab_size, std::span<const int32_t> tokens, int32_t top_n);
+
+// The raw log-probability of `token` and the n most likely tokens of a finite row.
+float token_logprob_cpu(std::span<const float> logits, int32_t token);
+std::vector<TokenLogprob> top_logprobs_cpu(std::span<const float> logits, int32_t n);
 
 }  // namespace kiln

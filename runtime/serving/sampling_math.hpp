@@ -44,7 +44,8 @@ struct SamplerRow {
   uint64_t seed = 0;         // the request's seed
   uint64_t counter = 0;      // index of this sampled token within the request (0 for the first)
   int32_t want_logprob = 0;  // nonzero: compute SampleOutput::logprob
-  int32_t reserved = 0;
+  int32_t top_logprobs = 0;  // [0, 20]: also the row's most likely tokens (sample_batch.hpp; the
+                             // kernel of sampler.cuh ignores it)
 };
 
 enum SampleStatus : int32_t {
@@ -57,6 +58,15 @@ struct SampleOutput {
   float logprob = 0.0f;
   int32_t status = kSampleOk;
 };
+
+// One entry of a row's top-N log-probabilities (most likely first; ties: lower id first).
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
+// Top-N log-probabilities per token at most (vLLM's default max_logprobs).
+constexpr int32_t kMaxTopLogprobs = 20;
 
 // Temperatures below this sample greedily: 1/t would overflow the scaled logits (vLLM uses 1e-5 too).
 constexpr float kGreedyTemperature = 1e-5f;

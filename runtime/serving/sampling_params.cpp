@@ -21,6 +21,33 @@ void SamplingParams::validate() const {
     fail("sampling parameter min_p = ", min_p, ": expected a value in [0, 1) (0 = off)");
   }
   if (max_tokens <= 0) fail("sampling parameter max_tokens = ", max_tokens, ": expected > 0");
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
+    fail("sampling parameter top_logprobs = ", top_logprobs, ": expected a value in [0, ", kMaxTopLogprobs, "]");
+  }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxTopLogprobs)) {
+    fail("sampling parameter prompt_logprobs = ", *prompt_logprobs, ": expected a value in [0, ", kMaxTopLogprobs, "]");
+  }
+  if (min_tokens < 0 || min_tokens > max_tokens) {
+    fail("sampling parameter min_tokens = ", min_tokens, ": expected a value in [0, max_tokens = ", max_tokens, "]");
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    fail("sampling parameter presence_penalty = ", presence_penalty, ": expected a value in [-2, 2]");
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    fail("sampling parameter frequency_penalty = ", frequency_penalty, ": expected a value in [-2, 2]");
+  }
+  if (!(repetition_penalty > 0.0f && std::isfinite(repetition_penalty))) {
+    fail("sampling parameter repetition_penalty = ", repetition_penalty, ": expected a finite value > 0 (1 = off)");
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0) fail("sampling parameter logit_bias: token id ", token, ": expected a token id >= 0");
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      fail("sampling parameter logit_bias[", token, "] = ", bias, ": expected a value in [-100, 100]");
+    }
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) fail("sampling parameter stop[", i, "] is empty: expected a non-empty string");
+  }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0) {
       fail("sampling parameter stop_token_ids[", i, "] = ", stop_token_ids[i], ": expected a token id >= 0");
@@ -45,6 +72,7 @@ SamplerRow make_sampler_row(const SamplingParams& params, uint64_t seed, uint64_
   row.seed = seed;
   row.counter = counter;
   row.want_logprob = params.logprobs ? 1 : 0;
+  row.top_logprobs = params.top_logprobs;
   return row;
 }
 

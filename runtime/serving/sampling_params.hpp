@@ -1,8 +1,11 @@
-// Per-request sampling and stopping parameters (the vLLM SamplingParams subset kiln supports).
+// Per-request sampling and stopping parameters: vLLM's SamplingParams (n is the caller's: one
+// Request is one sequence; the server fans n out into n requests with seeds seed, seed+1, ...).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/serving/sampling_math.hpp"
@@ -19,6 +22,27 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // finish after generating any of these (kept in the output)
   bool ignore_eos = false;              // keep generating past the model's EOS tokens
   bool logprobs = false;                // return each generated token's log-probability
+  int32_t top_logprobs = 0;             // [0, kMaxTopLogprobs]: also the N most likely tokens, per token
+  // [0, kMaxTopLogprobs]: each prompt token's logprob (from the second on) and the N most likely
+  // tokens at its position. Such a request takes no prefix-cache hits (vLLM: every prompt row's
+  // logits are needed).
+  std::optional<int32_t> prompt_logprobs;
+
+  // Logit processing before sampling, in vLLM's order: logit_bias, min_tokens, then the penalties.
+  int32_t min_tokens = 0;               // [0, max_tokens]: EOS and stop tokens banned before this many
+  float presence_penalty = 0.0f;        // [-2, 2]: minus this for tokens already generated
+  float frequency_penalty = 0.0f;       // [-2, 2]: minus this times the count of each generated token
+  float repetition_penalty = 1.0f;      // > 0: tokens of the prompt or the output: x>0 ? x/r : x*r
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias in [-100, 100]) added to the logit
+
+  // Text-level stopping, applied by the detokenizer (runtime/server/output_processor.hpp).
+  std::vector<std::string> stop;        // finish when the text reaches one (not emitted)
+  bool include_stop_str_in_output = false;  // emit the stop string (or stop token's text) too
+  bool skip_special_tokens = true;      // special tokens' text is left out of the output
+
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 
   // Throws kiln::Error naming the first field outside its range.
   void validate() const;

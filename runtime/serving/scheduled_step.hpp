@@ -9,6 +9,7 @@
 
 #include "runtime/core/step_batch.hpp"
 #include "runtime/serving/request_id.hpp"
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -23,6 +24,11 @@ struct ScheduledSeq {
   bool samples = false;                // the step ends at the last known token: sample the next one
   SamplerRow sampler;                  // valid when samples
   bool prompt_logits = false;          // keep the logits of every row (a prompt chunk; the request asked)
+  std::vector<LogitEdit> edits;        // when samples: logit_bias, min_tokens and penalties (sample_batch.hpp)
+  // Prompt logprobs (params.prompt_logprobs): the prompt tokens that rows 0, 1, ... of this chunk
+  // predict (positions start + 1, ...; the sampling row, if any, is not among them), and the top-N.
+  std::vector<int32_t> prompt_targets;
+  int32_t prompt_top_logprobs = 0;
 
   int32_t context_len() const { return start + static_cast<int32_t>(new_tokens.size()); }
 };
@@ -50,5 +56,9 @@ struct ScheduledStep {
   int32_t num_tokens() const { return decode.num_tokens + prefill.num_tokens; }
   int32_t num_samples() const { return decode.num_samples() + prefill.num_samples(); }
 };
+
+// The sampler rows and logit edits of a phase's sampling sequences, in batch order (= the order of
+// the StepBatch's sampling logit rows).
+SampleBatch sample_batch(std::span<const ScheduledSeq> seqs);
 
 }  // namespace kiln

@@ -44,6 +44,11 @@ void Scheduler::add(Request request) {
         fail("stop token ", stop, " is outside the vocabulary [0, ", config_.vocab_size, ")");
       }
     }
+    for (const auto& [token, bias] : request.params.logit_bias) {
+      if (token >= config_.vocab_size) {
+        fail("logit_bias token ", token, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+      }
+    }
     if (static_cast<int64_t>(prompt.size()) > config_.max_context) {
       fail("the prompt has ", prompt.size(), " tokens; the model's max context is ", config_.max_context);
     }
@@ -64,6 +69,11 @@ void Scheduler::add(Request request) {
   seq->seed = request.params.seed ? *request.params.seed : draw_request_seed();
   seq->params = std::move(request.params);
   seq->prompt_logits = request.prompt_logits;
+  if (seq->params.repetition_penalty != 1.0f) {
+    seq->prompt_set = seq->tokens;
+    std::sort(seq->prompt_set.begin(), seq->prompt_set.end());
+    seq->prompt_set.erase(std::unique(seq->prompt_set.begin(), seq->prompt_set.end()), seq->prompt_set.end());
+  }
   waiting_.push_back(seq.get());
   seqs_.emplace(seq->id, std::move(seq));
 }
@@ -76,8 +86,22 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
                       seq.tokens.begin() + seq.num_computed + num_new_tokens);
   s.block_table = blocks_.block_table(seq.id);
   s.samples = seq.num_computed + num_new_tokens == seq.num_tokens();
-  if (s.samples) s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
   s.prompt_logits = seq.prompt_logits && seq.num_computed < seq.num_prompt_tokens;
+  // (Not again when a preempted sequence recomputes its prompt: its client has them already.)
+  if (seq.params.prompt_logprobs && seq.num_generated() == 0 && seq.num_computed < seq.num_prompt_tokens - 1) {
+    const int32_t last = std::min(seq.num_computed + num_new_tokens, seq.num_prompt_tokens - 1);
+    s.prompt_targets.assign(seq.tokens.begin() + seq.num_computed + 1, seq.tokens.begin() + last + 1);
+    s.prompt_top_logprobs = *seq.params.prompt_logprobs;
+  }
+  if (s.samples) {
+    s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
+    const SamplingParams& p = seq.params;
+    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens) {
+      std::vector<int32_t> stop_ids = p.stop_token_ids;
+      if (!p.ignore_eos) stop_ids.insert(stop_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+      s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids);
+    }
+  }
   return s;
 }
 
@@ -129,8 +153,10 @@ ScheduledStep Scheduler::schedule() {
   while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
-    if (!blocks_.can_allocate(seq.tokens, !seq.prompt_logits)) break;
-    const int32_t cached = blocks_.allocate(seq.id, seq.tokens, !seq.prompt_logits);
+    // Prompt logits and prompt logprobs need every prompt row computed: no prefix-cache hits.
+    const bool use_cache = !seq.prompt_logits && !seq.params.prompt_logprobs;
+    if (!blocks_.can_allocate(seq.tokens, use_cache)) break;
+    const int32_t cached = blocks_.allocate(seq.id, seq.tokens, use_cache);
     seq.num_computed = cached;
     if (!seq.admitted_before) {
       seq.num_cached_prompt_tokens = cached;
@@ -199,6 +225,15 @@ TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
   }
   seq.tokens.push_back(sample.token);
   if (seq.params.logprobs) seq.logprobs.push_back(sample.logprob);
+  if (seq.params.has_penalties()) {
+    auto& counts = seq.output_counts;
+    const auto at = std::lower_bound(counts.begin(), counts.end(), std::pair{sample.token, 0});
+    if (at != counts.end() && at->first == sample.token) {
+      ++at->second;
+    } else {
+      counts.insert(at, {sample.token, 1});
+    }
+  }
   event.token = sample.token;
   event.logprob = sample.logprob;
 
@@ -223,10 +258,22 @@ TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
   return event;
 }
 
+bool Scheduler::abort(RequestId id, FinishReason reason) {
+  if (step_pending_) fail("scheduler: abort() between schedule() and on_step_done()");
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  finish(*it->second, reason);
+  return true;
+}
+
 void Scheduler::finish(Sequence& seq, FinishReason reason) {
   const RequestId id = seq.id;
-  blocks_.free(id);
-  running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  if (blocks_.has_sequence(id)) blocks_.free(id);
+  if (seq.status == SequenceStatus::Waiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &seq));
+  } else {
+    running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  }
   FinishedRequest done;
   done.id = seq.id;
   done.output_tokens.assign(seq.tokens.begin() + seq.num_prompt_tokens, seq.tokens.end());

@@ -48,6 +48,10 @@ struct TokenEvent {
   RequestId id = 0;
   int32_t token = -1;          // -1 when the sequence finished on BadLogits
   float logprob = 0.0f;        // when the request asked for logprobs
+  std::vector<TokenLogprob> top_logprobs;  // the params.top_logprobs most likely tokens, when asked
+  // With the request's first token, when it asked for prompt_logprobs: prompt tokens 1.. (the
+  // first has no context to be predicted from).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::None;
 };
@@ -90,6 +94,11 @@ class Scheduler {
   // After the forwards and the sampler: one SampleOutput per sampling sequence of `step`, the
   // decode phase's first, each phase in its batch order. Returns the generated tokens.
   std::vector<TokenEvent> on_step_done(const ScheduledStep& step, std::span<const SampleOutput> samples);
+
+  // Finishes an unfinished request at once with `reason` (StopString or Aborted), waiting or
+  // running: its pages go back to the pool now. Returns false when `id` is not unfinished. Only
+  // between steps (not between schedule() and on_step_done()).
+  bool abort(RequestId id, FinishReason reason);
 
   // Requests finished since the last call, in finishing order.
   std::vector<FinishedRequest> take_finished();

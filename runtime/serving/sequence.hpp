@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/serving/request_id.hpp"
@@ -28,6 +29,8 @@ enum class FinishReason {
   MaxTokens,   // generated params.max_tokens tokens
   MaxContext,  // reached the model's max context (or the whole KV pool, if smaller)
   BadLogits,   // the model produced NaN or ±inf logits for this sequence
+  StopString,  // the output text reached one of params.stop (found after detokenizing)
+  Aborted,     // the caller withdrew the request (a client went away, the server stops)
 };
 
 constexpr std::string_view finish_reason_name(FinishReason reason) {
@@ -38,6 +41,8 @@ constexpr std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::MaxTokens: return "max_tokens";
     case FinishReason::MaxContext: return "max_context";
     case FinishReason::BadLogits: return "bad_logits";
+    case FinishReason::StopString: return "stop_string";
+    case FinishReason::Aborted: return "aborted";
   }
   return "unknown";
 }
@@ -56,6 +61,10 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::Waiting;
   FinishReason finish_reason = FinishReason::None;
   std::vector<float> logprobs;    // one per generated token when params.logprobs
+  // For the logit edits (sample_batch.hpp), kept only when the params need them: each generated
+  // token's count, and the prompt's distinct tokens (repetition penalty).
+  std::vector<std::pair<int32_t, int32_t>> output_counts;  // sorted by token
+  std::vector<int32_t> prompt_set;                          // sorted
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at the first admission
   int32_t num_preemptions = 0;
   bool admitted_before = false;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/serving/philox.hpp"
+#include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampler.hpp"
 #include "runtime/serving/sampler_cpu.hpp"
 #include "runtime/serving/sampling_math.hpp"
@@ -439,6 +440,72 @@ void time_sampler(SamplerWorkspace& workspace) {
   }
 }
 
+// CudaSampler::sample(SampleBatch) against sample_batch_cpu: logit edits (logit_bias, min_tokens'
+// bans, repetition / frequency / presence penalties) must give the same tokens, the logits must be
+// back to their raw values afterwards, and chosen and top-N logprobs must agree to float rounding.
+void compare_batches_with_cpu(CudaSampler& sampler) {
+  const int32_t vocabs[] = {151936, 49152, 1000, 7};
+  int64_t compared = 0, token_mismatches = 0, top_id_mismatches = 0, restored_mismatches = 0;
+  double worst_logprob = 0;
+  for (const int32_t vocab : vocabs) {
+    const int32_t rows = 24;
+    const std::vector<float> logits = make_logits(rows, vocab, 4242u + static_cast<uint32_t>(vocab));
+    SampleBatch batch;
+    batch.edit_offsets.push_back(0);
+    std::mt19937 rng(static_cast<uint32_t>(vocab));
+    for (int32_t r = 0; r < rows; ++r) {
+      SamplerRow row = make_row(kNumParamSets, r, vocab);
+      row.want_logprob = r % 3 != 1;
+      row.top_logprobs = (r * 7) % (kMaxTopLogprobs + 1);
+      batch.rows.push_back(row);
+      // Edits of every kind on distinct tokens, sorted by token (as make_logit_edits gives them).
+      std::vector<int32_t> tokens;
+      for (int32_t k = 0; k < std::min(vocab, 1 + r * 3); ++k) tokens.push_back(static_cast<int32_t>(rng() % vocab));
+      std::sort(tokens.begin(), tokens.end());
+      tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+      for (size_t k = 0; k < tokens.size(); ++k) {
+        LogitEdit e;
+        e.token = tokens[k];
+        e.bias = (k % 4 == 0) ? 5.0f - static_cast<float>(r) : 0.0f;
+        e.repetition = (r % 2 == 0) ? 1.3f : 0.7f;
+        e.frequency = 0.5f * static_cast<float>(k % 3);
+        e.presence = (k % 2) ? 0.25f : 0.0f;
+        e.banned = (k % 7 == 3) ? 1 : 0;
+        batch.edits.push_back(e);
+      }
+      batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+    }
+    const SampleResult cpu = sample_batch_cpu(logits, vocab, batch);
+    DeviceLogits device(logits, rows, vocab, vocab);
+    const SampleResult gpu = sampler.sample(device.buffer.get(), vocab, vocab, batch, nullptr);
+    const std::vector<float> after = device.buffer.download();
+    for (size_t i = 0; i < logits.size(); ++i) restored_mismatches += float_bits(after[i]) != float_bits(logits[i]);
+    for (int32_t r = 0; r < rows; ++r) {
+      ++compared;
+      const SampleOutput& c = cpu.outputs[r];
+      const SampleOutput& g = gpu.outputs[r];
+      token_mismatches += c.token != g.token || c.status != g.status;
+      if (batch.rows[r].want_logprob && c.status == kSampleOk) {
+        worst_logprob = std::max(worst_logprob, static_cast<double>(std::fabs(c.logprob - g.logprob)));
+      }
+      for (int32_t k = 0; k < batch.rows[r].top_logprobs && c.status == kSampleOk; ++k) {
+        const TokenLogprob a = cpu.row_top(r, batch.rows[r].top_logprobs)[k];
+        const TokenLogprob b = gpu.row_top(r, batch.rows[r].top_logprobs)[k];
+        top_id_mismatches += a.token != b.token;
+        worst_logprob = std::max(worst_logprob, static_cast<double>(std::fabs(a.logprob - b.logprob)));
+      }
+    }
+  }
+  std::printf("  sample batch: %lld rows, %lld token mismatches, %lld top-N id mismatches, %lld logits not restored, "
+              "worst logprob difference %.3g\n",
+              static_cast<long long>(compared), static_cast<long long>(token_mismatches),
+              static_cast<long long>(top_id_mismatches), static_cast<long long>(restored_mismatches), worst_logprob);
+  expect(token_mismatches == 0, "sample batch: tokens equal the CPU's");
+  expect(top_id_mismatches == 0, "sample batch: top-N ids equal the CPU's");
+  expect(restored_mismatches == 0, "sample batch: logits restored after the edits");
+  expect(worst_logprob <= 1e-4, "sample batch: logprobs within 1e-4 of the CPU's");
+}
+
 }  // namespace
 
 TEST_CASE("philox4x32_10 on the device gives the known answers", "[sampler]") { check_philox_on_device(); }
@@ -451,6 +518,11 @@ TEST_CASE("the GPU sampler picks the CPU sampler's tokens", "[sampler]") {
   compare_with_cpu({{"CudaSampler::sample", &sampler, nullptr},
                     {"launch_sampler, 4+ tokens per block", nullptr, &tiny_slices},
                     {"launch_sampler, one block per row", nullptr, nullptr}});
+}
+
+TEST_CASE("the GPU sampler's logit edits and logprobs equal the CPU's", "[sampler]") {
+  CudaSampler sampler(64);
+  compare_batches_with_cpu(sampler);
 }
 
 TEST_CASE("captured sampler launches replay with new rows", "[sampler]") {

@@ -1,0 +1,120 @@
+#include "runtime/cli/model_setup.hpp"
+
+#include <filesystem>
+
+#include "runtime/chat/builtin_templates.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/model/gguf_source.hpp"
+#include "runtime/tokenizer/chat_template.hpp"
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tokenizer that goes with the weights, if there is one: --tokenizer, else the model
+// directory's tokenizer.json, else the vocabulary of the --gguf file (already open).
+std::optional<Tokenizer> open_tokenizer(const CliOptions& o, const GgufFile* gguf) {
+  if (!o.tokenizer.empty()) {
+    if (fs::is_directory(o.tokenizer)) return Tokenizer::from_model_dir(o.tokenizer);
+    if (o.tokenizer.ends_with(".gguf")) return Tokenizer::from_gguf_file(o.tokenizer);
+    return Tokenizer::from_tokenizer_json(o.tokenizer);
+  }
+  if (!o.model_dir.empty() && fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
+    return Tokenizer::from_model_dir(o.model_dir);
+  }
+  if (gguf != nullptr) return Tokenizer::from_gguf(*gguf);
+  return std::nullopt;
+}
+
+// The folder holding the tokenizer's side files (tokenizer_config.json, generation_config.json).
+std::string tokenizer_dir(const CliOptions& o) {
+  if (!o.tokenizer.empty()) {
+    if (fs::is_directory(o.tokenizer)) return o.tokenizer;
+    if (!o.tokenizer.ends_with(".gguf")) return fs::path(o.tokenizer).parent_path().string();
+    return "";
+  }
+  return o.model_dir;
+}
+
+}  // namespace
+
+ModelSetup open_model(const ModelDef& model, const CliOptions& o) {
+  const ModelInfo& m = model.info;
+  ModelSetup s;
+  // Opened once for the weights, the vocabulary and the chat template.
+  if (!o.gguf.empty()) s.gguf = std::make_shared<const GgufFile>(o.gguf);
+  s.tokenizer = open_tokenizer(o, s.gguf.get());
+  if (s.tokenizer && static_cast<int64_t>(s.tokenizer->vocab_size()) > m.vocab_size) {
+    fail("the tokenizer (", s.tokenizer->describe(), ") has ", s.tokenizer->vocab_size(), " tokens but ", m.name,
+         " has a vocabulary of ", m.vocab_size);
+  }
+  const std::string side_files = tokenizer_dir(o);
+  s.defaults = read_generation_defaults(side_files.empty() ? o.model_dir : side_files);
+
+  if (s.tokenizer) {
+    std::string source, origin;
+    if (!side_files.empty()) {
+      source = find_chat_template(side_files);
+      origin = side_files + "/tokenizer_config.json chat_template";
+    }
+    const GgufFile* gguf_file = s.gguf.get();
+    std::unique_ptr<GgufFile> tokenizer_gguf;
+    if (!o.tokenizer.empty() && o.tokenizer.ends_with(".gguf")) {
+      tokenizer_gguf = std::make_unique<GgufFile>(o.tokenizer);
+      gguf_file = tokenizer_gguf.get();
+    }
+    if (source.empty() && gguf_file) {
+      source = find_chat_template(*gguf_file);
+      origin = gguf_file->origin() + " tokenizer.chat_template";
+    }
+    if (source.empty()) {
+      source = builtin_chat_template(m.chat_template, m.chat_default_system);
+      origin = std::string("the built-in ") + m.chat_template + " template";
+    }
+    if (!source.empty()) {
+      const Tokenizer& t = *s.tokenizer;
+      const std::string bos = t.bos_id() >= 0 ? std::string(t.token_text(t.bos_id())) : "";
+      const std::string eos = t.eos_ids().empty() ? "" : std::string(t.token_text(t.eos_ids().front()));
+      s.chat_template.emplace(source, bos, eos, origin);
+      const std::optional<ChatFormat> format = guess_chat_format(t);
+      s.chat_stop_ids = format ? chat_stop_ids(*format, t) : t.eos_ids();
+    }
+  }
+  if (!o.model_dir.empty()) s.source = open_safetensors_source(o.model_dir);
+  if (s.gguf) s.source = open_gguf_source(s.gguf, m);
+  return s;
+}
+
+void load_backend(ModelSetup& s, const ModelDef& model, const CliOptions& o) {
+  WeightOrigin origin{s.source.get(), o.random_weights.value_or(0)};
+  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile};
+  const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
+  s.backend = gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
+}
+
+EngineOptions engine_options(const CliOptions& o) {
+  EngineOptions e;
+  e.max_batch = o.max_batch;
+  e.max_context = o.max_context;
+  return e;
+}
+
+SamplingParams default_params(const CliOptions& o, const GenerationDefaults& d) {
+  SamplingParams p;
+  p.max_tokens = o.max_tokens;
+  p.temperature = o.temperature.value_or(d.temperature.value_or(0.8f));
+  p.top_p = o.top_p.value_or(d.top_p.value_or(0.95f));
+  p.top_k = o.top_k.value_or(d.top_k.value_or(40));
+  p.min_p = o.min_p.value_or(d.min_p.value_or(0.0f));
+  p.repetition_penalty = o.repetition_penalty.value_or(d.repetition_penalty.value_or(1.0f));
+  p.presence_penalty = o.presence_penalty;
+  p.frequency_penalty = o.frequency_penalty;
+  p.stop = o.stop;
+  p.ignore_eos = o.ignore_eos;
+  p.logprobs = o.logprobs;
+  return p;
+}
+
+}  // namespace kiln

@@ -1,0 +1,458 @@
+#include "runtime/server/openai_api.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "runtime/core/error.hpp"
+#include "runtime/tokenizer/utf8.hpp"
+
+namespace kiln {
+
+using nlohmann::json;
+
+json error_body(int status, const std::string& message, const std::string& param) {
+  const char* type = status == 400 ? "BadRequestError"
+                     : status == 401 ? "AuthenticationError"
+                     : status == 404 ? "NotFoundError"
+                     : status == 413 ? "RequestTooLargeError"
+                     : status == 503 ? "ServiceUnavailableError"
+                                     : "InternalServerError";
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", status}}}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+// Reads optional typed fields, naming the field in every error.
+struct Fields {
+  const json& body;
+
+  bool has(const char* key) const { return body.contains(key) && !body[key].is_null(); }
+
+  double number(const char* key, double lo, double hi, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = body[key];
+    if (!v.is_number()) bad(key, std::string("'") + key + "' must be a number, not " + type_name(v));
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) {
+      bad(key, std::string("'") + key + "' = " + v.dump() + " is out of range; expected a value in [" +
+                   json(lo).dump() + ", " + json(hi).dump() + "]");
+    }
+    return x;
+  }
+  int64_t integer(const char* key, int64_t lo, int64_t hi, int64_t fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = body[key];
+    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))) {
+      bad(key, std::string("'") + key + "' must be an integer, not " + (v.is_number() ? v.dump() : type_name(v)));
+    }
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) {
+      bad(key, std::string("'") + key + "' = " + std::to_string(x) + " is out of range; expected a value in [" +
+                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return x;
+  }
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!body[key].is_boolean()) bad(key, std::string("'") + key + "' must be true or false, not " + type_name(body[key]));
+    return body[key].get<bool>();
+  }
+};
+
+std::vector<int32_t> token_ids(const json& v, const std::string& param, const ApiModel& model) {
+  std::vector<int32_t> ids;
+  for (const json& t : v) {
+    if (!t.is_number_integer()) bad(param, "'" + param + "' must hold token ids (integers), not " + t.dump());
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= model.vocab_size) {
+      bad(param, "'" + param + "': token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                     std::to_string(model.vocab_size) + ")");
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+const Tokenizer& need_tokenizer(const ApiModel& model, const std::string& param) {
+  if (!model.tokenizer) bad(param, "this server has no tokenizer: send token ids ('prompt': [1, 2, 3])");
+  return *model.tokenizer;
+}
+
+void check_length(const std::vector<int32_t>& prompt, const ApiModel& model, const std::string& param) {
+  if (prompt.empty()) bad(param, "'" + param + "' is empty");
+  if (static_cast<int64_t>(prompt.size()) >= model.max_model_len) {
+    bad(param, "this model's maximum context length is " + std::to_string(model.max_model_len) +
+                   " tokens, but the prompt has " + std::to_string(prompt.size()) + " tokens");
+  }
+}
+
+// The sampling fields common to both endpoints; max_tokens is left to the caller.
+void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
+  SamplingParams& p = r.params;
+  const GenerationDefaults& d = model.defaults;
+  p.temperature = static_cast<float>(f.number("temperature", 0.0, 100.0, d.temperature.value_or(1.0f)));
+  p.top_p = static_cast<float>(f.number("top_p", 1e-9, 1.0, d.top_p.value_or(1.0f)));
+  const int64_t top_k = f.integer("top_k", -1, model.vocab_size, d.top_k.value_or(0));
+  p.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);  // vLLM: -1 (or 0) is off
+  p.min_p = static_cast<float>(f.number("min_p", 0.0, 0.999999, d.min_p.value_or(0.0f)));
+  p.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0, 0.0));
+  p.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0, 0.0));
+  p.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 1e-6, 100.0, d.repetition_penalty.value_or(1.0f)));
+  p.ignore_eos = f.boolean("ignore_eos", false);
+  p.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
+  p.skip_special_tokens = f.boolean("skip_special_tokens", true);
+  if (f.has("seed")) p.seed = static_cast<uint64_t>(f.integer("seed", INT64_MIN, INT64_MAX, 0));
+  r.n = static_cast<int32_t>(f.integer("n", 1, 128, 1));
+  r.stream = f.boolean("stream", false);
+
+  if (f.has("stop")) {
+    const json& stop = f.body["stop"];
+    if (stop.is_string()) {
+      p.stop.push_back(stop.get<std::string>());
+    } else if (stop.is_array()) {
+      for (const json& s : stop) {
+        if (!s.is_string()) bad("stop", "'stop' must be a string or a list of strings, not " + stop.dump());
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of strings, not " + type_name(stop));
+    }
+    for (const std::string& s : p.stop) {
+      if (s.empty()) bad("stop", "'stop' holds an empty string");
+    }
+  }
+  if (f.has("stop_token_ids")) {
+    if (!f.body["stop_token_ids"].is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    for (int32_t id : token_ids(f.body["stop_token_ids"], "stop_token_ids", model)) p.stop_token_ids.push_back(id);
+  }
+  if (f.has("logit_bias")) {
+    const json& bias = f.body["logit_bias"];
+    if (!bias.is_object()) bad("logit_bias", "'logit_bias' must be an object {\"token id\": bias}");
+    for (auto it = bias.begin(); it != bias.end(); ++it) {
+      int64_t id = -1;
+      try {
+        size_t used = 0;
+        id = std::stoll(it.key(), &used);
+        if (used != it.key().size()) id = -1;
+      } catch (const std::exception&) {
+      }
+      if (id < 0 || id >= model.vocab_size) {
+        bad("logit_bias", "'logit_bias' key '" + it.key() + "' is not a token id in [0, " + std::to_string(model.vocab_size) + ")");
+      }
+      if (!it.value().is_number() || !(it.value().get<double>() >= -100.0 && it.value().get<double>() <= 100.0)) {
+        bad("logit_bias", "'logit_bias' value for token " + it.key() + " must be a number in [-100, 100], not " + it.value().dump());
+      }
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    }
+  }
+  if (f.has("prompt_logprobs")) {
+    r.params.prompt_logprobs = static_cast<int32_t>(f.integer("prompt_logprobs", 0, kMaxTopLogprobs, 0));
+  }
+  if (f.has("stream_options")) {
+    const json& o = f.body["stream_options"];
+    if (!o.is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (o.contains("include_usage") && !o["include_usage"].is_null()) {
+      if (!o["include_usage"].is_boolean()) bad("stream_options", "'stream_options.include_usage' must be true or false");
+      r.include_usage = o["include_usage"].get<bool>();
+    }
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+  }
+}
+
+void parse_max_tokens(const Fields& f, const ApiModel& model, ApiRequest& r, int32_t fallback) {
+  const char* key = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  size_t longest = 0;
+  for (const auto& p : r.prompts) longest = std::max(longest, p.size());
+  const int32_t room = model.max_model_len - static_cast<int32_t>(longest);
+  const int64_t max_tokens = f.integer(key, 1, INT32_MAX, std::min(fallback, room));
+  if (static_cast<int64_t>(longest) + max_tokens > model.max_model_len) {
+    bad(key, std::string("'") + key + "' = " + std::to_string(max_tokens) + " plus the prompt's " + std::to_string(longest) +
+                 " tokens exceeds this model's maximum context length of " + std::to_string(model.max_model_len) + " tokens");
+  }
+  r.params.max_tokens = static_cast<int32_t>(max_tokens);
+  r.params.min_tokens = static_cast<int32_t>(f.integer("min_tokens", 0, max_tokens, 0));
+}
+
+}  // namespace
+
+void check_model_field(const json& body, const ApiModel& model) {
+  if (!body.contains("model") || body["model"].is_null()) return;
+  if (!body["model"].is_string()) bad("model", "'model' must be a string");
+  const std::string name = body["model"].get<std::string>();
+  if (name != model.name) throw ApiError(404, "The model '" + name + "' does not exist; this server serves '" + model.name + "'", "model");
+}
+
+ApiRequest parse_completion_request(const json& body, const ApiModel& model) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  check_model_field(body, model);
+  const Fields f{body};
+  ApiRequest r;
+  if (!f.has("prompt")) bad("prompt", "'prompt' is required");
+  const json& prompt = body["prompt"];
+  const auto add_text = [&](const std::string& text) {
+    const Tokenizer& t = need_tokenizer(model, "prompt");
+    r.prompts.push_back(t.encode(text, t.add_bos_by_default()));
+    r.prompt_texts.push_back(text);
+  };
+  if (prompt.is_string()) {
+    add_text(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
+    r.prompts.push_back(token_ids(prompt, "prompt", model));
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const json& p : prompt) {
+      if (p.is_string()) {
+        add_text(p.get<std::string>());
+      } else if (p.is_array()) {
+        r.prompts.push_back(token_ids(p, "prompt", model));
+      } else {
+        bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists");
+      }
+    }
+  } else {
+    bad("prompt", "'prompt' must be a non-empty string, list of strings, list of token ids or list of such lists");
+  }
+  for (const auto& p : r.prompts) check_length(p, model, "prompt");
+  if (r.prompt_texts.size() != r.prompts.size()) {
+    r.prompt_texts.clear();
+    for (const auto& p : r.prompts) r.prompt_texts.push_back(model.tokenizer ? model.tokenizer->decode(p) : "");
+  }
+  parse_sampling(f, model, r);
+  parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(16));
+  r.echo = f.boolean("echo", false);
+  if (f.has("logprobs")) {
+    if (body["logprobs"].is_boolean()) bad("logprobs", "'logprobs' of /v1/completions is a count of alternatives (0 to 20), not a boolean");
+    r.logprobs = static_cast<int32_t>(f.integer("logprobs", 0, kMaxTopLogprobs, 0));
+    r.params.logprobs = true;
+    r.params.top_logprobs = r.logprobs;
+  }
+  if (f.has("suffix")) bad("suffix", "'suffix' is not supported");
+  if (f.has("best_of") && f.integer("best_of", 1, 128, 1) != r.n) bad("best_of", "'best_of' other than n is not supported");
+  r.params.validate();
+  return r;
+}
+
+ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  check_model_field(body, model);
+  const Fields f{body};
+  ApiRequest r;
+  r.chat = true;
+  if (!model.chat_template) bad("messages", "this model has no chat template: use /v1/completions");
+  const Tokenizer& t = need_tokenizer(model, "messages");
+  if (!f.has("messages")) bad("messages", "'messages' is required");
+  json extra = json::object();
+  if (f.has("chat_template_kwargs")) {
+    if (!body["chat_template_kwargs"].is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    extra = body["chat_template_kwargs"];
+  }
+  if (f.has("tools")) extra["tools"] = body["tools"];
+  const bool add_generation_prompt = f.boolean("add_generation_prompt", true);
+  std::string text;
+  try {
+    text = model.chat_template->render(body["messages"], add_generation_prompt, extra);
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+  // The template writes the BOS (and every special token) as text: no BOS added here (vLLM).
+  r.prompts.push_back(t.encode(text, /*add_bos=*/false));
+  r.prompt_texts.push_back(text);
+  check_length(r.prompts.back(), model, "messages");
+  parse_sampling(f, model, r);
+  parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
+  for (int32_t id : model.chat_stop_ids) r.params.stop_token_ids.push_back(id);
+  if (f.boolean("logprobs", false)) {
+    r.params.logprobs = true;
+    r.logprobs = static_cast<int32_t>(f.integer("top_logprobs", 0, kMaxTopLogprobs, 0));
+    r.params.top_logprobs = r.logprobs;
+  } else if (f.has("top_logprobs")) {
+    bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
+  r.params.validate();
+  return r;
+}
+
+// ---- responses ----
+
+namespace {
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng()));
+  return std::string(prefix) + hex;
+}
+
+std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+}  // namespace
+
+json usage_json(const Usage& u) {
+  json j = {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+  return j;
+}
+
+ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ApiModel& model)
+    : request_(request), model_(model), id_(random_id(request.chat ? "chatcmpl-" : "cmpl-")),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
+      text_offsets_(request.prompts.size() * request.n, 0) {}
+
+json ResponseBuilder::chunk_base() const {
+  return {{"id", id_}, {"object", request_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+          {"model", model_.name}};
+}
+
+json ResponseBuilder::logprobs_json(const ChoiceText& c, size_t text_offset) const {
+  if (!request_.params.logprobs) return nullptr;
+  const Tokenizer* t = model_.tokenizer;
+  // A token's own bytes (possibly part of a character); ids past the tokenizer have none.
+  const auto raw = [&](int32_t id) {
+    return t && id >= 0 && static_cast<size_t>(id) < t->vocab_size() ? t->token_bytes(id) : std::string_view();
+  };
+  // A token's text; one that is not whole UTF-8 (part of a character) is written as its bytes,
+  // "bytes:\\xe2\\x80" (OpenAI's notation), so different tokens never share a key.
+  const auto token_text = [&](int32_t id) -> std::string {
+    if (!t) return std::to_string(id);
+    const std::string_view bytes = raw(id);
+    if (utf8::is_valid(bytes)) return std::string(bytes);
+    std::string out = "bytes:";
+    char hex[5];
+    for (unsigned char b : bytes) {
+      std::snprintf(hex, sizeof hex, "\\x%02x", b);
+      out += hex;
+    }
+    return out;
+  };
+  const auto token_bytes = [&](int32_t id) {
+    json bytes = json::array();
+    for (unsigned char b : raw(id)) bytes.push_back(b);
+    return bytes;
+  };
+  if (request_.chat) {
+    json content = json::array();
+    for (size_t i = 0; i < c.token_ids.size(); ++i) {
+      json top = json::array();
+      if (i < c.top_logprobs.size()) {
+        for (const TokenLogprob& a : c.top_logprobs[i]) {
+          top.push_back({{"token", token_text(a.token)}, {"logprob", a.logprob}, {"bytes", token_bytes(a.token)}});
+        }
+      }
+      content.push_back({{"token", token_text(c.token_ids[i])}, {"logprob", c.logprobs.at(i)},
+                         {"bytes", token_bytes(c.token_ids[i])}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  size_t offset = text_offset;
+  for (size_t i = 0; i < c.token_ids.size(); ++i) {
+    const std::string text = token_text(c.token_ids[i]);
+    tokens.push_back(text);
+    token_logprobs.push_back(c.logprobs.at(i));
+    // vLLM's completions format: the N alternatives plus the chosen token, keyed by text.
+    json alternatives = json::object();
+    if (i < c.top_logprobs.size()) {
+      for (const TokenLogprob& a : c.top_logprobs[i]) alternatives[token_text(a.token)] = a.logprob;
+    }
+    alternatives[text] = c.logprobs.at(i);
+    top.push_back(alternatives);
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+json ResponseBuilder::prompt_logprobs_json(const std::vector<PromptTokenLogprob>& p) const {
+  // vLLM's format: one entry per prompt position, null for the first (nothing predicts it), else
+  // {"<token id>": {"logprob", "rank", "decoded_token"}} for the prompt token and the top-N. The
+  // rank is the place in the top-N (1 = most likely); a prompt token outside the top-N has null.
+  const Tokenizer* t = model_.tokenizer;
+  const auto decoded = [&](int32_t id) -> json {
+    if (!t || id < 0 || static_cast<size_t>(id) >= t->vocab_size()) return nullptr;
+    return utf8::sanitize(t->token_bytes(id));
+  };
+  json out = json::array({nullptr});
+  for (const PromptTokenLogprob& entry : p) {
+    json position = json::object();
+    for (size_t k = 0; k < entry.top.size(); ++k) {
+      position[std::to_string(entry.top[k].token)] = {{"logprob", entry.top[k].logprob}, {"rank", k + 1},
+                                                      {"decoded_token", decoded(entry.top[k].token)}};
+    }
+    const std::string key = std::to_string(entry.token);
+    if (!position.contains(key)) {
+      position[key] = {{"logprob", entry.logprob}, {"rank", nullptr}, {"decoded_token", decoded(entry.token)}};
+    }
+    out.push_back(position);
+  }
+  return out;
+}
+
+std::string ResponseBuilder::role_chunk(int32_t index) const {
+  json j = chunk_base();
+  j["choices"] = json::array({{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (request_.include_usage) j["usage"] = nullptr;
+  return sse(j);
+}
+
+std::string ResponseBuilder::chunk(const ChoiceText& d) {
+  json j = chunk_base();
+  size_t& offset = text_offsets_.at(d.index);
+  json choice = {{"index", d.index}, {"logprobs", logprobs_json(d, offset)},
+                 {"finish_reason", d.finish_reason ? json(d.finish_reason) : json(nullptr)}};
+  offset += d.text.size();
+  if (request_.chat) {
+    choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
+  } else {
+    choice["text"] = d.text;
+  }
+  if (d.finish_reason) choice["stop_reason"] = d.stop_reason;
+  if (!d.prompt_logprobs.empty()) choice["prompt_logprobs"] = prompt_logprobs_json(d.prompt_logprobs);
+  j["choices"] = json::array({choice});
+  if (request_.include_usage) j["usage"] = nullptr;
+  return sse(j);
+}
+
+std::string ResponseBuilder::usage_chunk(const Usage& usage) const {
+  json j = chunk_base();
+  j["choices"] = json::array();
+  j["usage"] = usage_json(usage);
+  return sse(j);
+}
+
+json ResponseBuilder::response(const std::vector<ChoiceText>& choices, const Usage& usage) const {
+  json j = {{"id", id_}, {"object", request_.chat ? "chat.completion" : "text_completion"}, {"created", created_},
+            {"model", model_.name}};
+  json out = json::array();
+  for (const ChoiceText& c : choices) {
+    json choice = {{"index", c.index}, {"logprobs", logprobs_json(c, 0)},
+                   {"finish_reason", c.finish_reason ? json(c.finish_reason) : json(nullptr)}, {"stop_reason", c.stop_reason}};
+    if (request_.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    if (request_.params.prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(c.prompt_logprobs);
+    out.push_back(choice);
+  }
+  j["choices"] = out;
+  j["usage"] = usage_json(usage);
+  return j;
+}
+
+}  // namespace kiln

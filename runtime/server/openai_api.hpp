@@ -1,0 +1,97 @@
+// The OpenAI API's requests and responses (/v1/completions, /v1/chat/completions), as vLLM serves
+// them: JSON bodies parsed into engine requests with every field checked (a bad one is a 400 that
+// names it), and the response objects and stream chunks built from the engine's deltas.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/chat/jinja_template.hpp"
+#include "runtime/server/output_processor.hpp"
+#include "runtime/serving/generation_defaults.hpp"
+#include "runtime/serving/sampling_params.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
+
+namespace kiln {
+
+// An error for the client: HTTP status and OpenAI's error object
+// {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  ApiError(int status, const std::string& message, std::string param = "")
+      : std::runtime_error(message), status(status), param(std::move(param)) {}
+  int status;
+  std::string param;
+};
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = "");
+
+// What the server knows about its model, for parsing requests.
+struct ApiModel {
+  std::string name;                       // --served-model-name
+  const Tokenizer* tokenizer = nullptr;   // null: token-id prompts only
+  const JinjaChatTemplate* chat_template = nullptr;  // null: no chat endpoint
+  std::vector<int32_t> chat_stop_ids;     // end-of-turn tokens of the template (and EOS)
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  GenerationDefaults defaults;
+};
+
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+  int32_t n = 1;
+  bool echo = false;            // completions: prepend the prompt to the text
+  int32_t logprobs = -1;        // completions: top-N per token (-1: none); chat: top_logprobs
+  std::vector<std::vector<int32_t>> prompts;  // one per prompt (chat: one)
+  std::vector<std::string> prompt_texts;      // for echo
+  SamplingParams params;        // params.seed, if given, is choice 0's; choice i uses seed + i
+};
+
+ApiRequest parse_completion_request(const nlohmann::json& body, const ApiModel& model);
+ApiRequest parse_chat_request(const nlohmann::json& body, const ApiModel& model);
+// The "model" field, when given, must name the served model (404 otherwise).
+void check_model_field(const nlohmann::json& body, const ApiModel& model);
+
+// One choice's accumulated result (non-streaming) or one delta (streaming).
+struct ChoiceText {
+  int32_t index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  std::vector<PromptTokenLogprob> prompt_logprobs;  // prompt tokens 1.. (params.prompt_logprobs)
+  const char* finish_reason = nullptr;  // null while running
+  nlohmann::json stop_reason;            // null, the stop string, or the stop token id
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const ApiRequest& request, const ApiModel& model);
+  // Streaming: "data: {...}\n\n" for one delta; the role chunk for chat's first delta of a choice.
+  std::string chunk(const ChoiceText& delta);
+  std::string role_chunk(int32_t index) const;
+  std::string usage_chunk(const Usage& usage) const;
+  // Non-streaming: the whole response.
+  nlohmann::json response(const std::vector<ChoiceText>& choices, const Usage& usage) const;
+
+ private:
+  nlohmann::json logprobs_json(const ChoiceText& c, size_t text_offset) const;
+  nlohmann::json prompt_logprobs_json(const std::vector<PromptTokenLogprob>& p) const;
+  nlohmann::json chunk_base() const;
+  const ApiRequest& request_;
+  const ApiModel& model_;
+  std::string id_;
+  int64_t created_;
+  std::vector<size_t> text_offsets_;  // completions' logprobs.text_offset, per choice
+};
+
+nlohmann::json usage_json(const Usage& usage);
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+#include "runtime/serving/sample_batch.hpp"
+
+#include <map>
+
+#include "runtime/serving/sampling_params.hpp"
+#include "runtime/serving/scheduled_step.hpp"
+
+namespace kiln {
+
+std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const std::pair<int32_t, int32_t>> output_counts,
+                                        std::span<const int32_t> prompt_tokens, int32_t num_generated,
+                                        std::span<const int32_t> stop_ids) {
+  std::map<int32_t, LogitEdit> edits;
+  const auto edit = [&](int32_t token) -> LogitEdit& {
+    LogitEdit& e = edits[token];
+    e.token = token;
+    return e;
+  };
+  for (const auto& [token, bias] : p.logit_bias) edit(token).bias += bias;
+  if (num_generated < p.min_tokens) {
+    for (int32_t token : stop_ids) edit(token).banned = 1;
+  }
+  if (p.repetition_penalty != 1.0f) {
+    for (int32_t token : prompt_tokens) edit(token).repetition = p.repetition_penalty;
+  }
+  for (const auto& [token, count] : output_counts) {
+    if (p.repetition_penalty != 1.0f) edit(token).repetition = p.repetition_penalty;
+    if (p.frequency_penalty != 0.0f) edit(token).frequency = p.frequency_penalty * static_cast<float>(count);
+    if (p.presence_penalty != 0.0f) edit(token).presence = p.presence_penalty;
+  }
+  std::vector<LogitEdit> out;
+  out.reserve(edits.size());
+  for (const auto& [token, e] : edits) out.push_back(e);
+  return out;
+}
+
+SampleBatch sample_batch(std::span<const ScheduledSeq> seqs) {
+  SampleBatch batch;
+  bool any_edits = false;
+  for (const ScheduledSeq& s : seqs) any_edits = any_edits || (s.samples && !s.edits.empty());
+  if (any_edits) batch.edit_offsets.push_back(0);
+  for (const ScheduledSeq& s : seqs) {
+    if (!s.samples) continue;
+    batch.rows.push_back(s.sampler);
+    if (!any_edits) continue;
+    batch.edits.insert(batch.edits.end(), s.edits.begin(), s.edits.end());
+    batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+  }
+  return batch;
+}
+
+}  // namespace kiln

@@ -1,0 +1,22 @@
+// Launchers of sample_batch.cu (see sample_batch.hpp). All enqueue on `stream` without syncing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/serving/sample_batch.hpp"
+
+namespace kiln {
+
+// Row r's edits are edits[offsets[r], offsets[r + 1]); saved[] receives the logits they replace.
+void launch_apply_logit_edits(float* logits, int64_t row_stride, int32_t num_rows, const LogitEdit* edits,
+                              const int32_t* offsets, float* saved, cudaStream_t stream);
+void launch_restore_logit_edits(float* logits, int64_t row_stride, int32_t num_rows, const LogitEdit* edits,
+                                const int32_t* offsets, const float* saved, cudaStream_t stream);
+// For rows that asked (want_logprob, top_logprobs) and sampled fine (out[r].status): out[r].logprob
+// of out[r].token and top[r * kMaxTopLogprobs + k], k < top_logprobs, from the (raw) logits.
+void launch_logprobs(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
+                     const SamplerRow* rows, SampleOutput* out, TokenLogprob* top, cudaStream_t stream);
+
+}  // namespace kiln
