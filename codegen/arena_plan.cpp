@@ -48,7 +48,7 @@ ArenaPlan plan_arena(const Graph& graph, int64_t max_tokens, int64_t act_bytes) 
   for (const auto& b : graph.buffers) {
     auto it = live.find(b.name);
     if (it == live.end()) fail("internal: buffer '", b.name, "' is never used");
-    const int64_t elem = b.elem == Elem::act ? act_bytes : 4;
+    const int64_t elem = b.elem == Elem::bf16 ? act_bytes : 4;
     items.push_back({b.name, align_up(graph.value(b.per_token) * max_tokens * elem), it->second});
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });

@@ -15,7 +15,7 @@ bool is_array_field(const std::string& field) {
 std::string elem_type(const Graph& g, const std::string& buffer, bool gpu) {
   if (buffer == "logits") return "float";  // the forward's output, not an arena buffer
   switch (g.buffer(buffer).elem) {
-    case Elem::act: return gpu ? "bf16" : "float";
+    case Elem::bf16: return gpu ? "bf16" : "float";
     case Elem::f32: return "float";
     case Elem::i32: return gpu ? "int" : "int32_t";
   }

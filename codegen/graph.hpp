@@ -16,14 +16,14 @@ namespace kiln::codegen {
 
 
 
-// Element type of a buffer: `act` is bf16 on the GPU and fp32 in the reference; `f32` is fp32 on
-// both (the residual stream, kept in fp32 for accuracy; router logits); `i32` holds indices.
-enum class Elem { act, f32, i32 };
+// Element type of a buffer on the GPU: `bf16` (the activations; the CPU reference keeps them in
+// fp32), `f32` (the residual stream, kept in fp32 for accuracy; router logits), `i32` (indices).
+enum class Elem { bf16, f32, i32 };
 
 // An activation buffer holding `per_token` elements for each of the step's T tokens.
 struct Buffer {
   std::string name;     // C++ identifier in the generated forward
-  Elem elem = Elem::act;
+  Elem elem = Elem::bf16;
   std::string per_token;  // Constant name: elements per token
   std::string layout;   // what a row holds, e.g. "q 9×64 | k 3×64 | v 3×64"
 };

@@ -206,12 +206,12 @@ void build_dense(const ModelSpec& s, Graph& g) {
 
   g.buffers = {
       {"x", Elem::f32, "kHiddenSize", "residual stream"},
-      {"h", Elem::act, "kHiddenSize", "normalized hidden state"},
-      {"qkv", Elem::act, "kQkvWidth",
+      {"h", Elem::bf16, "kHiddenSize", "normalized hidden state"},
+      {"qkv", Elem::bf16, "kQkvWidth",
        "q " + num(Hq) + "×" + num(D) + " | k " + num(Hkv) + "×" + num(D) + " | v " + num(Hkv) + "×" + num(D)},
-      {"attn", Elem::act, "kQWidth", "attention output, " + num(Hq) + " heads × " + num(D)},
-      {"gate_up", Elem::act, "kGateUpWidth", "gate " + num(I) + " | up " + num(I)},
-      {"act", Elem::act, "kIntermediateSize", "silu(gate) ⊙ up"},
+      {"attn", Elem::bf16, "kQWidth", "attention output, " + num(Hq) + " heads × " + num(D)},
+      {"gate_up", Elem::bf16, "kGateUpWidth", "gate " + num(I) + " | up " + num(I)},
+      {"act", Elem::bf16, "kIntermediateSize", "silu(gate) ⊙ up"},
   };
 
   add_common_weights(s, g);

@@ -264,28 +264,28 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
   g.latent_kv = true;
   g.buffers = {
       {"x", Elem::f32, "kHiddenSize", "residual stream"},
-      {"h", Elem::act, "kHiddenSize", "normalized hidden state"},
-      {"q", Elem::act, "kQWidth", "q, per head nope | rope"},
-      {"kv_a", Elem::act, "kKvAWidth", "c_kv | k_rope"},
-      {"q_mla", Elem::act, "kMlaQueryWidth", "per head q_latent | q_rope"},
-      {"o_lat", Elem::act, "kLatentOutWidth", "attention output in the latent space, per head"},
-      {"attn", Elem::act, "kAttnOutWidth", "attention output, per head"},
+      {"h", Elem::bf16, "kHiddenSize", "normalized hidden state"},
+      {"q", Elem::bf16, "kQWidth", "q, per head nope | rope"},
+      {"kv_a", Elem::bf16, "kKvAWidth", "c_kv | k_rope"},
+      {"q_mla", Elem::bf16, "kMlaQueryWidth", "per head q_latent | q_rope"},
+      {"o_lat", Elem::bf16, "kLatentOutWidth", "attention output in the latent space, per head"},
+      {"attn", Elem::bf16, "kAttnOutWidth", "attention output, per head"},
   };
-  if (a.q_lora_rank) g.buffers.push_back({"q_a", Elem::act, "kQLoraRank", "q latent"});
+  if (a.q_lora_rank) g.buffers.push_back({"q_a", Elem::bf16, "kQLoraRank", "q latent"});
   if (m.first_k_dense_replace > 0) {
-    g.buffers.push_back({"gate_up", Elem::act, "kGateUpWidth", "dense MLP gate | up"});
-    g.buffers.push_back({"act", Elem::act, "kIntermediateSize", "dense MLP silu(gate) ⊙ up"});
+    g.buffers.push_back({"gate_up", Elem::bf16, "kGateUpWidth", "dense MLP gate | up"});
+    g.buffers.push_back({"act", Elem::bf16, "kIntermediateSize", "dense MLP silu(gate) ⊙ up"});
   }
   if (m.first_k_dense_replace < s.num_hidden_layers) {
     g.buffers.push_back({"router_logits", Elem::f32, "kNumExperts", "router logits"});
     g.buffers.push_back({"topk_ids", Elem::i32, "kNumExpertsPerTok", "chosen experts"});
     g.buffers.push_back({"topk_weights", Elem::f32, "kNumExpertsPerTok", "their weights"});
-    g.buffers.push_back({"moe_gate_up", Elem::act, "kMoeTokenGateUpWidth", "chosen experts' gate | up"});
-    g.buffers.push_back({"moe_act", Elem::act, "kMoeTokenActWidth", "chosen experts' silu(gate) ⊙ up"});
+    g.buffers.push_back({"moe_gate_up", Elem::bf16, "kMoeTokenGateUpWidth", "chosen experts' gate | up"});
+    g.buffers.push_back({"moe_act", Elem::bf16, "kMoeTokenActWidth", "chosen experts' silu(gate) ⊙ up"});
     g.buffers.push_back({"moe_scratch", Elem::i32, "kMoeScratchPerToken", "routing scratch"});
     if (m.n_shared_experts > 0) {
-      g.buffers.push_back({"shared_gate_up", Elem::act, "kSharedGateUpWidth", "shared experts' gate | up"});
-      g.buffers.push_back({"shared_act", Elem::act, "kSharedIntermediateSize", "shared experts' silu(gate) ⊙ up"});
+      g.buffers.push_back({"shared_gate_up", Elem::bf16, "kSharedGateUpWidth", "shared experts' gate | up"});
+      g.buffers.push_back({"shared_act", Elem::bf16, "kSharedIntermediateSize", "shared experts' silu(gate) ⊙ up"});
     }
   }
   add_weights(s, g);
