@@ -75,7 +75,12 @@ __global__ void logprobs_kernel(const float* logits, int64_t row_stride, int32_t
   const auto logprob = [&](float v) { return static_cast<float>(static_cast<double>(__fsub_rn(v, m)) - log_sum); };
   if (r.want_logprob && tid == 0) out[row].logprob = logprob(x[out[row].token]);
 
-  const int32_t n = min(r.top_logprobs, kMaxTopLogprobs);
+  // A vocabulary smaller than N has only `vocab` entries; the rest read as TokenLogprob{} (the CPU's).
+  const int32_t asked = min(r.top_logprobs, kMaxTopLogprobs);
+  const int32_t n = min(asked, vocab);
+  if (tid == 0) {
+    for (int32_t k = n; k < asked; ++k) top[row * kMaxTopLogprobs + k] = TokenLogprob{};
+  }
   float prev_x = FLT_MAX;
   int32_t prev_id = -1;
   for (int32_t k = 0; k < n; ++k) {

@@ -166,8 +166,13 @@ ScheduledStep Scheduler::schedule() {
     waiting_.pop_front();
     insert_running(&seq);
     // Prefix-cache hits may cover the whole prompt (or more) of a re-admitted sequence: its
-    // generated tokens then replay as decodes from the next step on.
-    if (seq.num_computed >= seq.num_prompt_tokens) continue;
+    // generated tokens replay as decodes, the first in this step (its slots are all allocated;
+    // a step that admits only this sequence must not come out empty).
+    if (seq.num_computed >= seq.num_prompt_tokens) {
+      step.decode.seqs.push_back(make_scheduled(seq, 1));
+      --budget;
+      continue;
+    }
     const int32_t chunk = std::min(seq.num_prompt_tokens - seq.num_computed, budget);
     step.prefill.seqs.push_back(make_scheduled(seq, chunk));
     budget -= chunk;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
+#include <random>
 
 #include "runtime/core/error.hpp"
 #include "runtime/engine/engine.hpp"
@@ -78,6 +80,53 @@ std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int6
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) { return r[a] > r[b]; });
   ids.resize(k);
   return ids;
+}
+
+}  // namespace kiln::golden
+
+namespace kiln::golden {
+
+ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend) {
+  std::mt19937 rng(17);
+  std::vector<Request> requests;
+  for (int i = 0; i < 24; ++i) {
+    Request r;
+    r.id = static_cast<RequestId>(i + 1);
+    const int prompt = std::uniform_int_distribution<int>(10, 60)(rng);
+    for (int t = 0; t < prompt; ++t) r.prompt.push_back(std::uniform_int_distribution<int>(3, model.info.vocab_size - 1)(rng));
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.max_tokens = std::uniform_int_distribution<int>(10, 60)(rng);
+    requests.push_back(r);
+  }
+  auto run = [&](int max_batch) {
+    EngineOptions engine_options;
+    engine_options.max_batch = max_batch;
+    Engine engine(model, backend, engine_options);
+    for (const Request& r : requests) engine.add(r);
+    std::map<RequestId, FinishedRequest> out;
+    for (FinishedRequest& f : engine.run()) out[f.id] = std::move(f);
+    return std::pair{out, engine.stats().scheduler.preemptions};
+  };
+  const auto [together, preemptions] = run(8);
+  const auto [alone, none] = run(1);
+  ServingComparison c;
+  c.requests = static_cast<int>(requests.size());
+  c.preemptions = preemptions;
+  for (const auto& [id, f] : together) {
+    const FinishedRequest& a = alone.at(id);
+    if (a.output_tokens == f.output_tokens && a.reason == f.reason) {
+      ++c.identical;
+      continue;
+    }
+    size_t at = 0;
+    while (at < f.output_tokens.size() && at < a.output_tokens.size() && f.output_tokens[at] == a.output_tokens[at]) ++at;
+    std::printf("  request %llu: first differs at output token %zu of %zu (alone: %zu tokens)\n",
+                static_cast<unsigned long long>(id), at, f.output_tokens.size(), a.output_tokens.size());
+  }
+  std::printf("%-22s serving, %d KV pages: %d requests together (%lld preemptions) vs each alone: %d identical\n",
+              model.info.name, backend.kv_pages(), c.requests, static_cast<long long>(preemptions), c.identical);
+  return c;
 }
 
 }  // namespace kiln::golden

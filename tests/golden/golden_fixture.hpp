@@ -41,6 +41,17 @@ struct LogitsComparison {
 LogitsComparison compare_logits(const std::vector<float>& golden, const std::vector<float>& ours, int64_t vocab,
                                 double tolerance);
 
+// Serving through a KV pool of `backend` too small for all requests at once (so sequences get
+// preempted, re-admitted and replay their tokens): 24 greedy requests of random prompts, each of
+// which must produce exactly what it produces alone. Prints per-request differences; returns how
+// many were identical and how many preemptions the shared run had.
+struct ServingComparison {
+  int requests = 0;
+  int identical = 0;
+  int64_t preemptions = 0;
+};
+ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend);
+
 // Indices of the k largest values of row `row` of `logits`.
 std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int64_t row, int k);
 

@@ -56,3 +56,17 @@ TEST_CASE("tiny-deepseek-v2 (MLA with q_lora, group-limited routing, scaled weig
 TEST_CASE("tiny-deepseek-v2-lite (MLA without q_lora, greedy routing, renormalized weights, per-expert tensors) matches HF") {
   check_model(models::tiny_deepseek_v2_lite::model_def());
 }
+
+TEST_CASE("requests served together through a small KV pool equal each alone on the CPU backend") {
+  // tiny-qwen3 has pages of 5 tokens. 40 pages: preemptions; 20 pages (100 tokens): fewer than some
+  // requests need at all, so those end at the pool's context limit, alone and together alike.
+  for (int32_t pages : {40, 20}) {
+    BackendOptions options;
+    options.kv_pages = pages;
+    const ModelDef& model = models::tiny_qwen3::model_def();
+    const auto backend = make_cpu_backend(model, WeightOrigin{nullptr, 5}, options);
+    const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
+    CHECK(c.preemptions > 0);
+    CHECK(c.identical == c.requests);
+  }
+}

@@ -65,50 +65,15 @@ void check_model(const ModelDef& model, bool graphs) {
   }
 }
 
-// Serving on the GPU: requests run together through a KV pool too small for all of them (so
-// sequences get preempted, re-admitted and replay their tokens) must each produce exactly what
-// they produce alone. Decode steps replay captured CUDA graphs, whose shapes then vary in both
-// sequences and logits rows.
+// Serving on the GPU (decode steps replay captured CUDA graphs, whose shapes then vary in both
+// sequences and logits rows) through `kv_pages` KV pages.
 void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages) {
   BackendOptions options;
   options.kv_pages = kv_pages;
   const auto backend = make_cuda_backend(model, WeightOrigin{nullptr, 5}, options);
-  std::mt19937 rng(17);
-  std::vector<Request> requests;
-  for (int i = 0; i < 24; ++i) {
-    Request r;
-    r.id = static_cast<RequestId>(i + 1);
-    const int prompt = std::uniform_int_distribution<int>(10, 60)(rng);
-    for (int t = 0; t < prompt; ++t) r.prompt.push_back(std::uniform_int_distribution<int>(3, model.info.vocab_size - 1)(rng));
-    r.params.temperature = 0.0f;
-    r.params.ignore_eos = true;
-    r.params.max_tokens = std::uniform_int_distribution<int>(10, 60)(rng);
-    requests.push_back(r);
-  }
-  auto run = [&](int max_batch) {
-    EngineOptions engine_options;
-    engine_options.max_batch = max_batch;
-    Engine engine(model, *backend, engine_options);
-    for (const Request& r : requests) engine.add(r);
-    std::map<RequestId, std::vector<int32_t>> out;
-    for (const FinishedRequest& f : engine.run()) out[f.id] = f.output_tokens;
-    return std::pair{out, engine.stats().scheduler.preemptions};
-  };
-  const auto [together, preemptions] = run(8);
-  const auto [alone, none] = run(1);
-  int same = 0;
-  for (const auto& [id, tokens] : together) same += alone.at(id) == tokens;
-  std::printf("%-22s serving, %d KV pages: %zu requests together (%lld preemptions) vs each alone: %d identical\n",
-              model.info.name, kv_pages, requests.size(), static_cast<long long>(preemptions), same);
-  for (const auto& [id, tokens] : together) {
-    if (alone.at(id) == tokens) continue;
-    size_t at = 0;
-    while (at < tokens.size() && at < alone.at(id).size() && tokens[at] == alone.at(id)[at]) ++at;
-    std::printf("  request %llu: first differs at output token %zu of %zu (alone: %zu tokens)\n",
-                static_cast<unsigned long long>(id), at, tokens.size(), alone.at(id).size());
-  }
-  CHECK(preemptions > 0);
-  CHECK(same == static_cast<int>(requests.size()));
+  const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
+  CHECK(c.preemptions > 0);
+  CHECK(c.identical == c.requests);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ struct ServeResult {
 };
 
 // Adds requests[i] before step arrival_steps[i] (sorted ascending), runs until all finish.
-// Throws if the loop makes no progress for many steps (a wedged scheduler).
+// Throws on an empty step while requests are unfinished (the engine's rule: a wedged scheduler).
 ServeResult serve(Scheduler& scheduler, FakeModel& model, const std::vector<Request>& requests,
                   const std::vector<int64_t>& arrival_steps);
 
