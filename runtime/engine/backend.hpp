@@ -55,7 +55,9 @@ class Backend {
   // sample() / copy_logits().
   virtual void forward(const StepBatch& step) = 0;
   // Samples batch.rows[i] from logits row i (a step's sampling rows come first), with the rows'
-  // logit edits and logprobs (runtime/serving/sample_batch.hpp).
+  // logit edits and logprobs (runtime/serving/sample_batch.hpp). Called once after every
+  // forward(), with no rows too: when it returns the step is complete, so its step_buffer() may be
+  // written again.
   virtual SampleResult sample(const SampleBatch& batch) = 0;
   // Raw logprobs of given tokens: tokens[i] in logits row first_logit_row + i (outputs[i].logprob),
   // with that row's top_n most likely tokens (row_top(i, top_n)). For prompt logprobs.

@@ -230,6 +230,12 @@ class CudaBackend final : public Backend {
 
   SampleResult sample(const SampleBatch& batch) override {
     check_logit_rows(0, static_cast<int32_t>(batch.rows.size()), num_logits_);
+    // A step that samples nothing (decodes replaying tokens after a preemption) still ends here:
+    // the next step is written into the pinned staging its upload may still be reading.
+    if (batch.rows.empty()) {
+      KILN_CUDA(cudaStreamSynchronize(stream_));
+      return {};
+    }
     const int64_t V = model_.info.vocab_size;
     SampleResult out = sampler_->sample(logits_, V, static_cast<int32_t>(V), batch, stream_);
     KILN_CUDA(cudaGetLastError());

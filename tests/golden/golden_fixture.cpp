@@ -121,8 +121,10 @@ ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backe
     }
     size_t at = 0;
     while (at < f.output_tokens.size() && at < a.output_tokens.size() && f.output_tokens[at] == a.output_tokens[at]) ++at;
-    std::printf("  request %llu: first differs at output token %zu of %zu (alone: %zu tokens)\n",
-                static_cast<unsigned long long>(id), at, f.output_tokens.size(), a.output_tokens.size());
+    std::printf("  request %llu (prompt %d, %d preemptions, %d prompt tokens cached at admission): first differs "
+                "at output token %zu of %zu (alone: %zu tokens)\n",
+                static_cast<unsigned long long>(id), f.num_prompt_tokens, f.num_preemptions,
+                f.num_cached_prompt_tokens, at, f.output_tokens.size(), a.output_tokens.size());
   }
   std::printf("%-22s serving, %d KV pages: %d requests together (%lld preemptions) vs each alone: %d identical\n",
               model.info.name, backend.kv_pages(), c.requests, static_cast<long long>(preemptions), c.identical);

@@ -67,9 +67,10 @@ void check_model(const ModelDef& model, bool graphs) {
 
 // Serving on the GPU (decode steps replay captured CUDA graphs, whose shapes then vary in both
 // sequences and logits rows) through `kv_pages` KV pages.
-void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages) {
+void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages, bool graphs = true) {
   BackendOptions options;
   options.kv_pages = kv_pages;
+  options.cuda_graphs = graphs;
   const auto backend = make_cuda_backend(model, WeightOrigin{nullptr, 5}, options);
   const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
   CHECK(c.preemptions > 0);
@@ -93,4 +94,5 @@ TEST_CASE("requests served together through a small KV pool equal each alone", "
   // 20 pages of 5 tokens: fewer than some requests need at all (they end at the pool's context
   // limit), many more preemptions.
   check_serving_matches_alone(models::tiny_qwen3::model_def(), 20);
+  check_serving_matches_alone(models::tiny_qwen3::model_def(), 20, false);  // eager decode steps
 }
