@@ -82,10 +82,6 @@ std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int6
   return ids;
 }
 
-}  // namespace kiln::golden
-
-namespace kiln::golden {
-
 ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend) {
   std::mt19937 rng(17);
   std::vector<Request> requests;

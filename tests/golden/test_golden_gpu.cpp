@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <random>
 
 #include "generated/tiny-deepseek-v2-lite/model.hpp"
 #include "generated/tiny-deepseek-v2/model.hpp"
