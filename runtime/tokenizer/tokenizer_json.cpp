@@ -7,10 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
-#include "runtime/core/file_io.hpp"
 #include "runtime/tokenizer/sentencepiece_text.hpp"
 #include "runtime/tokenizer/tokenizer_impl.hpp"
-#include "runtime/weights/strict_json.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln {
 namespace {
@@ -18,8 +17,9 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// A repeated key keeps its last value: only weight headers are held to parse_json_strict.
-json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+// Strict: duplicate keys and nesting deeper than kJsonMaxDepth are errors, so the recursive
+// loaders below see at most that many levels.
+json parse_json_file(const std::string& path) { return read_json_file(path); }
 
 std::optional<json> parse_optional_json(const fs::path& path) {
   if (!fs::exists(path)) return std::nullopt;

@@ -7,7 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/weights/shape.hpp"
-#include "runtime/weights/strict_json.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln {
 namespace {

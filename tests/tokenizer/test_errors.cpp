@@ -154,3 +154,18 @@ TEST_CASE("ids outside the vocabulary are errors, not crashes") {
   CHECK_THROWS_AS(stream.push(99999999), Error);
   CHECK(gpt2.token_id("definitely not a token") == -1);
 }
+
+// Issue 13, defect 1: a pre_tokenizer Sequence nested 200,000 deep crashed the loader (each level
+// copied the subtree and built its path string); it must be one error naming the file.
+TEST_CASE("a tokenizer.json nested 200,000 levels deep is rejected, not a crash") {
+  test::TempDir dir;
+  std::string nested;
+  constexpr int kLevels = 200000;
+  for (int i = 0; i < kLevels; ++i) nested += R"({"type": "Sequence", "pretokenizers": [)";
+  nested += R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  for (int i = 0; i < kLevels; ++i) nested += "]}";
+  const std::string path = write(
+      dir, "tokenizer.json",
+      with(kValidJson, R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})", nested));
+  CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json(path), Contains(path) && Contains("nested deeper than"));
+}
