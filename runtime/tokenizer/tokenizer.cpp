@@ -17,8 +17,10 @@ bool is_special_kind(TokenKind kind) { return kind == TokenKind::control || kind
 
 void Tokenizer::Impl::set_token(int64_t id, const std::string& text, TokenKind kind) {
   // Ids index a dense table: a corrupt id must fail here, not allocate gigabytes.
-  constexpr int64_t kMaxId = (1 << 24) - 1;
-  if (id < 0 || id > kMaxId) fail(origin, ": token \"", text, "\" has id ", id, ", expected 0..", kMaxId);
+  if (id < 0 || id >= id_limit) {
+    fail(origin, ": token \"", text, "\" has id ", id, ", expected 0..", id_limit - 1,
+         id_limit < kMaxIds ? " (the file declares " + std::to_string(id_limit) + " tokens)" : std::string());
+  }
   if (static_cast<size_t>(id) >= texts.size()) {
     texts.resize(id + 1);
     kinds.resize(id + 1, TokenKind::unused);
