@@ -42,6 +42,19 @@ std::unique_ptr<Backend> open_backend(const ModelDef& model, const CliOptions& o
   return gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
 }
 
+// A model's vocabulary may be larger than its tokenizer's (Qwen3 pads 151,669 tokens to 151,936
+// rows); a sampled padding id has no text, as in HF's decode, rather than being an error.
+bool has_text(const Tokenizer& tokenizer, int32_t id) { return id >= 0 && static_cast<size_t>(id) < tokenizer.vocab_size(); }
+
+std::string decode_output(const Tokenizer& tokenizer, std::span<const int32_t> ids) {
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (has_text(tokenizer, id)) known.push_back(id);
+  }
+  return tokenizer.decode(known, /*skip_special=*/true);
+}
+
 void write_logits(const std::string& path, const std::vector<float>& logits, int64_t vocab) {
   const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
   write_safetensors(path, {{"logits", DType::F32, {rows, vocab},
@@ -91,7 +104,11 @@ int run(const ModelDef& model, const CliOptions& o) {
   std::vector<FinishedRequest> finished = engine.run([&](const TokenEvent& e) {
     ++tokens;
     if (stream && e.token >= 0) {
-      std::cout << (decoder ? decoder->push(e.token) : std::to_string(e.token) + " ") << std::flush;
+      if (!decoder) {
+        std::cout << e.token << " " << std::flush;
+      } else if (has_text(*tokenizer, e.token)) {
+        std::cout << decoder->push(e.token) << std::flush;
+      }
     }
     if (e.finished) progress.update(++done, tokens);
   });
@@ -104,7 +121,7 @@ int run(const ModelDef& model, const CliOptions& o) {
   bool any_error = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
     JobResult r{&jobs[i], by_job[i], ""};
-    if (r.finished && tokenizer) r.text = tokenizer->decode(r.finished->output_tokens, /*skip_special=*/true);
+    if (r.finished && tokenizer) r.text = decode_output(*tokenizer, r.finished->output_tokens);
     if (!r.finished) {
       any_error = true;
       std::cerr << "kiln: error: " << jobs[i].error << "\n";

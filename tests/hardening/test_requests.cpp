@@ -1,4 +1,4 @@
-// Issue 13: hostile JSONL request lines (defect 3).
+// Issue 13: hostile JSONL request lines (defect 3), and sampled ids the tokenizer lacks.
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -36,4 +36,19 @@ TEST_CASE("JSONL requests: out-of-range numbers and repeated keys are errors nam
     CHECK(contains(message, bad[i].second));
   }
   CHECK_FALSE(contains(r.output, "internal error"));
+}
+
+// Found while testing defect 2: a model whose vocabulary is larger than its tokenizer's (tiny-qwen3:
+// 512 rows, this tokenizer: 259 tokens; Qwen3: 151,936 and 151,669) failed the whole run when it
+// sampled a padding id ("token id 327 is outside the vocabulary"). Padding ids have no text.
+TEST_CASE("sampled ids beyond the tokenizer's vocabulary decode to nothing, in text and streaming") {
+  const TempDir dir("kiln-hostile");
+  const std::string base = "--random-weights 1 --tokenizer " + write_chatml_tokenizer(dir) +
+                           " --prompt-ids 5,6,7 --max-tokens 64 --ignore-eos --temperature 1 --seed 3 ";
+  const CommandResult json_run = tiny_qwen3(base + "--output-format json");
+  REQUIRE(json_run.exit_code == 0);
+  const json ids = report_of(json_run)["requests"][0]["output_ids"];
+  CHECK(std::any_of(ids.begin(), ids.end(), [](const json& id) { return id.get<int>() >= 259; }));
+  CHECK(tiny_qwen3(base).exit_code == 0);
+  CHECK(tiny_qwen3(base + "--stream").exit_code == 0);
 }
