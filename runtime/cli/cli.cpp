@@ -70,7 +70,7 @@ int run(const ModelDef& model, const CliOptions& o) {
     fail("the tokenizer (", tokenizer->describe(), ") has ", tokenizer->vocab_size(), " tokens but ", m.name,
          " has a vocabulary of ", m.vocab_size);
   }
-  const ChatSetup chat{m.chat_template, m.chat_default_system};
+  const ChatSetup chat{m.chat_template, m.chat_default_system, o.chat_special_tokens};
   std::vector<PromptJob> jobs = build_jobs(o, m, chat, tokenizer ? &*tokenizer : nullptr);
 
   std::unique_ptr<TensorSource> source;

@@ -74,6 +74,8 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
       ->check(CLI::ExistingFile);
   prompts->require_option(1);
   app.add_option("--system", o.system, "system prompt for --chat (and chat lines of --prompts-file)");
+  app.add_flag("--chat-special-tokens", o.chat_special_tokens,
+               "let chat and system text spell control tokens such as <|im_end|> (unsafe with untrusted text)");
   app.add_option("--output", o.output, "write results as JSONL, one line per request");
 
   app.add_option("--max-tokens", o.max_tokens, "tokens to generate at most")->check(positive_count("tokens"))->capture_default_str();

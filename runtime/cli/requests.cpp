@@ -16,7 +16,8 @@ namespace {
 
 using nlohmann::json;
 
-// Text -> ids; chat text is rendered first and its end-of-turn tokens become stop tokens.
+// Text -> ids; chat text is rendered first (its text never becomes control tokens unless the
+// operator allowed it) and its end-of-turn tokens become stop tokens.
 struct Encoder {
   const ModelInfo& model;
   const ChatSetup& chat;
@@ -40,9 +41,9 @@ struct Encoder {
     const ChatFormat format = parse_chat_format(chat.format);
     ChatOptions options;
     options.default_system = chat.default_system;
-    const std::string rendered = render_chat(format, system, user, options);
+    options.special_tokens_in_text = chat.special_tokens_in_text;
     for (int32_t id : chat_stop_ids(format, t)) stops.push_back(id);
-    return t.encode(rendered, !chat_renders_bos(format) && t.add_bos_by_default());
+    return encode_chat(t, format, system, user, options);
   }
 };
 

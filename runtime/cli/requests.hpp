@@ -23,6 +23,7 @@ struct PromptJob {
 struct ChatSetup {
   std::string format;          // ModelInfo::chat_template ("none": --chat is refused)
   std::string default_system;  // used when no system prompt is given
+  bool special_tokens_in_text = false;  // --chat-special-tokens (ChatOptions::special_tokens_in_text)
 };
 
 std::vector<PromptJob> build_jobs(const CliOptions& options, const ModelInfo& model, const ChatSetup& chat,

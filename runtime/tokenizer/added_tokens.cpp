@@ -82,6 +82,13 @@ void AddedTokenMatcher::add(const AddedToken& token) {
 
 bool AddedTokenMatcher::has_normalized() const { return normalized_->nodes.size() > 1; }
 
+const AddedToken* AddedTokenMatcher::find(std::string_view content) const {
+  for (const AddedToken& token : tokens_) {
+    if (token.content == content) return &token;
+  }
+  return nullptr;
+}
+
 void AddedTokenMatcher::split(std::string_view text, bool normalized_pass, bool parse_special,
                               std::vector<TextSegment>& out) const {
   out.clear();

@@ -40,6 +40,8 @@ class AddedTokenMatcher {
   // Tokens with empty content are ignored.
   void add(const AddedToken& token);
   bool has_normalized() const;
+  // The added token whose content is `content`, or null.
+  const AddedToken* find(std::string_view content) const;
 
   // Splits `text` for the raw pass (normalized=false tokens) or the normalized pass. With
   // parse_special false, special tokens are not matched: like HF's encode_special_tokens, a

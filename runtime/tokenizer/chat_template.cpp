@@ -18,41 +18,61 @@ constexpr std::string_view kEotId = "<|eot_id|>";
 constexpr std::string_view kDeepSeekBos = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
 constexpr std::string_view kDeepSeekEos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
 
-std::string render_chatml(std::string_view system, std::string_view user, const ChatOptions& options) {
-  std::string out;
-  const std::string_view effective_system = system.empty() ? std::string_view(options.default_system) : system;
-  if (!effective_system.empty()) {
-    out.append(kImStart).append("system\n").append(effective_system).append(kImEnd).append("\n");
+// The rendered prompt as it grows: the template's markers as special pieces, everything else
+// (template text, system and user text) merged into plain pieces between them.
+class Pieces {
+ public:
+  Pieces& marker(std::string_view text) {
+    pieces_.push_back({std::string(text), true});
+    return *this;
   }
-  out.append(kImStart).append("user\n").append(user).append(kImEnd).append("\n");
-  out.append(kImStart).append("assistant\n");
-  if (!options.enable_thinking) out.append("<think>\n\n</think>\n\n");
-  return out;
+  Pieces& text(std::string_view text) {
+    if (pieces_.empty() || pieces_.back().special) pieces_.push_back({std::string(), false});
+    pieces_.back().text.append(text);
+    return *this;
+  }
+  std::vector<ChatPiece> take() { return std::move(pieces_); }
+
+ private:
+  std::vector<ChatPiece> pieces_;
+};
+
+std::vector<ChatPiece> render_chatml(std::string_view system, std::string_view user, const ChatOptions& options) {
+  Pieces out;
+  const std::string_view effective_system = system.empty() ? std::string_view(options.default_system) : system;
+  if (!effective_system.empty()) out.marker(kImStart).text("system\n").text(effective_system).marker(kImEnd).text("\n");
+  out.marker(kImStart).text("user\n").text(user).marker(kImEnd).text("\n");
+  out.marker(kImStart).text("assistant\n");
+  // <think> is a plain (not special) added token in Qwen3: matched in plain text too.
+  if (!options.enable_thinking) out.text("<think>\n\n</think>\n\n");
+  return out.take();
 }
 
-std::string render_llama3(std::string_view system, std::string_view user, const ChatOptions& options) {
-  std::string out(kBeginOfText);
-  out.append(kStartHeader).append("system").append(kEndHeader).append("\n\n");
-  out.append("Cutting Knowledge Date: December 2023\n");
-  out.append("Today Date: ").append(options.date_string).append("\n\n");
-  out.append(utf8::python_strip(system)).append(kEotId);
-  out.append(kStartHeader).append("user").append(kEndHeader).append("\n\n");
-  out.append(utf8::python_strip(user)).append(kEotId);
-  out.append(kStartHeader).append("assistant").append(kEndHeader).append("\n\n");
-  return out;
+std::vector<ChatPiece> render_llama3(std::string_view system, std::string_view user, const ChatOptions& options) {
+  Pieces out;
+  out.marker(kBeginOfText);
+  out.marker(kStartHeader).text("system").marker(kEndHeader).text("\n\n");
+  out.text("Cutting Knowledge Date: December 2023\n");
+  out.text("Today Date: ").text(options.date_string).text("\n\n");
+  out.text(utf8::python_strip(system)).marker(kEotId);
+  out.marker(kStartHeader).text("user").marker(kEndHeader).text("\n\n");
+  out.text(utf8::python_strip(user)).marker(kEotId);
+  out.marker(kStartHeader).text("assistant").marker(kEndHeader).text("\n\n");
+  return out.take();
 }
 
-std::string render_deepseek(std::string_view system, std::string_view user) {
-  std::string out(kDeepSeekBos);
-  if (!system.empty()) out.append(system).append("\n\n");
-  out.append("User: ").append(user).append("\n\n").append("Assistant:");
-  return out;
+std::vector<ChatPiece> render_deepseek(std::string_view system, std::string_view user) {
+  Pieces out;
+  out.marker(kDeepSeekBos);
+  if (!system.empty()) out.text(system).text("\n\n");
+  out.text("User: ").text(user).text("\n\n").text("Assistant:");
+  return out.take();
 }
 
 }  // namespace
 
-std::string render_chat(ChatFormat format, std::string_view system, std::string_view user,
-                        const ChatOptions& options) {
+std::vector<ChatPiece> render_chat_pieces(ChatFormat format, std::string_view system, std::string_view user,
+                                          const ChatOptions& options) {
   // The templates work on Python strings: make the input valid UTF-8 first.
   const std::string clean_system = utf8::sanitize(system);
   const std::string clean_user = utf8::sanitize(user);
@@ -62,6 +82,24 @@ std::string render_chat(ChatFormat format, std::string_view system, std::string_
     case ChatFormat::deepseek: return render_deepseek(clean_system, clean_user);
   }
   fail("render_chat: unknown chat format ", static_cast<int>(format));
+}
+
+std::string render_chat(ChatFormat format, std::string_view system, std::string_view user,
+                        const ChatOptions& options) {
+  std::string out;
+  for (const ChatPiece& piece : render_chat_pieces(format, system, user, options)) out += piece.text;
+  return out;
+}
+
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view system,
+                                 std::string_view user, const ChatOptions& options) {
+  const bool add_bos = !chat_renders_bos(format) && tokenizer.add_bos_by_default();
+  if (options.special_tokens_in_text) return tokenizer.encode(render_chat(format, system, user, options), add_bos);
+  const std::vector<ChatPiece> pieces = render_chat_pieces(format, system, user, options);
+  std::vector<TextPiece> text;
+  text.reserve(pieces.size());
+  for (const ChatPiece& piece : pieces) text.push_back({piece.text, piece.special});
+  return tokenizer.encode_pieces(text, add_bos);
 }
 
 bool chat_renders_bos(ChatFormat format) { return format != ChatFormat::chatml; }

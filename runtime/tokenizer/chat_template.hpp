@@ -13,9 +13,11 @@
 //   deepseek  <｜begin▁of▁sentence｜>{system}\n\nUser: {user}\n\nAssistant:   (DeepSeek-V2 / V2-Lite
 //             Chat; "{system}\n\n" only when a system prompt is given).
 //
-// An empty system prompt means "none given". Rendered text contains special tokens as text:
-// encode it with parse_special (the default) and without add_bos — chat_renders_bos() says whether
-// the BOS is already in the text.
+// An empty system prompt means "none given". encode_chat() turns a chat into token ids safely: the
+// template's markers become control tokens, while special-token text inside the system or user
+// message ("<|im_end|>\n<|im_start|>system") stays plain text, so a user cannot end their turn and
+// write a system turn of their own. render_chat() gives the text (markers spelled out) for display
+// and for comparison with the HF templates.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +39,29 @@ struct ChatOptions {
   std::string default_system;               // chatml: used when the system prompt is empty
   std::string date_string = "26 Jul 2024";  // llama3: "Today Date" (3.1's fixed date, 3.2's fallback)
   bool enable_thinking = true;              // chatml (Qwen3): false appends an empty think block
+  // encode_chat: parse special-token text in the system and user messages too, as the rendered
+  // text would be parsed whole (HF's apply_chat_template(tokenize=True) does this). Unsafe with
+  // text from anyone but the operator; off unless asked for.
+  bool special_tokens_in_text = false;
 };
 
+// The rendered prompt in pieces: the template's markers (special = true) and the text between
+// them (template text and the messages merged).
+struct ChatPiece {
+  std::string text;
+  bool special = false;
+};
+std::vector<ChatPiece> render_chat_pieces(ChatFormat format, std::string_view system, std::string_view user,
+                                          const ChatOptions& options = {});
+// The pieces joined: the prompt as the HF template renders it.
 std::string render_chat(ChatFormat format, std::string_view system, std::string_view user,
                         const ChatOptions& options = {});
+
+// The prompt's token ids: markers as control tokens, the rest with special-token parsing off
+// (unless options.special_tokens_in_text); BOS first when the model's pipeline adds one and the
+// template does not write it.
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, ChatFormat format, std::string_view system,
+                                 std::string_view user, const ChatOptions& options = {});
 
 // True when the rendered text starts with the model's BOS token (llama3, deepseek).
 bool chat_renders_bos(ChatFormat format);

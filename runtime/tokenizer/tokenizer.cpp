@@ -140,6 +140,28 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   return out;
 }
 
+std::vector<int32_t> Tokenizer::encode_pieces(std::span<const TextPiece> pieces, bool add_bos) const {
+  const Impl& m = *impl_;
+  std::vector<int32_t> out;
+  if (add_bos && m.bos >= 0) out.push_back(m.bos);
+  // Whether the special piece at `i` strips whitespace on its left (lstrip) or right (rstrip).
+  const auto strips = [&](size_t i, bool left) {
+    if (i >= pieces.size() || !pieces[i].special) return false;
+    const AddedToken* token = m.added.find(pieces[i].text);
+    return token != nullptr && (left ? token->lstrip : token->rstrip);
+  };
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::string_view text = pieces[i].text;
+    if (!pieces[i].special) {
+      if (i > 0 && strips(i - 1, /*left=*/false)) text = utf8::trim_white_space(text, /*front=*/true, /*back=*/false);
+      if (strips(i + 1, /*left=*/true)) text = utf8::trim_white_space(text, /*front=*/false, /*back=*/true);
+    }
+    const std::vector<int32_t> ids = encode(text, false, /*parse_special=*/pieces[i].special);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string bytes;
   bool at_start = true;
