@@ -55,6 +55,28 @@ std::string decode_output(const Tokenizer& tokenizer, std::span<const int32_t> i
   return tokenizer.decode(known, /*skip_special=*/true);
 }
 
+// Where a job came from, for messages: "requests.jsonl:3" or "the prompt".
+std::string job_origin(const CliOptions& o, const PromptJob& job) {
+  return job.line > 0 ? o.prompts_file + ":" + std::to_string(job.line) : std::string("the prompt");
+}
+
+// Why a request that ran has no complete answer, or "" when it has one: the KV pool was too small
+// for it, or the model's logits went NaN / infinite. Both end the run with exit code 1.
+std::string incomplete_reason(const FinishedRequest& f, const Backend& backend, const ModelInfo& m) {
+  const size_t produced = f.output_tokens.size();
+  if (f.reason == FinishReason::KvPoolFull) {
+    const int32_t pages = backend.kv_pages();
+    return "stopped after " + std::to_string(produced) + " tokens: the whole KV pool (" + std::to_string(pages) +
+           (pages == 1 ? " page" : " pages") + " of " + std::to_string(m.page_size) +
+           " tokens) is smaller than this request's context; give more --kv-pages";
+  }
+  if (f.reason == FinishReason::BadLogits) {
+    return "the model's logits were NaN or infinite after " + std::to_string(produced) +
+           " tokens; no token could be sampled";
+  }
+  return "";
+}
+
 void write_logits(const std::string& path, const std::vector<float>& logits, int64_t vocab) {
   const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
   write_safetensors(path, {{"logits", DType::F32, {rows, vocab},
@@ -91,7 +113,7 @@ int run(const ModelDef& model, const CliOptions& o) {
       engine.add(jobs[i].request);
       job_of[jobs[i].request.id] = i;
     } catch (const Error& e) {
-      jobs[i].error = (jobs[i].line > 0 ? o.prompts_file + ":" + std::to_string(jobs[i].line) + ": " : "") + e.what();
+      jobs[i].error = (jobs[i].line > 0 ? job_origin(o, jobs[i]) + ": " : "") + e.what();
     }
   }
 
@@ -125,6 +147,9 @@ int run(const ModelDef& model, const CliOptions& o) {
     if (!r.finished) {
       any_error = true;
       std::cerr << "kiln: error: " << jobs[i].error << "\n";
+    } else if (const std::string why = incomplete_reason(*r.finished, *backend, m); !why.empty()) {
+      any_error = true;
+      std::cerr << "kiln: error: " << job_origin(o, jobs[i]) << ": " << why << "\n";
     }
     report.results.push_back(std::move(r));
   }

@@ -163,6 +163,7 @@ class CudaBackend final : public Backend {
     page_bytes_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * 2;  // bf16
     info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 2;
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : pages_from_free_memory(options.gpu_mem_util, pages_per_seq);
+    check_kv_pool_fits(m, kv_pages_, page_bytes_ * m.num_layers, free_device_memory(), "GPU memory");
     kv_.resize(static_cast<int64_t>(kv_pages_) * page_bytes_ * m.num_layers);
     usage_bytes_ = static_cast<int64_t>(m.num_layers) * m.num_routed_experts;
     usage_.resize(usage_bytes_);
@@ -239,6 +240,12 @@ class CudaBackend final : public Backend {
  private:
   // KV pages from the memory left under the --gpu-mem-util budget, at most enough for every
   // sequence of a full batch at full context.
+  static int64_t free_device_memory() {
+    size_t free_bytes = 0, total_bytes = 0;
+    KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<int64_t>(free_bytes);
+  }
+
   int32_t pages_from_free_memory(double util, int32_t pages_per_seq) const {
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
