@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln::codegen {
 
@@ -77,7 +78,7 @@ struct JsonAdapter {
   static int line(const Node&) { return 0; }
   static std::string text(const Node& n) { return n.dump(); }
   static std::optional<int64_t> as_int(const Node& n) {
-    if (n.is_number_integer()) return n.get<int64_t>();
+    if (n.is_number_integer()) return json_integer(n);  // nullopt beyond int64, never wrapped
     // HF configs sometimes write integral floats ("factor": 8.0 where an int is meant).
     if (n.is_number_float()) {
       const double d = n.get<double>();

@@ -25,7 +25,7 @@ class StrictBuilder final : public nlohmann::json_sax<json> {
   bool number_unsigned(number_unsigned_t value) override { return add(json(value)); }
   bool number_float(number_float_t value, const string_t&) override { return add(json(value)); }
   bool string(string_t& value) override { return add(json(std::move(value))); }
-  bool binary(binary_t&) override { fail(origin_, ": invalid JSON (binary values are not JSON)"); }
+  bool binary(binary_t&) override { fail(origin_, ": not valid JSON (binary values are not JSON)"); }
   bool start_object(std::size_t) override { return open(json::object()); }
   bool key(string_t& key) override {
     if (open_.back()->contains(key)) fail(origin_, ": duplicate JSON key \"", key, "\"");
@@ -36,7 +36,7 @@ class StrictBuilder final : public nlohmann::json_sax<json> {
   bool start_array(std::size_t) override { return open(json::array()); }
   bool end_array() override { return close(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    fail(origin_, ": invalid JSON (", e.what(), ")");
+    fail(origin_, ": not valid JSON (", e.what(), ")");
   }
 
  private:
@@ -83,7 +83,7 @@ json parse_json_strict(std::string_view text, const std::string& origin, int max
   try {
     json::sax_parse(text.begin(), text.end(), &builder);
   } catch (const json::exception& e) {
-    fail(origin, ": invalid JSON (", e.what(), ")");
+    fail(origin, ": not valid JSON (", e.what(), ")");
   }
   return builder.take();
 }

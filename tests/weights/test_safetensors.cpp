@@ -190,9 +190,9 @@ TEST_CASE("safetensors: rejects malformed files", "[safetensors]") {
     CHECK_KILN_ERROR(kiln::parse_safetensors(huge, "huge.st"), "header length 18446744073709551615");
   }
   SECTION("bad JSON or a header that is not an object") {
-    CHECK_KILN_ERROR(parse("{not json", 0), "crafted.safetensors", "invalid JSON");
+    CHECK_KILN_ERROR(parse("{not json", 0), "crafted.safetensors", "not valid JSON");
     CHECK_KILN_ERROR(parse("[1, 2]", 0), "must be a JSON object", "array");
-    CHECK_KILN_ERROR(parse("", 0), "invalid JSON");
+    CHECK_KILN_ERROR(parse("", 0), "not valid JSON");
   }
   SECTION("entry missing a field") {
     CHECK_KILN_ERROR(parse(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8), "\"t\"", "missing field \"dtype\"");
@@ -325,7 +325,7 @@ TEST_CASE("safetensors: model directories, single-file and sharded", "[safetenso
   SECTION("a shard that is itself malformed names the shard") {
     kiln::test::write_file(dir.file("bad.safetensors"), image("{oops", 0));
     write_index(R"({"weight_map":{"w.a":"bad.safetensors"}})");
-    CHECK_KILN_ERROR(kiln::SafetensorsDir(dir.path().string()), "bad.safetensors", "invalid JSON");
+    CHECK_KILN_ERROR(kiln::SafetensorsDir(dir.path().string()), "bad.safetensors", "not valid JSON");
   }
 }
 
