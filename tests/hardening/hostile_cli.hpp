@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "runtime/tokenizer/byte_level.hpp"
+#include "tests/support/chatml_tokenizer.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -46,24 +46,9 @@ inline std::string copy_tiny_llama_dir(const TempDir& dir) {
   return to.string();
 }
 
-// A byte-level BPE tokenizer.json in `dir` of 256 byte tokens (id = byte) plus ChatML's markers
-// <|im_start|> 256, <|im_end|> 257 and <|endoftext|> 258: small enough for tiny-qwen3's 512 rows.
+// tests/support/chatml_tokenizer.hpp's tokenizer, written to `dir`; returns its path.
 inline std::string write_chatml_tokenizer(const TempDir& dir) {
-  using nlohmann::json;
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_level::byte_to_text(static_cast<uint8_t>(b))] = b;
-  json added = json::array();
-  int id = 256;
-  for (const char* marker : {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}) {
-    added.push_back({{"id", id++}, {"content", marker}, {"special", true}, {"normalized", false}});
-  }
-  const json tokenizer = {
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}};
-  return dir.write("chatml/tokenizer.json", tokenizer.dump());
+  return dir.write("chatml/tokenizer.json", chatml_tokenizer_json().dump());
 }
 
 }  // namespace kiln::test
