@@ -82,16 +82,27 @@ ChatFormat default_chat_format(Family family) {
 
 }  // namespace
 
-ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, std::vector<std::string>* warnings) {
-  // Strict: a repeated key is an error (nlohmann alone keeps the last), nesting is bounded.
-  const JsonFields doc(read_json_file(path), path, "");
+// The architecture part, shared by load_hf_config and read_hf_architecture; `doc` tells which
+// fields were read (for the unknown-field warnings).
+ModelSpec read_architecture_of(const JsonFields& doc, const std::string& path) {
   ModelSpec spec;
   spec.source = path;
   const std::string type = doc.choice("model_type", {"llama", "qwen3", "deepseek_v2"});
   spec.family = type == "llama" ? Family::llama : type == "qwen3" ? Family::qwen3 : Family::deepseek_v2;
-
   reject_unsupported_options(doc, spec.family);
   read_architecture(doc, spec);
+  return spec;
+}
+
+ModelSpec read_hf_architecture(const std::string& path) {
+  const JsonFields doc(read_json_file(path), path, "");
+  return read_architecture_of(doc, path);
+}
+
+ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, std::vector<std::string>* warnings) {
+  // Strict: a repeated key is an error (nlohmann alone keeps the last), nesting is bounded.
+  const JsonFields doc(read_json_file(path), path, "");
+  ModelSpec spec = read_architecture_of(doc, path);
 
   spec.name = import.name.empty() ? name_from_path(path) : import.name;
   spec.chat_format = import.chat_template.empty() ? default_chat_format(spec.family)
@@ -106,14 +117,6 @@ ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, s
   }
   validate(spec);
   return spec;
-}
-
-ModelSpec load_config(const std::string& path, const ImportOptions& import, std::vector<std::string>* warnings) {
-  if (!std::filesystem::exists(path)) fail(path, ": cannot read the file (it does not exist)");
-  const std::string ext = std::filesystem::path(path).extension().string();
-  if (ext == ".json") return load_hf_config(path, import, warnings);
-  if (ext == ".yaml" || ext == ".yml") return load_kiln_yaml(path);
-  fail(path, ": unknown config kind; expected a kiln config (.yaml) or an HF config.json (.json)");
 }
 
 }  // namespace kiln::codegen

@@ -3,6 +3,7 @@
 
 #include "codegen/config_arch.hpp"
 #include "codegen/config_load.hpp"
+#include "codegen/config_yaml_adapter.hpp"
 #include "codegen/strict_yaml.hpp"
 
 namespace kiln::codegen {

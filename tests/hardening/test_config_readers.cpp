@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "codegen/architecture_fields.hpp"
 #include "codegen/config_load.hpp"
 #include "runtime/core/error.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -101,4 +102,25 @@ TEST_CASE("config readers: numbers that do not fit are errors, not wrapped or ro
   CHECK(contains(error_of(replaced(kTinyLlama, "vocab_size: 512", "vocab_size: 99999999999999999999999"), ".yaml"),
                  "vocab_size"));
   CHECK(contains(error_of(replaced(kTinyLlama, "rms_norm_eps: 1.0e-5", "rms_norm_eps: 1e999"), ".yaml"), "rms_norm_eps"));
+}
+
+// Defect 8 compares a model directory's config.json with the config its binary came from, through
+// architecture_fields. The two readers must agree: each tiny model's YAML and the HF config.json
+// its golden fixtures were made from describe the same architecture.
+TEST_CASE("a kiln YAML and the HF config.json of the same model give the same architecture fields") {
+  for (const char* name : {"tiny-llama", "tiny-qwen3", "tiny-smollm2", "tiny-deepseek-v2", "tiny-deepseek-v2-lite"}) {
+    INFO(name);
+    const auto yaml = architecture_fields(load_config(std::string(KILN_SOURCE_DIR) + "/configs/" + name + ".yaml"));
+    const auto hf = architecture_fields(read_hf_architecture(std::string(KILN_SOURCE_DIR) + "/tests/golden/" + name + "/config.json"));
+    REQUIRE(yaml.size() == hf.size());
+    for (size_t i = 0; i < yaml.size(); ++i) {
+      INFO(yaml[i].name << ": " << yaml[i].value << " vs " << hf[i].name << ": " << hf[i].value);
+      CHECK(yaml[i].name == hf[i].name);
+      CHECK(same_value(yaml[i], hf[i]));
+    }
+  }
+  // Reals agree within fp32 rounding, not beyond.
+  CHECK(same_value({"rms_norm_eps", "1e-05", true}, {"rms_norm_eps", "9.999999747378752e-06", true}));
+  CHECK_FALSE(same_value({"rms_norm_eps", "1e-05", true}, {"rms_norm_eps", "1e-06", true}));
+  CHECK_FALSE(same_value({"hidden_size", "64", false}, {"hidden_size", "64.0", false}));
 }
