@@ -12,6 +12,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/model/gguf_source.hpp"
+#include "runtime/model/model_config_check.hpp"
 #include "runtime/tokenizer/stream_decoder.hpp"
 #include "runtime/weights/safetensors.hpp"
 
@@ -85,6 +86,8 @@ void write_logits(const std::string& path, const std::vector<float>& logits, int
 
 int run(const ModelDef& model, const CliOptions& o) {
   const ModelInfo& m = model.info;
+  // First: the tensor shapes alone may fit another model (other rope theta, eps, model_type).
+  if (!o.model_dir.empty()) check_model_config(o.model_dir, m);
   // Opened once for both the weights and the vocabulary.
   const std::shared_ptr<const GgufFile> gguf = o.gguf.empty() ? nullptr : std::make_shared<const GgufFile>(o.gguf);
   const std::optional<Tokenizer> tokenizer = open_tokenizer(o, gguf.get());
