@@ -1,11 +1,14 @@
 #include "runtime/cli/cli.hpp"
 
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 
+#include "runtime/cli/interrupt.hpp"
 #include "runtime/cli/options.hpp"
 #include "runtime/cli/report.hpp"
 #include "runtime/cli/requests.hpp"
@@ -78,6 +81,22 @@ std::string incomplete_reason(const FinishedRequest& f, const Backend& backend, 
   return "";
 }
 
+// --output: JSONL, one whole line per result, flushed as soon as it is written.
+class ResultFile {
+ public:
+  explicit ResultFile(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+    if (!out_) fail(path, ": cannot write (", std::strerror(errno), ")");
+  }
+  void write(const nlohmann::json& result) {
+    out_ << result.dump() << '\n' << std::flush;
+    if (!out_) fail(path_, ": write failed (", std::strerror(errno), ")");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
 void write_logits(const std::string& path, const std::vector<float>& logits, int64_t vocab) {
   const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
   write_safetensors(path, {{"logits", DType::F32, {rows, vocab},
@@ -97,6 +116,10 @@ int run(const ModelDef& model, const CliOptions& o) {
   }
   const ChatSetup chat{m.chat_template, m.chat_default_system, o.chat_special_tokens};
   std::vector<PromptJob> jobs = build_jobs(o, m, chat, tokenizer ? &*tokenizer : nullptr);
+
+  // Opened before the model loads: an unwritable path fails now, not after the run.
+  std::optional<ResultFile> output;
+  if (!o.output.empty()) output.emplace(o.output);
 
   std::unique_ptr<TensorSource> source;
   if (!o.model_dir.empty()) source = open_safetensors_source(o.model_dir);
@@ -126,7 +149,7 @@ int run(const ModelDef& model, const CliOptions& o) {
   if (stream && tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
   ProgressBar progress(static_cast<int64_t>(job_of.size()), o.progress && !stream);
   int64_t done = 0, tokens = 0;
-  std::vector<FinishedRequest> finished = engine.run([&](const TokenEvent& e) {
+  const auto on_token = [&](const TokenEvent& e) {
     ++tokens;
     if (stream && e.token >= 0) {
       if (!decoder) {
@@ -136,33 +159,53 @@ int run(const ModelDef& model, const CliOptions& o) {
       }
     }
     if (e.finished) progress.update(++done, tokens);
+  };
+
+  // --output gets each result as a whole line as soon as it is known (jobs that could not run
+  // first), so an interrupted batch keeps everything it finished.
+  std::vector<std::optional<FinishedRequest>> finished(jobs.size());
+  const auto result_of = [&](size_t i) {
+    JobResult r{&jobs[i], finished[i] ? &*finished[i] : nullptr, ""};
+    if (r.finished && tokenizer) r.text = decode_output(*tokenizer, r.finished->output_tokens);
+    return r;
+  };
+  if (output) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (!jobs[i].error.empty()) output->write(result_json(result_of(i)));
+    }
+  }
+  const InterruptCatcher interrupts;  // kept until the results and the summary are out
+  engine.run_until([] { return InterruptCatcher::caught() != 0; }, on_token, [&](FinishedRequest&& f) {
+    const size_t i = job_of.at(f.id);
+    finished[i] = std::move(f);
+    if (output) output->write(result_json(result_of(i)));
   });
   progress.finish();
   if (stream) std::cout << (decoder ? decoder->flush() : "") << "\n";
+  const int interrupted = InterruptCatcher::caught();
 
   RunReport report{&m, backend.get(), &engine.stats(), {}};
-  std::vector<const FinishedRequest*> by_job(jobs.size(), nullptr);
-  for (const FinishedRequest& f : finished) by_job[job_of.at(f.id)] = &f;
   bool any_error = false;
+  size_t num_finished = 0, num_unfinished = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    JobResult r{&jobs[i], by_job[i], ""};
-    if (r.finished && tokenizer) r.text = decode_output(*tokenizer, r.finished->output_tokens);
-    if (!r.finished) {
+    JobResult r = result_of(i);
+    if (r.finished) {
+      ++num_finished;
+      if (const std::string why = incomplete_reason(*r.finished, *backend, m); !why.empty()) {
+        any_error = true;
+        std::cerr << "kiln: error: " << job_origin(o, jobs[i]) << ": " << why << "\n";
+      }
+    } else if (jobs[i].error.empty()) {  // queued, but the run was interrupted first
+      ++num_unfinished;
+      jobs[i].error = job_origin(o, jobs[i]) + ": interrupted before it finished";
+    } else {
       any_error = true;
       std::cerr << "kiln: error: " << jobs[i].error << "\n";
-    } else if (const std::string why = incomplete_reason(*r.finished, *backend, m); !why.empty()) {
-      any_error = true;
-      std::cerr << "kiln: error: " << job_origin(o, jobs[i]) << ": " << why << "\n";
     }
     report.results.push_back(std::move(r));
   }
 
-  if (!o.dump_logits.empty()) write_logits(o.dump_logits, engine.prompt_logits(), m.vocab_size);
-  if (!o.output.empty()) {
-    std::ofstream out(o.output);
-    if (!out) fail(o.output, ": cannot write");
-    for (const JobResult& r : report.results) out << result_json(r).dump() << "\n";
-  }
+  if (!o.dump_logits.empty() && !interrupted) write_logits(o.dump_logits, engine.prompt_logits(), m.vocab_size);
   if (o.output_format == "json") {
     std::cout << report_json(report).dump(2) << "\n";
   } else if (!stream && o.output.empty()) {
@@ -177,7 +220,14 @@ int run(const ModelDef& model, const CliOptions& o) {
       }
     }
   }
-  if (!o.quiet && o.output_format == "text" && !finished.empty()) std::cerr << summary_text(report);
+  if (!o.quiet && o.output_format == "text" && num_finished > 0) std::cerr << summary_text(report);
+  if (interrupted) {
+    // Always said, -q or not: the run did not do what it was asked.
+    std::cerr << "kiln: interrupted by " << (interrupted == SIGINT ? "SIGINT" : "SIGTERM") << ": " << num_finished
+              << " of " << jobs.size() << " requests finished" << (output ? " (written to " + o.output + ")" : "")
+              << "; " << num_unfinished << " did not\n";
+    return 128 + interrupted;
+  }
   return any_error ? 1 : 0;
 }
 

@@ -40,22 +40,29 @@ void Engine::add(Request request) {
 }
 
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
+  std::vector<FinishedRequest> finished;
+  run_until({}, on_token, [&](FinishedRequest&& f) { finished.push_back(std::move(f)); });
+  return finished;
+}
+
+void Engine::run_until(const std::function<bool()>& stop, const std::function<void(const TokenEvent&)>& on_token,
+                       const std::function<void(FinishedRequest&&)>& on_finished) {
   run_start_ = std::chrono::steady_clock::now();
   first_token_at_.clear();
   prompt_logits_.clear();
-  while (scheduler_.has_unfinished()) run_step(on_token);
-  stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
-
-  std::vector<FinishedRequest> finished = scheduler_.take_finished();
-  for (const FinishedRequest& f : finished) {
-    stats_.prompt_tokens += f.num_prompt_tokens;
-    stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
-    stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
-    auto it = first_token_at_.find(f.id);
-    if (it != first_token_at_.end()) stats_.ttft_seconds.push_back(it->second);
+  while (scheduler_.has_unfinished() && !(stop && stop())) {
+    run_step(on_token);
+    for (FinishedRequest& f : scheduler_.take_finished()) {
+      stats_.prompt_tokens += f.num_prompt_tokens;
+      stats_.cached_prompt_tokens += f.num_cached_prompt_tokens;
+      stats_.output_tokens += static_cast<int64_t>(f.output_tokens.size());
+      auto it = first_token_at_.find(f.id);
+      if (it != first_token_at_.end()) stats_.ttft_seconds.push_back(it->second);
+      on_finished(std::move(f));
+    }
   }
+  stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
   stats_.scheduler = scheduler_.stats();
-  return finished;
 }
 
 void Engine::run_step(const std::function<void(const TokenEvent&)>& on_token) {

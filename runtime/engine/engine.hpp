@@ -44,6 +44,11 @@ class Engine {
   void add(Request request);
   // Runs every queued request to completion, calling on_token for each sampled token in order.
   std::vector<FinishedRequest> run(const std::function<void(const TokenEvent&)>& on_token = {});
+  // As run(), but hands each request to on_finished as soon as it finishes (so results can be
+  // written as they come), and stops early when `stop` returns true, which it is asked between
+  // steps (an interrupted batch); the unfinished requests stay queued.
+  void run_until(const std::function<bool()>& stop, const std::function<void(const TokenEvent&)>& on_token,
+                 const std::function<void(FinishedRequest&&)>& on_finished);
 
   const EngineStats& stats() const { return stats_; }
   // With capture_prompt_logits: [prompt_len, vocab] logits of the last run's request.
