@@ -9,9 +9,12 @@ import json
 import os
 import shutil
 import struct
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from crafted_files import f32_values, gguf, q8_0_blocks, safetensors  # noqa: E402
 
 
 def corpus(name):
@@ -27,18 +30,6 @@ def write(directory, name, data):
 
 
 # ---- safetensors ----
-def safetensors(tensors, metadata=None):
-    header, blobs, offset = {}, [], 0
-    for name, dtype, shape, data in tensors:
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    if metadata:
-        header["__metadata__"] = metadata
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
-
-
 d = corpus("fuzz_safetensors")
 write(d, "f32.safetensors", safetensors([("w", "F32", [2, 2], struct.pack("<4f", 1, -2, 3.5, 0))]))
 write(d, "mixed.safetensors", safetensors([("a", "BF16", [3], b"\x80\x3f\x00\x40\xc0\x7f"), ("b", "F16", [1, 2], b"\x00\x3c\x00\xc0"),
@@ -47,43 +38,6 @@ write(d, "empty.safetensors", safetensors([]))
 
 
 # ---- GGUF ----
-GGUF_TYPES = {"u8": 0, "i8": 1, "u16": 2, "i16": 3, "u32": 4, "i32": 5, "f32": 6, "bool": 7, "str": 8, "arr": 9,
-              "u64": 10, "i64": 11, "f64": 12}
-
-
-def gstr(s):
-    b = s.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-def gvalue(kind, v):
-    if kind == "str":
-        return gstr(v)
-    if kind == "arr":
-        inner, items = v
-        out = struct.pack("<IQ", GGUF_TYPES[inner], len(items))
-        return out + b"".join(gvalue(inner, x) for x in items)
-    fmt = {"u8": "B", "i8": "b", "u16": "H", "i16": "h", "u32": "I", "i32": "i", "f32": "f", "bool": "?",
-           "u64": "Q", "i64": "q", "f64": "d"}[kind]
-    return struct.pack("<" + fmt, v)
-
-
-def gguf(kvs, tensors):
-    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
-    for key, kind, v in kvs:
-        out += gstr(key) + struct.pack("<I", GGUF_TYPES[kind]) + gvalue(kind, v)
-    data, offsets = b"", []
-    for name, ggml_type, ne, blob in tensors:
-        data += b"\0" * (-len(data) % 32)
-        offsets.append(len(data))
-        data += blob
-    for (name, ggml_type, ne, blob), offset in zip(tensors, offsets):
-        out += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
-        out += struct.pack("<IQ", ggml_type, offset)
-    out += b"\0" * (-len(out) % 32)
-    return out + data
-
-
 tokens = ["<unk>", "<s>", "</s>", "a", "b", "ab", "\u0120", "\u0120a"]
 vocab_kvs = [("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", "gpt-2"),
              ("tokenizer.ggml.tokens", "arr", ("str", tokens)),
@@ -98,24 +52,20 @@ llama_kvs = [("general.architecture", "str", "llama"), ("llama.block_count", "u3
              ("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5), ("llama.vocab_size", "u32", vocab)]
 
 
-def f32(n, scale=0.01):
-    return struct.pack("<%df" % n, *[scale * ((i % 7) - 3) for i in range(n)])
-
-
-def q8_0(n):  # blocks of 32: f16 scale + 32 int8
-    return b"".join(struct.pack("<e", 0.01) + bytes((i % 11) for i in range(32)) for _ in range(n // 32))
-
-
-layer = [("blk.0.attn_norm.weight", 0, [hidden], f32(hidden, 1)), ("blk.0.attn_q.weight", 0, [hidden, hidden], f32(64)),
-         ("blk.0.attn_k.weight", 0, [hidden, 4], f32(32)), ("blk.0.attn_v.weight", 0, [hidden, 4], f32(32)),
-         ("blk.0.attn_output.weight", 0, [hidden, hidden], f32(64)), ("blk.0.ffn_norm.weight", 0, [hidden], f32(hidden, 1)),
-         ("blk.0.ffn_gate.weight", 0, [hidden, 16], f32(128)), ("blk.0.ffn_up.weight", 0, [hidden, 16], f32(128)),
-         ("blk.0.ffn_down.weight", 0, [16, hidden], f32(128))]
+layer = [("blk.0.attn_norm.weight", 0, [hidden], f32_values(hidden, 1)),
+         ("blk.0.attn_q.weight", 0, [hidden, hidden], f32_values(64)),
+         ("blk.0.attn_k.weight", 0, [hidden, 4], f32_values(32)),
+         ("blk.0.attn_v.weight", 0, [hidden, 4], f32_values(32)),
+         ("blk.0.attn_output.weight", 0, [hidden, hidden], f32_values(64)),
+         ("blk.0.ffn_norm.weight", 0, [hidden], f32_values(hidden, 1)),
+         ("blk.0.ffn_gate.weight", 0, [hidden, 16], f32_values(128)),
+         ("blk.0.ffn_up.weight", 0, [hidden, 16], f32_values(128)),
+         ("blk.0.ffn_down.weight", 0, [16, hidden], f32_values(128))]
 d = corpus("fuzz_gguf")
 write(d, "vocab.gguf", gguf(vocab_kvs, []))
-write(d, "llama.gguf", gguf(llama_kvs + vocab_kvs, [("token_embd.weight", 0, [hidden, vocab], f32(hidden * vocab)),
-                                                    ("output_norm.weight", 0, [hidden], f32(hidden, 1))] + layer))
-write(d, "q8_0.gguf", gguf([("general.architecture", "str", "llama")], [("t", 8, [64], q8_0(64))]))
+write(d, "llama.gguf", gguf(llama_kvs + vocab_kvs, [("token_embd.weight", 0, [hidden, vocab], f32_values(hidden * vocab)),
+                                                    ("output_norm.weight", 0, [hidden], f32_values(hidden, 1))] + layer))
+write(d, "q8_0.gguf", gguf([("general.architecture", "str", "llama")], [("t", 8, [64], q8_0_blocks(64))]))
 
 
 # ---- tokenizer.json ----
