@@ -1,5 +1,6 @@
-// GPU sampler against the CPU reference, plus timings. Exits 77 (ctest: skipped) without a GPU.
-//   test_serving_gpu [group...]   groups: philox exp sampler graph timing (default: all)
+// GPU sampler against the CPU reference, plus timings, and the serving soak on CUDA. Exits 77
+// (ctest: skipped) without a GPU.
+//   test_serving_gpu [group...]   groups: philox exp sampler graph timing soak (default: all)
 //
 // The two samplers share one definition made of exactly rounded operations and integer mass
 // (sampling_math.hpp), so tokens must match on every row: a float-summing sampler would differ
@@ -21,11 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "model.hpp"  // generated/tiny-llama, for the soak
 #include "runtime/serving/philox.hpp"
 #include "runtime/serving/sampler.hpp"
 #include "runtime/serving/sampler_cpu.hpp"
 #include "runtime/serving/sampling_math.hpp"
 #include "tests/support/gpu_harness.hpp"
+#include "tests/support/soak.hpp"
 
 using namespace kiln;
 
@@ -434,6 +437,22 @@ void time_sampler(SamplerWorkspace& workspace) {
   }
 }
 
+// Issue 13: 256 random requests of tiny-llama through a KV pool that holds about three at once,
+// against each run alone (tests/support/soak.hpp). Preempted requests are recomputed; their outputs
+// must still equal running alone, bit for bit.
+void check_soak_on_cuda() {
+  const ModelDef& model = models::tiny_llama::model_def();
+  const test::SoakReport r = test::run_soak(model, 256, 2024, [&](int32_t kv_pages) {
+    return make_cuda_backend(model, WeightOrigin{nullptr, 11}, BackendOptions{.kv_pages = kv_pages});
+  });
+  std::printf("%s\n", r.summary().c_str());
+  for (const std::string& d : r.differences) std::printf("  %s\n", d.c_str());
+  expect(r.finished == r.requests && r.finished_twice == 0, "soak: every request finished exactly once");
+  expect(r.preemptions > 0, "soak: the small pool preempted");
+  expect(r.pages_in_use_after == 0, "soak: every KV page is free after the run");
+  expect(r.differing == 0, "soak: " + std::to_string(r.differing) + " outputs differ from running alone");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -457,7 +476,8 @@ int main(int argc, char** argv) {
                               {"launch_sampler, one block per row", nullptr, nullptr}});
           }},
          {"graph", [&] { check_graph_capture(shared().workspace()); }},
-         {"timing", [&] { time_sampler(shared().workspace()); }}});
+         {"timing", [&] { time_sampler(shared().workspace()); }},
+         {"soak", check_soak_on_cuda}});
   } catch (const std::exception& e) {
     std::printf("FAIL %s\n", e.what());
     return 1;
