@@ -189,6 +189,11 @@ TEST_CASE("safetensors: rejects malformed files", "[safetensors]") {
     const auto huge = image("{}", 0, ~uint64_t{0});
     CHECK_KILN_ERROR(kiln::parse_safetensors(huge, "huge.st"), "header length 18446744073709551615");
   }
+  SECTION("header length over the format's 100 MB limit, even where the file is that long") {
+    const auto file = image("{}", 0, 100'000'001);
+    CHECK_KILN_ERROR(kiln::parse_safetensors(file, "big.st"), "big.st", "header length 100000001",
+                     "over the format's limit of 100000000 bytes");
+  }
   SECTION("bad JSON or a header that is not an object") {
     CHECK_KILN_ERROR(parse("{not json", 0), "crafted.safetensors", "not valid JSON");
     CHECK_KILN_ERROR(parse("[1, 2]", 0), "must be a JSON object", "array");

@@ -44,7 +44,7 @@ one = struct.pack("<f", 1.0)
 # ---- safetensors (as a model directory's model.safetensors) ----
 case("safetensors", "empty.safetensors", b"", "shorter than the 8-byte safetensors header length")
 case("safetensors", "header_past_end.safetensors", struct.pack("<Q", 1000) + b"{}", "runs past the end of the file")
-case("safetensors", "header_2pow63.safetensors", struct.pack("<Q", 1 << 63) + b"{}", "runs past the end of the file")
+case("safetensors", "header_2pow63.safetensors", struct.pack("<Q", 1 << 63) + b"{}", "over the format's limit")
 case("safetensors", "header_not_json.safetensors", safetensors([], header="{oops"), "not valid JSON")
 case("safetensors", "header_array.safetensors", safetensors([], header="[]"), "must be a JSON object")
 case("safetensors", "duplicate_tensor.safetensors",
