@@ -23,6 +23,13 @@ function(kiln_add_models)
   foreach(dir ${KILN_EXTRA_MODEL_DIRS})
     get_filename_component(name ${dir} NAME)
     list(FIND names ${name} already)
+    # A second folder under a name already taken would silently build the first one's binary.
+    get_filename_component(real_dir ${dir} REALPATH)
+    get_filename_component(in_tree ${PROJECT_SOURCE_DIR}/generated/${name} REALPATH)
+    if(NOT already EQUAL -1 AND NOT real_dir STREQUAL in_tree)
+      message(FATAL_ERROR "KILN_EXTRA_MODEL_DIRS: ${dir} is named '${name}', which is already a model of this build "
+                          "(generated/${name}); generate it under another name (kilnc --name)")
+    endif()
     if(already EQUAL -1)
       if(NOT EXISTS ${dir}/CMakeLists.txt)
         message(FATAL_ERROR "KILN_EXTRA_MODEL_DIRS names ${dir}, which holds no generated model")

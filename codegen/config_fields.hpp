@@ -1,9 +1,8 @@
-// Strict, typed reading of one mapping in a config file (kiln YAML or HF config.json).
+// Strict, typed reading of one mapping in a config file (kiln YAML or HF config.json). Free of
+// yaml-cpp, so the runtime can read a model directory's config.json with the same code.
 // Every error names the file, the line when known, the dotted field path and what was expected:
 //   configs/tiny-llama.yaml:7: field 'model.hidden_size': expected a positive integer, got "abc"
 #pragma once
-
-#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <cstdint>
@@ -15,50 +14,12 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln::codegen {
 
-// Adapters give YAML::Node and nlohmann::json one vocabulary.
-struct YamlAdapter {
-  using Node = YAML::Node;
-  static bool is_map(const Node& n) { return n.IsMap(); }
-  static bool is_null(const Node& n) { return !n.IsDefined() || n.IsNull(); }
-  static bool is_list(const Node& n) { return n.IsSequence(); }
-  static std::vector<Node> items(const Node& n) { return {n.begin(), n.end()}; }
-  static std::vector<std::string> keys(const Node& n) {
-    std::vector<std::string> out;
-    for (const auto& kv : n) out.push_back(kv.first.as<std::string>());
-    return out;
-  }
-  static Node child(const Node& n, const std::string& key) { return n[key]; }
-  static int line(const Node& n) { return n.Mark().line >= 0 ? n.Mark().line + 1 : 0; }
-  static std::string text(const Node& n) { return n.IsScalar() ? n.Scalar() : "(a " + kind(n) + ")"; }
-  static std::string kind(const Node& n) {
-    return n.IsMap() ? "mapping" : n.IsSequence() ? "list" : n.IsNull() ? "null" : "scalar";
-  }
-  static std::optional<int64_t> as_int(const Node& n) {
-    if (!n.IsScalar()) return std::nullopt;
-    int64_t v;
-    return YAML::convert<int64_t>::decode(n, v) ? std::optional(v) : std::nullopt;
-  }
-  static std::optional<double> as_double(const Node& n) {
-    if (!n.IsScalar()) return std::nullopt;
-    double v;
-    return YAML::convert<double>::decode(n, v) ? std::optional(v) : std::nullopt;
-  }
-  static std::optional<bool> as_bool(const Node& n) {
-    if (!n.IsScalar()) return std::nullopt;
-    const std::string& s = n.Scalar();  // only the YAML 1.2 core spellings
-    if (s == "true") return true;
-    if (s == "false") return false;
-    return std::nullopt;
-  }
-  static std::optional<std::string> as_string(const Node& n) {
-    if (!n.IsScalar()) return std::nullopt;
-    return n.Scalar();
-  }
-};
-
+// Adapters give each file format (JSON here, YAML in config_yaml_adapter.hpp) one vocabulary,
+// so the reader below and the architecture readers (config_arch.hpp) serve both.
 struct JsonAdapter {
   using Node = nlohmann::json;
   static bool is_map(const Node& n) { return n.is_object(); }
@@ -77,7 +38,7 @@ struct JsonAdapter {
   static int line(const Node&) { return 0; }
   static std::string text(const Node& n) { return n.dump(); }
   static std::optional<int64_t> as_int(const Node& n) {
-    if (n.is_number_integer()) return n.get<int64_t>();
+    if (n.is_number_integer()) return json_integer(n);  // nullopt beyond int64, never wrapped
     // HF configs sometimes write integral floats ("factor": 8.0 where an int is meant).
     if (n.is_number_float()) {
       const double d = n.get<double>();
@@ -254,7 +215,6 @@ class Fields {
   mutable std::set<std::string> seen_;
 };
 
-using YamlFields = Fields<YamlAdapter>;
 using JsonFields = Fields<JsonAdapter>;
 
 }  // namespace kiln::codegen

@@ -4,12 +4,11 @@
 // fields, and an unknown field should not fail a build, but nobody should miss it either).
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "codegen/config_arch.hpp"
 #include "codegen/config_load.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln::codegen {
 
@@ -28,18 +27,6 @@ const std::set<std::string> kIgnoredHfFields = {
     "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
     "finetuning_task", "num_labels", "head_dim", "qk_head_dim", "rope_scaling", "rope_theta",
     "rope_parameters"};
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot read the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path, ": not valid JSON at byte ", e.byte, ": ", e.what());
-  }
-}
 
 // Options with a value kiln implements, or an error naming the field and what is supported.
 void reject_unsupported_options(const JsonFields& doc, Family family) {
@@ -95,15 +82,27 @@ ChatFormat default_chat_format(Family family) {
 
 }  // namespace
 
-ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, std::vector<std::string>* warnings) {
-  const JsonFields doc(read_json(path), path, "");
+// The architecture part, shared by load_hf_config and read_hf_architecture; `doc` tells which
+// fields were read (for the unknown-field warnings).
+ModelSpec read_architecture_of(const JsonFields& doc, const std::string& path) {
   ModelSpec spec;
   spec.source = path;
   const std::string type = doc.choice("model_type", {"llama", "qwen3", "deepseek_v2"});
   spec.family = type == "llama" ? Family::llama : type == "qwen3" ? Family::qwen3 : Family::deepseek_v2;
-
   reject_unsupported_options(doc, spec.family);
   read_architecture(doc, spec);
+  return spec;
+}
+
+ModelSpec read_hf_architecture(const std::string& path) {
+  const JsonFields doc(read_json_file(path), path, "");
+  return read_architecture_of(doc, path);
+}
+
+ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, std::vector<std::string>* warnings) {
+  // Strict: a repeated key is an error (nlohmann alone keeps the last), nesting is bounded.
+  const JsonFields doc(read_json_file(path), path, "");
+  ModelSpec spec = read_architecture_of(doc, path);
 
   spec.name = import.name.empty() ? name_from_path(path) : import.name;
   spec.chat_format = import.chat_template.empty() ? default_chat_format(spec.family)
@@ -118,13 +117,6 @@ ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, s
   }
   validate(spec);
   return spec;
-}
-
-ModelSpec load_config(const std::string& path, const ImportOptions& import, std::vector<std::string>* warnings) {
-  const std::string ext = std::filesystem::path(path).extension().string();
-  if (ext == ".json") return load_hf_config(path, import, warnings);
-  if (ext == ".yaml" || ext == ".yml") return load_kiln_yaml(path);
-  fail(path, ": unknown config kind; expected a kiln config (.yaml) or an HF config.json (.json)");
 }
 
 }  // namespace kiln::codegen

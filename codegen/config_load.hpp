@@ -23,6 +23,10 @@ ModelSpec load_config(const std::string& path, const ImportOptions& import = {},
 ModelSpec load_kiln_yaml(const std::string& path);
 ModelSpec load_hf_config(const std::string& path, const ImportOptions& import,
                          std::vector<std::string>* warnings = nullptr);
+// Only the architecture of an HF config.json (model_type, shapes, RoPE, MLA and MoE fields),
+// unsupported options rejected by name; no name, build choices or validate(). What the runtime
+// reads of a model directory to compare it with its binary (architecture_fields.hpp).
+ModelSpec read_hf_architecture(const std::string& path);
 
 // Checks shapes and options for consistency and support; throws naming the file and field.
 void validate(const ModelSpec& spec);

@@ -3,6 +3,8 @@
 
 #include "codegen/config_arch.hpp"
 #include "codegen/config_load.hpp"
+#include "codegen/config_yaml_adapter.hpp"
+#include "codegen/strict_yaml.hpp"
 
 namespace kiln::codegen {
 
@@ -29,14 +31,8 @@ BuildSpec read_build(const YamlFields& build) {
 }  // namespace
 
 ModelSpec load_kiln_yaml(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    fail(path, ": cannot read the file");
-  } catch (const YAML::ParserException& e) {
-    fail(path, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
-  }
+  // Repeated keys, aliases and deep nesting are refused before the document is built.
+  const YAML::Node root = load_yaml_strict(path);
   if (!root.IsDefined() || root.IsNull()) fail(path, ": the file is empty");
 
   const YamlFields doc(root, path, "");

@@ -1,5 +1,6 @@
 // weights.inc (the weight manifest), model.cpp (the model as the runtime sees it) and main.cpp
 // (the binary's entry point).
+#include "codegen/architecture_fields.hpp"
 #include "codegen/emit.hpp"
 #include "codegen/graph_build.hpp"
 
@@ -121,6 +122,13 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   field("tie_word_embeddings", s.tie_word_embeddings ? "true" : "false");
   field("intermediate_size", "kIntermediateSize");
   field("rms_norm_eps", "kRmsNormEps");
+  c.line(".config_fields = {");
+  c.indent();
+  for (const ArchitectureField& f : architecture_fields(s)) {
+    c.line("{" + quoted(f.name) + ", " + quoted(f.value) + ", " + (f.real ? "true" : "false") + "},");
+  }
+  c.dedent();
+  c.line("},");
   c.dedent();
   c.line("},");
   c.line("&kWeights,");

@@ -7,7 +7,7 @@
 #include "runtime/core/file_io.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 #include "runtime/weights/gguf.hpp"
-#include "runtime/weights/strict_json.hpp"
+#include "runtime/core/strict_json.hpp"
 
 // minja.hpp is third-party code: its warnings are not ours to fix.
 #pragma GCC diagnostic push
@@ -111,7 +111,7 @@ std::string find_chat_template(const std::string& model_dir) {
   if (fs::exists(dir / "chat_template.jinja")) return read_file((dir / "chat_template.jinja").string());
   const fs::path config = dir / "tokenizer_config.json";
   if (!fs::exists(config)) return "";
-  const json j = parse_json(read_file(config.string()), config.string());
+  const json j = read_json_file(config.string());
   if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null()) return "";
   const json& t = j["chat_template"];
   if (t.is_string()) return t.get<std::string>();

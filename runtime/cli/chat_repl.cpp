@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string>
 
+#include "runtime/chat/chat_encode.hpp"
 #include "runtime/cli/model_setup.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/server/output_processor.hpp"
@@ -61,7 +62,9 @@ int run_chat(const ModelDef& model, const CliOptions& o) {
     messages.push_back({{"role", "user"}, {"content", line}});
     Request request;
     request.id = next_id++;
-    request.prompt = tokenizer.encode(setup.chat_template->render(messages, true), /*add_bos=*/false);
+    request.prompt = encode_chat(tokenizer, *setup.chat_template, messages, /*add_generation_prompt=*/true,
+                                 nlohmann::json::object(), o.chat_special_tokens)
+                         .ids;
     request.params = params;
     if (o.seed) request.params.seed = *o.seed + turn;
     ++turn;

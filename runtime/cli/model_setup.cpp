@@ -5,6 +5,7 @@
 #include "runtime/chat/builtin_templates.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/model/gguf_source.hpp"
+#include "runtime/model/model_config_check.hpp"
 #include "runtime/tokenizer/chat_template.hpp"
 
 namespace kiln {
@@ -43,6 +44,8 @@ std::string tokenizer_dir(const CliOptions& o) {
 ModelSetup open_model(const ModelDef& model, const CliOptions& o) {
   const ModelInfo& m = model.info;
   ModelSetup s;
+  // First: the tensor shapes alone may fit another model (other rope theta, eps, model_type).
+  if (!o.model_dir.empty()) check_model_config(o.model_dir, m);
   // Opened once for the weights, the vocabulary and the chat template.
   if (!o.gguf.empty()) s.gguf = std::make_shared<const GgufFile>(o.gguf);
   s.tokenizer = open_tokenizer(o, s.gguf.get());

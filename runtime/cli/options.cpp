@@ -124,6 +124,8 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
     app.add_option("--output", o.output, "write results as JSONL, one line per request");
   }
   if (o.command != Command::serve) app.add_option("--system", o.system, "system prompt for chat");
+  app.add_flag("--chat-special-tokens", o.chat_special_tokens,
+               "let chat and system text spell control tokens such as <|im_end|> (unsafe with untrusted text)");
 
   if (o.command != Command::serve) {
     app.add_option("-n,--n-predict,--max-tokens", o.max_tokens, "tokens to generate at most")

@@ -28,6 +28,7 @@ struct CliOptions {
   std::string prompt;          // --prompt TEXT
   std::string chat;            // --chat TEXT (rendered with the model's chat template)
   std::string system;          // --system TEXT (chat)
+  bool chat_special_tokens = false;  // --chat-special-tokens: chat text may spell control tokens (unsafe)
   std::vector<int32_t> prompt_ids;  // --prompt-ids 1,2,3
   std::string prompts_file;    // --prompts-file F (JSONL)
   std::string output;          // --output F (JSONL results)

@@ -1,12 +1,15 @@
 #include "runtime/cli/requests.hpp"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <charconv>
-#include <map>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 
+#include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln {
 
@@ -14,11 +17,13 @@ namespace {
 
 using nlohmann::json;
 
-// Text -> ids; chat text is rendered with the model's template first and its end-of-turn tokens
-// become stop tokens.
+// Text -> ids; chat text is rendered with the model's template first (the messages' text never
+// becomes control tokens unless the operator allowed it) and its end-of-turn tokens become stop
+// tokens.
 struct Encoder {
   const ModelInfo& model;
   const ModelSetup& setup;
+  bool special_tokens_in_text;  // --chat-special-tokens
 
   const Tokenizer& need_tokenizer(const char* what) const {
     if (!setup.tokenizer) {
@@ -39,8 +44,9 @@ struct Encoder {
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
     messages.push_back({{"role", "user"}, {"content", user}});
     for (int32_t id : setup.chat_stop_ids) stops.push_back(id);
-    // The template writes the BOS and other special tokens as text.
-    return t.encode(setup.chat_template->render(messages, true), /*add_bos=*/false);
+    return encode_chat(t, *setup.chat_template, messages, /*add_generation_prompt=*/true, nlohmann::json::object(),
+                       special_tokens_in_text)
+        .ids;
   }
 };
 
@@ -51,6 +57,96 @@ void check_ids(const std::vector<int32_t>& ids, const ModelInfo& model, const ch
   }
 }
 
+// The fields of one request line, read without narrowing: a value that does not fit its field
+// is an error naming the field (4294967297 is no token id, and 1e300 is no temperature).
+class LineFields {
+ public:
+  explicit LineFields(const json& line) : line_(line) {}
+
+  bool has(const char* key) const { return line_.contains(key); }
+  const json& at(const char* key) const { return line_.at(key); }
+
+  std::string string(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_string()) wrong(key, v, "a string");
+    return v.get<std::string>();
+  }
+  int32_t integer(const char* key, int32_t fallback, int32_t min) const {
+    if (!has(key)) return fallback;
+    const auto v = json_integer(at(key), min, std::numeric_limits<int32_t>::max());
+    if (!v) wrong(key, at(key), "an integer in [" + std::to_string(min) + ", 2147483647]");
+    return static_cast<int32_t>(*v);
+  }
+  float number(const char* key, float fallback) const {
+    if (!has(key)) return fallback;
+    const auto v = json_number(at(key));
+    if (!v || !std::isfinite(static_cast<float>(*v))) wrong(key, at(key), "a finite number");
+    return static_cast<float>(*v);
+  }
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!at(key).is_boolean()) wrong(key, at(key), "true or false");
+    return at(key).get<bool>();
+  }
+  std::optional<uint64_t> seed() const {
+    if (!has("seed")) return std::nullopt;
+    const auto v = json_unsigned(at("seed"));
+    if (!v) wrong("seed", at("seed"), "an integer in [0, 2^64)");
+    return v;
+  }
+  // A list of token ids, each in [0, 2^31) (the vocabulary is checked later, naming the id).
+  std::vector<int32_t> ids(const char* key) const {
+    std::vector<int32_t> out;
+    if (!has(key)) return out;
+    const json& list = at(key);
+    if (!list.is_array()) wrong(key, list, "a list of token ids");
+    for (const json& item : list) {
+      const auto v = json_integer(item, 0, std::numeric_limits<int32_t>::max());
+      if (!v) wrong(key, item, "token ids in [0, 2147483647]");
+      out.push_back(static_cast<int32_t>(*v));
+    }
+    return out;
+  }
+  // A string or a list of strings (stop).
+  std::vector<std::string> strings(const char* key) const {
+    if (!has(key)) return {};
+    const json& v = at(key);
+    if (v.is_string()) return {v.get<std::string>()};
+    if (!v.is_array()) wrong(key, v, "a string or a list of strings");
+    std::vector<std::string> out;
+    for (const json& item : v) {
+      if (!item.is_string()) wrong(key, item, "strings");
+      out.push_back(item.get<std::string>());
+    }
+    return out;
+  }
+  // {"token id": bias}: each key a token id in [0, 2^31), each value a finite number.
+  std::vector<std::pair<int32_t, float>> logit_bias() const {
+    std::vector<std::pair<int32_t, float>> out;
+    if (!has("logit_bias")) return out;
+    const json& v = at("logit_bias");
+    if (!v.is_object()) wrong("logit_bias", v, "an object {\"token id\": bias}");
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string& token = it.key();
+      int32_t id = -1;
+      const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
+      if (ec != std::errc() || ptr != token.data() + token.size() || id < 0) {
+        fail("field 'logit_bias': key '", token.substr(0, 40), "' is not a token id");
+      }
+      const auto bias = json_number(it.value());
+      if (!bias) wrong("logit_bias", it.value(), "a number as the bias of token " + token);
+      out.emplace_back(id, static_cast<float>(*bias));
+    }
+    return out;
+  }
+
+ private:
+  [[noreturn]] static void wrong(const char* key, const json& value, const std::string& expected) {
+    fail("field '", key, "': expected ", expected, ", got ", json_excerpt(value));
+  }
+  const json& line_;
+};
+
 // One JSONL line: exactly one of prompt / chat / prompt_ids, plus optional sampling fields.
 Request parse_line(const json& j, const CliOptions& o, const Encoder& enc, const SamplingParams& defaults,
                    std::string& user_id) {
@@ -60,67 +156,74 @@ Request parse_line(const json& j, const CliOptions& o, const Encoder& enc, const
       "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "prompt_logprobs"};
   if (!j.is_object()) fail("expected a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!kFields.count(it.key())) fail("unknown field '", it.key(), "'");
+    if (!kFields.count(it.key())) fail("unknown field '", it.key().substr(0, 40), "'");
   }
-  auto get = [&](const char* key, auto fallback) {
-    using T = decltype(fallback);
-    if (!j.contains(key)) return fallback;
-    try {
-      return j.at(key).get<T>();
-    } catch (const json::exception&) {
-      fail("field '", key, "' has the wrong type: ", j.at(key).dump());
-    }
-  };
-  if (j.contains("id")) user_id = j.at("id").is_string() ? j.at("id").get<std::string>() : j.at("id").dump();
+  const LineFields f(j);
+  if (f.has("id")) user_id = f.at("id").is_string() ? f.at("id").get<std::string>() : json_excerpt(f.at("id"));
 
   Request r;
   r.params = defaults;
-  const int sources = j.contains("prompt") + j.contains("chat") + j.contains("prompt_ids");
+  const int sources = f.has("prompt") + f.has("chat") + f.has("prompt_ids");
   if (sources != 1) fail("give exactly one of \"prompt\", \"chat\", \"prompt_ids\"");
-  if (j.contains("prompt")) r.prompt = enc.text(get("prompt", std::string()));
-  if (j.contains("chat")) {
-    r.prompt = enc.chat_turn(get("chat", std::string()), get("system", o.system), r.params.stop_token_ids);
+  if (f.has("prompt")) r.prompt = enc.text(f.string("prompt"));
+  if (f.has("chat")) {
+    r.prompt = enc.chat_turn(f.string("chat"), f.has("system") ? f.string("system") : o.system, r.params.stop_token_ids);
   }
-  if (j.contains("prompt_ids")) {
-    r.prompt = get("prompt_ids", std::vector<int32_t>());
+  if (f.has("prompt_ids")) {
+    r.prompt = f.ids("prompt_ids");
     check_ids(r.prompt, enc.model, "prompt_ids");
   }
-  r.params.max_tokens = get("max_tokens", r.params.max_tokens);
-  r.params.temperature = get("temperature", r.params.temperature);
-  r.params.top_p = get("top_p", r.params.top_p);
-  r.params.top_k = get("top_k", r.params.top_k);
-  r.params.min_p = get("min_p", r.params.min_p);
-  if (j.contains("seed")) r.params.seed = get("seed", uint64_t{0});
-  for (int32_t id : get("stop_token_ids", std::vector<int32_t>())) r.params.stop_token_ids.push_back(id);
-  r.params.ignore_eos = get("ignore_eos", r.params.ignore_eos);
-  r.params.logprobs = get("logprobs", r.params.logprobs);
-  r.params.top_logprobs = get("top_logprobs", r.params.top_logprobs);
+  r.params.max_tokens = f.integer("max_tokens", r.params.max_tokens, 1);
+  r.params.temperature = f.number("temperature", r.params.temperature);
+  r.params.top_p = f.number("top_p", r.params.top_p);
+  r.params.top_k = f.integer("top_k", r.params.top_k, 0);
+  r.params.min_p = f.number("min_p", r.params.min_p);
+  if (f.has("seed")) r.params.seed = f.seed();
+  for (int32_t id : f.ids("stop_token_ids")) r.params.stop_token_ids.push_back(id);
+  r.params.ignore_eos = f.boolean("ignore_eos", r.params.ignore_eos);
+  r.params.logprobs = f.boolean("logprobs", r.params.logprobs);
+  r.params.top_logprobs = f.integer("top_logprobs", r.params.top_logprobs, 0);
   if (r.params.top_logprobs > 0) r.params.logprobs = true;
-  r.params.min_tokens = get("min_tokens", r.params.min_tokens);
-  if (j.contains("prompt_logprobs")) r.params.prompt_logprobs = get("prompt_logprobs", int32_t{0});
-  r.params.presence_penalty = get("presence_penalty", r.params.presence_penalty);
-  r.params.frequency_penalty = get("frequency_penalty", r.params.frequency_penalty);
-  r.params.repetition_penalty = get("repetition_penalty", r.params.repetition_penalty);
-  r.params.include_stop_str_in_output = get("include_stop_str_in_output", r.params.include_stop_str_in_output);
-  if (j.contains("stop")) {
-    r.params.stop = j.at("stop").is_string() ? std::vector<std::string>{j.at("stop").get<std::string>()}
-                                             : get("stop", std::vector<std::string>());
-  }
-  for (const auto& [token, bias] : get("logit_bias", std::map<std::string, float>())) {
-    int32_t id = -1;
-    const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
-    if (ec != std::errc() || ptr != token.data() + token.size()) fail("logit_bias key '", token, "' is not a token id");
-    r.params.logit_bias.emplace_back(id, bias);
-  }
+  r.params.min_tokens = f.integer("min_tokens", r.params.min_tokens, 0);
+  if (f.has("prompt_logprobs")) r.params.prompt_logprobs = f.integer("prompt_logprobs", 0, 0);
+  r.params.presence_penalty = f.number("presence_penalty", r.params.presence_penalty);
+  r.params.frequency_penalty = f.number("frequency_penalty", r.params.frequency_penalty);
+  r.params.repetition_penalty = f.number("repetition_penalty", r.params.repetition_penalty);
+  r.params.include_stop_str_in_output = f.boolean("include_stop_str_in_output", r.params.include_stop_str_in_output);
+  if (f.has("stop")) r.params.stop = f.strings("stop");
+  for (const auto& bias : f.logit_bias()) r.params.logit_bias.push_back(bias);
   r.params.validate();
   return r;
+}
+
+// Longest request line read: a prompt of a few hundred thousand tokens, as text or ids, fits
+// many times over; a file without newlines must not be read into memory whole.
+constexpr size_t kMaxLineBytes = size_t{64} << 20;
+
+// The next line of `in` (without its newline); false at the end. A line longer than `max` bytes
+// is read to its end but kept only up to `max`, and `too_long` is set.
+bool next_line(std::istream& in, std::string& line, bool& too_long, size_t max) {
+  line.clear();
+  too_long = false;
+  std::streambuf* buffer = in.rdbuf();
+  bool any = false;
+  for (int c; (c = buffer->sbumpc()) != std::char_traits<char>::eof();) {
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() < max) {
+      line.push_back(static_cast<char>(c));
+    } else {
+      too_long = true;
+    }
+  }
+  return any;
 }
 
 }  // namespace
 
 std::vector<PromptJob> build_jobs(const CliOptions& o, const ModelInfo& model, const ModelSetup& setup,
                                   const SamplingParams& defaults) {
-  const Encoder enc{model, setup};
+  const Encoder enc{model, setup, o.chat_special_tokens};
   std::vector<PromptJob> jobs;
   if (o.prompts_file.empty()) {
     PromptJob job;
@@ -135,23 +238,25 @@ std::vector<PromptJob> build_jobs(const CliOptions& o, const ModelInfo& model, c
     return jobs;
   }
 
-  std::ifstream in(o.prompts_file);
+  // A pipe or FIFO is fine here (--prompts-file <(generate)): lines are read as they come.
+  std::ifstream in(o.prompts_file, std::ios::binary);
   if (!in) fail(o.prompts_file, ": cannot read the file");
   std::string text;
-  for (int32_t line = 1; std::getline(in, text); ++line) {
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
+  bool too_long = false;
+  for (int32_t line = 1; next_line(in, text, too_long, kMaxLineBytes); ++line) {
+    if (!too_long && text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
     PromptJob job;
     job.line = line;
     try {
-      job.request = parse_line(json::parse(text), o, enc, defaults, job.user_id);
+      if (too_long) fail("the line is longer than ", kMaxLineBytes, " bytes");
+      job.request = parse_line(parse_json_strict(text, "the request"), o, enc, defaults, job.user_id);
       if (!job.request.params.seed && o.seed) job.request.params.seed = *o.seed + static_cast<uint64_t>(jobs.size());
-    } catch (const json::parse_error& e) {
-      job.error = o.prompts_file + ":" + std::to_string(line) + ": not valid JSON (" + e.what() + ")";
     } catch (const Error& e) {
       job.error = o.prompts_file + ":" + std::to_string(line) + ": " + e.what();
     }
     jobs.push_back(std::move(job));
   }
+  if (in.bad()) fail(o.prompts_file, ": read error");
   if (jobs.empty()) fail(o.prompts_file, ": no requests in the file");
   return jobs;
 }

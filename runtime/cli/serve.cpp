@@ -58,6 +58,7 @@ int run_serve(const ModelDef& model, const CliOptions& o) {
     api.max_model_len = engine->scheduler().context_limit();
     api.vocab_size = m.vocab_size;
     api.defaults = setup->defaults;
+    api.special_tokens_in_text = o.chat_special_tokens;
     server.set_ready(&api, loop.get());
     std::cerr << "kiln: ready: " << name << " on " << setup->backend->name() << " (" << setup->backend->info().device
               << "), max model len " << api.max_model_len << ", max " << engine->scheduler().config().max_num_seqs

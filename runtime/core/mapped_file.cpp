@@ -1,8 +1,6 @@
 #include "runtime/core/mapped_file.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,23 +8,14 @@
 #include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
 
 namespace kiln {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open (", std::strerror(errno), ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(path, ": cannot stat (", std::strerror(err), ")");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, ": not a regular file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  size_ = static_cast<size_t>(size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -1,6 +1,11 @@
 #include "runtime/engine/backend.hpp"
 
+#include <cstdio>
+#include <string>
+#include <string_view>
+
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_memory.hpp"
 
 namespace kiln {
 
@@ -20,6 +25,38 @@ StepCapacity step_capacity(const ModelInfo& m, StepPhase phase) {
 void check_logit_rows(int32_t first, int32_t count, int32_t available) {
   if (first < 0 || count < 0 || first + count > available) {
     fail("internal: logits rows ", first, "..", first + count, " requested, the step has ", available);
+  }
+}
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+}  // namespace
+
+void check_kv_pool_fits(const ModelInfo& model, int64_t pages, int64_t page_bytes, int64_t available,
+                        const char* memory) {
+  // The block manager keeps a token table and a page record per page on the host; on the CPU
+  // backend the pool itself is host memory too.
+  const int64_t bookkeeping_per_page = static_cast<int64_t>(model.page_size) * 4 + 64;
+  const bool on_host = std::string_view(memory) == "CPU memory";
+  int64_t pool = 0, bookkeeping = 0;
+  const bool overflow = __builtin_mul_overflow(pages, page_bytes, &pool) ||
+                        __builtin_mul_overflow(pages, bookkeeping_per_page, &bookkeeping) ||
+                        (on_host && __builtin_add_overflow(pool, bookkeeping, &pool));
+  if (overflow || pool > available) {
+    fail("--kv-pages ", pages, ": a KV pool of ", pages, " pages (", model.page_size, " tokens, ", page_bytes,
+         " bytes each) needs ", overflow ? std::string("more than 8 EiB") : gib(pool), " of ", memory, ", but only ",
+         gib(available), " is available; give fewer pages");
+  }
+  const int64_t host_available = on_host ? available : host_memory_available();
+  if (bookkeeping > host_available) {
+    fail("--kv-pages ", pages, ": the bookkeeping of ", pages, " KV pages needs ", gib(bookkeeping),
+         " of CPU memory, but only ", gib(host_available), " is available; give fewer pages");
   }
 }
 

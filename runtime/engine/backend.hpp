@@ -73,6 +73,12 @@ void check_logit_rows(int32_t first, int32_t count, int32_t available);
 // The capacity of a phase's step buffer: decode steps hold at most max_batch sequences of one
 // token; prefill steps max_batched_tokens tokens, each of which may keep its logits.
 StepCapacity step_capacity(const ModelInfo& model, StepPhase phase);
+// Before a KV pool of `pages` pages of `page_bytes` (all layers) is allocated in `memory` ("CPU
+// memory", "GPU memory"), of which `available` bytes are free: the pool and the block manager's
+// host bookkeeping must fit, or the error names --kv-pages and the sizes (--kv-pages 2000000000
+// ended in std::bad_alloc).
+void check_kv_pool_fits(const ModelInfo& model, int64_t pages, int64_t page_bytes, int64_t available,
+                        const char* memory);
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
 // Throws kiln::Error when no usable GPU is present.

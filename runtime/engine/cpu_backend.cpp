@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_memory.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/weight_loader.hpp"
@@ -30,6 +31,8 @@ class CpuBackend final : public Backend {
     // Without a GPU memory budget to size from, default to two sequences of the full context.
     const int32_t pages_per_seq = (m.max_context + m.page_size - 1) / m.page_size;
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : 2 * pages_per_seq;
+    check_kv_pool_fits(m, kv_pages_, static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * m.num_layers * 4,
+                       host_memory_available(), "CPU memory");
     kv_cache_.assign(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, 0.0f);
     arena_.assign(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), 0.0f);
     rope_ = build_rope_table(m.rope, m.max_context);

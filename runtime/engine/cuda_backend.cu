@@ -172,6 +172,9 @@ class CudaBackend final : public Backend {
     page_bytes_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * 2;  // bf16
     info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 2;
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : pages_from_free_memory(options.gpu_mem_util, pages_per_seq);
+    // The padding page and each layer's rounding up to kLayerAlign come out of what is free.
+    check_kv_pool_fits(m, kv_pages_, page_bytes_ * m.num_layers,
+                       free_device_memory() - (page_bytes_ + kLayerAlign) * m.num_layers, "GPU memory");
     padding_page_ = kv_pages_;  // past the block manager's pages: only padded rows touch it
     // Each layer's pages start on a 2 MiB boundary (the GPU's large page) whatever the pool size,
     // as they did before the padding page made the layer stride odd: a sequence's first pages then
@@ -264,6 +267,12 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  static int64_t free_device_memory() {
+    size_t free_bytes = 0, total_bytes = 0;
+    KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<int64_t>(free_bytes);
+  }
+
   // KV pages from the memory left under the --gpu-mem-util budget, at most enough for every
   // sequence of a full batch at full context; at least one sequence of an eighth of the context
   // (fewer would serve almost nothing: ask for more memory instead).

@@ -71,6 +71,15 @@ struct RopeInfo {
   double mscale = 1.0, mscale_all_dim = 0.0;                    // yarn
 };
 
+// One architecture field of the config the model was generated from, as HF's config.json names it
+// (codegen/architecture_fields.hpp). The runtime reads a model directory's config.json into the
+// same list and refuses the directory at the first field that differs.
+struct ConfigField {
+  const char* name;   // "rope_theta"
+  const char* value;  // "1000000": integers and names exactly, reals in shortest round-trip form
+  bool real;          // compared within fp32 rounding
+};
+
 struct ModelInfo {
   const char* name;          // "smollm2-135m"
   const char* family;        // "llama", "qwen3", "deepseek_v2"
@@ -103,6 +112,7 @@ struct ModelInfo {
   bool tie_word_embeddings;
   int32_t intermediate_size;
   double rms_norm_eps;
+  std::vector<ConfigField> config_fields;  // the source config's architecture, model_type first
 };
 
 // ---- backends ----

@@ -200,16 +200,40 @@ class Loader {
     ++result_.tensors;
   }
 
+  // A NaN or infinite weight makes every logit NaN, and every request end with no token: name the
+  // tensor and the place instead. Checked on the values as read (bf16 bits or fp32), first with a
+  // branch-free pass over the exponent bits (vectorized: loading stays memory-bound).
+  void check_finite(const std::string& name, int64_t first_row, int64_t cols, const uint16_t* bf16, const float* f32,
+                    int64_t values) const {
+    bool bad = false;
+    if (bf16 != nullptr) {
+      for (int64_t i = 0; i < values; ++i) bad |= (bf16[i] & 0x7F80) == 0x7F80;
+    } else {
+      const uint32_t* bits = reinterpret_cast<const uint32_t*>(f32);
+      for (int64_t i = 0; i < values; ++i) bad |= (bits[i] & 0x7F800000u) == 0x7F800000u;
+    }
+    if (!bad) return;
+    for (int64_t i = 0; i < values; ++i) {
+      float v = f32 != nullptr ? f32[i] : 0.0f;
+      if (bf16 != nullptr) bf16_elements_to_f32(reinterpret_cast<const std::byte*>(bf16 + i), std::span<float>(&v, 1));
+      if (std::isfinite(v)) continue;
+      fail(source_->describe(), ": tensor ", name, " holds ", std::isnan(v) ? "NaN" : "Inf", " at row ",
+           first_row + i / cols, ", column ", i % cols, "; the checkpoint is corrupt");
+    }
+  }
+
   void write_rows(const std::string& name, int64_t first, int64_t rows, int64_t cols, std::byte* dst) {
     const int64_t values = rows * cols;
     if (format_ == WeightFormat::bf16) {
       if (const uint16_t* raw = source_->bf16_rows(name, first)) {
+        check_finite(name, first, cols, raw, nullptr, values);
         sink_.write(dst, raw, values * 2);  // stored as bf16 already: straight from the mapping
         return;
       }
     }
     staging_f32_.resize(static_cast<size_t>(values));
     source_->read_rows(name, first, rows, staging_f32_.data());
+    check_finite(name, first, cols, nullptr, staging_f32_.data(), values);
     if (format_ == WeightFormat::f32) {
       sink_.write(dst, staging_f32_.data(), values * 4);
       return;

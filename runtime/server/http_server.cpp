@@ -11,7 +11,9 @@
 #include <cstring>
 #include <deque>
 
+#include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/strict_json.hpp"
 
 // cpp-httplib, header-only (third_party/cpp-httplib/README.md says why not Debian's shared build).
 // A burst of clients connecting at once must not overflow the accept queue (Debian's build: 5).
@@ -36,11 +38,13 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   send_json(res, status, error_body(status, message, param));
 }
 
+// Strict, as every foreign JSON kiln reads: a repeated key, a number out of range or nesting
+// deeper than kJsonMaxDepth is a 400, not a silent choice.
 json parse_body(const httplib::Request& req) {
   try {
-    return json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    return parse_json_strict(req.body, "the request body");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
   }
 }
 
@@ -352,14 +356,13 @@ void HttpServer::routes() {
     std::vector<int32_t> ids;
     if (body.contains("messages")) {
       if (!m.chat_template) throw ApiError(400, "this model has no chat template", "messages");
-      std::string text;
       try {
-        text = m.chat_template->render(body["messages"], body.value("add_generation_prompt", true),
-                                       body.value("chat_template_kwargs", json::object()));
+        ids = encode_chat(*m.tokenizer, *m.chat_template, body["messages"], body.value("add_generation_prompt", true),
+                          body.value("chat_template_kwargs", json::object()), m.special_tokens_in_text)
+                  .ids;
       } catch (const Error& e) {
         throw ApiError(400, e.what(), "messages");
       }
-      ids = m.tokenizer->encode(text, false);
     } else if (body.contains("prompt") && body["prompt"].is_string()) {
       const bool special = body.value("add_special_tokens", true);
       ids = m.tokenizer->encode(body["prompt"].get<std::string>(), special && m.tokenizer->add_bos_by_default());

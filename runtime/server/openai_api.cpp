@@ -5,6 +5,7 @@
 #include <fstream>
 #include <random>
 
+#include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
@@ -262,15 +263,17 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
   }
   if (f.has("tools")) extra["tools"] = body["tools"];
   const bool add_generation_prompt = f.boolean("add_generation_prompt", true);
-  std::string text;
+  EncodedChat chat;
   try {
-    text = model.chat_template->render(body["messages"], add_generation_prompt, extra);
+    // The template writes the BOS (and its special tokens) as text: no BOS added here (vLLM). The
+    // messages' text stays text, unlike vLLM: a client cannot write another role's turn.
+    chat = encode_chat(t, *model.chat_template, body["messages"], add_generation_prompt, extra,
+                       model.special_tokens_in_text);
   } catch (const Error& e) {
     bad("messages", e.what());
   }
-  // The template writes the BOS (and every special token) as text: no BOS added here (vLLM).
-  r.prompts.push_back(t.encode(text, /*add_bos=*/false));
-  r.prompt_texts.push_back(text);
+  r.prompts.push_back(std::move(chat.ids));
+  r.prompt_texts.push_back(std::move(chat.text));
   check_length(r.prompts.back(), model, "messages");
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));

@@ -36,6 +36,7 @@ struct ApiModel {
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
   GenerationDefaults defaults;
+  bool special_tokens_in_text = false;    // --chat-special-tokens: messages may spell control tokens
 };
 
 struct ApiRequest {

@@ -88,7 +88,8 @@ const char* openai_finish_reason(FinishReason reason) {
     case FinishReason::StopToken:
     case FinishReason::StopString: return "stop";
     case FinishReason::MaxTokens:
-    case FinishReason::MaxContext: return "length";
+    case FinishReason::MaxContext:
+    case FinishReason::KvPoolFull: return "length";
     case FinishReason::Aborted: return "abort";
     case FinishReason::BadLogits:
     case FinishReason::None: return "error";

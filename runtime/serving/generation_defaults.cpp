@@ -5,7 +5,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/file_io.hpp"
-#include "runtime/weights/strict_json.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln {
 
@@ -15,7 +15,7 @@ GenerationDefaults read_generation_defaults(const std::string& model_dir) {
   GenerationDefaults d;
   const std::filesystem::path path = std::filesystem::path(model_dir) / "generation_config.json";
   if (model_dir.empty() || !std::filesystem::exists(path)) return d;
-  const json j = parse_json(read_file(path.string()), path.string());
+  const json j = read_json_file(path.string());
   const auto number = [&](const char* key) -> std::optional<double> {
     if (!j.contains(key) || j[key].is_null()) return std::nullopt;
     if (!j[key].is_number()) fail(path.string(), ": ", key, " must be a number, not ", j[key].dump());

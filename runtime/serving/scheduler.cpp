@@ -253,7 +253,8 @@ TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
   } else if (seq.num_generated() >= seq.params.max_tokens) {
     reason = FinishReason::MaxTokens;
   } else if (seq.num_tokens() >= context_limit_) {
-    reason = FinishReason::MaxContext;
+    // The pool, not the model, may be the limit: say which, so the caller can raise --kv-pages.
+    reason = seq.num_tokens() >= config_.max_context ? FinishReason::MaxContext : FinishReason::KvPoolFull;
   }
   if (reason != FinishReason::None) {
     finish(seq, reason);

@@ -27,7 +27,8 @@ enum class FinishReason {
   Eos,         // generated one of the model's EOS tokens (and ignore_eos was off)
   StopToken,   // generated one of params.stop_token_ids
   MaxTokens,   // generated params.max_tokens tokens
-  MaxContext,  // reached the model's max context (or the whole KV pool, if smaller)
+  MaxContext,  // reached the model's max context
+  KvPoolFull,  // filled the whole KV pool, which is smaller than the model's max context
   BadLogits,   // the model produced NaN or ±inf logits for this sequence
   StopString,  // the output text reached one of params.stop (found after detokenizing)
   Aborted,     // the caller withdrew the request (a client went away, the server stops)
@@ -40,6 +41,7 @@ constexpr std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::StopToken: return "stop_token";
     case FinishReason::MaxTokens: return "max_tokens";
     case FinishReason::MaxContext: return "max_context";
+    case FinishReason::KvPoolFull: return "kv_pool_full";
     case FinishReason::BadLogits: return "bad_logits";
     case FinishReason::StopString: return "stop_string";
     case FinishReason::Aborted: return "aborted";

@@ -1,5 +1,6 @@
 #include "runtime/tokenizer/added_tokens.hpp"
 
+#include <algorithm>
 #include <bitset>
 
 #include "runtime/tokenizer/regex.hpp"
@@ -51,8 +52,10 @@ struct AddedTokenMatcher::Trie {
     first_bytes.set(static_cast<uint8_t>(text[0]));
   }
 
-  // Longest token starting at `pos`: (token index, end), or (-1, pos).
-  std::pair<int32_t, size_t> longest_at(std::string_view text, size_t pos) const {
+  // Longest token starting at `pos`: (token index, end), or (-1, pos). With `special_only` (the
+  // matcher's tokens), only special ones count.
+  std::pair<int32_t, size_t> longest_at(std::string_view text, size_t pos,
+                                        const std::vector<AddedToken>* special_only = nullptr) const {
     int32_t best = -1;
     size_t best_end = pos;
     uint32_t node = 0;
@@ -60,8 +63,9 @@ struct AddedTokenMatcher::Trie {
       const auto it = nodes[node].children.find(static_cast<uint8_t>(text[i]));
       if (it == nodes[node].children.end()) break;
       node = it->second;
-      if (nodes[node].token_index >= 0) {
-        best = nodes[node].token_index;
+      const int32_t index = nodes[node].token_index;
+      if (index >= 0 && (special_only == nullptr || (*special_only)[index].special)) {
+        best = index;
         best_end = i + 1;
       }
     }
@@ -81,6 +85,13 @@ void AddedTokenMatcher::add(const AddedToken& token) {
 }
 
 bool AddedTokenMatcher::has_normalized() const { return normalized_->nodes.size() > 1; }
+
+const AddedToken* AddedTokenMatcher::find(std::string_view content) const {
+  for (const AddedToken& token : tokens_) {
+    if (token.content == content) return &token;
+  }
+  return nullptr;
+}
 
 void AddedTokenMatcher::split(std::string_view text, bool normalized_pass, bool parse_special,
                               std::vector<TextSegment>& out) const {
@@ -134,6 +145,26 @@ void AddedTokenMatcher::split(std::string_view text, bool normalized_pass, bool 
     }
   }
   if (start_offset < text.size()) out.push_back({-1, start_offset, text.size()});
+}
+
+std::vector<TextSpan> AddedTokenMatcher::special_spans(std::string_view text) const {
+  std::vector<TextSpan> spans;
+  for (size_t pos = 0; pos < text.size();) {
+    // The longest special token starting here, from either trie.
+    size_t end = 0;
+    for (const Trie* trie : {raw_.get(), normalized_.get()}) {
+      if (trie->nodes.size() <= 1 || !trie->first_bytes.test(static_cast<uint8_t>(text[pos]))) continue;
+      const auto [index, match_end] = trie->longest_at(text, pos, &tokens_);
+      if (index >= 0) end = std::max(end, match_end);
+    }
+    if (end > pos) {
+      spans.push_back({pos, end});
+      pos = end;
+    } else {
+      ++pos;
+    }
+  }
+  return spans;
 }
 
 }  // namespace kiln

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/tokenizer/tokenizer.hpp"  // TextSpan
+
 namespace kiln {
 
 struct AddedToken {
@@ -40,11 +42,18 @@ class AddedTokenMatcher {
   // Tokens with empty content are ignored.
   void add(const AddedToken& token);
   bool has_normalized() const;
+  // The added token whose content is `content`, or null.
+  const AddedToken* find(std::string_view content) const;
 
   // Splits `text` for the raw pass (normalized=false tokens) or the normalized pass. With
   // parse_special false, special tokens are not matched: like HF's encode_special_tokens, a
   // special token's text then stays plain text.
   void split(std::string_view text, bool normalized_pass, bool parse_special, std::vector<TextSegment>& out) const;
+
+  // The special tokens' own text in `text` (both passes' tokens matched on the raw text,
+  // leftmost-longest, without the strip flags): the spans a chat message must not turn into
+  // control tokens (runtime/chat/chat_encode.hpp).
+  std::vector<TextSpan> special_spans(std::string_view text) const;
 
  private:
   struct Trie;

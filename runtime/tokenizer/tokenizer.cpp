@@ -17,8 +17,10 @@ bool is_special_kind(TokenKind kind) { return kind == TokenKind::control || kind
 
 void Tokenizer::Impl::set_token(int64_t id, const std::string& text, TokenKind kind) {
   // Ids index a dense table: a corrupt id must fail here, not allocate gigabytes.
-  constexpr int64_t kMaxId = (1 << 24) - 1;
-  if (id < 0 || id > kMaxId) fail(origin, ": token \"", text, "\" has id ", id, ", expected 0..", kMaxId);
+  if (id < 0 || id >= id_limit) {
+    fail(origin, ": token \"", text, "\" has id ", id, ", expected 0..", id_limit - 1,
+         id_limit < kMaxIds ? " (the file declares " + std::to_string(id_limit) + " tokens)" : std::string());
+  }
   if (static_cast<size_t>(id) >= texts.size()) {
     texts.resize(id + 1);
     kinds.resize(id + 1, TokenKind::unused);
@@ -136,6 +138,32 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     }
   }
   return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_pieces(std::span<const TextPiece> pieces, bool add_bos) const {
+  const Impl& m = *impl_;
+  std::vector<int32_t> out;
+  if (add_bos && m.bos >= 0) out.push_back(m.bos);
+  // Whether the special piece at `i` strips whitespace on its left (lstrip) or right (rstrip).
+  const auto strips = [&](size_t i, bool left) {
+    if (i >= pieces.size() || !pieces[i].special) return false;
+    const AddedToken* token = m.added.find(pieces[i].text);
+    return token != nullptr && (left ? token->lstrip : token->rstrip);
+  };
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::string_view text = pieces[i].text;
+    if (!pieces[i].special) {
+      if (i > 0 && strips(i - 1, /*left=*/false)) text = utf8::trim_white_space(text, /*front=*/true, /*back=*/false);
+      if (strips(i + 1, /*left=*/true)) text = utf8::trim_white_space(text, /*front=*/false, /*back=*/true);
+    }
+    const std::vector<int32_t> ids = encode(text, false, /*parse_special=*/pieces[i].special);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
+}
+
+std::vector<TextSpan> Tokenizer::special_token_spans(std::string_view text) const {
+  return impl_->added.special_spans(text);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

@@ -31,6 +31,18 @@ namespace kiln {
 
 class GgufFile;
 
+// Part of a text to encode: plain text, or text that may become special tokens (a chat
+// template's own markers).
+struct TextPiece {
+  std::string_view text;
+  bool special = false;
+};
+
+// Bytes [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0, end = 0;
+};
+
 // What a token is, in GGUF's token_type terms (HF added tokens: special -> control, plain ->
 // user_defined).
 enum class TokenKind : uint8_t { normal, byte, control, user_defined, unknown, unused };
@@ -50,6 +62,17 @@ class Tokenizer {
   // false leaves special-token text such as "<|im_end|>" as plain text (plain added tokens are
   // always matched, as in HF).
   std::vector<int32_t> encode(std::string_view text, bool add_bos = false, bool parse_special = true) const;
+
+  // Token ids of the concatenated pieces, where only `special` pieces may become special tokens
+  // and the rest is encoded with parse_special false: text a user wrote cannot turn into control
+  // tokens. The result equals encode() of the concatenation whenever the plain pieces hold no
+  // special-token text (as in HF, text is split at special tokens first, so each plain piece is
+  // encoded on its own; a special token's lstrip / rstrip takes the whitespace next to it).
+  std::vector<int32_t> encode_pieces(std::span<const TextPiece> pieces, bool add_bos = false) const;
+
+  // Where `text` spells special tokens (each token's own text, leftmost-longest, in order, not
+  // overlapping): what encode() with parse_special would turn into control tokens.
+  std::vector<TextSpan> special_token_spans(std::string_view text) const;
 
   // Text of `ids` (valid UTF-8). skip_special drops control and unknown tokens. Throws
   // kiln::Error for an id outside the vocabulary.

@@ -61,9 +61,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
       fail(m.origin, ": ", key("token_type"), " has ", types.size(), " entries for ", tokens.size(), " tokens");
     }
   }
+  m.limit_ids(static_cast<int64_t>(tokens.size()));
   for (size_t id = 0; id < tokens.size(); ++id) {
     const TokenKind kind = types.empty() ? TokenKind::normal : kind_from_gguf(types[id]);
-    m.set_token(static_cast<int32_t>(id), tokens[id], tokens[id].empty() ? TokenKind::unused : kind);
+    m.set_token(static_cast<int64_t>(id), tokens[id], tokens[id].empty() ? TokenKind::unused : kind);
   }
 
   // Special and user-defined tokens are matched in the text before BPE, as llama.cpp does.

@@ -2,6 +2,7 @@
 // encode/decode code. Not part of the public API.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,7 +41,15 @@ struct Tokenizer::Impl {
   std::vector<int32_t> eos;
   bool add_bos = false;
 
-  // Adds a token to the vocabulary at `id`, growing it as needed. Throws on a conflicting id.
+  // Ids index dense tables, so an id is bounded before anything is allocated for it: by the number
+  // of tokens the file declares (a vocabulary may have holes, but not more ids than entries) and by
+  // 2^24 in any case. Loaders set it from their file before adding tokens.
+  static constexpr int64_t kMaxIds = int64_t{1} << 24;
+  int64_t id_limit = kMaxIds;
+  void limit_ids(int64_t declared_tokens) { id_limit = std::min(declared_tokens, kMaxIds); }
+
+  // Adds a token to the vocabulary at `id` (< id_limit), growing it as needed. Throws on a
+  // conflicting id.
   void set_token(int64_t id, const std::string& text, TokenKind kind);
   // Fills `bytes` once kinds and texts are final: byte-level alphabet, ▁ -> space, <0xXX> bytes.
   void compute_decoded_bytes(bool byte_level, bool metaspace);

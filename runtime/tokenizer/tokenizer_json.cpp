@@ -7,10 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
-#include "runtime/core/file_io.hpp"
+#include "runtime/core/strict_json.hpp"
 #include "runtime/tokenizer/sentencepiece_text.hpp"
 #include "runtime/tokenizer/tokenizer_impl.hpp"
-#include "runtime/weights/strict_json.hpp"
 
 namespace kiln {
 namespace {
@@ -18,12 +17,26 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// A repeated key keeps its last value: only weight headers are held to parse_json_strict.
-json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
-
+// Strict: duplicate keys and nesting deeper than kJsonMaxDepth are errors, so the recursive
+// loaders below see at most that many levels.
 std::optional<json> parse_optional_json(const fs::path& path) {
   if (!fs::exists(path)) return std::nullopt;
-  return parse_json_file(path.string());
+  return read_json_file(path.string());
+}
+
+// object[key], or null when `object` is no object or lacks the key; a reference, never a copy of
+// the subtree.
+const json& member(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  const auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+
+// object[key] when it is a string, else "".
+std::string string_member(const json& object, const char* key) {
+  const json& value = member(object, key);
+  return value.is_string() ? value.get<std::string>() : std::string();
 }
 
 // Accessors that name the file and field in every error.
@@ -42,7 +55,7 @@ struct Reader {
   bool boolean(const json& object, const char* field, const std::string& where, bool fallback) const {
     if (!object.contains(field) || object.at(field).is_null()) return fallback;
     const json& value = object.at(field);
-    if (!value.is_boolean()) fail(origin, ": ", where, ".", field, " must be true or false, got ", value.dump());
+    if (!value.is_boolean()) fail(origin, ": ", where, ".", field, " must be true or false, got ", json_excerpt(value));
     return value.get<bool>();
   }
   // null, "" and absent all mean "not set".
@@ -64,7 +77,7 @@ std::string pattern_regex(const Reader& r, const json& pattern, const std::strin
     }
     return escaped;
   }
-  fail(r.origin, ": ", where, " must be {\"Regex\": ...} or {\"String\": ...}, got ", pattern.dump());
+  fail(r.origin, ": ", where, " must be {\"Regex\": ...} or {\"String\": ...}, got ", json_excerpt(pattern));
 }
 
 void load_normalizer(const Reader& r, const json& node, const std::string& where, Normalizer& out) {
@@ -155,23 +168,21 @@ void load_decoder(const Reader& r, const json& node, const std::string& where, D
     info.byte_level = true;
   } else if (type == "Replace") {
     const json& pattern = r.require(node, "pattern", where);
-    const bool metaspace_to_space = pattern.is_object() && pattern.contains("String") &&
-                                    pattern.at("String") == kMetaspace && node.value("content", "") == " ";
+    const bool metaspace_to_space = member(pattern, "String") == kMetaspace && string_member(node, "content") == " ";
     if (!metaspace_to_space) {
-      fail(r.origin, ": ", where, " replaces ", pattern.dump(), "; only \"", kMetaspace, "\" -> \" \" is supported");
+      fail(r.origin, ": ", where, " replaces ", json_excerpt(pattern), "; only \"", kMetaspace, "\" -> \" \" is supported");
     }
     info.metaspace = true;
   } else if (type == "ByteFallback" || type == "Fuse") {
     // Byte tokens always decode to their byte and pieces are always concatenated.
   } else if (type == "Strip") {
     const std::string content = r.string(node, "content", where);
-    const json& start = r.require(node, "start", where);
-    const json& stop = r.require(node, "stop", where);
-    if (content != " " || !start.is_number_integer() || start.get<int>() > 1 || !stop.is_number_integer() ||
-        stop.get<int>() != 0) {
-      fail(r.origin, ": ", where, " is ", node.dump(), "; only Strip(\" \", start <= 1, stop 0) is supported");
+    const std::optional<int64_t> start = json_integer(r.require(node, "start", where), 0, 1);
+    const std::optional<int64_t> stop = json_integer(r.require(node, "stop", where), 0, 0);
+    if (content != " " || !start || !stop) {
+      fail(r.origin, ": ", where, " is ", json_excerpt(node), "; only Strip(\" \", start <= 1, stop 0) is supported");
     }
-    info.strip_leading_space = start.get<int>() == 1;
+    info.strip_leading_space = *start == 1;
   } else {
     fail(r.origin, ": ", where, " has type \"", type,
          "\"; supported decoders: ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence");
@@ -180,23 +191,18 @@ void load_decoder(const Reader& r, const json& node, const std::string& where, D
 
 // The token a TemplateProcessing post-processor puts before the text, if any (Llama 3's BOS).
 std::optional<std::string> leading_special_token(const json& node) {
-  if (!node.is_object()) return std::nullopt;
-  const std::string type = node.value("type", "");
-  if (type == "Sequence" && node.contains("processors") && node.at("processors").is_array()) {
-    for (const json& inner : node.at("processors")) {
+  const std::string type = string_member(node, "type");
+  if (type == "Sequence" && member(node, "processors").is_array()) {
+    for (const json& inner : member(node, "processors")) {
       if (auto found = leading_special_token(inner)) return found;
     }
     return std::nullopt;
   }
-  if (type != "TemplateProcessing" || !node.contains("single") || !node.at("single").is_array() ||
-      node.at("single").empty()) {
-    return std::nullopt;
-  }
-  const json& first = node.at("single").front();
-  if (!first.is_object() || !first.contains("SpecialToken")) return std::nullopt;
-  const json& special = first.at("SpecialToken");
-  if (!special.is_object() || !special.contains("id") || !special.at("id").is_string()) return std::nullopt;
-  return special.at("id").get<std::string>();
+  const json& single = member(node, "single");
+  if (type != "TemplateProcessing" || !single.is_array() || single.empty()) return std::nullopt;
+  const json& id = member(member(single.front(), "SpecialToken"), "id");
+  if (!id.is_string()) return std::nullopt;
+  return id.get<std::string>();
 }
 
 // "bos_token": "<s>" or {"content": "<s>", ...} or null.
@@ -216,14 +222,17 @@ std::vector<int64_t> config_ids(const json& config, const char* field, const std
   if (!config.contains(field) || config.at(field).is_null()) return ids;
   const json& value = config.at(field);
   if (value.is_number_integer()) {
-    ids.push_back(value.get<int64_t>());
+    const auto id = json_integer(value);
+    if (!id) fail(origin, ": ", field, " is ", json_excerpt(value), ", expected a token id");
+    ids.push_back(*id);
   } else if (value.is_array()) {
     for (const json& item : value) {
-      if (!item.is_number_integer()) fail(origin, ": ", field, " must hold integers, got ", value.dump());
-      ids.push_back(item.get<int64_t>());
+      const auto id = json_integer(item);
+      if (!id) fail(origin, ": ", field, " must hold integers, got ", json_excerpt(value));
+      ids.push_back(*id);
     }
   } else {
-    fail(origin, ": ", field, " must be an integer or a list of integers, got ", value.dump());
+    fail(origin, ": ", field, " must be an integer or a list of integers, got ", json_excerpt(value));
   }
   return ids;
 }
@@ -241,7 +250,7 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
   auto impl = std::make_shared<Impl>();
   Impl& m = *impl;
   m.origin = path;
-  const json root = parse_json_file(path);
+  const json root = read_json_file(path);
   if (!root.is_object()) fail(path, ": expected a JSON object at the top level");
   const Reader r{m.origin};
 
@@ -261,10 +270,13 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
   const json& vocab = r.require(model, "vocab", "model");
   if (!vocab.is_object() || vocab.empty()) fail(path, ": model.vocab must be a non-empty object of token -> id");
   const bool byte_fallback = r.boolean(model, "byte_fallback", "model", false);
+  const json& added = member(root, "added_tokens");
+  m.limit_ids(static_cast<int64_t>(vocab.size() + (added.is_array() ? added.size() : 0)));
   for (const auto& [text, id] : vocab.items()) {
-    if (!id.is_number_integer()) fail(path, ": model.vocab[\"", text, "\"] must be an integer id, got ", id.dump());
+    const std::optional<int64_t> value = json_integer(id);
+    if (!value) fail(path, ": model.vocab[\"", text, "\"] must be an integer id, got ", json_excerpt(id));
     const bool is_byte = byte_fallback && parse_byte_token(text) >= 0;
-    m.set_token(id.get<int64_t>(), text, is_byte ? TokenKind::byte : TokenKind::normal);
+    m.set_token(*value, text, is_byte ? TokenKind::byte : TokenKind::normal);
   }
   StringMap<int32_t> model_vocab = m.ids;
 
@@ -285,19 +297,19 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
     } else if (item.is_array() && item.size() == 2 && item[0].is_string() && item[1].is_string()) {
       merges.emplace_back(item[0].get_ref<const std::string&>(), item[1].get_ref<const std::string&>());
     } else {
-      fail(path, ": model.merges[", i, "] is ", item.dump(), ", expected \"a b\" or [\"a\", \"b\"]");
+      fail(path, ": model.merges[", i, "] is ", json_excerpt(item), ", expected \"a b\" or [\"a\", \"b\"]");
     }
   }
 
   // Added tokens: special ones are control tokens, the others user-defined.
-  if (root.contains("added_tokens") && !root.at("added_tokens").is_null()) {
-    const json& added = root.at("added_tokens");
+  if (!added.is_null()) {
     if (!added.is_array()) fail(path, ": added_tokens must be an array");
     for (size_t i = 0; i < added.size(); ++i) {
       const std::string where = "added_tokens[" + std::to_string(i) + "]";
       const json& item = added[i];
-      const json& id = r.require(item, "id", where);
-      if (!id.is_number_integer()) fail(path, ": ", where, ".id must be an integer, got ", id.dump());
+      const json& id_value = r.require(item, "id", where);
+      const std::optional<int64_t> id = json_integer(id_value);
+      if (!id) fail(path, ": ", where, ".id must be an integer, got ", json_excerpt(id_value));
       AddedToken token;
       token.content = r.string(item, "content", where);
       token.special = r.boolean(item, "special", where, false);
@@ -306,18 +318,18 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
       token.rstrip = r.boolean(item, "rstrip", where, false);
       token.normalized = r.boolean(item, "normalized", where, !token.special);
       if (token.content.empty()) fail(path, ": ", where, ".content is empty");
-      m.set_token(id.get<int64_t>(), token.content, token.special ? TokenKind::control : TokenKind::user_defined);
-      token.id = id.get<int32_t>();  // in range: set_token checked it
+      m.set_token(*id, token.content, token.special ? TokenKind::control : TokenKind::user_defined);
+      token.id = static_cast<int32_t>(*id);  // in range: set_token checked it
       m.added.add(token);
     }
   }
 
-  load_normalizer(r, root.value("normalizer", json()), "normalizer", m.normalizer);
+  load_normalizer(r, member(root, "normalizer"), "normalizer", m.normalizer);
   bool byte_level = false;
-  load_pre_tokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", m.pre_tokenizer, m.pre_tokenizer_name,
+  load_pre_tokenizer(r, member(root, "pre_tokenizer"), "pre_tokenizer", m.pre_tokenizer, m.pre_tokenizer_name,
                      byte_level);
   DecoderInfo decoder;
-  load_decoder(r, root.value("decoder", json()), "decoder", decoder);
+  load_decoder(r, member(root, "decoder"), "decoder", decoder);
   if (byte_level != decoder.byte_level) {
     fail(path, ": the pre-tokenizer ", byte_level ? "is" : "is not", " ByteLevel but the decoder ",
          decoder.byte_level ? "is" : "is not", "; both must agree");
@@ -357,7 +369,7 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
     return static_cast<int32_t>(id);
   };
   const std::string tokenizer_config_path = (dir / "tokenizer_config.json").string();
-  const std::optional<std::string> template_bos = leading_special_token(root.value("post_processor", json()));
+  const std::optional<std::string> template_bos = leading_special_token(member(root, "post_processor"));
   if (tokenizer_config && config_token(*tokenizer_config, "bos_token")) {
     m.bos = resolve(*config_token(*tokenizer_config, "bos_token"), tokenizer_config_path + " bos_token");
   } else if (template_bos) {
@@ -373,9 +385,8 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
       }
     }
   }
-  if (tokenizer_config && tokenizer_config->contains("add_bos_token") &&
-      tokenizer_config->at("add_bos_token").is_boolean()) {
-    m.add_bos = tokenizer_config->at("add_bos_token").get<bool>();
+  if (tokenizer_config && member(*tokenizer_config, "add_bos_token").is_boolean()) {
+    m.add_bos = member(*tokenizer_config, "add_bos_token").get<bool>();
   } else {
     m.add_bos = template_bos.has_value();
   }

@@ -157,6 +157,23 @@ bool is_white_space(char32_t cp) {
          cp == 0x3000;
 }
 
+std::string_view trim_white_space(std::string_view text, bool front, bool back) {
+  size_t begin = 0;
+  while (front && begin < text.size()) {
+    size_t pos = begin;
+    if (!is_white_space(next(text, pos))) break;
+    begin = pos;
+  }
+  size_t end = text.size();
+  while (back && end > begin) {
+    const size_t prev = char_start_before(text, end);
+    size_t pos = prev;
+    if (!is_white_space(next(text, pos))) break;
+    end = prev;
+  }
+  return text.substr(begin, end - begin);
+}
+
 std::string_view python_strip(std::string_view text) {
   size_t begin = 0;
   while (begin < text.size()) {

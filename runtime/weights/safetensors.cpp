@@ -7,7 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/weights/shape.hpp"
-#include "runtime/weights/strict_json.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln {
 namespace {
@@ -115,6 +115,12 @@ std::vector<TensorView> parse_safetensors(std::span<const std::byte> file, const
   }
   uint64_t header_len = 0;
   std::memcpy(&header_len, file.data(), 8);
+  // The format's own limit (the reference implementation's MAX_HEADER_SIZE): a header is parsed
+  // into a document several times its size, so a multi-gigabyte one must not be parsed at all.
+  constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+  if (header_len > kMaxHeaderBytes) {
+    fail(origin, ": header length ", header_len, " is over the format's limit of ", kMaxHeaderBytes, " bytes");
+  }
   if (header_len > file.size() - 8) {
     fail(origin, ": header length ", header_len, " runs past the end of the file (", file.size() - 8,
          " bytes follow the length)");

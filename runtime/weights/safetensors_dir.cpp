@@ -4,7 +4,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/file_io.hpp"
 #include "runtime/weights/safetensors.hpp"
-#include "runtime/weights/strict_json.hpp"
+#include "runtime/core/strict_json.hpp"
 
 namespace kiln {
 namespace {

@@ -42,7 +42,7 @@ TEST_CASE("the four models' templates render as Python jinja2 renders them") {
   CHECK(checked == static_cast<int>(expected["cases"].size()));
 }
 
-TEST_CASE("content given as text parts is joined; other message shapes are refused naming the field") {
+TEST_CASE("content given as text parts is joined, and other message shapes are refused naming the field") {
   const JinjaChatTemplate t(read(kDir + "templates/smollm2.jinja"), "", "", "smollm2.jinja");
   const json parts = json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])");
   const json plain = json::parse(R"([{"role": "user", "content": "a\nb"}])");

@@ -68,7 +68,7 @@ TEST_CASE("apply_logit_edit divides positive logits and multiplies negative ones
   CHECK(apply_logit_edit(100.0f, e) == kBannedLogit);
 }
 
-TEST_CASE("edits change what greedy sampling picks; a banned token is never picked, even at high temperature") {
+TEST_CASE("edits change what greedy sampling picks, and a banned token is never picked, even at high temperature") {
   const std::vector<float> logits = {1.0f, 5.0f, 4.0f, -2.0f};
   CHECK(run(logits, greedy(), {}).outputs[0].token == 1);
   CHECK(run(logits, greedy(), {LogitEdit{.token = 1, .repetition = 2.0f}}).outputs[0].token == 2);  // 5/2 < 4

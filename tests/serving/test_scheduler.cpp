@@ -293,11 +293,12 @@ TEST_CASE("requests that can never be served are rejected alone") {
   CHECK(s.stats().rejected == 7);
   CHECK(s.num_waiting() == 1);
 
-  // The accepted one runs; the pool (not the model) caps it at 32 tokens.
+  // The accepted one runs; the pool (not the model) caps it at 32 tokens, and says so (issue 13:
+  // this was reported as max_context).
   FakeModel model(32, 4, 100);
   ServeResult result = serve(s, model, {}, {});
   REQUIRE(result.finished.count(10));
-  CHECK(result.finished.at(10).reason == FinishReason::MaxContext);
+  CHECK(result.finished.at(10).reason == FinishReason::KvPoolFull);
   CHECK(result.finished.at(10).output_tokens.size() == 2);
 }
 

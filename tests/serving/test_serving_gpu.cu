@@ -1,5 +1,5 @@
-// GPU sampler against the CPU reference (Catch2; skipped without a GPU), and its timings (a hidden
-// test case: test_serving_gpu "[.timing]").
+// GPU sampler against the CPU reference (Catch2; skipped without a GPU), its timings (a hidden
+// test case: test_serving_gpu "[.timing]"), and the serving soak on CUDA ("[soak]").
 //
 // The two samplers share one definition made of exactly rounded operations and integer mass
 // (sampling_math.hpp), so tokens must match on every row: a float-summing sampler would differ
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "model.hpp"  // generated/tiny-llama, for the soak
 #include "runtime/serving/philox.hpp"
 #include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampler.hpp"
@@ -28,6 +29,7 @@
 #include "runtime/serving/sampling_math.hpp"
 #include "tests/support/gpu_checks.hpp"
 #include "tests/support/gpu_harness.hpp"
+#include "tests/support/soak.hpp"
 
 using namespace kiln;
 
@@ -506,6 +508,22 @@ void compare_batches_with_cpu(CudaSampler& sampler) {
   expect(worst_logprob <= 1e-4, "sample batch: logprobs within 1e-4 of the CPU's");
 }
 
+// Issue 13: 256 random requests of tiny-llama through a KV pool that holds about three at once,
+// against each run alone (tests/support/soak.hpp). Preempted requests are recomputed; their outputs
+// must still equal running alone, bit for bit.
+void check_soak_on_cuda() {
+  const ModelDef& model = models::tiny_llama::model_def();
+  const test::SoakReport r = test::run_soak(model, 256, 2024, [&](int32_t kv_pages) {
+    return make_cuda_backend(model, WeightOrigin{nullptr, 11}, BackendOptions{.kv_pages = kv_pages});
+  });
+  std::printf("%s\n", r.summary().c_str());
+  for (const std::string& d : r.differences) std::printf("  %s\n", d.c_str());
+  expect(r.finished == r.requests && r.finished_twice == 0, "soak: every request finished exactly once");
+  expect(r.preemptions > 0, "soak: the small pool preempted");
+  expect(r.pages_in_use_after == 0, "soak: every KV page is free after the run");
+  expect(r.differing == 0, "soak: " + std::to_string(r.differing) + " outputs differ from running alone");
+}
+
 }  // namespace
 
 TEST_CASE("philox4x32_10 on the device gives the known answers", "[sampler]") { check_philox_on_device(); }
@@ -534,4 +552,8 @@ TEST_CASE("captured sampler launches replay with new rows", "[sampler]") {
 TEST_CASE("sampler timings", "[.timing]") {
   CudaSampler sampler(64);
   time_sampler(sampler.workspace());
+}
+
+TEST_CASE("the serving soak on CUDA: 256 requests through a small KV pool, each as if alone", "[soak]") {
+  check_soak_on_cuda();
 }

@@ -94,7 +94,7 @@ TEST_CASE("served under pressure every request produces what it produces alone")
     CHECK(together.stats.kv.pages_in_use == 0);
     REQUIRE(together.finished.size() == requests.size());
 
-    int reasons[6] = {};
+    int reasons[static_cast<int>(FinishReason::BadLogits) + 1] = {};
     for (const Request& r : requests) {
       const FinishedRequest a = run_alone(cfg, shape.num_pages, shape.page_size, r, kVocab);
       const FinishedRequest& t = together.finished.at(r.id);
@@ -108,7 +108,7 @@ TEST_CASE("served under pressure every request produces what it produces alone")
     // The mix exercises several ways to finish.
     CHECK(reasons[static_cast<int>(FinishReason::MaxTokens)] > 0);
     CHECK(reasons[static_cast<int>(FinishReason::Eos)] + reasons[static_cast<int>(FinishReason::StopToken)] +
-              reasons[static_cast<int>(FinishReason::MaxContext)] >
+              reasons[static_cast<int>(FinishReason::MaxContext)] + reasons[static_cast<int>(FinishReason::KvPoolFull)] >
           0);
   }
 }

@@ -111,7 +111,8 @@ int failures();
 bool expect_clean_launch(const std::string& what);
 
 // Median time in microseconds of `launch(iteration)` over `iterations` runs after `warmup` runs,
-// each run between its own pair of CUDA events on the default stream.
+// each run between its own pair of CUDA events on the default stream. With KILN_GPU_TEST_QUICK set
+// (compute-sanitizer runs) this and graph_us launch once.
 double median_us(const std::function<void(int)>& launch, int warmup = 5, int iterations = 25);
 
 // Mean time in microseconds of one `launch(iteration, stream)` when `iterations` of them run back

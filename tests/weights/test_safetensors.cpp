@@ -1,7 +1,15 @@
 // safetensors: round trip, float conversion, sharded directories, and one crafted file per way a
 // header can be wrong.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -181,10 +189,15 @@ TEST_CASE("safetensors: rejects malformed files", "[safetensors]") {
     const auto huge = image("{}", 0, ~uint64_t{0});
     CHECK_KILN_ERROR(kiln::parse_safetensors(huge, "huge.st"), "header length 18446744073709551615");
   }
+  SECTION("header length over the format's 100 MB limit, even where the file is that long") {
+    const auto file = image("{}", 0, 100'000'001);
+    CHECK_KILN_ERROR(kiln::parse_safetensors(file, "big.st"), "big.st", "header length 100000001",
+                     "over the format's limit of 100000000 bytes");
+  }
   SECTION("bad JSON or a header that is not an object") {
-    CHECK_KILN_ERROR(parse("{not json", 0), "crafted.safetensors", "invalid JSON");
+    CHECK_KILN_ERROR(parse("{not json", 0), "crafted.safetensors", "not valid JSON");
     CHECK_KILN_ERROR(parse("[1, 2]", 0), "must be a JSON object", "array");
-    CHECK_KILN_ERROR(parse("", 0), "invalid JSON");
+    CHECK_KILN_ERROR(parse("", 0), "not valid JSON");
   }
   SECTION("entry missing a field") {
     CHECK_KILN_ERROR(parse(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8), "\"t\"", "missing field \"dtype\"");
@@ -317,6 +330,41 @@ TEST_CASE("safetensors: model directories, single-file and sharded", "[safetenso
   SECTION("a shard that is itself malformed names the shard") {
     kiln::test::write_file(dir.file("bad.safetensors"), image("{oops", 0));
     write_index(R"({"weight_map":{"w.a":"bad.safetensors"}})");
-    CHECK_KILN_ERROR(kiln::SafetensorsDir(dir.path().string()), "bad.safetensors", "invalid JSON");
+    CHECK_KILN_ERROR(kiln::SafetensorsDir(dir.path().string()), "bad.safetensors", "not valid JSON");
+  }
+}
+
+// Issue 13, defect 7: a FIFO given as a shard hung the loader, which opened it (blocking until a
+// writer came) before checking it was a regular file. If the loader blocks, a helper opens the
+// FIFO's write end after two seconds, so the test fails instead of hanging.
+TEST_CASE("safetensors: a FIFO given as a shard or index is refused without blocking", "[safetensors]") {
+  TempDir dir;
+  const std::vector<float> a = {1, 2};
+  kiln::write_safetensors(dir.file("s1.safetensors"), {{"w.a", DType::F32, {2}, std::as_bytes(std::span(a))}});
+  const auto refused_without_blocking = [](const std::string& fifo, const std::function<void()>& load) {
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    std::atomic<bool> done{false}, unblocked{false};
+    std::thread unblocker([&] {
+      for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (done) return;
+      unblocked = true;
+      const int fd = ::open(fifo.c_str(), O_WRONLY);  // lets the blocked open() return
+      if (fd >= 0) ::close(fd);
+    });
+    CHECK_KILN_ERROR(load(), fifo, "not a regular file");
+    done = true;
+    unblocker.join();
+    CHECK_FALSE(unblocked);
+  };
+  SECTION("a shard") {
+    std::ofstream(dir.file("model.safetensors.index.json"))
+        << R"({"weight_map":{"w.a":"s1.safetensors","w.b":"fifo.safetensors"}})";
+    refused_without_blocking(dir.file("fifo.safetensors"), [&] { kiln::SafetensorsDir(dir.path().string()); });
+  }
+  SECTION("the single model file") {
+    refused_without_blocking(dir.file("model.safetensors"), [&] { kiln::SafetensorsDir(dir.path().string()); });
+  }
+  SECTION("the index") {
+    refused_without_blocking(dir.file("model.safetensors.index.json"), [&] { kiln::SafetensorsDir(dir.path().string()); });
   }
 }

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed corpora (corpus/<harness>/) and dictionaries (<harness>.dict).
+
+Seeds are small valid inputs of each format, so the fuzzers start from the structures the loaders
+accept and mutate from there. Run from anywhere; it rewrites the files in place (deterministic).
+Needs nothing beyond the Python standard library.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from crafted_files import f32_values, gguf, q8_0_blocks, safetensors  # noqa: E402
+
+
+def corpus(name):
+    path = os.path.join(HERE, "corpus", name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def write(directory, name, data):
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+# ---- safetensors ----
+d = corpus("fuzz_safetensors")
+write(d, "f32.safetensors", safetensors([("w", "F32", [2, 2], struct.pack("<4f", 1, -2, 3.5, 0))]))
+write(d, "mixed.safetensors", safetensors([("a", "BF16", [3], b"\x80\x3f\x00\x40\xc0\x7f"), ("b", "F16", [1, 2], b"\x00\x3c\x00\xc0"),
+                                           ("c", "I64", [1], struct.pack("<q", 7))], {"format": "pt"}))
+write(d, "empty.safetensors", safetensors([]))
+
+
+# ---- GGUF ----
+tokens = ["<unk>", "<s>", "</s>", "a", "b", "ab", "\u0120", "\u0120a"]
+vocab_kvs = [("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", "gpt-2"),
+             ("tokenizer.ggml.tokens", "arr", ("str", tokens)),
+             ("tokenizer.ggml.token_type", "arr", ("i32", [2, 3, 3, 1, 1, 1, 1, 1])),
+             ("tokenizer.ggml.merges", "arr", ("str", ["a b", "\u0120 a"])),
+             ("tokenizer.ggml.bos_token_id", "u32", 1), ("tokenizer.ggml.eos_token_id", "u32", 2)]
+hidden, vocab = 8, len(tokens)
+llama_kvs = [("general.architecture", "str", "llama"), ("llama.block_count", "u32", 1),
+             ("llama.context_length", "u32", 64), ("llama.embedding_length", "u32", hidden),
+             ("llama.feed_forward_length", "u32", 16), ("llama.attention.head_count", "u32", 2),
+             ("llama.attention.head_count_kv", "u32", 1), ("llama.rope.freq_base", "f32", 10000.0),
+             ("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5), ("llama.vocab_size", "u32", vocab)]
+
+
+layer = [("blk.0.attn_norm.weight", 0, [hidden], f32_values(hidden, 1)),
+         ("blk.0.attn_q.weight", 0, [hidden, hidden], f32_values(64)),
+         ("blk.0.attn_k.weight", 0, [hidden, 4], f32_values(32)),
+         ("blk.0.attn_v.weight", 0, [hidden, 4], f32_values(32)),
+         ("blk.0.attn_output.weight", 0, [hidden, hidden], f32_values(64)),
+         ("blk.0.ffn_norm.weight", 0, [hidden], f32_values(hidden, 1)),
+         ("blk.0.ffn_gate.weight", 0, [hidden, 16], f32_values(128)),
+         ("blk.0.ffn_up.weight", 0, [hidden, 16], f32_values(128)),
+         ("blk.0.ffn_down.weight", 0, [16, hidden], f32_values(128))]
+d = corpus("fuzz_gguf")
+write(d, "vocab.gguf", gguf(vocab_kvs, []))
+write(d, "llama.gguf", gguf(llama_kvs + vocab_kvs, [("token_embd.weight", 0, [hidden, vocab], f32_values(hidden * vocab)),
+                                                    ("output_norm.weight", 0, [hidden], f32_values(hidden, 1))] + layer))
+write(d, "q8_0.gguf", gguf([("general.architecture", "str", "llama")], [("t", 8, [64], q8_0_blocks(64))]))
+
+
+# ---- tokenizer.json ----
+def tokenizer(pre, decoder, normalizer=None, added=(), vocab=None, merges=("a b",), **model):
+    return json.dumps({"added_tokens": list(added), "normalizer": normalizer, "pre_tokenizer": pre, "decoder": decoder,
+                       "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}]},
+                       "model": dict(type="BPE", vocab=vocab or {"<s>": 0, "a": 1, "b": 2, "ab": 3, "\u2581": 4},
+                                     merges=list(merges), **model)}, ensure_ascii=False)
+
+
+byte_level = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+d = corpus("fuzz_tokenizer_json")
+write(d, "byte_level.json", tokenizer(byte_level, {"type": "ByteLevel"},
+                                      added=[{"id": 0, "content": "<s>", "special": True, "lstrip": True}]))
+write(d, "split_digits.json", tokenizer({"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},
+    {"type": "Digits", "individual_digits": True}, byte_level]}, {"type": "ByteLevel"},
+    normalizer={"type": "NFC"}))
+write(d, "metaspace.json", tokenizer(None, {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    normalizer={"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    byte_fallback=True, unk_token="<s>", merges=[["a", "b"]]))
+
+# ---- kilnc configs ----
+d = corpus("fuzz_config_yaml")
+for name in ["tiny-llama", "tiny-qwen3", "tiny-deepseek-v2"]:
+    shutil.copy(os.path.join(ROOT, "configs", name + ".yaml"), d)
+d = corpus("fuzz_config_hf")
+for name in ["tiny-llama", "tiny-qwen3", "tiny-deepseek-v2"]:
+    shutil.copy(os.path.join(ROOT, "tests", "golden", name, "config.json"), os.path.join(d, name + ".json"))
+
+# ---- JSONL requests ----
+d = corpus("fuzz_requests")
+write(d, "ids.jsonl", '{"prompt_ids": [5, 6, 7], "max_tokens": 4, "temperature": 0}\n'
+                      '{"id": "x", "prompt_ids": [1], "top_k": 5, "top_p": 0.9, "min_p": 0.1, "seed": 3, '
+                      '"stop_token_ids": [2], "ignore_eos": true, "logprobs": true}\n')
+write(d, "text.jsonl", '{"prompt": "Hello <|im_end|> there", "max_tokens": 2}\n\n'
+                       '{"chat": "hi<|im_start|>", "system": "be brief", "max_tokens": 8}\n')
+
+# ---- chat ----
+d = corpus("fuzz_chat")
+for i, (system, user) in enumerate([("", "Hello!"), ("Be brief.", "What is 2+2?"),
+                                    ("x<|im_end|>\n<|im_start|>system", "<|eot_id|><|start_header_id|>system"),
+                                    ("  ", "\u00e9\u65e5\u672c \U0001F600")]):
+    write(d, "chat%d" % i, bytes([i]) + system.encode() + b"\0" + user.encode())
+
+# ---- dictionaries: the tokens the formats are built from ----
+json_words = ['"{"', '"}"', '"["', '"]"', '":"', '","', '"true"', '"false"', '"null"', '"\\""', '"-1"', '"1e400"',
+              '"18446744073709551616"', '"2.5"', '"\\\\u0000"']
+
+
+def dictionary(name, words):
+    with open(os.path.join(HERE, name + ".dict"), "w") as f:
+        f.write("# libFuzzer dictionary for %s (written by make_seeds.py)\n" % name)
+        for w in words:
+            f.write(w + "\n")
+
+
+def keys(*names):
+    return ['"\\"%s\\""' % n for n in names]
+
+
+dictionary("fuzz_safetensors", json_words + keys("dtype", "shape", "data_offsets", "__metadata__", "F32", "BF16",
+                                                  "F16", "F64", "I64", "U8", "BOOL"))
+dictionary("fuzz_tokenizer_json", json_words + keys(
+    "model", "type", "BPE", "vocab", "merges", "added_tokens", "id", "content", "special", "lstrip", "rstrip",
+    "single_word", "normalized", "normalizer", "pre_tokenizer", "decoder", "post_processor", "Sequence",
+    "pretokenizers", "normalizers", "decoders", "processors", "ByteLevel", "Split", "Digits", "NFC", "Prepend",
+    "Replace", "Strip", "Fuse", "ByteFallback", "pattern", "Regex", "String", "behavior", "Isolated", "Removed",
+    "MergedWithPrevious", "MergedWithNext", "Contiguous", "invert", "byte_fallback", "unk_token", "ignore_merges",
+    "TemplateProcessing", "single", "SpecialToken", "add_prefix_space", "use_regex", "start", "stop",
+    "individual_digits", "fuse_unk", "dropout"))
+dictionary("fuzz_config_hf", json_words + keys(
+    "model_type", "llama", "qwen3", "deepseek_v2", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+    "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "rope_type", "factor", "yarn", "default",
+    "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "tie_word_embeddings",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts",
+    "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size", "first_k_dense_replace", "topk_method",
+    "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "hidden_act", "silu", "eos_token_id"))
+dictionary("fuzz_requests", json_words + keys(
+    "id", "prompt", "chat", "system", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+    "stop_token_ids", "ignore_eos", "logprobs", "<|im_start|>", "<|im_end|>") + ['"\\x0a"'])
+dictionary("fuzz_config_yaml", ['"name: "', '"model:"', '"build:"', '"\\x0a  "', '": "', '"- "', '"["', '"]"',
+                                '"{"', '"}"', '"&a "', '"*a"', '"---"', '"family: "', '"rope_scaling:"',
+                                '"hidden_size: "', '"1.0e-5"', '"true"', '"null"', '"~"', '"!!str "', '"<<: "'])
+dictionary("fuzz_chat", ['"<|im_start|>"', '"<|im_end|>"', '"<|eot_id|>"', '"<|start_header_id|>"',
+                         '"<|end_header_id|>"', '"<|begin_of_text|>"', '"<think>"', '"\\x00"', '"\\x0a"',
+                         '"<\\xef\\xbd\\x9cbegin\\xe2\\x96\\x81of\\xe2\\x96\\x81sentence\\xef\\xbd\\x9c>"'])
