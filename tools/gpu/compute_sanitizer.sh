@@ -35,7 +35,10 @@ for t in ${KILN_SANITIZER_PROGRAMS:-test_kernels_gpu test_serving_gpu test_golde
     options=(--tool "$tool" --error-exitcode 99 --print-limit 50)
     case $tool in
       memcheck) options+=(--leak-check full) ;;
-      racecheck) options+=(--racecheck-report all) ;;
+      # cuBLASLt's Hopper GEMMs (nvjet_*) order their shared memory with mbarriers and TMA, which
+      # racecheck does not model: it reports WAR hazards inside them whose values do not even
+      # change. Our kernels are all still checked.
+      racecheck) options+=(--racecheck-report all --kernel-name-exclude kns=nvjet) ;;
       initcheck) options+=(--track-unused-memory no) ;;
     esac
     log=$out/$t.$tool.txt
