@@ -110,7 +110,11 @@ bool is_weight(ArgSource s) { return s == ArgSource::weight || s == ArgSource::w
 void check_op(const Graph& g, const Op& op) {
   const OpRecord& r = op.record();
   const std::string where = "internal: op " + r.name + " (" + op.label + ")";
-  for (const auto& [name, value] : op.args) {
+  for (const auto& arg : op.args) {
+    // Named copies, not structured bindings: lambdas capture those only from C++20 compilers on
+    // (the sanitizer build's clang 14 refuses).
+    const std::string& name = arg.first;
+    const std::string& value = arg.second;
     const auto it = std::find_if(r.args.begin(), r.args.end(), [&](const ArgSpec& a) { return a.name == name; });
     if (it == r.args.end()) fail(where, " binds '", name, "', which its record does not have");
     if (is_buffer(it->source)) {
