@@ -37,20 +37,11 @@ Engine::Engine(const ModelDef& model, Backend& backend, const EngineOptions& opt
 void Engine::add(Request request) { scheduler_.add(std::move(request)); }
 
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
-  std::vector<FinishedRequest> finished;
-  run_until({}, on_token, [&](FinishedRequest&& f) { finished.push_back(std::move(f)); });
-  return finished;
-}
-
-void Engine::run_until(const std::function<bool()>& stop, const std::function<void(const TokenEvent&)>& on_token,
-                       const std::function<void(FinishedRequest&&)>& on_finished) {
   run_start_ = std::chrono::steady_clock::now();
   started_ = true;
-  while (scheduler_.has_unfinished() && !(stop && stop())) {
-    step(on_token);
-    for (FinishedRequest& f : take_finished()) on_finished(std::move(f));
-  }
+  while (scheduler_.has_unfinished()) step(on_token);
   stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  return take_finished();
 }
 
 bool Engine::abort(RequestId id, FinishReason reason) { return scheduler_.abort(id, reason); }

@@ -47,11 +47,6 @@ class Engine {
   // Runs every queued request to completion, calling on_token for each sampled token in order.
   // Requests that asked for prompt logits get them in FinishedRequest::prompt_logits.
   std::vector<FinishedRequest> run(const std::function<void(const TokenEvent&)>& on_token = {});
-  // As run(), but hands each request to on_finished as soon as it finishes (so results can be
-  // written as they come), and stops early when `stop` returns true, which it is asked between
-  // steps (an interrupted batch); the unfinished requests stay queued.
-  void run_until(const std::function<bool()>& stop, const std::function<void(const TokenEvent&)>& on_token,
-                 const std::function<void(FinishedRequest&&)>& on_finished);
 
   // Live serving (runtime/server/engine_loop.hpp) drives the engine one step at a time, adding and
   // aborting requests between steps; run() is these in a loop.
