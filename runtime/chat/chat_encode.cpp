@@ -65,6 +65,7 @@ class Escaper {
     };
     size_t next_span = 0;
     for (size_t i = 0; i < text.size();) {
+      while (next_span < spans.size() && spans[next_span].begin < i) ++next_span;  // overlapped by a swap
       if (next_span < spans.size() && spans[next_span].begin == i) {
         swap(i, spans[next_span].end);
         i = spans[next_span++].end;
