@@ -1,6 +1,7 @@
 // forward.cu and forward_ref.cpp: the graph as a launch sequence (CUDA, prefill and decode) and as
 // a sequence of reference-op calls (CPU). Both read like the model card: one stage comment per
 // stage, one math comment per op, a loop over the layers.
+#include <cctype>
 #include <set>
 
 #include "codegen/emit.hpp"
@@ -21,9 +22,26 @@ void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
   for (const auto& stmt : op_call(op, g, phase)) c.line(stmt);
 }
 
+// Whether `code` names `id` as a whole identifier.
+bool names(const std::string& code, const std::string& id) {
+  const auto ident = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  for (size_t at = code.find(id); at != std::string::npos; at = code.find(id, at + 1)) {
+    const size_t end = at + id.size();
+    if ((at == 0 || !ident(code[at - 1])) && (end == code.size() || !ident(code[end]))) return true;
+  }
+  return false;
+}
+
+// The arena buffers the phase's calls use (the MoE routing scratch is the GPU's alone: the CPU
+// reference would declare it unused).
 void emit_buffers(const Graph& g, Phase phase, Code& c) {
   const bool gpu = phase != Phase::ref;
+  std::string calls;
+  for (const Op* op : g.all_ops()) {
+    for (const std::string& stmt : op_call(*op, g, phase)) calls += stmt + "\n";
+  }
   for (const Buffer& b : g.buffers) {
+    if (!names(calls, b.name)) continue;
     const std::string type = b.elem == Elem::i32 ? (gpu ? "int" : "int32_t") : b.elem == Elem::f32 || !gpu ? "float" : "bf16";
     const std::string base = gpu ? "ctx.arena" : "arena";
     const std::string plan = gpu ? "GpuArena::" : "RefArena::";

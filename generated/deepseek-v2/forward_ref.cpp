@@ -31,7 +31,6 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* topk_weights = reinterpret_cast<float*>(arena + RefArena::topk_weights); // [T, kNumExpertsPerTok] their weights
   float* moe_gate_up = reinterpret_cast<float*>(arena + RefArena::moe_gate_up); // [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   float* moe_act = reinterpret_cast<float*>(arena + RefArena::moe_act);   // [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  int32_t* moe_scratch = reinterpret_cast<int32_t*>(arena + RefArena::moe_scratch); // [T, kMoeScratchPerToken] routing scratch
   float* shared_gate_up = reinterpret_cast<float*>(arena + RefArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   float* shared_act = reinterpret_cast<float*>(arena + RefArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
