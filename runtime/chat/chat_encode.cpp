@@ -96,6 +96,12 @@ class Escaper {
 
 }  // namespace
 
+JinjaChatTemplate chat_template_for(const Tokenizer& tokenizer, const std::string& source, std::string origin) {
+  const std::string bos = tokenizer.bos_id() >= 0 ? std::string(tokenizer.token_text(tokenizer.bos_id())) : "";
+  const std::string eos = tokenizer.eos_ids().empty() ? "" : std::string(tokenizer.token_text(tokenizer.eos_ids().front()));
+  return JinjaChatTemplate(source, bos, eos, std::move(origin));
+}
+
 EncodedChat encode_chat(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template, const json& messages,
                         bool add_generation_prompt, const json& extra, bool special_tokens_in_text) {
   EncodedChat out;

@@ -24,6 +24,10 @@ struct EncodedChat {
   std::vector<int32_t> ids;  // its token ids (the template writes the BOS: none is added)
 };
 
+// The template `source` with the tokenizer's BOS and EOS spellings as its bos_token / eos_token
+// (empty where the tokenizer has none); `origin` names it in errors.
+JinjaChatTemplate chat_template_for(const Tokenizer& tokenizer, const std::string& source, std::string origin);
+
 // special_tokens_in_text: the old behaviour (--chat-special-tokens): the whole rendered prompt is
 // encoded with special-token parsing on. Throws kiln::Error as JinjaChatTemplate::render does.
 EncodedChat encode_chat(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "runtime/chat/builtin_templates.hpp"
+#include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/model/gguf_source.hpp"
 #include "runtime/model/model_config_check.hpp"
@@ -78,9 +79,7 @@ ModelSetup open_model(const ModelDef& model, const CliOptions& o) {
     }
     if (!source.empty()) {
       const Tokenizer& t = *s.tokenizer;
-      const std::string bos = t.bos_id() >= 0 ? std::string(t.token_text(t.bos_id())) : "";
-      const std::string eos = t.eos_ids().empty() ? "" : std::string(t.token_text(t.eos_ids().front()));
-      s.chat_template.emplace(source, bos, eos, origin);
+      s.chat_template.emplace(chat_template_for(t, source, origin));
       const std::optional<ChatFormat> format = guess_chat_format(t);
       s.chat_stop_ids = format ? chat_stop_ids(*format, t) : t.eos_ids();
     }

@@ -27,9 +27,7 @@ JinjaChatTemplate load_template(const Case& c, const Tokenizer& t) {
   std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/chat/templates/" + c.template_file);
   std::stringstream source;
   source << in.rdbuf();
-  const std::string bos = t.bos_id() >= 0 ? std::string(t.token_text(t.bos_id())) : "";
-  const std::string eos = t.eos_ids().empty() ? "" : std::string(t.token_text(t.eos_ids().front()));
-  return JinjaChatTemplate(source.str(), bos, eos, c.template_file);
+  return chat_template_for(t, source.str(), c.template_file);
 }
 
 json chat(const std::string& system, const std::string& user) {

@@ -39,9 +39,7 @@ const Model& model(size_t i) {
       std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/chat/templates/" + s.template_file);
       std::stringstream source;
       source << in.rdbuf();
-      const std::string bos = t.bos_id() >= 0 ? std::string(t.token_text(t.bos_id())) : "";
-      const std::string eos = t.eos_ids().empty() ? "" : std::string(t.token_text(t.eos_ids().front()));
-      kiln::JinjaChatTemplate tmpl(source.str(), bos, eos, s.template_file);
+      kiln::JinjaChatTemplate tmpl = kiln::chat_template_for(t, source.str(), s.template_file);
       out.push_back(Model{std::move(t), std::move(tmpl)});
     }
     return out;
