@@ -1,12 +1,15 @@
 #include "runtime/server/openai_api.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/strict_json.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
@@ -55,18 +58,23 @@ struct Fields {
     }
     return x;
   }
+  // An integer in [lo, hi], never narrowed (json_integer: 18446744073709551615 is not -1); a float
+  // with an integral value (2.0) counts, as pydantic's lax mode lets it in vLLM.
   int64_t integer(const char* key, int64_t lo, int64_t hi, int64_t fallback) const {
     if (!has(key)) return fallback;
     const json& v = body[key];
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))) {
+    const double d = v.is_number_float() ? v.get<double>() : 0.0;
+    const bool integral_float = v.is_number_float() && std::isfinite(d) && d == std::floor(d);
+    if (!v.is_number_integer() && !integral_float) {
       bad(key, std::string("'") + key + "' must be an integer, not " + (v.is_number() ? v.dump() : type_name(v)));
     }
-    const int64_t x = v.get<int64_t>();
-    if (x < lo || x > hi) {
-      bad(key, std::string("'") + key + "' = " + std::to_string(x) + " is out of range; expected a value in [" +
+    std::optional<int64_t> x = json_integer(v, lo, hi);
+    if (integral_float && d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) x = static_cast<int64_t>(d);
+    if (!x) {
+      bad(key, std::string("'") + key + "' = " + v.dump() + " is out of range; expected a value in [" +
                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
-    return x;
+    return *x;
   }
   bool boolean(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
@@ -79,12 +87,12 @@ std::vector<int32_t> token_ids(const json& v, const std::string& param, const Ap
   std::vector<int32_t> ids;
   for (const json& t : v) {
     if (!t.is_number_integer()) bad(param, "'" + param + "' must hold token ids (integers), not " + t.dump());
-    const int64_t id = t.get<int64_t>();
-    if (id < 0 || id >= model.vocab_size) {
-      bad(param, "'" + param + "': token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+    const std::optional<int64_t> id = json_integer(t, 0, model.vocab_size - 1);
+    if (!id) {
+      bad(param, "'" + param + "': token id " + t.dump() + " is outside the vocabulary [0, " +
                      std::to_string(model.vocab_size) + ")");
     }
-    ids.push_back(static_cast<int32_t>(id));
+    ids.push_back(static_cast<int32_t>(*id));
   }
   return ids;
 }

@@ -329,7 +329,9 @@ def case_errors():
                ({"prompt": "hi", "logprobs": 50}, "logprobs"), ({"prompt": "hi", "logit_bias": {"x": 1}}, "logit_bias"),
                ({"prompt": "hi", "presence_penalty": 3}, "presence_penalty"), ({"prompt": "hi", "max_tokens": 100000}, "max_tokens"),
                ({"prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
-               ({"prompt": "hi " * 600}, "prompt")]
+               ({"prompt": "hi " * 600}, "prompt"),
+               # Never narrowed: 2^64 - 1 is not top_k -1 (off), 1e300 is no n.
+               ({"prompt": "hi", "top_k": 18446744073709551615}, "top_k"), ({"prompt": "hi", "n": 1e300}, "n")]
         for request, field in bad:
             st, body, _ = s.post("/v1/completions", request, auth)
             check(st == 400, f"{request}: status {st}")
@@ -340,6 +342,8 @@ def case_errors():
         check(st == 404 and body["error"]["param"] == "model", f"unknown model: {st} {body}")
         st, text, _ = s.request("POST", "/v1/completions", raw=b"{not json", headers=auth)
         check(st == 400 and "JSON" in json.loads(text)["error"]["message"], "bad JSON")
+        st, text, _ = s.request("POST", "/v1/completions", raw=b'{"prompt": "hi", "prompt": "evil"}', headers=auth)
+        check(st == 400 and "prompt" in json.loads(text)["error"]["message"], f"repeated key: {st} {text}")
         st, text, _ = s.request("POST", "/v1/completions", raw=json.dumps({"prompt": "x" * 10000}).encode(), headers=auth)
         check(st == 413 and json.loads(text)["error"]["code"] == 413, f"too large: {st} {text}")
         st, text = s.get("/v1/models")
