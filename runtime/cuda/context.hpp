@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "runtime/parallel/collective.hpp"
+
 namespace kiln {
 
 namespace cuda {
@@ -38,6 +40,8 @@ struct CudaContext {
   cuda::GemmRunner* gemm = nullptr; // prefill projections
   unsigned char* expert_usage = nullptr;  // null, or [num_layers][num_routed_experts] flags (--profile; mapped host memory)
   cudaStream_t stream = nullptr;
+  int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)
+  Collective* collective = nullptr; // NCCL sums and gathers of the ranks; null without tensor parallelism
 
   template <typename T>
   T* kv_layer(int layer) const {

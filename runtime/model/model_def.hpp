@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/core/step_batch.hpp"
+#include "runtime/parallel/collective.hpp"
 
 namespace kiln {
 
@@ -23,6 +24,16 @@ struct WeightSource {
   int64_t row_begin = 0;
   int64_t groups = 1;
   int64_t group_stride = 0;
+  // Tensor parallelism: one rank's slice (all zero for a whole tensor). With q = rank / rank_group
+  // (rank_group > 1: ranks sharing one slice, KV heads replicated over ranks), the rows taken start
+  // q × rank_rows further; with cols > 0 only columns [q × rank_cols, q × rank_cols + cols) of each
+  // row are taken (row-parallel projections). hf_rows × hf_cols is then the whole HF tensor.
+  int64_t rank_rows = 0;
+  int64_t rank_cols = 0;
+  int64_t cols = 0;
+  int64_t rank_group = 1;
+  int64_t hf_rows = 0;
+  int64_t hf_cols = 0;
 };
 
 struct WeightSpec {
@@ -82,6 +93,10 @@ struct ConfigField {
 
 struct ModelInfo {
   const char* name;          // "smollm2-135m"
+  // Tensor-parallel ranks this definition is one of (1: the whole model). A rank's definition has
+  // its own shard sizes (heads, KV heads, intermediate size, kv_elems_per_token, arena sizes, weight
+  // bytes); vocab_size stays the whole vocabulary (its forward gathers the logits).
+  int32_t tensor_parallel = 1;
   const char* family;        // "llama", "qwen3", "deepseek_v2"
   const char* source;        // the config it was generated from
   int32_t vocab_size;
@@ -124,6 +139,8 @@ struct RefContext {
   int64_t num_pages;
   const float* rope;          // [max_context][rotary_dim / 2][cos, sin]
   uint8_t* expert_usage;      // null, or [num_layers][num_routed_experts] flags the routing sets (--profile)
+  int32_t rank = 0;           // tensor-parallel rank (0 without tensor parallelism)
+  Collective* collective = nullptr;  // the ranks' sums and gathers; null without tensor parallelism
 };
 class RefForward {
  public:
@@ -144,11 +161,20 @@ class CudaForward {
   virtual void decode(const CudaStep& step, const CudaContext& ctx, float* logits) const = 0;
 };
 
+struct ModelDef;
+// A build of the model for `ranks` tensor-parallel ranks (build.tensor_parallel): the definition
+// of one rank, which every rank of the group runs with its own rank index.
+struct TensorParallelDef {
+  int32_t ranks;
+  const ModelDef& (*rank_def)();
+};
+
 struct ModelDef {
   ModelInfo info;
   const std::vector<WeightSpec>* weights;
   std::unique_ptr<RefForward> (*make_ref_forward)(const WeightTable& weights);
   std::unique_ptr<CudaForward> (*make_cuda_forward)(const WeightTable& weights);
+  std::vector<TensorParallelDef> tensor_parallel = {};  // the builds for 2+ ranks (none: one GPU only)
 };
 
 }  // namespace kiln

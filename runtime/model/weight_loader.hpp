@@ -40,10 +40,16 @@ struct LoadedWeights {
   int64_t tensors = 0;  // kiln tensors (fused), counting each layer's
 };
 
-LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink);
+// `rank`: with a tensor-parallel rank's definition (ModelInfo::tensor_parallel > 1), the slices
+// that rank holds (WeightSource's rank fields); 0 otherwise.
+LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink,
+                           int32_t rank = 0);
 
 // Deterministic pseudo-random weights (benchmarks without a checkpoint): norms near 1, matrices
 // uniform with standard deviation 0.02 (HF's initializer_range). Same seed, same weights.
-LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink);
+// The values are a function of (seed, HF tensor name, position in that tensor), so a rank's slices
+// are exactly the slices of the whole model's random weights.
+LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink,
+                             int32_t rank = 0);
 
 }  // namespace kiln
