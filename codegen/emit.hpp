@@ -12,12 +12,13 @@
 namespace kiln::codegen {
 
 struct GeneratedFile {
-  std::string name;  // file name inside generated/<model>/
+  std::string name;  // path inside generated/<model>/: "model.hpp", "tp2/model.hpp"
   std::string text;
 };
 
-// Everything generated for one model, in a fixed order.
-std::vector<GeneratedFile> emit_model(const ModelSpec& spec, const Graph& graph);
+// Everything generated for one model, in a fixed order: its graph's files, then each
+// tensor-parallel build's (tp<N>/...).
+std::vector<GeneratedFile> emit_model(const ModelSpec& spec);
 
 // Writes the files into `dir` (created if needed), touching only files whose content changed, and
 // removes stale files kilnc generated earlier. Returns the names written.

@@ -105,7 +105,7 @@ std::string emit_forward_ref(const ModelSpec& spec, const Graph& g) {
   }
   for (const auto& h : headers) c.line("#include \"" + h + "\"");
   c.line();
-  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line("namespace " + spec.ns() + " {");
   c.line();
   c.line("namespace {");
   c.line();
@@ -133,7 +133,7 @@ std::string emit_forward_ref(const ModelSpec& spec, const Graph& g) {
   c.line("  return std::make_unique<RefModel>(weights);");
   c.line("}");
   c.line();
-  c.line("}  // namespace kiln::models::" + spec.id());
+  c.line("}  // namespace " + spec.ns());
   return c.str();
 }
 
@@ -143,8 +143,17 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.line("#include \"model.hpp\"");
   c.line("#include \"runtime/cuda/context.hpp\"");
   c.line("#include \"runtime/cuda/gemm.hpp\"");
+  // Ops the host runs on every GPU phase (the collectives) come from their record's header.
+  std::set<std::string> host_headers;
+  for (const Op* op : g.all_ops()) {
+    const OpRecord& r = op->record();
+    if (r.call(Phase::prefill).how == CallHow::host && r.call(Phase::decode).how == CallHow::host) {
+      host_headers.insert(r.template_header);
+    }
+  }
+  for (const auto& h : host_headers) c.line("#include \"" + h + "\"");
   c.line();
-  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line("namespace " + spec.ns() + " {");
   c.line();
   c.line("namespace {");
   c.line();
@@ -184,7 +193,7 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.line("  return std::make_unique<CudaModel>(weights);");
   c.line("}");
   c.line();
-  c.line("}  // namespace kiln::models::" + spec.id());
+  c.line("}  // namespace " + spec.ns());
   return c.str();
 }
 

@@ -32,7 +32,7 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
   c.line("#include \"model.hpp\"");
   for (const auto& h : headers) c.line("#include \"" + h + "\"");
   c.line();
-  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line("namespace " + spec.ns() + " {");
   for (const auto& name : order) {
     const CudaKernel& k = kernels.at(name);
     c.line();
@@ -59,7 +59,7 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
   if (!ties.empty()) c.line();
   for (const auto& tie : ties) c.line("static_assert(" + tie + ");");
   c.line();
-  c.line("}  // namespace kiln::models::" + spec.id());
+  c.line("}  // namespace " + spec.ns());
   return c.str();
 }
 

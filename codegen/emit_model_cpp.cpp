@@ -9,6 +9,13 @@ namespace kiln::codegen {
 namespace {
 
 std::string source_text(const WeightSource& s) {
+  if (s.hf_rows > 0) {  // a tensor-parallel rank's slice: every field named
+    std::string out = "{.hf_name = \"" + s.hf_name + "\", .rows = " + num(s.rows);
+    if (s.rank_rows != 0) out += ", .rank_rows = " + num(s.rank_rows);
+    if (s.cols != 0) out += ", .rank_cols = " + num(s.rank_cols) + ", .cols = " + num(s.cols);
+    if (s.rank_group != 1) out += ", .rank_group = " + num(s.rank_group);
+    return out + ", .hf_rows = " + num(s.hf_rows) + ", .hf_cols = " + num(s.hf_cols) + "}";
+  }
   std::string out = "{\"" + s.hf_name + "\", " + num(s.rows);
   if (s.row_begin != 0 || s.groups != 1) out += ", " + num(s.row_begin);
   if (s.groups != 1) out += ", " + num(s.groups) + ", " + num(s.group_stride);
@@ -39,6 +46,10 @@ std::string emit_weights_inc(const ModelSpec& spec, const Graph& g) {
   c.comment("Entries: {kiln name, per layer, first layer, last layer (exclusive), shape, experts,");
   c.comment("          {alternative layouts: {{HF tensor, rows[, first row[, groups, group stride]]}, ...}}, tied to}");
   c.comment("{L} is the layer index and {E} the expert index. Included by model.cpp.");
+  if (spec.ranks > 1) {
+    c.comment("A tensor-parallel rank's slices name their fields: rank q = rank / rank_group takes the rows");
+    c.comment("q × rank_rows further, or the columns [q × rank_cols, + cols), of an HF tensor of hf_rows × hf_cols.");
+  }
   for (const WeightDecl& w : g.weights) {
     c.line();
     c.comment(w.comment);
@@ -59,11 +70,16 @@ std::string emit_weights_inc(const ModelSpec& spec, const Graph& g) {
 
 std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   Code c;
-  c.line(banner(s, "The model as the runtime sees it: its numbers, weight manifest and backend factories."));
+  c.line(banner(s, s.ranks > 1 ? "One tensor-parallel rank as the runtime sees it: its numbers, weight slices and backend factories."
+                               : "The model as the runtime sees it: its numbers, weight manifest and backend factories."));
   c.line("#include \"model.hpp\"");
   c.line();
-  c.line("namespace kiln::models::" + s.id() + " {");
+  c.line("namespace " + s.ns() + " {");
   c.line();
+  for (int64_t t : s.build.tensor_parallel) {
+    c.line(pad("namespace tp" + num(t) + " { const ModelDef& model_def(); }", 70) + "// tp" + num(t) + "/model.cpp: one of " + num(t) + " ranks");
+  }
+  if (!s.build.tensor_parallel.empty()) c.line();
   c.line("namespace {");
   c.line("const std::vector<WeightSpec> kWeights = {");
   c.line("#include \"weights.inc\"");
@@ -81,6 +97,7 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   const bool mla = s.mla.has_value();
   const RopeSpec& r = s.rope;
   auto field = [&](const std::string& name, const std::string& value) { c.line("." + name + " = " + value + ","); };
+  if (s.ranks > 1) field("tensor_parallel", "kRanks");
   field("name", quoted(s.name));
   field("family", quoted(to_string(s.family)));
   field("source", quoted(s.source));
@@ -134,13 +151,18 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   c.line("&kWeights,");
   c.line("&make_ref_forward,");
   c.line("&make_cuda_forward,");
+  if (!s.build.tensor_parallel.empty()) {
+    std::string builds;
+    for (int64_t t : s.build.tensor_parallel) builds += std::string(builds.empty() ? "" : ", ") + "{" + num(t) + ", &tp" + num(t) + "::model_def}";
+    c.line("{" + builds + "},");
+  }
   c.dedent();
   c.line("};");
   c.line("return def;");
   c.dedent();
   c.line("}");
   c.line();
-  c.line("}  // namespace kiln::models::" + s.id());
+  c.line("}  // namespace " + s.ns());
   (void)g;
   return c.str();
 }
@@ -174,7 +196,11 @@ std::string emit_cmake(const ModelSpec& s, const Graph& g) {
   std::string b = banner(s, "The model's library (kernels, GPU and CPU forwards) and its binary build/bin/" + s.name + ".");
   for (size_t i = 0; (i = b.find("//", i)) != std::string::npos;) b.replace(i, 2, "#");
   c.line(b);
-  c.line("add_library(" + lib + " STATIC kernels.cu forward.cu forward_ref.cpp model.cpp)");
+  std::string sources = "kernels.cu forward.cu forward_ref.cpp model.cpp";
+  for (int64_t t : s.build.tensor_parallel) {
+    for (const char* file : {"kernels.cu", "forward.cu", "forward_ref.cpp", "model.cpp"}) sources += " tp" + num(t) + "/" + file;
+  }
+  c.line("add_library(" + lib + " STATIC " + sources + ")");
   c.line("target_include_directories(" + lib + " PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})");
   c.line("target_link_libraries(" + lib + " PUBLIC kiln_runtime)");
   c.line("target_compile_options(" + lib + " PRIVATE \"$<$<COMPILE_LANGUAGE:CUDA>:SHELL:" + gencode.substr(1) + ">\")");

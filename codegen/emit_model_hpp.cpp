@@ -139,7 +139,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.line();
   c.line("#include \"codegen/op_shapes.hpp\"");
   c.line();
-  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line("namespace " + spec.ns() + " {");
   c.line();
   c.comment("---- constants: the only literals of the generated code ----");
   emit_constants(g, c);
@@ -157,7 +157,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   emit_arena(g, ref, "RefArena", "---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----",
              false, c);
   c.line();
-  c.line("}  // namespace kiln::models::" + spec.id());
+  c.line("}  // namespace " + spec.ns());
   c.line();
 
   c.line("#ifndef __CUDACC_RTC__");
@@ -165,7 +165,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.line();
   c.line("#include \"runtime/model/model_def.hpp\"");
   c.line();
-  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line("namespace " + spec.ns() + " {");
   c.line();
   c.line(pad("const ModelDef& model_def();", 70) + "// model.cpp");
   c.line(pad("std::unique_ptr<RefForward> make_ref_forward(const WeightTable& weights);", 70) + "// forward_ref.cpp");
@@ -173,14 +173,14 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.line();
   emit_bind_weights(g, c);
   c.line();
-  c.line("}  // namespace kiln::models::" + spec.id());
+  c.line("}  // namespace " + spec.ns());
   c.line("#endif  // __CUDACC_RTC__");
   c.line();
 
   c.line("#ifdef __CUDACC__");
   c.line("#include \"templates/common.cuh\"");
   c.line();
-  c.line("namespace kiln::models::" + spec.id() + " {");
+  c.line("namespace " + spec.ns() + " {");
   c.line();
   c.comment("---- kernels.cu: one wrapper per distinct op instantiation ----");
   std::set<std::string> declared;
@@ -190,7 +190,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
     }
   }
   c.line();
-  c.line("}  // namespace kiln::models::" + spec.id());
+  c.line("}  // namespace " + spec.ns());
   c.line("#endif  // __CUDACC__");
   return c.str();
 }

@@ -38,6 +38,7 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
       if (a.name == "rope") return "const float*";
       if (a.name == "scratch") return "float*";
       if (a.name == "expert_usage") return "unsigned char*";
+      if (a.name == "rank") return "int";
       fail("internal: ops.def: unknown context field ", a.name);
   }
   fail("internal: unknown argument source");

@@ -76,6 +76,15 @@ struct WeightSource {
   int64_t row_begin = 0;
   int64_t groups = 1;        // for per-head slices: `groups` runs of `rows`, `group_stride` apart
   int64_t group_stride = 0;
+  // A tensor-parallel rank's slice (runtime/model/model_def.hpp says how the loader reads them):
+  // rows q × rank_rows further, columns [q × rank_cols, + cols) when cols > 0, q = rank / rank_group;
+  // the whole HF tensor is hf_rows × hf_cols.
+  int64_t rank_rows = 0;
+  int64_t rank_cols = 0;
+  int64_t cols = 0;
+  int64_t rank_group = 1;
+  int64_t hf_rows = 0;
+  int64_t hf_cols = 0;
 };
 struct WeightDecl {
   std::string field;         // member of Weights / LayerWeights

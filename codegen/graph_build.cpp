@@ -2,6 +2,7 @@
 // every family shares (constants, embedding, final norm, LM head, kernel sharing).
 #include "codegen/graph_build.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -102,10 +103,39 @@ int64_t target_sms(const std::string& arch) {
   fail("internal: no SM count for target ", arch);
 }
 
+std::string per_rank(const ModelSpec& s, const std::string& origin) {
+  return s.ranks > 1 ? origin + " / kRanks" : origin;
+}
+
+WeightSource row_shard(const ModelSpec& s, const std::string& name, int64_t rows, int64_t hf_rows, int64_t hf_cols,
+                       int64_t rank_group) {
+  if (s.ranks == 1) return {name, rows};
+  WeightSource w{name, rows};
+  w.rank_rows = rows;
+  w.rank_group = rank_group;
+  w.hf_rows = hf_rows;
+  w.hf_cols = hf_cols;
+  return w;
+}
+
+WeightSource column_shard(const ModelSpec& s, const std::string& name, int64_t rows, int64_t cols, int64_t hf_cols) {
+  if (s.ranks == 1) return {name, rows};
+  WeightSource w{name, rows};
+  w.cols = cols;
+  w.rank_cols = cols;
+  w.hf_rows = rows;
+  w.hf_cols = hf_cols;
+  return w;
+}
+
 void define_common_constants(const ModelSpec& s, Graph& g) {
   g.define("kHiddenSize", s.hidden_size, "hidden_size");
   g.define("kNumLayers", s.num_hidden_layers, "num_hidden_layers");
   g.define("kVocabSize", s.vocab_size, "vocab_size");
+  if (s.ranks > 1) {
+    g.define("kRanks", s.ranks, "tensor-parallel ranks of this build (build.tensor_parallel)");
+    g.define("kVocabShard", s.vocab_size / s.ranks, "vocab_size / kRanks: this rank's rows of the embedding and LM head");
+  }
   g.define_real("kRmsNormEps", s.rms_norm_eps, "rms_norm_eps");
   g.define("kMaxContext", s.build.max_context, "build.max_context");
   g.define("kPageSize", s.build.kv_page_size, "build.kv_page_size: tokens per KV-cache page");
@@ -148,15 +178,17 @@ void define_rope_constants(const ModelSpec& s, Graph& g) {
 }
 
 void add_common_weights(const ModelSpec& s, Graph& g) {
-  const int64_t H = s.hidden_size, V = s.vocab_size;
+  const int64_t H = s.hidden_size, V = s.vocab_size / s.ranks;
   g.weights.push_back({"embed_tokens", "embed_tokens", false, 0, 0, {V, H},
-                       {{{"model.embed_tokens.weight", V}}}, "", "token embeddings"});
+                       {{row_shard(s, "model.embed_tokens.weight", V, s.vocab_size, H)}}, "",
+                       s.ranks > 1 ? "token embeddings: this rank's rows of the vocabulary" : "token embeddings"});
 }
 
 void add_final_weights(const ModelSpec& s, Graph& g) {
-  const int64_t H = s.hidden_size, V = s.vocab_size;
+  const int64_t H = s.hidden_size, V = s.vocab_size / s.ranks;
   g.weights.push_back({"norm", "norm", false, 0, 0, {H}, {{{"model.norm.weight", 1}}}, "", "final RMSNorm"});
-  WeightDecl lm{"lm_head", "lm_head", false, 0, 0, {V, H}, {{{"lm_head.weight", V}}}, "", "LM head"};
+  WeightDecl lm{"lm_head", "lm_head", false, 0, 0, {V, H}, {{row_shard(s, "lm_head.weight", V, s.vocab_size, H)}}, "",
+                s.ranks > 1 ? "LM head: this rank's rows of the vocabulary" : "LM head"};
   if (s.tie_word_embeddings) {
     lm.layouts.clear();  // tied: the LM head is the embedding matrix
     lm.tied_to = "embed_tokens";
@@ -166,34 +198,62 @@ void add_final_weights(const ModelSpec& s, Graph& g) {
 }
 
 void add_prologue_epilogue(const ModelSpec& s, Graph& g) {
-  g.prologue.push_back(make_op(OpKind::embed, "embed_tokens",
-                               "x = embed_tokens[token_ids]   (x: fp32 residual stream [T, " + num(s.hidden_size) + "])",
-                               {{"table", "embed_tokens"}, {"x", "x"}}, {{"vocab", "kVocabSize"}, {"dim", "kHiddenSize"}},
-                               "embed_tokens"));
+  if (s.ranks == 1) {
+    g.prologue.push_back(make_op(OpKind::embed, "embed_tokens",
+                                 "x = embed_tokens[token_ids]   (x: fp32 residual stream [T, " + num(s.hidden_size) + "])",
+                                 {{"table", "embed_tokens"}, {"x", "x"}}, {{"vocab", "kVocabSize"}, {"dim", "kHiddenSize"}},
+                                 "embed_tokens"));
+  } else {
+    // Vocab-parallel embedding: each token's row comes from the one rank that holds it.
+    g.prologue.push_back(make_op(OpKind::embed, "embed_tokens",
+                                 "partial = embed_tokens[token_ids]   (this rank's " + num(s.vocab_size / s.ranks) +
+                                     " of " + num(s.vocab_size) + " rows; 0 for the other ranks' tokens)",
+                                 {{"table", "embed_tokens"}, {"x", "partial"}},
+                                 {{"vocab", "kVocabShard"}, {"dim", "kHiddenSize"}}, "embed_tokens"));
+    g.prologue.push_back(make_all_reduce(s, "partial", "x", false));
+  }
   Op norm = make_op(OpKind::rmsnorm_rows, "norm",
                     "h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)",
                     {{"x", "x"}, {"weight", "norm"}, {"out", "h"}}, {{"dim", "kHiddenSize"}, {"eps", "kRmsNormEps"}},
                     "rmsnorm_rows_" + num(s.hidden_size));
   norm.rows = "N";
   g.epilogue.push_back(norm);
-  g.epilogue.push_back(
-      make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", LinearOut::store_f32, "", "N"));
+  if (s.ranks == 1) {
+    g.epilogue.push_back(
+        make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabSize", "kHiddenSize", LinearOut::store_f32, "", "N"));
+    return;
+  }
+  // Vocab-parallel LM head: each rank scores its rows of the vocabulary, the gather lays them side by side.
+  g.epilogue.push_back(make_linear(g, "lm_head", "lm_head", "h", "logits", "kVocabShard", "kHiddenSize",
+                                   LinearOut::store_f32, "(this rank's tokens)", "N"));
+  Op gather = make_op(OpKind::all_gather, "lm_head",
+                      "logits[N, " + num(s.vocab_size) + "] = the " + num(s.ranks) +
+                          " ranks' logits side by side   (all-gather)",
+                      {{"logits", "logits"}}, {{"cols", "kVocabShard"}, {"ranks", "kRanks"}}, "all_gather_logits");
+  gather.rows = "N";
+  g.epilogue.push_back(gather);
 }
 
 
 namespace {
 
 void build_dense(const ModelSpec& s, Graph& g) {
-  const int64_t H = s.hidden_size, I = s.intermediate_size, D = s.head_dim;
-  const int64_t Hq = s.num_attention_heads, Hkv = s.num_key_value_heads;
+  // One rank's share with tensor parallelism (s.ranks > 1): whole attention heads (KV heads split,
+  // or each replicated over kv_group ranks when there are fewer than ranks) and intermediate features.
+  const int64_t t = s.ranks;
+  const int64_t H = s.hidden_size, I = s.intermediate_size / t, D = s.head_dim;
+  const int64_t Hq = s.num_attention_heads / t, Hkv = std::max<int64_t>(1, s.num_key_value_heads / t);
+  const int64_t kv_group = t > s.num_key_value_heads ? t / s.num_key_value_heads : 1;
   const int64_t q_width = Hq * D, kv_width = Hkv * D, qkv_width = q_width + 2 * kv_width;
   const int64_t L = s.num_hidden_layers;
 
   define_common_constants(s, g);
-  g.define("kNumHeads", Hq, "num_attention_heads");
-  g.define("kNumKvHeads", Hkv, "num_key_value_heads");
+  g.define("kNumHeads", Hq, per_rank(s, "num_attention_heads"));
+  g.define("kNumKvHeads", Hkv,
+           kv_group > 1 ? "one KV head of num_key_value_heads, shared by kRanks / num_key_value_heads ranks"
+                        : per_rank(s, "num_key_value_heads"));
   g.define("kHeadDim", D, "head_dim");
-  g.define("kIntermediateSize", I, "intermediate_size");
+  g.define("kIntermediateSize", I, per_rank(s, "intermediate_size"));
   g.define("kQWidth", q_width, "kNumHeads × kHeadDim");
   g.define("kKvWidth", kv_width, "kNumKvHeads × kHeadDim");
   g.define("kQkvWidth", qkv_width, "q | k | v: kQWidth + 2 × kKvWidth");
@@ -213,35 +273,55 @@ void build_dense(const ModelSpec& s, Graph& g) {
       {"gate_up", Elem::bf16, "kGateUpWidth", "gate " + num(I) + " | up " + num(I)},
       {"act", Elem::bf16, "kIntermediateSize", "silu(gate) ⊙ up"},
   };
+  if (t > 1) g.buffers.push_back({"partial", Elem::f32, "kHiddenSize", "this rank's share of a sum over the ranks"});
 
   add_common_weights(s, g);
   auto layer_weight = [&](const std::string& field, std::vector<int64_t> shape, std::vector<WeightSource> sources,
                           const std::string& comment) {
     g.weights.push_back({field, "layers.{L}." + field, true, 0, L, std::move(shape), {std::move(sources)}, "", comment});
   };
+  const int64_t q_whole = s.num_attention_heads * D, kv_whole = s.num_key_value_heads * D;
   layer_weight("input_layernorm", {H}, {{hf_layer("input_layernorm.weight"), 1}}, "RMSNorm before attention");
   layer_weight("qkv_proj", {qkv_width, H},
-               {{hf_layer("self_attn.q_proj.weight"), q_width},
-                {hf_layer("self_attn.k_proj.weight"), kv_width},
-                {hf_layer("self_attn.v_proj.weight"), kv_width}},
-               "q_proj | k_proj | v_proj rows, fused");
+               {row_shard(s, hf_layer("self_attn.q_proj.weight"), q_width, q_whole, H),
+                row_shard(s, hf_layer("self_attn.k_proj.weight"), kv_width, kv_whole, H, kv_group),
+                row_shard(s, hf_layer("self_attn.v_proj.weight"), kv_width, kv_whole, H, kv_group)},
+               t > 1 ? "q_proj | k_proj | v_proj rows of this rank's heads, fused" : "q_proj | k_proj | v_proj rows, fused");
   if (s.has_qk_norm()) {
     layer_weight("q_norm", {D}, {{hf_layer("self_attn.q_norm.weight"), 1}}, "per-head RMSNorm of q");
     layer_weight("k_norm", {D}, {{hf_layer("self_attn.k_norm.weight"), 1}}, "per-head RMSNorm of k");
   }
-  layer_weight("o_proj", {H, q_width}, {{hf_layer("self_attn.o_proj.weight"), H}}, "attention output projection");
+  layer_weight("o_proj", {H, q_width}, {column_shard(s, hf_layer("self_attn.o_proj.weight"), H, q_width, q_whole)},
+               t > 1 ? "attention output projection: the columns of this rank's heads" : "attention output projection");
   layer_weight("post_attention_layernorm", {H}, {{hf_layer("post_attention_layernorm.weight"), 1}},
                "RMSNorm before the MLP");
-  layer_weight("gate_up_proj", {2 * I, H}, {{hf_layer("mlp.gate_proj.weight"), I}, {hf_layer("mlp.up_proj.weight"), I}},
-               "gate_proj | up_proj rows, fused");
-  layer_weight("down_proj", {H, I}, {{hf_layer("mlp.down_proj.weight"), H}}, "MLP down projection");
+  layer_weight("gate_up_proj", {2 * I, H},
+               {row_shard(s, hf_layer("mlp.gate_proj.weight"), I, s.intermediate_size, H),
+                row_shard(s, hf_layer("mlp.up_proj.weight"), I, s.intermediate_size, H)},
+               t > 1 ? "gate_proj | up_proj rows of this rank's features, fused" : "gate_proj | up_proj rows, fused");
+  layer_weight("down_proj", {H, I}, {column_shard(s, hf_layer("mlp.down_proj.weight"), H, I, s.intermediate_size)},
+               t > 1 ? "MLP down projection: the columns of this rank's features" : "MLP down projection");
   add_final_weights(s, g);
+
+  // A row-parallel projection: x += its product without tensor parallelism; with it, each rank's
+  // partial product (its heads' or features' columns) and the sum over the ranks into x.
+  const std::string rank_note = t > 1 ? "   (this rank's share)" : "";
+  auto residual_projection = [&](std::vector<Op>& ops, const std::string& label, const std::string& weight,
+                                 const std::string& in, const std::string& k) {
+    if (t == 1) {
+      ops.push_back(make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, ""));
+      return;
+    }
+    ops.push_back(make_linear(g, label, weight, in, "partial", "kHiddenSize", k, LinearOut::store_f32,
+                              "(this rank's share)"));
+    ops.push_back(make_all_reduce(s, "partial", "x", true));
+  };
 
   std::vector<Op> attn;
   attn.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
   attn.push_back(make_linear(g, "self_attn.q_proj,k_proj,v_proj", "qkv_proj", "h", "qkv", "kQkvWidth", "kHiddenSize",
                              LinearOut::store_bf16,
-                             "(q " + num(q_width) + " | k " + num(kv_width) + " | v " + num(kv_width) + ")"));
+                             "(q " + num(q_width) + " | k " + num(kv_width) + " | v " + num(kv_width) + ")" + rank_note));
   if (s.has_qk_norm()) {
     attn.push_back(make_op(
         OpKind::head_rmsnorm, "self_attn.q_norm,k_norm",
@@ -272,16 +352,14 @@ void build_dense(const ModelSpec& s, Graph& g) {
                           {"page_size", "kPageSize"}, {"row", "kQkvWidth"}, {"scale", "kAttnScale"},
                           {"partition", "kAttnPartition"}, {"max_partitions", "kAttnMaxPartitions"}},
                          "attention"));
-  attn.push_back(make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kQWidth",
-                             LinearOut::add_f32, ""));
+  residual_projection(attn, "self_attn.o_proj", "o_proj", "attn", "kQWidth");
 
   std::vector<Op> mlp;
   mlp.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   mlp.push_back(make_linear(g, "mlp.gate_proj,up_proj", "gate_up_proj", "h", "gate_up", "kGateUpWidth", "kHiddenSize",
-                            LinearOut::store_bf16, "(gate " + num(I) + " | up " + num(I) + ")"));
+                            LinearOut::store_bf16, "(gate " + num(I) + " | up " + num(I) + ")" + rank_note));
   mlp.push_back(make_silu_mul("mlp.act_fn", "gate_up", "act", "kIntermediateSize", g));
-  mlp.push_back(make_linear(g, "mlp.down_proj", "down_proj", "act", "x", "kHiddenSize", "kIntermediateSize",
-                            LinearOut::add_f32, ""));
+  residual_projection(mlp, "mlp.down_proj", "down_proj", "act", "kIntermediateSize");
 
   g.blocks.push_back({"decoder_layer", 0, L, {{"self-attention", attn}, {"MLP (SwiGLU)", mlp}}});
   add_prologue_epilogue(s, g);

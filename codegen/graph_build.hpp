@@ -28,6 +28,8 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
 // silu(gate) ⊙ up over T rows, or T × rows_per_token rows (a token's chosen experts).
 Op make_silu_mul(const std::string& label, const std::string& in, const std::string& out, const std::string& dim,
                  const Graph& g, const std::string& rows_per_token = "");
+// out (+)= Σ over the tensor-parallel ranks of partial (fp32 rows of kHiddenSize).
+Op make_all_reduce(const ModelSpec& s, const std::string& partial, const std::string& out, bool add);
 std::string linear_out_name(LinearOut result);  // "LinearOut::add_f32"
 std::string shape_init(const Op& op);           // "{.dim = kHiddenSize, .eps = kRmsNormEps}"
 void check_bindings(const Graph& g);
@@ -37,6 +39,13 @@ void define_common_constants(const ModelSpec& s, Graph& g);  // sizes every fami
 void define_rope_constants(const ModelSpec& s, Graph& g);
 void define_decode_attention_constants(const ModelSpec& s, Graph& g, const std::string& heads,
                                        const std::string& value_dim);
+// Tensor parallelism: the name of the config size `origin` divided over the ranks, for comments.
+std::string per_rank(const ModelSpec& s, const std::string& origin);
+// A rank's rows (column-parallel projections, vocabulary shards; rank_group ranks share a slice),
+// or its columns (row-parallel projections) of an HF tensor; the whole tensor with one rank.
+WeightSource row_shard(const ModelSpec& s, const std::string& name, int64_t rows, int64_t hf_rows, int64_t hf_cols,
+                       int64_t rank_group = 1);
+WeightSource column_shard(const ModelSpec& s, const std::string& name, int64_t rows, int64_t cols, int64_t hf_cols);
 void add_common_weights(const ModelSpec& s, Graph& g);       // embed_tokens
 void add_final_weights(const ModelSpec& s, Graph& g);        // norm, lm_head (or tied)
 void add_prologue_epilogue(const ModelSpec& s, Graph& g);    // embedding; final norm + LM head

@@ -72,6 +72,14 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
   return op;
 }
 
+Op make_all_reduce(const ModelSpec& s, const std::string& partial, const std::string& out, bool add) {
+  const std::string sum = "Σ over the " + num(s.ranks) + " ranks of " + partial;
+  return make_op(OpKind::all_reduce, add ? "all_reduce" : "embed_tokens",
+                 out + (add ? " += " : " = ") + sum + "   (all-reduce)", {{"partial", partial}, {"out", out}},
+                 {{"dim", "kHiddenSize"}, {"add", add ? "true" : "false"}, {"ranks", "kRanks"}},
+                 add ? "all_reduce_residual" : "all_reduce_embedding");
+}
+
 std::string linear_out_name(LinearOut result) {
   switch (result) {
     case LinearOut::store_bf16: return "LinearOut::store_bf16";

@@ -50,8 +50,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (out_dir.empty()) out_dir = "generated/" + spec.name;
-    const auto graph = kiln::codegen::build_graph(spec);
-    const auto files = kiln::codegen::emit_model(spec, graph);
+    const auto files = kiln::codegen::emit_model(spec);
     const auto written = kiln::codegen::write_generated(out_dir, files);
     if (!quiet) {
       std::cout << "kilnc: " << spec.name << " -> " << out_dir << " (" << written.size() << " of " << files.size()

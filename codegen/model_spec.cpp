@@ -52,4 +52,8 @@ std::string ModelSpec::id() const {
   return out;
 }
 
+std::string ModelSpec::ns() const {
+  return "kiln::models::" + id() + (ranks > 1 ? "::tp" + std::to_string(ranks) : "");
+}
+
 }  // namespace kiln::codegen

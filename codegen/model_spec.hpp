@@ -69,6 +69,9 @@ struct BuildSpec {
   // few thousand tokens still spreads over many SMs; long enough that the merge stays cheap.
   int64_t attention_partition = 512;
   std::vector<std::string> gpu_archs = {"sm_90a"};
+  // Tensor-parallel rank counts built besides one GPU (generated/<model>/tp<N>/ each): attention
+  // heads, the MLP and the vocabulary split over N ranks, summed and gathered with NCCL.
+  std::vector<int64_t> tensor_parallel;
 };
 
 struct ModelSpec {
@@ -96,8 +99,14 @@ struct ModelSpec {
   std::optional<MoeSpec> moe;
   BuildSpec build;
 
+  // Set on the copy kilnc builds one tensor-parallel rank's graph from: the sizes above stay the
+  // whole model's, the graph builder divides them.
+  int64_t ranks = 1;
+
   // C++ identifier derived from name: "llama-3.2-1b" -> "llama_3_2_1b".
   std::string id() const;
+  // The generated code's namespace: kiln::models::<id>, and ::tp<ranks> for a rank's build.
+  std::string ns() const;
   bool has_qk_norm() const { return family == Family::qwen3; }
 };
 

@@ -15,6 +15,7 @@ namespace {
 constexpr int64_t kMaxDim = 1 << 20;           // hidden, intermediate, ranks
 constexpr int64_t kMaxVocab = 1 << 23;
 constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxTensorParallel = 64;  // GPUs one rank group spans (NVLink domains are smaller)
 constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxHeadDim = 256;           // attention kernels keep a head in registers
 constexpr int64_t kMaxPageSize = 1024;
@@ -112,6 +113,8 @@ void check_rope(const ModelSpec& s, const Checker& c) {
   }
 }
 
+void check_tensor_parallel(const ModelSpec& s, const Checker& c);
+
 void check_build(const ModelSpec& s, const Checker& c) {
   const BuildSpec& b = s.build;
   if (b.dtype != "bf16") c.error(c.build("dtype"), "is '", b.dtype, "'; supported: bf16");
@@ -128,6 +131,38 @@ void check_build(const ModelSpec& s, const Checker& c) {
   for (const auto& a : b.gpu_archs) {
     if (!kSupportedArchs.count(a)) {
       c.error(c.build("gpu_archs"), "names '", a, "'; supported: sm_80, sm_86, sm_89, sm_90, sm_90a");
+    }
+  }
+  check_tensor_parallel(s, c);
+}
+
+// Each rank holds whole attention heads (KV heads split, or each replicated over t / kv_heads
+// ranks), an equal share of the MLP's intermediate features and of the vocabulary: a size that
+// does not divide them is refused here rather than padded at run time.
+void check_tensor_parallel(const ModelSpec& s, const Checker& c) {
+  const std::string field = c.build("tensor_parallel");
+  std::set<int64_t> seen;
+  for (const int64_t t : s.build.tensor_parallel) {
+    if (t < 2 || t > kMaxTensorParallel) {
+      c.error(field, "names ", t, " ranks; expected 2 to ", kMaxTensorParallel, " (one GPU is always built)");
+      continue;
+    }
+    if (!seen.insert(t).second) c.error(field, "names ", t, " twice");
+    if (s.family == Family::deepseek_v2) {
+      c.error(field, "is not supported for deepseek_v2 yet (MLA heads over a latent cache and expert parallelism "
+              "are not built); supported families: llama, qwen3");
+      continue;
+    }
+    const auto need = [&](const char* what, int64_t value) {
+      if (value % t != 0) c.error(field, "names ", t, " ranks, which do not divide ", what, " (", value, ")");
+    };
+    need("num_attention_heads", s.num_attention_heads);
+    need("intermediate_size", s.intermediate_size);
+    need("vocab_size", s.vocab_size);
+    const int64_t kv = s.num_key_value_heads;
+    if (kv % t != 0 && t % kv != 0) {
+      c.error(field, "names ", t, " ranks; num_key_value_heads (", kv,
+              ") must be a multiple of it or divide it (KV heads are split or replicated whole)");
     }
   }
 }

@@ -250,7 +250,7 @@ Weights<T> bind_weights(const WeightTable& table) {
 namespace kiln::models::deepseek_v2 {
 
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream);
+void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_5120(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
 void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);

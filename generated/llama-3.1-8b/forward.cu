@@ -23,7 +23,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::act);         // [T, kIntermediateSize] silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 4096])
-  embed_tokens(step.token_ids, w.embed_tokens, x, T, stream);
+  embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -76,7 +76,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   bf16* act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::act);         // [T, kIntermediateSize] silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 4096])
-  embed_tokens(step.token_ids, w.embed_tokens, x, T, stream);
+  embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {

@@ -152,7 +152,7 @@ Weights<T> bind_weights(const WeightTable& table) {
 namespace kiln::models::llama_3_2_1b {
 
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream);
+void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_2048(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);

@@ -22,7 +22,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* act = reinterpret_cast<float*>(arena + RefArena::act);           // [T, kIntermediateSize] silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 4096])
-  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, T);
+  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, ctx.rank, T);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {

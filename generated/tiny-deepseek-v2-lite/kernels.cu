@@ -20,8 +20,8 @@
 namespace kiln::models::tiny_deepseek_v2_lite {
 
 // embed_tokens: x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 48])
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream) {
-  kiln::embed<kEmbedTokens>(token_ids, table, x, tokens, stream);
+void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream) {
+  kiln::embed<kEmbedTokens>(token_ids, table, x, rank, tokens, stream);
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (48 features)

@@ -233,7 +233,7 @@ Weights<T> bind_weights(const WeightTable& table) {
 namespace kiln::models::tiny_deepseek_v2_lite {
 
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int tokens, cudaStream_t stream);
+void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_48(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
 void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);

@@ -35,7 +35,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
-  embed_tokens(step.token_ids, w.embed_tokens, x, T, stream);
+  embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
@@ -168,7 +168,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
-  embed_tokens(step.token_ids, w.embed_tokens, x, T, stream);
+  embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {

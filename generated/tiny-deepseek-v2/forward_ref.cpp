@@ -35,7 +35,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* shared_act = reinterpret_cast<float*>(arena + RefArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
-  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, T);
+  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, ctx.rank, T);
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {

@@ -45,11 +45,18 @@ void rmsnorm_strided(const float* x, int64_t x_stride, const float* weight, floa
 
 }  // namespace
 
-void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int64_t tokens) {
+void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int32_t rank,
+           int64_t tokens) {
+  const int64_t first = static_cast<int64_t>(rank) * s.vocab;  // this rank's rows of the whole vocabulary
   for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t id = token_ids[t];
-    if (id < 0 || id >= s.vocab) fail("token id ", id, " at row ", t, " is outside the vocabulary (0..", s.vocab - 1, ")");
-    std::memcpy(x + t * s.dim, table + static_cast<int64_t>(id) * s.dim, sizeof(float) * s.dim);
+    const int64_t id = token_ids[t];
+    if (id < 0) fail("token id ", id, " at row ", t, " is negative");
+    float* row = x + t * s.dim;
+    if (id >= first && id < first + s.vocab) {
+      std::memcpy(row, table + (id - first) * s.dim, sizeof(float) * s.dim);
+    } else {
+      std::fill(row, row + s.dim, 0.0f);  // another rank's token: its rows are summed in after
+    }
   }
 }
 

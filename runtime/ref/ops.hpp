@@ -21,7 +21,10 @@ struct KvPages {
 };
 
 // x[t] = table[token_ids[t]]
-void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int64_t tokens);
+// x[t] = table[token_ids[t] - rank·vocab], or zeros when the token is another tensor-parallel
+// rank's (the ranks' rows are summed after).
+void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int32_t rank,
+           int64_t tokens);
 
 // out[r] = x[r] / sqrt(mean(x[r]²) + eps) · weight
 void rmsnorm(const shape::rmsnorm& s, const float* x, const float* weight, float* out, int64_t rows);

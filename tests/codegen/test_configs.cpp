@@ -133,6 +133,29 @@ TEST_CASE("kiln YAML: inconsistent shapes are rejected") {
   check_yaml_rejection("  max_batch: 8", "  max_batch: 1000", "build.max_batched_tokens", "expected 1000..");
 }
 
+TEST_CASE("kiln YAML: tensor-parallel sizes that do not split the model evenly are rejected") {
+  const std::string tp = "  tensor_parallel: [2, 4]";
+  // 3 ranks: 4 attention heads, 160 MLP features and 512 vocabulary rows do not split in three.
+  check_yaml_rejection(tp, "  tensor_parallel: [3]", "build.tensor_parallel", "do not divide num_attention_heads (4)");
+  check_yaml_rejection(tp, "  tensor_parallel: [8]", "build.tensor_parallel", "do not divide num_attention_heads");
+  check_yaml_rejection(tp, "  tensor_parallel: [1]", "build.tensor_parallel", ">= 2");
+  check_yaml_rejection(tp, "  tensor_parallel: [128]", "build.tensor_parallel", "expected 2 to 64");
+  check_yaml_rejection(tp, "  tensor_parallel: [2, 2]", "build.tensor_parallel", "names 2 twice");
+  check_yaml_rejection(tp, "  tensor_parallel: two", "build.tensor_parallel", "integer");
+  // SmolLM2's 9 heads and 640-row vocabulary: no even split at 2, 3 or 4 ranks.
+  const std::string archs = "  gpu_archs: [sm_90a]";
+  std::string smol = read(kConfigs + "tiny-smollm2.yaml");
+  smol.replace(smol.find(archs), archs.size(), archs + "\n  tensor_parallel: [3]");
+  std::string m = load_error(temp_config(smol, ".yaml"));
+  CHECK(m.find("do not divide vocab_size (640)") != std::string::npos);
+  // DeepSeek-V2: MLA heads and expert parallelism are not built yet.
+  std::string ds = read(kConfigs + "tiny-deepseek-v2.yaml");
+  ds.replace(ds.find(archs), archs.size(), archs + "\n  tensor_parallel: [2]");
+  m = load_error(temp_config(ds, ".yaml"));
+  CHECK(m.find("build.tensor_parallel") != std::string::npos);
+  CHECK(m.find("not supported for deepseek_v2") != std::string::npos);
+}
+
 TEST_CASE("kiln YAML: DeepSeek MoE routing options are checked") {
   std::string text = read(kConfigs + "tiny-deepseek-v2.yaml");
   auto with = [&](const std::string& from, const std::string& to) {

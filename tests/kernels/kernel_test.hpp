@@ -5,6 +5,7 @@
 // with the reason it is there.
 #pragma once
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>

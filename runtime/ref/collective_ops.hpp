@@ -1,0 +1,35 @@
+// The collectives of a tensor-parallel rank's reference forward (ops.def: all_reduce, all_gather):
+// the generated forward_ref.cpp calls them with its op shape, the CPU backend's threads (simulated
+// ranks) meet in ctx.collective. runtime/cuda/collective_ops.hpp is the same on NCCL.
+#pragma once
+
+#include <cstdint>
+
+#include "codegen/op_shapes.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/model/model_def.hpp"
+
+namespace kiln::ref {
+
+// The forward was generated for S.ranks ranks: the backend must run it in a group of that size.
+inline Collective& rank_group(const RefContext& ctx, int32_t ranks) {
+  if (ctx.collective == nullptr || ctx.collective->size() != ranks) {
+    fail("internal: a forward built for ", ranks, " tensor-parallel ranks runs in a group of ",
+         ctx.collective ? ctx.collective->size() : 1);
+  }
+  return *ctx.collective;
+}
+
+// out (+)= Σ over the ranks of partial, rows × S.dim values.
+template <shape::all_reduce S>
+void all_reduce(const RefContext& ctx, float* partial, float* out, int64_t rows) {
+  rank_group(ctx, S.ranks).all_reduce(partial, out, rows * S.dim, S.add, nullptr);
+}
+
+// logits [rows, S.ranks × S.cols] from each rank's [rows, S.cols] shard at its start.
+template <shape::all_gather S>
+void all_gather(const RefContext& ctx, float* logits, int64_t rows) {
+  rank_group(ctx, S.ranks).all_gather_columns(logits, logits, rows, S.cols, nullptr);
+}
+
+}  // namespace kiln::ref
