@@ -33,8 +33,8 @@ namespace shape = kiln::shape;
 
 void rows(const int* ids, const bf16* table, float* x, const bf16* w, bf16* out, const int* logit_rows, bf16* qkv,
           const int* pos, const float* rope_table, cudaStream_t s) {
-  kiln::embed<shape::embed{.vocab = 1000, .dim = 200}>(ids, table, x, 7, s);
-  kiln::embed<shape::embed{.vocab = 500, .dim = 999}>(ids, table, x, 7, s);
+  kiln::embed<shape::embed{.vocab = 1000, .dim = 200}>(ids, table, x, 0, 7, s);
+  kiln::embed<shape::embed{.vocab = 500, .dim = 999}>(ids, table, x, 1, 7, s);
   kiln::rmsnorm<shape::rmsnorm{.dim = 1000, .eps = 1e-5f}>(x, w, out, 3, s);
   kiln::rmsnorm<shape::rmsnorm{.dim = 999, .eps = 1e-5f}>(x, w, out, 3, s);
   kiln::rmsnorm_rows<shape::rmsnorm_rows{.dim = 144, .eps = 1e-6f}>(x, logit_rows, w, out, 2, s);
