@@ -97,8 +97,8 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   const bool mla = s.mla.has_value();
   const RopeSpec& r = s.rope;
   auto field = [&](const std::string& name, const std::string& value) { c.line("." + name + " = " + value + ","); };
-  if (s.ranks > 1) field("tensor_parallel", "kRanks");
   field("name", quoted(s.name));
+  if (s.ranks > 1) field("tensor_parallel", "kRanks");
   field("family", quoted(to_string(s.family)));
   field("source", quoted(s.source));
   field("vocab_size", "kVocabSize");

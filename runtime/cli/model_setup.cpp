@@ -93,6 +93,10 @@ void load_backend(ModelSetup& s, const ModelDef& model, const CliOptions& o) {
   WeightOrigin origin{s.source.get(), o.random_weights.value_or(0)};
   BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile};
   const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
+  if (o.tensor_parallel > 1) {
+    s.backend = make_tensor_parallel_backend(model, o.tensor_parallel, gpu, origin, options);
+    return;
+  }
   s.backend = gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
 }
 

@@ -145,6 +145,10 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
     app.add_flag("--logprobs", o.logprobs, "report each generated token's log-probability");
   }
 
+  app.add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
+                 "split the model over N GPUs (NCCL) or, with --backend cpu, N threads; N must be one of the "
+                 "sizes the model was built for (build.tensor_parallel)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--kv-pages", o.kv_pages, "KV-cache pages (default: from free GPU memory; CPU: 2 × max context)")
       ->check(positive_count("pages"));
   app.add_option("--gpu-memory-utilization,--gpu-mem-util", o.gpu_mem_util, "fraction of GPU memory to use in all")

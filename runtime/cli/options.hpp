@@ -23,6 +23,7 @@ struct CliOptions {
   std::string tokenizer;                   // --tokenizer: tokenizer.json, model directory or GGUF
 
   std::string backend = "auto";  // auto | cuda | cpu
+  int32_t tensor_parallel = 1;   // --tensor-parallel-size N: one of the model's builds (GPUs, or CPU threads)
 
   // Prompts.
   std::string prompt;          // --prompt TEXT

@@ -29,6 +29,11 @@ struct BackendOptions {
   // Count the routed experts each step reads (MoE; --profile): the routing kernels flag them in
   // BackendInfo::expert_usage. Off by default: nothing is added to a step.
   bool profile = false;
+  // One rank of a tensor-parallel group (make_tensor_parallel_backend sets these for each rank's
+  // backend, which runs the rank's ModelDef): its rank, its GPU and the group's collective.
+  int32_t rank = 0;
+  int32_t device = 0;
+  Collective* collective = nullptr;
 };
 
 // What a backend measured about itself, for the summary and --output-format json.
@@ -85,5 +90,14 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOri
 std::unique_ptr<Backend> make_cuda_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
 // Whether a CUDA device is present and usable (the default backend choice).
 bool cuda_available();
+int32_t cuda_device_count();  // 0 without a usable GPU
+
+// `ranks` backends, one per tensor-parallel rank, behind one Backend: the model's build for that
+// many ranks (ModelDef::tensor_parallel), each rank on its own GPU (devices 0..ranks-1) talking
+// through NCCL, or with `cuda` false as threads of this process on the CPU reference backend
+// (simulated ranks). The scheduler and sampler see one backend: steps go to every rank, rank 0
+// samples from the gathered logits. A rank that fails stops every rank with its error.
+std::unique_ptr<Backend> make_tensor_parallel_backend(const ModelDef& model, int32_t ranks, bool cuda,
+                                                      const WeightOrigin& weights, const BackendOptions& options);
 
 }  // namespace kiln

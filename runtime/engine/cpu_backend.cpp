@@ -23,8 +23,10 @@ class CpuBackend final : public Backend {
         decode_steps_(step_capacity(model.info, StepPhase::decode)) {
     const ModelInfo& m = model.info;
     const auto start = std::chrono::steady_clock::now();
-    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::f32, sink_)
-                             : random_weights(model, origin.random_seed, WeightFormat::f32, sink_);
+    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::f32, sink_, options.rank)
+                             : random_weights(model, origin.random_seed, WeightFormat::f32, sink_, options.rank);
+    rank_ = options.rank;
+    collective_ = options.collective;
     forward_ = model.make_ref_forward(weights_.table);
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -61,7 +63,7 @@ class CpuBackend final : public Backend {
     num_logits_ = step.num_logits();
     std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
     const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data(),
-                         expert_usage_.empty() ? nullptr : expert_usage_.data()};
+                         expert_usage_.empty() ? nullptr : expert_usage_.data(), rank_, collective_};
     forward_->forward(step, ctx, logits_.data());
   }
 
@@ -95,6 +97,8 @@ class CpuBackend final : public Backend {
   std::vector<float> kv_cache_, arena_, rope_, logits_;
   std::vector<uint8_t> expert_usage_;  // with --profile (MoE): the routing's flags
   int32_t num_logits_ = 0;
+  int32_t rank_ = 0;                    // tensor-parallel rank (0 without)
+  Collective* collective_ = nullptr;    // the rank group's sums and gathers
   BackendInfo info_;
 };
 

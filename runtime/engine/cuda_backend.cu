@@ -22,9 +22,11 @@
 
 namespace kiln {
 
-bool cuda_available() {
+bool cuda_available() { return cuda_device_count() > 0; }
+
+int32_t cuda_device_count() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
 namespace {
@@ -144,17 +146,18 @@ class CudaBackend final : public Backend {
   CudaBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options)
       : model_(model),
         use_graphs_(options.cuda_graphs),
+        device_(bind_device(options.device)),
         prefill_(step_capacity(model.info, StepPhase::prefill)),
         decode_(step_capacity(model.info, StepPhase::decode)) {
     const ModelInfo& m = model.info;
     cudaDeviceProp prop{};
-    KILN_CUDA(cudaGetDeviceProperties(&prop, 0));
+    KILN_CUDA(cudaGetDeviceProperties(&prop, device_));
     info_.device = prop.name;
     KILN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
     const auto start = std::chrono::steady_clock::now();
-    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::bf16, sink_)
-                             : random_weights(model, origin.random_seed, WeightFormat::bf16, sink_);
+    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::bf16, sink_, options.rank)
+                             : random_weights(model, origin.random_seed, WeightFormat::bf16, sink_, options.rank);
     forward_ = model.make_cuda_forward(weights_.table);
     info_.weight_bytes = weights_.bytes;
 
@@ -197,11 +200,14 @@ class CudaBackend final : public Backend {
     ctx_.gemm = &gemm_;
     ctx_.expert_usage = usage_ ? usage_->get<unsigned char>() : nullptr;
     ctx_.stream = stream_;
+    ctx_.rank = options.rank;
+    ctx_.collective = options.collective;
     warm_up();
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   ~CudaBackend() override {
+    cudaSetDevice(device_);
     for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
     cudaStreamDestroy(stream_);
   }
@@ -215,6 +221,7 @@ class CudaBackend final : public Backend {
   }
 
   void forward(const StepBatch& step) override {
+    bind_device(device_);
     check_step_fits(model_.info, step);
     // The previous step's sample() synchronized: its routing flags are read, clear them.
     if (usage_) std::memset(usage_->get<uint8_t>(), 0, static_cast<size_t>(usage_bytes_));
@@ -237,6 +244,7 @@ class CudaBackend final : public Backend {
   }
 
   SampleResult sample(const SampleBatch& batch) override {
+    bind_device(device_);
     check_logit_rows(0, static_cast<int32_t>(batch.rows.size()), num_logits_);
     // A step that samples nothing (decodes replaying tokens after a preemption) still ends here:
     // the next step is written into the pinned staging its upload may still be reading.
@@ -251,6 +259,7 @@ class CudaBackend final : public Backend {
   }
 
   SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) override {
+    bind_device(device_);
     check_logit_rows(first_logit_row, static_cast<int32_t>(tokens.size()), num_logits_);
     const int64_t V = model_.info.vocab_size;
     SampleResult out =
@@ -260,6 +269,7 @@ class CudaBackend final : public Backend {
   }
 
   void copy_logits(int32_t first, int32_t count, float* out) override {
+    bind_device(device_);
     check_logit_rows(first, count, num_logits_);
     const size_t V = model_.info.vocab_size;
     KILN_CUDA(cudaMemcpyAsync(out, logits_ + first * V, count * V * 4, cudaMemcpyDeviceToHost, stream_));
@@ -267,6 +277,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // This backend's GPU made current on the calling thread (a tensor-parallel rank's calls may come
+  // from any thread; the GPU is per thread). Returns it.
+  static int bind_device(int device) {
+    KILN_CUDA(cudaSetDevice(device));
+    return device;
+  }
+
   static int64_t free_device_memory() {
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -375,6 +392,7 @@ class CudaBackend final : public Backend {
 
   const ModelDef& model_;
   bool use_graphs_;
+  int device_;
   cudaStream_t stream_ = nullptr;
   DeviceSink sink_;
   LoadedWeights weights_;

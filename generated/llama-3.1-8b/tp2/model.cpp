@@ -14,8 +14,8 @@ const std::vector<WeightSpec> kWeights = {
 const ModelDef& model_def() {
   static const ModelDef def{
     ModelInfo{
-      .tensor_parallel = kRanks,
       .name = "llama-3.1-8b",
+      .tensor_parallel = kRanks,
       .family = "llama",
       .source = "configs/llama-3.1-8b.yaml",
       .vocab_size = kVocabSize,

@@ -14,8 +14,8 @@ const std::vector<WeightSpec> kWeights = {
 const ModelDef& model_def() {
   static const ModelDef def{
     ModelInfo{
-      .tensor_parallel = kRanks,
       .name = "tiny-llama",
+      .tensor_parallel = kRanks,
       .family = "llama",
       .source = "configs/tiny-llama.yaml",
       .vocab_size = kVocabSize,

@@ -14,8 +14,8 @@ const std::vector<WeightSpec> kWeights = {
 const ModelDef& model_def() {
   static const ModelDef def{
     ModelInfo{
-      .tensor_parallel = kRanks,
       .name = "tiny-qwen3",
+      .tensor_parallel = kRanks,
       .family = "qwen3",
       .source = "configs/tiny-qwen3.yaml",
       .vocab_size = kVocabSize,
