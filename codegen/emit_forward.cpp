@@ -13,6 +13,11 @@ namespace kiln::codegen {
 namespace {
 
 void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
+  // Tensor parallelism: an op of rank 0 alone opens `if (ctx.rank == 0) {`, the next one (the other
+  // ranks') closes it with its `else` branch.
+  if (op.rank_case == "first") c.line("if (ctx.rank == 0) {");
+  if (op.rank_case == "others") c.line("} else {");
+  if (!op.rank_case.empty()) c.indent();
   if (!op.parts.empty()) {
     for (const Op& part : op.parts) c.comment(part.math);
     if (phase != Phase::ref) c.comment("(one fused kernel)");
@@ -20,6 +25,8 @@ void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
     c.comment(op.math);
   }
   for (const auto& stmt : op_call(op, g, phase)) c.line(stmt);
+  if (!op.rank_case.empty()) c.dedent();
+  if (op.rank_case == "others") c.line("}");
 }
 
 // Whether `code` names `id` as a whole identifier.

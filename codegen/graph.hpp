@@ -48,6 +48,9 @@ struct Op {
   std::map<std::string, std::string> args;   // record argument -> buffer, or weight field
   std::map<std::string, std::string> shape;  // shape member -> constant name, or a literal of its type
   std::string rows = "T";  // the rows it runs over: T (every token), N (the rows that need logits), ...
+  // Tensor parallelism: which ranks run it. "" every rank; "first": rank 0 only, and the next op,
+  // "others", on every other rank (the generated code's `if (ctx.rank == 0) ... else ...`).
+  std::string rank_case;
 
   // Fusion (fuse.cpp). A fused op lists the ops it replaces in `parts`: the CPU reference runs
   // them one by one, the CUDA forward runs one kernel.

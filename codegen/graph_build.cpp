@@ -206,11 +206,11 @@ void add_prologue_epilogue(const ModelSpec& s, Graph& g) {
   } else {
     // Vocab-parallel embedding: each token's row comes from the one rank that holds it.
     g.prologue.push_back(make_op(OpKind::embed, "embed_tokens",
-                                 "partial = embed_tokens[token_ids]   (this rank's " + num(s.vocab_size / s.ranks) +
-                                     " of " + num(s.vocab_size) + " rows; 0 for the other ranks' tokens)",
-                                 {{"table", "embed_tokens"}, {"x", "partial"}},
+                                 "x = embed_tokens[token_ids]   (this rank's " + num(s.vocab_size / s.ranks) + " of " +
+                                     num(s.vocab_size) + " rows; 0 for the other ranks' tokens)",
+                                 {{"table", "embed_tokens"}, {"x", "x"}},
                                  {{"vocab", "kVocabShard"}, {"dim", "kHiddenSize"}}, "embed_tokens"));
-    g.prologue.push_back(make_all_reduce(s, "partial", "x", false));
+    g.prologue.push_back(make_all_reduce(s, "x", "each token's row from the rank that holds it"));
   }
   Op norm = make_op(OpKind::rmsnorm_rows, "norm",
                     "h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)",
@@ -273,7 +273,6 @@ void build_dense(const ModelSpec& s, Graph& g) {
       {"gate_up", Elem::bf16, "kGateUpWidth", "gate " + num(I) + " | up " + num(I)},
       {"act", Elem::bf16, "kIntermediateSize", "silu(gate) ⊙ up"},
   };
-  if (t > 1) g.buffers.push_back({"partial", Elem::f32, "kHiddenSize", "this rank's share of a sum over the ranks"});
 
   add_common_weights(s, g);
   auto layer_weight = [&](const std::string& field, std::vector<int64_t> shape, std::vector<WeightSource> sources,
@@ -303,8 +302,10 @@ void build_dense(const ModelSpec& s, Graph& g) {
                t > 1 ? "MLP down projection: the columns of this rank's features" : "MLP down projection");
   add_final_weights(s, g);
 
-  // A row-parallel projection: x += its product without tensor parallelism; with it, each rank's
-  // partial product (its heads' or features' columns) and the sum over the ranks into x.
+  // A row-parallel projection: x += its product without tensor parallelism. With it, rank 0 adds its
+  // share (its heads' or features' columns) into the residual and every other rank stores its share
+  // in x, so the sum over the ranks, in place, is the residual plus the whole product: no buffer
+  // besides x and no kernel besides the projections and NCCL's.
   const std::string rank_note = t > 1 ? "   (this rank's share)" : "";
   auto residual_projection = [&](std::vector<Op>& ops, const std::string& label, const std::string& weight,
                                  const std::string& in, const std::string& k) {
@@ -312,9 +313,14 @@ void build_dense(const ModelSpec& s, Graph& g) {
       ops.push_back(make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, ""));
       return;
     }
-    ops.push_back(make_linear(g, label, weight, in, "partial", "kHiddenSize", k, LinearOut::store_f32,
-                              "(this rank's share)"));
-    ops.push_back(make_all_reduce(s, "partial", "x", true));
+    Op first = make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, "(rank 0: its share)");
+    first.rank_case = "first";
+    Op others = make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::store_f32, "(the other ranks: theirs)");
+    others.rank_case = "others";
+    others.kernel += "_share";
+    ops.push_back(first);
+    ops.push_back(others);
+    ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual"));
   };
 
   std::vector<Op> attn;

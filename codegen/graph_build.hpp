@@ -28,8 +28,8 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
 // silu(gate) ⊙ up over T rows, or T × rows_per_token rows (a token's chosen experts).
 Op make_silu_mul(const std::string& label, const std::string& in, const std::string& out, const std::string& dim,
                  const Graph& g, const std::string& rows_per_token = "");
-// out (+)= Σ over the tensor-parallel ranks of partial (fp32 rows of kHiddenSize).
-Op make_all_reduce(const ModelSpec& s, const std::string& partial, const std::string& out, bool add);
+// x = Σ over the tensor-parallel ranks of each rank's x (fp32 rows of kHiddenSize), in place.
+Op make_all_reduce(const ModelSpec& s, const std::string& x, const std::string& detail);
 std::string linear_out_name(LinearOut result);  // "LinearOut::add_f32"
 std::string shape_init(const Op& op);           // "{.dim = kHiddenSize, .eps = kRmsNormEps}"
 void check_bindings(const Graph& g);

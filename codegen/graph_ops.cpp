@@ -72,12 +72,10 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
   return op;
 }
 
-Op make_all_reduce(const ModelSpec& s, const std::string& partial, const std::string& out, bool add) {
-  const std::string sum = "Σ over the " + num(s.ranks) + " ranks of " + partial;
-  return make_op(OpKind::all_reduce, add ? "all_reduce" : "embed_tokens",
-                 out + (add ? " += " : " = ") + sum + "   (all-reduce)", {{"partial", partial}, {"out", out}},
-                 {{"dim", "kHiddenSize"}, {"add", add ? "true" : "false"}, {"ranks", "kRanks"}},
-                 add ? "all_reduce_residual" : "all_reduce_embedding");
+Op make_all_reduce(const ModelSpec& s, const std::string& x, const std::string& detail) {
+  return make_op(OpKind::all_reduce, "all_reduce",
+                 x + " = Σ over the " + num(s.ranks) + " ranks of " + x + "   (all-reduce in place; " + detail + ")",
+                 {{"x", x}}, {{"dim", "kHiddenSize"}, {"ranks", "kRanks"}}, "all_reduce_" + x);
 }
 
 std::string linear_out_name(LinearOut result) {

@@ -20,10 +20,10 @@ inline Collective& rank_group(const CudaContext& ctx, int32_t ranks) {
   return *ctx.collective;
 }
 
-// out (+)= Σ over the ranks of partial, rows × S.dim values (fp32: the residual stream's type).
+// x = Σ over the ranks of x, rows × S.dim values in place (fp32: the residual stream's type).
 template <shape::all_reduce S>
-void all_reduce(const CudaContext& ctx, float* partial, float* out, int rows) {
-  rank_group(ctx, S.ranks).all_reduce(partial, out, static_cast<int64_t>(rows) * S.dim, S.add, ctx.stream);
+void all_reduce(const CudaContext& ctx, float* x, int rows) {
+  rank_group(ctx, S.ranks).all_reduce(x, x, static_cast<int64_t>(rows) * S.dim, false, ctx.stream);
 }
 
 // logits [rows, S.ranks × S.cols] from each rank's [rows, S.cols] shard at its start.

@@ -20,10 +20,10 @@ inline Collective& rank_group(const RefContext& ctx, int32_t ranks) {
   return *ctx.collective;
 }
 
-// out (+)= Σ over the ranks of partial, rows × S.dim values.
+// x = Σ over the ranks of x, rows × S.dim values in place (fp32: the residual stream's type).
 template <shape::all_reduce S>
-void all_reduce(const RefContext& ctx, float* partial, float* out, int64_t rows) {
-  rank_group(ctx, S.ranks).all_reduce(partial, out, rows * S.dim, S.add, nullptr);
+void all_reduce(const RefContext& ctx, float* x, int64_t rows) {
+  rank_group(ctx, S.ranks).all_reduce(x, x, rows * S.dim, false, nullptr);
 }
 
 // logits [rows, S.ranks × S.cols] from each rank's [rows, S.cols] shard at its start.

@@ -21,12 +21,11 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* attn = reinterpret_cast<float*>(arena + RefArena::attn);         // [T, kQWidth] attention output, 2 heads × 16
   float* gate_up = reinterpret_cast<float*>(arena + RefArena::gate_up);   // [T, kGateUpWidth] gate 80 | up 80
   float* act = reinterpret_cast<float*>(arena + RefArena::act);           // [T, kIntermediateSize] silu(gate) ⊙ up
-  float* partial = reinterpret_cast<float*>(arena + RefArena::partial);   // [T, kHiddenSize] this rank's share of a sum over the ranks
 
-  // partial = embed_tokens[token_ids]   (this rank's 256 of 512 rows; 0 for the other ranks' tokens)
-  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, partial, ctx.rank, T);
-  // x = Σ over the 2 ranks of partial   (all-reduce)
-  ref::all_reduce<kAllReduceEmbedding>(ctx, partial, x, T);
+  // x = embed_tokens[token_ids]   (this rank's 256 of 512 rows; 0 for the other ranks' tokens)
+  ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, ctx.rank, T);
+  // x = Σ over the 2 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
+  ref::all_reduce<kAllReduceX>(ctx, x, T);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -44,10 +43,15 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (2 query heads share 1 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step);
-    // partial = attn[T, 32] · o_proj[64, 32]ᵀ   (fp32)   (this rank's share)
-    ref::linear(kLinearOProj, attn, lw.o_proj, partial, T);
-    // x += Σ over the 2 ranks of partial   (all-reduce)
-    ref::all_reduce<kAllReduceResidual>(ctx, partial, x, T);
+    if (ctx.rank == 0) {
+      // x += attn[T, 32] · o_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
+      ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
+    } else {
+      // x = attn[T, 32] · o_proj[64, 32]ᵀ   (fp32)   (the other ranks: theirs)
+      ref::linear(kLinearOProjShare, attn, lw.o_proj, x, T);
+    }
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
+    ref::all_reduce<kAllReduceX>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
@@ -56,10 +60,15 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::linear(kLinearGateUpProj, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (80 features)
     ref::silu_mul(kSiluMulAct, gate_up, act, T);
-    // partial = act[T, 80] · down_proj[64, 80]ᵀ   (fp32)   (this rank's share)
-    ref::linear(kLinearDownProj, act, lw.down_proj, partial, T);
-    // x += Σ over the 2 ranks of partial   (all-reduce)
-    ref::all_reduce<kAllReduceResidual>(ctx, partial, x, T);
+    if (ctx.rank == 0) {
+      // x += act[T, 80] · down_proj[64, 80]ᵀ   (residual add fused)   (rank 0: its share)
+      ref::linear(kLinearDownProj, act, lw.down_proj, x, T);
+    } else {
+      // x = act[T, 80] · down_proj[64, 80]ᵀ   (fp32)   (the other ranks: theirs)
+      ref::linear(kLinearDownProjShare, act, lw.down_proj, x, T);
+    }
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
+    ref::all_reduce<kAllReduceX>(ctx, x, T);
   }
 
   // ---- logits ----

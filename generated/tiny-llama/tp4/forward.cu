@@ -22,12 +22,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn);       // [T, kQWidth] attention output, 1 heads × 16
   bf16* gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::gate_up); // [T, kGateUpWidth] gate 40 | up 40
   bf16* act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::act);         // [T, kIntermediateSize] silu(gate) ⊙ up
-  float* partial = reinterpret_cast<float*>(ctx.arena + GpuArena::partial); // [T, kHiddenSize] this rank's share of a sum over the ranks
 
-  // partial = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
-  embed_tokens(step.token_ids, w.embed_tokens, partial, ctx.rank, T, stream);
-  // x = Σ over the 4 ranks of partial   (all-reduce)
-  cuda::all_reduce<kAllReduceEmbedding>(ctx, partial, x, T);
+  // x = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
+  embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
+  cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -45,10 +44,15 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (1 query heads share 1 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
-    // partial = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (this rank's share)
-    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, partial, T);
-    // x += Σ over the 4 ranks of partial   (all-reduce)
-    cuda::all_reduce<kAllReduceResidual>(ctx, partial, x, T);
+    if (ctx.rank == 0) {
+      // x += attn[T, 16] · o_proj[64, 16]ᵀ   (residual add fused)   (rank 0: its share)
+      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+    } else {
+      // x = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (the other ranks: theirs)
+      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+    }
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
+    cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
@@ -57,10 +61,15 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (40 features)
     silu_mul_act(gate_up, act, T, stream);
-    // partial = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (this rank's share)
-    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, partial, T);
-    // x += Σ over the 4 ranks of partial   (all-reduce)
-    cuda::all_reduce<kAllReduceResidual>(ctx, partial, x, T);
+    if (ctx.rank == 0) {
+      // x += act[T, 40] · down_proj[64, 40]ᵀ   (residual add fused)   (rank 0: its share)
+      cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+    } else {
+      // x = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (the other ranks: theirs)
+      cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
+    }
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
+    cuda::all_reduce<kAllReduceX>(ctx, x, T);
   }
 
   // ---- logits ----
@@ -84,12 +93,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   bf16* attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn);       // [T, kQWidth] attention output, 1 heads × 16
   bf16* gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::gate_up); // [T, kGateUpWidth] gate 40 | up 40
   bf16* act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::act);         // [T, kIntermediateSize] silu(gate) ⊙ up
-  float* partial = reinterpret_cast<float*>(ctx.arena + GpuArena::partial); // [T, kHiddenSize] this rank's share of a sum over the ranks
 
-  // partial = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
-  embed_tokens(step.token_ids, w.embed_tokens, partial, ctx.rank, T, stream);
-  // x = Σ over the 4 ranks of partial   (all-reduce)
-  cuda::all_reduce<kAllReduceEmbedding>(ctx, partial, x, T);
+  // x = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
+  embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
+  cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -107,10 +115,15 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (1 query heads share 1 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
-    // partial = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (this rank's share)
-    linear_o_proj(attn, lw.o_proj, partial, T, stream);
-    // x += Σ over the 4 ranks of partial   (all-reduce)
-    cuda::all_reduce<kAllReduceResidual>(ctx, partial, x, T);
+    if (ctx.rank == 0) {
+      // x += attn[T, 16] · o_proj[64, 16]ᵀ   (residual add fused)   (rank 0: its share)
+      linear_o_proj(attn, lw.o_proj, x, T, stream);
+    } else {
+      // x = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (the other ranks: theirs)
+      linear_o_proj_share(attn, lw.o_proj, x, T, stream);
+    }
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
+    cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
@@ -119,10 +132,15 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
     // act = silu(gate) ⊙ up   (40 features)
     silu_mul_act(gate_up, act, T, stream);
-    // partial = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (this rank's share)
-    linear_down_proj(act, lw.down_proj, partial, T, stream);
-    // x += Σ over the 4 ranks of partial   (all-reduce)
-    cuda::all_reduce<kAllReduceResidual>(ctx, partial, x, T);
+    if (ctx.rank == 0) {
+      // x += act[T, 40] · down_proj[64, 40]ᵀ   (residual add fused)   (rank 0: its share)
+      linear_down_proj(act, lw.down_proj, x, T, stream);
+    } else {
+      // x = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (the other ranks: theirs)
+      linear_down_proj_share(act, lw.down_proj, x, T, stream);
+    }
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
+    cuda::all_reduce<kAllReduceX>(ctx, x, T);
   }
 
   // ---- logits ----

@@ -12,7 +12,7 @@
 
 namespace kiln::models::tiny_llama::tp4 {
 
-// embed_tokens: partial = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
+// embed_tokens: x = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream) {
   kiln::embed<kEmbedTokens>(token_ids, table, x, rank, tokens, stream);
 }
@@ -42,9 +42,14 @@ void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_
   kiln::attention_decode<kAttention>(q, cache, out, context_len, block_tables, max_pages_per_seq, num_seqs, scratch, stream);
 }
 
-// self_attn.o_proj: partial = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (this rank's share)
+// self_attn.o_proj: x += attn[T, 16] · o_proj[64, 16]ᵀ   (residual add fused)   (rank 0: its share)
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, stream);
+}
+
+// self_attn.o_proj: x = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (the other ranks: theirs)
+void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
+  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[80, 64]ᵀ   (gate 40 | up 40)   (this rank's share)
@@ -57,9 +62,14 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
   kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
 }
 
-// mlp.down_proj: partial = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (this rank's share)
+// mlp.down_proj: x += act[T, 40] · down_proj[64, 40]ᵀ   (residual add fused)   (rank 0: its share)
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, stream);
+}
+
+// mlp.down_proj: x = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (the other ranks: theirs)
+void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
+  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)

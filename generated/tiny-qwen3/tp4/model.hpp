@@ -46,8 +46,8 @@ constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens
 constexpr shape::embed kEmbedTokens{.vocab = kVocabShard, .dim = kHiddenSize};
-// embed_tokens
-constexpr shape::all_reduce kAllReduceEmbedding{.dim = kHiddenSize, .add = false, .ranks = kRanks};
+// all_reduce
+constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj,k_proj,v_proj
@@ -63,15 +63,17 @@ constexpr shape::kv_write kKvWrite{.kv_heads = kNumKvHeads, .head_dim = kHeadDim
 // self_attn
 constexpr shape::attention kAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .page_size = kPageSize, .row = kQkvWidth, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::store_f32, .sms = kTargetSms};
-// all_reduce
-constexpr shape::all_reduce kAllReduceResidual{.dim = kHiddenSize, .add = true, .ranks = kRanks};
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms};
+// self_attn.o_proj
+constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::store_f32, .sms = kTargetSms};
 // mlp.gate_proj,up_proj
 constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms};
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms};
+// mlp.down_proj
+constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
@@ -103,13 +105,12 @@ struct Weights {
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
 struct GpuArena {
   static constexpr long long x = 0;                   // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 180224;              // bf16 [T, kHiddenSize] normalized hidden state
-  static constexpr long long qkv = 131072;            // bf16 [T, kQkvWidth] q 1×32 | k 1×32 | v 1×32
-  static constexpr long long attn = 212992;           // bf16 [T, kQWidth] attention output, 1 heads × 32
-  static constexpr long long gate_up = 131072;        // bf16 [T, kGateUpWidth] gate 32 | up 32
-  static constexpr long long act = 163840;            // bf16 [T, kIntermediateSize] silu(gate) ⊙ up
-  static constexpr long long partial = 65536;         // fp32 [T, kHiddenSize] this rank's share of a sum over the ranks
-  static constexpr long long bytes = 229376;          // for kMaxBatchedTokens tokens
+  static constexpr long long h = 114688;              // bf16 [T, kHiddenSize] normalized hidden state
+  static constexpr long long qkv = 65536;             // bf16 [T, kQkvWidth] q 1×32 | k 1×32 | v 1×32
+  static constexpr long long attn = 147456;           // bf16 [T, kQWidth] attention output, 1 heads × 32
+  static constexpr long long gate_up = 65536;         // bf16 [T, kGateUpWidth] gate 32 | up 32
+  static constexpr long long act = 98304;             // bf16 [T, kIntermediateSize] silu(gate) ⊙ up
+  static constexpr long long bytes = 163840;          // for kMaxBatchedTokens tokens
 };
 
 // ---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----
@@ -117,11 +118,10 @@ struct RefArena {
   static constexpr long long x = 98304;               // fp32 [T, kHiddenSize] residual stream
   static constexpr long long h = 163840;              // fp32 [T, kHiddenSize] normalized hidden state
   static constexpr long long qkv = 0;                 // fp32 [T, kQkvWidth] q 1×32 | k 1×32 | v 1×32
-  static constexpr long long attn = 294912;           // fp32 [T, kQWidth] attention output, 1 heads × 32
+  static constexpr long long attn = 229376;           // fp32 [T, kQWidth] attention output, 1 heads × 32
   static constexpr long long gate_up = 0;             // fp32 [T, kGateUpWidth] gate 32 | up 32
   static constexpr long long act = 65536;             // fp32 [T, kIntermediateSize] silu(gate) ⊙ up
-  static constexpr long long partial = 229376;        // fp32 [T, kHiddenSize] this rank's share of a sum over the ranks
-  static constexpr long long bytes = 327680;          // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 262144;          // for kMaxBatchedTokens tokens
 };
 
 }  // namespace kiln::models::tiny_qwen3::tp4
@@ -173,9 +173,11 @@ void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 
