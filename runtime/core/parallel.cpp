@@ -27,7 +27,11 @@ class Pool {
   }
   size_t size() const { return threads_.size() + 1; }
 
+  // One caller at a time: a second caller (another rank thread of the CPU reference, say) waits
+  // for the first one's whole run. Callers inside a pool task never get here (they run inline), so
+  // a caller holding turn_ never waits for turn_.
   void run(int64_t chunks, const std::function<void(int64_t)>& task) {
+    std::lock_guard turn(turn_);
     std::unique_lock lock(mu_);
     task_ = &task;
     next_ = 0;
@@ -72,6 +76,7 @@ class Pool {
   }
 
   std::vector<std::thread> threads_;
+  std::mutex turn_;  // held by the caller for its whole run()
   std::mutex mu_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t)>* task_ = nullptr;
