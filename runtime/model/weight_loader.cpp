@@ -6,8 +6,7 @@
 #include <set>
 
 #include "runtime/core/error.hpp"
-#include "runtime/core/hash.hpp"
-#include "runtime/core/parallel.hpp"
+#include "runtime/model/random_source.hpp"
 #include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/shape.hpp"
 
@@ -22,14 +21,6 @@ void HostSink::write(std::byte* dst, const void* src, int64_t bytes) { std::memc
 
 namespace {
 
-// One kiln tensor: a manifest entry at one layer (layer -1 for whole-model weights).
-struct Instance {
-  const WeightSpec* spec;
-  int64_t layer;
-  int64_t offset = 0;  // bytes into the block
-  std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
-};
-
 std::string substitute(std::string text, const std::string& pattern, int64_t value) {
   for (size_t at; (at = text.find(pattern)) != std::string::npos;) text.replace(at, pattern.size(), std::to_string(value));
   return text;
@@ -43,16 +34,16 @@ std::pair<int64_t, int64_t> as_rows(const std::vector<int64_t>& shape) {
   return {rows, shape.back()};
 }
 
-// A source piece resolved to one concrete HF tensor (layer and expert substituted).
-struct Piece {
-  std::string name;
-  const WeightSource* source;
-};
+bool has_rank_fields(const WeightSource& s) {
+  return s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.rank_group != 1 || s.hf_rows != 0 || s.hf_cols != 0;
+}
 
-std::vector<Piece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer) {
+}  // namespace
+
+std::vector<LayoutPiece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer) {
   bool per_expert = false;
   for (const auto& s : layout) per_expert |= std::string(s.hf_name).find("{E}") != std::string::npos;
-  std::vector<Piece> pieces;
+  std::vector<LayoutPiece> pieces;
   const int64_t experts = per_expert ? spec.experts : 1;
   for (int64_t e = 0; e < experts; ++e) {
     for (const auto& s : layout) pieces.push_back({substitute(substitute(s.hf_name, "{L}", layer), "{E}", e), &s});
@@ -60,11 +51,35 @@ std::vector<Piece> expand_layout(const WeightSpec& spec, const std::vector<Weigh
   return pieces;
 }
 
+std::pair<int64_t, int64_t> whole_hf_rows(const WeightSpec& spec, const WeightSource& s) {
+  if (s.hf_rows > 0) return {s.hf_rows, s.hf_cols};
+  return {s.groups > 1 ? s.groups * s.group_stride : s.row_begin + s.rows, as_rows(spec.shape).second};
+}
+
+namespace {
+
+// One kiln tensor: a manifest entry at one layer (layer -1 for whole-model weights).
+struct Instance {
+  const WeightSpec* spec;
+  int64_t layer;
+  int64_t offset = 0;  // bytes into the block
+  std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
+};
+
 class Loader {
  public:
-  Loader(const ModelDef& model, WeightFormat format, WeightSink& sink) : model_(model), format_(format), sink_(sink) {
+  Loader(const ModelDef& model, WeightFormat format, WeightSink& sink, int32_t rank)
+      : model_(model), format_(format), sink_(sink), rank_(rank) {
     elem_ = format == WeightFormat::f32 ? 4 : 2;
+    const int32_t ranks = model.info.tensor_parallel;
+    if (rank < 0 || rank >= ranks) {
+      fail("rank ", rank, " is outside the tensor-parallel ranks of model ", model.info.name,
+           ": its tensor_parallel is ", ranks, " (ranks 0..", ranks - 1, ")");
+    }
     for (const WeightSpec& spec : *model.weights) {
+      for (const auto& layout : spec.layouts) {
+        for (const WeightSource& s : layout) check_rank_fields(spec, s);
+      }
       if (spec.per_layer) {
         for (int64_t l = spec.layer_first; l < spec.layer_last; ++l) instances_.push_back({&spec, l});
       } else {
@@ -88,7 +103,7 @@ class Loader {
   LoadedWeights load(const TensorSource& source) {
     source_ = &source;
     // Resolve every layout first, so all missing / mis-shaped tensors surface before any work.
-    std::vector<std::vector<Piece>> chosen(instances_.size());
+    std::vector<std::vector<LayoutPiece>> chosen(instances_.size());
     for (size_t i = 0; i < instances_.size(); ++i) chosen[i] = resolve(instances_[i]);
     check_unused();
     allocate();
@@ -99,39 +114,64 @@ class Loader {
     return std::move(result_);
   }
 
-  LoadedWeights randomize(uint64_t seed) {
-    allocate();
-    for (const Instance& inst : instances_) {
-      if (!is_tied(inst)) fill_random(inst, seed);
+ private:
+  // A source's rank fields against the model's rank count: the manifest is generated, so any
+  // inconsistency is ours, not the checkpoint's. The slice of the last rank group must lie inside
+  // the whole HF tensor (then every rank's does).
+  void check_rank_fields(const WeightSpec& spec, const WeightSource& s) const {
+    const int32_t ranks = model_.info.tensor_parallel;
+    if (!has_rank_fields(s)) return;
+    const auto bad = [&](const auto&... why) {
+      fail("internal: manifest of ", model_.info.name, ": source ", s.hf_name, " of ", spec.name, " ", why...);
+    };
+    if (ranks == 1) bad("has rank fields, but the model's tensor_parallel is 1");
+    if (s.rank_group < 1) bad("has rank_group ", s.rank_group, "; expected 1 or more");
+    const int64_t kiln_cols = as_rows(spec.shape).second;
+    if (s.hf_rows <= 0 || s.hf_cols <= 0) {
+      if (s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.hf_rows != 0 || s.hf_cols != 0) {
+        bad("takes a rank's slice (rank_rows ", s.rank_rows, ", rank_cols ", s.rank_cols, ", cols ", s.cols,
+            ") without the whole HF shape (hf_rows ", s.hf_rows, ", hf_cols ", s.hf_cols, ")");
+      }
+      return;
     }
-    finish();
-    return std::move(result_);
+    const int64_t last_q = (ranks - 1) / s.rank_group;
+    const int64_t row_end = s.row_begin + last_q * s.rank_rows + (s.groups - 1) * s.group_stride + s.rows;
+    if (row_end > s.hf_rows) bad("reaches row ", row_end, " at rank ", ranks - 1, "; the HF tensor has ", s.hf_rows);
+    if (s.cols > 0) {
+      if (s.cols != kiln_cols) bad("takes ", s.cols, " columns into a tensor of shape ", shape_text(spec.shape));
+      const int64_t col_end = last_q * s.rank_cols + s.cols;
+      if (col_end > s.hf_cols) {
+        bad("reaches column ", col_end, " at rank ", ranks - 1, "; the HF tensor has ", s.hf_cols);
+      }
+    } else if (s.hf_cols != kiln_cols) {
+      bad("takes whole rows of ", s.hf_cols, " values into a tensor of shape ", shape_text(spec.shape));
+    }
   }
 
- private:
   bool is_tied(const Instance& inst) const {
     if (inst.spec->tied_to[0] == '\0') return false;
-    if (source_ == nullptr) return true;  // random weights: tie as the model is tied
     for (const auto& layout : inst.spec->layouts) {
       bool complete = true;
-      for (const Piece& p : expand_layout(*inst.spec, layout, inst.layer)) complete &= source_->shape(p.name).has_value();
+      for (const LayoutPiece& p : expand_layout(*inst.spec, layout, inst.layer)) {
+        complete &= source_->shape(p.hf_name).has_value();
+      }
       if (complete) return false;
     }
     return true;
   }
 
-  std::vector<Piece> resolve(const Instance& inst) {
+  std::vector<LayoutPiece> resolve(const Instance& inst) {
     const WeightSpec& spec = *inst.spec;
     std::string missing;
     for (const auto& layout : spec.layouts) {
-      std::vector<Piece> pieces = expand_layout(spec, layout, inst.layer);
+      std::vector<LayoutPiece> pieces = expand_layout(spec, layout, inst.layer);
       std::string absent;
-      for (const Piece& p : pieces) {
-        if (!source_->shape(p.name)) absent += (absent.empty() ? "" : ", ") + p.name;
+      for (const LayoutPiece& p : pieces) {
+        if (!source_->shape(p.hf_name)) absent += (absent.empty() ? "" : ", ") + p.hf_name;
       }
       if (absent.empty()) {
         check_shapes(inst, pieces);
-        for (const Piece& p : pieces) used_.insert(p.name);
+        for (const LayoutPiece& p : pieces) used_.insert(p.hf_name);
         return pieces;
       }
       missing += (missing.empty() ? "" : "; or ") + absent;
@@ -140,17 +180,23 @@ class Loader {
     fail(source_->describe(), ": missing tensor(s) ", missing, " (needed for ", inst.key(), ")");
   }
 
-  void check_shapes(const Instance& inst, const std::vector<Piece>& pieces) const {
-    const auto [kiln_rows, cols] = as_rows(inst.spec->shape);
+  void check_shapes(const Instance& inst, const std::vector<LayoutPiece>& pieces) const {
+    const int64_t kiln_rows = as_rows(inst.spec->shape).first;
     int64_t rows = 0;
-    for (const Piece& p : pieces) {
-      const std::vector<int64_t> shape = *source_->shape(p.name);
+    for (const LayoutPiece& p : pieces) {
+      const std::vector<int64_t> shape = *source_->shape(p.hf_name);
       const auto [src_rows, src_cols] = as_rows(shape);
       const WeightSource& s = *p.source;
-      const int64_t want_rows = s.groups > 1 ? s.groups * s.group_stride : s.row_begin + s.rows;
-      if (src_cols != cols || src_rows != want_rows) {
-        fail(source_->describe(), ": tensor ", p.name, " has shape ", shape_text(shape), "; expected ", want_rows,
-             " rows of ", cols, " values (for ", inst.key(), ", shape ", shape_text(inst.spec->shape), ")");
+      const auto [want_rows, want_cols] = whole_hf_rows(*inst.spec, s);
+      if (src_cols != want_cols || src_rows != want_rows) {
+        if (s.hf_rows > 0) {
+          fail(source_->describe(), ": tensor ", p.hf_name, " has shape ", shape_text(shape), "; expected ", want_rows,
+               " rows of ", want_cols, " values (the whole tensor, of which rank ", rank_, " of ",
+               model_.info.tensor_parallel, " takes a slice for ", inst.key(), ", shape ", shape_text(inst.spec->shape),
+               ")");
+        }
+        fail(source_->describe(), ": tensor ", p.hf_name, " has shape ", shape_text(shape), "; expected ", want_rows,
+             " rows of ", want_cols, " values (for ", inst.key(), ", shape ", shape_text(inst.spec->shape), ")");
       }
       rows += s.rows * s.groups;
     }
@@ -180,18 +226,25 @@ class Loader {
     return false;
   }
 
-  void fill(const Instance& inst, const std::vector<Piece>& pieces) {
+  // The columns of a source's rows a rank takes: [begin, begin + count) of rows of `width` values.
+  struct Columns {
+    int64_t begin, count, width;
+  };
+
+  void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t cols = as_rows(inst.spec->shape).second;
     std::byte* dst = block_ + inst.offset;
     constexpr int64_t kChunkValues = 1 << 22;
-    const int64_t chunk_rows = std::max<int64_t>(1, kChunkValues / cols);
-    for (const Piece& p : pieces) {
+    for (const LayoutPiece& p : pieces) {
       const WeightSource& s = *p.source;
+      const int64_t q = rank_ / s.rank_group;  // this rank's slice (0 without tensor parallelism)
+      const Columns columns{s.cols > 0 ? q * s.rank_cols : 0, cols, as_rows(*source_->shape(p.hf_name)).second};
+      const int64_t chunk_rows = std::max<int64_t>(1, kChunkValues / columns.width);
       for (int64_t g = 0; g < s.groups; ++g) {
-        const int64_t first = s.row_begin + g * s.group_stride;
+        const int64_t first = s.row_begin + q * s.rank_rows + g * s.group_stride;
         for (int64_t r = 0; r < s.rows; r += chunk_rows) {
           const int64_t n = std::min(chunk_rows, s.rows - r);
-          write_rows(p.name, first + r, n, cols, dst);
+          write_rows(p.hf_name, first + r, n, columns, dst);
           dst += n * cols * elem_;
         }
       }
@@ -203,8 +256,8 @@ class Loader {
   // A NaN or infinite weight makes every logit NaN, and every request end with no token: name the
   // tensor and the place instead. Checked on the values as read (bf16 bits or fp32), first with a
   // branch-free pass over the exponent bits (vectorized: loading stays memory-bound).
-  void check_finite(const std::string& name, int64_t first_row, int64_t cols, const uint16_t* bf16, const float* f32,
-                    int64_t values) const {
+  void check_finite(const std::string& name, int64_t first_row, const Columns& columns, const uint16_t* bf16,
+                    const float* f32, int64_t values) const {
     bool bad = false;
     if (bf16 != nullptr) {
       for (int64_t i = 0; i < values; ++i) bad |= (bf16[i] & 0x7F80) == 0x7F80;
@@ -218,55 +271,55 @@ class Loader {
       if (bf16 != nullptr) bf16_elements_to_f32(reinterpret_cast<const std::byte*>(bf16 + i), std::span<float>(&v, 1));
       if (std::isfinite(v)) continue;
       fail(source_->describe(), ": tensor ", name, " holds ", std::isnan(v) ? "NaN" : "Inf", " at row ",
-           first_row + i / cols, ", column ", i % cols, "; the checkpoint is corrupt");
+           first_row + i / columns.count, ", column ", columns.begin + i % columns.count,
+           "; the checkpoint is corrupt");
     }
   }
 
-  void write_rows(const std::string& name, int64_t first, int64_t rows, int64_t cols, std::byte* dst) {
-    const int64_t values = rows * cols;
-    if (format_ == WeightFormat::bf16) {
+  // Rows [first, first + rows) of a source, the given columns of each, to `dst` in one sink write.
+  void write_rows(const std::string& name, int64_t first, int64_t rows, const Columns& columns, std::byte* dst) {
+    const int64_t values = rows * columns.count;
+    const bool sliced = columns.count != columns.width;
+    if (format_ == WeightFormat::bf16 || sliced) {
       if (const uint16_t* raw = source_->bf16_rows(name, first)) {
-        check_finite(name, first, cols, raw, nullptr, values);
-        sink_.write(dst, raw, values * 2);  // stored as bf16 already: straight from the mapping
+        // Stored as bf16: straight from the mapping, touching only this rank's columns.
+        const uint16_t* bits = raw;
+        if (sliced) {
+          staging_bf16_.resize(static_cast<size_t>(values));
+          for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(staging_bf16_.data() + r * columns.count, raw + r * columns.width + columns.begin,
+                        static_cast<size_t>(columns.count) * 2);
+          }
+          bits = staging_bf16_.data();
+        }
+        check_finite(name, first, columns, bits, nullptr, values);
+        if (format_ == WeightFormat::bf16) {
+          sink_.write(dst, bits, values * 2);
+          return;
+        }
+        staging_f32_.resize(static_cast<size_t>(values));
+        bf16_elements_to_f32(reinterpret_cast<const std::byte*>(bits), staging_f32_);
+        sink_.write(dst, staging_f32_.data(), values * 4);
         return;
       }
     }
-    staging_f32_.resize(static_cast<size_t>(values));
+    staging_f32_.resize(static_cast<size_t>(rows * columns.width));
     source_->read_rows(name, first, rows, staging_f32_.data());
-    check_finite(name, first, cols, nullptr, staging_f32_.data(), values);
+    if (sliced) {  // keep this rank's columns, packed (moving left: never overwrites what is still to move)
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memmove(staging_f32_.data() + r * columns.count, staging_f32_.data() + r * columns.width + columns.begin,
+                     static_cast<size_t>(columns.count) * 4);
+      }
+    }
+    const std::span<const float> f32(staging_f32_.data(), static_cast<size_t>(values));
+    check_finite(name, first, columns, nullptr, f32.data(), values);
     if (format_ == WeightFormat::f32) {
-      sink_.write(dst, staging_f32_.data(), values * 4);
+      sink_.write(dst, f32.data(), values * 4);
       return;
     }
     staging_bf16_.resize(static_cast<size_t>(values));
-    f32_elements_to_bf16(staging_f32_, staging_bf16_);
+    f32_elements_to_bf16(f32, staging_bf16_);
     sink_.write(dst, staging_bf16_.data(), values * 2);
-  }
-
-  void fill_random(const Instance& inst, uint64_t seed) {
-    const int64_t n = inst.spec->numel();
-    const bool vector = inst.spec->shape.size() == 1;
-    uint64_t h = seed ^ kGoldenGamma;
-    for (const char* c = inst.spec->name; *c; ++c) h = (h ^ static_cast<uint8_t>(*c)) * 0x100000001b3ull;
-    h ^= static_cast<uint64_t>(inst.layer + 1) * 0xbf58476d1ce4e5b9ull;
-    staging_f32_.resize(static_cast<size_t>(n));
-    parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const uint64_t z = mix64(h + static_cast<uint64_t>(i) * kGoldenGamma);  // splitmix64
-        const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;  // [-1, 1)
-        staging_f32_[i] = vector ? 1.0f + 0.1f * u : 0.02f * std::sqrt(3.0f) * u;
-      }
-    });
-    std::byte* dst = block_ + inst.offset;
-    if (format_ == WeightFormat::f32) {
-      sink_.write(dst, staging_f32_.data(), n * 4);
-    } else {
-      staging_bf16_.resize(static_cast<size_t>(n));
-      f32_elements_to_bf16(staging_f32_, staging_bf16_);
-      sink_.write(dst, staging_bf16_.data(), n * 2);
-    }
-    result_.table.set(inst.spec->name, inst.layer, dst);
-    ++result_.tensors;
   }
 
   // Tied weights point at their target (loaded above).
@@ -279,6 +332,7 @@ class Loader {
   const ModelDef& model_;
   WeightFormat format_;
   WeightSink& sink_;
+  int32_t rank_;
   int64_t elem_ = 4;
   const TensorSource* source_ = nullptr;
   std::vector<Instance> instances_;
@@ -291,12 +345,15 @@ class Loader {
 
 }  // namespace
 
-LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink) {
-  return Loader(model, format, sink).load(source);
+LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink,
+                           int32_t rank) {
+  return Loader(model, format, sink, rank).load(source);
 }
 
-LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink) {
-  return Loader(model, format, sink).randomize(seed);
+LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink,
+                             int32_t rank) {
+  Loader loader(model, format, sink, rank);  // checks the rank and the manifest before the source lists it
+  return loader.load(*open_random_source(model, seed));
 }
 
 }  // namespace kiln

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/model_def.hpp"
@@ -34,6 +36,22 @@ class HostSink final : public WeightSink {
   std::vector<std::byte> storage_;
 };
 
+// One HF tensor a manifest entry reads: a layout's source with {L} (layer) and {E} (expert)
+// substituted.
+struct LayoutPiece {
+  std::string hf_name;
+  const WeightSource* source;
+};
+
+// The HF tensors one layout of `spec` reads at `layer` (-1: a whole-model weight); a layout naming
+// {E} repeats for experts 0..spec.experts-1, stacked in that order.
+std::vector<LayoutPiece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer);
+
+// The shape of the whole HF tensor a source reads, viewed as [rows, cols] (a tensor [d0, ..., dn]
+// as [d0·…·d(n-1), dn]): [hf_rows, hf_cols] when given (a rank's slice), else the rows the source
+// spans (groups × group_stride, or row_begin + rows) of the kiln tensor's last dim.
+std::pair<int64_t, int64_t> whole_hf_rows(const WeightSpec& spec, const WeightSource& source);
+
 struct LoadedWeights {
   WeightTable table;
   int64_t bytes = 0;    // in the backend's format
@@ -48,7 +66,8 @@ LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, We
 // Deterministic pseudo-random weights (benchmarks without a checkpoint): norms near 1, matrices
 // uniform with standard deviation 0.02 (HF's initializer_range). Same seed, same weights.
 // The values are a function of (seed, HF tensor name, position in that tensor), so a rank's slices
-// are exactly the slices of the whole model's random weights.
+// are exactly the slices of the whole model's random weights: load_weights from open_random_source
+// (runtime/model/random_source.hpp); tied weights stay tied.
 LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink,
                              int32_t rank = 0);
 

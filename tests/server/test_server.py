@@ -168,7 +168,8 @@ def case_logprobs_match_dump_logits():
             lp = r.choices[0].logprobs
             check(len(lp.token_logprobs) == 1, "one token, one logprob")
             top = lp.top_logprobs[0]
-            check(len(top) >= 5, f"five alternatives expected, got {top}")
+            # This form is a dict keyed by token text: tokens of one text (special tokens all read "") share an entry.
+            check(len(top) == 5 or (0 < len(top) < 5 and "" in top), f"five alternatives expected, got {top}")
             path = os.path.join(tmp, "logits.safetensors")
             cli_json("-p", prompt, "-n", "1", "--temp", "0", "--dump-logits", path)
             last = read_safetensors(path)[-1]
@@ -176,9 +177,12 @@ def case_logprobs_match_dump_logits():
             log_sum = math.log(sum(math.exp(x - m) for x in last))
             ref = sorted(((x - m) - log_sum for x in last), reverse=True)
             check(abs(lp.token_logprobs[0] - ref[0]) < 1e-4, f"chosen logprob {lp.token_logprobs[0]} != {ref[0]}")
-            got = sorted(top.values(), reverse=True)[:5]
-            for g, e in zip(got, ref[:5]):
-                check(abs(g - e) < 1e-4, f"top-5 logprobs {got} != {ref[:5]}")
+            got = sorted(top.values(), reverse=True)
+            for g in got:
+                check(any(abs(g - e) < 1e-4 for e in ref[:5]), f"top-5 logprobs {got} are not among {ref[:5]}")
+            if len(got) == 5:
+                for g, e in zip(got, ref[:5]):
+                    check(abs(g - e) < 1e-4, f"top-5 logprobs {got} != {ref[:5]}")
         # The chat form: logprobs + top_logprobs.
         r = c.chat.completions.create(model="tiny-smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
                                       temperature=0, logprobs=True, top_logprobs=5)
