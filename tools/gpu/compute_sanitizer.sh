@@ -11,6 +11,8 @@
 # seconds per run, default 1800). KILN_SANITIZER_PROGRAMS picks programs (default: all three).
 # compute-sanitizer is the CUDA toolkit's.
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+source "$(dirname "$0")/nccl_path.sh"  # the binaries link NCCL
 build=${1:?usage: tools/gpu/compute_sanitizer.sh BUILD_DIR OUT_DIR [TOOL...]}
 out=${2:?usage: tools/gpu/compute_sanitizer.sh BUILD_DIR OUT_DIR [TOOL...]}
 shift 2

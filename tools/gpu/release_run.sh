@@ -6,6 +6,8 @@
 # output, the decode benchmark (with the baseline beside it when base/ is there) and time to first
 # token of the first request against the tenth.
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+source "$(dirname "$0")/nccl_path.sh"  # the binaries link NCCL
 carry=$1
 out=$2
 shift 2

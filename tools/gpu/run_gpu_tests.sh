@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs every GPU test program of a build on the GPU machine and writes each one's output to OUT_DIR.
 #   tools/gpu/run_gpu_tests.sh BUILD_DIR OUT_DIR [catch2 args...]
-# The binaries need only the CUDA toolkit's libcublasLt there (cudart is linked statically). A test
-# binary missing from the build is a failure (exit 1), not a test that passed by not running.
+# The binaries need only the CUDA toolkit's libcublasLt and NCCL there (cudart is linked
+# statically); NCCL is taken from PyTorch's wheel when the toolkit lacks it. A test binary missing
+# from the build is a failure (exit 1), not a test that passed by not running. With 2+ GPUs the
+# tensor-parallel cases run too (NVLink multicast stays off: NCCL_NVLS_ENABLE=0).
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+source "$(dirname "$0")/nccl_path.sh"
 build=${1:-build}
 out=${2:-gpu-tests}
 shift 2 || true
 mkdir -p "$out"
 status=0
-for t in test_kernels_gpu test_serving_gpu test_golden_gpu; do
+for t in test_kernels_gpu test_serving_gpu test_golden_gpu test_nccl_collective; do
   if [ ! -x "$build/tests/$t" ]; then
     echo "$t missing: $build/tests/$t is not an executable" | tee -a "$out/summary.txt"
     status=1
