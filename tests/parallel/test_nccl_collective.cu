@@ -1,5 +1,7 @@
 // NcclGroup over every GPU present (one GPU: the communicator of one rank), against host results.
-// Skipped (exit 77) without a GPU.
+// Skipped (exit 77) without a GPU. The window cases run on every GPU and on a group of GPU 0 alone:
+// buffers from allocate_window (NCCL 2.27+: symmetric memory, NCCL's symmetric kernels), as the
+// CUDA backend's arena and logits are in a tensor-parallel group.
 //
 // Partials are multiples of 1/8 below 64 in magnitude, so every sum is exact in any order: NCCL's
 // order of summation does not matter and results must match the host bit for bit, and every rank's
@@ -157,6 +159,54 @@ std::vector<float> reduce_on_rank(NcclCollective& rank, int64_t count, int call,
   rank.all_reduce(partial.p, out.p, count, add, stream);
   cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return out.get();
+}
+
+// Floats in a window of `rank` (allocate_window: every rank makes the same ones in the same order,
+// each on its own thread), freed with free_window.
+struct WindowFloats {
+  NcclCollective& rank;
+  float* p = nullptr;
+  int64_t n = 0;
+  WindowFloats(NcclCollective& owner, int64_t count) : rank(owner), n(count) {
+    p = static_cast<float*>(rank.allocate_window(std::max<int64_t>(count, 1) * 4));
+    if (p == nullptr) throw std::runtime_error("allocate_window gave no memory");
+  }
+  ~WindowFloats() { rank.free_window(p); }
+  WindowFloats(const WindowFloats&) = delete;
+  WindowFloats& operator=(const WindowFloats&) = delete;
+  void put(const std::vector<float>& v, int64_t offset = 0) {
+    cuda(cudaMemcpy(p + offset, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy to window");
+  }
+  std::vector<float> get(int64_t offset = 0, int64_t count = -1) const {
+    std::vector<float> v(count < 0 ? n - offset : count);
+    cuda(cudaMemcpy(v.data(), p + offset, v.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy from window");
+    return v;
+  }
+};
+
+// Whether this process's NCCL gives windows (2.27+, NCCL_WIN_ENABLE not 0): then allocate_window's
+// memory must be NCCL windows.
+bool windows_expected() {
+  const char* enable = std::getenv("NCCL_WIN_ENABLE");
+  return nccl_runtime_version() >= 22700 && !(enable != nullptr && std::string(enable) == "0");
+}
+
+// Whether every pair of `devices` has CUDA peer access (NCCL registers symmetric windows only then).
+bool all_peers(const std::vector<int>& devices) {
+  for (int a : devices) {
+    for (int b : devices) {
+      int can = 0;
+      if (a != b && (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can)) return false;
+    }
+  }
+  return true;
+}
+
+// The groups the window cases run on: every GPU, and GPU 0 alone when there are more.
+std::vector<std::vector<int>> window_groups() {
+  std::vector<std::vector<int>> groups = {all_devices()};
+  if (groups[0].size() > 1) groups.push_back({0});
+  return groups;
 }
 
 std::vector<float> gather_on_rank(NcclCollective& rank, int64_t rows, int64_t cols, int call, bool aliased,
@@ -416,6 +466,195 @@ TEST_CASE("NCCL abort: a rank waiting for the others returns, later calls fail n
   }
   group.abort("again");  // a second abort is harmless and keeps the first reason
   CHECK_THROWS_WITH(group.rank(0).reserve_gather(1 << 20), Catch::Contains("rank 1 lost its GPU"));
+}
+
+TEST_CASE("NCCL windows: all_reduce in place and all_gather_columns on allocate_window memory", "[nccl][window]") {
+  std::printf("NCCL %d at run time; windows %s\n", nccl_runtime_version(),
+              windows_expected() ? "expected" : "not expected (cudaMalloc fallback)");
+  for (const std::vector<int>& devices : window_groups()) {
+    const int32_t n = static_cast<int32_t>(devices.size());
+    NcclGroup group(devices);
+    // Llama-3.1-8B's decode (one token of 4096 and eight), an odd count; logits rows 1 (decode
+    // batch 1, in place at out's start) and 5 (through staging, a window too).
+    const std::vector<int64_t> counts = {4096, 8 * 4096, 4099, 1};
+    constexpr int64_t cols = 1003, rows = 5, x_floats = 8 * 4096;
+    group.reserve_gather(rows * n * cols);
+    std::vector<std::vector<std::vector<float>>> reduced(n), gathered(n);  // [rank][case]
+    std::vector<int> windows(n, -1), enabled(n, -1);
+    const auto errors = run_ranks(n, [&](int32_t r) {
+      NcclCollective& rank = group.rank(r);
+      cudaStream_t stream;
+      cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      // As the backend's: an arena with x at an offset, then the logits.
+      constexpr int64_t x_offset = 3 * 1024 + 17;  // floats: x at the same offset on every rank
+      WindowFloats arena(rank, x_offset + x_floats), logits(rank, rows * n * cols);
+      windows[r] = rank.is_window(arena.p + x_offset) && rank.is_window(logits.p);
+      enabled[r] = rank.windows_enabled();
+      int call = 0;
+      for (const int64_t count : counts) {
+        float* x = arena.p + x_offset;
+        arena.put(eighths(count, 10 * call + r), x_offset);
+        rank.all_reduce(x, x, count, false, stream);  // the forward's: in place
+        cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        reduced[r].push_back(arena.get(x_offset, count));
+        ++call;
+      }
+      for (const int64_t g_rows : {int64_t{1}, rows}) {
+        logits.put(std::vector<float>(rows * n * cols, kNaN));
+        logits.put(eighths(g_rows * cols, 500 + 10 * call + r));  // the shard at the start of out
+        rank.all_gather_columns(logits.p, logits.p, g_rows, cols, stream);
+        cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        gathered[r].push_back(logits.get(0, g_rows * n * cols));
+        ++call;
+      }
+      cudaStreamDestroy(stream);
+    });
+    require_no_errors(errors);
+    std::printf("%d rank(s) on devices %d..: arena and logits %s NCCL windows\n", n, devices[0],
+                windows[0] == 1 ? "are" : "are not");
+    for (int32_t r = 0; r < n; ++r) {
+      const std::string where = std::to_string(n) + " ranks, rank " + std::to_string(r);
+      INFO(where);
+      if (windows_expected()) CHECK(enabled[r] == 1);
+      // Symmetric windows need peer access between every pair of GPUs (H100/H200 over NVLink).
+      if (windows_expected() && n > 1 && all_peers(devices)) CHECK(windows[r] == 1);
+      int call = 0;
+      for (const int64_t count : counts) {
+        check_equal("window all_reduce in place, count " + std::to_string(count) + ", " + where, reduced[r][call],
+                    reduce_expected(n, count, call, false));
+        ++call;
+      }
+      int g = 0;
+      for (const int64_t g_rows : {int64_t{1}, rows}) {
+        check_equal("window all_gather_columns rows " + std::to_string(g_rows) + " in place, " + where,
+                    gathered[r][g], gather_expected(n, g_rows, cols, call));
+        ++call;
+        ++g;
+      }
+    }
+  }
+}
+
+TEST_CASE("NCCL windows: first used under graph capture, replayed on new inputs", "[nccl][window][graph]") {
+  for (const std::vector<int>& devices : window_groups()) {
+    const int32_t n = static_cast<int32_t>(devices.size());
+    NcclGroup group(devices);
+    constexpr int64_t rows = 5, cols = 257, x_floats = 8 * 4096;
+    const std::vector<int64_t> counts = {4096, 3 * 4096, 4099};
+    group.reserve_gather(rows * n * cols);
+    // [rank][replay][case]
+    std::vector<std::vector<std::vector<std::vector<float>>>> hidden(n), logits(n), logits_row(n);
+    const auto errors = run_ranks(n, [&](int32_t r) {
+      NcclCollective& rank = group.rank(r);
+      cudaStream_t stream;
+      cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      // One x per count (a decode graph per batch size), the logits of 5 rows and of 1.
+      std::vector<std::unique_ptr<WindowFloats>> xs;
+      for (const int64_t count : counts) xs.push_back(std::make_unique<WindowFloats>(rank, std::max(count, x_floats)));
+      WindowFloats gathered(rank, rows * n * cols), row(rank, n * cols);
+      // No call on these windows before the capture: nothing NCCL sets up for them may be lazy.
+      cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      for (size_t c = 0; c < counts.size(); ++c) rank.all_reduce(xs[c]->p, xs[c]->p, counts[c], false, stream);
+      rank.all_gather_columns(gathered.p, gathered.p, rows, cols, stream);
+      rank.all_gather_columns(row.p, row.p, 1, cols, stream);
+      cudaGraph_t graph;
+      cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec;
+      cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cuda(cudaGraphUpload(exec, stream), "cudaGraphUpload");
+      for (int replay = 0; replay < 3; ++replay) {
+        for (size_t c = 0; c < counts.size(); ++c) {
+          xs[c]->put(eighths(counts[c], 100 * replay + 10 * static_cast<int>(c) + r));
+        }
+        gathered.put(std::vector<float>(rows * n * cols, kNaN));
+        gathered.put(eighths(rows * cols, 500 + 10 * replay + r));
+        row.put(std::vector<float>(n * cols, kNaN));
+        row.put(eighths(cols, 700 + 10 * replay + r));
+        cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+        cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        std::vector<std::vector<float>> h;
+        for (size_t c = 0; c < counts.size(); ++c) h.push_back(xs[c]->get(0, counts[c]));
+        hidden[r].push_back(h);
+        logits[r].push_back({gathered.get()});
+        logits_row[r].push_back({row.get()});
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    });
+    require_no_errors(errors);
+    for (int replay = 0; replay < 3; ++replay) {
+      std::vector<float> expected_row(n * cols);
+      for (int32_t q = 0; q < n; ++q) {
+        const std::vector<float> s = eighths(cols, 700 + 10 * replay + q);
+        std::copy(s.begin(), s.end(), expected_row.begin() + q * cols);
+      }
+      for (int32_t r = 0; r < n; ++r) {
+        const std::string where =
+            std::to_string(n) + " ranks, replay " + std::to_string(replay) + ", rank " + std::to_string(r);
+        for (size_t c = 0; c < counts.size(); ++c) {
+          std::vector<float> expected(counts[c], 0.0f);
+          for (int32_t q = 0; q < n; ++q) {
+            const std::vector<float> p = eighths(counts[c], 100 * replay + 10 * static_cast<int>(c) + q);
+            for (int64_t i = 0; i < counts[c]; ++i) expected[i] += p[i];
+          }
+          check_equal("graph window all_reduce count " + std::to_string(counts[c]) + ", " + where,
+                      hidden[r][replay][c], expected);
+        }
+        check_equal("graph window all_gather_columns rows 5, " + where, logits[r][replay][0],
+                    gather_expected(n, rows, cols, replay));
+        check_equal("graph window all_gather_columns rows 1 in place, " + where, logits_row[r][replay][0],
+                    expected_row);
+      }
+    }
+  }
+}
+
+TEST_CASE("NCCL windows: freed and allocated again (a prefill's logits growing), sizes must match", "[nccl][window]") {
+  const int32_t n = device_count();
+  NcclGroup group(all_devices());
+  constexpr int64_t cols = 4001;
+  std::vector<std::vector<float>> got(n);
+  std::vector<std::string> mismatch(n);
+  const auto errors = run_ranks(n, [&](int32_t r) {
+    NcclCollective& rank = group.rank(r);
+    cudaStream_t stream;
+    cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    auto logits = std::make_unique<WindowFloats>(rank, n * cols);
+    logits->put(eighths(cols, 900 + r));
+    rank.all_gather_columns(logits->p, logits->p, 1, cols, stream);
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    logits.reset();  // every rank frees it, then a larger one on every rank
+    logits = std::make_unique<WindowFloats>(rank, 3 * n * cols);
+    logits->put(std::vector<float>(3 * n * cols, kNaN));
+    logits->put(eighths(cols, 950 + r));
+    rank.all_gather_columns(logits->p, logits->p, 1, cols, stream);
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    got[r] = logits->get(0, n * cols);
+    // Ranks asking for different sizes: every rank's call fails, before NCCL.
+    if (n > 1) {
+      try {
+        rank.allocate_window((r + 1) << 20);
+        mismatch[r] = "(no error)";
+      } catch (const Error& e) {
+        mismatch[r] = e.what();
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  require_no_errors(errors);
+  std::vector<float> expected(n * cols);
+  for (int32_t q = 0; q < n; ++q) {
+    const std::vector<float> s = eighths(cols, 950 + q);
+    std::copy(s.begin(), s.end(), expected.begin() + q * cols);
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    check_equal("window gathered after a free and a new allocation, rank " + std::to_string(r), got[r], expected);
+    if (n > 1) {
+      INFO("rank " << r << ": " << mismatch[r]);
+      CHECK(mismatch[r].find("windows of different sizes") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("NCCL group rejects bad devices and ranks", "[nccl]") {
