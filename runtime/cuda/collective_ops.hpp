@@ -6,19 +6,9 @@
 #include <cstdint>
 
 #include "codegen/op_shapes.hpp"
-#include "runtime/core/error.hpp"
 #include "runtime/cuda/context.hpp"
 
 namespace kiln::cuda {
-
-// The forward was generated for S.ranks ranks: the backend must run it in a group of that size.
-inline Collective& rank_group(const CudaContext& ctx, int32_t ranks) {
-  if (ctx.collective == nullptr || ctx.collective->size() != ranks) {
-    fail("internal: a forward built for ", ranks, " tensor-parallel ranks runs in a group of ",
-         ctx.collective ? ctx.collective->size() : 1);
-  }
-  return *ctx.collective;
-}
 
 // x = Σ over the ranks of x, rows × S.dim values in place (fp32: the residual stream's type).
 template <shape::all_reduce S>

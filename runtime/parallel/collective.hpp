@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/core/error.hpp"
+
 namespace kiln {
 
 class Collective {
@@ -42,5 +44,16 @@ class Collective {
   // is ignored. Never throws (destructors call it): a failure is written to stderr.
   virtual void free_window(void* /*window*/) noexcept {}
 };
+
+// The collective of a forward context (RefContext, CudaContext) whose generated forward was built
+// for `ranks` ranks: the backend must run it in a group of that size.
+template <typename Context>
+Collective& rank_group(const Context& ctx, int32_t ranks) {
+  if (ctx.collective == nullptr || ctx.collective->size() != ranks) {
+    fail("internal: a forward built for ", ranks, " tensor-parallel ranks runs in a group of ",
+         ctx.collective ? ctx.collective->size() : 1);
+  }
+  return *ctx.collective;
+}
 
 }  // namespace kiln

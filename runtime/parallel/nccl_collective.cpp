@@ -181,8 +181,13 @@ void NcclCollective::all_gather_columns(const float* shard, float* out, int64_t 
     return;
   }
 
-  if (need > staging_floats_) {
-    fail("all_gather_columns on rank ", rank_, ": rows ", rows, " x ", size, " ranks x cols ", cols, " needs ", need,
+  // Larger gathers (a prefill's prompt logits) go through the staging in chunks of the rows it
+  // holds, the last chunk first: with the shard packed at the start of out (in place), a chunk's
+  // output rows lie at or past its own shard rows and clear of every earlier chunk's, and its own
+  // shard rows are read into staging before its output is written (stream order).
+  const int64_t chunk = std::min(rows, staging_floats_ / (size * cols));
+  if (chunk == 0) {
+    fail("all_gather_columns on rank ", rank_, ": one row of ", size, " ranks x cols ", cols, " needs ", size * cols,
          " floats of gather staging, ", staging_floats_,
          " reserved: call reserve_gather with the largest gather before the first call (and before capturing a graph)");
   }
@@ -191,14 +196,19 @@ void NcclCollective::all_gather_columns(const float* shard, float* out, int64_t 
   if (capturing != cudaSuccess) fail_cuda(capturing, "cudaStreamIsCapturing", rank_, device_);
   if (capture != cudaStreamCaptureStatusNone) gather_captured_ = true;
 
-  // Staging [size][rows][cols]: then rank q's [rows, cols] block into out's columns [q·cols, (q+1)·cols).
-  const ncclResult_t r = ncclAllGather(shard, staging_, static_cast<size_t>(block), ncclFloat, comm, s);
-  if (r != ncclSuccess) fail_nccl(r, "ncclAllGather (into staging)", rank_, device_, comm);
   const size_t width = static_cast<size_t>(cols) * sizeof(float);
-  for (int64_t q = 0; q < size; ++q) {
-    const cudaError_t status = cudaMemcpy2DAsync(out + q * cols, width * size, staging_ + q * block, width, width,
-                                                 static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, s);
-    if (status != cudaSuccess) fail_cuda(status, "cudaMemcpy2DAsync (staging to out columns)", rank_, device_);
+  for (int64_t end = rows; end > 0; end -= chunk) {
+    const int64_t begin = std::max<int64_t>(0, end - chunk), n = end - begin, part = n * cols;
+    // Staging [size][n][cols]: then rank q's [n, cols] block into out's columns [q·cols, (q+1)·cols).
+    const ncclResult_t r =
+        ncclAllGather(shard + begin * cols, staging_, static_cast<size_t>(part), ncclFloat, comm, s);
+    if (r != ncclSuccess) fail_nccl(r, "ncclAllGather (into staging)", rank_, device_, comm);
+    for (int64_t q = 0; q < size; ++q) {
+      const cudaError_t status =
+          cudaMemcpy2DAsync(out + begin * size * cols + q * cols, width * size, staging_ + q * part, width, width,
+                            static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s);
+      if (status != cudaSuccess) fail_cuda(status, "cudaMemcpy2DAsync (staging to out columns)", rank_, device_);
+    }
   }
 }
 
