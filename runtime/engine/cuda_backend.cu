@@ -18,7 +18,6 @@
 #include "runtime/engine/backend.hpp"
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/weight_loader.hpp"
-#include "runtime/parallel/collective.hpp"
 #include "runtime/serving/sampler.hpp"
 
 namespace kiln {
@@ -32,29 +31,19 @@ int32_t cuda_device_count() {
 
 namespace {
 
-// Device memory freed with the backend: cudaMalloc's, or, for a buffer the tensor-parallel group's
-// collectives run on (use_windows), the collective's allocate_window (NCCL symmetric memory, where
-// NCCL's low-latency kernels run). allocate_window is a collective call: every rank's backend
-// sizes the same windowed buffers alike, in the same order (they run the same build on the same
-// steps). It returning null (a collective without memory of its own) means cudaMalloc.
+// Device memory freed with the backend.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(int64_t bytes) { resize(bytes); }
-  ~DeviceBuffer() { release(); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // Later resizes allocate from `collective` (null: cudaMalloc).
-  void use_windows(Collective* collective) { collective_ = collective; }
   void resize(int64_t bytes) {
-    release();
+    cudaFree(ptr_);
+    ptr_ = nullptr;
     bytes_ = bytes;
-    if (bytes <= 0) return;
-    if (collective_ != nullptr) {
-      ptr_ = collective_->allocate_window(bytes);
-      window_ = ptr_ != nullptr;
-    }
-    if (ptr_ == nullptr) KILN_CUDA(cudaMalloc(&ptr_, static_cast<size_t>(bytes)));
+    if (bytes > 0) KILN_CUDA(cudaMalloc(&ptr_, static_cast<size_t>(bytes)));
   }
   template <typename T = char>
   T* get() const {
@@ -63,19 +52,8 @@ class DeviceBuffer {
   int64_t bytes() const { return bytes_; }
 
  private:
-  void release() {
-    if (window_) {
-      collective_->free_window(ptr_);
-    } else {
-      cudaFree(ptr_);
-    }
-    ptr_ = nullptr;
-    window_ = false;
-  }
   void* ptr_ = nullptr;
   int64_t bytes_ = 0;
-  Collective* collective_ = nullptr;
-  bool window_ = false;  // ptr_ from collective_->allocate_window
 };
 
 class DeviceSink final : public WeightSink {
@@ -183,14 +161,6 @@ class CudaBackend final : public Backend {
     forward_ = model.make_cuda_forward(weights_.table);
     info_.weight_bytes = weights_.bytes;
 
-    // A rank of a tensor-parallel group: the buffers its collectives run on (x, all-reduced in place,
-    // lives in the arena at the same offset on every rank; the logits, gathered in place) are the
-    // group's windows.
-    if (options.collective != nullptr) {
-      arena_.use_windows(options.collective);
-      decode_logits_.use_windows(options.collective);
-      prefill_logits_.use_windows(options.collective);
-    }
     arena_.resize(m.gpu_arena_bytes);
     scratch_.resize(m.gpu_scratch_bytes);
     const std::vector<float> rope = build_rope_table(m.rope, m.max_context);

@@ -33,16 +33,6 @@ class Collective {
   // A rank failed: every rank's pending and later calls fail with an error naming `why` instead of
   // waiting for the failed rank forever. Safe to call from any thread, more than once.
   virtual void abort(const std::string& why) = 0;
-
-  // Device memory for buffers the collectives run on (the residual stream's arena, the logits),
-  // `bytes` on this rank's device, from the collective's own allocator: NCCL's symmetric memory,
-  // on which its low-latency kernels run. A collective call: every rank calls it with the same
-  // bytes in the same order, each from its own thread. nullptr (the default, and the CPU's): the
-  // collective has no memory of its own; the caller allocates as it would without one.
-  virtual void* allocate_window(int64_t /*bytes*/) { return nullptr; }
-  // Frees what allocate_window returned (on every rank, the same windows in the same order); null
-  // is ignored. Never throws (destructors call it): a failure is written to stderr.
-  virtual void free_window(void* /*window*/) noexcept {}
 };
 
 // The collective of a forward context (RefContext, CudaContext) whose generated forward was built

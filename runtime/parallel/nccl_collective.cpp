@@ -4,9 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <sstream>
 
 #include "runtime/core/error.hpp"
@@ -42,54 +40,12 @@ std::string devices_text(const std::vector<int>& devices) {
   return s.str();
 }
 
-// NCCL's symmetric windows: in the header this was built with (2.27+) and in the library it runs
-// with.
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-constexpr bool kWindowsBuilt = true;
-#else
-constexpr bool kWindowsBuilt = false;
-#endif
-constexpr int kWindowsVersion = 22700;
-
-bool windows_available() { return kWindowsBuilt && nccl_runtime_version() >= kWindowsVersion; }
-
-std::string version_text(int code) {
-  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9.
-  std::ostringstream s;
-  s << code / 10000 << '.' << code / 100 % 100 << '.' << code % 100;
-  return s.str();
-}
-
-// Said once per process: tensor-parallel collectives run without NCCL's symmetric memory.
-void note_no_windows(const std::string& why) {
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "kiln: %s: tensor-parallel collectives use cudaMalloc memory, without NCCL's symmetric kernels\n",
-               why.c_str());
-}
-
-std::string no_windows_reason() {
-  const int version = nccl_runtime_version();
-  if (!kWindowsBuilt) return "kiln was built against an NCCL older than 2.27 (no symmetric memory windows)";
-  return "NCCL " + (version > 0 ? version_text(version) : std::string("(version unknown)")) +
-         " has no symmetric memory windows (2.27 or newer has)";
-}
-
 }  // namespace
-
-int nccl_runtime_version() {
-  static const int version = [] {
-    int v = 0;
-    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
-  }();
-  return version;
-}
 
 // ---- NcclCollective ----------------------------------------------------------------------------
 
-NcclCollective::NcclCollective(NcclGroup& group, int32_t rank, int device, ncclComm* comm, bool windows)
-    : group_(group), rank_(rank), device_(device), comm_(comm), windows_enabled_(windows) {}
+NcclCollective::NcclCollective(NcclGroup& group, int32_t rank, int device, ncclComm* comm)
+    : group_(group), rank_(rank), device_(device), comm_(comm) {}
 
 int32_t NcclCollective::size() const { return group_.size(); }
 
@@ -159,24 +115,13 @@ void NcclCollective::all_gather_columns(const float* shard, float* out, int64_t 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t block = rows * cols, need = block * size;
 
-  // One row whose shard is outside out, or at one of out's column blocks: out is [size][cols],
-  // exactly what ncclAllGather writes. A shard in out goes to this rank's block first (unless it
-  // is there), then every rank gathers in place (NCCL's in-place form: this rank's block is the
-  // send buffer), so that every rank's call has the same form whichever block the shard is at (on
-  // windows every rank's buffers must be alike).
+  // One row whose shard is outside out (or already at its place in out: NCCL's in-place form):
+  // out is [size][cols], exactly what ncclAllGather writes.
   const auto at = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  const bool in_place = shard == out + rank_ * cols;
   const bool apart = at(shard + cols) <= at(out) || at(shard) >= at(out + need);
-  const uintptr_t row_bytes = static_cast<uintptr_t>(cols) * sizeof(float);
-  const bool at_block = !apart && at(shard) >= at(out) && (at(shard) - at(out)) % row_bytes == 0;
-  if (rows == 1 && (apart || at_block)) {
-    float* mine = out + rank_ * cols;
-    if (at_block && shard != mine) {
-      const cudaError_t status = cudaMemcpyAsync(mine, shard, row_bytes, cudaMemcpyDeviceToDevice, s);
-      if (status != cudaSuccess) {
-        fail_cuda(status, "cudaMemcpyAsync (the shard to this rank's block of out)", rank_, device_);
-      }
-    }
-    const ncclResult_t r = ncclAllGather(apart ? shard : mine, out, static_cast<size_t>(cols), ncclFloat, comm, s);
+  if (rows == 1 && (in_place || apart)) {
+    const ncclResult_t r = ncclAllGather(shard, out, static_cast<size_t>(cols), ncclFloat, comm, s);
     if (r != ncclSuccess) fail_nccl(r, "ncclAllGather", rank_, device_, comm);
     return;
   }
@@ -222,7 +167,13 @@ void NcclCollective::reserve_gather(int64_t floats) {
   }
   DeviceScope scope(device_);
   if (scope.status() != cudaSuccess) fail_cuda(scope.status(), "cudaSetDevice (reserve_gather)", rank_, device_);
-  free_staging();
+  if (staging_ != nullptr) {
+    const cudaError_t sync = cudaDeviceSynchronize();  // no gather in flight reads the old staging
+    if (sync != cudaSuccess) fail_cuda(sync, "cudaDeviceSynchronize (reserve_gather)", rank_, device_);
+    cudaFree(staging_);
+    staging_ = nullptr;
+    staging_floats_ = 0;
+  }
   void* memory = nullptr;
   const cudaError_t status = cudaMalloc(&memory, static_cast<size_t>(floats) * sizeof(float));
   if (status != cudaSuccess) {
@@ -233,198 +184,9 @@ void NcclCollective::reserve_gather(int64_t floats) {
   staging_floats_ = floats;
 }
 
-void NcclCollective::free_staging() {
-  if (staging_ == nullptr) return;
-  DeviceScope scope(device_);
-  if (scope.status() != cudaSuccess) {
-    fail_cuda(scope.status(), "cudaSetDevice (freeing gather staging)", rank_, device_);
-  }
-  const cudaError_t sync = cudaDeviceSynchronize();  // no gather in flight reads the old staging
-  if (sync != cudaSuccess) fail_cuda(sync, "cudaDeviceSynchronize (freeing gather staging)", rank_, device_);
-  if (staging_window_.nccl) {
-    release_window(staging_window_);
-  } else {
-    cudaFree(staging_);
-  }
-  staging_window_ = Window{};
-  staging_ = nullptr;
-  staging_floats_ = 0;
-}
-
-// ---- windows ----
-
-void* NcclCollective::cuda_window(int64_t bytes) {
-  void* memory = nullptr;
-  const cudaError_t status = cudaMalloc(&memory, static_cast<size_t>(bytes));
-  if (status != cudaSuccess) {
-    fail("cudaMalloc of ", bytes, " bytes (allocate_window, NCCL windows off) failed on rank ", rank_, " (device ",
-         device_, "): ", cudaGetErrorString(status));
-  }
-  std::lock_guard lock(windows_mu_);
-  windows_.push_back(Window{memory, bytes, nullptr, false});
-  return memory;
-}
-
-void* NcclCollective::allocate_window(int64_t bytes) {
-  if (bytes <= 0) fail("allocate_window on rank ", rank_, ": ", bytes, " bytes, expected > 0");
-  ncclComm* comm = usable("allocate_window");
-  if (!windows_enabled_.load()) {
-    if (!windows_available()) note_no_windows(no_windows_reason());  // else said when they failed
-    return cuda_window(bytes);
-  }
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  const size_t size = static_cast<size_t>(bytes);
-  // The memory on every rank first: a rank whose ncclMemAlloc failed must not leave the others
-  // waiting in the registration for it.
-  void* memory = nullptr;
-  const ncclResult_t allocated = ncclMemAlloc(&memory, size);
-  const std::string alloc_error =
-      allocated == ncclSuccess ? "" : std::string(ncclGetErrorString(allocated)) + " (" + ncclGetLastError(comm) + ")";
-  const NcclGroup::Agreement memory_agreed = group_.agree(rank_, allocated == ncclSuccess, bytes, "allocate_window");
-  const bool same_size = std::all_of(memory_agreed.values.begin(), memory_agreed.values.end(),
-                                     [&](int64_t b) { return b == bytes; });
-  if (!memory_agreed.all_ok || !same_size) {
-    if (allocated == ncclSuccess) ncclMemFree(memory);
-    if (allocated != ncclSuccess) {
-      fail("ncclMemAlloc of ", bytes, " bytes (allocate_window) failed on rank ", rank_, " (device ", device_,
-           "): ", alloc_error);
-    }
-    if (!memory_agreed.all_ok) {
-      fail("allocate_window of ", bytes, " bytes on rank ", rank_, " (device ", device_,
-           "): ncclMemAlloc failed on another rank of the group");
-    }
-    std::ostringstream sizes;
-    for (size_t r = 0; r < memory_agreed.values.size(); ++r) {
-      sizes << (r ? ", " : "") << "rank " << r << " " << memory_agreed.values[r];
-    }
-    fail("allocate_window on rank ", rank_, ": the ranks asked for windows of different sizes (", sizes.str(),
-         " bytes); every rank allocates the same windows in the same order");
-  }
-  // Then the collective registration; its outcome agreed too, so every rank falls back alike.
-  ncclWindow_t win = nullptr;
-  const ncclResult_t registered = ncclCommWindowRegister(comm, memory, size, &win, NCCL_WIN_COLL_SYMMETRIC);
-  const std::string register_error = registered == ncclSuccess
-                                         ? ""
-                                         : std::string(ncclGetErrorString(registered)) + " (" +
-                                               ncclGetLastError(comm) + ")";
-  bool all_registered = false;
-  try {
-    all_registered = group_.agree(rank_, registered == ncclSuccess, bytes, "allocate_window").all_ok;
-  } catch (...) {
-    if (registered == ncclSuccess) {  // freed with the group
-      std::lock_guard lock(windows_mu_);
-      windows_.push_back(Window{memory, bytes, win, true});
-    } else {
-      ncclMemFree(memory);
-    }
-    throw;
-  }
-  if (!all_registered) {
-    if (registered == ncclSuccess && win != nullptr) ncclCommWindowDeregister(comm, win);
-    ncclMemFree(memory);
-    windows_enabled_.store(false);  // every rank, as every rank saw the same outcome
-    if (registered != ncclSuccess) {
-      std::ostringstream why;
-      why << "ncclCommWindowRegister of " << bytes << " bytes failed on rank " << rank_ << " (device " << device_
-          << "): " << register_error;
-      note_no_windows(why.str());
-    }
-    return cuda_window(bytes);
-  }
-  if (win == nullptr) {
-    // NCCL accepted the call and registered nothing: windows are off (NCCL_WIN_ENABLE=0, or the
-    // GPUs lack CUDA peer access or cuMem). The memory serves all the same.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      std::fprintf(stderr,
-                   "kiln: NCCL registered no symmetric window (NCCL_WIN_ENABLE=0, or no peer access or cuMem "
-                   "between the GPUs): tensor-parallel collectives run without NCCL's symmetric kernels\n");
-    }
-  }
-  std::lock_guard lock(windows_mu_);
-  windows_.push_back(Window{memory, bytes, win, true});
-  return memory;
-#else
-  (void)comm;
-  return cuda_window(bytes);
-#endif
-}
-
-void NcclCollective::release_window(const Window& w) noexcept {
-  if (w.ptr == nullptr) return;
-  DeviceScope scope(device_);
-  if (!w.nccl) {
-    cudaFree(w.ptr);
-    return;
-  }
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  // Not while an NCCL call may use it (NCCL's rule for deregistering); after an abort the
-  // communicator is gone and its registrations with it (and a symmetric kernel of NCCL < 2.29.7
-  // may still spin: no waiting for the device then).
-  ncclComm* comm = comm_.load();
-  if (comm != nullptr) {
-    const cudaError_t sync = cudaDeviceSynchronize();
-    if (sync != cudaSuccess) {
-      std::fprintf(stderr, "kiln: cudaDeviceSynchronize before freeing a window failed on rank %d (device %d): %s\n",
-                   rank_, device_, cudaGetErrorString(sync));
-    }
-    if (w.win != nullptr) {
-      const ncclResult_t r = ncclCommWindowDeregister(comm, w.win);
-      if (r != ncclSuccess) {
-        std::fprintf(stderr, "kiln: ncclCommWindowDeregister failed on rank %d (device %d): %s (%s)\n", rank_,
-                     device_, ncclGetErrorString(r), ncclGetLastError(comm));
-      }
-    }
-  }
-  const ncclResult_t r = ncclMemFree(w.ptr);
-  if (r != ncclSuccess) {
-    std::fprintf(stderr, "kiln: ncclMemFree failed on rank %d (device %d): %s\n", rank_, device_,
-                 ncclGetErrorString(r));
-  }
-#endif
-}
-
-void NcclCollective::free_window(void* window) noexcept {
-  if (window == nullptr) return;
-  Window w;
-  {
-    std::lock_guard lock(windows_mu_);
-    const auto it = std::find_if(windows_.begin(), windows_.end(), [&](const Window& x) { return x.ptr == window; });
-    if (it == windows_.end()) {
-      std::fprintf(stderr, "kiln: internal: free_window on rank %d: %p is not a window of this rank\n", rank_, window);
-      return;
-    }
-    w = *it;
-    windows_.erase(it);
-  }
-  release_window(w);
-}
-
-bool NcclCollective::is_window(const void* p) const {
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  const auto inside = [&](const Window& w) {
-    return w.nccl && w.win != nullptr && at >= reinterpret_cast<uintptr_t>(w.ptr) &&
-           at < reinterpret_cast<uintptr_t>(w.ptr) + static_cast<uintptr_t>(w.bytes);
-  };
-  if (inside(staging_window_)) return true;
-  std::lock_guard lock(windows_mu_);
-  return std::any_of(windows_.begin(), windows_.end(), inside);
-}
-
 void NcclCollective::release() {
   DeviceScope scope(device_);
-  std::vector<Window> windows;
-  {
-    std::lock_guard lock(windows_mu_);
-    windows.swap(windows_);
-  }
-  for (auto w = windows.rbegin(); w != windows.rend(); ++w) release_window(*w);
-  if (staging_window_.nccl) {
-    release_window(staging_window_);
-  } else if (staging_ != nullptr) {
-    cudaFree(staging_);
-  }
-  staging_window_ = Window{};
+  if (staging_ != nullptr) cudaFree(staging_);
   staging_ = nullptr;
   staging_floats_ = 0;
   if (ncclComm* comm = comm_.exchange(nullptr)) ncclCommDestroy(comm);
@@ -451,12 +213,9 @@ NcclGroup::NcclGroup(std::vector<int> devices) {
     fail("ncclCommInitAll over devices [", devices_text(devices), "] failed: ", ncclGetErrorString(r), " (",
          ncclGetLastError(nullptr), ")");
   }
-  const bool windows = windows_available();
   for (size_t i = 0; i < devices.size(); ++i) {
-    ranks_.emplace_back(new NcclCollective(*this, static_cast<int32_t>(i), devices[i], comms[i], windows));
+    ranks_.emplace_back(new NcclCollective(*this, static_cast<int32_t>(i), devices[i], comms[i]));
   }
-  agree_posted_.assign(devices.size(), false);
-  agree_values_.assign(devices.size(), 0);
   connect();
 }
 
@@ -537,119 +296,7 @@ NcclCollective& NcclGroup::rank(int32_t r) {
 }
 
 void NcclGroup::reserve_gather(int64_t floats) {
-  bool grow = false;
-  for (auto& rank : ranks_) grow = grow || floats > rank->staging_floats_;
-  if (!grow) return;
-  if (aborted_.load()) ranks_[0]->fail_aborted("reserve_gather");
-  if (!ranks_[0]->windows_enabled_.load()) {
-    if (!windows_available()) note_no_windows(no_windows_reason());
-    for (auto& rank : ranks_) rank->reserve_gather(floats);
-    return;
-  }
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  for (auto& rank : ranks_) {
-    if (rank->gather_captured_) {
-      fail("reserve_gather(", floats, ") on rank ", rank->rank_, ": ", rank->staging_floats_,
-           " floats are reserved and a captured graph gathers through them; reserve the largest gather before "
-           "capturing");
-    }
-  }
-  for (auto& rank : ranks_) rank->free_staging();
-  // Every rank's memory, then the registrations in one NCCL group from this thread (NCCL registers
-  // each communicator's on a thread of its own).
-  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  const int32_t n = size();
-  std::vector<void*> memory(n, nullptr);
-  std::vector<ncclWindow_t> wins(n, nullptr);
-  const auto free_memory = [&] {
-    for (int32_t r = 0; r < n; ++r) {
-      if (memory[r] != nullptr) ncclMemFree(memory[r]);
-      memory[r] = nullptr;
-    }
-  };
-  for (int32_t r = 0; r < n; ++r) {
-    NcclCollective& rank = *ranks_[r];
-    DeviceScope scope(rank.device_);
-    if (scope.status() != cudaSuccess) fail_cuda(scope.status(), "cudaSetDevice (reserve_gather)", r, rank.device_);
-    const ncclResult_t result = ncclMemAlloc(&memory[r], bytes);
-    if (result != ncclSuccess) {
-      memory[r] = nullptr;
-      const std::string detail = std::string(ncclGetErrorString(result)) + " (" + ncclGetLastError(nullptr) + ")";
-      free_memory();
-      fail("ncclMemAlloc of ", floats, " floats of gather staging failed on rank ", r, " (device ", rank.device_,
-           "): ", detail);
-    }
-  }
-  ncclResult_t result = ncclGroupStart();
-  int32_t failed = -1;
-  for (int32_t r = 0; r < n && result == ncclSuccess; ++r) {
-    result = ncclCommWindowRegister(ranks_[r]->comm_.load(), memory[r], bytes, &wins[r], NCCL_WIN_COLL_SYMMETRIC);
-    if (result != ncclSuccess) failed = r;
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  if (result == ncclSuccess) result = end;
-  if (result != ncclSuccess) {
-    std::ostringstream why;
-    why << "ncclCommWindowRegister of " << floats << " floats of gather staging failed";
-    if (failed >= 0) why << " on rank " << failed;
-    why << ": " << ncclGetErrorString(result) << " (" << ncclGetLastError(nullptr) << ")";
-    for (int32_t r = 0; r < n; ++r) {
-      DeviceScope scope(ranks_[r]->device_);
-      if (wins[r] != nullptr) ncclCommWindowDeregister(ranks_[r]->comm_.load(), wins[r]);
-    }
-    free_memory();
-    for (auto& rank : ranks_) rank->windows_enabled_.store(false);
-    note_no_windows(why.str());
-    for (auto& rank : ranks_) rank->reserve_gather(floats);
-    return;
-  }
-  for (int32_t r = 0; r < n; ++r) {
-    NcclCollective& rank = *ranks_[r];
-    rank.staging_window_ = NcclCollective::Window{memory[r], static_cast<int64_t>(bytes), wins[r], true};
-    rank.staging_ = static_cast<float*>(memory[r]);
-    rank.staging_floats_ = floats;
-  }
-#else
   for (auto& rank : ranks_) rank->reserve_gather(floats);
-#endif
-}
-
-NcclGroup::Agreement NcclGroup::agree(int32_t rank, bool ok, int64_t value, const char* what) {
-  constexpr auto kAgreeTimeout = std::chrono::seconds(120);
-  std::unique_lock lock(agree_mu_);
-  if (aborted_.load()) ranks_[rank]->fail_aborted(what);
-  if (agree_posted_[rank]) {
-    fail("internal: ", what, " on rank ", rank, ": posted twice in one round (every rank calls it once, from its own "
-         "thread)");
-  }
-  const int64_t round = agree_round_;
-  agree_posted_[rank] = true;
-  agree_all_ = agree_all_ && ok;
-  agree_values_[rank] = value;
-  if (++agree_arrived_ == size()) {
-    agree_result_ = Agreement{agree_all_, agree_values_};
-    agree_all_ = true;
-    agree_arrived_ = 0;
-    std::fill(agree_posted_.begin(), agree_posted_.end(), false);
-    ++agree_round_;
-    agree_cv_.notify_all();
-    return agree_result_;
-  }
-  const auto done = [&] { return agree_round_ != round || aborted_.load(); };
-  if (ok) {
-    agree_cv_.wait(lock, done);
-  } else if (!agree_cv_.wait_for(lock, kAgreeTimeout, done)) {
-    // The others did not come: some are inside NCCL's collective call waiting for this rank.
-    // Aborting the communicators makes them return.
-    lock.unlock();
-    std::ostringstream why;
-    why << what << " failed on rank " << rank << " and the other ranks did not return from NCCL within "
-        << kAgreeTimeout.count() << " s";
-    abort(why.str());
-    ranks_[rank]->fail_aborted(what);
-  }
-  if (agree_round_ == round) ranks_[rank]->fail_aborted(what);  // aborted
-  return agree_result_;
 }
 
 void NcclGroup::abort(const std::string& why) {
@@ -657,10 +304,6 @@ void NcclGroup::abort(const std::string& why) {
   if (aborted_.load()) return;
   why_ = why.empty() ? "(no reason given)" : why;  // written once, before aborted_ is seen set
   aborted_.store(true);
-  {
-    std::lock_guard agree_lock(agree_mu_);  // ranks waiting in agree see aborted_
-    agree_cv_.notify_all();
-  }
   // Every communicator, so ranks blocked in NCCL return; their communicators are freed with it.
   for (auto& rank : ranks_) {
     if (ncclComm* comm = rank->comm_.exchange(nullptr)) {
