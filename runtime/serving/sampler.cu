@@ -168,6 +168,9 @@ CudaSampler::CudaSampler(int32_t max_rows) : max_rows_(max_rows), workspace_(max
   check_cuda(cudaMalloc(&device_out_, sizeof(SampleOutput) * max_rows), "cudaMalloc(outputs)");
   check_cuda(cudaMalloc(&device_raw_rows_, sizeof(SamplerRow) * max_rows), "cudaMalloc(raw rows)");
   check_cuda(cudaMalloc(&device_top_, sizeof(TokenLogprob) * kMaxTopLogprobs * max_rows), "cudaMalloc(top logprobs)");
+  // A row's slots past its top_n are copied back with it and never read; zeroed once, so that copy
+  // never reads uninitialized memory (compute-sanitizer initcheck flagged it).
+  check_cuda(cudaMemset(device_top_, 0, sizeof(TokenLogprob) * kMaxTopLogprobs * max_rows), "zeroing top logprobs");
   check_cuda(cudaMalloc(&device_edit_offsets_, sizeof(int32_t) * (max_rows + 1)), "cudaMalloc(edit offsets)");
 }
 
