@@ -41,7 +41,6 @@ for t in ${KILN_SANITIZER_PROGRAMS:-test_kernels_gpu test_serving_gpu test_golde
       # racecheck does not model: it reports WAR hazards inside them whose values do not even
       # change. Our kernels are all still checked.
       racecheck) options+=(--racecheck-report all --kernel-name-exclude kns=nvjet) ;;
-      initcheck) options+=(--track-unused-memory no) ;;
     esac
     log=$out/$t.$tool.txt
     echo "== $t under $tool"
