@@ -109,6 +109,7 @@ ModelSpec load_hf_config(const std::string& path, const ImportOptions& import, s
                                                   : chat_format_from_name(import.chat_template);
   spec.build.max_context = import.max_context > 0 ? import.max_context
                                                   : std::min<int64_t>(spec.max_position_embeddings, 8192);
+  spec.build.tensor_parallel = import.tensor_parallel;
 
   if (warnings) {
     for (const auto& key : doc.unread_keys()) {

@@ -13,6 +13,7 @@ struct ImportOptions {
   std::string name;            // default: the config's folder name
   int64_t max_context = 0;     // default: min(max_position_embeddings, 8192)
   std::string chat_template;   // default: from model_type (llama3 / chatml / deepseek)
+  std::vector<int64_t> tensor_parallel;  // rank counts built besides one GPU (build.tensor_parallel)
 };
 
 // Dispatches on the file name: *.json is an HF config, *.yaml / *.yml a kiln config.

@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--chat-template", import.chat_template, "chat template for an HF config.json")
       ->check(CLI::IsMember({"none", "chatml", "llama3", "deepseek"}));
+  app.add_option("--tensor-parallel", import.tensor_parallel,
+                 "for an HF config.json: rank counts to build besides one GPU, e.g. 2,4 (build.tensor_parallel)")
+      ->delimiter(',');
   app.add_flag("-q,--quiet", quiet, "print nothing but errors");
   app.add_flag("--print-name", print_name, "validate the config and print the model's name; write nothing");
   CLI11_PARSE(app, argc, argv);

@@ -140,7 +140,7 @@ void check_build(const ModelSpec& s, const Checker& c) {
 // ranks), an equal share of the MLP's intermediate features and of the vocabulary: a size that
 // does not divide them is refused here rather than padded at run time.
 void check_tensor_parallel(const ModelSpec& s, const Checker& c) {
-  const std::string field = c.build("tensor_parallel");
+  const std::string field = s.source.ends_with(".json") ? "kilnc option --tensor-parallel" : "build.tensor_parallel";
   std::set<int64_t> seen;
   for (const int64_t t : s.build.tensor_parallel) {
     if (t < 2 || t > kMaxTensorParallel) {

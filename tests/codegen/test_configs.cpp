@@ -189,6 +189,19 @@ TEST_CASE("HF config.json imports onto the same spec") {
   CHECK(spec.num_key_value_heads == 2);
   CHECK(spec.intermediate_size == 200);
   CHECK(spec.build.max_context == 1024);
+  CHECK(spec.build.tensor_parallel.empty());
+
+  // kilnc --tensor-parallel 2: the same checks as build.tensor_parallel, named after the option.
+  ImportOptions tp;
+  tp.tensor_parallel = {2};
+  CHECK(load_config(temp_config(kHfLlama, ".json"), tp).build.tensor_parallel == std::vector<int64_t>{2});
+  tp.tensor_parallel = {3};
+  try {
+    load_config(temp_config(kHfLlama, ".json"), tp);
+    FAIL("3 ranks accepted");
+  } catch (const kiln::Error& e) {
+    CHECK(std::string(e.what()).find("kilnc option --tensor-parallel") != std::string::npos);
+  }
 
   // The older rope_scaling / rope_theta keys work too.
   const ModelSpec old = load_config(temp_config(
