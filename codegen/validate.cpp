@@ -145,13 +145,11 @@ void check_tensor_parallel(const ModelSpec& s, const Checker& c) {
   for (const int64_t t : s.build.tensor_parallel) {
     if (t < 2 || t > kMaxTensorParallel) {
       c.error(field, "names ", t, " ranks; expected 2 to ", kMaxTensorParallel, " (one GPU is always built)");
-      continue;
     }
     if (!seen.insert(t).second) c.error(field, "names ", t, " twice");
     if (s.family == Family::deepseek_v2) {
       c.error(field, "is not supported for deepseek_v2 yet (MLA heads over a latent cache and expert parallelism "
               "are not built); supported families: llama, qwen3");
-      continue;
     }
     const auto need = [&](const char* what, int64_t value) {
       if (value % t != 0) c.error(field, "names ", t, " ranks, which do not divide ", what, " (", value, ")");

@@ -38,7 +38,7 @@ class TensorParallelBackend final : public Backend {
  public:
   TensorParallelBackend(const ModelDef& model, int32_t ranks, bool cuda, const WeightOrigin& origin,
                         const BackendOptions& options)
-      : model_(model), rank_model_(rank_def(model, ranks)), cuda_(cuda) {
+      : rank_model_(rank_def(model, ranks)), cuda_(cuda) {
     if (cuda) {
       const int32_t gpus = cuda_device_count();
       if (gpus < ranks) fail("--tensor-parallel-size ", ranks, " needs ", ranks, " GPUs; ", gpus, " are visible");
@@ -119,7 +119,6 @@ class TensorParallelBackend final : public Backend {
     if (cpu_) cpu_->abort(why);
   }
 
-  const ModelDef& model_;
   const ModelDef& rank_model_;
   bool cuda_;
   std::unique_ptr<NcclGroup> nccl_;

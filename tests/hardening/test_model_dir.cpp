@@ -86,3 +86,38 @@ TEST_CASE("a checkpoint holding NaN or Inf is refused naming the tensor") {
   }
 }
 
+
+// Tensor parallelism: a rank reads column slices of the row-parallel projections, so a checkpoint
+// whose o_proj is narrower than the config says must be refused by name before any rank reads past
+// it; and a rank count the binary was not built for is one line, not a crash.
+TEST_CASE("tensor parallel: a mis-shaped row-parallel tensor and an unbuilt rank count are refused in one line") {
+  const TempDir dir("kiln-hostile");
+  const std::string model = copy_tiny_llama_dir(dir);
+  const std::string weights = model + "/model.safetensors";
+  const std::string narrowed = "model.layers.0.self_attn.o_proj.weight";
+  {
+    const kiln::SafetensorsFile original(std::string(KILN_SOURCE_DIR) + "/tests/golden/tiny-llama/model.safetensors");
+    std::vector<std::vector<std::byte>> copies;
+    std::vector<kiln::TensorToWrite> tensors;
+    for (const kiln::TensorView& t : original.tensors()) {
+      std::vector<int64_t> shape = t.shape;
+      copies.emplace_back(t.bytes.begin(), t.bytes.end());
+      if (t.name == narrowed) {  // [64, 64] -> [64, 62]: two columns short
+        REQUIRE(shape.size() == 2);
+        shape[1] -= 2;
+        copies.back().resize(static_cast<size_t>(shape[0] * shape[1]) * 2);
+      }
+      tensors.push_back({t.name, t.dtype, shape, copies.back()});
+    }
+    kiln::write_safetensors(weights + ".tmp", tensors, original.metadata());
+  }
+  fs::rename(weights + ".tmp", weights);
+  const CommandResult r = tiny_llama("--model " + model + " --tp 2 --prompt-ids 5,6,7 --max-tokens 2");
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, narrowed));
+  CHECK(contains(r.output, "[64, 62]"));
+
+  const CommandResult unbuilt = tiny_llama("--random-weights 1 --tp 3 --prompt-ids 5 --max-tokens 1");
+  CHECK(unbuilt.exit_code == 1);
+  CHECK(contains(unbuilt.output, "built for 1, 2, 4"));
+}
