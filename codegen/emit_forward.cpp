@@ -4,6 +4,7 @@
 #include <cctype>
 #include <set>
 
+#include "codegen/decode_step.hpp"
 #include "codegen/emit.hpp"
 #include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
@@ -148,6 +149,8 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   Code c;
   c.line(banner(spec, "The forward pass on the GPU: the prefill and decode graphs as launch sequences."));
   c.line("#include \"model.hpp\"");
+  const auto step_ops = decode_step_ops(spec, g);
+  if (step_ops) c.line("#include \"runtime/cuda/check.hpp\"");
   c.line("#include \"runtime/cuda/context.hpp\"");
   c.line("#include \"runtime/cuda/gemm.hpp\"");
   // Ops the host runs on every GPU phase (the collectives) come from their record's header.
@@ -180,18 +183,37 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.dedent();
   c.line("}");
   c.line();
+  if (step_ops) {
+    emit_decode_step_forward(*step_ops, c);
+    c.line();
+  }
   c.line("class CudaModel final : public CudaForward {");
   c.line(" public:");
-  c.line("  explicit CudaModel(const WeightTable& weights) : w_(bind_weights<bf16>(weights)) {}");
+  if (step_ops) {
+    c.line("  explicit CudaModel(const WeightTable& weights)");
+    c.line("      : w_(bind_weights<bf16>(weights)), step_w_(bind_decode_step(w_)) {}");
+  } else {
+    c.line("  explicit CudaModel(const WeightTable& weights) : w_(bind_weights<bf16>(weights)) {}");
+  }
   c.line("  void prefill(const CudaStep& step, const CudaContext& ctx, float* logits) const override {");
   c.line("    forward_prefill(w_, step, ctx, logits);");
   c.line("  }");
   c.line("  void decode(const CudaStep& step, const CudaContext& ctx, float* logits) const override {");
-  c.line("    forward_decode(w_, step, ctx, logits);");
+  if (step_ops) {
+    c.line("    // The whole-step kernel when the backend set up its counters (--megakernel).");
+    c.line("    if (ctx.step_sync != nullptr && step.num_tokens <= kMegakernelMaxBatch) {");
+    c.line("      forward_decode_step(step_w_, step, ctx, logits);");
+    c.line("    } else {");
+    c.line("      forward_decode(w_, step, ctx, logits);");
+    c.line("    }");
+  } else {
+    c.line("    forward_decode(w_, step, ctx, logits);");
+  }
   c.line("  }");
   c.line();
   c.line(" private:");
   c.line("  Weights<bf16> w_;");
+  if (step_ops) c.line("  DecodeStepWeights<kNumLayers> step_w_;");
   c.line("};");
   c.line();
   c.line("}  // namespace");

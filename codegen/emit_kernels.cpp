@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/decode_step.hpp"
 #include "codegen/emit.hpp"
 #include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
@@ -29,6 +30,8 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
 
   Code c;
   c.line(banner(spec, "CUDA kernels: one instantiation per op of the graph, this model's sizes baked in."));
+  const auto step_ops = decode_step_ops(spec, g);
+  if (step_ops) headers.insert("templates/decode_step.cuh");
   c.line("#include \"model.hpp\"");
   for (const auto& h : headers) c.line("#include \"" + h + "\"");
   c.line();
@@ -58,6 +61,10 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
   }
   if (!ties.empty()) c.line();
   for (const auto& tie : ties) c.line("static_assert(" + tie + ");");
+  if (step_ops) {
+    c.line();
+    emit_decode_step_wrapper(c);
+  }
   c.line();
   c.line("}  // namespace " + spec.ns());
   return c.str();

@@ -1,6 +1,7 @@
 // weights.inc (the weight manifest), model.cpp (the model as the runtime sees it) and main.cpp
 // (the binary's entry point).
 #include "codegen/architecture_fields.hpp"
+#include "codegen/decode_step.hpp"
 #include "codegen/emit.hpp"
 #include "codegen/graph_build.hpp"
 
@@ -146,6 +147,10 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   }
   c.dedent();
   c.line("},");
+  if (decode_step_ops(s, g)) {
+    field("megakernel_max_batch", "kMegakernelMaxBatch");
+    field("step_sync_words", "kStepSyncWords");
+  }
   c.dedent();
   c.line("},");
   c.line("&kWeights,");

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/decode_step.hpp"
 #include "codegen/emit.hpp"
 #include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
@@ -147,6 +148,11 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.comment("---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----");
   emit_op_shapes(g, c);
   c.line();
+  const auto step_ops = decode_step_ops(spec, g);
+  if (step_ops) {
+    emit_decode_step_shape(*step_ops, c);
+    c.line();
+  }
   emit_weights(g, c);
   c.line();
   const ArenaPlan gpu = plan_arena(g, spec.build.max_batched_tokens, 2);
@@ -179,6 +185,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
 
   c.line("#ifdef __CUDACC__");
   c.line("#include \"templates/common.cuh\"");
+  if (step_ops) c.line("#include \"templates/decode_step_io.cuh\"");
   c.line();
   c.line("namespace " + spec.ns() + " {");
   c.line();
@@ -189,6 +196,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
       if (declared.insert(k.name).second) c.line(k.signature + ";");
     }
   }
+  if (step_ops) c.line(decode_step_signature() + ";");
   c.line();
   c.line("}  // namespace " + spec.ns());
   c.line("#endif  // __CUDACC__");

@@ -2,6 +2,8 @@
 // every family shares (constants, embedding, final norm, LM head, kernel sharing).
 #include "codegen/graph_build.hpp"
 
+#include "codegen/decode_step.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -406,6 +408,7 @@ Graph build_graph(const ModelSpec& spec) {
   check_bindings(g);
   share_kernels(g);
   define_decode_bytes(spec, g);
+  if (decode_step_ops(spec, g)) define_decode_step_constants(spec, g);
   // Kernel wrappers and buffers share the generated forward's scope: one name, one thing.
   for (const Op* op : g.all_ops()) {
     for (const Buffer& b : g.buffers) {

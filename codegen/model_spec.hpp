@@ -72,6 +72,9 @@ struct BuildSpec {
   // Tensor-parallel rank counts built besides one GPU (generated/<model>/tp<N>/ each): attention
   // heads, the MLP and the vocabulary split over N ranks, summed and gathered with NCCL.
   std::vector<int64_t> tensor_parallel;
+  // Decode steps of up to this many sequences run the whole-step kernel (templates/decode_step.cuh,
+  // dense families on one GPU); 0: every decode step runs op by op.
+  int64_t megakernel_max_batch = 8;
 };
 
 struct ModelSpec {

@@ -20,6 +20,26 @@ namespace shape {
 #define KILN_END };
 #include "codegen/ops.def"
 
+// The whole-step decode kernel of a dense decoder (templates/decode_step.cuh): not an op of the
+// graph but the decode graph's ops in one launch, so it takes their shape constants and computes
+// with exactly their sizes.
+struct decode_step {
+  embed embed_tokens;
+  rmsnorm input_norm;
+  linear qkv_proj;
+  attention_prep prep;
+  attention attn;
+  linear o_proj;
+  rmsnorm post_norm;
+  linear gate_up_proj;
+  silu_mul act;
+  linear down_proj;
+  rmsnorm_rows norm;
+  linear lm_head;
+  int layers;
+  int max_batch;  // sequences per step (build.megakernel_max_batch); larger steps run the per-op path
+};
+
 }  // namespace shape
 
 }  // namespace kiln

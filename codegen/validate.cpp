@@ -127,6 +127,7 @@ void check_build(const ModelSpec& s, const Checker& c) {
   c.range(c.build("max_batch"), b.max_batch, 1, 4096);
   c.range(c.build("max_batched_tokens"), b.max_batched_tokens, b.max_batch, kMaxBatchedTokens);
   c.range(c.build("attention_partition"), b.attention_partition, 16, 65536);
+  c.range(c.build("megakernel_max_batch"), b.megakernel_max_batch, 0, 8);  // one token tile of the mma
   if (b.gpu_archs.empty()) c.error(c.build("gpu_archs"), "is empty; supported: sm_80, sm_86, sm_89, sm_90, sm_90a");
   for (const auto& a : b.gpu_archs) {
     if (!kSupportedArchs.count(a)) {

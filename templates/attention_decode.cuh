@@ -41,34 +41,35 @@ struct DecodeShape {
   static constexpr int kSmemBytes = (kUnionFloats + 2 * kGroup) * 4 + kMaxPages * 4;
 };
 
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
-__global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>::kThreads)
-    attention_decode_partition_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
-                                      bf16* __restrict__ out, const int* __restrict__ context_len,
-                                      const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
-                                      float* __restrict__ scratch) {
+// One (sequence, KV head, partition) of pass 1, by kThreads threads (tid: 0..kThreads-1) that
+// `sync()` synchronizes, in `smem` (Shape::kSmemBytes, 16-byte aligned). q_group: the group's
+// query heads, head g at q_group + g·kHeadDim. The per-op kernel runs one per block; the whole-step
+// decode kernel (decode_step.cuh) runs two per block, so both compute the same bits.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions, typename Sync>
+__device__ __forceinline__ void attention_decode_partition(const bf16* q_group, const bf16* cache, bf16* out,
+                                                           const int* context_len, const int* block_tables,
+                                                           int max_pages_per_seq, float scale_log2, float* scratch,
+                                                           int seq, int kv_head, int part, float* smem, int tid,
+                                                           Sync&& sync) {
   using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
   using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
   constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
   constexpr int U = Shape::kUnroll;
   using Bits = typename BitsOf<V>::type;
 
-  const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z;
   const int ctx = min(context_len[seq], kMaxPartitions * kPartition);
   const int start = part * kPartition;
   if (part > 0 && start >= ctx) return;
   const int n = max(0, min(kPartition, ctx - start));
   const bool single = ctx <= kPartition;
 
-  extern __shared__ float4 smem_f4[];
-  float* smem = reinterpret_cast<float*>(smem_f4);
   float* scores = smem;                               // [G][kPartition]
   float* partial = smem;                              // [kWarps][G][D], after the scores are used
   float* head_max = smem + Shape::kUnionFloats;       // [G]
   float* head_sum = head_max + G;                     // [G]
   int* pages = reinterpret_cast<int*>(head_sum + G);  // [kMaxPages]
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int warp = tid / 32, lane = tid % 32;
   const int key_slot = lane / Shape::kLanesPerKey, sub = lane % Shape::kLanesPerKey;
 
   const int first_page = start / kPageSize;
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
   float q[G][CPL][V];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    const bf16* qh = q_rows + static_cast<long long>(seq) * kRow + (kv_head * G + g) * D;
+    const bf16* qh = q_group + g * D;
 #pragma unroll
     for (int c = 0; c < CPL; ++c) {
       const int chunk = c * Shape::kLanesPerKey + sub;
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
       }
     }
   }
-  __syncthreads();
+  sync();
 
   // Loads kUnroll key (kv = 0) or value (kv = 1) vectors of this lane's chunks; keys past the
   // partition's end read nothing.
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
       }
     }
   }
-  __syncthreads();
+  sync();
 
   // ---- softmax numerators per head: p = exp2(s - max), with the max and the sum kept ----
   for (int g = warp; g < G; g += Shape::kWarps) {
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
       head_sum[g] = l;
     }
   }
-  __syncthreads();
+  sync();
 
   // ---- values: o[g] = Σ p[g][key] · v_key ----
   float acc[G][CPL][V];
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
 #pragma unroll
         for (int e = 0; e < V; ++e) acc[g][c][e] += __shfl_xor_sync(0xffffffffu, acc[g][c][e], offset);
   }
-  __syncthreads();  // everyone is done with the scores: their space becomes `partial`
+  sync();  // everyone is done with the scores: their space becomes `partial`
   if (key_slot == 0) {
 #pragma unroll
     for (int g = 0; g < G; ++g)
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
         }
       }
   }
-  __syncthreads();
+  sync();
 
   for (int i = tid; i < G * D; i += Shape::kThreads) {
     const int g = i / D, d = i % D;
@@ -247,6 +248,21 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
       }
     }
   }
+}
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
+__global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>::kThreads)
+    attention_decode_partition_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
+                                      bf16* __restrict__ out, const int* __restrict__ context_len,
+                                      const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
+                                      float* __restrict__ scratch) {
+  constexpr int G = kHeads / kKvHeads;
+  extern __shared__ float4 smem_f4[];
+  const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z;
+  attention_decode_partition<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>(
+      q_rows + static_cast<long long>(seq) * kRow + kv_head * G * kHeadDim, cache, out, context_len, block_tables,
+      max_pages_per_seq, scale_log2, scratch, seq, kv_head, part, reinterpret_cast<float*>(smem_f4), threadIdx.x,
+      [] { __syncthreads(); });
 }
 
 }  // namespace detail

@@ -16,29 +16,20 @@ namespace kiln {
 
 namespace detail {
 
-// A group of kLanes lanes per head vector (q, k or v) in the per-head norm geometry
-// (HeadNormShape), so that the sums of squares come out in one fixed order: 32 / kLanes vectors per warp, 4 warps per block. A q or k head
-// passes through shared memory between the norm and the rotation, which pairs values that
-// different lanes loaded; the values staged there are the bf16 values that a separate per-head norm
-// would have stored (or the raw ones without the norm), so the rotation reads what rope would have read.
+// One head vector `vector` (q heads, then k heads, then v heads) of token t, by the kLanes lanes of
+// its group (lane: 0..kLanes-1; `head`: the group's kHeadDim staging values in shared memory). A q
+// head goes to q_out (nullptr: nowhere), k and v to the token's cache slot. `valid` must be
+// uniform over the group; every lane of the warp calls it (it shuffles and syncs the warp).
+// attention_prep_kernel runs it for every vector of every token; the whole-step decode kernel
+// (decode_step.cuh) runs it for the vectors of one KV head's group, so both compute the same bits.
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kVec, int kLanes>
-__global__ void __launch_bounds__(128)
-    attention_prep_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_norm, const bf16* __restrict__ k_norm,
-                          float eps, const int* __restrict__ positions, const float* __restrict__ table,
-                          const int* __restrict__ slot_mapping, bf16* __restrict__ cache, long long items) {
-  constexpr int kVectors = kHeads + 2 * kKvHeads;
+__device__ __forceinline__ void prep_head_vector(const bf16* qkv, bf16* q_out, const bf16* q_norm, const bf16* k_norm,
+                                                 float eps, const int* positions, const float* table,
+                                                 const int* slot_mapping, bf16* cache, long long t, int vector,
+                                                 bool valid, int lane, bf16* head) {
   constexpr int kSteps = ceil_div(kHeadDim, kLanes * kVec);
   constexpr int kHalf = kHeadDim / 2;
   using Bits = typename BitsOf<kVec>::type;
-  __shared__ __align__(16) bf16 staged[128 / kLanes][kHeadDim];
-
-  const long long item = (static_cast<long long>(blockIdx.x) * 128 + threadIdx.x) / kLanes;
-  const int lane = threadIdx.x % kLanes;
-  bf16* head = staged[threadIdx.x / kLanes];
-  // Whole groups share `valid`, so the group's shuffles always see every member.
-  const bool valid = item < items;
-  const long long t = valid ? item / kVectors : 0;
-  const int vector = valid ? static_cast<int>(item % kVectors) : 0;
   const bool is_q = vector < kHeads, is_v = vector >= kHeads + kKvHeads;
   const bf16* src = qkv + t * kRow + vector * kHeadDim;
 
@@ -93,7 +84,7 @@ __global__ void __launch_bounds__(128)
   // Rotate: each lane writes the chunks it loaded. Element e < kHalf is a·cos − b·sin of the pair
   // (a = e, b = e + kHalf), element e ≥ kHalf is b·cos + a·sin of the pair (a = e − kHalf, b = e):
   // rope's two expressions, one per element.
-  bf16* out = is_q ? qkv + t * kRow + vector * kHeadDim : dst;
+  bf16* out = is_q ? q_out : dst;
   if (!valid || is_v || out == nullptr) return;
   const float2* cos_sin = reinterpret_cast<const float2*>(table) + static_cast<long long>(positions[t]) * kHalf;
 #pragma unroll
@@ -113,6 +104,30 @@ __global__ void __launch_bounds__(128)
       store_bf16<kVec>(out + i, y);
     }
   }
+}
+
+// A group of kLanes lanes per head vector (q, k or v) in the per-head norm geometry
+// (HeadNormShape), so that the sums of squares come out in one fixed order: 32 / kLanes vectors per
+// warp, 4 warps per block. A q or k head passes through shared memory between the norm and the
+// rotation, which pairs values that different lanes loaded; the values staged there are the bf16
+// values that a separate per-head norm would have stored (or the raw ones without the norm), so the
+// rotation reads what rope would have read. q is rotated in place.
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kVec, int kLanes>
+__global__ void __launch_bounds__(128)
+    attention_prep_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_norm, const bf16* __restrict__ k_norm,
+                          float eps, const int* __restrict__ positions, const float* __restrict__ table,
+                          const int* __restrict__ slot_mapping, bf16* __restrict__ cache, long long items) {
+  constexpr int kVectors = kHeads + 2 * kKvHeads;
+  __shared__ __align__(16) bf16 staged[128 / kLanes][kHeadDim];
+
+  const long long item = (static_cast<long long>(blockIdx.x) * 128 + threadIdx.x) / kLanes;
+  // Whole groups share `valid`, so the group's shuffles always see every member.
+  const bool valid = item < items;
+  const long long t = valid ? item / kVectors : 0;
+  const int vector = valid ? static_cast<int>(item % kVectors) : 0;
+  prep_head_vector<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kQkNorm, kVec, kLanes>(
+      qkv, qkv + t * kRow + vector * kHeadDim, q_norm, k_norm, eps, positions, table, slot_mapping, cache, t, vector,
+      valid, threadIdx.x % kLanes, staged[threadIdx.x / kLanes]);
 }
 
 }  // namespace detail

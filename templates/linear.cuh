@@ -88,7 +88,7 @@ struct Bf16Input {
     for (int j = 0; j < kTiles; ++j) rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
   }
   __device__ __forceinline__ Raw fetch(Row row, int col, bool valid) const {
-    return load_row_chunk<kK, kVec, false>(row, col, valid);
+    return load_row_chunk<kK, kVec, RowLoad::read_only>(row, col, valid);
   }
   __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
 };
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
       const int step = s0 + u * WK;
       const int col = step * 32 + q * 8;
       const bool step_valid = step < Shape::kSteps;
-      grp.a0[u] = load_row_chunk<kK, Shape::kVec, true>(w0, col, step_valid && row0 < kN);
-      grp.a1[u] = load_row_chunk<kK, Shape::kVec, true>(w1, col, step_valid && row1 < kN);
+      grp.a0[u] = load_row_chunk<kK, Shape::kVec, RowLoad::streaming>(w0, col, step_valid && row0 < kN);
+      grp.a1[u] = load_row_chunk<kK, Shape::kVec, RowLoad::streaming>(w1, col, step_valid && row1 < kN);
     }
   };
   auto fetch_inputs = [&](int s0, Group& grp) {

@@ -9,6 +9,9 @@ namespace kiln {
 
 namespace detail {
 
+// silu(gate) · up of one feature, in fp32 (the whole-step decode kernel computes the same value).
+__device__ __forceinline__ float silu_mul_value(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
 template <int kDim, int kVec>
 __global__ void __launch_bounds__(kElementwiseThreads) silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ act,
                                                        long long vectors) {
@@ -22,7 +25,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) silu_mul_kernel(const bf1
   load_bf16<kVec>(g, gate);
   load_bf16<kVec>(g + kDim, up);
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) out[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+  for (int j = 0; j < kVec; ++j) out[j] = silu_mul_value(gate[j], up[j]);
   store_bf16<kVec>(act + t * kDim + i, out);
 }
 

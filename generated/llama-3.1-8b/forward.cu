@@ -2,6 +2,7 @@
 // The forward pass on the GPU: the prefill and decode graphs as launch sequences.
 
 #include "model.hpp"
+#include "runtime/cuda/check.hpp"
 #include "runtime/cuda/context.hpp"
 #include "runtime/cuda/gemm.hpp"
 
@@ -115,18 +116,76 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   linear_lm_head(h, w.lm_head, logits, N, stream);
 }
 
+// The weights as the whole-step kernel takes them (bound once).
+DecodeStepWeights<kNumLayers> bind_decode_step(const Weights<bf16>& w) {
+  DecodeStepWeights<kNumLayers> s{};
+  s.embed_tokens = w.embed_tokens;
+  s.norm = w.norm;
+  s.lm_head = w.lm_head;
+  for (int layer = 0; layer < kNumLayers; ++layer) {
+    const LayerWeights<bf16>& lw = w.layers[layer];
+    s.layers[layer] = DecodeStepLayer{.input_norm = lw.input_layernorm,
+                                      .qkv_proj = lw.qkv_proj,
+                                      .q_norm = nullptr,
+                                      .k_norm = nullptr,
+                                      .o_proj = lw.o_proj,
+                                      .post_norm = lw.post_attention_layernorm,
+                                      .gate_up_proj = lw.gate_up_proj,
+                                      .down_proj = lw.down_proj};
+  }
+  return s;
+}
+
+// Decode of up to kMegakernelMaxBatch sequences in one launch (templates/decode_step.cuh): the ops of
+// forward_decode as stages of one kernel, each waiting only for the stage it reads: embed; per layer
+// qkv_proj (input_layernorm folded in), attention (RoPE and the KV write folded in), the split-KV merge,
+// o_proj, gate_up_proj (post_attention_layernorm and silu(gate) ⊙ up folded in), down_proj; the final
+// norm and lm_head. Same float operations in the same order as forward_decode: the same bits.
+void forward_decode_step(const DecodeStepWeights<kNumLayers>& w, const CudaStep& step, const CudaContext& ctx,
+                         float* logits) {
+  DecodeStepArgs args{};
+  args.tokens = step.num_tokens;
+  args.num_logits = step.num_logits;
+  args.max_pages_per_seq = step.max_pages_per_seq;
+  args.token_ids = step.token_ids;
+  args.positions = step.positions;
+  args.slot_mapping = step.slot_mapping;
+  args.context_len = step.context_len;
+  args.block_tables = step.block_tables;
+  args.logit_rows = step.logit_rows;
+  args.rope = ctx.rope;
+  args.kv_cache = ctx.kv_layer<bf16>(0);
+  args.kv_layer_elems = ctx.kv_layer_bytes / static_cast<int64_t>(sizeof(bf16));
+  args.x = reinterpret_cast<float*>(ctx.arena + GpuArena::x);
+  args.qkv = reinterpret_cast<bf16*>(ctx.arena + GpuArena::qkv);
+  args.attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn);
+  args.act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::act);
+  args.scratch = ctx.scratch;
+  args.logits = logits;
+  args.sync = ctx.step_sync;
+  args.timeline = ctx.step_timeline;
+  KILN_CUDA(decode_step(w, args, ctx.stream));
+}
+
 class CudaModel final : public CudaForward {
  public:
-  explicit CudaModel(const WeightTable& weights) : w_(bind_weights<bf16>(weights)) {}
+  explicit CudaModel(const WeightTable& weights)
+      : w_(bind_weights<bf16>(weights)), step_w_(bind_decode_step(w_)) {}
   void prefill(const CudaStep& step, const CudaContext& ctx, float* logits) const override {
     forward_prefill(w_, step, ctx, logits);
   }
   void decode(const CudaStep& step, const CudaContext& ctx, float* logits) const override {
-    forward_decode(w_, step, ctx, logits);
+    // The whole-step kernel when the backend set up its counters (--megakernel).
+    if (ctx.step_sync != nullptr && step.num_tokens <= kMegakernelMaxBatch) {
+      forward_decode_step(step_w_, step, ctx, logits);
+    } else {
+      forward_decode(w_, step, ctx, logits);
+    }
   }
 
  private:
   Weights<bf16> w_;
+  DecodeStepWeights<kNumLayers> step_w_;
 };
 
 }  // namespace

@@ -64,6 +64,8 @@ const ModelDef& model_def() {
         {"low_freq_factor", "1", true},
         {"high_freq_factor", "4", true},
       },
+      .megakernel_max_batch = kMegakernelMaxBatch,
+      .step_sync_words = kStepSyncWords,
     },
     &kWeights,
     &make_ref_forward,

@@ -42,6 +42,8 @@ constexpr int kDecodeScratchFloats = 2162688; // decode attention partials: kMax
 constexpr int kNumQkHeads = 40;             // q and k heads, rotated together: kNumHeads + kNumKvHeads
 constexpr long long kDecodeWeightBytes = 2471632896; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
+constexpr int kMegakernelMaxBatch = 8;      // build.megakernel_max_batch (at most build.max_batch): decode steps of this many sequences or fewer run the whole-step kernel
+constexpr int kStepSyncWords = 100;         // whole-step decode counters: epoch, blocks finished, one per stage (embed, 6 per layer, lm_head)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens
@@ -70,6 +72,26 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 constexpr shape::rmsnorm_rows kRmsnormRows2048{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
 constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
+
+// The whole-step decode kernel (templates/decode_step.cuh): the decode ops above as stages of one
+// launch, for steps of up to kMegakernelMaxBatch sequences (larger ones run op by op).
+struct DecodeStep {
+  static constexpr shape::decode_step value{
+      .embed_tokens = kEmbedTokens,
+      .input_norm = kRmsnorm2048,
+      .qkv_proj = kLinearQkvProj,
+      .prep = kAttentionPrep,
+      .attn = kAttention,
+      .o_proj = kLinearOProj,
+      .post_norm = kRmsnorm2048,
+      .gate_up_proj = kLinearGateUpProj,
+      .act = kSiluMulAct,
+      .down_proj = kLinearDownProj,
+      .norm = kRmsnormRows2048,
+      .lm_head = kLinearLmHead,
+      .layers = kNumLayers,
+      .max_batch = kMegakernelMaxBatch};
+};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
 template <typename T>
@@ -148,6 +170,7 @@ Weights<T> bind_weights(const WeightTable& table) {
 
 #ifdef __CUDACC__
 #include "templates/common.cuh"
+#include "templates/decode_step_io.cuh"
 
 namespace kiln::models::llama_3_2_1b {
 
@@ -164,6 +187,7 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
 void rmsnorm_rows_2048(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+cudaError_t decode_step(const DecodeStepWeights<kNumLayers>& w, const DecodeStepArgs& args, cudaStream_t stream);
 
 }  // namespace kiln::models::llama_3_2_1b
 #endif  // __CUDACC__

@@ -57,6 +57,8 @@ const ModelDef& model_def() {
         {"rope_theta", "1000000", true},
         {"rope_type", "default", false},
       },
+      .megakernel_max_batch = kMegakernelMaxBatch,
+      .step_sync_words = kStepSyncWords,
     },
     &kWeights,
     &make_ref_forward,

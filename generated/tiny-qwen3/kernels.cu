@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "templates/attention.cuh"
 #include "templates/attention_prep.cuh"
+#include "templates/decode_step.cuh"
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
 #include "templates/rmsnorm.cuh"
@@ -73,5 +74,12 @@ void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, 
 }
 
 static_assert(kiln::attention_decode_scratch_floats<kAttention>(kMaxBatch) <= kDecodeScratchFloats);
+
+// The whole decode step in one launch (DecodeStep in model.hpp).
+cudaError_t decode_step(const DecodeStepWeights<kNumLayers>& w, const DecodeStepArgs& args, cudaStream_t stream) {
+  return kiln::decode_step<DecodeStep>(w, args, stream);
+}
+
+static_assert(kiln::decode_step_sync_words<DecodeStep>() == kStepSyncWords);
 
 }  // namespace kiln::models::tiny_qwen3

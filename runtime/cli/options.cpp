@@ -158,6 +158,9 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_option("-c,--ctx-size,--max-model-len", o.max_context, "context length: prompt + output tokens (default: the compiled build.max_context)")
       ->check(up_to(m.max_context, "tokens"));
   app.add_flag("!--no-cuda-graphs", o.cuda_graphs, "launch decode steps directly instead of replaying CUDA graphs");
+  app.add_flag("--megakernel,!--no-megakernel", o.megakernel,
+               "run decode steps of up to build.megakernel_max_batch sequences in the model's whole-step kernel "
+               "(Llama, SmolLM2, Qwen3 on one GPU; default: op by op)");
   app.add_flag("--profile", o.profile,
                "count what each decode step reads (MoE: the routed experts chosen) for --output-format json");
 

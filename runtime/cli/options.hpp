@@ -54,6 +54,7 @@ struct CliOptions {
   int32_t max_batch = 0;     // --max-num-seqs: up to the compiled build.max_batch
   int32_t max_context = 0;   // --max-model-len / -c: up to the compiled build.max_context
   bool cuda_graphs = true;
+  bool megakernel = false;    // --megakernel: small decode steps in the model's whole-step kernel
   bool profile = false;
 
   // serve.

@@ -92,6 +92,19 @@ json report_json(const RunReport& rep) {
       {"kv_cache", s.decode_kv_bytes / steps},
       {"total", (s.decode_weight_bytes + s.decode_kv_bytes) / steps},
       {"routed_experts_read", moe && !s.experts_counted ? nlohmann::json() : nlohmann::json(s.decode_experts_read / steps)}};
+  // --profile on the whole-step decode kernel: per stage family, ms and GB/s of a step.
+  if (const StepProfile* p = b.step_profile; p != nullptr && p->steps() > 0) {
+    const double n = static_cast<double>(p->steps());
+    j["decode_stages"] = json::array();
+    for (const StageTiming& t : p->stages()) {
+      j["decode_stages"].push_back({{"stage", t.name},
+                                    {"ms_per_step", 1e3 * t.seconds / n},
+                                    {"wait_ms_per_step", 1e3 * t.wait_seconds / n},
+                                    {"bytes_per_step", t.bytes / n},
+                                    {"gb_per_s", t.seconds > 0 ? t.bytes / t.seconds / 1e9 : 0.0}});
+    }
+    j["decode_stage_steps"] = p->steps();
+  }
   j["memory"] = {{"weight_bytes", b.weight_bytes},
                  {"kv_bytes_per_token", b.kv_bytes_per_token},
                  {"kv_pages", rep.backend->kv_pages()},
@@ -119,6 +132,15 @@ std::string summary_text(const RunReport& rep) {
                 s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0,
                 static_cast<long long>(s.scheduler.preemptions), rep.backend->info().load_seconds, s.wall_seconds);
   out += line;
+  if (const StepProfile* p = rep.backend->info().step_profile; p != nullptr && p->steps() > 0) {
+    out += "kiln: whole-step decode stages (ms/step, of which waiting; GB/s):";
+    for (const StageTiming& t : p->stages()) {
+      std::snprintf(line, sizeof line, " %s %.3f (%.3f; %.0f)", t.name.c_str(), 1e3 * t.seconds / p->steps(),
+                    1e3 * t.wait_seconds / p->steps(), t.seconds > 0 ? t.bytes / t.seconds / 1e9 : 0.0);
+      out += line;
+    }
+    out += "\n";
+  }
   return out;
 }
 

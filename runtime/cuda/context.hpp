@@ -42,6 +42,11 @@ struct CudaContext {
   cudaStream_t stream = nullptr;
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)
   Collective* collective = nullptr; // NCCL sums and gathers of the ranks; null without tensor parallelism
+  // The whole-step decode kernel's counters (ModelInfo::step_sync_words, zeroed once); null: decode
+  // runs op by op (the model has no such kernel, or no --megakernel).
+  unsigned* step_sync = nullptr;
+  // With --profile: where the whole-step kernel writes its stages' times ([stage][block] (start, end) ns).
+  unsigned long long* step_timeline = nullptr;
 
   template <typename T>
   T* kv_layer(int layer) const {

@@ -10,6 +10,7 @@
 
 #include "runtime/core/step_batch.hpp"
 #include "runtime/model/model_def.hpp"
+#include "runtime/engine/step_profile.hpp"
 #include "runtime/model/tensor_source.hpp"
 #include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
@@ -26,9 +27,14 @@ struct BackendOptions {
   int32_t kv_pages = 0;        // 0: decide (GPU: from free memory × gpu_mem_util)
   double gpu_mem_util = 0.9;   // fraction of the GPU memory kiln may use in all
   bool cuda_graphs = true;     // replay captured graphs for decode steps (captured at start)
-  // Count the routed experts each step reads (MoE; --profile): the routing kernels flag them in
-  // BackendInfo::expert_usage. Off by default: nothing is added to a step.
+  // --profile: count the routed experts each step reads (MoE; the routing kernels flag them in
+  // BackendInfo::expert_usage) and time the whole-step decode kernel's stages
+  // (BackendInfo::step_profile; each such step then waits for its timeline). Off by default.
   bool profile = false;
+  // --megakernel: decode steps small enough run the model's whole-step kernel
+  // (templates/decode_step.cuh) when it has one. Off by default: on an H100 it is ahead of the
+  // per-op path on the smallest models only (bench/RESULTS.md, 2026-11-23).
+  bool megakernel = false;
   // One rank of a tensor-parallel group (make_tensor_parallel_backend sets these for each rank's
   // backend, which runs the rank's ModelDef): its rank, its GPU and the group's collective.
   int32_t rank = 0;
@@ -45,6 +51,9 @@ struct BackendInfo {
   // With BackendOptions::profile: [num_layers][num_routed_experts] flags the last step's routing
   // set, in host memory (read it after sample()); null otherwise or without MoE.
   const uint8_t* expert_usage = nullptr;
+  // With BackendOptions::profile on the CUDA backend: the whole-step decode kernel's stages, over
+  // the decode steps that ran it; null otherwise.
+  const StepProfile* step_profile = nullptr;
 };
 
 class Backend {

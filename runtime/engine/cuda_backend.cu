@@ -190,6 +190,17 @@ class CudaBackend final : public Backend {
       usage_ = std::make_unique<PinnedBuffer>(usage_bytes_, cudaHostAllocMapped);
       info_.expert_usage = usage_->get<uint8_t>();
     }
+    if (options.megakernel && m.step_sync_words > 0) {
+      step_sync_.resize(static_cast<int64_t>(m.step_sync_words) * 4);
+      KILN_CUDA(cudaMemset(step_sync_.get(), 0, step_sync_.bytes()));
+      if (options.profile) {
+        // The kernel runs one block per SM (templates/decode_step.cuh).
+        KILN_CUDA(cudaDeviceGetAttribute(&timeline_blocks_, cudaDevAttrMultiProcessorCount, device_));
+        step_profile_ = std::make_unique<StepProfile>(m);
+        timeline_.resize(static_cast<int64_t>(step_profile_->num_stages()) * timeline_blocks_ * 2 * 8);
+        info_.step_profile = step_profile_.get();
+      }
+    }
     KILN_CUDA(cudaDeviceSynchronize());
 
     ctx_.arena = arena_.get();
@@ -202,6 +213,8 @@ class CudaBackend final : public Backend {
     ctx_.stream = stream_;
     ctx_.rank = options.rank;
     ctx_.collective = options.collective;
+    ctx_.step_sync = step_sync_.bytes() > 0 ? step_sync_.get<unsigned>() : nullptr;
+    ctx_.step_timeline = timeline_.bytes() > 0 ? timeline_.get<unsigned long long>() : nullptr;
     warm_up();
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -235,12 +248,21 @@ class CudaBackend final : public Backend {
       } else {
         forward_->decode(decode_.upload(step, stream_), ctx_, logits_);
       }
+      if (step_profile_ && step.num_seqs() <= model_.info.megakernel_max_batch) record_stages(step);
     } else {
       ensure_prefill_logits(step.num_logits());
       logits_ = prefill_logits_.get<float>();
       forward_->prefill(prefill_.upload(step, stream_), ctx_, logits_);
     }
     KILN_CUDA(cudaGetLastError());
+  }
+
+  // --profile: the whole-step kernel's timeline of this step, added to the stage profile.
+  void record_stages(const StepBatch& step) {
+    std::vector<uint64_t> timeline(timeline_.bytes() / 8);
+    KILN_CUDA(cudaMemcpyAsync(timeline.data(), timeline_.get(), timeline_.bytes(), cudaMemcpyDeviceToHost, stream_));
+    KILN_CUDA(cudaStreamSynchronize(stream_));
+    step_profile_->add(timeline, timeline_blocks_, step.context_len);
   }
 
   SampleResult sample(const SampleBatch& batch) override {
@@ -398,6 +420,10 @@ class CudaBackend final : public Backend {
   LoadedWeights weights_;
   std::unique_ptr<CudaForward> forward_;
   DeviceBuffer arena_, scratch_, rope_, kv_, decode_logits_, prefill_logits_;
+  DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
+  DeviceBuffer timeline_;   // --profile: its stages' times, [stage][block] (start, end)
+  int timeline_blocks_ = 0;
+  std::unique_ptr<StepProfile> step_profile_;
   PhaseStaging prefill_, decode_;
   std::unique_ptr<PinnedBuffer> usage_;  // --profile, MoE: the routing's flags (mapped into the device)
   int64_t usage_bytes_ = 0;

@@ -128,6 +128,10 @@ struct ModelInfo {
   int32_t intermediate_size;
   double rms_norm_eps;
   std::vector<ConfigField> config_fields;  // the source config's architecture, model_type first
+  // The whole-step decode kernel (templates/decode_step.cuh): decode steps of up to this many
+  // sequences run it (0: the model has none), with step_sync_words zeroed counter words on the GPU.
+  int32_t megakernel_max_batch = 0;
+  int32_t step_sync_words = 0;
 };
 
 // ---- backends ----

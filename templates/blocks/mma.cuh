@@ -77,12 +77,20 @@ __device__ __forceinline__ uint4 load_streaming_16(const void* p) {
 // that is not `valid` or lies at or past kK reads as zeros. The 16-byte path is branch-free (the
 // address is clamped, the value selected) so that the compiler keeps all loads of an unrolled
 // group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
-// aligned: kK % kVec == 0, so no vector straddles kK.
-template <int kK, int kVec, bool kStreaming>
+// aligned: kK % kVec == 0, so no vector straddles kK. How it loads:
+//   streaming  weights read once (no L1 allocation)
+//   read_only  activations written by an earlier kernel (the read-only path)
+//   plain      values written earlier in the same kernel, by other blocks or into shared memory
+//              (the whole-step decode kernel's inputs), which the read-only path must not serve
+enum class RowLoad { streaming, read_only, plain };
+
+template <int kK, int kVec, RowLoad kLoad>
 __device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool valid) {
   if constexpr (kVec == 8) {
     const bf16* p = row + min(col, kK - 8);
-    const uint4 r = kStreaming ? load_streaming_16(p) : __ldg(reinterpret_cast<const uint4*>(p));
+    const uint4 r = kLoad == RowLoad::streaming ? load_streaming_16(p)
+                    : kLoad == RowLoad::read_only ? __ldg(reinterpret_cast<const uint4*>(p))
+                                                  : *reinterpret_cast<const uint4*>(p);
     const bool keep = valid && col < kK;
     return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
   } else {
@@ -94,7 +102,7 @@ __device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool v
     for (int v = 0; v < 8; v += kVec) {
       if (col + v < kK) {
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) e[v + i] = __ldg(src + col + v + i);
+        for (int i = 0; i < kVec; ++i) e[v + i] = kLoad == RowLoad::plain ? src[col + v + i] : __ldg(src + col + v + i);
       }
     }
     return r;

@@ -26,42 +26,56 @@ __device__ __forceinline__ float* split_kv_slot(float* scratch, long long row, i
   return scratch + (row * max_partitions + part) * (value_dim + 2);
 }
 
-// Merges the partitions of one (sequence, head) (grid: heads × sequences) into out[row]; sequences
-// of one partition were finished by the partition kernel. A warp finds the max and each
-// partition's factor 2^(max_p - max), then every thread sums its output columns over the
-// partitions in order.
-template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
-__global__ void __launch_bounds__(128) split_kv_merge_kernel(const float* __restrict__ scratch,
-                                                             const int* __restrict__ context_len,
-                                                             bf16* __restrict__ out) {
+// Merges the partitions of (sequence, head) row `row` (a sequence of `ctx` keys over `parts` > 1
+// partitions) into out[row], by kThreads threads (tid: 0..kThreads-1) that `sync()` synchronizes;
+// factor: kMaxPartitions + 1 shared floats. A warp finds the max and each partition's factor
+// 2^(max_p - max), then every thread sums its output columns over the partitions in order. The
+// merge kernel runs one per block; the whole-step decode kernel (decode_step.cuh) several.
+template <int kValueDim, int kMaxPartitions, int kThreads, typename Sync>
+__device__ __forceinline__ void split_kv_merge_row(const float* scratch, long long row, int parts, bf16* out,
+                                                   float* factor, int tid, Sync&& sync) {
   constexpr int kSlot = kValueDim + 2;
-  __shared__ float factor[kMaxPartitions];
-  __shared__ float inv_total;
-  const int head = blockIdx.x, seq = blockIdx.y;
-  const int ctx = min(context_len[seq], kPartition * kMaxPartitions);
-  const int parts = ceil_div(ctx, kPartition);
-  if (parts <= 1) return;
-  const long long row = static_cast<long long>(seq) * kHeads + head;
+  float* inv_total = factor + kMaxPartitions;
   const float* base = scratch + row * kMaxPartitions * kSlot;
-  if (threadIdx.x < 32) {
+  if (tid < 32) {
     float m = neg_inf();
-    for (int p = threadIdx.x; p < parts; p += 32) m = fmaxf(m, base[p * kSlot + kValueDim]);
+    for (int p = tid; p < parts; p += 32) m = fmaxf(m, base[p * kSlot + kValueDim]);
     m = warp_max(m);
     float total = 0.0f;
-    for (int p = threadIdx.x; p < parts; p += 32) {
+    for (int p = tid; p < parts; p += 32) {
       const float f = exp2f(base[p * kSlot + kValueDim] - m);
       factor[p] = f;
       total += f * base[p * kSlot + kValueDim + 1];
     }
     total = warp_sum(total);
-    if (threadIdx.x == 0) inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+    if (tid == 0) *inv_total = total > 0.0f ? 1.0f / total : 0.0f;
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < kValueDim; c += 128) {
+  sync();
+  for (int c = tid; c < kValueDim; c += kThreads) {
     float v = 0.0f;
     for (int p = 0; p < parts; ++p) v += base[p * kSlot + c] * factor[p];
-    out[row * kValueDim + c] = __float2bfloat16_rn(v * inv_total);
+    out[row * kValueDim + c] = __float2bfloat16_rn(v * *inv_total);
   }
+}
+
+// The partitions a sequence of context_len keys spans (the context cut at the model's maximum).
+template <int kPartition, int kMaxPartitions>
+__device__ __forceinline__ int split_kv_parts(int context_len) {
+  return ceil_div(min(context_len, kPartition * kMaxPartitions), kPartition);
+}
+
+// Merges the partitions of one (sequence, head) (grid: heads × sequences); sequences of one
+// partition were finished by the partition kernel.
+template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
+__global__ void __launch_bounds__(128) split_kv_merge_kernel(const float* __restrict__ scratch,
+                                                             const int* __restrict__ context_len,
+                                                             bf16* __restrict__ out) {
+  __shared__ float factor[kMaxPartitions + 1];
+  const int head = blockIdx.x, seq = blockIdx.y;
+  const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);
+  if (parts <= 1) return;
+  split_kv_merge_row<kValueDim, kMaxPartitions, 128>(scratch, static_cast<long long>(seq) * kHeads + head, parts, out,
+                                                     factor, threadIdx.x, [] { __syncthreads(); });
 }
 
 // The merge of every (sequence, head) of a decode step whose sequences may span several partitions.

@@ -40,10 +40,12 @@ struct Rows16 {
         const int step = s0 + u * kWK;
         const int col = step * 32 + q * 8;
         const bool step_ok = step < kSteps;
-        grp.a0[u] = load_row_chunk<kK, kVec, true>(w0, col, step_ok && ok0);
-        grp.a1[u] = load_row_chunk<kK, kVec, true>(w1, col, step_ok && ok1);
+        grp.a0[u] = load_row_chunk<kK, kVec, RowLoad::streaming>(w0, col, step_ok && ok0);
+        grp.a1[u] = load_row_chunk<kK, kVec, RowLoad::streaming>(w1, col, step_ok && ok1);
 #pragma unroll
-        for (int j = 0; j < kTT; ++j) grp.b[u][j] = load_row_chunk<kK, kVec, false>(x[j], col, step_ok && x_ok[j]);
+        for (int j = 0; j < kTT; ++j) {
+          grp.b[u][j] = load_row_chunk<kK, kVec, RowLoad::read_only>(x[j], col, step_ok && x_ok[j]);
+        }
       }
     };
     auto mma_group = [&](const Group& grp) {

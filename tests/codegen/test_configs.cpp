@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "codegen/config_load.hpp"
+#include "codegen/decode_step.hpp"
 #include "runtime/core/error.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -131,6 +132,25 @@ TEST_CASE("kiln YAML: inconsistent shapes are rejected") {
   check_yaml_rejection("  eos_token_id: 2", "  eos_token_id: 512", "model.eos_token_id", "not below vocab_size");
   check_yaml_rejection("  gpu_archs: [sm_90a]", "  gpu_archs: [sm_70]", "build.gpu_archs", "sm_90a");
   check_yaml_rejection("  max_batch: 8", "  max_batch: 1000", "build.max_batched_tokens", "expected 1000..");
+  check_yaml_rejection("  max_batch: 8", "  max_batch: 8\n  megakernel_max_batch: 9", "build.megakernel_max_batch",
+                       "expected 0..8");
+  check_yaml_rejection("  max_batch: 8", "  max_batch: 8\n  megakernel_max_batch: -1", "build.megakernel_max_batch",
+                       "expected an integer >= 0, got -1");
+}
+
+TEST_CASE("the whole-step decode kernel: dense models on one GPU get it, others run op by op") {
+  auto ops = [](ModelSpec spec) { return decode_step_ops(spec, build_graph(spec)).has_value(); };
+  for (const char* dense : {"tiny-llama", "tiny-qwen3", "tiny-smollm2", "llama-3.1-8b", "qwen3-8b"}) {
+    INFO(dense);
+    CHECK(ops(load_config(kConfigs + dense + ".yaml")));
+  }
+  CHECK_FALSE(ops(load_config(kConfigs + "tiny-deepseek-v2-lite.yaml")));  // MLA and MoE: not (yet) in the kernel
+  ModelSpec off = load_config(kConfigs + "tiny-llama.yaml");
+  off.build.megakernel_max_batch = 0;
+  CHECK_FALSE(ops(off));
+  ModelSpec rank = load_config(kConfigs + "tiny-llama.yaml");
+  rank.ranks = 2;  // a tensor-parallel rank's build: its row-parallel sums need collectives between stages
+  CHECK_FALSE(ops(rank));
 }
 
 TEST_CASE("kiln YAML: tensor-parallel sizes that do not split the model evenly are rejected") {

@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <random>
 
 #include "generated/tiny-deepseek-v2-lite/model.hpp"
 #include "generated/tiny-deepseek-v2/model.hpp"
@@ -84,7 +88,69 @@ void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages, bool g
   CHECK(c.identical == c.requests);
 }
 
+// The whole-step decode kernel against the per-op path (--no-megakernel): the same requests, served
+// 8 at a time (every decode step within the kernel's batch range) and one at a time, give the same
+// tokens and the same logprob bits, so the same logits. Contexts reach past several attention
+// partitions on the models built with partitions of 64 tokens (the merge stage), and stay in one on
+// tiny-llama's 512.
+// Under compute-sanitizer (KILN_GPU_TEST_QUICK, tools/gpu/compute_sanitizer.sh) a few short
+// requests, still over several partitions, and one serving configuration.
+void check_whole_step_matches_per_op(const ModelDef& model) {
+  REQUIRE(model.info.megakernel_max_batch == 8);
+  const bool quick = std::getenv("KILN_GPU_TEST_QUICK") != nullptr;
+  std::mt19937 rng(29);
+  std::vector<Request> requests;
+  for (int i = 0; i < (quick ? 3 : 20); ++i) {
+    Request r;
+    r.id = static_cast<RequestId>(i + 1);
+    const int prompt = std::uniform_int_distribution<int>(quick ? 70 : 4, quick ? 140 : 260)(rng);
+    for (int t = 0; t < prompt; ++t) r.prompt.push_back(std::uniform_int_distribution<int>(3, model.info.vocab_size - 1)(rng));
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.logprobs = true;
+    r.params.max_tokens = quick ? 4 : std::uniform_int_distribution<int>(8, 200)(rng);
+    requests.push_back(r);
+  }
+  auto serve = [&](bool megakernel, bool graphs, int max_batch) {
+    BackendOptions options;
+    options.megakernel = megakernel;
+    options.cuda_graphs = graphs;
+    const auto backend = make_cuda_backend(model, WeightOrigin{nullptr, 11}, options);
+    EngineOptions engine_options;
+    engine_options.max_batch = max_batch;
+    Engine engine(model, *backend, engine_options);
+    for (const Request& r : requests) engine.add(r);
+    std::map<RequestId, FinishedRequest> out;
+    for (FinishedRequest& f : engine.run()) out[f.id] = std::move(f);
+    return out;
+  };
+  const auto per_op = serve(false, true, 8);
+  const std::vector<std::pair<bool, int>> configs = {{true, 8}, {false, 8}, {true, 1}};
+  for (const auto& [graphs, max_batch] : configs) {
+    if (quick && !(graphs && max_batch == 8)) continue;
+    const auto whole = serve(true, graphs, max_batch);
+    int identical = 0;
+    for (const auto& [id, f] : per_op) {
+      const FinishedRequest& w = whole.at(id);
+      const bool same_bits = w.logprobs.size() == f.logprobs.size() &&
+                             std::memcmp(w.logprobs.data(), f.logprobs.data(), f.logprobs.size() * sizeof(float)) == 0;
+      if (w.output_tokens == f.output_tokens && same_bits) ++identical;
+    }
+    std::printf("%-22s whole-step kernel (%s, %d at a time) vs op by op (8 at a time): %d of %zu requests identical "
+                "(tokens and logprob bits)\n",
+                model.info.name, graphs ? "graphs" : "eager", max_batch, identical, per_op.size());
+    CHECK(identical == static_cast<int>(per_op.size()));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("the whole-step decode kernel gives the per-op path's bits", "[golden]") {
+  for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                            &models::tiny_smollm2::model_def()}) {
+    check_whole_step_matches_per_op(*m);
+  }
+}
 
 TEST_CASE("every tiny model on CUDA agrees with HF under the top-5 rule", "[golden]") {
   for (bool graphs : {true, false}) {

@@ -14,7 +14,9 @@ import gc
 import json
 import os
 import subprocess
+import shlex
 import sys
+import tempfile
 import time
 
 import torch
@@ -57,10 +59,10 @@ def matmul_rate():
     return 10 * 2 * 8192 ** 3 / (time.perf_counter() - t)
 
 
-def run_kiln(model, ids, bin_dir, profile=True):
+def run_kiln(model, ids, bin_dir, profile=True, extra_args=()):
     cmd = [os.path.join(bin_dir, model), "--random-weights", "1", "--backend", "cuda", "--prompt-ids",
            ",".join(map(str, ids)), "--max-tokens", str(NEW), "--temperature", "0", "--ignore-eos",
-           "--output-format", "json"]
+           "--output-format", "json", *extra_args]
 
     def run(extra):
         return json.loads(subprocess.run(cmd + extra, check=True, capture_output=True, text=True).stdout)
@@ -69,8 +71,24 @@ def run_kiln(model, ids, bin_dir, profile=True):
     # The bytes a step reads come from a --profile run (MoE models count their routed experts only
     # then); the timing from runs without it.
     if profile:
-        best["decode_bytes_per_step"] = run(["--profile"])["decode_bytes_per_step"]
+        prof = run(["--profile"])
+        best["decode_bytes_per_step"] = prof["decode_bytes_per_step"]
+        best["decode_stages"] = prof.get("decode_stages")  # the whole-step kernel's, when it ran
     return best
+
+
+def run_kiln_batch(model, ids, batch, bin_dir, extra_args=()):
+    """ms per decode step with `batch` such requests in one --prompts-file (each its own prompt)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for i in range(batch):
+            f.write(json.dumps({"prompt_ids": [(t + 7 * i) % 1000 + 3 for t in ids], "max_tokens": NEW}) + "\n")
+    cmd = [os.path.join(bin_dir, model), "--random-weights", "1", "--backend", "cuda", "--temperature", "0",
+           "--ignore-eos", "--output-format", "json", "--prompts-file", f.name, *extra_args]
+    try:
+        runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout) for _ in range(2)]
+    finally:
+        os.unlink(f.name)
+    return min(r["timings"]["decode_ms_per_step"] for r in runs)
 
 
 @torch.no_grad()
@@ -103,21 +121,38 @@ def main():
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"), help="the kiln binaries to measure")
     ap.add_argument("--baseline-bin-dir", help="binaries of another build, measured in the same run for comparison")
+    ap.add_argument("--kiln-args", default="", help="options of kiln's runs, e.g. '--megakernel'")
+    ap.add_argument("--baseline-args",
+                    help="options of baseline runs, e.g. '' (with --bin-dir's binaries when no --baseline-bin-dir "
+                         "is given: the same build measured two ways)")
+    ap.add_argument("--batches", default="",
+                    help="also decode this many requests at once (comma list, e.g. 8,64): ms per step")
     args = ap.parse_args()
+    kiln_args = shlex.split(args.kiln_args)
+    base_args = shlex.split(args.baseline_args or "")
+    if args.baseline_args is not None and not args.baseline_bin_dir:
+        args.baseline_bin_dir = args.bin_dir
+    batches = [int(b) for b in args.batches.split(",") if b]
     bw = copy_bandwidth()
     rate = matmul_rate()
     gpu = torch.cuda.get_device_name()
     lines = [f"GPU: {gpu}; copy bandwidth {bw / 1e12:.2f} TB/s (read + write); bf16 matmul {rate / 1e12:.0f} TFLOP/s",
              "",
              "| model | kiln ms/token | floor ms (bytes/step) | % of bandwidth | kiln prefill 32 tok (ms) | HF ms/token | kiln vs HF |"
-             + (" baseline ms/token | change |" if args.baseline_bin_dir else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
+             + (" baseline ms/token | change |" if args.baseline_bin_dir else "")
+             + "".join(f" b{b} ms/step |" + (f" baseline b{b} |" if args.baseline_bin_dir else "") for b in batches),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")
+             + "---|" * (len(batches) * (2 if args.baseline_bin_dir else 1))]
+    lines.insert(1, f"kiln: {args.bin_dir} {args.kiln_args}".rstrip())
+    if args.baseline_bin_dir:
+        lines.insert(2, f"baseline: {args.baseline_bin_dir} {args.baseline_args or ''}".rstrip())
     print(lines[0], flush=True)
     gen = torch.Generator().manual_seed(5)
+    stages = []
     for m in args.models:
         vocab = hf_config_dict(os.path.join(ROOT, "configs", m + ".yaml"))["vocab_size"]
         ids = torch.randint(3, vocab, (PROMPT,), generator=gen).tolist()
-        r = run_kiln(m, ids, args.bin_dir)
+        r = run_kiln(m, ids, args.bin_dir, extra_args=kiln_args)
         ms = r["timings"]["decode_ms_per_step"]
         step_bytes = r["decode_bytes_per_step"]["total"]
         floor = step_bytes / bw * 1e3
@@ -128,10 +163,23 @@ def main():
         line = (f"| {m} | {ms:.3f} | {floor:.3f} ({step_bytes / 1e9:.2f} GB) | {100 * floor / ms:.0f}% | "
                 f"{prefill:.2f} | {hf_text} | {ratio} |")
         if args.baseline_bin_dir:
-            base = run_kiln(m, ids, args.baseline_bin_dir, profile=False)["timings"]["decode_ms_per_step"]
+            base = run_kiln(m, ids, args.baseline_bin_dir, profile=False, extra_args=base_args)
+            base = base["timings"]["decode_ms_per_step"]
             line += f" {base:.3f} | {100 * (ms - base) / base:+.1f}% |"
+        for b in batches:
+            line += f" {run_kiln_batch(m, ids, b, args.bin_dir, kiln_args):.3f} |"
+            if args.baseline_bin_dir:
+                line += f" {run_kiln_batch(m, ids, b, args.baseline_bin_dir, base_args):.3f} |"
         lines.append(line)
         print(line, flush=True)
+        if r.get("decode_stages"):
+            stages.append(f"- {m}: " + ", ".join(
+                f"{st['stage']} {st['ms_per_step']:.3f} ms ({st['wait_ms_per_step']:.3f} waiting, {st['gb_per_s']:.0f} GB/s)"
+                for st in r["decode_stages"]))
+    if stages:
+        lines += ["", "Whole-step kernel, per stage family (ms per step, of which waiting for the stage before; GB/s):"]
+        lines += stages
+        print("\n".join(stages), flush=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
 
