@@ -112,24 +112,11 @@ void emit_decode_step_forward(const DecodeStepOps& ops, Code& c) {
   c.line("void forward_decode_step(const DecodeStepWeights<kNumLayers>& w, const CudaStep& step, const CudaContext& ctx,");
   c.line("                         float* logits) {");
   c.indent();
-  c.line("DecodeStepArgs args{};");
-  c.line("args.tokens = step.num_tokens;");
-  c.line("args.num_logits = step.num_logits;");
-  c.line("args.max_pages_per_seq = step.max_pages_per_seq;");
-  for (const char* field : {"token_ids", "positions", "slot_mapping", "context_len", "block_tables", "logit_rows"}) {
-    c.line(std::string("args.") + field + " = step." + field + ";");
-  }
-  c.line("args.rope = ctx.rope;");
-  c.line("args.kv_cache = ctx.kv_layer<bf16>(0);");
-  c.line("args.kv_layer_elems = ctx.kv_layer_bytes / static_cast<int64_t>(sizeof(bf16));");
-  c.line("args.x = reinterpret_cast<float*>(ctx.arena + GpuArena::" + ops.embed->args.at("x") + ");");
-  c.line("args.qkv = reinterpret_cast<bf16*>(ctx.arena + GpuArena::" + ops.qkv_proj->args.at("out") + ");");
-  c.line("args.attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::" + ops.o_proj->args.at("in") + ");");
-  c.line("args.act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::" + ops.down_proj->args.at("in") + ");");
-  c.line("args.scratch = ctx.scratch;");
-  c.line("args.logits = logits;");
-  c.line("args.sync = ctx.step_sync;");
-  c.line("args.timeline = ctx.step_timeline;");
+  c.line("const DecodeStepArgs args = decode_step_args(");
+  c.line("    step, ctx, logits, reinterpret_cast<float*>(ctx.arena + GpuArena::" + ops.embed->args.at("x") + "),");
+  c.line("    reinterpret_cast<bf16*>(ctx.arena + GpuArena::" + ops.qkv_proj->args.at("out") + "),");
+  c.line("    reinterpret_cast<bf16*>(ctx.arena + GpuArena::" + ops.o_proj->args.at("in") + "),");
+  c.line("    reinterpret_cast<bf16*>(ctx.arena + GpuArena::" + ops.down_proj->args.at("in") + "));");
   c.line("KILN_CUDA(decode_step(w, args, ctx.stream));");
   c.dedent();
   c.line("}");

@@ -152,6 +152,7 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   const auto step_ops = decode_step_ops(spec, g);
   if (step_ops) c.line("#include \"runtime/cuda/check.hpp\"");
   c.line("#include \"runtime/cuda/context.hpp\"");
+  if (step_ops) c.line("#include \"runtime/cuda/decode_step_args.hpp\"");
   c.line("#include \"runtime/cuda/gemm.hpp\"");
   // Ops the host runs on every GPU phase (the collectives) come from their record's header.
   std::set<std::string> host_headers;

@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/context.hpp"
+#include "runtime/cuda/decode_step_args.hpp"
 #include "runtime/cuda/gemm.hpp"
 
 namespace kiln::models::llama_3_1_8b {
@@ -143,27 +144,11 @@ DecodeStepWeights<kNumLayers> bind_decode_step(const Weights<bf16>& w) {
 // norm and lm_head. Same float operations in the same order as forward_decode: the same bits.
 void forward_decode_step(const DecodeStepWeights<kNumLayers>& w, const CudaStep& step, const CudaContext& ctx,
                          float* logits) {
-  DecodeStepArgs args{};
-  args.tokens = step.num_tokens;
-  args.num_logits = step.num_logits;
-  args.max_pages_per_seq = step.max_pages_per_seq;
-  args.token_ids = step.token_ids;
-  args.positions = step.positions;
-  args.slot_mapping = step.slot_mapping;
-  args.context_len = step.context_len;
-  args.block_tables = step.block_tables;
-  args.logit_rows = step.logit_rows;
-  args.rope = ctx.rope;
-  args.kv_cache = ctx.kv_layer<bf16>(0);
-  args.kv_layer_elems = ctx.kv_layer_bytes / static_cast<int64_t>(sizeof(bf16));
-  args.x = reinterpret_cast<float*>(ctx.arena + GpuArena::x);
-  args.qkv = reinterpret_cast<bf16*>(ctx.arena + GpuArena::qkv);
-  args.attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn);
-  args.act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::act);
-  args.scratch = ctx.scratch;
-  args.logits = logits;
-  args.sync = ctx.step_sync;
-  args.timeline = ctx.step_timeline;
+  const DecodeStepArgs args = decode_step_args(
+      step, ctx, logits, reinterpret_cast<float*>(ctx.arena + GpuArena::x),
+      reinterpret_cast<bf16*>(ctx.arena + GpuArena::qkv),
+      reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn),
+      reinterpret_cast<bf16*>(ctx.arena + GpuArena::act));
   KILN_CUDA(decode_step(w, args, ctx.stream));
 }
 

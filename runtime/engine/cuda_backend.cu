@@ -259,10 +259,11 @@ class CudaBackend final : public Backend {
 
   // --profile: the whole-step kernel's timeline of this step, added to the stage profile.
   void record_stages(const StepBatch& step) {
-    std::vector<uint64_t> timeline(timeline_.bytes() / 8);
-    KILN_CUDA(cudaMemcpyAsync(timeline.data(), timeline_.get(), timeline_.bytes(), cudaMemcpyDeviceToHost, stream_));
+    timeline_host_.resize(timeline_.bytes() / 8);
+    KILN_CUDA(cudaMemcpyAsync(timeline_host_.data(), timeline_.get(), timeline_.bytes(), cudaMemcpyDeviceToHost,
+                              stream_));
     KILN_CUDA(cudaStreamSynchronize(stream_));
-    step_profile_->add(timeline, timeline_blocks_, step.context_len);
+    step_profile_->add(timeline_host_, timeline_blocks_, step.context_len);
   }
 
   SampleResult sample(const SampleBatch& batch) override {
@@ -423,6 +424,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
   DeviceBuffer timeline_;   // --profile: its stages' times, [stage][block] (start, end)
   int timeline_blocks_ = 0;
+  std::vector<uint64_t> timeline_host_;  // the last step's timeline, read back
   std::unique_ptr<StepProfile> step_profile_;
   PhaseStaging prefill_, decode_;
   std::unique_ptr<PinnedBuffer> usage_;  // --profile, MoE: the routing's flags (mapped into the device)
