@@ -13,6 +13,32 @@ namespace kiln::codegen {
 
 namespace {
 
+// The decode's mark after an op (CudaContext::mark, --profile's per-op timeline): the op's family
+// and what it reads, in bytes from the shapes.
+std::string mark_line(const Op& op, const Graph& g) {
+  const std::vector<std::string> weights = op.weights();
+  const bool named_by_weight = !weights.empty() && (op.kind == OpKind::linear || op.kind == OpKind::rmsnorm ||
+                                                    op.kind == OpKind::rmsnorm_rows || op.kind == OpKind::rmsnorm_inplace);
+  const std::string family = named_by_weight ? weights.front() : op.record().name;
+  std::string reads = "weights";
+  int64_t bytes = 0;
+  for (const std::string& field : weights) {
+    const WeightDecl& w = g.weight(field);
+    int64_t elems = 1;
+    for (int64_t d : w.shape) elems *= d;
+    if (op.kind == OpKind::embed) {
+      reads = "token_rows";  // one row of the table per token
+      elems /= w.shape.front();
+    } else if (w.experts > 0) {
+      reads = "experts";  // one expert's; the routing decides how many
+      elems /= w.experts;
+    }
+    bytes += elems * 2;  // bf16
+  }
+  if (op.kind == OpKind::attention || op.kind == OpKind::mla_attention) reads = "kv_cache";
+  return "ctx.mark(\"" + family + "\", OpReads::" + reads + ", " + std::to_string(bytes) + ");";
+}
+
 void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
   // Tensor parallelism: an op of rank 0 alone opens `if (ctx.rank == 0) {`, the next one (the other
   // ranks') closes it with its `else` branch.
@@ -25,7 +51,9 @@ void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
   } else {
     c.comment(op.math);
   }
-  for (const auto& stmt : op_call(op, g, phase)) c.line(stmt);
+  const std::vector<std::string> stmts = op_call(op, g, phase);
+  for (const auto& stmt : stmts) c.line(stmt);
+  if (phase == Phase::decode && !stmts.empty()) c.line(mark_line(op, g));
   if (!op.rank_case.empty()) c.dedent();
   if (op.rank_case == "others") c.line("}");
 }
@@ -178,6 +206,7 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.line();
   c.comment("Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read");
   c.comment("once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).");
+  c.comment("ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).");
   c.line("void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {");
   c.indent();
   emit_body(g, Phase::decode, c);

@@ -46,10 +46,7 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
 
 // The expression naming a weight field in the generated forward: per-layer weights live in `lw`.
 std::string weight_expr(const Graph& g, const std::string& field) {
-  for (const auto& w : g.weights) {
-    if (w.field == field) return (w.per_layer ? "lw." : "w.") + field;
-  }
-  fail("internal: unknown weight ", field);
+  return (g.weight(field).per_layer ? "lw." : "w.") + field;
 }
 
 // What the forward passes for argument `a` of `op` (`gpu`: forward.cu, else forward_ref.cpp).

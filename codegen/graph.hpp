@@ -112,6 +112,7 @@ struct Graph {
 
   const Buffer& buffer(const std::string& name) const;
   const Constant& constant(const std::string& name) const;
+  const WeightDecl& weight(const std::string& field) const;
   int64_t value(const std::string& constant_name) const;  // an int constant's value
   // A layer index as generated code writes it: "0", "kFirstKDenseReplace", "kNumLayers".
   std::string layer_bound(int64_t layer) const;

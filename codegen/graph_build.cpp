@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "runtime/core/error.hpp"
+#include "templates/gemv_plan.hpp"
 
 namespace kiln::codegen {
 
@@ -25,6 +26,13 @@ const Constant& Graph::constant(const std::string& name) const {
     if (c.name == name) return c;
   }
   fail("internal: graph has no constant '", name, "'");
+}
+
+const WeightDecl& Graph::weight(const std::string& field) const {
+  for (const auto& w : weights) {
+    if (w.field == field) return w;
+  }
+  fail("internal: graph has no weight '", field, "'");
 }
 
 int64_t Graph::value(const std::string& name) const { return constant(name).int_value; }
@@ -158,8 +166,24 @@ void define_decode_attention_constants(const ModelSpec& s, Graph& g, const std::
   const int64_t partitions = (s.build.max_context + partition - 1) / partition;
   g.define("kAttnPartition", partition, "build.attention_partition: decode attention tokens per split-KV partition");
   g.define("kAttnMaxPartitions", partitions, "ceil(kMaxContext / kAttnPartition)");
-  g.define("kDecodeScratchFloats", s.build.max_batch * g.value(heads) * partitions * (g.value(value_dim) + 2),
+  g.define("kAttnScratchFloats", s.build.max_batch * g.value(heads) * partitions * (g.value(value_dim) + 2),
            "decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)");
+}
+
+// The decode scratch: the attention's partials and the wide GEMV's partial sums
+// (templates/gemv_plan.hpp) take it in turn.
+void define_decode_scratch(const ModelSpec& s, Graph& g) {
+  int64_t linear = 0;
+  for (const Op* op : g.all_ops()) {
+    if (op->kind != OpKind::linear) continue;
+    linear = std::max<int64_t>(linear, gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
+                                                           static_cast<int>(g.value(op->shape.at("k"))),
+                                                           static_cast<int>(g.value("kTargetSms")),
+                                                           static_cast<int>(s.build.max_batch)));
+  }
+  g.define("kDecodeScratchFloats", std::max(g.value("kAttnScratchFloats"), linear),
+           "decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (" +
+               std::to_string(linear) + ")");
 }
 
 void define_rope_constants(const ModelSpec& s, Graph& g) {
@@ -408,6 +432,7 @@ Graph build_graph(const ModelSpec& spec) {
   check_bindings(g);
   share_kernels(g);
   define_decode_bytes(spec, g);
+  define_decode_scratch(spec, g);
   if (decode_step_ops(spec, g)) define_decode_step_constants(spec, g);
   // Kernel wrappers and buffers share the generated forward's scope: one name, one thing.
   for (const Op* op : g.all_ops()) {

@@ -3,14 +3,10 @@
 //   dense attention  [num_pages][2 (k, v)][kv_heads][page_size][head_dim]
 //                    (a page keeps each head's keys contiguous: the attention kernels stream them)
 //   MLA              [num_pages][page_size][width], one latent row (c_kv | k_rope) per slot
-// Plain C++ (no includes), so that NVRTC, nvcc and the host compiler all read it.
+// Plain C++ (no system includes), so that NVRTC, nvcc and the host compiler all read it.
 #pragma once
 
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
+#include "templates/host_device.hpp"
 
 namespace kiln {
 

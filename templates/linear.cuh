@@ -19,6 +19,7 @@
 #include "templates/blocks/mma.cuh"
 #include "templates/blocks/stream_rows.cuh"
 #include "templates/common.cuh"
+#include "templates/gemv_plan.hpp"
 
 namespace kiln {
 
@@ -30,34 +31,34 @@ template <>
 struct LinearOutType<LinearOut::store_bf16> { using type = bf16; };
 
 // Launch geometry from the shape alone (kTokenTiles: n8 tiles of tokens in this pass; kSMs: the
-// target's SM count, shape::linear::sms, which only sizes the split: any GPU runs it). The last
-// three parameters override the choices (0: automatic); the benchmark uses them to compare.
-template <int kN, int kK, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0, int kUnrollSet = 0>
+// target's SM count, shape::linear::sms, which only sizes the split: any GPU runs it), in the
+// narrow or the wide plan (gemv_plan.hpp). The last three parameters override the narrow plan's
+// choices (0: automatic); the benchmark uses them to compare.
+template <int kN, int kK, int kSMs, int kTokenTiles, bool kWide = false, int kWarpsNSet = 0, int kWarpsKSet = 0,
+          int kUnrollSet = 0>
 struct GemvShape {
+  static constexpr GemvPlan kPlan = gemv_plan(kN, kK, kSMs);
   static constexpr int kTokenTileCount = kTokenTiles;
   static constexpr int kVec = vec_width(kK, 2);          // elements per load: 8 (16 bytes) when kK % 8 == 0
-  static constexpr int kSteps = ceil_div(kK, 32);        // 32-column steps along a row
-  static constexpr int kRowTiles = ceil_div(kN, 16);
-  // More row tiles per block when there are rows to spare: the warps of a block then share the
-  // token inputs through L1 (they matter when the batch is large).
-  static constexpr int kWarpsN = kWarpsNSet > 0              ? kWarpsNSet
-                                 : kRowTiles >= 8 * 2 * kSMs ? 8
-                                 : kRowTiles >= 4 * 2 * kSMs ? 4
-                                 : kRowTiles >= 2 * 2 * kSMs ? 2
-                                                             : 1;
-  static constexpr int kBlocks = ceil_div(kRowTiles, kWarpsN);
-  // Split the columns over more warps when the rows alone leave SMs idle. The split depends on the
-  // shape only, never on the token count: each token's sums then run in the same order whatever
-  // the batch, so a decode's output does not depend on what else is in the step.
-  static constexpr int kWarpsKMax = (kBlocks >= kSMs ? 8 : 16) / kWarpsN;
-  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : max_int(1, min_int(kSteps, kWarpsKMax));
-  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr int kSteps = kPlan.steps;
+  static constexpr int kRowTiles = kPlan.row_tiles;
+  static constexpr int kWarpsN = kWide ? kPlan.wide_warps_n : kWarpsNSet > 0 ? kWarpsNSet : kPlan.warps_n;
+  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : kPlan.warps_k;   // splits of a row tile, all blocks
+  static constexpr int kBlockWarpsK = kWide ? kPlan.wide_warps_k : kWarpsK;    // of them in one block
+  static constexpr int kGroups = kWarpsK / kBlockWarpsK;                         // blocks along the columns
+  static constexpr int kRowBlocks = ceil_div(kRowTiles, kWarpsN);
+  static constexpr int kWarps = kWarpsN * kBlockWarpsK;
   static constexpr int kThreads = kWarps * 32;
   // Column steps per load group (a warp keeps one group in flight while it multiplies the previous
   // one): more bytes in flight, bounded by registers.
   static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : max_int(1, 4 / kTokenTiles);
   static_assert(kThreads <= 1024, "gemv: at most 1024 threads per block");
+  static_assert(!kWide || (kWarpsNSet == 0 && kWarpsKSet == 0), "gemv: the wide plan takes no overrides");
 };
+
+// The wide plan serves passes of at least this many token tiles (24+ tokens): below, the inputs
+// are small enough that every block reading them costs less than the partial sums' round trip.
+constexpr int kGemvWideTokenTiles = 4;
 
 // ---- GEMV inputs ----
 // What the kernel multiplies, per token. An input type supplies
@@ -93,15 +94,19 @@ struct Bf16Input {
   __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
 };
 
+// Block (blockIdx.x, blockIdx.y): row tiles blockIdx.x · kWarpsN + wn, column splits
+// blockIdx.y · kBlockWarpsK + (its warps' splits). With one group of splits the block adds them
+// into `out`; with several (the wide plan) it writes them to `partials` [kWarpsK][tokens][kN] for
+// gemv_sum_splits_kernel.
 template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
 __global__ void __launch_bounds__(Shape::kThreads)
     gemv_kernel(const Input input, const bf16* __restrict__ weight,
-                typename LinearOutType<kOut>::type* __restrict__ out, int tokens) {
-  constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK;
-  __shared__ float partial[Shape::kWarps][128];
+                typename LinearOutType<kOut>::type* __restrict__ out, float* __restrict__ partials, int tokens) {
+  constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK, WKB = Shape::kBlockWarpsK;
+  __shared__ float partial[Shape::kGroups == 1 ? Shape::kWarps : 1][128];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wn = warp / WK, wk = warp % WK;
+  const int wn = warp / WKB, wk = blockIdx.y * WKB + warp % WKB;
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x * Shape::kWarpsN + wn;
   const int row0 = tile * 16 + g, row1 = row0 + 8;
@@ -179,41 +184,90 @@ __global__ void __launch_bounds__(Shape::kThreads)
     }
   }
 
-  // Sum the column-splits of each row tile, one token tile at a time, in a fixed order.
+  if constexpr (Shape::kGroups > 1) {
+    // Lane (g, q)'s c-th value is row g + 8·(c / 2), token 2q + c % 2 of the tile (mma.cuh's C).
 #pragma unroll
-  for (int j = 0; j < T; ++j) {
-    sum_column_splits<Shape::kWarpsN, WK, Shape::kThreads>(partial, acc[j], [&](int block_row, int token, float v) {
-      const int n = blockIdx.x * Shape::kWarpsN * 16 + block_row;
-      const int t = j * 8 + token;
-      if (n < kN && t < tokens) {
-        auto* o = out + static_cast<long long>(t) * kN + n;
-        if constexpr (kOut == LinearOut::store_bf16) {
-          *o = __float2bfloat16_rn(v);
-        } else if constexpr (kOut == LinearOut::add_f32) {
-          *o += v;
-        } else {
-          *o = v;
-        }
+    for (int j = 0; j < T; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int n = tile * 16 + g + 8 * (c / 2), t = j * 8 + 2 * q + c % 2;
+        if (n < kN && t < tokens) partials[(static_cast<long long>(wk) * tokens + t) * kN + n] = acc[j][c];
       }
-    });
+    }
+  } else {
+    // Sum the column-splits of each row tile, one token tile at a time, in a fixed order.
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      sum_column_splits<Shape::kWarpsN, WK, Shape::kThreads>(partial, acc[j], [&](int block_row, int token, float v) {
+        const int n = blockIdx.x * Shape::kWarpsN * 16 + block_row;
+        const int t = j * 8 + token;
+        if (n < kN && t < tokens) {
+          auto* o = out + static_cast<long long>(t) * kN + n;
+          if constexpr (kOut == LinearOut::store_bf16) {
+            *o = __float2bfloat16_rn(v);
+          } else if constexpr (kOut == LinearOut::add_f32) {
+            *o += v;
+          } else {
+            *o = v;
+          }
+        }
+      });
+    }
   }
 }
 
-// One pass of at most 8 · Shape::kTokenTileCount tokens of `input`.
+// The wide plan's second step: out[t, n] (=|+=) Σ_wk partials[wk][t][n], splits in order from 0.0f
+// (sum_column_splits' order: the narrow plan's bits).
+template <int kN, int kWK, LinearOut kOut>
+__global__ void __launch_bounds__(256)
+    gemv_sum_splits_kernel(const float* __restrict__ partials, typename LinearOutType<kOut>::type* __restrict__ out,
+                           int tokens) {
+  const long long i = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x, count = static_cast<long long>(tokens) * kN;
+  if (i >= count) return;
+  float v = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWK; ++k) v += partials[k * count + i];
+  auto* o = out + i;
+  if constexpr (kOut == LinearOut::store_bf16) {
+    *o = __float2bfloat16_rn(v);
+  } else if constexpr (kOut == LinearOut::add_f32) {
+    *o += v;
+  } else {
+    *o = v;
+  }
+}
+
+// One pass of at most 8 · Shape::kTokenTileCount tokens of `input`; partials: the wide plan's
+// scratch (gemv_scratch_floats), unused by the narrow plan.
 template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
 inline void launch_gemv_input(const Input& input, const bf16* weight, typename LinearOutType<kOut>::type* out,
-                              int tokens, cudaStream_t stream) {
+                              float* partials, int tokens, cudaStream_t stream) {
   auto kernel = gemv_kernel<kN, kK, kOut, Shape, Input>;
-  KILN_LAUNCH(kernel, Shape::kBlocks, Shape::kThreads, 0, stream, input, weight, out, tokens);
+  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, 0, stream, input, weight, out,
+              partials, tokens);
+  if constexpr (Shape::kGroups > 1) {
+    auto sum = gemv_sum_splits_kernel<kN, Shape::kWarpsK, kOut>;
+    KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);
+  }
 }
 
 }  // namespace detail
 
+// Decode scratch floats linear<S> takes for up to max_batch tokens (the generator's
+// kDecodeScratchFloats covers it; kernels.cu asserts so).
+template <shape::linear S>
+constexpr long long linear_scratch_floats(int max_batch) {
+  return gemv_scratch_floats(S.n, S.k, S.sms, max_batch);
+}
+
 // out is bf16* for LinearOut::store_bf16, float* otherwise. Any token count: passes of up to
-// kStreamPassTokens tokens, each reading the weights once.
+// kStreamPassTokens tokens, each reading the weights once; passes of kGemvWideTokenTiles token tiles
+// or more take the wide plan where it pays (GemvPlan::wide), whose partial sums go through
+// `scratch` (linear_scratch_floats).
+// Either plan gives every token the same bits.
 template <shape::linear S>
 void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
-            cudaStream_t stream) {
+            float* scratch, cudaStream_t stream) {
   constexpr int kN = S.n, kK = S.k;
   static_assert(kN > 0 && kK > 0 && S.sms > 0, "linear: sizes must be positive");
   using Input = detail::Bf16Input<kK, detail::vec_width(kK, 2)>;
@@ -222,8 +276,10 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
     const Input input{in + static_cast<long long>(done) * kK};
     auto* y = out + static_cast<long long>(done) * kN;
     detail::with_token_tiles(n, [&](auto tiles) {
-      using Shape = detail::GemvShape<kN, kK, S.sms, decltype(tiles)::value>;
-      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, n, stream);
+      constexpr int kTiles = decltype(tiles)::value;
+      constexpr bool kWide = gemv_plan(kN, kK, S.sms).wide && kTiles >= detail::kGemvWideTokenTiles;
+      using Shape = detail::GemvShape<kN, kK, S.sms, kTiles, kWide>;
+      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream);
     });
   }
 }

@@ -135,6 +135,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
 // once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).
+// ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).
 void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {
   const int T = step.num_tokens;   // tokens in this step
   const int N = step.num_logits;   // rows that need logits
@@ -159,6 +160,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 2048])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  ctx.mark("embed", OpReads::token_rows, 4096);
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
@@ -168,36 +170,51 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, stream);
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    ctx.mark("q_proj", OpReads::weights, 12582912);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, 2359296);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
+    ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     rope_q(q, step.positions, ctx.rope, T, stream);
+    ctx.mark("rope", OpReads::weights, 0);
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
     rope_k(kv_a, step.positions, ctx.rope, T, stream);
+    ctx.mark("rope", OpReads::weights, 0);
     // latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)
     mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
+    ctx.mark("mla_kv_write", OpReads::weights, 0);
     // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (128 -> 512 per head)
     mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
+    ctx.mark("mla_q_absorb", OpReads::weights, 2097152);
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (16 heads over one latent head)
     mla_attention_decode(q_mla, kv, o_lat, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("mla_attention", OpReads::kv_cache, 0);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
     mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    ctx.mark("mla_v_up", OpReads::weights, 2097152);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, stream);
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    ctx.mark("o_proj", OpReads::weights, 8388608);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[21888, 2048]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, 89653248);
     // act = silu(gate) ⊙ up   (10944 features)
     silu_mul_act(gate_up, act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 10944] · down_proj[2048, 10944]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, stream);
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    ctx.mark("down_proj", OpReads::weights, 44826624);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -208,53 +225,75 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, stream);
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    ctx.mark("q_proj", OpReads::weights, 12582912);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, 2359296);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
+    ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     rope_q(q, step.positions, ctx.rope, T, stream);
+    ctx.mark("rope", OpReads::weights, 0);
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
     rope_k(kv_a, step.positions, ctx.rope, T, stream);
+    ctx.mark("rope", OpReads::weights, 0);
     // latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)
     mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
+    ctx.mark("mla_kv_write", OpReads::weights, 0);
     // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (128 -> 512 per head)
     mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
+    ctx.mark("mla_q_absorb", OpReads::weights, 2097152);
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (16 heads over one latent head)
     mla_attention_decode(q_mla, kv, o_lat, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("mla_attention", OpReads::kv_cache, 0);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
     mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    ctx.mark("mla_v_up", OpReads::weights, 2097152);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, stream);
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    ctx.mark("o_proj", OpReads::weights, 8388608);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
-    linear_router(h, lw.router, router_logits, T, stream);
+    linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
+    ctx.mark("router", OpReads::weights, 262144);
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
+    ctx.mark("moe_route", OpReads::weights, 0);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
+    ctx.mark("moe_gate_up", OpReads::experts, 11534336);
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
     silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    ctx.mark("moe_down", OpReads::experts, 5767168);
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, stream);
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
+    ctx.mark("shared_gate_up", OpReads::weights, 23068672);
     // shared_act = silu(gate) ⊙ up   (2816 features)
     silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 2816] · shared_down[2048, 2816]ᵀ   (residual add fused)
-    linear_shared_down(shared_act, lw.shared_down, x, T, stream);
+    linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+    ctx.mark("shared_down", OpReads::weights, 11534336);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
+  ctx.mark("norm", OpReads::weights, 4096);
   // logits = h[N, 2048] · lm_head[102400, 2048]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  ctx.mark("lm_head", OpReads::weights, 419430400);
 }
 
 class CudaModel final : public CudaForward {

@@ -58,9 +58,10 @@ constexpr float kRoutedScalingFactor = 1.0f; // routed_scaling_factor
 constexpr float kAttnScale = 0.11472139f;   // softmax scale: kQkHeadDim^-0.5 × yarn mscale(factor, mscale_all_dim)²
 constexpr int kAttnPartition = 512;         // build.attention_partition: decode attention tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 16;      // ceil(kMaxContext / kAttnPartition)
-constexpr int kDecodeScratchFloats = 8421376; // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
+constexpr int kAttnScratchFloats = 8421376; // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
 constexpr long long kDecodeWeightBytes = 2203839488; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 17301504; // bf16 bytes of one routed expert (gate | up and down)
+constexpr int kDecodeScratchFloats = 8421376; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (2097152)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens
@@ -241,8 +242,8 @@ namespace kiln::models::deepseek_v2_lite {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_2048(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_kv_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
 void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
 void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
@@ -251,20 +252,20 @@ void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cuda
 void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_rows_2048(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 
 }  // namespace kiln::models::deepseek_v2_lite
 #endif  // __CUDACC__

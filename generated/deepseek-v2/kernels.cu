@@ -30,8 +30,8 @@ void rmsnorm_5120(const float* x, const bf16* weight, bf16* out, int rows, cudaS
 }
 
 // self_attn.q_a_proj: q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
-void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearQAProj>(in, weight, out, tokens, stream);
+void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.q_a_layernorm: q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
@@ -40,13 +40,13 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 }
 
 // self_attn.q_b_proj: q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
-void linear_q_b_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearQBProj>(in, weight, out, tokens, stream);
+void linear_q_b_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.kv_a_layernorm: c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
@@ -90,13 +90,13 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
 }
 
 // self_attn.o_proj: x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, stream);
+void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 5120] · gate_up_proj[24576, 5120]ᵀ
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, stream);
+void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (12288 features)
@@ -105,13 +105,13 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 12288] · down_proj[5120, 12288]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, stream);
+void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate: router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearRouter>(in, weight, out, tokens, stream);
+void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
@@ -135,8 +135,8 @@ void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, stream);
+void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (3072 features)
@@ -145,8 +145,8 @@ void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (residual add fused)
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, stream);
+void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
@@ -155,10 +155,20 @@ void rmsnorm_rows_5120(const float* x, const int* logit_rows, const bf16* weight
 }
 
 // lm_head: logits = h[N, 5120] · lm_head[102400, 5120]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, stream);
+void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 
+static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearKvAProjWithMqa>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearLmHead>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearOProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearQAProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearQBProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearRouter>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearSharedDown>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_scratch_floats<kLinearSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::mla_attention_decode_scratch_floats<kMlaAttention>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUp>() <= kMoeScratchPerToken);
 

@@ -66,6 +66,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
 // once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).
+// ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).
 void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {
   const int T = step.num_tokens;   // tokens in this step
   const int N = step.num_logits;   // rows that need logits
@@ -79,6 +80,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 2048])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  ctx.mark("embed", OpReads::token_rows, 4096);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -88,33 +90,44 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 4096);
     // qkv = h[T, 2048] · qkv_proj[3072, 2048]ᵀ   (q 2048 | k 512 | v 512)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    ctx.mark("qkv_proj", OpReads::weights, 12582912);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 64, pages of 16 tokens)
     // (one fused kernel)
     attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("attention_prep", OpReads::weights, 0);
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (32 query heads share 8 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("attention", OpReads::kv_cache, 0);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, stream);
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    ctx.mark("o_proj", OpReads::weights, 8388608);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[16384, 2048]ᵀ   (gate 8192 | up 8192)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, 67108864);
     // act = silu(gate) ⊙ up   (8192 features)
     silu_mul_act(gate_up, act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 8192] · down_proj[2048, 8192]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, stream);
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    ctx.mark("down_proj", OpReads::weights, 33554432);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
+  ctx.mark("norm", OpReads::weights, 4096);
   // logits = h[N, 2048] · lm_head[128256, 2048]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  ctx.mark("lm_head", OpReads::weights, 525336576);
 }
 
 // The weights as the whole-step kernel takes them (bound once).

@@ -67,6 +67,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
 // once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).
+// ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).
 void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {
   const int T = step.num_tokens;   // tokens in this step
   const int N = step.num_logits;   // rows that need logits
@@ -80,6 +81,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 1024])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  ctx.mark("embed", OpReads::token_rows, 2048);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -89,34 +91,45 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (1024 features)
     rmsnorm_1024(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 2048);
     // qkv = h[T, 1024] · qkv_proj[4096, 1024]ᵀ   (q 2048 | k 1024 | v 1024)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    ctx.mark("qkv_proj", OpReads::weights, 8388608);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     // (one fused kernel)
     attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("attention_prep", OpReads::weights, 512);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 8 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("attention", OpReads::kv_cache, 0);
     // x += attn[T, 2048] · o_proj[1024, 2048]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, stream);
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    ctx.mark("o_proj", OpReads::weights, 4194304);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (1024 features)
     rmsnorm_1024(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 2048);
     // gate_up = h[T, 1024] · gate_up_proj[6144, 1024]ᵀ   (gate 3072 | up 3072)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, 12582912);
     // act = silu(gate) ⊙ up   (3072 features)
     silu_mul_act(gate_up, act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 3072] · down_proj[1024, 3072]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, stream);
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    ctx.mark("down_proj", OpReads::weights, 6291456);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_1024(x, step.logit_rows, w.norm, h, N, stream);
+  ctx.mark("norm", OpReads::weights, 2048);
   // logits = h[N, 1024] · lm_head[151936, 1024]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  ctx.mark("lm_head", OpReads::weights, 311164928);
 }
 
 // The weights as the whole-step kernel takes them (bound once).

@@ -66,6 +66,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
 // once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).
+// ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).
 void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {
   const int T = step.num_tokens;   // tokens in this step
   const int N = step.num_logits;   // rows that need logits
@@ -79,6 +80,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 576])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  ctx.mark("embed", OpReads::token_rows, 1152);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -88,33 +90,44 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (576 features)
     rmsnorm_576(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 1152);
     // qkv = h[T, 576] · qkv_proj[960, 576]ᵀ   (q 576 | k 192 | v 192)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    ctx.mark("qkv_proj", OpReads::weights, 1105920);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 100000)
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 64, pages of 16 tokens)
     // (one fused kernel)
     attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("attention_prep", OpReads::weights, 0);
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (9 query heads share 3 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("attention", OpReads::kv_cache, 0);
     // x += attn[T, 576] · o_proj[576, 576]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, stream);
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    ctx.mark("o_proj", OpReads::weights, 663552);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (576 features)
     rmsnorm_576(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 1152);
     // gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, 3538944);
     // act = silu(gate) ⊙ up   (1536 features)
     silu_mul_act(gate_up, act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 1536] · down_proj[576, 1536]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, stream);
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    ctx.mark("down_proj", OpReads::weights, 1769472);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_576(x, step.logit_rows, w.norm, h, N, stream);
+  ctx.mark("norm", OpReads::weights, 1152);
   // logits = h[N, 576] · lm_head[49152, 576]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  ctx.mark("lm_head", OpReads::weights, 56623104);
 }
 
 // The weights as the whole-step kernel takes them (bound once).

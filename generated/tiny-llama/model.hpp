@@ -38,10 +38,11 @@ constexpr int kKvElemsPerToken = 64;        // KV-cache values per token per lay
 constexpr float kAttnScale = 0.25f;         // softmax scale 1/sqrt(head_dim)
 constexpr int kAttnPartition = 512;         // build.attention_partition: decode attention tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 1;       // ceil(kMaxContext / kAttnPartition)
-constexpr int kDecodeScratchFloats = 576;   // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
+constexpr int kAttnScratchFloats = 576;     // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
 constexpr int kNumQkHeads = 6;              // q and k heads, rotated together: kNumHeads + kNumKvHeads
 constexpr int kDecodeWeightBytes = 238336;  // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
+constexpr int kDecodeScratchFloats = 2560;  // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (2560)
 constexpr int kMegakernelMaxBatch = 8;      // build.megakernel_max_batch (at most build.max_batch): decode steps of this many sequences or fewer run the whole-step kernel
 constexpr int kStepSyncWords = 16;          // whole-step decode counters: epoch, blocks finished, one per stage (embed, 6 per layer, lm_head)
 
@@ -177,16 +178,16 @@ namespace kiln::models::tiny_llama {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 cudaError_t decode_step(const DecodeStepWeights<kNumLayers>& w, const DecodeStepArgs& args, cudaStream_t stream);
 
 }  // namespace kiln::models::tiny_llama

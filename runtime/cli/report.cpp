@@ -105,6 +105,19 @@ json report_json(const RunReport& rep) {
     }
     j["decode_stage_steps"] = p->steps();
   }
+  // --profile on the per-op decode: per op family (a projection or norm by its weight's name), ms
+  // and GB/s of a step.
+  if (const OpProfile* p = b.op_profile; p != nullptr && p->steps() > 0) {
+    const double n = static_cast<double>(p->steps());
+    j["decode_ops"] = json::array();
+    for (const OpTiming& t : p->ops()) {
+      j["decode_ops"].push_back({{"op", t.op},
+                                 {"ms_per_step", 1e3 * t.seconds / n},
+                                 {"bytes_per_step", t.bytes / n},
+                                 {"gb_per_s", t.seconds > 0 ? t.bytes / t.seconds / 1e9 : 0.0}});
+    }
+    j["decode_op_steps"] = p->steps();
+  }
   j["memory"] = {{"weight_bytes", b.weight_bytes},
                  {"kv_bytes_per_token", b.kv_bytes_per_token},
                  {"kv_pages", rep.backend->kv_pages()},
@@ -137,6 +150,15 @@ std::string summary_text(const RunReport& rep) {
     for (const StageTiming& t : p->stages()) {
       std::snprintf(line, sizeof line, " %s %.3f (%.3f; %.0f)", t.name.c_str(), 1e3 * t.seconds / p->steps(),
                     1e3 * t.wait_seconds / p->steps(), t.seconds > 0 ? t.bytes / t.seconds / 1e9 : 0.0);
+      out += line;
+    }
+    out += "\n";
+  }
+  if (const OpProfile* p = rep.backend->info().op_profile; p != nullptr && p->steps() > 0) {
+    out += "kiln: decode ops (ms/step; GB/s):";
+    for (const OpTiming& t : p->ops()) {
+      std::snprintf(line, sizeof line, " %s %.3f (%.0f)", t.op.c_str(), 1e3 * t.seconds / p->steps(),
+                    t.seconds > 0 ? t.bytes / t.seconds / 1e9 : 0.0);
       out += line;
     }
     out += "\n";

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "runtime/cuda/op_timeline.hpp"
 #include "runtime/parallel/collective.hpp"
 
 namespace kiln {
@@ -47,6 +48,13 @@ struct CudaContext {
   unsigned* step_sync = nullptr;
   // With --profile: where the whole-step kernel writes its stages' times ([stage][block] (start, end) ns).
   unsigned long long* step_timeline = nullptr;
+  // With --profile: the per-op decode's events (the generated decode marks every op; op_timeline.hpp).
+  cuda::OpTimeline* op_timeline = nullptr;
+
+  // After each op of the generated decode: what it read, for --profile (nothing without it).
+  void mark(const char* op, OpReads reads, int64_t bytes) const {
+    if (op_timeline != nullptr) op_timeline->mark(op, reads, bytes, stream);
+  }
 
   template <typename T>
   T* kv_layer(int layer) const {

@@ -10,6 +10,7 @@
 
 #include "runtime/core/step_batch.hpp"
 #include "runtime/model/model_def.hpp"
+#include "runtime/core/op_profile.hpp"
 #include "runtime/engine/step_profile.hpp"
 #include "runtime/model/tensor_source.hpp"
 #include "runtime/serving/sample_batch.hpp"
@@ -28,8 +29,9 @@ struct BackendOptions {
   double gpu_mem_util = 0.9;   // fraction of the GPU memory kiln may use in all
   bool cuda_graphs = true;     // replay captured graphs for decode steps (captured at start)
   // --profile: count the routed experts each step reads (MoE; the routing kernels flag them in
-  // BackendInfo::expert_usage) and time the whole-step decode kernel's stages
-  // (BackendInfo::step_profile; each such step then waits for its timeline). Off by default.
+  // BackendInfo::expert_usage) and time the decode's ops (BackendInfo::op_profile) or the
+  // whole-step decode kernel's stages (BackendInfo::step_profile); each decode step then waits for
+  // its times. Off by default.
   bool profile = false;
   // --megakernel: decode steps small enough run the model's whole-step kernel
   // (templates/decode_step.cuh) when it has one. Off by default: on an H100 it is ahead of the
@@ -54,6 +56,9 @@ struct BackendInfo {
   // With BackendOptions::profile on the CUDA backend: the whole-step decode kernel's stages, over
   // the decode steps that ran it; null otherwise.
   const StepProfile* step_profile = nullptr;
+  // With BackendOptions::profile on the CUDA backend: the per-op decode's op families, over the
+  // decode steps that ran op by op; null otherwise.
+  const OpProfile* op_profile = nullptr;
 };
 
 class Backend {

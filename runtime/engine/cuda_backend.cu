@@ -190,6 +190,10 @@ class CudaBackend final : public Backend {
       usage_ = std::make_unique<PinnedBuffer>(usage_bytes_, cudaHostAllocMapped);
       info_.expert_usage = usage_->get<uint8_t>();
     }
+    if (options.profile) {
+      op_timeline_ = std::make_unique<cuda::OpTimeline>();
+      info_.op_profile = &op_profile_;
+    }
     if (options.megakernel && m.step_sync_words > 0) {
       step_sync_.resize(static_cast<int64_t>(m.step_sync_words) * 4);
       KILN_CUDA(cudaMemset(step_sync_.get(), 0, step_sync_.bytes()));
@@ -215,6 +219,7 @@ class CudaBackend final : public Backend {
     ctx_.collective = options.collective;
     ctx_.step_sync = step_sync_.bytes() > 0 ? step_sync_.get<unsigned>() : nullptr;
     ctx_.step_timeline = timeline_.bytes() > 0 ? timeline_.get<unsigned long long>() : nullptr;
+    ctx_.op_timeline = op_timeline_.get();
     warm_up();
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -241,6 +246,10 @@ class CudaBackend final : public Backend {
     num_logits_ = step.num_logits();
     if (step.phase == StepPhase::decode) {
       logits_ = decode_logits_.get<float>();
+      // The generated decode runs the whole-step kernel when it has its counters and the step fits.
+      const bool whole_step = ctx_.step_sync != nullptr && step.num_seqs() <= model_.info.megakernel_max_batch;
+      const bool profiled = warmed_up_;  // the warm-up's padded step is not the run's
+      if (op_timeline_ && profiled && !whole_step) op_timeline_->start(stream_);
       if (use_graphs_) {
         const int32_t size = graph_size(step.num_seqs());
         decode_.upload(pad_decode(step, size), stream_);
@@ -248,7 +257,8 @@ class CudaBackend final : public Backend {
       } else {
         forward_->decode(decode_.upload(step, stream_), ctx_, logits_);
       }
-      if (step_profile_ && step.num_seqs() <= model_.info.megakernel_max_batch) record_stages(step);
+      if (step_profile_ && profiled && whole_step) record_stages(step);
+      if (op_timeline_ && profiled && !whole_step) record_ops(step);
     } else {
       ensure_prefill_logits(step.num_logits());
       logits_ = prefill_logits_.get<float>();
@@ -264,6 +274,21 @@ class CudaBackend final : public Backend {
                               stream_));
     KILN_CUDA(cudaStreamSynchronize(stream_));
     step_profile_->add(timeline_host_, timeline_blocks_, step.context_len);
+  }
+
+  // --profile on the per-op path: the ops' times of this step, with what the step read.
+  void record_ops(const StepBatch& step) {
+    const ModelInfo& m = model_.info;
+    StepReads reads;
+    reads.tokens = step.num_tokens();
+    for (int32_t len : step.context_len) reads.kv_tokens += len;
+    reads.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * 2;  // bf16
+    if (usage_) {
+      KILN_CUDA(cudaStreamSynchronize(stream_));  // the routing's flags are written
+      const uint8_t* flags = usage_->get<uint8_t>();
+      reads.experts_read = std::count_if(flags, flags + usage_bytes_, [](uint8_t f) { return f != 0; });
+    }
+    op_timeline_->finish(stream_, reads, op_profile_);
   }
 
   SampleResult sample(const SampleBatch& batch) override {
@@ -391,6 +416,7 @@ class CudaBackend final : public Backend {
     StepBatch decode = decode_.buffer().view(StepPhase::decode, 0, 0, 0);
     forward(pad_decode(decode, 1));  // one padded sequence: the batch-1 graph (or the plain decode)
     KILN_CUDA(cudaStreamSynchronize(stream_));
+    warmed_up_ = true;
   }
 
   // The decode forward of `size` sequences as a graph over the decode staging buffer's fixed device
@@ -398,6 +424,7 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t capture_decode(int32_t size) {
     const StepBatch step = decode_.buffer().view(StepPhase::decode, size, size, size);
     cudaGraph_t graph;
+    if (op_timeline_) op_timeline_->begin_capture();
     KILN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     forward_->decode(decode_.device_view(step), ctx_, decode_logits_.get<float>());
     KILN_CUDA(cudaStreamEndCapture(stream_, &graph));
@@ -426,6 +453,9 @@ class CudaBackend final : public Backend {
   int timeline_blocks_ = 0;
   std::vector<uint64_t> timeline_host_;  // the last step's timeline, read back
   std::unique_ptr<StepProfile> step_profile_;
+  std::unique_ptr<cuda::OpTimeline> op_timeline_;  // --profile: the per-op decode's events
+  OpProfile op_profile_;
+  bool warmed_up_ = false;  // --profile counts the steps after warm_up()
   PhaseStaging prefill_, decode_;
   std::unique_ptr<PinnedBuffer> usage_;  // --profile, MoE: the routing's flags (mapped into the device)
   int64_t usage_bytes_ = 0;

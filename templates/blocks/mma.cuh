@@ -11,12 +11,13 @@
 #pragma once
 
 #include "templates/common.cuh"
+#include "templates/gemv_plan.hpp"
 
 namespace kiln::detail {
 
 // The streaming kernels (GEMV, routed experts, MLA v_up at decode) read the weights once per pass
 // of up to kStreamPassTokens token rows: token_tiles_for(n) tiles of 8 (the mma's n).
-constexpr int kStreamPassTokens = 64;
+constexpr int kStreamPassTokens = kGemvPassTokens;
 __host__ __device__ constexpr int token_tiles_for(int tokens) {
   return tokens <= 8 ? 1 : tokens <= 16 ? 2 : tokens <= 32 ? 4 : 8;
 }

@@ -27,6 +27,7 @@ struct GemvData {
   RotatingWeights weights{DeviceBuffer<uint16_t>(random_bf16(kWeightElems, rng))};
   DeviceBuffer<uint16_t> in{random_bf16(static_cast<size_t>(64) * kK, rng)};
   DeviceBuffer<float> out{static_cast<size_t>(64) * kN};
+  DeviceBuffer<float> scratch{static_cast<size_t>(std::max(1LL, gemv_scratch_floats(kN, kK, kSms, 64)))};  // wide plan
   const __nv_bfloat16* weight(int i) const { return weights.at(i); }
   double bytes(int tokens) const { return kWeightElems * 2.0 + tokens * (kK * 2.0 + kN * 4.0); }
 };
@@ -44,7 +45,7 @@ void bench_gemv_default(const GemvData<kN, kK>& data) {
   for (int tokens : {1, 4, 16, 64}) {
     const double us = median_us([&](int i) {
       kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
-          as_bf16(data.in), data.weight(i), data.out.get(), tokens, nullptr);
+          as_bf16(data.in), data.weight(i), data.out.get(), tokens, data.scratch.get(), nullptr);
     });
     print_gemv_row(shape, "default", tokens, us, data.bytes(tokens));
   }
@@ -52,14 +53,14 @@ void bench_gemv_default(const GemvData<kN, kK>& data) {
 
 template <int kN, int kK, int kTiles, int kWarpsN, int kWarpsK, int kUnroll>
 void bench_gemv_variant(const GemvData<kN, kK>& data, int tokens) {
-  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kWarpsN, kWarpsK, kUnroll>;
+  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, false, kWarpsN, kWarpsK, kUnroll>;
   const double us = median_us([&](int i) {
     detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(
-        detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)}, data.weight(i), data.out.get(), tokens, nullptr);
+        detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)}, data.weight(i), data.out.get(), nullptr, tokens, nullptr);
   });
   char variant[64];
   std::snprintf(variant, sizeof variant, "wn %d wk %d unroll %d (%d blk)", Shape::kWarpsN, Shape::kWarpsK,
-                Shape::kUnroll, Shape::kBlocks);
+                Shape::kUnroll, Shape::kRowBlocks);
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us, data.bytes(tokens));
 }
 

@@ -5,6 +5,7 @@
 //     prefills the rest of its prompt after prefix-cache hits, often a handful of rows),
 //   - prefill attention whether a prompt's queries run in one chunk or several, alone or batched.
 // Every projection of SmolLM2-135M, Qwen3-0.6B and Llama-3.2-1B, as generated.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -30,6 +31,8 @@ void gemv_invariance() {
   DeviceBuffer<uint16_t> weight(random_bf16(static_cast<size_t>(S.n) * S.k, rng, 0.05f));
   DeviceBuffer<uint16_t> in(random_bf16(static_cast<size_t>(kTokens) * S.k, rng));
   const std::vector<float> start = random_f32(static_cast<size_t>(kTokens) * S.n, rng);  // the residual (add_f32)
+  // The wide plan's partial sums (batches of 33 and 64 take it; 1 and 5 the narrow plan).
+  DeviceBuffer<float> scratch(std::max<long long>(1, linear_scratch_floats<S>(kTokens)));
   auto run = [&](int first, int count) {
     DeviceBuffer<Out> out(static_cast<size_t>(count) * S.n);
     if constexpr (S.out == LinearOut::add_f32) {
@@ -37,7 +40,8 @@ void gemv_invariance() {
     } else {
       out.poison();
     }
-    kiln::linear<S>(as_bf16(in) + static_cast<long long>(first) * S.k, as_bf16(weight), out.get(), count, nullptr);
+    kiln::linear<S>(as_bf16(in) + static_cast<long long>(first) * S.k, as_bf16(weight), out.get(), count, scratch.get(),
+                    nullptr);
     check_launch("gemv");
     return out.download();
   };

@@ -48,12 +48,12 @@ void rows(const int* ids, const bf16* table, float* x, const bf16* w, bf16* out,
   kiln::silu_mul<shape::silu_mul{.dim = 8192}>(qkv, out, 5, s);
 }
 
-void projections(const bf16* in, const bf16* w, bf16* out_bf16, float* out_f32, cudaStream_t s) {
-  kiln::linear<shape::linear{.n = 200, .k = 144, .out = LinearOut::store_bf16, .sms = 132}>(in, w, out_bf16, 3, s);
-  kiln::linear<shape::linear{.n = 1000, .k = 200, .out = LinearOut::add_f32, .sms = 132}>(in, w, out_f32, 3, s);
-  kiln::linear<shape::linear{.n = 33, .k = 100, .out = LinearOut::store_f32, .sms = 108}>(in, w, out_f32, 3, s);
-  kiln::linear<shape::linear{.n = 5, .k = 7, .out = LinearOut::add_f32, .sms = 132}>(in, w, out_f32, 3, s);
-  kiln::linear<shape::linear{.n = 128256, .k = 2048, .out = LinearOut::store_f32, .sms = 132}>(in, w, out_f32, 3, s);
+void projections(const bf16* in, const bf16* w, bf16* out_bf16, float* out_f32, float* scratch, cudaStream_t s) {
+  kiln::linear<shape::linear{.n = 200, .k = 144, .out = LinearOut::store_bf16, .sms = 132}>(in, w, out_bf16, 3, scratch, s);
+  kiln::linear<shape::linear{.n = 1000, .k = 200, .out = LinearOut::add_f32, .sms = 132}>(in, w, out_f32, 3, scratch, s);
+  kiln::linear<shape::linear{.n = 33, .k = 100, .out = LinearOut::store_f32, .sms = 108}>(in, w, out_f32, 3, scratch, s);
+  kiln::linear<shape::linear{.n = 5, .k = 7, .out = LinearOut::add_f32, .sms = 132}>(in, w, out_f32, 3, scratch, s);
+  kiln::linear<shape::linear{.n = 128256, .k = 2048, .out = LinearOut::store_f32, .sms = 132}>(in, w, out_f32, 3, scratch, s);
 }
 
 void attention(bf16* qkv, const bf16* norm, const int* pos, const float* rope_table, const int* slots, bf16* cache,

@@ -42,6 +42,8 @@ void check_gemv(const std::vector<int>& token_counts) {
   std::mt19937 rng(8000 + S.n + S.k);
   const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
   DeviceBuffer<uint16_t> d_weight(weight);
+  const int most = *std::max_element(token_counts.begin(), token_counts.end());
+  DeviceBuffer<float> scratch(std::max<long long>(1, linear_scratch_floats<S>(most)));  // the wide plan's
   for (int tokens : token_counts) {
     const auto in = random_bf16(static_cast<size_t>(tokens) * S.k, rng);
     const auto residual = random_f32(static_cast<size_t>(tokens) * S.n, rng, 10.0f);
@@ -52,7 +54,8 @@ void check_gemv(const std::vector<int>& token_counts) {
     } else {
       d_out.poison();
     }
-    kiln::linear<S>(as_bf16(d_in), as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()), tokens, nullptr);
+    kiln::linear<S>(as_bf16(d_in), as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()), tokens, scratch.get(),
+                    nullptr);
     const std::string what = describe<S>("gemv", tokens);
     check_launch(what);
     const auto ref = reference<S>(bf16_to_f32(in), bf16_to_f32(weight), residual, tokens);
@@ -63,7 +66,8 @@ void check_gemv(const std::vector<int>& token_counts) {
     }
   }
   DeviceBuffer<Stored<S>> none(1);
-  kiln::linear<S>(as_bf16(d_weight), as_bf16(d_weight), reinterpret_cast<Out<S>*>(none.get()), 0, nullptr);
+  kiln::linear<S>(as_bf16(d_weight), as_bf16(d_weight), reinterpret_cast<Out<S>*>(none.get()), 0, scratch.get(),
+                  nullptr);
   check_launch("gemv, 0 tokens");
 }
 

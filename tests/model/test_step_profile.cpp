@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "runtime/core/op_profile.hpp"
 #include "runtime/engine/step_profile.hpp"
 
 using namespace kiln;
@@ -52,4 +53,45 @@ TEST_CASE("the stage profile sums each stage family over the layers") {
 
   // A timeline too short for the model's stages is refused.
   CHECK_THROWS(profile.add(std::vector<uint64_t>(4), blocks, context_len));
+}
+
+// The per-op path's profile (runtime/core/op_profile.cpp): a step's marks, in launch order, folded
+// into op families with the bytes each read.
+TEST_CASE("the op profile sums each op family and counts what the step read") {
+  const std::vector<OpMark> marks = {
+      {"embed", OpReads::token_rows, 8},       {"qkv_proj", OpReads::weights, 100}, {"attention", OpReads::kv_cache, 0},
+      {"experts", OpReads::experts, 30},      {"qkv_proj", OpReads::weights, 100}, {"attention", OpReads::kv_cache, 0},
+      {"experts", OpReads::experts, 30},      {"lm_head", OpReads::weights, 500}};
+  const std::vector<double> seconds = {1e-6, 2e-6, 3e-6, 4e-6, 2e-6, 5e-6, 6e-6, 7e-6};
+  StepReads reads;
+  reads.tokens = 3;
+  reads.kv_tokens = 40;           // Σ context lengths
+  reads.kv_bytes_per_token = 16;  // one layer's
+  reads.experts_read = 5;         // distinct (layer, expert) pairs over both MoE layers
+  OpProfile profile;
+  profile.add(marks, seconds, reads);
+  profile.add(marks, seconds, reads);
+  REQUIRE(profile.steps() == 2);
+
+  const std::vector<OpTiming>& ops = profile.ops();
+  REQUIRE(ops.size() == 5);  // families, in the order a step first runs them
+  CHECK(ops[0].op == "embed");
+  CHECK(ops[0].bytes == Approx(2 * 3 * 8));  // a row per token
+  CHECK(ops[1].op == "qkv_proj");
+  CHECK(ops[1].seconds == Approx(2 * 4e-6));
+  CHECK(ops[1].bytes == Approx(2 * 200));
+  CHECK(ops[2].op == "attention");
+  CHECK(ops[2].seconds == Approx(2 * 8e-6));
+  CHECK(ops[2].bytes == Approx(2 * 2 * 40 * 16));  // every sequence's KV, per layer
+  CHECK(ops[3].op == "experts");
+  CHECK(ops[3].bytes == Approx(2 * 5 * 30));  // the chosen experts, whichever layer chose them
+  CHECK(ops[4].op == "lm_head");
+  CHECK(ops[4].seconds == Approx(2 * 7e-6));
+
+  // Experts not counted (-1) read nothing known; a step's times must match its marks.
+  reads.experts_read = -1;
+  OpProfile uncounted;
+  uncounted.add(marks, seconds, reads);
+  CHECK(uncounted.ops()[3].bytes == 0);
+  CHECK_THROWS(uncounted.add(marks, std::vector<double>(3), reads));
 }

@@ -83,6 +83,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
 // once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).
+// ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).
 void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {
   const int T = step.num_tokens;   // tokens in this step
   const int N = step.num_logits;   // rows that need logits
@@ -96,8 +97,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (this rank's 32064 of 128256 rows; 0 for the other ranks' tokens)
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  ctx.mark("embed", OpReads::token_rows, 8192);
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
   cuda::all_reduce<kAllReduceX>(ctx, x, T);
+  ctx.mark("all_reduce", OpReads::weights, 0);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -107,49 +110,65 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
     rmsnorm_4096(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[1536, 4096]ᵀ   (q 1024 | k 256 | v 256)   (this rank's share)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    ctx.mark("qkv_proj", OpReads::weights, 12582912);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 128, pages of 16 tokens)
     // (one fused kernel)
     attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("attention_prep", OpReads::weights, 0);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (8 query heads share 2 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("attention", OpReads::kv_cache, 0);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[4096, 1024]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      ctx.mark("o_proj", OpReads::weights, 8388608);
     } else {
       // x = attn[T, 1024] · o_proj[4096, 1024]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      ctx.mark("o_proj", OpReads::weights, 8388608);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
     rmsnorm_4096(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[7168, 4096]ᵀ   (gate 3584 | up 3584)   (this rank's share)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, 58720256);
     // act = silu(gate) ⊙ up   (3584 features)
     silu_mul_act(gate_up, act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 3584] · down_proj[4096, 3584]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      ctx.mark("down_proj", OpReads::weights, 29360128);
     } else {
       // x = act[T, 3584] · down_proj[4096, 3584]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      ctx.mark("down_proj", OpReads::weights, 29360128);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
+  ctx.mark("norm", OpReads::weights, 8192);
   // logits = h[N, 4096] · lm_head[32064, 4096]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  ctx.mark("lm_head", OpReads::weights, 262668288);
   // logits[N, 128256] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
+  ctx.mark("all_gather", OpReads::weights, 0);
 }
 
 class CudaModel final : public CudaForward {

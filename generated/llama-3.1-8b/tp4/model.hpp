@@ -42,10 +42,11 @@ constexpr int kKvElemsPerToken = 512;       // KV-cache values per token per lay
 constexpr float kAttnScale = 0.088388346f;  // softmax scale 1/sqrt(head_dim)
 constexpr int kAttnPartition = 512;         // build.attention_partition: decode attention tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 16;      // ceil(kMaxContext / kAttnPartition)
-constexpr int kDecodeScratchFloats = 1064960; // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
+constexpr int kAttnScratchFloats = 1064960; // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
 constexpr int kNumQkHeads = 10;             // q and k heads, rotated together: kNumHeads + kNumKvHeads
 constexpr long long kDecodeWeightBytes = 3752869888; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
+constexpr int kDecodeScratchFloats = 1572864; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (1572864)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens
@@ -166,18 +167,18 @@ namespace kiln::models::llama_3_1_8b::tp4 {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_4096(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, cudaStream_t stream);
+void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_rows_4096(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, cudaStream_t stream);
+void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 
 }  // namespace kiln::models::llama_3_1_8b::tp4
 #endif  // __CUDACC__

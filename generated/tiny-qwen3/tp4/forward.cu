@@ -84,6 +84,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
 // once for the whole batch); attention splits long contexts into partitions (PagedAttention V2).
+// ctx.mark after each op: what it read, for --profile's per-op timeline (nothing without it).
 void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaContext& ctx, float* logits) {
   const int T = step.num_tokens;   // tokens in this step
   const int N = step.num_logits;   // rows that need logits
@@ -97,8 +98,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
+  ctx.mark("embed", OpReads::token_rows, 128);
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
   cuda::all_reduce<kAllReduceX>(ctx, x, T);
+  ctx.mark("all_reduce", OpReads::weights, 0);
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -108,50 +111,66 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[96, 64]ᵀ   (q 32 | k 32 | v 32)   (this rank's share)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    ctx.mark("qkv_proj", OpReads::weights, 12288);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 32, pages of 5 tokens)
     // (one fused kernel)
     attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("attention_prep", OpReads::weights, 128);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (1 query heads share 1 KV heads)
     attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
+    ctx.mark("attention", OpReads::kv_cache, 0);
     if (ctx.rank == 0) {
       // x += attn[T, 32] · o_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      ctx.mark("o_proj", OpReads::weights, 4096);
     } else {
       // x = attn[T, 32] · o_proj[64, 32]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      ctx.mark("o_proj", OpReads::weights, 4096);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
     rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[64, 64]ᵀ   (gate 32 | up 32)   (this rank's share)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, 8192);
     // act = silu(gate) ⊙ up   (32 features)
     silu_mul_act(gate_up, act, T, stream);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 32] · down_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      ctx.mark("down_proj", OpReads::weights, 4096);
     } else {
       // x = act[T, 32] · down_proj[64, 32]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      ctx.mark("down_proj", OpReads::weights, 4096);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
+  ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[128, 64]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  ctx.mark("lm_head", OpReads::weights, 16384);
   // logits[N, 512] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
+  ctx.mark("all_gather", OpReads::weights, 0);
 }
 
 class CudaModel final : public CudaForward {
