@@ -105,7 +105,7 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   auto* weights = app.add_option_group("weights", "where the weights come from (one of)");
   weights->add_option("-m,--model", model_path, "HF model directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
       ->check(CLI::ExistingPath);
-  weights->add_option("--gguf", o.gguf, "GGUF file (Llama architecture)")->check(CLI::ExistingFile);
+  weights->add_option("--gguf", o.gguf, "GGUF file (llama, qwen3 or deepseek2 architecture)")->check(CLI::ExistingFile);
   weights->add_option("--random-weights", random_weights, "deterministic random weights from SEED (benchmarks, tests)");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer.json, model directory or GGUF file (default: from the weights)")
       ->check(CLI::ExistingPath);

@@ -27,8 +27,9 @@ class TensorSource {
 // An HF model directory: model.safetensors, or shards listed in model.safetensors.index.json.
 std::unique_ptr<TensorSource> open_safetensors_source(const std::string& dir);
 
-// A Llama-architecture GGUF file, dequantized to fp32 at load, q/k rows un-permuted. Its
-// hyperparameters must match the model's (a mismatch is an error naming both values).
+// A GGUF file (llama, qwen3 or deepseek2 architecture), dequantized to fp32 at load, llama q/k rows
+// un-permuted. Its metadata must match the config the model was generated from (a mismatch is an
+// error naming the field and both values).
 std::unique_ptr<TensorSource> open_gguf_source(const std::string& path, const ModelInfo& model);
 
 }  // namespace kiln

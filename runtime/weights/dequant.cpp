@@ -9,6 +9,18 @@
 //     x = (d * sc) * q - (dmin * m); each 32 bytes of qs hold two sub-blocks (low then high nibbles)
 //   Q6_K (256 el, 210 B): u8 ql[128], u8 qh[64], int8 scales[16], f16 d
 //     q = (4 low bits from ql | 2 high bits from qh << 4) - 32;  x = (d * scale) * q
+//   Q5_0  (32 el, 22 B): f16 d, u8 qh[4], u8 qs[16]         x = (q - 16) * d
+//   Q5_1  (32 el, 24 B): f16 d, f16 m, u8 qh[4], u8 qs[16]  x = q * d + m
+//     q = nibble as in Q4_0 | bit j (element j) or bit j + 12 (element j + 16, j < 16) of qh << 4
+//   Q2_K  (256 el, 84 B): u8 scales[16], u8 qs[64], f16 d, f16 dmin
+//     16 sub-blocks of 16, each a byte: low nibble scale, high nibble min;
+//     x = (d * sc) * q - (dmin * m), q the 2-bit field of qs at shift 0, 2, 4, 6
+//   Q3_K (256 el, 110 B): u8 hmask[32], u8 qs[64], u8 scales[12], f16 d
+//     16 6-bit scales (see unpack_scales_q3_k) s; q = 2-bit field of qs - (hmask bit clear ? 4 : 0);
+//     x = (d * (s - 32)) * q
+//   Q5_K (256 el, 176 B): f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]
+//     Q4_K's scales and nibbles, plus a fifth bit from qh (bit 2g for the low, 2g + 1 for the high
+//     nibbles of group g)
 #include "runtime/weights/dequant.hpp"
 
 #include <cstdint>
@@ -118,6 +130,118 @@ void dequantize_q6_k(const uint8_t* block, float* y) {
   }
 }
 
+// The fifth bit of element j (0..31) of a Q5_0 / Q5_1 block, as 0 or 16: elements 0-15 take bits 0-15
+// of qh, elements 16-31 bits 16-31.
+uint32_t q5_high_bits(const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  return qh;
+}
+
+void dequantize_q5_0(const uint8_t* block, float* y) {
+  const float d = load_f16(block);
+  const uint32_t qh = q5_high_bits(block + 2);
+  const uint8_t* qs = block + 6;
+  for (size_t j = 0; j < kQK / 2; ++j) {
+    const int x0 = static_cast<int>((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+    const int x1 = static_cast<int>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+    y[j] = static_cast<float>(x0) * d;
+    y[j + kQK / 2] = static_cast<float>(x1) * d;
+  }
+}
+
+void dequantize_q5_1(const uint8_t* block, float* y) {
+  const float d = load_f16(block);
+  const float m = load_f16(block + 2);
+  const uint32_t qh = q5_high_bits(block + 4);
+  const uint8_t* qs = block + 8;
+  for (size_t j = 0; j < kQK / 2; ++j) {
+    const int x0 = static_cast<int>((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10));
+    const int x1 = static_cast<int>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+    y[j] = static_cast<float>(x0) * d + m;
+    y[j + kQK / 2] = static_cast<float>(x1) * d + m;
+  }
+}
+
+void dequantize_q2_k(const uint8_t* block, float* y) {
+  const uint8_t* scales = block;
+  const uint8_t* q = block + 16;
+  const float d = load_f16(block + 80);
+  const float dmin = load_f16(block + 82);
+  // Two halves of 128 elements, each from 32 bytes of q read four times (shift 0, 2, 4, 6); each
+  // read gives two sub-blocks of 16 (bytes 0-15, then 16-31).
+  size_t is = 0;
+  for (size_t half = 0; half < 2; ++half) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (size_t part = 0; part < 2; ++part) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * static_cast<float>(sc & 0x0F), ml = dmin * static_cast<float>(sc >> 4);
+        for (size_t l = 0; l < 16; ++l) *y++ = dl * static_cast<float>((q[l + 16 * part] >> shift) & 3) - ml;
+      }
+    }
+    q += 32;
+  }
+}
+
+// Q3_K's 16 6-bit scales from its 12 bytes: scale j's low 4 bits are the low (j < 8) or high
+// (j >= 8) nibble of byte j % 8, its top 2 bits are bits 2·(j / 4) .. +1 of byte 8 + j % 4.
+void unpack_scales_q3_k(const uint8_t* packed, int8_t* scales) {
+  for (size_t j = 0; j < 16; ++j) {
+    const uint8_t low = j < 8 ? (packed[j] & 0x0F) : (packed[j - 8] >> 4);
+    const uint8_t high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = static_cast<int8_t>(low | (high << 4));
+  }
+}
+
+void dequantize_q3_k(const uint8_t* block, float* y) {
+  const uint8_t* hmask = block;
+  const uint8_t* q = block + 32;
+  const float d = load_f16(block + 108);
+  int8_t scales[16];
+  unpack_scales_q3_k(block + 96, scales);
+  // As Q2_K's layout, with the third bit of element l of each 32-element read from bit m of
+  // hmask[l] (m counting the reads, 0..7).
+  size_t is = 0;
+  uint8_t m = 1;
+  for (size_t half = 0; half < 2; ++half) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (size_t part = 0; part < 2; ++part) {
+        const float dl = d * static_cast<float>(scales[is++] - 32);
+        for (size_t l = 16 * part; l < 16 * part + 16; ++l) {
+          const int x = ((q[l] >> shift) & 3) - ((hmask[l] & m) ? 0 : 4);
+          *y++ = dl * static_cast<float>(x);
+        }
+      }
+      m = static_cast<uint8_t>(m << 1);
+    }
+    q += 32;
+  }
+}
+
+void dequantize_q5_k(const uint8_t* block, float* y) {
+  const float d = load_f16(block);
+  const float dmin = load_f16(block + 2);
+  const uint8_t* scales = block + 4;
+  const uint8_t* qh = block + 16;
+  const uint8_t* ql = block + 48;
+  for (size_t g = 0; g < 4; ++g) {
+    uint8_t sc, m;
+    scale_min_k4(2 * g, scales, &sc, &m);
+    const float d_lo = d * sc, m_lo = dmin * m;
+    scale_min_k4(2 * g + 1, scales, &sc, &m);
+    const float d_hi = d * sc, m_hi = dmin * m;
+    const uint8_t bit_lo = static_cast<uint8_t>(1u << (2 * g)), bit_hi = static_cast<uint8_t>(2u << (2 * g));
+    for (size_t l = 0; l < 32; ++l) {
+      y[l] = d_lo * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & bit_lo) ? 16 : 0)) - m_lo;
+    }
+    for (size_t l = 0; l < 32; ++l) {
+      y[32 + l] = d_hi * static_cast<float>((ql[l] >> 4) + ((qh[l] & bit_hi) ? 16 : 0)) - m_hi;
+    }
+    ql += 32;
+    y += 64;
+  }
+}
+
 using BlockFn = void (*)(const uint8_t*, float*);
 
 BlockFn block_function(GgmlType type) {
@@ -127,11 +251,20 @@ BlockFn block_function(GgmlType type) {
     case GgmlType::Q4_1: return dequantize_q4_1;
     case GgmlType::Q4_K: return dequantize_q4_k;
     case GgmlType::Q6_K: return dequantize_q6_k;
+    case GgmlType::Q5_0: return dequantize_q5_0;
+    case GgmlType::Q5_1: return dequantize_q5_1;
+    case GgmlType::Q2_K: return dequantize_q2_k;
+    case GgmlType::Q3_K: return dequantize_q3_k;
+    case GgmlType::Q5_K: return dequantize_q5_k;
     default: return nullptr;
   }
 }
 
 }  // namespace
+
+const char* dequantizable_type_names() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+}
 
 bool can_dequantize(GgmlType type) {
   return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || block_function(type) != nullptr;
@@ -140,7 +273,7 @@ bool can_dequantize(GgmlType type) {
 void dequantize(GgmlType type, std::span<const std::byte> src, std::span<float> dst) {
   if (!can_dequantize(type)) {
     fail("cannot dequantize ggml type ", ggml_type_name(type),
-         " (kiln dequantizes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
+         " (kiln dequantizes ", dequantizable_type_names(), ")");
   }
   const size_t expected = ggml_tensor_bytes(type, static_cast<int64_t>(dst.size()));
   if (src.size() != expected) {

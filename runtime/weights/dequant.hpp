@@ -9,8 +9,11 @@
 
 namespace kiln {
 
-// True for the types dequantize() implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+// True for the types dequantize() implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K (the types llama-quantize's Q*_0/_1 and Q*_K recipes write).
 bool can_dequantize(GgmlType type);
+// Those types' names, comma separated, for error messages.
+const char* dequantizable_type_names();
 
 // Dequantizes dst.size() elements from src, which must hold exactly that many elements of `type`
 // (whole blocks). Throws naming the type for unsupported types or mismatched sizes.

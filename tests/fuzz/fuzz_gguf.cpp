@@ -2,7 +2,7 @@
 // tensors in HF layout (dequantized), and the tokenizer.
 #include "runtime/tokenizer/tokenizer.hpp"
 #include "runtime/weights/gguf.hpp"
-#include "runtime/weights/gguf_llama.hpp"
+#include "runtime/weights/gguf_model.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -11,8 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const kiln::GgufFile gguf =
         kiln::GgufFile::parse(std::span(reinterpret_cast<const std::byte*>(data), size), "fuzz.gguf");
     expect_kiln_errors_only([&] {
-      const kiln::LlamaHyperparams hp = kiln::read_llama_hyperparams(gguf);
-      for (const kiln::HfTensorSource& t : kiln::llama_hf_tensors(gguf, hp)) {
+      const kiln::GgufHyperparams hp = kiln::read_gguf_hyperparams(gguf);
+      for (const kiln::HfTensorSource& t : kiln::gguf_hf_tensors(gguf, hp)) {
         if (t.numel() > (1 << 16)) continue;
         std::vector<float> values(static_cast<size_t>(t.numel()));
         t.read_f32(values);

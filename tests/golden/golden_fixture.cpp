@@ -82,6 +82,33 @@ std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int6
   return ids;
 }
 
+GreedyVerdict top5_rule(const ModelDef& model, Backend& backend, const Prompt& p, const Run& run) {
+  const auto contains = [](const std::vector<int32_t>& ids, int32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  const int64_t V = model.info.vocab_size;
+  GreedyVerdict v;
+  size_t& diverge = v.agreeing;
+  while (diverge < p.greedy.size() && diverge < run.tokens.size() && p.greedy[diverge] == run.tokens[diverge]) ++diverge;
+  v.ok = diverge == p.greedy.size();
+  v.text = "identical";
+  if (!v.ok && diverge == run.tokens.size()) {
+    v.text = "kiln stopped after " + std::to_string(diverge) + " tokens";
+  } else if (!v.ok) {
+    Prompt extended = p;
+    extended.ids.insert(extended.ids.end(), p.greedy.begin(), p.greedy.begin() + static_cast<std::ptrdiff_t>(diverge));
+    extended.greedy.assign(1, 0);
+    const Run at = run_prompt(model, backend, extended);
+    const int64_t last = static_cast<int64_t>(extended.ids.size()) - 1;
+    const bool ours_in_hf = contains(top_k(p.greedy_logits, V, static_cast<int64_t>(diverge), 5), run.tokens[diverge]);
+    const bool hf_in_ours = contains(top_k(at.prompt_logits, V, last, 5), p.greedy[diverge]);
+    v.ok = ours_in_hf && hf_in_ours;
+    v.text = "first differ at " + std::to_string(diverge) + " (kiln " + std::to_string(run.tokens[diverge]) + ", HF " +
+             std::to_string(p.greedy[diverge]) + "): " + (v.ok ? "each in the other's top-5" : "NOT in each other's top-5");
+  }
+  return v;
+}
+
 ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend) {
   std::mt19937 rng(17);
   std::vector<Request> requests;

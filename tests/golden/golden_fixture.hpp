@@ -52,6 +52,16 @@ struct ServingComparison {
 };
 ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend);
 
+// vLLM's top-5 rule on one prompt: kiln's greedy tokens (`run`) equal HF's, or where they first
+// differ, each side's token is in the other's top-5 at that step (kiln's logits there are recomputed
+// on the prompt plus HF's tokens before it).
+struct GreedyVerdict {
+  size_t agreeing = 0;  // leading tokens equal to HF's
+  bool ok = false;
+  std::string text;     // "identical", "first differ at 5 (kiln 17, HF 3): each in the other's top-5", ...
+};
+GreedyVerdict top5_rule(const ModelDef& model, Backend& backend, const Prompt& prompt, const Run& run);
+
 // Indices of the k largest values of row `row` of `logits`.
 std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int64_t row, int k);
 

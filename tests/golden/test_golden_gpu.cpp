@@ -25,8 +25,6 @@ using namespace kiln;
 
 namespace {
 
-bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
-
 // One GPU, or `ranks` GPUs of a tensor-parallel group.
 std::unique_ptr<Backend> make_backend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options,
                                       int32_t ranks) {
@@ -46,27 +44,10 @@ void check_model(const ModelDef& model, bool graphs, int32_t ranks = 1) {
     const golden::Prompt& p = fixture.prompts[i];
     const golden::Run run = golden::run_prompt(model, *backend, p);
     const golden::LogitsComparison c = golden::compare_logits(p.logits, run.prompt_logits, V, 1e-3);
-    size_t diverge = 0;
-    while (diverge < p.greedy.size() && diverge < run.tokens.size() && p.greedy[diverge] == run.tokens[diverge]) {
-      ++diverge;
-    }
-    std::string verdict = "identical";
-    bool ok = diverge == p.greedy.size();
-    if (!ok && diverge == run.tokens.size()) {
-      verdict = "kiln stopped after " + std::to_string(diverge) + " tokens";
-    } else if (!ok) {
-      // Our logits at the first differing step: the prompt plus HF's tokens before it.
-      golden::Prompt extended = p;
-      extended.ids.insert(extended.ids.end(), p.greedy.begin(), p.greedy.begin() + diverge);
-      extended.greedy.assign(1, 0);
-      const golden::Run at = golden::run_prompt(model, *backend, extended);
-      const int64_t last = static_cast<int64_t>(extended.ids.size()) - 1;
-      const bool ours_in_hf = contains(golden::top_k(p.greedy_logits, V, static_cast<int64_t>(diverge), 5), run.tokens[diverge]);
-      const bool hf_in_ours = contains(golden::top_k(at.prompt_logits, V, last, 5), p.greedy[diverge]);
-      ok = ours_in_hf && hf_in_ours;
-      verdict = "first differ at " + std::to_string(diverge) + " (kiln " + std::to_string(run.tokens[diverge]) + ", HF " +
-                std::to_string(p.greedy[diverge]) + "): " + (ok ? "each in the other's top-5" : "NOT in each other's top-5");
-    }
+    const golden::GreedyVerdict g = golden::top5_rule(model, *backend, p, run);
+    const size_t diverge = g.agreeing;
+    const bool ok = g.ok;
+    const std::string& verdict = g.text;
     std::printf("%-22s %s TP=%d prompt %zu (%2zu tokens): prompt logits max|diff| %.2e x max|logit|; greedy %zu/%zu %s -> %s\n",
                 model.info.name, graphs ? "graphs" : "eager ", ranks, i, p.ids.size(), c.worst, diverge, p.greedy.size(),
                 verdict.c_str(), ok ? "PASS" : "FAIL");

@@ -178,6 +178,57 @@ TEST_CASE("dequant: hand-built Q6_K block", "[dequant]") {
   CHECK(x[255] == -184.0f); // ql[127] high = 7, top bits 3: q = 23; scale[15] = -16
 }
 
+TEST_CASE("dequant: hand-built Q5_0 block", "[dequant]") {
+  // d = 0.5 (0x3800); qh = 0x0000ffff: elements 0-15 get the fifth bit (+16), elements 16-31 do
+  // not (their bits are 16-31 of qh). Nibbles as in the Q4_0 test. x = (q - 16) * d.
+  std::vector<uint8_t> block(22);
+  put_f16(block, 0, 0x3800);
+  block[2] = block[3] = 0xff;
+  for (int j = 0; j < 16; ++j) block[6 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto x = run(GgmlType::Q5_0, block, 32);
+  for (int j = 0; j < 16; ++j) {
+    CHECK(x[j] == (j + 16 - 16) * 0.5f);
+    CHECK(x[16 + j] == (15 - j - 16) * 0.5f);
+  }
+  CHECK(x[15] == 7.5f);    // q = 15 | 16 = 31: (31 - 16) * 0.5
+  CHECK(x[31] == -8.0f);   // q = 0: (0 - 16) * 0.5
+  // The other way round: qh = 0xffff0000 sets the fifth bit of elements 16-31 only.
+  block[2] = block[3] = 0;
+  block[4] = block[5] = 0xff;
+  const auto y = run(GgmlType::Q5_0, block, 32);
+  CHECK(y[0] == -8.0f);    // q = 0
+  CHECK(y[16] == 7.5f);    // q = 15 | 16
+}
+
+TEST_CASE("dequant: hand-built Q3_K block", "[dequant]") {
+  // d = 0.25 (0x3400). 16 6-bit scales s[j] = j + 24 packed into 12 bytes: low nibbles of s[0..7]
+  // in the low nibbles of bytes 0-7, of s[8..15] in their high nibbles; top 2 bits of s[j] at bits
+  // 2(j / 4) of byte 8 + j % 4. Scales are used as s - 32, i.e. j - 8.
+  int8_t s[16];
+  for (int j = 0; j < 16; ++j) s[j] = static_cast<int8_t>(j + 24);
+  std::vector<uint8_t> block(110);
+  for (int j = 0; j < 8; ++j) block[96 + j] = static_cast<uint8_t>((s[j] & 15) | ((s[j + 8] & 15) << 4));
+  for (int j = 0; j < 16; ++j) block[96 + 8 + j % 4] |= static_cast<uint8_t>((s[j] >> 4) << (2 * (j / 4)));
+  put_f16(block, 108, 0x3400);
+  // qs (32 bytes per half): byte b = 0b11'10'01'00, so read k (shift 2k) of every byte gives k.
+  for (int b = 0; b < 64; ++b) block[32 + b] = 0xe4;
+  // hmask[l] = 0x55: the high bit is set for even reads (m = 1, 4, 16, 64) and clear for odd ones,
+  // which subtract 4.
+  for (int l = 0; l < 32; ++l) block[l] = 0x55;
+  const auto x = run(GgmlType::Q3_K, block, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int half = e / 128, read = (e % 128) / 32, part = (e % 32) / 16;
+    const int sub = 8 * half + 2 * read + part;  // the 16-element sub-block: its scale
+    const int m = 4 * half + read;               // which bit of hmask
+    const int q = read - (m % 2 == 0 ? 0 : 4);
+    INFO("element " << e);
+    CHECK(x[e] == 0.25f * (s[sub] - 32) * q);
+  }
+  CHECK(x[0] == 0.0f);      // read 0: q = 0
+  CHECK(x[40] == 4.5f);     // read 1, part 0: sub-block 2 (scale -6), q = 1 - 4 = -3
+  CHECK(x[255] == -1.75f);  // half 1, read 3, part 1: sub-block 15 (scale 7), q = 3 - 4 = -1 (bit 7 clear)
+}
+
 TEST_CASE("dequant: bit-exact with gguf-py on random blocks", "[dequant]") {
   namespace E = dequant_expected;
   const auto check = [](GgmlType type, std::span<const uint8_t> blocks, std::span<const uint32_t> expected) {
@@ -194,12 +245,17 @@ TEST_CASE("dequant: bit-exact with gguf-py on random blocks", "[dequant]") {
   check(GgmlType::Q4_1, E::q4_1_blocks, E::q4_1_values);
   check(GgmlType::Q4_K, E::q4_k_blocks, E::q4_k_values);
   check(GgmlType::Q6_K, E::q6_k_blocks, E::q6_k_values);
+  check(GgmlType::Q5_0, E::q5_0_blocks, E::q5_0_values);
+  check(GgmlType::Q5_1, E::q5_1_blocks, E::q5_1_values);
+  check(GgmlType::Q2_K, E::q2_k_blocks, E::q2_k_values);
+  check(GgmlType::Q3_K, E::q3_k_blocks, E::q3_k_values);
+  check(GgmlType::Q5_K, E::q5_k_blocks, E::q5_k_values);
 }
 
 TEST_CASE("dequant: unsupported types and size mismatches", "[dequant]") {
   std::vector<float> out(256);
-  const std::vector<std::byte> q5k(176);
-  CHECK_KILN_ERROR(kiln::dequantize(GgmlType::Q5_K, q5k, out), "Q5_K", "cannot dequantize");
+  const std::vector<std::byte> iq4xs(136);
+  CHECK_KILN_ERROR(kiln::dequantize(GgmlType::IQ4_XS, iq4xs, out), "IQ4_XS", "cannot dequantize", "Q5_K");
   const std::vector<std::byte> i8(256);
   CHECK_KILN_ERROR(kiln::dequantize(GgmlType::I8, i8, out), "I8");
   CHECK_FALSE(kiln::can_dequantize(GgmlType::IQ2_XS));

@@ -141,7 +141,7 @@ case("gguf", "five_dims.gguf", gguf([], [("t", 0, [1, 1, 1, 1, 1], one)]), "n_di
 case("gguf", "unknown_ggml_type.gguf", gguf([], [("t", 99, [1], one)]), "unknown ggml type id 99")
 case("gguf", "data_past_end.gguf", gguf([], [("t", 0, [64], one)]), "past the end")
 case("gguf", "not_llama.gguf", gguf([("general.architecture", "str", "bert")] + tok, []),
-     'general.architecture is "bert", expected "llama"')
+     'general.architecture is "bert"; kiln reads GGUF files of the architectures')
 case("gguf", "wrong_shapes.gguf",
      gguf(llama + [("llama.vocab_size", "u32", 6)] + tok, [("token_embd.weight", 0, [64, 6], f32_values(384))]),
      "vocabulary size is 6 in the GGUF file but 512")

@@ -1,5 +1,7 @@
-// Llama GGUF -> HF mapping and gguf-to-hf, on a tiny crafted model whose HF weights are known
-// exactly (so the undone q/k permutation is checked value by value) and on the real SmolLM2.
+// GGUF -> HF mapping (llama and qwen3 architectures) and gguf-to-hf, on a tiny crafted model whose
+// HF weights are known exactly (so the undone q/k permutation is checked value by value) and on the
+// real SmolLM2.
+#include <algorithm>
 #include <bit>
 #include <fstream>
 
@@ -7,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/weights/dequant.hpp"
-#include "runtime/weights/gguf_llama.hpp"
+#include "runtime/weights/gguf_model.hpp"
 #include "runtime/weights/gguf_to_hf.hpp"
 #include "runtime/weights/safetensors.hpp"
 #include "test_support.hpp"
@@ -18,7 +20,7 @@ using kiln::test::TempDir;
 
 namespace {
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ8_0 = 8;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kIQ4_NL = 20;
 
 // convert_hf_to_gguf's permute on rows: view the rows as (heads, 2, head_dim / 2) and swap the
 // last two axes. Output row (h, i, s) is input row (h, s, i).
@@ -65,7 +67,7 @@ std::vector<std::byte> encode(uint32_t type, const std::vector<float>& values) {
   return out;
 }
 
-// A 2-layer Llama: hidden 32, 4 heads, 2 kv heads, head_dim 8, ffn 64, vocab 10.
+// A 2-layer Llama (or Qwen3): hidden 32, 4 heads, 2 kv heads, head_dim 8, ffn 64, vocab 10.
 struct TinyLlama {
   static constexpr int64_t kHidden = 32, kHeads = 4, kKvHeads = 2, kHeadDim = 8, kFfn = 64, kVocab = 10, kLayers = 2;
   struct Tensor {
@@ -79,17 +81,21 @@ struct TinyLlama {
   GgufBuilder gguf;
   bool tied = true;
 
-  explicit TinyLlama(bool tie = true) : tied(tie) {
-    gguf.kv_string("general.architecture", "llama");
-    gguf.kv_u32("llama.embedding_length", kHidden);
-    gguf.kv_u32("llama.block_count", kLayers);
-    gguf.kv_u32("llama.attention.head_count", kHeads);
-    gguf.kv_u32("llama.attention.head_count_kv", kKvHeads);
-    gguf.kv_u32("llama.feed_forward_length", kFfn);
-    gguf.kv_u32("llama.context_length", 128);
-    gguf.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
-    gguf.kv_f32("llama.rope.freq_base", 500000.0f);
-    gguf.kv_u32("llama.rope.dimension_count", kHeadDim);
+  // arch "qwen3": the same shapes as llama.cpp writes a Qwen3 model: keys under qwen3.*, q/k rows
+  // not permuted, per-head q/k norm weights.
+  explicit TinyLlama(bool tie = true, std::string arch = "llama") : tied(tie) {
+    const bool qwen3 = arch == "qwen3";
+    const auto key = [&](const char* suffix) { return arch + "." + suffix; };
+    gguf.kv_string("general.architecture", arch);
+    gguf.kv_u32(key("embedding_length"), kHidden);
+    gguf.kv_u32(key("block_count"), kLayers);
+    gguf.kv_u32(key("attention.head_count"), kHeads);
+    gguf.kv_u32(key("attention.head_count_kv"), kKvHeads);
+    gguf.kv_u32(key("feed_forward_length"), kFfn);
+    gguf.kv_u32(key("context_length"), 128);
+    gguf.kv_f32(key("attention.layer_norm_rms_epsilon"), 1e-6f);
+    gguf.kv_f32(key("rope.freq_base"), 500000.0f);
+    gguf.kv_u32(key("rope.dimension_count"), kHeadDim);
     gguf.kv_string_array("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"});
     gguf.kv_u32("tokenizer.ggml.bos_token_id", 1);
     gguf.kv_u32("tokenizer.ggml.eos_token_id", 2);
@@ -98,8 +104,13 @@ struct TinyLlama {
     for (int64_t l = 0; l < kLayers; ++l) {
       const std::string g = "blk." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
       // Layer 1 stores q as Q8_0 and v as F16, so the permutation is checked on a block type too.
-      add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden}, l == 1 ? kQ8_0 : kF32, kHeads);
-      add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}, kF32, kKvHeads);
+      add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden}, l == 1 ? kQ8_0 : kF32,
+          qwen3 ? 0 : kHeads);
+      add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}, kF32, qwen3 ? 0 : kKvHeads);
+      if (qwen3) {
+        add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", {kHeadDim}, kF32, 0);
+        add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", {kHeadDim}, kF32, 0);
+      }
       add(g + "attn_v.weight", h + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kHidden}, l == 1 ? kF16 : kF32, 0);
       add(g + "attn_output.weight", h + "self_attn.o_proj.weight", {kHidden, kHeads * kHeadDim}, kF32, 0);
       add(g + "attn_norm.weight", h + "input_layernorm.weight", {kHidden}, kF32, 0);
@@ -160,7 +171,7 @@ TEST_CASE("gguf_llama: hyperparameters and HF tensors of a crafted tiny Llama", 
   const std::vector<std::byte> image = tiny.gguf.build();
   const GgufFile f = GgufFile::parse(image, "tiny.gguf");
 
-  const kiln::LlamaHyperparams hp = kiln::read_llama_hyperparams(f);
+  const kiln::GgufHyperparams hp = kiln::read_gguf_hyperparams(f);
   CHECK(hp.hidden_size == 32);
   CHECK(hp.num_hidden_layers == 2);
   CHECK(hp.num_attention_heads == 4);
@@ -177,7 +188,7 @@ TEST_CASE("gguf_llama: hyperparameters and HF tensors of a crafted tiny Llama", 
   CHECK(hp.bos_token_id == 1);
   CHECK(hp.eos_token_id == 2);
 
-  const std::vector<kiln::HfTensorSource> sources = kiln::llama_hf_tensors(f, hp);
+  const std::vector<kiln::HfTensorSource> sources = kiln::gguf_hf_tensors(f, hp);
   REQUIRE(sources.size() == 2 + 9 * 2);
   CHECK(sources.front().hf_name == "model.embed_tokens.weight");
   CHECK(sources[1].hf_name == "model.layers.0.input_layernorm.weight");
@@ -221,44 +232,89 @@ TEST_CASE("gguf_llama: untied output and rope scaling metadata", "[gguf_llama]")
   tiny.gguf.kv_f32("llama.rope.scaling.factor", 2.0f);
   const std::vector<std::byte> image = tiny.gguf.build();
   const GgufFile f = GgufFile::parse(image, "tiny.gguf");
-  const kiln::LlamaHyperparams hp = kiln::read_llama_hyperparams(f);
+  const kiln::GgufHyperparams hp = kiln::read_gguf_hyperparams(f);
   CHECK_FALSE(hp.tie_word_embeddings);
   REQUIRE(hp.rope_scaling.has_value());
   CHECK(hp.rope_scaling->type == "linear");
   CHECK(hp.rope_scaling->factor == 2.0);
-  const auto sources = kiln::llama_hf_tensors(f, hp);
+  const auto sources = kiln::gguf_hf_tensors(f, hp);
   REQUIRE(sources.size() == 21);
   CHECK(sources.back().hf_name == "lm_head.weight");
   CHECK(read_all(sources.back()) == tiny.by_hf_name("lm_head.weight").hf);
 
-  const nlohmann::json config = kiln::llama_hf_config(hp, kiln::DType::F32);
+  const nlohmann::json config = kiln::gguf_hf_config(hp, kiln::DType::F32);
   CHECK(config["rope_scaling"] == nlohmann::json{{"rope_type", "linear"}, {"factor", 2.0}});
   CHECK(config["tie_word_embeddings"] == false);
+}
+
+TEST_CASE("gguf_model: a Qwen3 file: qwen3.* keys, per-head q/k norms, rows as stored", "[gguf_model]") {
+  TinyLlama tiny(/*tie=*/false, "qwen3");
+  const std::vector<std::byte> image = tiny.gguf.build();
+  const GgufFile f = GgufFile::parse(image, "qwen3.gguf");
+  const kiln::GgufHyperparams hp = kiln::read_gguf_hyperparams(f);
+  CHECK(hp.architecture == "qwen3");
+  CHECK(hp.model_type == "qwen3");
+  CHECK(hp.qk_norm);
+  CHECK_FALSE(hp.rope_permuted);
+  CHECK(hp.hidden_size == 32);
+  CHECK(hp.head_dim == 8);
+  CHECK(hp.rope_theta == 500000.0);
+  const std::vector<kiln::HfTensorSource> sources = kiln::gguf_hf_tensors(f, hp);
+  REQUIRE(sources.size() == 3 + 11 * 2);
+  for (const kiln::HfTensorSource& s : sources) {
+    INFO(s.hf_name);
+    const TinyLlama::Tensor& t = tiny.by_hf_name(s.hf_name);
+    CHECK(s.shape == t.shape);
+    CHECK(s.unpermute_heads == 0);  // llama.cpp's converter permutes llama's q/k only
+    CHECK(read_all(s) == t.hf);
+  }
+  CHECK(tiny.by_hf_name("model.layers.1.self_attn.k_norm.weight").shape == std::vector<int64_t>{8});
+  const nlohmann::json config = kiln::gguf_hf_config(hp, kiln::DType::F32);
+  CHECK(config["model_type"] == "qwen3");
+  CHECK(config["architectures"] == nlohmann::json{"Qwen3ForCausalLM"});
+
+  // A Qwen3 file without its q/k norms is incomplete, and a llama file with them names them.
+  TinyLlama missing(false, "qwen3");
+  auto& stored = missing.gguf.tensors;
+  stored.erase(std::find_if(stored.begin(), stored.end(), [](const auto& t) { return t.name == "blk.0.attn_q_norm.weight"; }));
+  const std::vector<std::byte> missing_image = missing.gguf.build();
+  const GgufFile mf = GgufFile::parse(missing_image, "m.gguf");
+  CHECK_KILN_ERROR(kiln::gguf_hf_tensors(mf, kiln::read_gguf_hyperparams(mf)), "\"blk.0.attn_q_norm.weight\"", "missing");
+  TinyLlama extra;
+  extra.gguf.tensor("blk.0.attn_q_norm.weight", {8}, kF32, std::vector<std::byte>(32));
+  const std::vector<std::byte> extra_image = extra.gguf.build();
+  const GgufFile ef = GgufFile::parse(extra_image, "e.gguf");
+  CHECK_KILN_ERROR(kiln::gguf_hf_tensors(ef, kiln::read_gguf_hyperparams(ef)), "\"blk.0.attn_q_norm.weight\"",
+                   "not part of a 2-layer llama model");
 }
 
 TEST_CASE("gguf_llama: rejects files that are not a consistent Llama", "[gguf_llama]") {
   const auto hyperparams_of = [](TinyLlama& t) {
     const std::vector<std::byte> image = t.gguf.build();
-    return kiln::read_llama_hyperparams(GgufFile::parse(image, "tiny.gguf"));
+    return kiln::read_gguf_hyperparams(GgufFile::parse(image, "tiny.gguf"));
   };
   const auto tensors_of = [](TinyLlama& t) {
     const std::vector<std::byte> image = t.gguf.build();
     const GgufFile f = GgufFile::parse(image, "tiny.gguf");
-    return kiln::llama_hf_tensors(f, kiln::read_llama_hyperparams(f)).size();
+    return kiln::gguf_hf_tensors(f, kiln::read_gguf_hyperparams(f)).size();
   };
 
-  SECTION("another architecture") {
-    GgufBuilder g;
-    g.kv_string("general.architecture", "qwen3");
-    const auto image = g.build();
-    CHECK_KILN_ERROR(kiln::read_llama_hyperparams(GgufFile::parse(image, "q.gguf")), "q.gguf", "\"qwen3\"", "expected \"llama\"");
+  SECTION("an architecture kiln does not read") {
+    for (const char* arch : {"qwen2", "gpt2", "deepseek3"}) {
+      GgufBuilder g;
+      g.kv_string("general.architecture", arch);
+      const auto image = g.build();
+      CHECK_KILN_ERROR(kiln::read_gguf_hyperparams(GgufFile::parse(image, "q.gguf")), "q.gguf",
+                       "\"" + std::string(arch) + "\"",
+                       "\"llama\" (Llama, SmolLM2), \"qwen3\" and \"deepseek2\"");
+    }
   }
   SECTION("a missing hyperparameter") {
     GgufBuilder g;
     g.kv_string("general.architecture", "llama");
     g.kv_u32("llama.embedding_length", 32);
     const auto image = g.build();
-    CHECK_KILN_ERROR(kiln::read_llama_hyperparams(GgufFile::parse(image, "m.gguf")), "\"llama.block_count\"", "missing");
+    CHECK_KILN_ERROR(kiln::read_gguf_hyperparams(GgufFile::parse(image, "m.gguf")), "\"llama.block_count\"", "missing");
   }
   SECTION("inconsistent head counts or dims") {
     TinyLlama a;
@@ -284,7 +340,7 @@ TEST_CASE("gguf_llama: rejects files that are not a consistent Llama", "[gguf_ll
   SECTION("a tensor kiln does not map, or a layer beyond block_count") {
     TinyLlama t;
     t.gguf.tensor("blk.2.attn_q.weight", {32, 32}, kF32, std::vector<std::byte>(4096));
-    CHECK_KILN_ERROR(tensors_of(t), "\"blk.2.attn_q.weight\"", "not part of a 2-layer Llama");
+    CHECK_KILN_ERROR(tensors_of(t), "\"blk.2.attn_q.weight\"", "not part of a 2-layer llama model");
     TinyLlama u;
     u.gguf.tensor("blk.0.attn_q.bias", {32}, kF32, std::vector<std::byte>(128));
     CHECK_KILN_ERROR(tensors_of(u), "\"blk.0.attn_q.bias\"");
@@ -297,9 +353,9 @@ TEST_CASE("gguf_llama: rejects files that are not a consistent Llama", "[gguf_ll
   }
   SECTION("a type kiln cannot dequantize") {
     TinyLlama t;
-    t.gguf.tensors[6].type = kQ5_0;  // blk.0.ffn_gate.weight, [64, 32]: whole Q5_0 blocks
+    t.gguf.tensors[6].type = kIQ4_NL;  // blk.0.ffn_gate.weight, [64, 32]: whole IQ4_NL blocks
     REQUIRE(t.tensors[6].gguf_name == "blk.0.ffn_gate.weight");
-    CHECK_KILN_ERROR(tensors_of(t), "\"blk.0.ffn_gate.weight\"", "Q5_0", "cannot dequantize");
+    CHECK_KILN_ERROR(tensors_of(t), "\"blk.0.ffn_gate.weight\"", "IQ4_NL", "cannot read", "Q5_0", "llama-quantize");
   }
 }
 
@@ -374,7 +430,7 @@ TEST_CASE("gguf_llama: the real SmolLM2-135M-Instruct Q4_1 file", "[gguf_llama][
     return;
   }
   const GgufFile f(*path);
-  const kiln::LlamaHyperparams hp = kiln::read_llama_hyperparams(f);
+  const kiln::GgufHyperparams hp = kiln::read_gguf_hyperparams(f);
   // SmolLM2-135M's HF config.
   CHECK(hp.hidden_size == 576);
   CHECK(hp.num_hidden_layers == 30);
@@ -389,7 +445,7 @@ TEST_CASE("gguf_llama: the real SmolLM2-135M-Instruct Q4_1 file", "[gguf_llama][
   CHECK(hp.tie_word_embeddings);
   CHECK_FALSE(hp.rope_scaling.has_value());
 
-  const auto sources = kiln::llama_hf_tensors(f, hp);
+  const auto sources = kiln::gguf_hf_tensors(f, hp);
   REQUIRE(sources.size() == 272);
   // fp32 bit patterns from transformers' own GGUF loader (load_gguf_checkpoint, which dequantizes
   // with gguf-py and undoes the q/k permutation): first elements of the given HF rows.
