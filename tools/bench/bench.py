@@ -8,6 +8,11 @@ For each model: kiln (build/bin/<model> --random-weights, batch 1, a 32-token pr
 tokens, greedy) reports ms per decode step and the bytes a decode step reads (weights + KV); the
 floor is those bytes over the device-to-device copy bandwidth measured here (bytes read + written);
 HF transformers (from_config, bf16, default attention, no compile) runs the same shape.
+
+Peers, when given (bench/README.md says how they are brought to the GPU machine): --gpt-fast DIR
+(gpt-fast's model.py: peer_gpt_fast.py) and --llama-cpp DIR (llama-bench on a GGUF of the same
+shapes: peer_llama_cpp.py), each measured in its own process in the same run, so that a failing
+peer costs its column only ("—", with the reason printed) and gives its GPU memory back.
 """
 import argparse
 import gc
@@ -26,6 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "golden"))
 from hf_model import from_kiln_config, hf_config_dict  # noqa: E402
 
 PROMPT, NEW = 32, 128
+BENCH = os.path.dirname(os.path.abspath(__file__))
 
 
 def copy_bandwidth():
@@ -74,6 +80,7 @@ def run_kiln(model, ids, bin_dir, profile=True, extra_args=()):
         prof = run(["--profile"])
         best["decode_bytes_per_step"] = prof["decode_bytes_per_step"]
         best["decode_stages"] = prof.get("decode_stages")  # the whole-step kernel's, when it ran
+        best["decode_ops"] = prof.get("decode_ops")  # the per-op path's profile, when kiln reports it
     return best
 
 
@@ -114,6 +121,47 @@ def run_hf(model_name, ids):
     return (full - first) / (NEW - 1), first
 
 
+def run_peer(script, args, timeout):
+    """One peer's CLI with --json in its own process: (result dict, None) or (None, why not)."""
+    cmd = [sys.executable, os.path.join(BENCH, script), *args, "--json"]
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    print(f"  ({script}: {time.perf_counter() - t:.0f} s)", flush=True)
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        err = (p.stderr or p.stdout).strip().splitlines()  # a traceback's last line names the error
+        return None, f"exit {p.returncode}: " + (err[-1] if err else "no output")
+    r = json.loads(lines[-1])
+    if "unsupported" in r:
+        return None, "not supported: " + r["unsupported"]
+    return r, None
+
+
+def peer_cells(model, ids, args, quants):
+    """The peer columns of one model row: ({column: ms per token or None}, [why each None is missing])."""
+    cells, notes = {}, []
+    if args.gpt_fast:
+        r, why = run_peer("peer_gpt_fast.py", [model, "--gpt-fast", args.gpt_fast,
+                                               "--prompt-ids", ",".join(map(str, ids)), "--new-tokens", str(NEW)],
+                          args.peer_timeout)
+        cells["gpt-fast"] = r and r["ms_per_token"]
+        notes += [f"{model}: gpt-fast: {why}"] if why else []
+    if args.llama_cpp:
+        r, why = run_peer("peer_llama_cpp.py", [model, "--llama-cpp", args.llama_cpp, "--quant", ",".join(quants)]
+                          + (["--work", args.peer_work] if args.peer_work else []), args.peer_timeout)
+        notes += [f"{model}: llama.cpp: {why}"] if why else []
+        for q in ["bf16", *quants]:
+            res = (r or {}).get(q, {})
+            cells[f"llama.cpp {q}"] = res.get("ms_per_token")
+            notes += [f"{model}: llama.cpp {q}: {res['error']}"] if "error" in res else []
+    for note in notes:
+        print("  " + note, flush=True)
+    return cells, notes
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+")
@@ -127,7 +175,20 @@ def main():
                          "is given: the same build measured two ways)")
     ap.add_argument("--batches", default="",
                     help="also decode this many requests at once (comma list, e.g. 8,64): ms per step")
+    ap.add_argument("--gpt-fast", default=os.environ.get("KILN_GPT_FAST"),
+                    help="directory with gpt-fast's model.py: a gpt-fast column (default $KILN_GPT_FAST)")
+    ap.add_argument("--llama-cpp", default=os.environ.get("KILN_LLAMA_CPP"),
+                    help="llama.cpp with bin/llama-bench and gguf-py/: a llama.cpp bf16 column "
+                         "(default $KILN_LLAMA_CPP)")
+    ap.add_argument("--llama-cpp-quant", default="",
+                    help="also llama.cpp on these llama-quantize types (comma list, e.g. Q4_0,Q8_0): a column each")
+    ap.add_argument("--peer-work", help="where llama.cpp's GGUF files are written (default: the temp dir)")
+    ap.add_argument("--peer-timeout", type=int, default=600, help="seconds one peer may take on one model")
+    ap.add_argument("--plot", help="also draw ms/token per model (kiln, floor, peers) into this PNG")
     args = ap.parse_args()
+    quants = [q for q in args.llama_cpp_quant.split(",") if q]
+    peer_cols = (["gpt-fast"] if args.gpt_fast else []) + ([f"llama.cpp {q}" for q in ["bf16", *quants]]
+                                                           if args.llama_cpp else [])
     kiln_args = shlex.split(args.kiln_args)
     base_args = shlex.split(args.baseline_args or "")
     if args.baseline_args is not None and not args.baseline_bin_dir:
@@ -140,15 +201,20 @@ def main():
              "",
              "| model | kiln ms/token | floor ms (bytes/step) | % of bandwidth | kiln prefill 32 tok (ms) | HF ms/token | kiln vs HF |"
              + (" baseline ms/token | change |" if args.baseline_bin_dir else "")
-             + "".join(f" b{b} ms/step |" + (f" baseline b{b} |" if args.baseline_bin_dir else "") for b in batches),
+             + "".join(f" b{b} ms/step |" + (f" baseline b{b} |" if args.baseline_bin_dir else "") for b in batches)
+             + "".join(f" {c} ms/token |" for c in peer_cols),
              "|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")
-             + "---|" * (len(batches) * (2 if args.baseline_bin_dir else 1))]
+             + "---|" * (len(batches) * (2 if args.baseline_bin_dir else 1)) + "---|" * len(peer_cols)]
     lines.insert(1, f"kiln: {args.bin_dir} {args.kiln_args}".rstrip())
     if args.baseline_bin_dir:
         lines.insert(2, f"baseline: {args.baseline_bin_dir} {args.baseline_args or ''}".rstrip())
     print(lines[0], flush=True)
     gen = torch.Generator().manual_seed(5)
-    stages = []
+    if args.llama_cpp:
+        lines.insert(lines.index(""), "llama.cpp: llama-bench tg128 after a 32-token context "
+                                      "(-p 0 -n 128 -d 32 -ngl 99), random bf16 weights in a GGUF of the model's "
+                                      "shapes; 1000 / avg t/s")
+    stages, ops, notes, plot_rows = [], [], [], []
     for m in args.models:
         vocab = hf_config_dict(os.path.join(ROOT, "configs", m + ".yaml"))["vocab_size"]
         ids = torch.randint(3, vocab, (PROMPT,), generator=gen).tolist()
@@ -170,18 +236,44 @@ def main():
             line += f" {run_kiln_batch(m, ids, b, args.bin_dir, kiln_args):.3f} |"
             if args.baseline_bin_dir:
                 line += f" {run_kiln_batch(m, ids, b, args.baseline_bin_dir, base_args):.3f} |"
+        cells, why = peer_cells(m, ids, args, quants) if peer_cols else ({}, [])
+        notes += why
+        line += "".join(" — |" if cells[c] is None else f" {cells[c]:.3f} |" for c in peer_cols)
         lines.append(line)
         print(line, flush=True)
+        plot_rows.append((m, {"kiln": ms, "floor": floor, **({"baseline": base} if args.baseline_bin_dir else {}),
+                              **{c: v for c, v in cells.items() if v is not None}}))
+        if r.get("decode_ops"):
+            ops.append(f"- {m}: " + ", ".join(
+                f"{o['op']} {o['ms_per_step']:.3f} ms ({o['bytes_per_step'] / 1e6:.1f} MB, {o['gb_per_s']:.0f} GB/s)"
+                for o in r["decode_ops"]))
         if r.get("decode_stages"):
             stages.append(f"- {m}: " + ", ".join(
                 f"{st['stage']} {st['ms_per_step']:.3f} ms ({st['wait_ms_per_step']:.3f} waiting, {st['gb_per_s']:.0f} GB/s)"
                 for st in r["decode_stages"]))
+        # Written after every model: a run stopped by its time limit still leaves the rows it measured.
+        write_report(args.out, lines, stages, ops, notes)
     if stages:
-        lines += ["", "Whole-step kernel, per stage family (ms per step, of which waiting for the stage before; GB/s):"]
-        lines += stages
         print("\n".join(stages), flush=True)
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    if ops:
+        print("\n".join(ops), flush=True)
+    if args.plot:
+        from bench_plot import plot
+        plot(plot_rows, args.plot, lines[0])
+
+
+def write_report(path, lines, stages, ops, notes):
+    """The table, then the whole-step stages, kiln's per-op profile and why any peer cell is empty."""
+    blocks = []
+    if stages:
+        blocks += ["", "Whole-step kernel, per stage family (ms per step, of which waiting for the stage before; "
+                       "GB/s):"] + stages
+    if ops:
+        blocks += ["", "Decode per op (kiln --profile; ms per step, bytes read, GB/s):"] + ops
+    if notes:
+        blocks += ["", "Peers not measured (—):"] + [f"- {n}" for n in notes]
+    with open(path, "w") as f:
+        f.write("\n".join(lines + blocks) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""llama.cpp's decode speed on a kiln model's shapes: the "llama.cpp" peer columns of bench.py.
+
+    python3 tools/bench/peer_llama_cpp.py --llama-cpp DIR llama-3.2-1b [--quant Q4_0,Q8_0] [--json]
+
+DIR is llama.cpp built on the GPU machine (.carry/peers_build.sh packs bin/llama-bench,
+bin/llama-quantize, their libraries and gguf-py; a build tree with build/bin/ works too; fetched,
+carried and built there, never committed: bench/README.md). A GGUF file with the exact shapes of
+configs/<model>.yaml and random bf16 weights is written into --work (streamed one tensor at a time:
+an 8B model is 16 GB), optionally quantized with llama-quantize, and measured with
+
+    llama-bench -m FILE -p 0 -n 128 -d 32 -ngl 99 -o json
+
+tg128 at depth 32: 128 tokens decoded one at a time after a 32-token context, bench.py's shape
+(the 32 prompt tokens are processed before the timed part). ms per token = 1000 / avg_ts, llama.cpp's
+own headline number, averaged over llama-bench's repetitions. Files are deleted afterwards unless
+--keep.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "golden"))
+from hf_model import hf_config_dict  # noqa: E402
+
+NEW, DEPTH = 128, 32  # bench.py's shape: 128 new tokens after a 32-token prompt
+ARCH = {"llama": "llama", "qwen3": "qwen3"}  # kiln family (HF model_type) -> llama.cpp architecture
+
+
+class Unsupported(Exception):
+    """The model is not one this GGUF writer describes."""
+
+
+def tool(llama_cpp_dir, name):
+    """A llama.cpp binary: DIR/bin (packed), DIR/build/bin (a build tree) or DIR itself."""
+    for sub in ("bin", os.path.join("build", "bin"), "."):
+        path = os.path.join(llama_cpp_dir, sub, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(f"no {name} under {llama_cpp_dir} (bin/, build/bin/)")
+
+
+def import_gguf(llama_cpp_dir):
+    """llama.cpp's own gguf-py, the writer of the version whose binaries read the file."""
+    path = os.path.join(llama_cpp_dir, "gguf-py")
+    if not os.path.isdir(os.path.join(path, "gguf")):
+        raise FileNotFoundError(f"no gguf-py/gguf under {llama_cpp_dir}")
+    sys.path.insert(0, path)
+    import gguf
+    return gguf
+
+
+def llama3_rope_factors(cfg, head_dim):
+    """Per-frequency divisors of Llama 3.1 RoPE scaling, the `rope_freqs` tensor llama.cpp reads for
+    rope_type llama3 (the same rule as HF's _compute_llama3_parameters, as divisors)."""
+    s = cfg["rope_scaling"]
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old_ctx = s["original_max_position_embeddings"]
+    out = []
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / cfg.get("rope_theta", 10000.0) ** (i / head_dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def tensor_plan(gguf, cfg):
+    """[(name, numpy shape (rows = output features), "bf16" | "f32", fixed values or None)] in file order.
+    Matrices are bf16 as in the checkpoints (random); 1-D weights f32 as llama.cpp's converter writes
+    them (norms: ones)."""
+    t = lambda kind, bid=None: gguf.TENSOR_NAMES[kind].format(bid=bid) + ".weight"  # noqa: E731
+    T = gguf.MODEL_TENSOR
+    H, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    nq, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or H // nq
+    plan = [(t(T.TOKEN_EMBD), (V, H), "bf16", None), (t(T.OUTPUT_NORM), (H,), "f32", None)]
+    if not cfg.get("tie_word_embeddings", False):  # tied: llama.cpp projects with token_embd
+        plan.append((t(T.OUTPUT), (V, H), "bf16", None))
+    if cfg.get("rope_scaling"):
+        plan.append((t(T.ROPE_FREQS), (hd // 2,), "f32", llama3_rope_factors(cfg, hd)))
+    for i in range(cfg["num_hidden_layers"]):
+        plan += [(t(T.ATTN_NORM, i), (H,), "f32", None),
+                 (t(T.ATTN_Q, i), (nq * hd, H), "bf16", None),
+                 (t(T.ATTN_K, i), (nkv * hd, H), "bf16", None),
+                 (t(T.ATTN_V, i), (nkv * hd, H), "bf16", None),
+                 (t(T.ATTN_OUT, i), (H, nq * hd), "bf16", None)]
+        if cfg["model_type"] == "qwen3":  # per-head RMSNorm of q and k
+            plan += [(t(T.ATTN_Q_NORM, i), (hd,), "f32", None), (t(T.ATTN_K_NORM, i), (hd,), "f32", None)]
+        plan += [(t(T.FFN_NORM, i), (H,), "f32", None),
+                 (t(T.FFN_GATE, i), (I, H), "bf16", None),
+                 (t(T.FFN_UP, i), (I, H), "bf16", None),
+                 (t(T.FFN_DOWN, i), (H, I), "bf16", None)]
+    return plan
+
+
+def check_supported(cfg):
+    if cfg["model_type"] not in ARCH:
+        raise Unsupported(f"{cfg['model_type']}: this GGUF writer knows {', '.join(ARCH)}")
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise Unsupported("biases are not written")
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
+        raise Unsupported(f"rope_scaling {scaling}: only llama3 frequency scaling is written")
+
+
+def write_gguf(gguf, cfg, path, name, seed=0):
+    """A GGUF of cfg's shapes with random bf16 weights: metadata as llama.cpp's converter writes it
+    for this architecture, no tokenizer (tokenizer.ggml.model "none" + vocab_size: llama.cpp then
+    makes vocab_size dummy tokens; llama-bench feeds random ids and never detokenizes).
+    Weights are tiles of one random 8 MiB block, written one tensor at a time. Returns the bytes written."""
+    check_supported(cfg)
+    arch = ARCH[cfg["model_type"]]
+    H, nq = cfg["hidden_size"], cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or H // nq
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(H)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(nq)
+    w.add_head_count_kv(cfg.get("num_key_value_heads", nq))
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_tokenizer_model("none")
+    plan = tensor_plan(gguf, cfg)
+    for tname, shape, dtype, _ in plan:
+        if dtype == "bf16":  # numpy has no bf16: the bits travel as uint16
+            w.add_tensor_info(tname, shape, np.dtype(np.uint16), 2 * math.prod(shape),
+                              raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), 4 * math.prod(shape))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    f32 = (rng.standard_normal(1 << 22, dtype=np.float32) * 0.02).view(np.uint32)
+    block = ((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16).astype(np.uint16)  # fp32 -> bf16, round to nearest even
+    total = 0
+    for _, shape, dtype, values in plan:
+        if values is not None:
+            data = values
+        elif dtype == "bf16":
+            data = np.resize(block, shape)  # the block repeated: one tensor in memory at a time
+        else:
+            data = np.ones(shape, dtype=np.float32)
+        w.write_tensor_data(data)
+        total += data.nbytes
+        del data
+    w.close()
+    return total
+
+
+def run_bench(llama_cpp_dir, path, ngl=99, new_tokens=NEW, depth=DEPTH, reps=5, timeout=600):
+    """llama-bench's tg result for one file: a dict with ms_per_token (1000 / avg_ts) and what
+    llama-bench reports of the model (type, size in bytes, parameters) and its run (flash attention,
+    backend, build)."""
+    cmd = [tool(llama_cpp_dir, "llama-bench"), "-m", path, "-p", "0", "-n", str(new_tokens), "-d", str(depth),
+           "-ngl", str(ngl), "-r", str(reps), "-o", "json"]
+    env = dict(os.environ)
+    libdir = os.path.dirname(cmd[0])  # the packed libraries sit beside the binaries
+    env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"llama-bench exit {p.returncode}: {tail(p.stderr or p.stdout)}")
+    rows = [r for r in json.loads(p.stdout) if r.get("n_gen") == new_tokens]
+    if not rows:
+        raise RuntimeError(f"llama-bench printed no tg{new_tokens} row: {tail(p.stdout)}")
+    r = rows[0]
+    return {"ms_per_token": 1e3 / r["avg_ts"], "stddev_ts": r.get("stddev_ts"), "model_type": r.get("model_type"),
+            "model_size": r.get("model_size"), "model_n_params": r.get("model_n_params"),
+            "flash_attn": r.get("flash_attn"), "backends": r.get("backends"), "gpu_info": r.get("gpu_info"),
+            "build_commit": r.get("build_commit"), "n_depth": r.get("n_depth")}
+
+
+def quantize(llama_cpp_dir, src, dst, qtype, timeout=900):
+    cmd = [tool(llama_cpp_dir, "llama-quantize"), src, dst, qtype]
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(cmd[0]) + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"llama-quantize {qtype} exit {p.returncode}: {tail(p.stderr or p.stdout)}")
+
+
+def tail(text, n=3):
+    return " | ".join(line for line in text.strip().splitlines()[-n:])
+
+
+def decode_ms(llama_cpp_dir, model_name, quants=(), work=None, ngl=99, keep=False, reps=5):
+    """llama.cpp's tg ms per token on `model_name`'s shapes (configs/<model_name>.yaml or a kiln YAML
+    path): {"bf16": result, "Q4_0": result, ...}, each result as run_bench's or {"error": why} for a
+    quantization that failed. Raises Unsupported for architectures not written here."""
+    cfg_path = model_name if model_name.endswith(".yaml") else os.path.join(ROOT, "configs", model_name + ".yaml")
+    cfg = hf_config_dict(cfg_path)
+    check_supported(cfg)
+    for name in ["llama-bench"] + (["llama-quantize"] if quants else []):
+        tool(llama_cpp_dir, name)  # before a file of many GB is written
+    gguf = import_gguf(llama_cpp_dir)
+    work_dir = tempfile.mkdtemp(prefix="kiln-lcpp-", dir=work)
+    try:
+        src = os.path.join(work_dir, "model-bf16.gguf")
+        write_gguf(gguf, cfg, src, model_name)
+        out = {"bf16": run_bench(llama_cpp_dir, src, ngl, reps=reps)}
+        for q in quants:
+            dst = os.path.join(work_dir, f"model-{q}.gguf")
+            try:
+                quantize(llama_cpp_dir, src, dst, q)
+                out[q] = run_bench(llama_cpp_dir, dst, ngl, reps=reps)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                out[q] = {"error": str(e)}
+            if not keep and os.path.exists(dst):
+                os.unlink(dst)
+        return out
+    finally:
+        if keep:
+            print(f"kept {work_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", help="a kiln model name (configs/<model>.yaml) or a kiln YAML path")
+    ap.add_argument("--llama-cpp", required=True, help="llama.cpp: bin/llama-bench, bin/llama-quantize, gguf-py/")
+    ap.add_argument("--work", help="where the GGUF files are written (default: the system's temp dir)")
+    ap.add_argument("--quant", default="", help="also these llama-quantize types, comma list (e.g. Q4_0,Q8_0,Q4_K_M)")
+    ap.add_argument("--ngl", type=int, default=99, help="layers on the GPU (0: the CPU only)")
+    ap.add_argument("--reps", type=int, default=5, help="llama-bench repetitions")
+    ap.add_argument("--keep", action="store_true", help="keep the GGUF files")
+    ap.add_argument("--write-only", metavar="FILE", help="only write the bf16 GGUF to FILE")
+    ap.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    args = ap.parse_args()
+    if args.write_only:
+        cfg_path = args.model if args.model.endswith(".yaml") else os.path.join(ROOT, "configs", args.model + ".yaml")
+        n = write_gguf(import_gguf(args.llama_cpp), hf_config_dict(cfg_path), args.write_only, args.model)
+        print(f"{args.write_only}: {n / 1e9:.3f} GB of tensors")
+        return
+    quants = [q for q in args.quant.split(",") if q]
+    try:
+        r = decode_ms(args.llama_cpp, args.model, quants, args.work, args.ngl, args.keep, args.reps)
+    except Unsupported as e:
+        r = {"unsupported": str(e)}
+    if args.json:
+        print(json.dumps(r))
+    elif "unsupported" in r:
+        print(f"{args.model}: not supported: {r['unsupported']}")
+    else:
+        for k, v in r.items():
+            print(f"{args.model} {k}: " + (v["error"] if "error" in v else
+                  f"tg{NEW} {v['ms_per_token']:.3f} ms/token ({v['model_type']}, {v['model_size'] / 1e9:.2f} GB)"))
+
+
+if __name__ == "__main__":
+    main()
