@@ -16,6 +16,7 @@ std::string_view dtype_name(DType t) {
     case DType::I8: return "I8";
     case DType::U8: return "U8";
     case DType::BOOL: return "BOOL";
+    case DType::F8_E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -31,9 +32,41 @@ size_t dtype_size(DType t) {
     case DType::I16: return 2;
     case DType::I8:
     case DType::U8:
-    case DType::BOOL: return 1;
+    case DType::BOOL:
+    case DType::F8_E4M3: return 1;
   }
   return 0;
+}
+
+float f8e4m3_to_f32(uint8_t v) {
+  const bool negative = v & 0x80u;
+  const int exponent = (v >> 3) & 0xf, mantissa = v & 0x7;
+  float value;
+  if (exponent == 0xf && mantissa == 0x7) {
+    value = NAN;
+  } else if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -9);  // zero or subnormal: m × 2^-6 / 8
+  } else {
+    value = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);  // 1.m × 2^(e - 7)
+  }
+  return negative ? -value : value;
+}
+
+uint8_t f32_to_f8e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;  // the largest finite value
+  // Candidates are the 127 non-negative finite codes, increasing with the code: find the nearest,
+  // ties to the even code (an even mantissa).
+  uint8_t lo = 0, hi = 0x7e;
+  while (hi - lo > 1) {  // f8e4m3_to_f32(lo) <= a < f8e4m3_to_f32(hi)
+    const uint8_t mid = static_cast<uint8_t>((lo + hi) / 2);
+    (f8e4m3_to_f32(mid) <= a ? lo : hi) = mid;
+  }
+  const float below = f8e4m3_to_f32(lo), above = f8e4m3_to_f32(hi);
+  const uint8_t code = a - below < above - a ? lo : a - below > above - a ? hi : (lo % 2 == 0 ? lo : hi);
+  return sign | code;
 }
 
 float f16_to_f32(uint16_t h) {

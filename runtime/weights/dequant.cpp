@@ -85,19 +85,26 @@ void scale_min_k4(size_t j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   }
 }
 
+// Q4_K / Q5_K group g (64 elements): the scale and min of its low (sub-block 2g) and high
+// (sub-block 2g + 1) halves, from the block's f16 d, dmin at 0 and packed scales at 4.
+struct GroupScales {
+  float d_lo, m_lo, d_hi, m_hi;
+};
+GroupScales k4_group_scales(const uint8_t* block, size_t g) {
+  const float d = load_f16(block), dmin = load_f16(block + 2);
+  uint8_t sc, m;
+  scale_min_k4(2 * g, block + 4, &sc, &m);
+  const float d_lo = d * sc, m_lo = dmin * m;
+  scale_min_k4(2 * g + 1, block + 4, &sc, &m);
+  return {d_lo, m_lo, d * sc, dmin * m};
+}
+
 void dequantize_q4_k(const uint8_t* block, float* y) {
-  const float d = load_f16(block);
-  const float dmin = load_f16(block + 2);
-  const uint8_t* scales = block + 4;
   const uint8_t* q = block + 16;
   // Four groups of 64 elements; each group's 32 bytes of q give sub-block 2g (low nibbles) and
   // 2g + 1 (high nibbles).
   for (size_t g = 0; g < 4; ++g) {
-    uint8_t sc, m;
-    scale_min_k4(2 * g, scales, &sc, &m);
-    const float d_lo = d * sc, m_lo = dmin * m;
-    scale_min_k4(2 * g + 1, scales, &sc, &m);
-    const float d_hi = d * sc, m_hi = dmin * m;
+    const auto [d_lo, m_lo, d_hi, m_hi] = k4_group_scales(block, g);
     for (size_t l = 0; l < 32; ++l) y[l] = d_lo * static_cast<float>(q[l] & 0x0F) - m_lo;
     for (size_t l = 0; l < 32; ++l) y[32 + l] = d_hi * static_cast<float>(q[l] >> 4) - m_hi;
     q += 32;
@@ -219,17 +226,10 @@ void dequantize_q3_k(const uint8_t* block, float* y) {
 }
 
 void dequantize_q5_k(const uint8_t* block, float* y) {
-  const float d = load_f16(block);
-  const float dmin = load_f16(block + 2);
-  const uint8_t* scales = block + 4;
   const uint8_t* qh = block + 16;
   const uint8_t* ql = block + 48;
   for (size_t g = 0; g < 4; ++g) {
-    uint8_t sc, m;
-    scale_min_k4(2 * g, scales, &sc, &m);
-    const float d_lo = d * sc, m_lo = dmin * m;
-    scale_min_k4(2 * g + 1, scales, &sc, &m);
-    const float d_hi = d * sc, m_hi = dmin * m;
+    const auto [d_lo, m_lo, d_hi, m_hi] = k4_group_scales(block, g);
     const uint8_t bit_lo = static_cast<uint8_t>(1u << (2 * g)), bit_hi = static_cast<uint8_t>(2u << (2 * g));
     for (size_t l = 0; l < 32; ++l) {
       y[l] = d_lo * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & bit_lo) ? 16 : 0)) - m_lo;

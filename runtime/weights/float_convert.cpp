@@ -55,6 +55,9 @@ void convert_to_f32(const TensorView& t, std::span<float> out) {
       return;
     case DType::F16: return f16_elements_to_f32(p, out);
     case DType::BF16: return bf16_elements_to_f32(p, out);
+    case DType::F8_E4M3:  // the stored values; an FP8 checkpoint's block scales are applied by its reader
+      for (size_t i = 0; i < out.size(); ++i) out[i] = f8e4m3_to_f32(static_cast<uint8_t>(p[i]));
+      return;
     case DType::F64:
       for (size_t i = 0; i < out.size(); ++i) {
         double v;
@@ -63,7 +66,7 @@ void convert_to_f32(const TensorView& t, std::span<float> out) {
       }
       return;
     default:
-      fail("tensor \"", t.name, "\": dtype ", dtype_name(t.dtype), " is not a float type (expected F32, F16, BF16 or F64)");
+      fail("tensor \"", t.name, "\": dtype ", dtype_name(t.dtype), " is not a float type (expected F32, F16, BF16, F8_E4M3 or F64)");
   }
 }
 

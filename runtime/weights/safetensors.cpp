@@ -17,13 +17,13 @@ static_assert(std::endian::native == std::endian::little, "safetensors and GGUF 
 
 constexpr std::string_view kMetadataKey = "__metadata__";
 
-// safetensors dtype names kiln reads. Others the format defines (U16, U32, U64, F8_*, F6_*, F4,
-// C64) are rejected as unsupported: no model kiln runs stores them.
+// safetensors dtype names kiln reads. Others the format defines (U16, U32, U64, F8_E5M2 and the
+// other F8_*, F6_*, F4, C64) are rejected as unsupported: no model kiln runs stores them.
 bool dtype_from_name(std::string_view name, DType* out) {
   static constexpr std::pair<std::string_view, DType> kNames[] = {
       {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"F64", DType::F64},
       {"I64", DType::I64}, {"I32", DType::I32}, {"I16", DType::I16},   {"I8", DType::I8},
-      {"U8", DType::U8},   {"BOOL", DType::BOOL},
+      {"U8", DType::U8},   {"BOOL", DType::BOOL}, {"F8_E4M3", DType::F8_E4M3},
   };
   for (const auto& [n, t] : kNames) {
     if (n == name) {

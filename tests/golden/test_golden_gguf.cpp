@@ -66,21 +66,6 @@ std::string gguf_name(const std::string& hf) {
   return "blk." + layer + "." + it->second;
 }
 
-// convert_hf_to_gguf's permute for llama q/k: rows viewed as (heads, 2, head_dim / 2), last two
-// axes swapped.
-std::vector<float> permute_rows(const std::vector<float>& hf, int64_t rows, int64_t cols, int64_t heads) {
-  const int64_t head_dim = rows / heads, half = head_dim / 2;
-  std::vector<float> out(hf.size());
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t s = 0; s < 2; ++s) {
-        std::copy_n(hf.begin() + (h * head_dim + s * half + i) * cols, cols, out.begin() + (h * head_dim + 2 * i + s) * cols);
-      }
-    }
-  }
-  return out;
-}
-
 // ggml's quantize_row_q8_0_ref: per 32 values d = max|x| / 127, q = round(x / d), d stored as f16.
 std::vector<std::byte> quantize_q8_0(const std::vector<float>& x) {
   std::vector<std::byte> out;
@@ -243,7 +228,7 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
     std::vector<float> values(static_cast<size_t>(rows * cols));
     hf.read_rows(name, 0, rows, values.data());
     const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");
-    if (llama && (q || k)) values = permute_rows(values, rows, cols, q ? m.num_attention_heads : m.num_key_value_heads);
+    if (llama && (q || k)) values = test::permute_rows_like_llama_cpp(values, rows, cols, q ? m.num_attention_heads : m.num_key_value_heads);
     const size_t experts_at = name.find(".mlp.experts.");
     if (experts_at != std::string::npos) {
       const std::string layer = name.substr(13, name.find('.', 13) - 13);  // model.layers.N.

@@ -22,22 +22,7 @@ namespace {
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kIQ4_NL = 20;
 
-// convert_hf_to_gguf's permute on rows: view the rows as (heads, 2, head_dim / 2) and swap the
-// last two axes. Output row (h, i, s) is input row (h, s, i).
-std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int64_t rows, int64_t cols, int64_t heads) {
-  const int64_t head_dim = rows / heads, half = head_dim / 2;
-  std::vector<float> out(hf.size());
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t s = 0; s < 2; ++s) {
-        const int64_t out_row = h * head_dim + i * 2 + s;
-        const int64_t in_row = h * head_dim + s * half + i;
-        std::copy_n(hf.begin() + in_row * cols, cols, out.begin() + out_row * cols);
-      }
-    }
-  }
-  return out;
-}
+using kiln::test::permute_rows_like_llama_cpp;
 
 // Values chosen to be exact in the storage type, distinct across tensors where the type allows.
 float value_for(uint32_t type, int64_t tensor_id, int64_t i) {

@@ -1,5 +1,6 @@
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -39,6 +40,19 @@ std::optional<std::string> cached_smollm2() {
   const std::filesystem::path file = cache / "SmolLM2-135M-Instruct.Q4_1.gguf";
   if (std::filesystem::is_regular_file(file)) return file.string();
   return std::nullopt;
+}
+
+std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int64_t rows, int64_t cols, int64_t heads) {
+  const int64_t head_dim = rows / heads, half = head_dim / 2;
+  std::vector<float> out(hf.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t s = 0; s < 2; ++s) {
+        std::copy_n(hf.begin() + (h * head_dim + s * half + i) * cols, cols, out.begin() + (h * head_dim + 2 * i + s) * cols);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace kiln::test

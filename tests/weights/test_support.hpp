@@ -84,6 +84,10 @@ std::vector<std::byte> to_bytes(const std::vector<T>& values) {
   return out;
 }
 
+// convert_hf_to_gguf's permute of llama's q/k rows (`rows` × `cols`, over `heads`): the rows of a head
+// viewed as (2, head_dim / 2) are stored transposed, so output row (h, i, s) is input row (h, s, i).
+std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int64_t rows, int64_t cols, int64_t heads);
+
 // A GGUF image with knobs for every field, so each test breaks exactly one thing.
 struct GgufBuilder {
   struct Tensor {
