@@ -3,41 +3,14 @@
 #include <algorithm>
 
 #include "runtime/core/error.hpp"
+#include "runtime/tokenizer/normalizer.hpp"
+#include "runtime/tokenizer/sentencepiece_text.hpp"
 
 namespace kiln {
 namespace {
 
-// The patterns below are the ones the models' tokenizer.json files use (HF tokenizers runs them
-// with Oniguruma); llama.cpp maps each `tokenizer.ggml.pre` name to the same splits.
+// HF's ByteLevel pattern (GPT-2's), run with Oniguruma there and with PCRE2 here.
 const std::string kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-const std::string kLlama3 =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-const std::string kQwen2 =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-// DeepSeek LLM (and DeepSeek-V2, which shares its vocabulary): six splits in sequence. The second
-// class is the cased letters (Lu, Ll, Lt) as DeepSeek listed them; non-ASCII code points are
-// written as escapes because several are canonical singletons (U+2126 OHM SIGN, U+212A KELVIN
-// SIGN, U+1FBE, ...) that an editor or a copy through NFC would silently change.
-const std::string kDeepSeekNewline = R"([\r\n])";
-const std::string kDeepSeekLetters =
-    R"(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF})"
-    R"(\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1})"
-    R"(\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5})"
-    R"(\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A})"
-    R"(\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B})"
-    R"(\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC})"
-    R"(\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107})"
-    R"(\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134})"
-    R"(\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4})"
-    R"(\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787})"
-    R"(\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A})"
-    R"(\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2})"
-    R"(\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)";
-const std::string kDeepSeekPunctuation = R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)";
-const std::string kDeepSeekTrailingSpace = R"(\s+$)";
-const std::string kDeepSeekCjk = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
-const std::string kDeepSeekDigits = R"(\p{N}+)";
-const std::string kEachDigit = R"(\p{N})";
 
 using Span = std::pair<uint32_t, uint32_t>;
 
@@ -144,48 +117,36 @@ void split_span(const std::string& text, Span span, const PreTokenizer::Step& st
   }
 }
 
+// HF Metaspace on each piece: every " " becomes "▁"; a "▁" goes in front unless the piece already
+// starts with one (`first`: only for the piece at offset 0 of the input); with split, each "▁"
+// starts a new piece (SplitDelimiterBehavior::MergedWithNext on the "▁").
+void metaspace_pieces(const PreTokenizer::Step& step, bool at_input_start, Pieces& pieces, std::vector<Span>& out) {
+  std::string buffer;
+  buffer.reserve(pieces.buffer.size() + 3 * pieces.spans.size());
+  for (const Span& span : pieces.spans) {
+    const std::string_view piece = std::string_view(pieces.buffer).substr(span.first, span.second - span.first);
+    const size_t begin = buffer.size();
+    const bool wanted = step.prepend == PrependScheme::always ||
+                        (step.prepend == PrependScheme::first && at_input_start && span.first == 0);
+    if (wanted && piece.front() != ' ' && !piece.starts_with(kMetaspace)) buffer.append(kMetaspace);
+    buffer.append(replace_all(piece, " ", kMetaspace));
+    const size_t end = buffer.size();
+    size_t piece_begin = begin;
+    if (step.split_at_metaspace) {
+      for (size_t at = buffer.find(kMetaspace, begin + 1); at != std::string::npos;
+           at = buffer.find(kMetaspace, at + kMetaspace.size())) {
+        out.push_back({static_cast<uint32_t>(piece_begin), static_cast<uint32_t>(at)});
+        piece_begin = at;
+      }
+    }
+    out.push_back({static_cast<uint32_t>(piece_begin), static_cast<uint32_t>(end)});
+  }
+  pieces.buffer = std::move(buffer);
+}
+
 }  // namespace
 
 const std::string& PreTokenizer::gpt2_pattern() { return kGpt2; }
-
-PreTokenizer PreTokenizer::for_gguf_name(const std::string& name, const std::string& origin, bool& ignore_merges,
-                                         bool& nfc) {
-  PreTokenizer pre;
-  ignore_merges = false;
-  nfc = false;
-  const std::string where = origin + ": tokenizer.ggml.pre '" + name + "'";
-  const auto is_one_of = [&](std::initializer_list<const char*> names) {
-    return std::any_of(names.begin(), names.end(), [&](const char* n) { return name == n; });
-  };
-  if (is_one_of({"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
-                 "mellum", "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4"})) {
-    pre.add_split(kGpt2, SplitBehavior::isolated, false, where);
-  } else if (is_one_of({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-                        "lfm2", "dbrx", "smaug-bpe"})) {
-    pre.add_split(kLlama3, SplitBehavior::isolated, false, where);
-    // llama.cpp looks whole words up first for these, as Llama 3's tokenizer.json asks.
-    ignore_merges = !is_one_of({"dbrx", "smaug-bpe"});
-  } else if (is_one_of({"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"})) {
-    pre.add_split(kQwen2, SplitBehavior::isolated, false, where);
-    // Qwen2's tokenizer.json normalizes to NFC; the GGUF conversion drops the normalizer, so
-    // restore it to tokenize as HF does (llama.cpp skips it).
-    nfc = is_one_of({"qwen2", "deepseek-r1-qwen"});
-  } else if (name == "deepseek-llm") {
-    for (const std::string* pattern : {&kDeepSeekNewline, &kDeepSeekLetters, &kDeepSeekPunctuation,
-                                       &kDeepSeekTrailingSpace, &kDeepSeekCjk, &kDeepSeekDigits}) {
-      pre.add_split(*pattern, SplitBehavior::isolated, false, where);
-    }
-  } else if (is_one_of({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
-                        "mellum2"})) {
-    // Digits(individual_digits=true) then ByteLevel's GPT-2 split.
-    pre.add_split(kEachDigit, SplitBehavior::isolated, false, where);
-    pre.add_split(kGpt2, SplitBehavior::isolated, false, where);
-  } else {
-    fail(where, " is not supported; supported byte-level pre-tokenizers: gpt-2 (and aliases), llama-bpe/llama3, "
-                "qwen2, deepseek-llm, smollm (and starcoder-style aliases)");
-  }
-  return pre;
-}
 
 void PreTokenizer::add_split(const std::string& pattern, SplitBehavior behavior, bool invert,
                              const std::string& origin) {
@@ -203,7 +164,15 @@ void PreTokenizer::add_prefix_space() {
   steps_.push_back(std::move(step));
 }
 
-void PreTokenizer::split(std::string_view segment, Pieces& out) const {
+void PreTokenizer::add_metaspace(PrependScheme prepend, bool split) {
+  Step step;
+  step.kind = Step::Kind::metaspace;
+  step.prepend = prepend;
+  step.split_at_metaspace = split;
+  steps_.push_back(std::move(step));
+}
+
+void PreTokenizer::split(std::string_view segment, Pieces& out, bool at_input_start) const {
   out.buffer.assign(segment);
   out.spans.clear();
   if (segment.empty()) return;
@@ -223,6 +192,8 @@ void PreTokenizer::split(std::string_view segment, Pieces& out) const {
         next.push_back({begin, static_cast<uint32_t>(buffer.size())});
       }
       out.buffer = std::move(buffer);
+    } else if (step.kind == Step::Kind::metaspace) {
+      metaspace_pieces(step, at_input_start, out, next);
     } else {
       for (const Span& span : out.spans) split_span(out.buffer, span, step, scratch, next);
     }

@@ -81,8 +81,12 @@ int32_t Tokenizer::Impl::find(std::string_view text) const {
 
 Tokenizer::Tokenizer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
-  const Impl& m = *impl_;
+namespace {
+
+// Appends the ids of `text`. `at_input_start` is false when `text` continues a longer input
+// (encode_pieces): Metaspace's `first` scheme puts its "▁" only at the start of the input.
+void encode_into(const Tokenizer::Impl& m, std::string_view text, bool parse_special, bool at_input_start,
+                 std::vector<int32_t>& out) {
   std::string sanitized;
   std::string_view input = text;
   if (!utf8::is_valid(text)) {
@@ -90,16 +94,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     input = sanitized;
   }
 
-  std::vector<int32_t> out;
-  out.reserve(input.size() / 3 + 2);
-  if (add_bos && m.bos >= 0) out.push_back(m.bos);
-
   std::vector<TextSegment> raw_segments, normalized_segments;
   Pieces pieces;
   std::string escaped;
   bool after_token = true;  // SentencePiece: a dummy prefix space before text that starts the sequence or follows a token
 
-  const auto encode_text = [&](std::string_view segment) {
+  // `input_start`: the segment begins the input (no added token or earlier piece before it).
+  const auto encode_text = [&](std::string_view segment, bool input_start) {
     if (m.spm) {
       escaped.clear();
       if (m.spm_dummy_prefix && after_token) escaped += kMetaspace;
@@ -108,7 +109,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     } else if (m.pre_tokenizer.empty()) {
       m.bpe->encode(segment, out);
     } else {
-      m.pre_tokenizer.split(segment, pieces);
+      m.pre_tokenizer.split(segment, pieces, input_start);
       for (size_t i = 0; i < pieces.size(); ++i) m.bpe->encode(pieces[i], out);
     }
     after_token = false;
@@ -121,9 +122,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
       after_token = true;
       continue;
     }
+    const bool raw_start = at_input_start && segment.begin == 0;
     const std::string_view raw = input.substr(segment.begin, segment.end - segment.begin);
     if (m.normalizer.empty() && !m.added.has_normalized()) {
-      encode_text(raw);
+      encode_text(raw, raw_start);
       continue;
     }
     const std::string normalized = m.normalizer.empty() ? std::string(raw) : m.normalizer.apply(raw);
@@ -133,10 +135,20 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
         out.push_back(inner.token);
         after_token = true;
       } else {
-        encode_text(std::string_view(normalized).substr(inner.begin, inner.end - inner.begin));
+        encode_text(std::string_view(normalized).substr(inner.begin, inner.end - inner.begin),
+                    raw_start && inner.begin == 0);
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos && impl_->bos >= 0) out.push_back(impl_->bos);
+  encode_into(*impl_, text, parse_special, /*at_input_start=*/true, out);
   return out;
 }
 
@@ -150,14 +162,15 @@ std::vector<int32_t> Tokenizer::encode_pieces(std::span<const TextPiece> pieces,
     const AddedToken* token = m.added.find(pieces[i].text);
     return token != nullptr && (left ? token->lstrip : token->rstrip);
   };
+  bool at_input_start = true;  // nothing precedes this piece in the concatenation
   for (size_t i = 0; i < pieces.size(); ++i) {
     std::string_view text = pieces[i].text;
     if (!pieces[i].special) {
       if (i > 0 && strips(i - 1, /*left=*/false)) text = utf8::trim_white_space(text, /*front=*/true, /*back=*/false);
       if (strips(i + 1, /*left=*/true)) text = utf8::trim_white_space(text, /*front=*/false, /*back=*/true);
     }
-    const std::vector<int32_t> ids = encode(text, false, /*parse_special=*/pieces[i].special);
-    out.insert(out.end(), ids.begin(), ids.end());
+    encode_into(m, text, /*parse_special=*/pieces[i].special, at_input_start, out);
+    at_input_start = at_input_start && pieces[i].text.empty();
   }
   return out;
 }

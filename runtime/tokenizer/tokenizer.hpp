@@ -1,6 +1,7 @@
 // kiln::Tokenizer — text to token ids and back, for the model families kiln builds:
 // byte-level BPE (Llama 3, Qwen3, DeepSeek-V2, SmolLM2 / GPT-2) from an HF tokenizer.json or GGUF
-// metadata, and SentencePiece BPE with byte fallback (Llama 2 family) from GGUF.
+// metadata, and SentencePiece BPE with byte fallback (Llama 2 family) from GGUF or from a
+// tokenizer.json (Replace/Prepend normalizers or a Metaspace pre-tokenizer).
 //
 // Encoding matches HF tokenizers' `encode(text, add_special_tokens=False)` (the test vectors are
 // HF's ids): added tokens are matched first (special ones only when parse_special), the rest is
@@ -9,7 +10,9 @@
 // the text Python would get from bytes.decode("utf-8", "replace").
 //
 // Decoding is lossless: decode(encode(s)) == s for valid UTF-8 (NFC(s) for tokenizers that
-// normalize to NFC, such as Qwen's). There is no clean-up of spaces before punctuation as
+// normalize to NFC, such as Qwen's), with one exception inherited from HF: a Metaspace
+// pre-tokenizer prepends no "▁" to text that starts with a space, so " hi" and "hi" have the same
+// ids and decode without the space. There is no clean-up of spaces before punctuation as
 // transformers' clean_up_tokenization_spaces would do; added tokens decode to their content (HF's
 // ByteLevel decoder would also map their characters through the byte alphabet, which garbles
 // tokens like DeepSeek's user-defined "ø"); byte sequences that do not form whole characters

@@ -107,15 +107,16 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
            "with a recent llama.cpp)");
     }
     const std::string pre = gguf.get_string(key("pre"));
-    BpeModel::Options options;
-    bool nfc = false;
-    m.pre_tokenizer = PreTokenizer::for_gguf_name(pre, m.origin, options.ignore_merges, nfc);
+    PreTokenizer::GgufSettings settings;
+    m.pre_tokenizer = PreTokenizer::for_gguf_name(pre, m.origin, settings);
     m.pre_tokenizer_name = pre;
-    if (nfc) m.normalizer.add({Normalizer::Kind::nfc, {}, {}, nullptr});
+    if (settings.nfc) m.normalizer.add({Normalizer::Kind::nfc, {}, {}, nullptr});
+    BpeModel::Options options;
     options.byte_level = true;
+    options.ignore_merges = settings.ignore_merges;
     m.bpe = std::make_unique<BpeModel>(m.ids, merges, options, m.origin);
-    // llama.cpp adds BOS for the Llama 3 family unless the file says otherwise.
-    m.add_bos = options.ignore_merges;
+    // llama.cpp's default for the family (BOS for Llama 3) unless the file says otherwise.
+    m.add_bos = settings.add_bos;
   } else {
     if (!gguf.has(key("scores"))) fail(m.origin, ": ", key("scores"), " is missing (required for 'llama' SentencePiece)");
     const std::vector<double> scores = gguf.get_float_array(key("scores"));

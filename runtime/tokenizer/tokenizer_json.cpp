@@ -115,6 +115,36 @@ SplitBehavior parse_behavior(const Reader& r, const std::string& name, const std
        "\"; expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
 }
 
+// Metaspace's prepend_scheme, for the pre-tokenizer and the decoder alike. Older files carry
+// add_prefix_space instead: true is "always", false is "never" (HF 0.19 and later reject false
+// unless prepend_scheme says "never" too; the files that have it were written before
+// prepend_scheme existed, when false meant exactly that). The replacement must be "▁", the
+// character kiln spells and decodes spaces with.
+PrependScheme metaspace_prepend_scheme(const Reader& r, const json& node, const std::string& where) {
+  const std::string replacement = r.string(node, "replacement", where);
+  if (replacement != kMetaspace) {
+    fail(r.origin, ": ", where, ".replacement is \"", replacement, "\"; only \"", kMetaspace,
+         "\" (U+2581) is supported");
+  }
+  const std::string scheme = r.optional_string(node, "prepend_scheme", where);
+  PrependScheme prepend = PrependScheme::always;
+  if (scheme == "first") {
+    prepend = PrependScheme::first;
+  } else if (scheme == "never") {
+    prepend = PrependScheme::never;
+  } else if (!scheme.empty() && scheme != "always") {
+    fail(r.origin, ": ", where, ".prepend_scheme is \"", scheme, "\"; expected \"always\", \"first\" or \"never\"");
+  }
+  if (!r.boolean(node, "add_prefix_space", where, true)) {
+    if (!scheme.empty() && prepend != PrependScheme::never) {
+      fail(r.origin, ": ", where, ".add_prefix_space is false but .prepend_scheme is \"", scheme,
+           "\"; they disagree (false means \"never\")");
+    }
+    prepend = PrependScheme::never;
+  }
+  return prepend;
+}
+
 // Adds the pre-tokenizer's steps and sets seen_byte_level when it includes ByteLevel (which must
 // come last: the model works on raw bytes and maps them to the byte-level alphabet itself).
 void load_pre_tokenizer(const Reader& r, const json& node, const std::string& where, PreTokenizer& out,
@@ -143,14 +173,18 @@ void load_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
     const bool individual = r.boolean(node, "individual_digits", where, false);
     out.add_split(R"(\p{N})", individual ? SplitBehavior::isolated : SplitBehavior::contiguous, false,
                   r.origin + ": " + where);
+  } else if (type == "Metaspace") {
+    const PrependScheme prepend = metaspace_prepend_scheme(r, node, where);
+    out.add_metaspace(prepend, r.boolean(node, "split", where, true));
   } else {
-    fail(r.origin, ": ", where, " has type \"", type, "\"; supported pre-tokenizers: ByteLevel, Split, Digits, Sequence");
+    fail(r.origin, ": ", where, " has type \"", type,
+         "\"; supported pre-tokenizers: ByteLevel, Split, Digits, Metaspace, Sequence");
   }
 }
 
 // How tokens become text. Byte-level decoders map the alphabet back to bytes; SentencePiece-style
-// chains (Replace "▁" -> " ", ByteFallback, Fuse, Strip) spell spaces with "▁", read <0xXX>
-// tokens as bytes, and may strip the dummy-prefix space.
+// chains (Replace "▁" -> " " or Metaspace, ByteFallback, Fuse, Strip) spell spaces with "▁", read
+// <0xXX> tokens as bytes, and may strip the dummy-prefix space.
 struct DecoderInfo {
   bool byte_level = false;
   bool metaspace = false;
@@ -158,7 +192,10 @@ struct DecoderInfo {
 };
 
 void load_decoder(const Reader& r, const json& node, const std::string& where, DecoderInfo& info) {
-  if (node.is_null()) fail(r.origin, ": ", where, " is null; a decoder (ByteLevel, or Replace/ByteFallback/Fuse/Strip) is required");
+  if (node.is_null()) {
+    fail(r.origin, ": ", where,
+         " is null; a decoder (ByteLevel, or Metaspace or Replace/ByteFallback/Fuse/Strip) is required");
+  }
   const std::string type = r.string(node, "type", where);
   if (type == "Sequence") {
     const json& list = r.require(node, "decoders", where);
@@ -173,6 +210,11 @@ void load_decoder(const Reader& r, const json& node, const std::string& where, D
       fail(r.origin, ": ", where, " replaces ", json_excerpt(pattern), "; only \"", kMetaspace, "\" -> \" \" is supported");
     }
     info.metaspace = true;
+  } else if (type == "Metaspace") {
+    // "▁" -> " ", and the text loses one leading space unless prepend_scheme is "never", as with
+    // Strip. (HF drops every "▁" of the first token: the same unless that token holds several.)
+    info.metaspace = true;
+    if (metaspace_prepend_scheme(r, node, where) != PrependScheme::never) info.strip_leading_space = true;
   } else if (type == "ByteFallback" || type == "Fuse") {
     // Byte tokens always decode to their byte and pieces are always concatenated.
   } else if (type == "Strip") {
@@ -182,10 +224,10 @@ void load_decoder(const Reader& r, const json& node, const std::string& where, D
     if (content != " " || !start || !stop) {
       fail(r.origin, ": ", where, " is ", json_excerpt(node), "; only Strip(\" \", start <= 1, stop 0) is supported");
     }
-    info.strip_leading_space = *start == 1;
+    info.strip_leading_space = info.strip_leading_space || *start == 1;
   } else {
     fail(r.origin, ": ", where, " has type \"", type,
-         "\"; supported decoders: ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence");
+         "\"; supported decoders: ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence");
   }
 }
 
@@ -335,7 +377,8 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
          decoder.byte_level ? "is" : "is not", "; both must agree");
   }
   if (!byte_level && !decoder.metaspace) {
-    fail(path, ": a BPE model without ByteLevel needs a decoder that maps \"", kMetaspace, "\" to spaces");
+    fail(path, ": a BPE model without ByteLevel needs a decoder that maps \"", kMetaspace,
+         "\" to spaces (Metaspace, or Replace \"", kMetaspace, "\" -> \" \")");
   }
   m.kind = byte_level ? "byte-level BPE" : "BPE";
 
