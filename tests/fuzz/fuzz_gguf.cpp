@@ -1,6 +1,8 @@
-// libFuzzer: a GGUF file image, then what kiln reads from one: the Llama hyperparameters and
-// tensors in HF layout (dequantized), and the tokenizer.
+// libFuzzer: a GGUF file image, then what kiln reads from one: the hyperparameters and tensors in
+// HF layout (llama, qwen3, deepseek2; dequantized), every small tensor dequantized as stored, and
+// the tokenizer.
 #include "runtime/tokenizer/tokenizer.hpp"
+#include "runtime/weights/dequant.hpp"
 #include "runtime/weights/gguf.hpp"
 #include "runtime/weights/gguf_model.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
@@ -18,6 +20,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         t.read_f32(values);
       }
     });
+    for (const kiln::GgufTensor& t : gguf.tensors()) {  // each block decoder, whatever the names
+      expect_kiln_errors_only([&] {
+        int64_t n = 1;
+        for (const int64_t d : t.ne) n *= d;
+        if (!kiln::can_dequantize(t.type) || n > (1 << 16)) return;
+        std::vector<float> values(static_cast<size_t>(n));
+        kiln::dequantize(t.type, t.bytes, values);
+      });
+    }
     expect_kiln_errors_only([&] {
       const kiln::Tokenizer tokenizer = kiln::Tokenizer::from_gguf(gguf);
       tokenizer.decode(tokenizer.encode("Hello, world! <s> 123 \xC3\xB1"));

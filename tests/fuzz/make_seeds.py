@@ -68,6 +68,88 @@ write(d, "llama.gguf", gguf(llama_kvs + vocab_kvs, [("token_embd.weight", 0, [hi
 write(d, "q8_0.gguf", gguf([("general.architecture", "str", "llama")], [("t", 8, [64], q8_0_blocks(64))]))
 
 
+def block_bytes(type_id, size, scale_at):
+    """One block of a quantized type: patterned bytes with f16 0.01 at each offset of scale_at."""
+    b = bytearray((i * 37 + type_id) % 256 for i in range(size))
+    for at in scale_at:
+        b[at:at + 2] = struct.pack("<e", 0.01)
+    return bytes(b)
+
+
+# One block of every quantized type kiln dequantizes (the harness dequantizes tensors of any name):
+# Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32 elements), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (256).
+blocks = [(2, 32, 18, [0]), (3, 32, 20, [0, 2]), (6, 32, 22, [0]), (7, 32, 24, [0, 2]), (8, 32, 34, [0]),
+          (10, 256, 84, [80, 82]), (11, 256, 110, [108]), (12, 256, 144, [0, 2]), (13, 256, 176, [0, 2]),
+          (14, 256, 210, [208])]
+write(d, "quants.gguf", gguf([("general.architecture", "str", "llama")],
+                             [(f"t{t}", t, [n], block_bytes(t, size, at)) for t, n, size, at in blocks]))
+
+# Qwen3: qwen3.* keys and per-head q/k norms (head_dim 4 over 2 heads, 1 KV head).
+qwen3_kvs = [(k.replace("llama.", "qwen3."), kind, v) for k, kind, v in llama_kvs if k != "general.architecture"]
+write(d, "qwen3.gguf", gguf([("general.architecture", "str", "qwen3")] + qwen3_kvs + vocab_kvs,
+                           [("token_embd.weight", 0, [hidden, vocab], f32_values(hidden * vocab)),
+                            ("output_norm.weight", 0, [hidden], f32_values(hidden, 1))] + layer +
+                           [("blk.0.attn_q_norm.weight", 0, [4], f32_values(4, 1)),
+                            ("blk.0.attn_k_norm.weight", 0, [4], f32_values(4, 1))]))
+
+
+# DeepSeek-V2: MLA (q LoRA 4, kv LoRA 4, nope 2 + rope 2, v 2, 2 heads), one dense layer, then one
+# MoE layer of 4 experts (2 used, 1 shared, expert width 4); kv_b whole or split as llama.cpp does.
+def deepseek2(split):
+    heads, q_lora, kv_lora, nope, rope, v, experts, width = 2, 4, 4, 2, 2, 2, 4, 4
+    kvs = [("general.architecture", "str", "deepseek2"), ("deepseek2.block_count", "u32", 2),
+           ("deepseek2.context_length", "u32", 64), ("deepseek2.embedding_length", "u32", hidden),
+           ("deepseek2.feed_forward_length", "u32", 16), ("deepseek2.attention.head_count", "u32", heads),
+           ("deepseek2.rope.freq_base", "f32", 10000.0), ("deepseek2.attention.layer_norm_rms_epsilon", "f32", 1e-6),
+           ("deepseek2.vocab_size", "u32", vocab), ("deepseek2.attention.q_lora_rank", "u32", q_lora),
+           ("deepseek2.attention.kv_lora_rank", "u32", kv_lora), ("deepseek2.rope.dimension_count", "u32", rope),
+           ("deepseek2.expert_count", "u32", experts), ("deepseek2.expert_used_count", "u32", 2),
+           ("deepseek2.expert_shared_count", "u32", 1), ("deepseek2.expert_feed_forward_length", "u32", width),
+           ("deepseek2.leading_dense_block_count", "u32", 1), ("deepseek2.expert_weights_scale", "f32", 1.0),
+           ("deepseek2.rope.scaling.type", "str", "yarn"), ("deepseek2.rope.scaling.factor", "f32", 4.0),
+           ("deepseek2.rope.scaling.original_context_length", "u32", 16),
+           ("deepseek2.rope.scaling.yarn_log_multiplier", "f32", 0.0707)]
+    if split:
+        kvs += [("deepseek2.attention.head_count_kv", "u32", 1), ("deepseek2.attention.key_length", "u32", kv_lora + rope),
+                ("deepseek2.attention.value_length", "u32", kv_lora),
+                ("deepseek2.attention.key_length_mla", "u32", nope + rope),
+                ("deepseek2.attention.value_length_mla", "u32", v)]
+    else:
+        kvs += [("deepseek2.attention.head_count_kv", "u32", heads), ("deepseek2.attention.key_length", "u32", nope + rope),
+                ("deepseek2.attention.value_length", "u32", v)]
+
+    def t(name, *ne):
+        n = 1
+        for x in ne:
+            n *= x
+        return (name, 0, list(ne), f32_values(n))
+
+    tensors = [t("token_embd.weight", hidden, vocab), t("output_norm.weight", hidden), t("output.weight", hidden, vocab)]
+    for b in range(2):
+        g = f"blk.{b}."
+        tensors += [t(g + "attn_norm.weight", hidden), t(g + "attn_q_a.weight", hidden, q_lora),
+                    t(g + "attn_q_a_norm.weight", q_lora), t(g + "attn_q_b.weight", q_lora, heads * (nope + rope)),
+                    t(g + "attn_kv_a_mqa.weight", hidden, kv_lora + rope), t(g + "attn_kv_a_norm.weight", kv_lora),
+                    t(g + "attn_output.weight", heads * v, hidden), t(g + "ffn_norm.weight", hidden)]
+        if split:
+            tensors += [t(g + "attn_k_b.weight", nope, kv_lora, heads), t(g + "attn_v_b.weight", kv_lora, v, heads)]
+        else:
+            tensors += [t(g + "attn_kv_b.weight", kv_lora, heads * (nope + v))]
+        if b == 0:
+            tensors += [t(g + "ffn_gate.weight", hidden, 16), t(g + "ffn_up.weight", hidden, 16),
+                        t(g + "ffn_down.weight", 16, hidden)]
+        else:
+            tensors += [t(g + "ffn_gate_inp.weight", hidden, experts), t(g + "ffn_gate_exps.weight", hidden, width, experts),
+                        t(g + "ffn_up_exps.weight", hidden, width, experts), t(g + "ffn_down_exps.weight", width, hidden, experts),
+                        t(g + "ffn_gate_shexp.weight", hidden, width), t(g + "ffn_up_shexp.weight", hidden, width),
+                        t(g + "ffn_down_shexp.weight", width, hidden)]
+    return gguf(kvs + vocab_kvs, tensors)
+
+
+write(d, "deepseek2_split.gguf", deepseek2(True))
+write(d, "deepseek2_whole.gguf", deepseek2(False))
+
+
 # ---- tokenizer.json ----
 def tokenizer(pre, decoder, normalizer=None, added=(), vocab=None, merges=("a b",), **model):
     return json.dumps({"added_tokens": list(added), "normalizer": normalizer, "pre_tokenizer": pre, "decoder": decoder,
@@ -90,6 +172,11 @@ write(d, "metaspace.json", tokenizer(None, {"type": "Sequence", "decoders": [
     normalizer={"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
                                                      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
     byte_fallback=True, unk_token="<s>", merges=[["a", "b"]]))
+write(d, "metaspace_pre.json", tokenizer(
+    {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True},
+    {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True},
+    added=[{"id": 0, "content": "<s>", "special": True, "lstrip": False, "rstrip": False, "single_word": False,
+            "normalized": False}], merges=[["a", "b"]]))
 
 # ---- kilnc configs ----
 d = corpus("fuzz_config_yaml")
@@ -139,6 +226,7 @@ dictionary("fuzz_tokenizer_json", json_words + keys(
     "Replace", "Strip", "Fuse", "ByteFallback", "pattern", "Regex", "String", "behavior", "Isolated", "Removed",
     "MergedWithPrevious", "MergedWithNext", "Contiguous", "invert", "byte_fallback", "unk_token", "ignore_merges",
     "TemplateProcessing", "single", "SpecialToken", "add_prefix_space", "use_regex", "start", "stop",
+    "Metaspace", "replacement", "prepend_scheme", "always", "first", "never", "split",
     "individual_digits", "fuse_unk", "dropout"))
 dictionary("fuzz_config_hf", json_words + keys(
     "model_type", "llama", "qwen3", "deepseek_v2", "hidden_size", "num_hidden_layers", "num_attention_heads",

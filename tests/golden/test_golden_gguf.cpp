@@ -13,6 +13,7 @@
 #include <memory>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "generated/tiny-deepseek-v2-lite/model.hpp"
 #include "generated/tiny-deepseek-v2/model.hpp"
@@ -27,6 +28,7 @@
 #include "runtime/model/tensor_source.hpp"
 #include "runtime/weights/gguf_to_hf.hpp"
 #include "tests/golden/golden_fixture.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/weights/test_support.hpp"
 
 using namespace kiln;
@@ -358,4 +360,28 @@ TEST_CASE("gguf-to-hf turns GGUF files of every family into model directories th
     CHECK_NOTHROW(check_model_config(dir.file("hf"), model->info));
     check_logits(*model, fixture, *open_safetensors_source(dir.file("hf")), std::string(model->info.name) + " via gguf-to-hf");
   }
+}
+
+// The binary on a GGUF of weights only (no vocabulary, as llama.cpp's benchmark files and some
+// conversions are): prompt ids run and give HF's greedy tokens; a text prompt asks for a tokenizer.
+TEST_CASE("the binary runs a weights-only GGUF on prompt ids, and asks for a tokenizer for text") {
+  const ModelDef& model = models::tiny_llama::model_def();
+  const golden::Fixture fixture = golden::load_fixture(model.info.name);
+  test::TempDir dir;
+  const std::string path = dir.file("weights-only.gguf");
+  test::write_file(path, fixture_as_gguf(model, *open_safetensors_source(fixture.dir), kF32));
+  const golden::Prompt& p = fixture.prompts[1];
+  std::string ids;
+  for (const int32_t id : p.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::string run = std::string(KILN_TINY_LLAMA) + " --backend cpu --gguf " + path;
+  const test::CommandResult r = test::run_command(run + " --prompt-ids " + ids + " --max-tokens " +
+                                                  std::to_string(p.greedy.size()) + " --temperature 0 --ignore-eos --output-format json");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  CHECK(j["requests"][0]["output_ids"].get<std::vector<int32_t>>() == p.greedy);
+  const test::CommandResult text = test::run_command(run + " --prompt hello --max-tokens 1");
+  INFO(text.output);
+  CHECK(text.exit_code == 1);
+  CHECK(text.output.find("needs a tokenizer") != std::string::npos);
 }
