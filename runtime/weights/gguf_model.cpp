@@ -24,9 +24,15 @@ double metadata_float(const GgufFile& gguf, const std::string& key) {
   return shortest;
 }
 
+// Sizes read from a file are at most this (2^26: above any real vocabulary, context or width), so
+// that products of two of them, as tensor shapes take, cannot overflow.
+constexpr int64_t kMaxMetadataSize = int64_t{1} << 26;
+
 int64_t positive_int(const GgufFile& gguf, const std::string& key) {
   const int64_t v = gguf.get_int(key);
-  if (v <= 0) fail(gguf.origin(), ": metadata key \"", key, "\" = ", v, ", expected a positive integer");
+  if (v <= 0 || v > kMaxMetadataSize) {
+    fail(gguf.origin(), ": metadata key \"", key, "\" = ", v, ", expected a positive integer up to ", kMaxMetadataSize);
+  }
   return v;
 }
 
@@ -96,7 +102,6 @@ void read_dense_heads(const GgufFile& gguf, GgufHyperparams& hp) {
     fail(origin, ": ", key("rope.dimension_count"), " ", gguf.get_int(key("rope.dimension_count")), " differs from head_dim ",
          hp.head_dim, " (partial rotary embeddings are not ", arch, ")");
   }
-
 }
 
 // DeepSeek-V2: MLA (llama.cpp stores it as MQA over the latent: head_count_kv 1, key_length
@@ -106,8 +111,13 @@ void read_dense_heads(const GgufFile& gguf, GgufHyperparams& hp) {
 void read_deepseek2(const GgufFile& gguf, GgufHyperparams& hp) {
   const std::string& origin = gguf.origin();
   const auto key = [&](const char* suffix) { return hp.architecture + "." + suffix; };
-  const auto int_or = [&](const char* suffix, int64_t fallback) {
-    return gguf.has(key(suffix)) ? gguf.get_int(key(suffix)) : fallback;
+  const auto count_or = [&](const char* suffix, int64_t fallback) {  // a count that may be 0
+    if (!gguf.has(key(suffix))) return fallback;
+    const int64_t v = gguf.get_int(key(suffix));
+    if (v < 0 || v > kMaxMetadataSize) {
+      fail(origin, ": metadata key \"", key(suffix), "\" = ", v, ", expected 0 to ", kMaxMetadataSize);
+    }
+    return v;
   };
   GgufMla mla;
   if (gguf.has(key("attention.q_lora_rank"))) mla.q_lora_rank = positive_int(gguf, key("attention.q_lora_rank"));
@@ -129,9 +139,9 @@ void read_deepseek2(const GgufFile& gguf, GgufHyperparams& hp) {
   GgufMoe moe;
   moe.n_routed_experts = positive_int(gguf, key("expert_count"));
   moe.num_experts_per_tok = positive_int(gguf, key("expert_used_count"));
-  moe.n_shared_experts = int_or("expert_shared_count", 0);
+  moe.n_shared_experts = count_or("expert_shared_count", 0);
   moe.moe_intermediate_size = positive_int(gguf, key("expert_feed_forward_length"));
-  moe.first_k_dense_replace = int_or("leading_dense_block_count", 0);
+  moe.first_k_dense_replace = count_or("leading_dense_block_count", 0);
   if (gguf.has(key("expert_group_count"))) moe.n_group = positive_int(gguf, key("expert_group_count"));
   if (gguf.has(key("expert_group_used_count"))) moe.topk_group = positive_int(gguf, key("expert_group_used_count"));
   if (gguf.has(key("expert_weights_scale"))) moe.routed_scaling_factor = metadata_float(gguf, key("expert_weights_scale"));
@@ -141,9 +151,8 @@ void read_deepseek2(const GgufFile& gguf, GgufHyperparams& hp) {
          "; DeepSeek-V2 routes with softmax (1)");
   }
   const int64_t groups = moe.n_group.value_or(1), groups_used = moe.topk_group.value_or(groups);
-  if (moe.num_experts_per_tok > moe.n_routed_experts || moe.first_k_dense_replace < 0 ||
-      moe.first_k_dense_replace > hp.num_hidden_layers || moe.n_shared_experts < 0 || groups_used > groups ||
-      moe.n_routed_experts % groups != 0) {
+  if (moe.num_experts_per_tok > moe.n_routed_experts || moe.first_k_dense_replace > hp.num_hidden_layers ||
+      groups_used > groups || moe.n_routed_experts % groups != 0) {
     fail(origin, ": inconsistent expert metadata (", moe.n_routed_experts, " experts, ", moe.num_experts_per_tok,
          " used, ", groups, " groups of which ", groups_used, " used, ", moe.first_k_dense_replace,
          " leading dense blocks of ", hp.num_hidden_layers, ")");
