@@ -17,8 +17,7 @@ namespace fs = std::filesystem;
 
 // The tokenizer that goes with the weights, if there is one: --tokenizer, else the model
 // directory's tokenizer.json, else the vocabulary of the --gguf file (already open). A GGUF of
-// weights only (no tokenizer.ggml.tokens, or tokenizer.ggml.model "none", llama.cpp's mark for a
-// file without a vocabulary) has none: prompt ids still run, and text prompts ask for --tokenizer.
+// weights only has none: prompt ids still run, and text prompts ask for --tokenizer.
 std::optional<Tokenizer> open_tokenizer(const CliOptions& o, const GgufFile* gguf) {
   if (!o.tokenizer.empty()) {
     if (fs::is_directory(o.tokenizer)) return Tokenizer::from_model_dir(o.tokenizer);
@@ -28,10 +27,7 @@ std::optional<Tokenizer> open_tokenizer(const CliOptions& o, const GgufFile* ggu
   if (!o.model_dir.empty() && fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
     return Tokenizer::from_model_dir(o.model_dir);
   }
-  if (gguf == nullptr) return std::nullopt;
-  const bool weights_only = !gguf->has("tokenizer.ggml.tokens") ||
-                            (gguf->has("tokenizer.ggml.model") && gguf->get_string("tokenizer.ggml.model") == "none");
-  if (weights_only) return std::nullopt;
+  if (gguf == nullptr || !Tokenizer::gguf_has_vocabulary(*gguf)) return std::nullopt;
   return Tokenizer::from_gguf(*gguf);
 }
 

@@ -118,9 +118,6 @@ void check_hyperparameters(const std::string& path, const GgufHyperparams& hp, c
            " vs HF's ", f.hf, "; ", m.name, " was generated from ", m.source, ")");
     }
   }
-  if (hp.rope_scaling || hp.has_rope_freqs) {
-    if (m.rope.kind == RopeKind::standard) fail(path, ": the GGUF file scales rope frequencies but ", m.name, " does not");
-  }
 }
 
 // Llama 3.1's frequency scaling: the file holds, per rotary frequency, the divisor llama.cpp applies
@@ -132,18 +129,15 @@ void check_rope_freqs(const GgufFile& file, const ModelInfo& m) {
   if (m.rope.kind != RopeKind::llama3) {
     fail(path, ": rope_freqs.weight scales rope frequencies the Llama 3.1 way, but ", m.name, " does not");
   }
-  RopeInfo plain = m.rope;
-  plain.kind = RopeKind::standard;
-  const std::vector<float> base = rope_inv_freq(plain), scaled = rope_inv_freq(m.rope);
-  if (t->ne.size() != 1 || t->ne[0] != static_cast<int64_t>(base.size())) {
-    fail(path, ": rope_freqs.weight should hold ", base.size(), " factors (rotary dim / 2)");
+  const std::vector<float> want = rope_freq_divisors(m.rope);
+  if (t->ne.size() != 1 || t->ne[0] != static_cast<int64_t>(want.size())) {
+    fail(path, ": rope_freqs.weight should hold ", want.size(), " factors (rotary dim / 2)");
   }
-  std::vector<float> divisors(base.size());
+  std::vector<float> divisors(want.size());
   dequantize(t->type, t->bytes, divisors);
-  for (size_t i = 0; i < base.size(); ++i) {
-    const double want = static_cast<double>(base[i]) / scaled[i];
-    if (!(std::fabs(divisors[i] - want) <= 1e-4 * want)) {
-      fail(path, ": rope_freqs.weight[", i, "] = ", divisors[i], ", but ", m.name, " divides that frequency by ", want,
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!(std::fabs(divisors[i] - want[i]) <= 1e-4f * want[i])) {
+      fail(path, ": rope_freqs.weight[", i, "] = ", divisors[i], ", but ", m.name, " divides that frequency by ", want[i],
            " (another rope_scaling: factor, low/high_freq_factor or original_max_position_embeddings)");
     }
   }

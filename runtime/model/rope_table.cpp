@@ -105,4 +105,13 @@ std::vector<float> build_rope_table(const RopeInfo& rope, int32_t positions) {
   return table;
 }
 
+std::vector<float> rope_freq_divisors(const RopeInfo& rope) {
+  RopeInfo plain = rope;
+  plain.kind = RopeKind::standard;
+  const std::vector<float> base = rope_inv_freq(plain), scaled = rope_inv_freq(rope);
+  std::vector<float> divisors(base.size());
+  for (size_t i = 0; i < base.size(); ++i) divisors[i] = base[i] / scaled[i];
+  return divisors;
+}
+
 }  // namespace kiln

@@ -59,6 +59,9 @@ class Tokenizer {
   static Tokenizer from_model_dir(const std::string& dir);
   // GGUF `tokenizer.ggml.*` metadata; `gguf.origin()` names the file in errors.
   static Tokenizer from_gguf(const GgufFile& gguf);
+  // Whether the GGUF carries a vocabulary at all: false for a file of weights only (no
+  // tokenizer.ggml.tokens, or tokenizer.ggml.model "none", llama.cpp's mark for no vocabulary).
+  static bool gguf_has_vocabulary(const GgufFile& gguf);
   static Tokenizer from_gguf_file(const std::string& path);
 
   // Token ids of `text`. add_bos prepends bos_id() (when the tokenizer has one); parse_special

@@ -36,6 +36,10 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
 
 Tokenizer Tokenizer::from_gguf_file(const std::string& path) { return from_gguf(GgufFile(path)); }
 
+bool Tokenizer::gguf_has_vocabulary(const GgufFile& gguf) {
+  return gguf.has(key("tokens")) && !(gguf.has(key("model")) && gguf.get_string(key("model")) == "none");
+}
+
 Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
   auto impl = std::make_shared<Impl>();
   Impl& m = *impl;

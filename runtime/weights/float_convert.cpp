@@ -2,6 +2,7 @@
 // convert_to_f32 / convert_to_bf16 for float tensors of any stored precision (safetensors.hpp).
 #include "runtime/weights/float_convert.hpp"
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -55,9 +56,16 @@ void convert_to_f32(const TensorView& t, std::span<float> out) {
       return;
     case DType::F16: return f16_elements_to_f32(p, out);
     case DType::BF16: return bf16_elements_to_f32(p, out);
-    case DType::F8_E4M3:  // the stored values; an FP8 checkpoint's block scales are applied by its reader
-      for (size_t i = 0; i < out.size(); ++i) out[i] = f8e4m3_to_f32(static_cast<uint8_t>(p[i]));
+    case DType::F8_E4M3: {  // the stored values; an FP8 checkpoint's block scales are applied by its reader
+      // All 256 codes decoded once: an FP8 checkpoint has billions of elements to load.
+      static const std::array<float, 256> kE4M3 = [] {
+        std::array<float, 256> table{};
+        for (int code = 0; code < 256; ++code) table[code] = f8e4m3_to_f32(static_cast<uint8_t>(code));
+        return table;
+      }();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = kE4M3[static_cast<uint8_t>(p[i])];
       return;
+    }
     case DType::F64:
       for (size_t i = 0; i < out.size(); ++i) {
         double v;

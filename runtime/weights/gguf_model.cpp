@@ -369,12 +369,40 @@ void add_deepseek2_layers(const GgufFile& gguf, const GgufHyperparams& hp, const
   }
 }
 
+// Llama / Qwen3 layer tensors (kLayerTensors), llama's q/k rows un-permuted.
+template <typename Add>
+void add_dense_layers(const GgufHyperparams& hp, const Add& add) {
+  const auto size = [&](Dim dim) -> int64_t {
+    switch (dim) {
+      case Dim::hidden: return hp.hidden_size;
+      case Dim::q_rows: return hp.num_attention_heads * hp.head_dim;
+      case Dim::kv_rows: return hp.num_key_value_heads * hp.head_dim;
+      case Dim::intermediate: return hp.intermediate_size;
+      case Dim::head_dim: return hp.head_dim;
+      case Dim::none: break;
+    }
+    return 0;
+  };
+  for (int64_t layer = 0; layer < hp.num_hidden_layers; ++layer) {
+    const std::string g = "blk." + std::to_string(layer) + ".";
+    const std::string h = "model.layers." + std::to_string(layer) + ".";
+    for (const LayerTensor& lt : kLayerTensors) {
+      if (lt.rows == Dim::head_dim && !hp.qk_norm) continue;
+      std::vector<int64_t> shape{size(lt.rows)};
+      if (lt.cols != Dim::none) shape.push_back(size(lt.cols));
+      const RopePermuted permuted = hp.rope_permuted ? lt.permuted : RopePermuted::no;
+      const int64_t heads = permuted == RopePermuted::attention_heads ? hp.num_attention_heads
+                            : permuted == RopePermuted::kv_heads      ? hp.num_key_value_heads
+                                                                      : 0;
+      add(g + lt.gguf, h + lt.hf, std::move(shape), heads);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<HfTensorSource> gguf_hf_tensors(const GgufFile& gguf, const GgufHyperparams& hp) {
   const std::string& origin = gguf.origin();
-  const int64_t q_rows = hp.num_attention_heads * hp.head_dim;
-  const int64_t kv_rows = hp.num_key_value_heads * hp.head_dim;
   std::map<std::string, bool> used;  // GGUF names consumed; every tensor must be
   for (const GgufTensor& t : gguf.tensors()) used[t.name] = false;
 
@@ -403,33 +431,11 @@ std::vector<HfTensorSource> gguf_hf_tensors(const GgufFile& gguf, const GgufHype
     out.push_back({hf_name, std::move(shape), t, unpermute_heads});
   };
 
-  const auto size = [&](Dim dim) -> int64_t {
-    switch (dim) {
-      case Dim::hidden: return hp.hidden_size;
-      case Dim::q_rows: return q_rows;
-      case Dim::kv_rows: return kv_rows;
-      case Dim::intermediate: return hp.intermediate_size;
-      case Dim::head_dim: return hp.head_dim;
-      case Dim::none: break;
-    }
-    return 0;
-  };
-
   add("token_embd.weight", "model.embed_tokens.weight", {hp.vocab_size, hp.hidden_size}, 0);
-  if (hp.mla) add_deepseek2_layers(gguf, hp, take, add, out);
-  for (int64_t layer = 0; layer < (hp.mla ? 0 : hp.num_hidden_layers); ++layer) {
-    const std::string g = "blk." + std::to_string(layer) + ".";
-    const std::string h = "model.layers." + std::to_string(layer) + ".";
-    for (const LayerTensor& lt : kLayerTensors) {
-      if (lt.rows == Dim::head_dim && !hp.qk_norm) continue;
-      std::vector<int64_t> shape{size(lt.rows)};
-      if (lt.cols != Dim::none) shape.push_back(size(lt.cols));
-      const RopePermuted permuted = hp.rope_permuted ? lt.permuted : RopePermuted::no;
-      const int64_t heads = permuted == RopePermuted::attention_heads ? hp.num_attention_heads
-                            : permuted == RopePermuted::kv_heads      ? hp.num_key_value_heads
-                                                                      : 0;
-      add(g + lt.gguf, h + lt.hf, std::move(shape), heads);
-    }
+  if (hp.mla) {
+    add_deepseek2_layers(gguf, hp, take, add, out);
+  } else {
+    add_dense_layers(hp, add);
   }
   add("output_norm.weight", "model.norm.weight", {hp.hidden_size}, 0);
   if (!hp.tie_word_embeddings) add("output.weight", "lm_head.weight", {hp.vocab_size, hp.hidden_size}, 0);

@@ -253,12 +253,8 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
     g.tensor(t.name, std::move(ne), quantize ? kQ8_0 : kF32, quantize ? quantize_q8_0(t.values) : test::to_bytes(t.values));
   }
   if (m.rope.kind == RopeKind::llama3 && rope_freqs_scale != 0) {
-    // llama.cpp divides theta's frequencies by these factors.
-    RopeInfo plain = m.rope;
-    plain.kind = RopeKind::standard;
-    const std::vector<float> base = rope_inv_freq(plain), scaled = rope_inv_freq(m.rope);
-    std::vector<float> divisors(base.size());
-    for (size_t i = 0; i < base.size(); ++i) divisors[i] = base[i] / scaled[i] * rope_freqs_scale;
+    std::vector<float> divisors = rope_freq_divisors(m.rope);  // llama.cpp divides theta's frequencies by these
+    for (float& d : divisors) d *= rope_freqs_scale;
     g.tensor("rope_freqs.weight", {divisors.size()}, kF32, test::to_bytes(divisors));
   }
   return g.build();
@@ -372,7 +368,7 @@ TEST_CASE("the binary runs a weights-only GGUF on prompt ids, and asks for a tok
   test::write_file(path, fixture_as_gguf(model, *open_safetensors_source(fixture.dir), kF32));
   const golden::Prompt& p = fixture.prompts[1];
   std::string ids;
-  for (const int32_t id : p.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (const int32_t id : p.ids) ids.append(ids.empty() ? "" : ",").append(std::to_string(id));
   const std::string run = std::string(KILN_TINY_LLAMA) + " --backend cpu --gguf " + path;
   const test::CommandResult r = test::run_command(run + " --prompt-ids " + ids + " --max-tokens " +
                                                   std::to_string(p.greedy.size()) + " --temperature 0 --ignore-eos --output-format json");
