@@ -55,7 +55,7 @@ std::optional<BlockShape> fp8_block_shape(const std::string& dir) {
 
 class SafetensorsSource final : public TensorSource {
  public:
-  explicit SafetensorsSource(const std::string& dir) : dir_(dir), block_(fp8_block_shape(dir)) {
+  explicit SafetensorsSource(const std::string& dir) : block_(fp8_block_shape(dir)), dir_(dir) {
     for (const std::string& name : dir_.names()) {
       const TensorView& t = *dir_.find(name);
       if (t.dtype != DType::F8_E4M3) continue;
@@ -141,8 +141,8 @@ class SafetensorsSource final : public TensorSource {
     }
   }
 
+  std::optional<BlockShape> block_;  // from config.json's quantization_config (read first: config before weights)
   SafetensorsDir dir_;
-  std::optional<BlockShape> block_;  // from config.json's quantization_config
   std::set<std::string> scales_;     // the *_scale_inv tensors of FP8 matrices (not listed)
 };
 

@@ -84,6 +84,11 @@ case("index", "duplicate_key.json", '{"weight_map": {"x": "s1.safetensors", "x":
      'duplicate JSON key "x"')
 case("index", "shard_not_string.json", '{"weight_map": {"x": 1}}', "must be a shard file name")
 
+# ---- safetensors: an FP8 matrix in a directory whose config.json names no quantization ----
+case("safetensors", "fp8_no_quantization_config.safetensors",
+     safetensors([("model.embed_tokens.weight", "F8_E4M3", [512, 64], bytes(512 * 64))]),
+     "is F8_E4M3 but config.json has no quantization_config")
+
 # ---- config.json of a model directory (the binary: tiny-llama) ----
 good_config = json.load(open(os.path.join(ROOT, "tests", "golden", "tiny-llama", "config.json")))
 
@@ -115,6 +120,10 @@ case("config", "number_overflow.json", config_with()[:-1].replace('"rms_norm_eps
      "not valid JSON")
 case("config", "gelu.json", config_with(hidden_act="gelu"), "supported: silu")
 case("config", "no_vocab_size.json", config_with(vocab_size=None), "missing field 'vocab_size'")
+case("config", "gptq.json", config_with(quantization_config={"quant_method": "gptq", "bits": 4}),
+     "is not one kiln reads (quant_method \"fp8\"")
+case("config", "fp8_bad_block.json", config_with(quantization_config={"quant_method": "fp8", "weight_block_size": [128]}),
+     "quantization_config.weight_block_size [128], expected [rows, columns]")
 
 # ---- GGUF (tiny-llama --gguf) ----
 vocab = ["<unk>", "<s>", "</s>", "a", "b", "ab"]
@@ -142,6 +151,22 @@ case("gguf", "unknown_ggml_type.gguf", gguf([], [("t", 99, [1], one)]), "unknown
 case("gguf", "data_past_end.gguf", gguf([], [("t", 0, [64], one)]), "past the end")
 case("gguf", "not_llama.gguf", gguf([("general.architecture", "str", "bert")] + tok, []),
      'general.architecture is "bert"; kiln reads GGUF files of the architectures')
+case("gguf", "qwen3_for_llama.gguf",
+     gguf([(k.replace("llama.", "qwen3."), kind, v) for k, kind, v in llama if k != "general.architecture"]
+          + [("general.architecture", "str", "qwen3")] + tok, [("token_embd.weight", 0, [64, 6], f32_values(384))]),
+     "model type is qwen3 in the GGUF file but llama in tiny-llama")
+case("gguf", "block_count_huge.gguf",
+     gguf([kv for kv in llama if kv[0] != "llama.block_count"] + [("llama.block_count", "u64", 1 << 40)] + tok, []),
+     '"llama.block_count" = 1099511627776, expected a positive integer up to 67108864')
+deepseek2 = [(k.replace("llama.", "deepseek2."), kind, v) for k, kind, v in llama if k != "general.architecture"]
+case("gguf", "deepseek2_experts.gguf",
+     gguf([("general.architecture", "str", "deepseek2")] + deepseek2 + tok
+          + [("deepseek2.attention.kv_lora_rank", "u32", 32), ("deepseek2.rope.dimension_count", "u32", 8),
+             ("deepseek2.attention.key_length", "u32", 24), ("deepseek2.attention.value_length", "u32", 12),
+             ("deepseek2.expert_count", "u32", 4), ("deepseek2.expert_used_count", "u32", 6),
+             ("deepseek2.expert_feed_forward_length", "u32", 24)],
+          [("token_embd.weight", 0, [64, 6], f32_values(384))]),
+     "inconsistent expert metadata (4 experts, 6 used")
 case("gguf", "wrong_shapes.gguf",
      gguf(llama + [("llama.vocab_size", "u32", 6)] + tok, [("token_embd.weight", 0, [64, 6], f32_values(384))]),
      "vocabulary size is 6 in the GGUF file but 512")
