@@ -10,12 +10,16 @@ namespace kiln::codegen {
 namespace {
 
 std::string source_text(const WeightSource& s) {
-  if (s.hf_rows > 0) {  // a tensor-parallel rank's slice: every field named
+  if (s.hf_rows > 0 || s.rank_experts > 0) {  // a tensor-parallel rank's slice: every field named
     std::string out = "{.hf_name = \"" + s.hf_name + "\", .rows = " + num(s.rows);
+    if (s.row_begin != 0) out += ", .row_begin = " + num(s.row_begin);
+    if (s.groups != 1) out += ", .groups = " + num(s.groups) + ", .group_stride = " + num(s.group_stride);
     if (s.rank_rows != 0) out += ", .rank_rows = " + num(s.rank_rows);
     if (s.cols != 0) out += ", .rank_cols = " + num(s.rank_cols) + ", .cols = " + num(s.cols);
     if (s.rank_group != 1) out += ", .rank_group = " + num(s.rank_group);
-    return out + ", .hf_rows = " + num(s.hf_rows) + ", .hf_cols = " + num(s.hf_cols) + "}";
+    if (s.hf_rows > 0) out += ", .hf_rows = " + num(s.hf_rows) + ", .hf_cols = " + num(s.hf_cols);
+    if (s.rank_experts > 0) out += ", .rank_experts = " + num(s.rank_experts);
+    return out + "}";
   }
   std::string out = "{\"" + s.hf_name + "\", " + num(s.rows);
   if (s.row_begin != 0 || s.groups != 1) out += ", " + num(s.row_begin);
@@ -50,6 +54,7 @@ std::string emit_weights_inc(const ModelSpec& spec, const Graph& g) {
   if (spec.ranks > 1) {
     c.comment("A tensor-parallel rank's slices name their fields: rank q = rank / rank_group takes the rows");
     c.comment("q × rank_rows further, or the columns [q × rank_cols, + cols), of an HF tensor of hf_rows × hf_cols.");
+    if (spec.moe) c.comment("A source with rank_experts holds one rank's experts: {E} counts from rank × rank_experts.");
   }
   for (const WeightDecl& w : g.weights) {
     c.line();

@@ -88,6 +88,7 @@ struct WeightSource {
   int64_t rank_group = 1;
   int64_t hf_rows = 0;
   int64_t hf_cols = 0;
+  int64_t rank_experts = 0;  // expert parallelism: {E} counts from rank × rank_experts
 };
 struct WeightDecl {
   std::string field;         // member of Weights / LayerWeights

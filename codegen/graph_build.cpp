@@ -328,27 +328,7 @@ void build_dense(const ModelSpec& s, Graph& g) {
                t > 1 ? "MLP down projection: the columns of this rank's features" : "MLP down projection");
   add_final_weights(s, g);
 
-  // A row-parallel projection: x += its product without tensor parallelism. With it, rank 0 adds its
-  // share (its heads' or features' columns) into the residual and every other rank stores its share
-  // in x, so the sum over the ranks, in place, is the residual plus the whole product: no buffer
-  // besides x and no kernel besides the projections and NCCL's.
   const std::string rank_note = t > 1 ? "   (this rank's share)" : "";
-  auto residual_projection = [&](std::vector<Op>& ops, const std::string& label, const std::string& weight,
-                                 const std::string& in, const std::string& k) {
-    if (t == 1) {
-      ops.push_back(make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, ""));
-      return;
-    }
-    Op first = make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, "(rank 0: its share)");
-    first.rank_case = "first";
-    Op others = make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::store_f32, "(the other ranks: theirs)");
-    others.rank_case = "others";
-    others.kernel += "_share";
-    ops.push_back(first);
-    ops.push_back(others);
-    ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual"));
-  };
-
   std::vector<Op> attn;
   attn.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
   attn.push_back(make_linear(g, "self_attn.q_proj,k_proj,v_proj", "qkv_proj", "h", "qkv", "kQkvWidth", "kHiddenSize",
@@ -384,14 +364,14 @@ void build_dense(const ModelSpec& s, Graph& g) {
                           {"page_size", "kPageSize"}, {"row", "kQkvWidth"}, {"scale", "kAttnScale"},
                           {"partition", "kAttnPartition"}, {"max_partitions", "kAttnMaxPartitions"}},
                          "attention"));
-  residual_projection(attn, "self_attn.o_proj", "o_proj", "attn", "kQWidth");
+  add_residual_projection(s, g, attn, "self_attn.o_proj", "o_proj", "attn", "kQWidth");
 
   std::vector<Op> mlp;
   mlp.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   mlp.push_back(make_linear(g, "mlp.gate_proj,up_proj", "gate_up_proj", "h", "gate_up", "kGateUpWidth", "kHiddenSize",
                             LinearOut::store_bf16, "(gate " + num(I) + " | up " + num(I) + ")" + rank_note));
   mlp.push_back(make_silu_mul("mlp.act_fn", "gate_up", "act", "kIntermediateSize", g));
-  residual_projection(mlp, "mlp.down_proj", "down_proj", "act", "kIntermediateSize");
+  add_residual_projection(s, g, mlp, "mlp.down_proj", "down_proj", "act", "kIntermediateSize");
 
   g.blocks.push_back({"decoder_layer", 0, L, {{"self-attention", attn}, {"MLP (SwiGLU)", mlp}}});
   add_prologue_epilogue(s, g);

@@ -30,6 +30,14 @@ Op make_silu_mul(const std::string& label, const std::string& in, const std::str
                  const Graph& g, const std::string& rows_per_token = "");
 // x = Σ over the tensor-parallel ranks of each rank's x (fp32 rows of kHiddenSize), in place.
 Op make_all_reduce(const ModelSpec& s, const std::string& x, const std::string& detail);
+// A row-parallel projection: x += its product without tensor parallelism. With it, rank 0 adds its
+// share (its heads' or features' columns) into the residual and every other rank stores its share
+// in x, so the sum over the ranks, in place, is the residual plus the whole product: no buffer
+// besides x and no kernel besides the projections and NCCL's. `reduce`: the all-reduce follows
+// (else a later op adds more of the ranks' shares into x first, and then reduces).
+void add_residual_projection(const ModelSpec& s, const Graph& g, std::vector<Op>& ops, const std::string& label,
+                             const std::string& weight, const std::string& in, const std::string& k,
+                             bool reduce = true);
 std::string linear_out_name(LinearOut result);  // "LinearOut::add_f32"
 std::string shape_init(const Op& op);           // "{.dim = kHiddenSize, .eps = kRmsNormEps}"
 void check_bindings(const Graph& g);

@@ -7,6 +7,14 @@
 // (q_latent = W_UKᵀ·q_nope) and attention runs MQA-like over the latent cache; its output
 // o_latent = Σ p·c_kv is lifted to the heads' value space by W_UV. W_UK and W_UV are kv_b_proj's
 // rows, split per head at load.
+//
+// Tensor parallelism (s.ranks = t > 1): a rank holds num_attention_heads / t query heads (their
+// rows of q_b_proj / q_proj and kv_b_proj, their columns of o_proj) over the whole latent cache
+// (c_kv and k_rope are shared by every head, so each rank computes and keeps all of it), 1/t of the
+// dense and shared experts' intermediate features, and n_routed_experts / t routed experts whole
+// (expert parallelism: every rank has every token after the all-reduce, routes it over all experts
+// and runs the chosen ones it holds; the MoE block's all-reduce then sums the experts' outputs
+// with the shared experts' shares).
 #include <cmath>
 
 #include "codegen/graph_build.hpp"
@@ -26,9 +34,9 @@ double yarn_scale_factor(const RopeSpec& r) {
 void define_constants(const ModelSpec& s, Graph& g) {
   const MlaSpec& a = *s.mla;
   const MoeSpec& m = *s.moe;
-  const int64_t H = s.num_attention_heads;
+  const int64_t t = s.ranks, H = s.num_attention_heads / t;
   define_common_constants(s, g);
-  g.define("kNumHeads", H, "num_attention_heads");
+  g.define("kNumHeads", H, per_rank(s, "num_attention_heads"));
   if (a.q_lora_rank) g.define("kQLoraRank", a.q_lora_rank, "q_lora_rank");
   g.define("kKvLoraRank", a.kv_lora_rank, "kv_lora_rank: the latent c_kv");
   g.define("kQkNopeHeadDim", a.qk_nope_head_dim, "qk_nope_head_dim");
@@ -42,22 +50,25 @@ void define_constants(const ModelSpec& s, Graph& g) {
   g.define("kMlaQueryWidth", H * (a.kv_lora_rank + a.qk_rope_head_dim), "kNumHeads × (kKvLoraRank + kQkRopeHeadDim)");
   g.define("kLatentOutWidth", H * a.kv_lora_rank, "kNumHeads × kKvLoraRank");
   g.define("kAttnOutWidth", H * a.v_head_dim, "kNumHeads × kVHeadDim");
-  g.define("kIntermediateSize", s.intermediate_size, "intermediate_size (dense layers)");
-  g.define("kGateUpWidth", 2 * s.intermediate_size, "gate | up: 2 × kIntermediateSize");
+  g.define("kIntermediateSize", s.intermediate_size / t, per_rank(s, "intermediate_size") + " (dense layers)");
+  g.define("kGateUpWidth", 2 * s.intermediate_size / t, "gate | up: 2 × kIntermediateSize");
   g.define("kFirstKDenseReplace", m.first_k_dense_replace, "first_k_dense_replace: layers with a dense MLP");
   g.define("kNumExperts", m.n_routed_experts, "n_routed_experts");
+  if (t > 1) g.define("kLocalExperts", m.n_routed_experts / t, "n_routed_experts / kRanks: the routed experts this rank holds");
   g.define("kNumExpertsPerTok", m.num_experts_per_tok, "num_experts_per_tok");
   g.define("kMoeIntermediateSize", m.moe_intermediate_size, "moe_intermediate_size");
   g.define("kMoeGateUpWidth", 2 * m.moe_intermediate_size, "an expert's gate | up: 2 × kMoeIntermediateSize");
   g.define("kMoeTokenGateUpWidth", m.num_experts_per_tok * 2 * m.moe_intermediate_size,
            "one token's chosen experts' gate | up");
   g.define("kMoeTokenActWidth", m.num_experts_per_tok * m.moe_intermediate_size, "one token's chosen experts' act");
-  g.define("kMoeScratchPerToken", m.num_experts_per_tok + m.n_routed_experts + 1,
+  g.define("kMoeScratchPerToken", m.num_experts_per_tok + m.n_routed_experts / t + 1,
            "int scratch: (token, expert) pairs bucketed by expert, and bucket offsets");
   if (m.n_shared_experts > 0) {
-    g.define("kSharedIntermediateSize", m.n_shared_experts * m.moe_intermediate_size,
-             "shared experts, one MLP: n_shared_experts × moe_intermediate_size");
-    g.define("kSharedGateUpWidth", 2 * m.n_shared_experts * m.moe_intermediate_size, "2 × kSharedIntermediateSize");
+    const int64_t shared = m.n_shared_experts * m.moe_intermediate_size / t;
+    g.define("kSharedIntermediateSize", shared,
+             t > 1 ? "shared experts, one MLP: n_shared_experts × moe_intermediate_size / kRanks"
+                   : "shared experts, one MLP: n_shared_experts × moe_intermediate_size");
+    g.define("kSharedGateUpWidth", 2 * shared, "2 × kSharedIntermediateSize");
   }
   g.define("kNumGroups", m.n_group, "n_group");
   g.define("kTopkGroups", m.topk_group, "topk_group");
@@ -67,12 +78,36 @@ void define_constants(const ModelSpec& s, Graph& g) {
   define_decode_attention_constants(s, g, "kNumHeads", "kKvLoraRank");
 }
 
+// One rank's heads of kv_b_proj: `rows` of each of its heads' rows (W_UK's nope rows or W_UV's
+// value rows, `row_begin` into the head), heads of kv_b_stride rows.
+WeightSource head_rows(const ModelSpec& s, const std::string& name, int64_t rows, int64_t row_begin) {
+  const MlaSpec& a = *s.mla;
+  const int64_t heads = s.num_attention_heads / s.ranks, stride = a.qk_nope_head_dim + a.v_head_dim;
+  WeightSource w{name, rows, row_begin, heads, stride};
+  if (s.ranks == 1) return w;
+  w.rank_rows = heads * stride;
+  w.hf_rows = s.num_attention_heads * stride;
+  w.hf_cols = a.kv_lora_rank;
+  return w;
+}
+
+// A routed expert's tensor in a per-expert layout ({E}): with expert parallelism, this rank's experts.
+WeightSource expert_source(const ModelSpec& s, const std::string& name, int64_t rows) {
+  WeightSource w{name, rows};
+  if (s.ranks > 1) w.rank_experts = s.moe->n_routed_experts / s.ranks;
+  return w;
+}
+
 void add_weights(const ModelSpec& s, Graph& g) {
   const MlaSpec& a = *s.mla;
   const MoeSpec& m = *s.moe;
-  const int64_t H = s.hidden_size, Hn = s.num_attention_heads, L = s.num_hidden_layers, K = m.first_k_dense_replace;
-  const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim, kv_b_stride = a.qk_nope_head_dim + a.v_head_dim;
-  const int64_t E = m.n_routed_experts, Im = m.moe_intermediate_size, Is = m.n_shared_experts * Im;
+  const int64_t t = s.ranks;
+  const int64_t H = s.hidden_size, Hn = s.num_attention_heads / t, L = s.num_hidden_layers, K = m.first_k_dense_replace;
+  const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  const int64_t E = m.n_routed_experts / t, Im = m.moe_intermediate_size, Is = m.n_shared_experts * Im / t;
+  const int64_t I = s.intermediate_size / t;
+  const std::string heads = t > 1 ? " of this rank's heads" : "";
+  const std::string each_head = t > 1 ? "each of this rank's heads" : "each head";
   auto layers = [&](const std::string& field, int64_t first, int64_t last, std::vector<int64_t> shape,
                     std::vector<std::vector<WeightSource>> layouts, const std::string& comment, int64_t experts = 0) {
     g.weights.push_back(
@@ -85,11 +120,12 @@ void add_weights(const ModelSpec& s, Graph& g) {
            "q down-projection");
     layers("q_a_layernorm", 0, L, {a.q_lora_rank}, {{{hf_layer("self_attn.q_a_layernorm.weight"), 1}}},
            "RMSNorm of the q latent");
-    layers("q_b_proj", 0, L, {Hn * qk, a.q_lora_rank}, {{{hf_layer("self_attn.q_b_proj.weight"), Hn * qk}}},
-           "q up-projection: per head nope | rope");
+    layers("q_b_proj", 0, L, {Hn * qk, a.q_lora_rank},
+           {{row_shard(s, hf_layer("self_attn.q_b_proj.weight"), Hn * qk, Hn * t * qk, a.q_lora_rank)}},
+           "q up-projection: per head nope | rope" + heads);
   } else {
-    layers("q_proj", 0, L, {Hn * qk, H}, {{{hf_layer("self_attn.q_proj.weight"), Hn * qk}}},
-           "q projection: per head nope | rope");
+    layers("q_proj", 0, L, {Hn * qk, H}, {{row_shard(s, hf_layer("self_attn.q_proj.weight"), Hn * qk, Hn * t * qk, H)}},
+           "q projection: per head nope | rope" + heads);
   }
   layers("kv_a_proj_with_mqa", 0, L, {a.kv_lora_rank + a.qk_rope_head_dim, H},
          {{{hf_layer("self_attn.kv_a_proj_with_mqa.weight"), a.kv_lora_rank + a.qk_rope_head_dim}}},
@@ -97,39 +133,49 @@ void add_weights(const ModelSpec& s, Graph& g) {
   layers("kv_a_layernorm", 0, L, {a.kv_lora_rank}, {{{hf_layer("self_attn.kv_a_layernorm.weight"), 1}}},
          "RMSNorm of c_kv");
   layers("w_uk", 0, L, {Hn * a.qk_nope_head_dim, a.kv_lora_rank},
-         {{{hf_layer("self_attn.kv_b_proj.weight"), a.qk_nope_head_dim, 0, Hn, kv_b_stride}}},
-         "W_UK: kv_b_proj's k_nope rows of each head [heads × nope, kv_lora]");
+         {{head_rows(s, hf_layer("self_attn.kv_b_proj.weight"), a.qk_nope_head_dim, 0)}},
+         "W_UK: kv_b_proj's k_nope rows of " + each_head + " [heads × nope, kv_lora]");
   layers("w_uv", 0, L, {Hn * a.v_head_dim, a.kv_lora_rank},
-         {{{hf_layer("self_attn.kv_b_proj.weight"), a.v_head_dim, a.qk_nope_head_dim, Hn, kv_b_stride}}},
-         "W_UV: kv_b_proj's value rows of each head [heads × v, kv_lora]");
-  layers("o_proj", 0, L, {H, Hn * a.v_head_dim}, {{{hf_layer("self_attn.o_proj.weight"), H}}},
-         "attention output projection");
+         {{head_rows(s, hf_layer("self_attn.kv_b_proj.weight"), a.v_head_dim, a.qk_nope_head_dim)}},
+         "W_UV: kv_b_proj's value rows of " + each_head + " [heads × v, kv_lora]");
+  layers("o_proj", 0, L, {H, Hn * a.v_head_dim},
+         {{column_shard(s, hf_layer("self_attn.o_proj.weight"), H, Hn * a.v_head_dim, Hn * t * a.v_head_dim)}},
+         t > 1 ? "attention output projection: the columns of this rank's heads" : "attention output projection");
   layers("post_attention_layernorm", 0, L, {H}, {{{hf_layer("post_attention_layernorm.weight"), 1}}},
          "RMSNorm before the MLP / MoE");
   if (K > 0) {
-    layers("gate_up_proj", 0, K, {2 * s.intermediate_size, H},
-           {{{hf_layer("mlp.gate_proj.weight"), s.intermediate_size}, {hf_layer("mlp.up_proj.weight"), s.intermediate_size}}},
-           "dense MLP gate_proj | up_proj rows, fused");
-    layers("down_proj", 0, K, {H, s.intermediate_size}, {{{hf_layer("mlp.down_proj.weight"), H}}},
-           "dense MLP down projection");
+    layers("gate_up_proj", 0, K, {2 * I, H},
+           {{row_shard(s, hf_layer("mlp.gate_proj.weight"), I, s.intermediate_size, H),
+             row_shard(s, hf_layer("mlp.up_proj.weight"), I, s.intermediate_size, H)}},
+           t > 1 ? "dense MLP gate_proj | up_proj rows of this rank's features, fused" : "dense MLP gate_proj | up_proj rows, fused");
+    layers("down_proj", 0, K, {H, I}, {{column_shard(s, hf_layer("mlp.down_proj.weight"), H, I, s.intermediate_size)}},
+           t > 1 ? "dense MLP down projection: the columns of this rank's features" : "dense MLP down projection");
   }
   if (K < L) {
-    layers("router", K, L, {E, H}, {{{hf_layer("mlp.gate.weight"), E}}}, "router: one row per routed expert");
+    layers("router", K, L, {m.n_routed_experts, H}, {{{hf_layer("mlp.gate.weight"), m.n_routed_experts}}},
+           "router: one row per routed expert");
     // Routed experts: per-expert tensors (the published checkpoints) or the fused tensors
     // transformers 5 saves; gate rows before up rows either way.
+    const std::string which = t > 1 ? "this rank's routed experts'" : "routed experts'";
     layers("experts_gate_up", K, L, {E, 2 * Im, H},
-           {{{hf_layer("mlp.experts.{E}.gate_proj.weight"), Im}, {hf_layer("mlp.experts.{E}.up_proj.weight"), Im}},
-            {{hf_layer("mlp.experts.gate_up_proj"), E * 2 * Im}}},
-           "routed experts' gate_proj | up_proj rows [experts, 2 × moe_intermediate, hidden]", E);
+           {{expert_source(s, hf_layer("mlp.experts.{E}.gate_proj.weight"), Im),
+             expert_source(s, hf_layer("mlp.experts.{E}.up_proj.weight"), Im)},
+            {row_shard(s, hf_layer("mlp.experts.gate_up_proj"), E * 2 * Im, E * t * 2 * Im, H)}},
+           which + " gate_proj | up_proj rows [experts, 2 × moe_intermediate, hidden]", E);
     layers("experts_down", K, L, {E, H, Im},
-           {{{hf_layer("mlp.experts.{E}.down_proj.weight"), H}}, {{hf_layer("mlp.experts.down_proj"), E * H}}},
-           "routed experts' down_proj [experts, hidden, moe_intermediate]", E);
+           {{expert_source(s, hf_layer("mlp.experts.{E}.down_proj.weight"), H)},
+            {row_shard(s, hf_layer("mlp.experts.down_proj"), E * H, E * t * H, Im)}},
+           which + " down_proj [experts, hidden, moe_intermediate]", E);
     if (Is > 0) {
+      const int64_t whole = m.n_shared_experts * Im;
       layers("shared_gate_up", K, L, {2 * Is, H},
-             {{{hf_layer("mlp.shared_experts.gate_proj.weight"), Is}, {hf_layer("mlp.shared_experts.up_proj.weight"), Is}}},
-             "shared experts' gate_proj | up_proj rows, fused");
-      layers("shared_down", K, L, {H, Is}, {{{hf_layer("mlp.shared_experts.down_proj.weight"), H}}},
-             "shared experts' down projection");
+             {{row_shard(s, hf_layer("mlp.shared_experts.gate_proj.weight"), Is, whole, H),
+               row_shard(s, hf_layer("mlp.shared_experts.up_proj.weight"), Is, whole, H)}},
+             t > 1 ? "shared experts' gate_proj | up_proj rows of this rank's features, fused"
+                   : "shared experts' gate_proj | up_proj rows, fused");
+      layers("shared_down", K, L, {H, Is}, {{column_shard(s, hf_layer("mlp.shared_experts.down_proj.weight"), H, Is, whole)}},
+             t > 1 ? "shared experts' down projection: the columns of this rank's features"
+                   : "shared experts' down projection");
     }
   }
   add_final_weights(s, g);
@@ -137,7 +183,7 @@ void add_weights(const ModelSpec& s, Graph& g) {
 
 std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
   const MlaSpec& a = *s.mla;
-  const int64_t Hn = s.num_attention_heads;
+  const int64_t Hn = s.num_attention_heads / s.ranks;  // this rank's heads
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
   if (a.q_lora_rank) {
@@ -195,24 +241,33 @@ std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
                             num(a.v_head_dim) + " per head)",
                         {{"o_lat", "o_lat"}, {"w_uv", "w_uv"}, {"out", "attn"}},
                         {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"v", "kVHeadDim"}}, "mla_v_up"));
-  ops.push_back(make_linear(g, "self_attn.o_proj", "o_proj", "attn", "x", "kHiddenSize", "kAttnOutWidth",
-                            LinearOut::add_f32, ""));
+  add_residual_projection(s, g, ops, "self_attn.o_proj", "o_proj", "attn", "kAttnOutWidth");
   return ops;
 }
 
-std::vector<Op> dense_mlp_ops(const Graph& g) {
+std::vector<Op> dense_mlp_ops(const ModelSpec& s, const Graph& g) {
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   ops.push_back(make_linear(g, "mlp.gate_proj,up_proj", "gate_up_proj", "h", "gate_up", "kGateUpWidth", "kHiddenSize",
                             LinearOut::store_bf16, ""));
   ops.push_back(make_silu_mul("mlp.act_fn", "gate_up", "act", "kIntermediateSize", g));
-  ops.push_back(make_linear(g, "mlp.down_proj", "down_proj", "act", "x", "kHiddenSize", "kIntermediateSize",
-                            LinearOut::add_f32, ""));
+  add_residual_projection(s, g, ops, "mlp.down_proj", "down_proj", "act", "kIntermediateSize");
   return ops;
+}
+
+// The shared experts: one SwiGLU MLP; with tensor parallelism each rank's features, its share
+// stored in x on every rank but 0 (the routed experts then add theirs, and one all-reduce sums all).
+void add_shared_experts(const ModelSpec& s, const Graph& g, std::vector<Op>& ops) {
+  ops.push_back(make_linear(g, "mlp.shared_experts.gate_proj,up_proj", "shared_gate_up", "h", "shared_gate_up",
+                            "kSharedGateUpWidth", "kHiddenSize", LinearOut::store_bf16, ""));
+  ops.push_back(make_silu_mul("mlp.shared_experts.act_fn", "shared_gate_up", "shared_act", "kSharedIntermediateSize", g));
+  add_residual_projection(s, g, ops, "mlp.shared_experts.down_proj", "shared_down", "shared_act", "kSharedIntermediateSize",
+                          false);
 }
 
 std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
   const MoeSpec& m = *s.moe;
+  const bool split = s.ranks > 1;
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   ops.push_back(make_linear(g, "mlp.gate", "router", "h", "router_logits", "kNumExperts", "kHiddenSize",
@@ -223,34 +278,39 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
                               num(m.n_group) + " groups";
   const bool normalize = m.norm_topk_prob && m.num_experts_per_tok > 1;
   how += normalize ? ", weights renormalized" : ", weights × " + fmt_real(m.routed_scaling_factor);
+  if (split) how += "; ids of this rank's " + num(m.n_routed_experts / s.ranks) + " experts, -1 for the others'";
+  const std::string local = split ? "kLocalExperts" : "kNumExperts";
   ops.push_back(make_op(OpKind::moe_route, "mlp.gate (routing)",
                         "experts, weights = route(softmax(router_logits))   (" + how + ")",
                         {{"logits", "router_logits"}, {"ids", "topk_ids"}, {"weights", "topk_weights"}},
                         {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"}, {"groups", "kNumGroups"},
                          {"topk_groups", "kTopkGroups"},
                          {"group_limited", m.topk_method == TopkMethod::group_limited_greedy ? "true" : "false"},
-                         {"normalize", normalize ? "true" : "false"}, {"scaling", "kRoutedScalingFactor"}},
+                         {"normalize", normalize ? "true" : "false"}, {"scaling", "kRoutedScalingFactor"},
+                         {"local_experts", local}},
                         "moe_route"));
-  const std::map<std::string, std::string> experts = {{"experts", "kNumExperts"}, {"top_k", "kNumExpertsPerTok"},
+  // Tensor parallelism: the shared experts first, so that every rank but 0 stores its share in x.
+  if (split) add_shared_experts(s, g, ops);
+  const std::map<std::string, std::string> experts = {{"experts", local}, {"top_k", "kNumExpertsPerTok"},
                                                       {"hidden", "kHiddenSize"}, {"inter", "kMoeIntermediateSize"}};
+  const std::string read = split ? "(only the chosen experts this rank holds are read)" : "(only the chosen experts' weights are read)";
   ops.push_back(make_op(OpKind::moe_gate_up, "mlp.experts (gate_up_proj)",
-                        "moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)",
+                        "moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   " + read,
                         {{"h", "h"}, {"weight", "experts_gate_up"}, {"ids", "topk_ids"}, {"out", "moe_gate_up"},
                          {"scratch", "moe_scratch"}},
                         experts, "moe_experts_gate_up"));
   ops.push_back(make_silu_mul("mlp.experts (act_fn)", "moe_gate_up", "moe_act", "kMoeIntermediateSize", g,
                               "kNumExpertsPerTok"));
   ops.push_back(make_op(OpKind::moe_down, "mlp.experts (down_proj)",
-                        "x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)",
+                        "x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused" +
+                            std::string(split ? "; this rank's experts" : "") + ")",
                         {{"act", "moe_act"}, {"weight", "experts_down"}, {"ids", "topk_ids"}, {"weights", "topk_weights"},
                          {"scratch", "moe_scratch"}, {"x", "x"}},
                         experts, "moe_experts_down"));
-  if (m.n_shared_experts > 0) {
-    ops.push_back(make_linear(g, "mlp.shared_experts.gate_proj,up_proj", "shared_gate_up", "h", "shared_gate_up",
-                              "kSharedGateUpWidth", "kHiddenSize", LinearOut::store_bf16, ""));
-    ops.push_back(make_silu_mul("mlp.shared_experts.act_fn", "shared_gate_up", "shared_act", "kSharedIntermediateSize", g));
-    ops.push_back(make_linear(g, "mlp.shared_experts.down_proj", "shared_down", "shared_act", "x", "kHiddenSize",
-                              "kSharedIntermediateSize", LinearOut::add_f32, ""));
+  if (split) {
+    ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual; each rank's experts and shared share"));
+  } else if (m.n_shared_experts > 0) {
+    add_shared_experts(s, g, ops);
   }
   return ops;
 }
@@ -293,7 +353,7 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
   const std::vector<Op> attention = attention_ops(s, g);
   if (m.first_k_dense_replace > 0) {
     g.blocks.push_back({"decoder_layer (dense MLP)", 0, m.first_k_dense_replace,
-                        {{"self-attention (MLA)", attention}, {"MLP (SwiGLU)", dense_mlp_ops(g)}}});
+                        {{"self-attention (MLA)", attention}, {"MLP (SwiGLU)", dense_mlp_ops(s, g)}}});
   }
   if (m.first_k_dense_replace < s.num_hidden_layers) {
     g.blocks.push_back({"decoder_layer (DeepSeekMoE)", m.first_k_dense_replace, s.num_hidden_layers,

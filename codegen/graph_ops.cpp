@@ -78,6 +78,22 @@ Op make_all_reduce(const ModelSpec& s, const std::string& x, const std::string& 
                  {{"x", x}}, {{"dim", "kHiddenSize"}, {"ranks", "kRanks"}}, "all_reduce_" + x);
 }
 
+void add_residual_projection(const ModelSpec& s, const Graph& g, std::vector<Op>& ops, const std::string& label,
+                             const std::string& weight, const std::string& in, const std::string& k, bool reduce) {
+  if (s.ranks == 1) {
+    ops.push_back(make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, ""));
+    return;
+  }
+  Op first = make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::add_f32, "(rank 0: its share)");
+  first.rank_case = "first";
+  Op others = make_linear(g, label, weight, in, "x", "kHiddenSize", k, LinearOut::store_f32, "(the other ranks: theirs)");
+  others.rank_case = "others";
+  others.kernel += "_share";
+  ops.push_back(first);
+  ops.push_back(others);
+  if (reduce) ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual"));
+}
+
 std::string linear_out_name(LinearOut result) {
   switch (result) {
     case LinearOut::store_bf16: return "LinearOut::store_bf16";

@@ -138,8 +138,9 @@ void check_build(const ModelSpec& s, const Checker& c) {
 }
 
 // Each rank holds whole attention heads (KV heads split, or each replicated over t / kv_heads
-// ranks), an equal share of the MLP's intermediate features and of the vocabulary: a size that
-// does not divide them is refused here rather than padded at run time.
+// ranks), an equal share of the MLP's intermediate features and of the vocabulary, and with
+// DeepSeekMoE an equal share of the routed experts: a size that does not divide them is refused
+// here rather than padded at run time.
 void check_tensor_parallel(const ModelSpec& s, const Checker& c) {
   const std::string field = s.source.ends_with(".json") ? "kilnc option --tensor-parallel" : "build.tensor_parallel";
   std::set<int64_t> seen;
@@ -148,16 +149,26 @@ void check_tensor_parallel(const ModelSpec& s, const Checker& c) {
       c.error(field, "names ", t, " ranks; expected 2 to ", kMaxTensorParallel, " (one GPU is always built)");
     }
     if (!seen.insert(t).second) c.error(field, "names ", t, " twice");
-    if (s.family == Family::deepseek_v2) {
-      c.error(field, "is not supported for deepseek_v2 yet (MLA heads over a latent cache and expert parallelism "
-              "are not built); supported families: llama, qwen3");
-    }
     const auto need = [&](const char* what, int64_t value) {
       if (value % t != 0) c.error(field, "names ", t, " ranks, which do not divide ", what, " (", value, ")");
     };
     need("num_attention_heads", s.num_attention_heads);
-    need("intermediate_size", s.intermediate_size);
     need("vocab_size", s.vocab_size);
+    if (s.family == Family::deepseek_v2 && s.moe) {
+      const MoeSpec& m = *s.moe;
+      if (m.first_k_dense_replace > 0) need("intermediate_size (the dense layers' MLP)", s.intermediate_size);
+      if (m.first_k_dense_replace < s.num_hidden_layers) {
+        need("n_routed_experts (each rank holds as many routed experts)", m.n_routed_experts);
+        if (m.n_shared_experts == 0) {
+          c.error(field, "names ", t, " ranks, but n_shared_experts is 0: tensor parallelism over DeepSeekMoE is built "
+                  "with shared experts (their shares open each rank's sum of the experts)");
+        }
+        need("n_shared_experts × moe_intermediate_size (the shared experts' features)",
+             m.n_shared_experts * m.moe_intermediate_size);
+      }
+      continue;  // MLA: every head reads the one latent cache, which each rank keeps whole
+    }
+    need("intermediate_size", s.intermediate_size);
     const int64_t kv = s.num_key_value_heads;
     if (kv % t != 0 && t % kv != 0) {
       c.error(field, "names ", t, " ranks; num_key_value_heads (", kv,

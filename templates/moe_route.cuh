@@ -1,5 +1,6 @@
 // DeepSeekMoE routing (ref::moe_route): one warp per token: softmax over the router logits,
-// optional group limit, greedy top-k, weights renormalized or scaled. With an expert_usage array
+// optional group limit, greedy top-k, weights renormalized or scaled, ids made this rank's
+// (expert parallelism). With an expert_usage array
 // (--profile), also flags each chosen (layer, expert): the weights a decode step reads.
 #pragma once
 
@@ -26,10 +27,10 @@ __device__ __forceinline__ void warp_argmax(float& value, int& index) {
   }
 }
 
-template <int kExperts, int kTopK, int kGroups, int kTopkGroups, bool kGroupLimited, bool kNormalize>
+template <int kExperts, int kLocalExperts, int kTopK, int kGroups, int kTopkGroups, bool kGroupLimited, bool kNormalize>
 __global__ void __launch_bounds__(kWarpRowThreads) moe_route_kernel(const float* __restrict__ logits, int* __restrict__ ids,
                                                          float* __restrict__ weights, int tokens, float scaling,
-                                                         unsigned char* __restrict__ usage) {
+                                                         int first_local, unsigned char* __restrict__ usage) {
   constexpr int kPer = ceil_div(kExperts, 32);  // experts per lane: e = lane + 32·i
   constexpr int kBig = 0x7fffffff;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -113,30 +114,38 @@ __global__ void __launch_bounds__(kWarpRowThreads) moe_route_kernel(const float*
     total += v;  // in choice order, as the reference sums
   }
   if (lane < kTopK) {
-    ids[t * kTopK + lane] = my_id;
+    const int local = my_id - first_local;
+    const bool mine = local >= 0 && local < kLocalExperts;
+    ids[t * kTopK + lane] = mine ? local : -1;
     weights[t * kTopK + lane] = kNormalize ? my_score / (total + 1e-20f) : my_score * scaling;
-    if (usage != nullptr) usage[my_id] = 1;
+    if (usage != nullptr && mine) usage[my_id] = 1;
   }
 }
 
 }  // namespace detail
 
 // logits [T, experts] fp32 -> ids, weights [T, top_k] in order of descending score.
-// expert_usage: null, or [layers][experts] flags (this layer's row is set for every chosen expert).
+// Expert parallelism: this rank holds experts [rank·local_experts, +local_experts); ids are given
+// in that range (0 = its first), and -1 for another rank's expert (the expert kernels skip those).
+// expert_usage: null, or [layers][experts] flags (this layer's row is set for every chosen expert
+// this rank holds).
 template <shape::moe_route S>
-void moe_route(const float* logits, int* ids, float* weights, int tokens, unsigned char* expert_usage, int layer,
-               cudaStream_t stream) {
+void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage,
+               int layer, cudaStream_t stream) {
   constexpr int kExperts = S.experts, kTopK = S.top_k, kGroups = S.groups, kTopkGroups = S.topk_groups;
   static_assert(kExperts > 0 && kTopK > 0 && kTopK <= kExperts && kTopK <= 32,
                 "moe_route: 1 <= top_k <= min(experts, 32)");
+  static_assert(S.local_experts > 0 && kExperts % S.local_experts == 0,
+                "moe_route: local_experts must divide the experts (each rank holds as many)");
   static_assert(!S.group_limited || (kGroups > 0 && kGroups <= 32 && kExperts % kGroups == 0 &&
                                      kTopkGroups > 0 && kTopkGroups <= kGroups),
                 "moe_route: groups must split the experts evenly, at most 32 groups, 1 <= topk_groups <= groups");
   if (tokens <= 0) return;
   unsigned char* usage = expert_usage != nullptr ? expert_usage + static_cast<long long>(layer) * kExperts : nullptr;
-  auto kernel = detail::moe_route_kernel<kExperts, kTopK, kGroups, kTopkGroups, S.group_limited, S.normalize>;
+  auto kernel =
+      detail::moe_route_kernel<kExperts, S.local_experts, kTopK, kGroups, kTopkGroups, S.group_limited, S.normalize>;
   KILN_LAUNCH(kernel, detail::ceil_div(tokens, detail::kWarpRowsPerBlock), detail::kWarpRowThreads, 0, stream, logits,
-              ids, weights, tokens, S.scaling, usage);
+              ids, weights, tokens, S.scaling, rank * S.local_experts, usage);
 }
 
 }  // namespace kiln

@@ -105,8 +105,8 @@ void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, f
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
-void moe_route(const float* logits, int* ids, float* weights, int tokens, unsigned char* expert_usage, int layer, cudaStream_t stream) {
-  kiln::moe_route<kMoeRoute>(logits, ids, weights, tokens, expert_usage, layer, stream);
+void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream) {
+  kiln::moe_route<kMoeRoute>(logits, ids, weights, tokens, rank, expert_usage, layer, stream);
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)

@@ -5,6 +5,9 @@
 
 namespace kiln::models::deepseek_v2_lite {
 
+namespace tp2 { const ModelDef& model_def(); }                        // tp2/model.cpp: one of 2 ranks
+namespace tp4 { const ModelDef& model_def(); }                        // tp4/model.cpp: one of 4 ranks
+
 namespace {
 const std::vector<WeightSpec> kWeights = {
 #include "weights.inc"
@@ -81,6 +84,7 @@ const ModelDef& model_def() {
     &kWeights,
     &make_ref_forward,
     &make_cuda_forward,
+    {{2, &tp2::model_def}, {4, &tp4::model_def}},
   };
   return def;
 }

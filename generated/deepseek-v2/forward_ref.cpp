@@ -120,7 +120,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
     ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
-    ref::moe_route(kMoeRoute, router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer);
+    ref::moe_route(kMoeRoute, router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     ref::moe_gate_up(kMoeExpertsGateUp, h, lw.experts_gate_up, topk_ids, moe_gate_up, T);
     // moe_act = silu(gate) ⊙ up   (1536 features), for each of a token's 6 chosen experts

@@ -5,6 +5,9 @@
 
 namespace kiln::models::deepseek_v2 {
 
+namespace tp4 { const ModelDef& model_def(); }                        // tp4/model.cpp: one of 4 ranks
+namespace tp8 { const ModelDef& model_def(); }                        // tp8/model.cpp: one of 8 ranks
+
 namespace {
 const std::vector<WeightSpec> kWeights = {
 #include "weights.inc"
@@ -81,6 +84,7 @@ const ModelDef& model_def() {
     &kWeights,
     &make_ref_forward,
     &make_cuda_forward,
+    {{4, &tp4::model_def}, {8, &tp8::model_def}},
   };
   return def;
 }

@@ -111,7 +111,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
-    ref::moe_route(kMoeRoute, router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer);
+    ref::moe_route(kMoeRoute, router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     ref::moe_gate_up(kMoeExpertsGateUp, h, lw.experts_gate_up, topk_ids, moe_gate_up, T);
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts

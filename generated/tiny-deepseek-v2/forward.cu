@@ -120,7 +120,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
-    moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
+    moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
@@ -287,7 +287,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
     ctx.mark("router", OpReads::weights, 1024);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
-    moe_route(router_logits, topk_ids, topk_weights, T, ctx.expert_usage, layer, stream);
+    moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);

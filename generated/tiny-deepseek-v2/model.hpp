@@ -102,7 +102,7 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 // mlp.gate
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 // mlp.gate (routing)
-constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = true, .normalize = false, .scaling = kRoutedScalingFactor};
+constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = true, .normalize = false, .scaling = kRoutedScalingFactor, .local_experts = kNumExperts};
 // mlp.experts (gate_up_proj)
 constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (act_fn)
@@ -270,7 +270,7 @@ void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int toke
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void moe_route(const float* logits, int* ids, float* weights, int tokens, unsigned char* expert_usage, int layer, cudaStream_t stream);
+void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);

@@ -91,6 +91,7 @@ json report_json(const RunReport& rep) {
       {"weights", s.decode_weight_bytes / steps},
       {"kv_cache", s.decode_kv_bytes / steps},
       {"total", (s.decode_weight_bytes + s.decode_kv_bytes) / steps},
+      {"per_gpu", s.decode_gpu_bytes / steps},
       {"routed_experts_read", moe && !s.experts_counted ? nlohmann::json() : nlohmann::json(s.decode_experts_read / steps)}};
   // --profile on the whole-step decode kernel: per stage family, ms and GB/s of a step.
   if (const StepProfile* p = b.step_profile; p != nullptr && p->steps() > 0) {

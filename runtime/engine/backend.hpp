@@ -51,8 +51,13 @@ struct BackendInfo {
   int64_t kv_bytes_per_token = 0;
   double load_seconds = 0;
   // With BackendOptions::profile: [num_layers][num_routed_experts] flags the last step's routing
-  // set, in host memory (read it after sample()); null otherwise or without MoE.
+  // set, in host memory (read it after sample()); null otherwise or without MoE. Over tensor-parallel
+  // ranks, every rank's experts (each rank flags the ones it holds).
   const uint8_t* expert_usage = nullptr;
+  // Tensor parallelism: the ranks, and what one rank's decode step reads of its weights besides
+  // the routed experts (its shards and the weights every rank keeps whole; 0 with one GPU).
+  int32_t ranks = 1;
+  int64_t rank_decode_weight_bytes = 0;
   // With BackendOptions::profile on the CUDA backend: the whole-step decode kernel's stages, over
   // the decode steps that ran it; null otherwise.
   const StepProfile* step_profile = nullptr;

@@ -125,14 +125,20 @@ SampleResult Engine::run_phase(const PhaseStep& phase) {
     ++stats_.decode_steps;
     stats_.decode_seconds += seconds;
     const ModelInfo& m = model_.info;
+    const BackendInfo& info = backend_.info();
     stats_.decode_weight_bytes += m.decode_weight_bytes;
-    if (const uint8_t* usage = backend_.info().expert_usage; usage != nullptr) {
+    int64_t expert_bytes = 0, kv_bytes = 0;
+    if (const uint8_t* usage = info.expert_usage; usage != nullptr) {
       const int64_t experts = std::count(usage, usage + static_cast<int64_t>(m.num_layers) * m.num_routed_experts, 1);
       stats_.experts_counted = true;
       stats_.decode_experts_read += experts;
-      stats_.decode_weight_bytes += experts * m.routed_expert_bytes;
+      expert_bytes = experts * m.routed_expert_bytes;
+      stats_.decode_weight_bytes += expert_bytes;
     }
-    for (int32_t len : batch.context_len) stats_.decode_kv_bytes += len * backend_.info().kv_bytes_per_token;
+    for (int32_t len : batch.context_len) kv_bytes += len * info.kv_bytes_per_token;
+    stats_.decode_kv_bytes += kv_bytes;
+    const int64_t rank_weights = info.ranks > 1 ? info.rank_decode_weight_bytes : m.decode_weight_bytes;
+    stats_.decode_gpu_bytes += rank_weights + (expert_bytes + kv_bytes) / info.ranks;
   } else {
     ++stats_.prefill_steps;
     stats_.prefill_seconds += seconds;

@@ -35,6 +35,9 @@ struct EngineStats {
   int64_t decode_kv_bytes = 0;
   int64_t decode_experts_read = 0;  // (layer, expert) pairs, summed over decode steps (--profile)
   bool experts_counted = false;     // the backend counted them (a MoE model under --profile)
+  // Tensor parallelism: what one GPU reads (its weights' shards and whole copies, 1/ranks of the
+  // chosen experts and of the KV cache bytes all ranks read); the same as the sum with one GPU.
+  int64_t decode_gpu_bytes = 0;
   SchedulerStats scheduler;
 };
 

@@ -66,6 +66,12 @@ class TensorParallelBackend final : public Backend {
     info_.device = std::to_string(ranks) + " × " + first.device + " (tensor parallel)";
     info_.weight_bytes = info_.kv_bytes_per_token = 0;
     info_.load_seconds = 0;
+    info_.ranks = ranks;
+    info_.rank_decode_weight_bytes = rank_model_.info.decode_weight_bytes;
+    if (first.expert_usage != nullptr) {
+      expert_usage_.assign(static_cast<size_t>(rank_model_.info.num_layers) * rank_model_.info.num_routed_experts, 0);
+      info_.expert_usage = expert_usage_.data();
+    }
     kv_pages_ = backends_[0]->kv_pages();
     for (const auto& b : backends_) {
       info_.weight_bytes += b->info().weight_bytes;
@@ -102,7 +108,19 @@ class TensorParallelBackend final : public Backend {
     });
   }
 
-  SampleResult sample(const SampleBatch& batch) override { return backends_[0]->sample(batch); }
+  SampleResult sample(const SampleBatch& batch) override {
+    SampleResult result = backends_[0]->sample(batch);
+    // The step's routing (--profile): each rank flagged the chosen experts it holds. Rank 0's
+    // sample() has waited for the step, whose all-reduces every rank took part in.
+    if (!expert_usage_.empty()) {
+      std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
+      for (const auto& b : backends_) {
+        const uint8_t* flags = b->info().expert_usage;
+        for (size_t i = 0; i < expert_usage_.size(); ++i) expert_usage_[i] |= flags[i];
+      }
+    }
+    return result;
+  }
   SampleResult logprobs(int32_t first_logit_row, std::span<const int32_t> tokens, int32_t top_n) override {
     return backends_[0]->logprobs(first_logit_row, tokens, top_n);
   }
@@ -127,6 +145,7 @@ class TensorParallelBackend final : public Backend {
   std::vector<std::unique_ptr<Backend>> backends_;
   int32_t kv_pages_ = 0;
   BackendInfo info_;
+  std::vector<uint8_t> expert_usage_;  // --profile on a MoE model: the ranks' flags together
 };
 
 }  // namespace

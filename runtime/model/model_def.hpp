@@ -34,6 +34,9 @@ struct WeightSource {
   int64_t rank_group = 1;
   int64_t hf_rows = 0;
   int64_t hf_cols = 0;
+  // Expert parallelism: a source naming {E} that holds one rank's experts: {E} counts from
+  // rank × rank_experts (the spec's `experts` of them), of the model's rank × … experts in all.
+  int64_t rank_experts = 0;
 };
 
 struct WeightSpec {

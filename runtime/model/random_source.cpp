@@ -22,15 +22,8 @@ class RandomSource final : public TensorSource {
       const int64_t first = spec.per_layer ? spec.layer_first : -1;
       const int64_t last = spec.per_layer ? spec.layer_last : 0;
       for (int64_t layer = first; layer < last; ++layer) {
-        for (const LayoutPiece& p : expand_layout(spec, spec.layouts.front(), layer)) {
-          const auto [rows, cols] = whole_hf_rows(spec, *p.source);
-          Tensor t{vector && rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{rows, cols}, vector};
-          const auto [at, added] = tensors_.emplace(p.hf_name, t);
-          if (!added && (at->second.shape != t.shape || at->second.norm != t.norm)) {
-            fail("internal: manifest of ", model.info.name, " names HF tensor ", p.hf_name, " as ",
-                 at->second.norm ? "a vector " : "", shape_text(at->second.shape), " and, for ", spec.name, ", as ",
-                 t.norm ? "a vector " : "", shape_text(t.shape));
-          }
+        for (int32_t rank = 0; rank < model.info.tensor_parallel; ++rank) {  // every rank's experts
+          for (const LayoutPiece& p : expand_layout(spec, spec.layouts.front(), layer, rank)) add(model, spec, p, vector);
         }
       }
     }
@@ -74,6 +67,17 @@ class RandomSource final : public TensorSource {
   }
 
  private:
+  void add(const ModelDef& model, const WeightSpec& spec, const LayoutPiece& p, bool vector) {
+    const auto [rows, cols] = whole_hf_rows(spec, *p.source);
+    Tensor t{vector && rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{rows, cols}, vector};
+    const auto [at, added] = tensors_.emplace(p.hf_name, t);
+    if (!added && (at->second.shape != t.shape || at->second.norm != t.norm)) {
+      fail("internal: manifest of ", model.info.name, " names HF tensor ", p.hf_name, " as ",
+           at->second.norm ? "a vector " : "", shape_text(at->second.shape), " and, for ", spec.name, ", as ",
+           t.norm ? "a vector " : "", shape_text(t.shape));
+    }
+  }
+
   struct Tensor {
     std::vector<int64_t> shape;
     bool norm;  // a vector: values near 1

@@ -35,18 +35,25 @@ std::pair<int64_t, int64_t> as_rows(const std::vector<int64_t>& shape) {
 }
 
 bool has_rank_fields(const WeightSource& s) {
-  return s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.rank_group != 1 || s.hf_rows != 0 || s.hf_cols != 0;
+  return s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.rank_group != 1 || s.hf_rows != 0 || s.hf_cols != 0 ||
+         s.rank_experts != 0;
 }
+
+bool names_expert(const WeightSource& s) { return std::string(s.hf_name).find("{E}") != std::string::npos; }
 
 }  // namespace
 
-std::vector<LayoutPiece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer) {
+std::vector<LayoutPiece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer,
+                                       int32_t rank) {
   bool per_expert = false;
-  for (const auto& s : layout) per_expert |= std::string(s.hf_name).find("{E}") != std::string::npos;
+  for (const auto& s : layout) per_expert |= names_expert(s);
   std::vector<LayoutPiece> pieces;
   const int64_t experts = per_expert ? spec.experts : 1;
   for (int64_t e = 0; e < experts; ++e) {
-    for (const auto& s : layout) pieces.push_back({substitute(substitute(s.hf_name, "{L}", layer), "{E}", e), &s});
+    for (const auto& s : layout) {
+      const int64_t expert = e + rank * s.rank_experts;
+      pieces.push_back({substitute(substitute(s.hf_name, "{L}", layer), "{E}", expert), &s});
+    }
   }
   return pieces;
 }
@@ -126,6 +133,9 @@ class Loader {
     };
     if (ranks == 1) bad("has rank fields, but the model's tensor_parallel is 1");
     if (s.rank_group < 1) bad("has rank_group ", s.rank_group, "; expected 1 or more");
+    if (s.rank_experts != 0 && (s.rank_experts != spec.experts || !names_expert(s))) {
+      bad("has rank_experts ", s.rank_experts, "; expected the entry's experts (", spec.experts, ") and {E} in its name");
+    }
     const int64_t kiln_cols = as_rows(spec.shape).second;
     if (s.hf_rows <= 0 || s.hf_cols <= 0) {
       if (s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.hf_rows != 0 || s.hf_cols != 0) {
@@ -152,7 +162,7 @@ class Loader {
     if (inst.spec->tied_to[0] == '\0') return false;
     for (const auto& layout : inst.spec->layouts) {
       bool complete = true;
-      for (const LayoutPiece& p : expand_layout(*inst.spec, layout, inst.layer)) {
+      for (const LayoutPiece& p : expand_layout(*inst.spec, layout, inst.layer, rank_)) {
         complete &= source_->shape(p.hf_name).has_value();
       }
       if (complete) return false;
@@ -164,14 +174,17 @@ class Loader {
     const WeightSpec& spec = *inst.spec;
     std::string missing;
     for (const auto& layout : spec.layouts) {
-      std::vector<LayoutPiece> pieces = expand_layout(spec, layout, inst.layer);
+      std::vector<LayoutPiece> pieces = expand_layout(spec, layout, inst.layer, rank_);
       std::string absent;
       for (const LayoutPiece& p : pieces) {
         if (!source_->shape(p.hf_name)) absent += (absent.empty() ? "" : ", ") + p.hf_name;
       }
       if (absent.empty()) {
         check_shapes(inst, pieces);
-        for (const LayoutPiece& p : pieces) used_.insert(p.hf_name);
+        // The other ranks' experts belong to the model too (check_unused), though this rank reads none.
+        for (int32_t r = 0; r < model_.info.tensor_parallel; ++r) {
+          for (const LayoutPiece& p : expand_layout(spec, layout, inst.layer, r)) used_.insert(p.hf_name);
+        }
         return pieces;
       }
       missing += (missing.empty() ? "" : "; or ") + absent;

@@ -43,9 +43,11 @@ struct LayoutPiece {
   const WeightSource* source;
 };
 
-// The HF tensors one layout of `spec` reads at `layer` (-1: a whole-model weight); a layout naming
-// {E} repeats for experts 0..spec.experts-1, stacked in that order.
-std::vector<LayoutPiece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer);
+// The HF tensors one layout of `spec` reads at `layer` (-1: a whole-model weight) on tensor-parallel
+// rank `rank`; a layout naming {E} repeats for experts 0..spec.experts-1, stacked in that order
+// (with expert parallelism, a source's rank_experts: rank × rank_experts onwards).
+std::vector<LayoutPiece> expand_layout(const WeightSpec& spec, const std::vector<WeightSource>& layout, int64_t layer,
+                                       int32_t rank = 0);
 
 // The shape of the whole HF tensor a source reads, viewed as [rows, cols] (a tensor [d0, ..., dn]
 // as [d0·…·d(n-1), dn]): [hf_rows, hf_cols] when given (a rank's slice), else the rows the source

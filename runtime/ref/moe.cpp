@@ -24,7 +24,7 @@ std::vector<int64_t> top_indices(const std::vector<float>& values, int64_t k) {
 
 }  // namespace
 
-void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, float* weights, int64_t tokens,
+void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, float* weights, int64_t tokens, int rank,
                uint8_t* expert_usage, int layer) {
   const int64_t experts = s.experts, top_k = s.top_k, groups = s.groups;
   std::vector<float> scores(experts);
@@ -52,10 +52,12 @@ void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, flo
     float total = 0;
     for (int64_t j = 0; j < top_k; ++j) total += candidates[chosen[j]];
     for (int64_t j = 0; j < top_k; ++j) {
-      ids[t * top_k + j] = static_cast<int32_t>(chosen[j]);
+      const int64_t local = chosen[j] - static_cast<int64_t>(rank) * s.local_experts;
+      const bool mine = local >= 0 && local < s.local_experts;
+      ids[t * top_k + j] = mine ? static_cast<int32_t>(local) : -1;
       const float w = candidates[chosen[j]];
       weights[t * top_k + j] = s.normalize ? w / (total + 1e-20f) : w * s.scaling;
-      if (expert_usage != nullptr) expert_usage[static_cast<int64_t>(layer) * experts + chosen[j]] = 1;
+      if (expert_usage != nullptr && mine) expert_usage[static_cast<int64_t>(layer) * experts + chosen[j]] = 1;
     }
   }
 }
@@ -67,6 +69,7 @@ void moe_gate_up(const shape::moe_gate_up& s, const float* h, const float* w, co
     for (int64_t item = begin; item < end; ++item) {
       const int64_t pair = item / (2 * inter), row = item % (2 * inter);
       const int64_t t = pair / top_k;
+      if (ids[pair] < 0) continue;  // another rank's expert
       const float* wr = w + (static_cast<int64_t>(ids[pair]) * 2 * inter + row) * hidden;
       const float* x = h + t * hidden;
       double acc = 0;
@@ -85,6 +88,7 @@ void moe_down(const shape::moe_down& s, const float* act, const float* w, const 
       double sum = 0;
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t pair = t * top_k + j;
+        if (ids[pair] < 0) continue;  // another rank's expert
         const float* wr = w + (static_cast<int64_t>(ids[pair]) * hidden + row) * inter;
         const float* a = act + pair * inter;
         double acc = 0;

@@ -11,8 +11,11 @@ namespace kiln::ref {
 // Per token: softmax over the router logits; the top_k experts (greedy, or within the topk_groups
 // groups of highest max score when group_limited); their weights renormalized to sum to 1 when
 // `normalize`, else multiplied by `scaling` (DeepSeek-V2's two options). Ties go to the lower id.
-// expert_usage: null, or [layers][experts] flags; this layer's row is set for every chosen expert.
-void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, float* weights, int64_t tokens,
+// Expert parallelism: rank `rank` holds experts [rank·local_experts, +local_experts); its ids are
+// given in that range (0 = its first) and -1 for another rank's expert, which moe_gate_up and
+// moe_down skip. expert_usage: null, or [layers][experts] flags; this layer's row is set for every
+// chosen expert the rank holds.
+void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, float* weights, int64_t tokens, int rank,
                uint8_t* expert_usage, int layer);
 
 // out[t, j] = h[t] · w[ids[t, j]]ᵀ, w: [experts, 2·inter, hidden] (gate rows, then up rows).

@@ -168,12 +168,30 @@ TEST_CASE("kiln YAML: tensor-parallel sizes that do not split the model evenly a
   smol.replace(smol.find(archs), archs.size(), archs + "\n  tensor_parallel: [3]");
   std::string m = load_error(temp_config(smol, ".yaml"));
   CHECK(m.find("do not divide vocab_size (640)") != std::string::npos);
-  // DeepSeek-V2: MLA heads and expert parallelism are not built yet.
-  std::string ds = read(kConfigs + "tiny-deepseek-v2.yaml");
-  ds.replace(ds.find(archs), archs.size(), archs + "\n  tensor_parallel: [2]");
-  m = load_error(temp_config(ds, ".yaml"));
-  CHECK(m.find("build.tensor_parallel") != std::string::npos);
-  CHECK(m.find("not supported for deepseek_v2") != std::string::npos);
+  // DeepSeek-V2: heads, routed experts, the dense and the shared experts' features must all split.
+  const std::string ds_tp = "  tensor_parallel: [2, 4]";
+  const std::string ds = read(kConfigs + "tiny-deepseek-v2.yaml");
+  auto ds_error = [&](const std::vector<std::pair<std::string, std::string>>& edits, const std::string& ranks) {
+    std::string t = ds;
+    t.replace(t.find(ds_tp), ds_tp.size(), "  tensor_parallel: [" + ranks + "]");
+    for (const auto& [from, to] : edits) t.replace(t.find(from), from.size(), to);
+    return load_error(temp_config(t, ".yaml"));
+  };
+  CHECK(ds_error({}, "3").find("do not divide num_attention_heads (4)") != std::string::npos);
+  m = ds_error({{"  moe_intermediate_size: 24", "  moe_intermediate_size: 22"}}, "4");
+  CHECK(m.find("do not divide n_shared_experts × moe_intermediate_size (the shared experts' features) (22)") !=
+        std::string::npos);
+  m = ds_error({{"  n_routed_experts: 8", "  n_routed_experts: 6"}, {"  n_group: 4", "  n_group: 2"},
+                {"  topk_group: 2", "  topk_group: 1"}},
+               "4");
+  CHECK(m.find("do not divide n_routed_experts") != std::string::npos);
+  m = ds_error({{"  n_shared_experts: 1", "  n_shared_experts: 0"}}, "2");
+  CHECK(m.find("n_shared_experts is 0") != std::string::npos);
+  // The DeepSeek-V2-Lite fixture (3 heads, 80 dense MLP features) splits at no rank count.
+  std::string lite = read(kConfigs + "tiny-deepseek-v2-lite.yaml");
+  lite.replace(lite.find(archs), archs.size(), archs + "\n  tensor_parallel: [3]");
+  m = load_error(temp_config(lite, ".yaml"));
+  CHECK(m.find("do not divide intermediate_size (the dense layers' MLP) (80)") != std::string::npos);
 }
 
 TEST_CASE("kiln YAML: DeepSeek MoE routing options are checked") {

@@ -160,10 +160,12 @@ TEST_CASE("tiny models split over 2 and 4 GPUs agree with HF under the top-5 rul
       continue;
     }
     for (bool graphs : {true, false}) {
-      for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def()}) {
+      for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                                &models::tiny_deepseek_v2::model_def()}) {  // MLA heads, routed experts split
         check_model(*m, graphs, ranks);
       }
     }
     check_serving_matches_alone(models::tiny_qwen3::model_def(), 40, true, ranks);
+    check_serving_matches_alone(models::tiny_deepseek_v2::model_def(), 12, true, ranks);
   }
 }

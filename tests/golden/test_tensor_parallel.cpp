@@ -1,6 +1,6 @@
 // Tensor parallelism without GPUs: the CPU reference backend with 2 and 4 simulated ranks (threads,
-// weight slices, the CPU collectives at the same call sites as NCCL) against the same model on one
-// rank — prompt logits within 1e-5 of max|logit| and the greedy tokens identical, on the golden
+// weight slices, the CPU collectives at the same call sites as NCCL; DeepSeek-V2's MLA heads and
+// routed experts split over the ranks) against the same model on one rank — prompt logits within 1e-5 of max|logit| and the greedy tokens identical, on the golden
 // fixtures' weights and on random weights — plus the sizes a binary was not built for, and a rank
 // that fails while the others wait in a collective.
 #include <catch2/catch.hpp>
@@ -9,6 +9,7 @@
 #include <future>
 #include <stdexcept>
 
+#include "generated/tiny-deepseek-v2/model.hpp"
 #include "generated/tiny-llama/model.hpp"
 #include "generated/tiny-qwen3/model.hpp"
 #include "generated/tiny-smollm2/model.hpp"
@@ -51,17 +52,24 @@ void check_ranks(const ModelDef& model, const WeightOrigin& origin, int32_t rank
   }
 }
 
+// The fixtures with tensor-parallel builds.
+const std::vector<const ModelDef*>& split_models() {
+  static const std::vector<const ModelDef*> models = {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                                                      &models::tiny_deepseek_v2::model_def()};
+  return models;
+}
+
 }  // namespace
 
 TEST_CASE("2 and 4 simulated ranks equal one rank on the golden fixtures' weights") {
-  for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def()}) {
+  for (const ModelDef* model : split_models()) {
     const auto source = open_safetensors_source(golden::load_fixture(model->info.name).dir);
     for (int32_t ranks : {2, 4}) check_ranks(*model, WeightOrigin{source.get(), 0}, ranks);
   }
 }
 
 TEST_CASE("2 and 4 simulated ranks equal one rank on random weights (each rank's slices of the same tensors)") {
-  for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def()}) {
+  for (const ModelDef* model : split_models()) {
     for (int32_t ranks : {2, 4}) check_ranks(*model, WeightOrigin{nullptr, 11}, ranks);
   }
 }
@@ -71,6 +79,16 @@ TEST_CASE("simulated ranks serving through a small KV pool: every request as it 
   options.kv_pages = 40;  // tiny-qwen3's pages hold 5 tokens: preemptions
   const ModelDef& model = models::tiny_qwen3::model_def();
   const auto group = make_tensor_parallel_backend(model, 2, false, WeightOrigin{nullptr, 5}, options);
+  const golden::ServingComparison c = golden::serve_together_and_alone(model, *group);
+  CHECK(c.preemptions > 0);
+  CHECK(c.identical == c.requests);
+}
+
+TEST_CASE("DeepSeek-V2 on simulated ranks serving through a small KV pool: every request as it is alone") {
+  BackendOptions options;
+  options.kv_pages = 12;  // pages of 16 tokens: preemptions
+  const ModelDef& model = models::tiny_deepseek_v2::model_def();
+  const auto group = make_tensor_parallel_backend(model, 4, false, WeightOrigin{nullptr, 5}, options);
   const golden::ServingComparison c = golden::serve_together_and_alone(model, *group);
   CHECK(c.preemptions > 0);
   CHECK(c.identical == c.requests);

@@ -48,10 +48,11 @@ struct ExpertTensor {
                               cudaMemcpyHostToDevice));
     }
   }
-  // The ids as the reference sees them: indices into the distinct matrices.
+  // The ids as the reference sees them: indices into the distinct matrices (-1, another rank's
+  // expert, stays -1).
   std::vector<int32_t> reference_ids(const std::vector<int>& ids) const {
     std::vector<int32_t> mapped(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) mapped[i] = ids[i] % distinct;
+    for (size_t i = 0; i < ids.size(); ++i) mapped[i] = ids[i] < 0 ? -1 : ids[i] % distinct;
     return mapped;
   }
 };

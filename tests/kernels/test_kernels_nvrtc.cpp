@@ -104,9 +104,11 @@ void mla(const bf16* in, const bf16* w, bf16* out, const int* slots, bf16* cache
 void experts(const float* logits, int* ids, float* weights, const bf16* h, const bf16* w, bf16* out, int* scratch,
              float* x, unsigned char* usage, cudaStream_t s) {
   kiln::moe_route<shape::moe_route{.experts = 160, .top_k = 6, .groups = 8, .topk_groups = 3, .group_limited = true,
-                                   .normalize = false, .scaling = 16.0f}>(logits, ids, weights, 7, usage, 1, s);
+                                   .normalize = false, .scaling = 16.0f, .local_experts = 40}>(logits, ids, weights, 7, 3, usage,
+                                                                                          1, s);
   kiln::moe_route<shape::moe_route{.experts = 6, .top_k = 2, .groups = 1, .topk_groups = 1, .group_limited = false,
-                                   .normalize = true, .scaling = 1.0f}>(logits, ids, weights, 7, nullptr, 0, s);
+                                   .normalize = true, .scaling = 1.0f, .local_experts = 6}>(logits, ids, weights, 7, 0, nullptr, 0,
+                                                                                      s);
   constexpr shape::moe_gate_up kLite{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408};
   constexpr shape::moe_gate_up kOdd{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10};
   kiln::moe_gate_up<kLite>(h, w, ids, out, scratch, 7, s);

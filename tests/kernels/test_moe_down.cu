@@ -1,6 +1,7 @@
 // moe_down (templates/moe_down.cuh) against ref::moe_down: the chosen experts' down projections,
 // weighted and added into the residual (the added part compared), streaming at decode and as a
 // grouped GEMM above. It reads the buckets moe_gate_up leaves in scratch, so moe_gate_up runs first.
+// With expert parallelism, pairs routed to another rank's experts (id -1) add nothing.
 #include "runtime/ref/moe.hpp"
 #include "templates/moe_down.cuh"
 #include "templates/moe_gate_up.cuh"
@@ -10,8 +11,10 @@
 namespace kiln::kernel_test {
 namespace {
 
+// other_ranks: ids of experts past the first half become -1, as moe_route gives them on a rank
+// holding the first half.
 template <shape::moe_down S>
-void check_down(const std::vector<int>& token_counts) {
+void check_down(const std::vector<int>& token_counts, bool other_ranks = false) {
   constexpr shape::moe_gate_up kBuckets{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
   std::mt19937 rng(28000 + S.experts * S.hidden + S.inter);
   ExpertTensor down(S.experts, static_cast<size_t>(S.hidden) * S.inter, rng, 1.0f / std::sqrt(float(S.inter)));
@@ -19,7 +22,10 @@ void check_down(const std::vector<int>& token_counts) {
   gate_up.poison();  // its outputs are not looked at: moe_gate_up runs for the buckets
   for (int tokens : token_counts) {
     const int pairs = tokens * S.top_k;
-    const auto ids = make_ids(tokens, S.experts, S.top_k, rng);
+    auto ids = make_ids(tokens, S.experts, S.top_k, rng);
+    if (other_ranks) {
+      for (int& e : ids) e = e < S.experts / 2 ? e : -1;
+    }
     const auto act = random_bf16(static_cast<size_t>(pairs) * S.inter, rng);
     std::uniform_real_distribution<float> weight_dist(0.05f, 1.0f);
     std::vector<float> weights(pairs);
@@ -35,7 +41,8 @@ void check_down(const std::vector<int>& token_counts) {
     kiln::moe_down<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(), d_x.get(),
                       tokens, nullptr);
     const std::string what = "moe_down experts " + std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " +
-                             std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens);
+                             std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens) +
+                             (other_ranks ? ", half the pairs another rank's" : "");
     check_launch(what);
     std::vector<float> ref = x0;
     const auto mapped = down.reference_ids(ids);
@@ -60,6 +67,11 @@ TEST_CASE("moe_down adds each token's weighted expert outputs", "[moe_down]") {
   check_down<tiny_ds::kMoeExpertsDown>({1, 4, 64, 65, 300});
   check_down<tiny_ds_lite::kMoeExpertsDown>({1, 4, 64, 65, 300});
   check_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>({1, 65});  // 2-element rows
+}
+
+TEST_CASE("moe_down adds nothing for pairs routed to another rank's experts", "[moe_down]") {
+  check_down<dsv2lite::kMoeExpertsDown>({1, 64, 300}, true);
+  check_down<tiny_ds::kMoeExpertsDown>({1, 65}, true);
 }
 
 }  // namespace kiln::kernel_test

@@ -33,8 +33,13 @@ constexpr shape::moe_route renormalized(shape::moe_route s, bool normalize) {
   return s;
 }
 
+constexpr shape::moe_route split_over(shape::moe_route s, int ranks) {
+  s.local_experts = s.experts / ranks;
+  return s;
+}
+
 template <shape::moe_route S>
-void check_route(const std::vector<int>& token_counts) {
+void check_route(const std::vector<int>& token_counts, int rank = 0) {
   std::mt19937 rng(26000 + S.experts * S.top_k + S.groups);
   constexpr int kLayer = 2, kLayers = 4;  // flags land in this layer's row of the usage array
   for (int tokens : token_counts) {
@@ -44,8 +49,9 @@ void check_route(const std::vector<int>& token_counts) {
     DeviceBuffer<unsigned char> d_usage(std::vector<unsigned char>(kLayers * S.experts, 0));
     d_ids.poison();
     d_weights.poison();
-    kiln::moe_route<S>(d_logits.get(), d_ids.get(), d_weights.get(), tokens, d_usage.get(), kLayer, nullptr);
+    kiln::moe_route<S>(d_logits.get(), d_ids.get(), d_weights.get(), tokens, rank, d_usage.get(), kLayer, nullptr);
     const std::string what = "moe_route experts " + std::to_string(S.experts) + " top " + std::to_string(S.top_k) +
+                             " rank " + std::to_string(rank) + " holding " + std::to_string(S.local_experts) +
                              (S.group_limited ? " groups " + std::to_string(S.topk_groups) + "/" + std::to_string(S.groups) : "") +
                              (S.normalize ? " normalized" : " scaled") + " tokens " + std::to_string(tokens);
     check_launch(what);
@@ -53,7 +59,7 @@ void check_route(const std::vector<int>& token_counts) {
     std::vector<int32_t> ref_ids(static_cast<size_t>(tokens) * S.top_k);
     std::vector<float> ref_weights(ref_ids.size());
     std::vector<uint8_t> ref_usage(kLayers * S.experts, 0);
-    ref::moe_route(S, logits.data(), ref_ids.data(), ref_weights.data(), tokens, ref_usage.data(), kLayer);
+    ref::moe_route(S, logits.data(), ref_ids.data(), ref_weights.data(), tokens, rank, ref_usage.data(), kLayer);
     const auto ids = d_ids.download();
     const auto weights = d_weights.download();
     long long id_mismatches = 0;
@@ -69,7 +75,7 @@ void check_route(const std::vector<int>& token_counts) {
     const auto usage = d_usage.download();
     CHECK(std::vector<uint8_t>(usage.begin(), usage.end()) == ref_usage);
   }
-  kiln::moe_route<S>(nullptr, nullptr, nullptr, 0, nullptr, 0, nullptr);
+  kiln::moe_route<S>(nullptr, nullptr, nullptr, 0, rank, nullptr, 0, nullptr);
   check_launch("moe_route, 0 tokens");
 }
 
@@ -81,14 +87,18 @@ TEST_CASE("moe_route picks the reference's experts and weights", "[moe_route]") 
   check_route<renormalized(dsv2lite::kMoeRoute, true)>(counts);
   // DeepSeek-V2: 160 experts in 8 groups, top 6 within the best 3 groups.
   constexpr shape::moe_route kV2{.experts = 160, .top_k = 6, .groups = 8, .topk_groups = 3, .group_limited = true,
-                                 .normalize = false, .scaling = 16.0f};
+                                 .normalize = false, .scaling = 16.0f, .local_experts = 160};
   check_route<kV2>(counts);
   check_route<renormalized(kV2, true)>(counts);
+  // Expert parallelism: ranks holding a share of the experts.
+  check_route<split_over(kV2, 4)>(counts, 2);
+  check_route<split_over(dsv2lite::kMoeRoute, 2)>(counts, 1);
+  check_route<split_over(tiny_ds::kMoeRoute, 4)>({1, 7, 300}, 3);
   check_route<tiny_ds::kMoeRoute>({1, 7, 300});
   check_route<tiny_ds_lite::kMoeRoute>({1, 7, 300});
   // 256 experts: 8 per lane.
   check_route<shape::moe_route{.experts = 256, .top_k = 8, .groups = 8, .topk_groups = 4, .group_limited = true,
-                               .normalize = true, .scaling = 2.5f}>({1, 64});
+                               .normalize = true, .scaling = 2.5f, .local_experts = 256}>({1, 64});
 }
 
 }  // namespace kiln::kernel_test

@@ -6,7 +6,9 @@ at 1 GPU and at N GPUs, in one run (DESIGN.md "Performance, as we measure it").
 
 Per rank count: decode ms per step at batch 1 (a 32-token prompt, 128 new tokens, greedy, as
 bench.py), at batch 8 and 64 (one --prompts-file of N such requests), and prefill of one 2,048-token
-prompt; the floor of a batch-1 step is the weight bytes one GPU reads per step over one GPU's copy
+prompt; the floor of a batch-1 step is the bytes one GPU reads per step (its shards, the weights
+every rank keeps whole, its share of the routed experts chosen and of the KV cache: the binary's
+`decode_bytes_per_step.per_gpu` from a --profile run, which counts the experts) over one GPU's copy
 bandwidth. Agreement with one GPU: greedy tokens equal, or where they first differ each side's
 token is in the other's top 5 at that position (vLLM's rule); and the prompt logits' largest
 difference relative to the largest logit.
@@ -106,7 +108,8 @@ def main():
         r1 = decode(binary, ranks, ids, 1)
         ms = r1["timings"]["decode_ms_per_step"]
         out = r1["requests"][0]["output_ids"]
-        weights = r1["decode_bytes_per_step"]["total"] / ranks  # what one GPU reads per step: its share
+        prof = kiln(binary, ranks, ["--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(NEW), "--profile"])
+        weights = prof["decode_bytes_per_step"]["per_gpu"]  # what one GPU reads per step
         floor = weights / bw * 1e3
         b8 = decode(binary, ranks, ids, 8)["timings"]["decode_ms_per_step"]
         b64 = decode(binary, ranks, ids, 64)["timings"]["decode_ms_per_step"]
