@@ -29,7 +29,8 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
     case ArgSource::out:
     case ArgSource::inout: return elem_type(g, op.args.at(a.name), true) + "*";
     case ArgSource::weight:
-    case ArgSource::weight_opt: return "const bf16*";
+    case ArgSource::weight_opt:
+    case ArgSource::warm: return "const bf16*";
     case ArgSource::rows:
     case ArgSource::layer: return "int";
     case ArgSource::step: return is_array_field(a.name) ? "const int*" : "int";
@@ -57,6 +58,10 @@ std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
     case ArgSource::inout: return op.args.at(a.name);
     case ArgSource::weight: return weight_expr(g, op.args.at(a.name));
     case ArgSource::weight_opt: return op.args.count(a.name) ? weight_expr(g, op.args.at(a.name)) : "nullptr";
+    case ArgSource::warm:
+      if (!op.args.count(a.name)) return "nullptr";
+      if (op.warm_layer_end.empty()) return weight_expr(g, op.args.at(a.name));
+      return "layer + 1 < " + op.warm_layer_end + " ? w.layers[layer + 1]." + op.args.at(a.name) + " : nullptr";
     case ArgSource::rows: return op.rows;
     case ArgSource::layer: return "layer";
     case ArgSource::kv: return "kv";

@@ -51,6 +51,9 @@ struct Op {
   // Tensor parallelism: which ranks run it. "" every rank; "first": rank 0 only, and the next op,
   // "others", on every other rank (the generated code's `if (ctx.rank == 0) ... else ...`).
   std::string rank_case;
+  // A `warm` argument bound to the next layer's weight: the block's end (its layers are [.., end)),
+  // past which there is none.
+  std::string warm_layer_end;
 
   // Fusion (fuse.cpp). A fused op lists the ops it replaces in `parts`: the CPU reference runs
   // them one by one, the CUDA forward runs one kernel.

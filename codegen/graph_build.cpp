@@ -408,6 +408,7 @@ Graph build_graph(const ModelSpec& spec) {
   } else {
     build_dense(spec, g);
   }
+  bind_warm_weights(g);
   fuse(g);
   check_bindings(g);
   share_kernels(g);

@@ -75,7 +75,53 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
 Op make_all_reduce(const ModelSpec& s, const std::string& x, const std::string& detail) {
   return make_op(OpKind::all_reduce, "all_reduce",
                  x + " = Σ over the " + num(s.ranks) + " ranks of " + x + "   (all-reduce in place; " + detail + ")",
-                 {{"x", x}}, {{"dim", "kHiddenSize"}, {"ranks", "kRanks"}}, "all_reduce_" + x);
+                 {{"x", x}}, {{"dim", "kHiddenSize"}, {"ranks", "kRanks"}, {"warm_rows", "0"}, {"warm_cols", "0"}},
+                 "all_reduce_" + x);
+}
+
+namespace {
+
+// The weight of a projection worth warming: a linear op reading at least 1 MiB.
+const std::string* warmable(const Graph& g, const Op& op) {
+  if (op.kind != OpKind::linear) return nullptr;
+  const std::string& field = op.args.at("weight");
+  int64_t bytes = 2;
+  for (int64_t d : g.weight(field).shape) bytes *= d;
+  return bytes >= (1 << 20) ? &field : nullptr;
+}
+
+}  // namespace
+
+void bind_warm_weights(Graph& g) {
+  for (LayerBlock& block : g.blocks) {
+    std::vector<Op*> ops;
+    for (auto& [stage, stage_ops] : block.stages) {
+      for (Op& op : stage_ops) ops.push_back(&op);
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Op& reduce = *ops[i];
+      if (reduce.kind != OpKind::all_reduce) continue;
+      const Op* next = nullptr;
+      bool next_layer = false;
+      for (size_t j = i + 1; j < ops.size() && next == nullptr; ++j) {
+        if (warmable(g, *ops[j])) next = ops[j];
+      }
+      for (size_t j = 0; j < i && next == nullptr; ++j) {  // the next layer's first projection
+        if (warmable(g, *ops[j])) {
+          next = ops[j];
+          next_layer = true;
+        }
+      }
+      if (next == nullptr) continue;
+      const std::string& field = next->args.at("weight");
+      reduce.args["warm"] = field;
+      reduce.shape["warm_rows"] = next->shape.at("n");
+      reduce.shape["warm_cols"] = next->shape.at("k");
+      if (next_layer) reduce.warm_layer_end = g.layer_bound(block.last);
+      reduce.kernel += "_warm_" + std::string(next_layer ? "next_" : "") + field;
+      reduce.math += "; warms " + std::string(next_layer ? "the next layer's " : "") + field + " in L2 meanwhile";
+    }
+  }
 }
 
 void add_residual_projection(const ModelSpec& s, const Graph& g, std::vector<Op>& ops, const std::string& label,
@@ -125,7 +171,7 @@ std::string shape_init(const Op& op) {
 namespace {
 
 bool is_buffer(ArgSource s) { return s == ArgSource::in || s == ArgSource::out || s == ArgSource::inout; }
-bool is_weight(ArgSource s) { return s == ArgSource::weight || s == ArgSource::weight_opt; }
+bool is_weight(ArgSource s) { return s == ArgSource::weight || s == ArgSource::weight_opt || s == ArgSource::warm; }
 
 // Every op binds exactly its record's arguments and shape members, with values of the right kind:
 // a mistake in a graph builder stops kilnc here, not the C++ compiler later.

@@ -23,7 +23,8 @@ unsigned phase_bits(const std::string& phases) {
 ArgSource source_of(const std::string& s) {
   static const std::pair<const char*, ArgSource> kSources[] = {
       {"in", ArgSource::in},         {"out", ArgSource::out},   {"inout", ArgSource::inout},
-      {"weight", ArgSource::weight}, {"weight_opt", ArgSource::weight_opt}, {"rows", ArgSource::rows},
+      {"weight", ArgSource::weight}, {"weight_opt", ArgSource::weight_opt}, {"warm", ArgSource::warm},
+      {"rows", ArgSource::rows},
       {"step", ArgSource::step},     {"kv", ArgSource::kv},     {"ctx", ArgSource::ctx},
       {"layer", ArgSource::layer}};
   for (const auto& [name, source] : kSources) {

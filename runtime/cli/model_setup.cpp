@@ -92,7 +92,7 @@ ModelSetup open_model(const ModelDef& model, const CliOptions& o) {
 
 void load_backend(ModelSetup& s, const ModelDef& model, const CliOptions& o) {
   WeightOrigin origin{s.source.get(), o.random_weights.value_or(0)};
-  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile, o.megakernel};
+  BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile, o.megakernel, o.l2_warm};
   const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
   if (o.tensor_parallel > 1) {
     s.backend = make_tensor_parallel_backend(model, o.tensor_parallel, gpu, origin, options);

@@ -161,6 +161,9 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_flag("--megakernel,!--no-megakernel", o.megakernel,
                "run decode steps of up to build.megakernel_max_batch sequences in the model's whole-step kernel "
                "(Llama, SmolLM2, Qwen3 on one GPU; default: op by op)");
+  app.add_flag("!--no-l2-warm", o.l2_warm,
+               "tensor parallelism: do not warm the next projection's weight in L2 during each decode all-reduce "
+               "(to measure what it buys)");
   app.add_flag("--profile", o.profile,
                "count what each decode step reads (MoE: the routed experts chosen) for --output-format json");
 

@@ -43,6 +43,9 @@ struct CudaContext {
   cudaStream_t stream = nullptr;
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)
   Collective* collective = nullptr; // NCCL sums and gathers of the ranks; null without tensor parallelism
+  // Tensor parallelism: how much of the next projection's weight a decode all-reduce warms in L2
+  // (half the GPU's L2; 0: none, --no-l2-warm).
+  long long l2_warm_bytes = 0;
   // The whole-step decode kernel's counters (ModelInfo::step_sync_words, zeroed once); null: decode
   // runs op by op (the model has no such kernel, or no --megakernel).
   unsigned* step_sync = nullptr;

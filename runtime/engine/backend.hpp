@@ -37,6 +37,9 @@ struct BackendOptions {
   // (templates/decode_step.cuh) when it has one. Off by default: on an H100 it is ahead of the
   // per-op path on the smallest models only (bench/RESULTS.md, 2026-11-23).
   bool megakernel = false;
+  // Tensor parallelism: each decode all-reduce warms the next projection's weight in L2 while the
+  // ranks exchange (ops.def all_reduce's `warm`); --no-l2-warm turns it off, to measure it.
+  bool l2_warm = true;
   // One rank of a tensor-parallel group (make_tensor_parallel_backend sets these for each rank's
   // backend, which runs the rank's ModelDef): its rank, its GPU and the group's collective.
   int32_t rank = 0;

@@ -217,6 +217,11 @@ class CudaBackend final : public Backend {
     ctx_.stream = stream_;
     ctx_.rank = options.rank;
     ctx_.collective = options.collective;
+    if (options.l2_warm) {
+      int l2_bytes = 0;
+      KILN_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_));
+      ctx_.l2_warm_bytes = l2_bytes / 2;
+    }
     ctx_.step_sync = step_sync_.bytes() > 0 ? step_sync_.get<unsigned>() : nullptr;
     ctx_.step_timeline = timeline_.bytes() > 0 ? timeline_.get<unsigned long long>() : nullptr;
     ctx_.op_timeline = op_timeline_.get();

@@ -72,8 +72,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
@@ -89,8 +89,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = act[T, 2736] · down_proj[2048, 2736]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -126,8 +126,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
@@ -153,8 +153,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
   }
 
   // ---- logits ----
@@ -195,7 +195,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, 4096);
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
-  cuda::all_reduce<kAllReduceX>(ctx, x, T);
+  cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
 
   // ---- decoder_layer (dense MLP) ----
@@ -243,8 +243,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
       ctx.mark("o_proj", OpReads::weights, 2097152);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, lw.gate_up_proj);
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -266,8 +266,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
       ctx.mark("down_proj", OpReads::weights, 11206656);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? w.layers[layer + 1].q_proj : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
@@ -316,8 +316,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
       ctx.mark("o_proj", OpReads::weights, 2097152);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T, lw.shared_gate_up);
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // DeepSeekMoE: routed experts + shared experts
@@ -354,8 +354,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 5767168);
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kNumLayers ? w.layers[layer + 1].q_proj : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

@@ -72,8 +72,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearOProjShare, attn, lw.o_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    ref::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
@@ -89,8 +89,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = act[T, 2736] · down_proj[2048, 2736]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearDownProjShare, act, lw.down_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    ref::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -126,8 +126,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearOProjShare, attn, lw.o_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    ref::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
@@ -153,8 +153,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
-    ref::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
   }
 
   // ---- logits ----

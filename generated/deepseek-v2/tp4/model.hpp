@@ -73,7 +73,7 @@ constexpr int kDecodeScratchFloats = 16842752; // decode scratch: the larger of 
 // embed_tokens
 constexpr shape::embed kEmbedTokens{.vocab = kVocabShard, .dim = kHiddenSize};
 // all_reduce
-constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks};
+constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = 0, .warm_cols = 0};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm5120{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_a_proj
@@ -102,6 +102,8 @@ constexpr shape::mla_v_up kMlaVUp{.heads = kNumHeads, .latent = kKvLoraRank, .v 
 constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms};
 // self_attn.o_proj
 constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::store_f32, .sms = kTargetSms};
+// all_reduce
+constexpr shape::all_reduce kAllReduceXWarmGateUpProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate_proj,up_proj
 constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
 // mlp.act_fn
@@ -110,6 +112,10 @@ constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms};
 // mlp.down_proj
 constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms};
+// all_reduce
+constexpr shape::all_reduce kAllReduceXWarmNextQAProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kQLoraRank, .warm_cols = kHiddenSize};
+// all_reduce
+constexpr shape::all_reduce kAllReduceXWarmRouter{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kNumExperts, .warm_cols = kHiddenSize};
 // mlp.gate
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 // mlp.gate (routing)

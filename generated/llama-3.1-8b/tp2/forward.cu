@@ -51,8 +51,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = attn[T, 2048] · o_proj[4096, 2048]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
     }
-    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
@@ -68,8 +68,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = act[T, 7168] · down_proj[4096, 7168]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
     }
-    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T);
   }
 
   // ---- logits ----
@@ -99,7 +99,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, 8192);
   // x = Σ over the 2 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
-  cuda::all_reduce<kAllReduceX>(ctx, x, T);
+  cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
 
   // ---- decoder_layer ----
@@ -131,8 +131,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
       ctx.mark("o_proj", OpReads::weights, 16777216);
     }
-    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, lw.gate_up_proj);
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -154,8 +154,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
       ctx.mark("down_proj", OpReads::weights, 58720256);
     }
-    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T, layer + 1 < kNumLayers ? w.layers[layer + 1].qkv_proj : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

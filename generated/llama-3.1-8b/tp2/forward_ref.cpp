@@ -50,8 +50,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = attn[T, 2048] · o_proj[4096, 2048]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearOProjShare, attn, lw.o_proj, x, T);
     }
-    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    ref::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
@@ -67,8 +67,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = act[T, 7168] · down_proj[4096, 7168]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearDownProjShare, act, lw.down_proj, x, T);
     }
-    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    ref::all_reduce<kAllReduceX>(ctx, x, T);
+    // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T);
   }
 
   // ---- logits ----

@@ -52,7 +52,7 @@ constexpr int kDecodeScratchFloats = 2129920; // decode scratch: the larger of k
 // embed_tokens
 constexpr shape::embed kEmbedTokens{.vocab = kVocabShard, .dim = kHiddenSize};
 // all_reduce
-constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks};
+constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = 0, .warm_cols = 0};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm4096{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj,k_proj,v_proj
@@ -69,6 +69,8 @@ constexpr shape::attention kAttention{.heads = kNumHeads, .kv_heads = kNumKvHead
 constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms};
 // self_attn.o_proj
 constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::store_f32, .sms = kTargetSms};
+// all_reduce
+constexpr shape::all_reduce kAllReduceXWarmGateUpProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate_proj,up_proj
 constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
 // mlp.act_fn
@@ -77,6 +79,8 @@ constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms};
 // mlp.down_proj
 constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms};
+// all_reduce
+constexpr shape::all_reduce kAllReduceXWarmNextQkvProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kQkvWidth, .warm_cols = kHiddenSize};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows4096{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head

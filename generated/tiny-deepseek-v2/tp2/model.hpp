@@ -73,7 +73,7 @@ constexpr int kDecodeScratchFloats = 544;   // decode scratch: the larger of kAt
 // embed_tokens
 constexpr shape::embed kEmbedTokens{.vocab = kVocabShard, .dim = kHiddenSize};
 // all_reduce
-constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks};
+constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = 0, .warm_cols = 0};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_a_proj

@@ -205,7 +205,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, 128);
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
-  cuda::all_reduce<kAllReduceX>(ctx, x, T);
+  cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
 
   // ---- decoder_layer (dense MLP) ----
@@ -260,7 +260,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 1536);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -283,7 +283,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("down_proj", OpReads::weights, 3072);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
@@ -339,7 +339,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 1536);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // DeepSeekMoE: routed experts + shared experts
@@ -377,7 +377,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 3072);
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

@@ -100,7 +100,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, 128);
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
-  cuda::all_reduce<kAllReduceX>(ctx, x, T);
+  cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
 
   // ---- decoder_layer ----
@@ -134,7 +134,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 4096);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -157,7 +157,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("down_proj", OpReads::weights, 4096);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
-    cuda::all_reduce<kAllReduceX>(ctx, x, T);
+    cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
