@@ -1,10 +1,12 @@
 #include "runtime/cli/model_setup.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "runtime/chat/builtin_templates.hpp"
 #include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_memory.hpp"
 #include "runtime/model/gguf_source.hpp"
 #include "runtime/model/model_config_check.hpp"
 #include "runtime/tokenizer/chat_template.hpp"
@@ -93,6 +95,8 @@ ModelSetup open_model(const ModelDef& model, const CliOptions& o) {
 void load_backend(ModelSetup& s, const ModelDef& model, const CliOptions& o) {
   WeightOrigin origin{s.source.get(), o.random_weights.value_or(0)};
   BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile, o.megakernel, o.l2_warm};
+  options.swap_space_bytes = o.swap_space_gib >= 0 ? static_cast<int64_t>(o.swap_space_gib * (1 << 30))
+                                                  : std::min<int64_t>(int64_t{4} << 30, host_memory_available() / 4);
   const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
   if (o.tensor_parallel > 1) {
     s.backend = make_tensor_parallel_backend(model, o.tensor_parallel, gpu, origin, options);

@@ -151,6 +151,11 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
       ->check(CLI::Range(1, 64));
   app.add_option("--kv-pages", o.kv_pages, "KV-cache pages (default: from free GPU memory; CPU: 2 × max context)")
       ->check(positive_count("pages"));
+  app.add_option("--swap-space", o.swap_space_gib,
+                 "GiB of host memory a preempted request's KV is swapped out to and back from (vLLM's name; "
+                 "default: 4, or a quarter of the free host memory when that is less); 0: preempted requests "
+                 "recompute their KV instead")
+      ->check(CLI::Range(0.0, 1048576.0));
   app.add_option("--gpu-memory-utilization,--gpu-mem-util", o.gpu_mem_util, "fraction of GPU memory to use in all")
       ->check(CLI::Range(0.05, 0.99))->capture_default_str();
   app.add_option("--max-num-seqs,--max-batch", o.max_batch, "sequences per step at most (default: the compiled build.max_batch)")

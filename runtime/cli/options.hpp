@@ -51,6 +51,7 @@ struct CliOptions {
   // Engine.
   int32_t kv_pages = 0;
   double gpu_mem_util = 0.9;
+  double swap_space_gib = -1;  // --swap-space: host memory for preempted sequences' KV (0: recompute; -1: default)
   int32_t max_batch = 0;     // --max-num-seqs: up to the compiled build.max_batch
   int32_t max_context = 0;   // --max-model-len / -c: up to the compiled build.max_context
   bool cuda_graphs = true;

@@ -72,7 +72,10 @@ json report_json(const RunReport& rep) {
                  {"steps", s.steps},
                  {"prefill_steps", s.prefill_steps},
                  {"decode_steps", s.decode_steps},
-                 {"preemptions", s.scheduler.preemptions}};
+                 {"preemptions", s.scheduler.preemptions},
+                 {"swapped_out", s.scheduler.swapped_out},
+                 {"swap_out_pages", s.scheduler.swap_out_pages},
+                 {"swap_in_pages", s.scheduler.swap_in_pages}};
   j["timings"] = {{"load_s", b.load_seconds},
                   {"wall_s", s.wall_seconds},
                   {"prefill_s", s.prefill_seconds},

@@ -13,6 +13,13 @@ namespace kiln {
 
 enum class StepPhase { prefill, decode };
 
+// One KV page copied between the backend's pool and its host swap space (a preempted sequence's
+// KV swapped out, or back in): every layer's part of the page.
+struct PageSwap {
+  int32_t device_page = 0;
+  int32_t host_page = 0;
+};
+
 struct StepBatch {
   StepPhase phase = StepPhase::prefill;
 

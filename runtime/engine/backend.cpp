@@ -1,5 +1,6 @@
 #include "runtime/engine/backend.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -37,6 +38,21 @@ std::string gib(int64_t bytes) {
 }
 
 }  // namespace
+
+void Backend::swap_kv(std::span<const PageSwap> copies, bool) {
+  if (!copies.empty()) fail("internal: the ", name(), " backend has no swap space, yet ", copies.size(), " KV pages swap");
+}
+
+int32_t swap_pages_for(int64_t swap_bytes, int64_t page_bytes) {
+  if (swap_bytes < 0) fail("--swap-space: ", swap_bytes, " bytes; expected 0 or more");
+  if (swap_bytes == 0) return 0;
+  const int64_t available = host_memory_available();
+  if (swap_bytes > available) {
+    fail("--swap-space: ", gib(swap_bytes), " of host memory for swapped-out KV pages, but only ", gib(available),
+         " is available; give less (0: preempted requests recompute instead)");
+  }
+  return static_cast<int32_t>(std::min<int64_t>(swap_bytes / page_bytes, 1 << 30));
+}
 
 void check_kv_pool_fits(const ModelInfo& model, int64_t pages, int64_t page_bytes, int64_t available,
                         const char* memory) {

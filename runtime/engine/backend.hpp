@@ -40,6 +40,9 @@ struct BackendOptions {
   // Tensor parallelism: each decode all-reduce warms the next projection's weight in L2 while the
   // ranks exchange (ops.def all_reduce's `warm`); --no-l2-warm turns it off, to measure it.
   bool l2_warm = true;
+  // --swap-space: host memory a preempted sequence's KV can be swapped out to (Backend::swap_kv);
+  // 0: preempted sequences recompute.
+  int64_t swap_space_bytes = 0;
   // One rank of a tensor-parallel group (make_tensor_parallel_backend sets these for each rank's
   // backend, which runs the rank's ModelDef): its rank, its GPU and the group's collective.
   int32_t rank = 0;
@@ -76,6 +79,12 @@ class Backend {
   virtual int32_t kv_pages() const = 0;
   virtual const BackendInfo& info() const = 0;
 
+  // Swap space (BackendOptions::swap_space_bytes): how many KV pages it holds (0: none), and the
+  // copies of a step (ScheduledStep::swap_out with to_host, then swap_in), run before its forwards
+  // and in order with them. The host memory is taken at the first swap-out.
+  virtual int32_t swap_pages() const { return 0; }
+  virtual void swap_kv(std::span<const PageSwap> copies, bool to_host);
+
   // The staging memory the next step of `phase` is written into (build_step_batch).
   virtual StepBuffer& step_buffer(StepPhase phase) = 0;
   // Runs one step, built in step_buffer(step.phase); keeps logits [step.num_logits(), vocab] for
@@ -106,6 +115,9 @@ StepCapacity step_capacity(const ModelInfo& model, StepPhase phase);
 // ended in std::bad_alloc).
 void check_kv_pool_fits(const ModelInfo& model, int64_t pages, int64_t page_bytes, int64_t available,
                         const char* memory);
+// The KV pages (of page_bytes, all layers) that swap_bytes of host memory hold; checked against the
+// host memory available (the error names --swap-space).
+int32_t swap_pages_for(int64_t swap_bytes, int64_t page_bytes);
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
 // Throws kiln::Error when no usable GPU is present.

@@ -36,6 +36,8 @@ class CpuBackend final : public Backend {
     check_kv_pool_fits(m, kv_pages_, static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * m.num_layers * 4,
                        host_memory_available(), "CPU memory");
     kv_cache_.assign(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, 0.0f);
+    page_floats_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token;
+    swap_pages_ = swap_pages_for(options.swap_space_bytes, page_floats_ * m.num_layers * 4);
     arena_.assign(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), 0.0f);
     rope_ = build_rope_table(m.rope, m.max_context);
     if (options.profile && m.num_routed_experts > 0) {
@@ -50,6 +52,29 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
   int32_t kv_pages() const override { return kv_pages_; }
+  int32_t swap_pages() const override { return swap_pages_; }
+
+  // The swap space: [layers][swap pages][page values], like the pool's [layers][pages][page values].
+  void swap_kv(std::span<const PageSwap> copies, bool to_host) override {
+    if (copies.empty()) return;
+    const int64_t layers = model_.info.num_layers;
+    if (swap_.empty()) swap_.assign(static_cast<size_t>(layers * swap_pages_ * page_floats_), 0.0f);
+    for (const PageSwap& c : copies) {
+      if (c.device_page < 0 || c.device_page >= kv_pages_ || c.host_page < 0 || c.host_page >= swap_pages_) {
+        fail("internal: swap of KV page ", c.device_page, " <-> host page ", c.host_page, " is outside the pools (",
+             kv_pages_, ", ", swap_pages_, " pages)");
+      }
+      for (int64_t l = 0; l < layers; ++l) {
+        float* pool = kv_cache_.data() + (l * kv_pages_ + c.device_page) * page_floats_;
+        float* host = swap_.data() + (l * swap_pages_ + c.host_page) * page_floats_;
+        if (to_host) {
+          std::copy_n(pool, page_floats_, host);
+        } else {
+          std::copy_n(host, page_floats_, pool);
+        }
+      }
+    }
+  }
   const BackendInfo& info() const override { return info_; }
 
   StepBuffer& step_buffer(StepPhase phase) override {
@@ -94,7 +119,10 @@ class CpuBackend final : public Backend {
   LoadedWeights weights_;
   std::unique_ptr<RefForward> forward_;
   int32_t kv_pages_ = 0;
+  int32_t swap_pages_ = 0;
+  int64_t page_floats_ = 0;  // one layer's part of a KV page
   std::vector<float> kv_cache_, arena_, rope_, logits_;
+  std::vector<float> swap_;  // --swap-space, taken at the first swap-out
   std::vector<uint8_t> expert_usage_;  // with --profile (MoE): the routing's flags
   int32_t num_logits_ = 0;
   int32_t rank_ = 0;                    // tensor-parallel rank (0 without)

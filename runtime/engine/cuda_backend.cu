@@ -185,6 +185,7 @@ class CudaBackend final : public Backend {
     // the odd stride, +1.25% with this; bench/RESULTS.md, 2026-11-23.)
     kv_layer_bytes_ = (static_cast<int64_t>(kv_pages_ + 1) * page_bytes_ + kLayerAlign - 1) / kLayerAlign * kLayerAlign;
     kv_.resize(kv_layer_bytes_ * m.num_layers);
+    swap_pages_ = swap_pages_for(options.swap_space_bytes, page_bytes_ * m.num_layers);
     if (options.profile && m.num_routed_experts > 0) {
       usage_bytes_ = static_cast<int64_t>(m.num_layers) * m.num_routed_experts;
       usage_ = std::make_unique<PinnedBuffer>(usage_bytes_, cudaHostAllocMapped);
@@ -238,6 +239,31 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
   int32_t kv_pages() const override { return kv_pages_; }
   const BackendInfo& info() const override { return info_; }
+  int32_t swap_pages() const override { return swap_pages_; }
+
+  // The swap space is pinned host memory [layers][swap pages][page bytes]; each page moves as one
+  // 2-D copy (its part of every layer) on the forward's stream, so the step's kernels run after.
+  void swap_kv(std::span<const PageSwap> copies, bool to_host) override {
+    if (copies.empty()) return;
+    const int64_t layers = model_.info.num_layers, host_pitch = page_bytes_ * swap_pages_;
+    cudaSetDevice(device_);
+    if (!swap_) swap_ = std::make_unique<PinnedBuffer>(host_pitch * layers, cudaHostAllocDefault);
+    for (const PageSwap& c : copies) {
+      if (c.device_page < 0 || c.device_page >= kv_pages_ || c.host_page < 0 || c.host_page >= swap_pages_) {
+        fail("internal: swap of KV page ", c.device_page, " <-> host page ", c.host_page, " is outside the pools (",
+             kv_pages_, ", ", swap_pages_, " pages)");
+      }
+      char* pool = kv_.get<char>() + c.device_page * page_bytes_;
+      char* host = swap_->get<char>() + c.host_page * page_bytes_;
+      if (to_host) {
+        KILN_CUDA(cudaMemcpy2DAsync(host, host_pitch, pool, kv_layer_bytes_, page_bytes_, layers, cudaMemcpyDeviceToHost,
+                                    stream_));
+      } else {
+        KILN_CUDA(cudaMemcpy2DAsync(pool, kv_layer_bytes_, host, host_pitch, page_bytes_, layers, cudaMemcpyHostToDevice,
+                                    stream_));
+      }
+    }
+  }
 
   StepBuffer& step_buffer(StepPhase phase) override {
     return phase == StepPhase::decode ? decode_.buffer() : prefill_.buffer();
@@ -463,6 +489,8 @@ class CudaBackend final : public Backend {
   bool warmed_up_ = false;  // --profile counts the steps after warm_up()
   PhaseStaging prefill_, decode_;
   std::unique_ptr<PinnedBuffer> usage_;  // --profile, MoE: the routing's flags (mapped into the device)
+  std::unique_ptr<PinnedBuffer> swap_;   // --swap-space, taken at the first swap-out
+  int32_t swap_pages_ = 0;
   int64_t usage_bytes_ = 0;
   std::unique_ptr<CudaSampler> sampler_;
   cuda::GemmRunner gemm_;

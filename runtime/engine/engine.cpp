@@ -9,7 +9,7 @@ namespace kiln {
 
 namespace {
 
-SchedulerConfig scheduler_config(const ModelDef& model, const EngineOptions& options) {
+SchedulerConfig scheduler_config(const ModelDef& model, const EngineOptions& options, int32_t swap_pages) {
   const ModelInfo& m = model.info;
   SchedulerConfig c;
   c.max_num_seqs = options.max_batch > 0 ? options.max_batch : m.max_batch;
@@ -22,6 +22,7 @@ SchedulerConfig scheduler_config(const ModelDef& model, const EngineOptions& opt
   if (c.max_context > m.max_context) fail("--max-model-len ", c.max_context, " exceeds the model's build.max_context (", m.max_context, ")");
   c.vocab_size = m.vocab_size;
   c.eos_token_ids = m.eos_token_ids;
+  c.swap_pages = swap_pages;
   c.validate();
   return c;
 }
@@ -32,7 +33,8 @@ Engine::Engine(const ModelDef& model, Backend& backend, const EngineOptions& opt
     : model_(model),
       backend_(backend),
       options_(options),
-      scheduler_(scheduler_config(model, options), BlockManager(backend.kv_pages(), model.info.page_size)) {}
+      scheduler_(scheduler_config(model, options, backend.swap_pages()),
+                 BlockManager(backend.kv_pages(), model.info.page_size)) {}
 
 void Engine::add(Request request) { scheduler_.add(std::move(request)); }
 
@@ -78,6 +80,10 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
   }
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
+  // Preempted sequences' KV to host memory, then swapped-in sequences' back, before the forwards
+  // that reuse the pages given up and read the ones brought back.
+  backend_.swap_kv(step.swap_out, true);
+  backend_.swap_kv(step.swap_in, false);
 
   // The decode phase first: its samples come first (Scheduler::on_step_done).
   std::vector<SampleOutput> samples;

@@ -91,6 +91,14 @@ class TensorParallelBackend final : public Backend {
 
   const char* name() const override { return cuda_ ? "cuda" : "cpu"; }
   int32_t kv_pages() const override { return kv_pages_; }
+  int32_t swap_pages() const override {
+    int32_t pages = backends_[0]->swap_pages();
+    for (const auto& b : backends_) pages = std::min(pages, b->swap_pages());  // each rank swaps its share
+    return pages;
+  }
+  void swap_kv(std::span<const PageSwap> copies, bool to_host) override {
+    threads_->run_all([&](int32_t r) { backends_[r]->swap_kv(copies, to_host); });
+  }
   const BackendInfo& info() const override { return info_; }
   StepBuffer& step_buffer(StepPhase phase) override { return backends_[0]->step_buffer(phase); }
 

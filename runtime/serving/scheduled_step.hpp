@@ -50,9 +50,12 @@ struct PhaseStep {
 struct ScheduledStep {
   PhaseStep decode{StepPhase::decode};    // running sequences past their prompt, oldest first
   PhaseStep prefill{StepPhase::prefill};  // prefill continuations, then new prefills
-  std::vector<RequestId> preempted;       // sent back to the waiting queue while scheduling this step
+  std::vector<RequestId> preempted;       // swapped out or sent back to the waiting queue this step
+  // KV copies to run before the step's forwards, swap_out first: the device pages given up are
+  // the ones this step's forwards may write, and swap_in's pages are read by them.
+  std::vector<PageSwap> swap_out, swap_in;
 
-  bool empty() const { return decode.empty() && prefill.empty(); }
+  bool empty() const { return decode.empty() && prefill.empty() && swap_out.empty() && swap_in.empty(); }
   int32_t num_tokens() const { return decode.num_tokens + prefill.num_tokens; }
   int32_t num_samples() const { return decode.num_samples() + prefill.num_samples(); }
 };

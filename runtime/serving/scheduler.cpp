@@ -14,6 +14,7 @@ void SchedulerConfig::validate() const {
   }
   if (max_context <= 0) fail("scheduler: max_context = ", max_context, ": expected > 0");
   if (vocab_size <= 0) fail("scheduler: vocab_size = ", vocab_size, ": expected > 0");
+  if (swap_pages < 0) fail("scheduler: swap_pages = ", swap_pages, ": expected >= 0");
   for (int32_t eos : eos_token_ids) {
     if (eos < 0 || eos >= vocab_size) {
       fail("scheduler: EOS token ", eos, " is outside the vocabulary [0, ", vocab_size, ")");
@@ -26,6 +27,7 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager blocks)
   config_.validate();
   const int64_t pool_tokens = static_cast<int64_t>(blocks_.num_pages()) * blocks_.page_size();
   context_limit_ = static_cast<int32_t>(std::min<int64_t>(config_.max_context, pool_tokens));
+  for (int32_t p = config_.swap_pages - 1; p >= 0; --p) free_host_pages_.push_back(p);
 }
 
 void Scheduler::add(Request request) {
@@ -125,8 +127,7 @@ ScheduledStep Scheduler::schedule() {
     while (!blocks_.can_append_slots(seq.id, needed)) {
       Sequence* victim = running_.back();
       running_.pop_back();
-      preempt(*victim);
-      step.preempted.push_back(victim->id);
+      preempt(*victim, step);
       if (victim == &seq) {
         self_preempted = true;
         break;
@@ -149,8 +150,12 @@ ScheduledStep Scheduler::schedule() {
     budget -= chunk;
   }
 
-  // 3. Admissions, first come first served; none in a step that had to preempt.
-  while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
+  // 3. Swapped-out sequences come back first, oldest first, then admissions, first come first
+  //    served; neither in a step that had to preempt.
+  while (step.preempted.empty() && budget > 0 && !swapped_.empty() &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs && swap_in(step, budget)) {
+  }
+  while (step.preempted.empty() && swapped_.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
     // Prompt logits and prompt logprobs need every prompt row computed: no prefix-cache hits.
@@ -277,6 +282,10 @@ void Scheduler::finish(Sequence& seq, FinishReason reason) {
   if (blocks_.has_sequence(id)) blocks_.free(id);
   if (seq.status == SequenceStatus::Waiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &seq));
+  } else if (seq.status == SequenceStatus::Swapped) {
+    swapped_.erase(std::find(swapped_.begin(), swapped_.end(), &seq));
+    free_host_pages_.insert(free_host_pages_.end(), seq.host_pages.begin(), seq.host_pages.end());
+    seq.host_pages.clear();
   } else {
     running_.erase(std::find(running_.begin(), running_.end(), &seq));
   }
@@ -293,13 +302,59 @@ void Scheduler::finish(Sequence& seq, FinishReason reason) {
   seqs_.erase(id);  // destroys seq
 }
 
-void Scheduler::preempt(Sequence& seq) {
+// Swaps the sequence's KV out when the host swap pool holds its computed pages (they are copied
+// before this step's forwards, which may write the device pages given up), else drops it: the
+// sequence then recomputes. Either way its outputs stay those of an uninterrupted run.
+void Scheduler::preempt(Sequence& seq, ScheduledStep& step) {
+  ++seq.num_preemptions;
+  ++stats_.preemptions;
+  step.preempted.push_back(seq.id);
+  const int32_t pages = blocks_.pages_for(seq.num_computed);
+  if (seq.num_computed > 0 && pages <= static_cast<int32_t>(free_host_pages_.size())) {
+    const std::span<const int32_t> table = blocks_.block_table(seq.id);
+    seq.host_pages.clear();
+    for (int32_t i = 0; i < pages; ++i) {
+      seq.host_pages.push_back(free_host_pages_.back());
+      free_host_pages_.pop_back();
+      step.swap_out.push_back({table[i], seq.host_pages.back()});
+    }
+    blocks_.free(seq.id);
+    seq.status = SequenceStatus::Swapped;
+    swapped_.insert(std::upper_bound(swapped_.begin(), swapped_.end(), &seq,
+                                     [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; }),
+                    &seq);
+    ++stats_.swapped_out;
+    stats_.swap_out_pages += pages;
+    return;
+  }
   blocks_.free(seq.id);
   seq.num_computed = 0;
   seq.status = SequenceStatus::Waiting;
-  ++seq.num_preemptions;
-  ++stats_.preemptions;
   waiting_.push_front(&seq);
+}
+
+bool Scheduler::swap_in(ScheduledStep& step, int32_t& budget) {
+  Sequence& seq = *swapped_.front();
+  // Fresh pages for every known token (no prefix-cache hits: the KV comes back from the host).
+  if (!blocks_.can_allocate(seq.tokens, false)) return false;
+  blocks_.allocate(seq.id, seq.tokens, false);
+  const std::span<const int32_t> table = blocks_.block_table(seq.id);
+  for (size_t i = 0; i < seq.host_pages.size(); ++i) {
+    step.swap_in.push_back({table[i], seq.host_pages[i]});
+    free_host_pages_.push_back(seq.host_pages[i]);  // reused no earlier than the next step's swap-outs
+  }
+  stats_.swap_in_pages += static_cast<int64_t>(seq.host_pages.size());
+  seq.host_pages.clear();
+  swapped_.erase(swapped_.begin());
+  seq.status = SequenceStatus::Running;
+  insert_running(&seq);
+  // Its next tokens: the rest of its prompt, or one decode (its sample or a replayed token).
+  const int32_t chunk = seq.num_computed < seq.num_prompt_tokens
+                            ? std::min(seq.num_prompt_tokens - seq.num_computed, budget) : 1;
+  PhaseStep& phase = seq.num_computed < seq.num_prompt_tokens ? step.prefill : step.decode;
+  phase.seqs.push_back(make_scheduled(seq, chunk));
+  budget -= chunk;
+  return true;
 }
 
 void Scheduler::insert_running(Sequence* seq) {

@@ -39,6 +39,9 @@ struct SchedulerConfig {
   int32_t max_context = 0;             // the model's max positions (prompt + generated)
   int32_t vocab_size = 0;              // token ids must lie in [0, vocab_size)
   std::vector<int32_t> eos_token_ids;  // the model's EOS tokens (several for Llama 3 instruct)
+  // Pages of host memory a preempted sequence's KV can be swapped out to (the backend's swap
+  // space); 0: preempted sequences recompute their KV when admitted again.
+  int32_t swap_pages = 0;
 
   void validate() const;
 };
@@ -75,6 +78,9 @@ struct SchedulerStats {
   int64_t prefill_tokens = 0;  // prompt (and recomputed) tokens fed, prefix-cache hits excluded
   int64_t decode_tokens = 0;
   int64_t preemptions = 0;
+  int64_t swapped_out = 0;     // preemptions that swapped the KV to host memory (the rest recompute)
+  int64_t swap_out_pages = 0;
+  int64_t swap_in_pages = 0;
   int64_t finished = 0;
   int64_t rejected = 0;        // add() calls refused
   BlockManagerStats kv;
@@ -103,7 +109,7 @@ class Scheduler {
   // Requests finished since the last call, in finishing order.
   std::vector<FinishedRequest> take_finished();
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   // The longest a sequence may grow: the model's max context or the whole KV pool, if smaller.
@@ -114,7 +120,10 @@ class Scheduler {
 
  private:
   ScheduledSeq make_scheduled(const Sequence& seq, int32_t num_new_tokens) const;
-  void preempt(Sequence& seq);
+  void preempt(Sequence& seq, ScheduledStep& step);
+  // Brings the oldest swapped-out sequence back (its KV copied in), scheduling its next tokens;
+  // false when the pool cannot hold it now.
+  bool swap_in(ScheduledStep& step, int32_t& budget);
   void insert_running(Sequence* seq);
   // Appends the sampled token and finishes the sequence when it should stop.
   TokenEvent apply_sample(Sequence& seq, const SampleOutput& sample);
@@ -126,6 +135,8 @@ class Scheduler {
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;  // unfinished sequences
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // sorted by arrival: the back is the newest
+  std::vector<Sequence*> swapped_;  // sorted by arrival: swapped back in oldest first
+  std::vector<int32_t> free_host_pages_;
   std::vector<FinishedRequest> finished_;
   uint64_t next_arrival_ = 0;
   bool step_pending_ = false;

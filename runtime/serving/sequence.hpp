@@ -20,7 +20,7 @@ struct Request {
   bool prompt_logits = false;
 };
 
-enum class SequenceStatus { Waiting, Running, Finished };
+enum class SequenceStatus { Waiting, Running, Swapped, Finished };
 
 enum class FinishReason {
   None,
@@ -54,10 +54,12 @@ struct Sequence {
   uint64_t arrival = 0;           // add() order: the scheduler is first come, first served
   std::vector<int32_t> tokens;    // prompt, then generated tokens
   int32_t num_prompt_tokens = 0;
-  // Leading tokens whose KV is in the cache. A preemption resets it to 0: the sequence recomputes
-  // its prompt (prefill) and replays its generated tokens (decodes), helped by the prefix cache,
-  // when it is admitted again.
+  // Leading tokens whose KV is in the cache. A preemption that swaps the KV out to host memory
+  // keeps it (host_pages hold it meanwhile); one that cannot resets it to 0: the sequence then
+  // recomputes its prompt (prefill) and replays its generated tokens (decodes), helped by the
+  // prefix cache, when it is admitted again.
   int32_t num_computed = 0;
+  std::vector<int32_t> host_pages;  // Swapped: the host swap pages of its computed tokens' KV, in order
   SamplingParams params;
   uint64_t seed = 0;              // params.seed, or one drawn at add()
   SequenceStatus status = SequenceStatus::Waiting;

@@ -129,13 +129,14 @@ ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backe
     for (const Request& r : requests) engine.add(r);
     std::map<RequestId, FinishedRequest> out;
     for (FinishedRequest& f : engine.run()) out[f.id] = std::move(f);
-    return std::pair{out, engine.stats().scheduler.preemptions};
+    return std::pair{out, engine.stats().scheduler};
   };
-  const auto [together, preemptions] = run(8);
+  const auto [together, stats] = run(8);
   const auto [alone, none] = run(1);
   ServingComparison c;
   c.requests = static_cast<int>(requests.size());
-  c.preemptions = preemptions;
+  c.preemptions = stats.preemptions;
+  c.swapped_out = stats.swapped_out;
   for (const auto& [id, f] : together) {
     const FinishedRequest& a = alone.at(id);
     if (a.output_tokens == f.output_tokens && a.reason == f.reason) {
@@ -149,8 +150,10 @@ ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backe
                 static_cast<unsigned long long>(id), f.num_prompt_tokens, f.num_preemptions,
                 f.num_cached_prompt_tokens, at, f.output_tokens.size(), a.output_tokens.size());
   }
-  std::printf("%-22s serving, %d KV pages: %d requests together (%lld preemptions) vs each alone: %d identical\n",
-              model.info.name, backend.kv_pages(), c.requests, static_cast<long long>(preemptions), c.identical);
+  std::printf("%-22s serving, %d KV pages, %d swap pages: %d requests together (%lld preemptions, %lld swapped out) vs "
+              "each alone: %d identical\n",
+              model.info.name, backend.kv_pages(), backend.swap_pages(), c.requests, static_cast<long long>(c.preemptions),
+              static_cast<long long>(c.swapped_out), c.identical);
   return c;
 }
 

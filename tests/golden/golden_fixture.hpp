@@ -49,6 +49,7 @@ struct ServingComparison {
   int requests = 0;
   int identical = 0;
   int64_t preemptions = 0;
+  int64_t swapped_out = 0;  // preemptions that swapped the KV to host memory (the backend's swap space)
 };
 ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend);
 

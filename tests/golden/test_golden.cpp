@@ -60,13 +60,25 @@ TEST_CASE("tiny-deepseek-v2-lite (MLA without q_lora, greedy routing, renormaliz
 TEST_CASE("requests served together through a small KV pool equal each alone on the CPU backend") {
   // tiny-qwen3 has pages of 5 tokens. 40 pages: preemptions; 20 pages (100 tokens): fewer than some
   // requests need at all, so those end at the pool's context limit, alone and together alike.
+  // Preempted requests recompute (no swap space), swap their KV to host memory and back (room for
+  // 200 pages), or some of each (room for 12: a preemption whose pages do not fit recomputes).
+  const ModelDef& model = models::tiny_qwen3::model_def();
+  const int64_t page_bytes = int64_t{model.info.page_size} * model.info.kv_elems_per_token * model.info.num_layers * 4;
   for (int32_t pages : {40, 20}) {
-    BackendOptions options;
-    options.kv_pages = pages;
-    const ModelDef& model = models::tiny_qwen3::model_def();
-    const auto backend = make_cpu_backend(model, WeightOrigin{nullptr, 5}, options);
-    const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
-    CHECK(c.preemptions > 0);
-    CHECK(c.identical == c.requests);
+    for (int64_t swap_pages : {0, 200, 12}) {
+      BackendOptions options;
+      options.kv_pages = pages;
+      options.swap_space_bytes = swap_pages * page_bytes;
+      const auto backend = make_cpu_backend(model, WeightOrigin{nullptr, 5}, options);
+      REQUIRE(backend->swap_pages() == swap_pages);
+      const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
+      INFO(pages << " KV pages, " << swap_pages << " swap pages: " << c.preemptions << " preemptions, " << c.swapped_out
+                 << " swapped out");
+      CHECK(c.preemptions > 0);
+      CHECK(c.identical == c.requests);
+      if (swap_pages == 0) CHECK(c.swapped_out == 0);
+      if (swap_pages == 200) CHECK(c.swapped_out > 0);
+      if (swap_pages == 12) CHECK((c.swapped_out > 0 && c.swapped_out < c.preemptions));
+    }
   }
 }

@@ -59,13 +59,17 @@ void check_model(const ModelDef& model, bool graphs, int32_t ranks = 1) {
 
 // Serving on the GPU (decode steps replay captured CUDA graphs, whose shapes then vary in both
 // sequences and logits rows) through `kv_pages` KV pages.
-void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages, bool graphs = true, int32_t ranks = 1) {
+// With swap space, preempted requests swap their KV to pinned host memory and back.
+void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages, bool graphs = true, int32_t ranks = 1,
+                                 int64_t swap_space_bytes = 0) {
   BackendOptions options;
   options.kv_pages = kv_pages;
   options.cuda_graphs = graphs;
+  options.swap_space_bytes = swap_space_bytes;
   const auto backend = make_backend(model, WeightOrigin{nullptr, 5}, options, ranks);
   const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
   CHECK(c.preemptions > 0);
+  if (swap_space_bytes > 0) CHECK(c.swapped_out > 0);
   CHECK(c.identical == c.requests);
 }
 
@@ -149,6 +153,7 @@ TEST_CASE("requests served together through a small KV pool equal each alone", "
   // limit), many more preemptions.
   check_serving_matches_alone(models::tiny_qwen3::model_def(), 20);
   check_serving_matches_alone(models::tiny_qwen3::model_def(), 20, false);  // eager decode steps
+  check_serving_matches_alone(models::tiny_qwen3::model_def(), 20, true, 1, 1 << 20);  // swapped, not recomputed
 }
 
 // Tensor parallelism over NCCL, one GPU per rank: needs 2 GPUs (4 for the 4-rank builds); with
@@ -166,6 +171,6 @@ TEST_CASE("tiny models split over 2 and 4 GPUs agree with HF under the top-5 rul
       }
     }
     check_serving_matches_alone(models::tiny_qwen3::model_def(), 40, true, ranks);
-    check_serving_matches_alone(models::tiny_deepseek_v2::model_def(), 12, true, ranks);
+    check_serving_matches_alone(models::tiny_deepseek_v2::model_def(), 12, true, ranks, 1 << 20);
   }
 }

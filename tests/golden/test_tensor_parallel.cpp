@@ -87,10 +87,13 @@ TEST_CASE("simulated ranks serving through a small KV pool: every request as it 
 TEST_CASE("DeepSeek-V2 on simulated ranks serving through a small KV pool: every request as it is alone") {
   BackendOptions options;
   options.kv_pages = 12;  // pages of 16 tokens: preemptions
+  options.swap_space_bytes = 1 << 20;  // each rank swaps its latent cache pages out and back
   const ModelDef& model = models::tiny_deepseek_v2::model_def();
   const auto group = make_tensor_parallel_backend(model, 4, false, WeightOrigin{nullptr, 5}, options);
+  CHECK(group->swap_pages() > 0);
   const golden::ServingComparison c = golden::serve_together_and_alone(model, *group);
   CHECK(c.preemptions > 0);
+  CHECK(c.swapped_out > 0);
   CHECK(c.identical == c.requests);
 }
 

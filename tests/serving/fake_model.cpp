@@ -70,4 +70,21 @@ std::vector<float> FakeModel::forward(const StepBatch& batch) {
   return out;
 }
 
+void FakeModel::swap(std::span<const PageSwap> copies, bool to_host) {
+  for (const PageSwap& c : copies) {
+    const size_t device = static_cast<size_t>(c.device_page) * page_size_, host = static_cast<size_t>(c.host_page) * page_size_;
+    if (c.device_page < 0 || device + page_size_ > kv_.size() || c.host_page < 0) {
+      fail("fake model: swap of page ", c.device_page, " <-> host page ", c.host_page, " is out of range");
+    }
+    if (swap_.size() < host + page_size_) swap_.resize(host + page_size_);
+    for (int32_t i = 0; i < page_size_; ++i) {
+      if (to_host) {
+        swap_[host + i] = kv_[device + i];
+      } else {
+        kv_[device + i] = swap_[host + i];
+      }
+    }
+  }
+}
+
 }  // namespace kiln::testing

@@ -26,6 +26,9 @@ class FakeModel {
   std::vector<float> forward(const StepBatch& batch);
   // The logits after this context, computed directly.
   std::vector<float> logits_for(std::span<const int32_t> context) const;
+  // A step's KV page copies to and from a host swap space (as Backend::swap_kv); a swapped-in page
+  // that was not swapped out with the same contents then shows as a wrong slot.
+  void swap(std::span<const PageSwap> copies, bool to_host);
 
  private:
   struct Slot {
@@ -35,6 +38,7 @@ class FakeModel {
   int32_t page_size_;
   int32_t vocab_size_;
   std::vector<Slot> kv_;
+  std::vector<Slot> swap_;  // host pages, grown as they are named
   StepBuffer prefill_steps_, decode_steps_;
 };
 

@@ -9,6 +9,8 @@ namespace kiln::testing {
 ScheduledStep run_step(Scheduler& scheduler, FakeModel& model) {
   ScheduledStep step = scheduler.schedule();
   if (step.empty()) return step;
+  model.swap(step.swap_out, true);
+  model.swap(step.swap_in, false);
   std::vector<SampleOutput> samples;
   for (const PhaseStep* phase : {&step.decode, &step.prefill}) {
     if (phase->empty()) continue;

@@ -52,6 +52,21 @@ std::vector<ScheduledSeq> seqs(const ScheduledStep& step) {
 }
 V table(const ScheduledSeq& s) { return V(s.block_table.begin(), s.block_table.end()); }
 
+// Every step until the requests have finished (24 KV slots of pages of 4): the steps and the results.
+std::pair<std::vector<ScheduledStep>, std::map<RequestId, FinishedRequest>> run_to_end(
+    Scheduler& s, const std::vector<Request>& requests, int32_t vocab) {
+  FakeModel model(24, 4, vocab);
+  for (const Request& r : requests) s.add(r);
+  std::vector<ScheduledStep> steps;
+  std::map<RequestId, FinishedRequest> done;
+  while (s.has_unfinished()) {
+    steps.push_back(run_step(s, model));
+    for (FinishedRequest& f : s.take_finished()) done.emplace(f.id, std::move(f));
+    REQUIRE(steps.size() < 50);
+  }
+  return {steps, done};
+}
+
 }  // namespace
 
 TEST_CASE("prefill chunks fill the token budget, and a partial prefill continues first") {
@@ -182,21 +197,64 @@ TEST_CASE("running out of pages preempts the newest sequence which later finishe
     // A's prompt is one token shorter, so B crosses into a 4th page first.
     const std::vector<Request> requests = {make(1, range(1, 9)), make(2, range(20, 10))};
     Scheduler s(cfg, BlockManager(6, 4));
-    FakeModel model(24, 4, vocab);
-    for (const Request& r : requests) s.add(r);
-    std::vector<ScheduledStep> steps;
-    std::map<RequestId, FinishedRequest> done;
-    while (s.has_unfinished()) {
-      steps.push_back(run_step(s, model));
-      for (FinishedRequest& f : s.take_finished()) done.emplace(f.id, std::move(f));
-      REQUIRE(steps.size() < 50);
-    }
+    const auto [steps, done] = run_to_end(s, requests, vocab);
     CHECK(steps[3].preempted == std::vector<RequestId>{2});
     REQUIRE(seqs(steps[3]).size() == 1);
     CHECK(seqs(steps[3])[0].id == 1);
     CHECK(s.stats().preemptions == 1);
     for (const Request& r : requests) {
       CHECK(done.at(r.id).output_tokens == run_alone(cfg, 64, 4, r, vocab).output_tokens);
+    }
+  }
+}
+
+TEST_CASE("a preempted sequence swaps its KV to host pages and back when they hold it, else recomputes") {
+  const int32_t vocab = 50;
+  auto make = [](RequestId id, V prompt) {
+    Request r = request(id, std::move(prompt), 6);
+    r.params.ignore_eos = true;
+    return r;
+  };
+  // As above: 6 pages of 4, B (10 prompt tokens + 2 generated) preempted at the 4th step holding
+  // 12 computed tokens: 3 pages.
+  const std::vector<Request> requests = {make(1, range(1, 10)), make(2, range(20, 10))};
+  for (int32_t swap_pages : {3, 2}) {
+    SchedulerConfig cfg = config(4, 32, 64, vocab);
+    cfg.swap_pages = swap_pages;
+    Scheduler s(cfg, BlockManager(6, 4));
+    const auto [steps, done] = run_to_end(s, requests, vocab);
+    INFO(swap_pages << " swap pages");
+    REQUIRE(steps.size() > 4);
+    CHECK(steps[3].preempted == std::vector<RequestId>{2});
+    const SchedulerStats st = s.stats();
+    CHECK(st.preemptions == 1);
+    if (swap_pages == 3) {
+      // Its 3 pages go out in that step and come back (to fresh pages) when A has finished; nothing
+      // is recomputed, so the prefix cache is not asked.
+      REQUIRE(steps[3].swap_out.size() == 3);
+      CHECK(st.swapped_out == 1);
+      CHECK(st.swap_out_pages == 3);
+      CHECK(st.swap_in_pages == 3);
+      CHECK(st.kv.prefix_hit_tokens == 0);
+      size_t swap_ins = 0;
+      for (const ScheduledStep& step : steps) {
+        if (step.swap_in.empty()) continue;
+        ++swap_ins;
+        REQUIRE(step.swap_in.size() == 3);
+        for (size_t i = 0; i < 3; ++i) CHECK(step.swap_in[i].host_page == steps[3].swap_out[i].host_page);
+        REQUIRE(step.decode.seqs.size() == 1);
+        CHECK(step.decode.seqs[0].id == 2);
+        CHECK(step.decode.seqs[0].start == 12);
+      }
+      CHECK(swap_ins == 1);
+    } else {
+      CHECK(steps[3].swap_out.empty());  // 2 host pages cannot hold 3: recompute, helped by the cache
+      CHECK(st.swapped_out == 0);
+      CHECK(st.kv.prefix_hit_tokens == 8);
+    }
+    CHECK(st.kv.pages_in_use == 0);
+    for (const Request& r : requests) {
+      CHECK(done.at(r.id).output_tokens == run_alone(config(4, 32, 64, vocab), 64, 4, r, vocab).output_tokens);
     }
   }
 }
