@@ -41,8 +41,8 @@ void Engine::add(Request request) { scheduler_.add(std::move(request)); }
 std::vector<FinishedRequest> Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   run_start_ = std::chrono::steady_clock::now();
   started_ = true;
+  wall_before_ = stats_.wall_seconds;
   while (scheduler_.has_unfinished()) step(on_token);
-  stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
   return take_finished();
 }
 
@@ -77,6 +77,7 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
   if (!started_) {
     run_start_ = std::chrono::steady_clock::now();
     started_ = true;
+    wall_before_ = stats_.wall_seconds;
   }
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
@@ -103,6 +104,7 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
   ++stats_.steps;
 
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  stats_.wall_seconds = wall_before_ + now;  // the CLI and the server drive step() themselves
   std::vector<TokenEvent> events = scheduler_.on_step_done(step, samples);
   for (size_t i = 0; i < events.size(); ++i) {  // one event per sample, in step order
     TokenEvent& e = events[i];

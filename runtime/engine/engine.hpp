@@ -78,6 +78,7 @@ class Engine {
   EngineStats stats_;
   std::chrono::steady_clock::time_point run_start_;
   bool started_ = false;  // run_start_ is set
+  double wall_before_ = 0;  // stats_.wall_seconds of earlier run() calls
   std::map<RequestId, double> first_token_at_, finished_at_;
   std::map<RequestId, std::vector<float>> prompt_logits_;  // [positions so far, vocab]
   // Prompt logprobs computed so far, per request, until they go out with its first token.

@@ -31,6 +31,11 @@ TEST_CASE("greedy generation with JSON output") {
   CHECK(j["requests"][0]["prompt_ids"] == nlohmann::json::array({5, 6, 7}));
   CHECK(j["counts"]["output_tokens"] == 4);
   CHECK(j["decode_bytes_per_step"]["weights"].get<double>() > 0);
+  CHECK(j["decode_bytes_per_step"]["per_gpu"] == j["decode_bytes_per_step"]["total"]);  // one device
+  // The run's wall time covers its steps (it read 0 when the CLI drove the engine step by step).
+  CHECK(j["timings"]["wall_s"].get<double>() >= j["timings"]["prefill_s"].get<double>() + j["timings"]["decode_s"].get<double>());
+  CHECK(j["timings"]["wall_s"].get<double>() > 0);
+  CHECK(j["counts"]["swapped_out"] == 0);
   CHECK(j["backend"] == "cpu");
 }
 
