@@ -114,3 +114,28 @@ TEST_CASE("dump-logits writes the prompt's logits") {
   CHECK(logits->dtype == kiln::DType::F32);
   CHECK(logits->shape == std::vector<int64_t>{4, 512});  // [prompt, vocab]
 }
+
+TEST_CASE("tensor-parallel DeepSeek-V2: the same tokens on 1, 2 and 4 simulated ranks, and what one GPU reads") {
+  // --profile counts the routed experts chosen (every rank's together); per_gpu is one rank's
+  // share: its heads and features, the weights every rank keeps whole, 1/ranks of the experts.
+  nlohmann::json one;
+  for (int ranks : {1, 2, 4}) {
+    const CommandResult r = kiln::test::run_command(std::string(KILN_TINY_DEEPSEEK_V2) +
+                                                    " --backend cpu --random-weights 3 --prompt-ids 5,6,7,8 --max-tokens 6 "
+                                                    "--temperature 0 --ignore-eos --profile --output-format json --tp " +
+                                                    std::to_string(ranks));
+    INFO(ranks << " ranks: " << r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    const auto& bytes = j["decode_bytes_per_step"];
+    if (ranks == 1) {
+      one = j;
+      CHECK(bytes["per_gpu"] == bytes["total"]);
+      continue;
+    }
+    CHECK(j["requests"][0]["output_ids"] == one["requests"][0]["output_ids"]);
+    CHECK(bytes["routed_experts_read"] == one["decode_bytes_per_step"]["routed_experts_read"]);
+    CHECK(bytes["per_gpu"].get<double>() < one["decode_bytes_per_step"]["per_gpu"].get<double>());
+    CHECK(bytes["per_gpu"].get<double>() > one["decode_bytes_per_step"]["per_gpu"].get<double>() / ranks);  // whole copies
+  }
+}
