@@ -109,6 +109,7 @@ EngineOptions engine_options(const CliOptions& o) {
   EngineOptions e;
   e.max_batch = o.max_batch;
   e.max_context = o.max_context;
+  e.max_decode_slowdown = o.max_decode_slowdown;
   return e;
 }
 

@@ -50,6 +50,21 @@ CLI::Validator positive_count(const std::string& what) {
 }
 
 // A limit up to the model's compiled maximum, named in the message.
+// 0 (off), or a factor above 1.
+CLI::Validator slowdown_factor() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const double v = std::stod(text, &used);
+          if (used == text.size() && (v == 0 || (v > 1 && v <= 1000))) return "";
+        } catch (const std::exception&) {
+        }
+        return "is '" + text + "'; expected 0 (off) or a factor above 1 (at most 1000)";
+      },
+      "0 or (1, 1000]");
+}
+
 CLI::Validator up_to(int32_t max, const std::string& what) {
   return CLI::Validator(
       [max, what](std::string& text) -> std::string {
@@ -151,6 +166,11 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
       ->check(CLI::Range(1, 64));
   app.add_option("--kv-pages", o.kv_pages, "KV-cache pages (default: from free GPU memory; CPU: 2 × max context)")
       ->check(positive_count("pages"));
+  app.add_option("--max-decode-slowdown", o.max_decode_slowdown,
+                 "while requests decode, cap a step's prompt chunk so that the step takes at most this many times a "
+                 "decode-only step (measured as the run goes; long prompts then prefill over more steps); 0: prompt "
+                 "chunks fill the step's token budget")
+      ->check(slowdown_factor())->capture_default_str();
   app.add_option("--swap-space", o.swap_space_gib,
                  "GiB of host memory a preempted request's KV is swapped out to and back from (vLLM's name; "
                  "default: 4, or a quarter of the free host memory when that is less); 0: preempted requests "

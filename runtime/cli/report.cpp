@@ -85,7 +85,11 @@ json report_json(const RunReport& rep) {
                   {"ttft_ms_p99", 1e3 * percentile(s.ttft_seconds, 0.99)},
                   {"prefill_tok_s", s.prefill_seconds > 0 ? s.scheduler.prefill_tokens / s.prefill_seconds : 0.0},
                   {"decode_tok_s", s.decode_seconds > 0 ? decode_tokens / s.decode_seconds : 0.0},
-                  {"decode_ms_per_step", s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0}};
+                  {"decode_ms_per_step", s.decode_steps > 0 ? 1e3 * s.decode_seconds / s.decode_steps : 0.0},
+                  // Between a request's consecutive tokens: the whole steps that made them.
+                  {"itl_ms_p50", 1e3 * s.itl.quantile(0.5)},
+                  {"itl_ms_p99", 1e3 * s.itl.quantile(0.99)},
+                  {"itl_ms_max", 1e3 * s.itl.quantile(1.0)}};
   const double steps = static_cast<double>(std::max<int64_t>(1, s.decode_steps));
   // MoE models count the routed experts only under --profile; without it the bytes leave them out
   // (routed_experts_read is null).

@@ -79,6 +79,7 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
     started_ = true;
     wall_before_ = stats_.wall_seconds;
   }
+  update_prefill_cap();
   const ScheduledStep step = scheduler_.schedule();
   if (step.empty()) fail("internal: the scheduler has unfinished requests but scheduled nothing");
   // Preempted sequences' KV to host memory, then swapped-in sequences' back, before the forwards
@@ -91,7 +92,9 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
   std::vector<std::vector<TokenLogprob>> top;  // per sample, when its request asked for top-N
   for (const PhaseStep* phase : {&step.decode, &step.prefill}) {
     if (phase->empty()) continue;
+    const auto phase_start = std::chrono::steady_clock::now();
     const SampleResult result = run_phase(*phase);
+    measure_phase(*phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - phase_start).count());
     size_t r = 0;
     for (const ScheduledSeq& s : phase->seqs) {
       if (!s.samples) continue;
@@ -114,8 +117,46 @@ void Engine::step(const std::function<void(const TokenEvent&)>& on_token) {
       prompt_logprobs_.erase(it);
     }
     first_token_at_.try_emplace(e.id, now);
-    if (e.finished) finished_at_[e.id] = now;
+    if (e.token >= 0) {
+      const auto [last, first] = last_token_at_.try_emplace(e.id, now);
+      if (!first) stats_.itl.add(now - last->second);
+      last->second = now;
+    }
+    if (e.finished) {
+      finished_at_[e.id] = now;
+      last_token_at_.erase(e.id);
+    }
     if (on_token) on_token(e);
+  }
+}
+
+namespace {
+
+constexpr int32_t kMinPrefillChunk = 16;  // what a step that decodes may always carry of a prompt
+constexpr double kAverageWeight = 0.2;    // of the newest measurement in the moving averages
+
+double moving_average(double average, double value) {
+  return average > 0 ? (1 - kAverageWeight) * average + kAverageWeight * value : value;
+}
+
+}  // namespace
+
+// A step with decodes and a prompt chunk of c tokens takes about t_decode + c / rate; at most
+// max_decode_slowdown × t_decode when c <= (max_decode_slowdown - 1) · t_decode · rate. The rate is
+// measured on the chunks this cap lets through, fixed costs included, so the cap settles where a
+// chunk's time is the budget (or at kMinPrefillChunk when the fixed costs alone exceed it).
+void Engine::update_prefill_cap() {
+  if (options_.max_decode_slowdown <= 1 || decode_phase_seconds_ <= 0 || prefill_tokens_per_second_ <= 0) return;
+  const double tokens = (options_.max_decode_slowdown - 1) * decode_phase_seconds_ * prefill_tokens_per_second_;
+  scheduler_.set_prefill_cap(static_cast<int32_t>(std::clamp(tokens, double{kMinPrefillChunk}, 1e9)));
+}
+
+void Engine::measure_phase(const PhaseStep& phase, double seconds) {
+  if (seconds <= 0) return;
+  if (phase.phase == StepPhase::decode) {
+    decode_phase_seconds_ = moving_average(decode_phase_seconds_, seconds);
+  } else if (phase.num_tokens >= kMinPrefillChunk) {
+    prefill_tokens_per_second_ = moving_average(prefill_tokens_per_second_, phase.num_tokens / seconds);
   }
 }
 

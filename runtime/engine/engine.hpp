@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/core/latency_histogram.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/serving/scheduler.hpp"
 
@@ -18,6 +19,10 @@ struct EngineOptions {
   int32_t max_batch = 0;            // sequences per step (0: the model's build.max_batch)
   int32_t max_batched_tokens = 0;   // tokens per step (0: the model's build.max_batched_tokens)
   int32_t max_context = 0;          // prompt + generated tokens (0: the model's build.max_context)
+  // --max-decode-slowdown: with requests decoding, a step's prompt chunk is sized so that the step
+  // takes at most this many times a decode-only step, from the step times measured as the run goes
+  // (the scheduler's prefill cap); 0 or 1 and below: chunks fill the token budget.
+  double max_decode_slowdown = 0;
 };
 
 struct EngineStats {
@@ -29,6 +34,7 @@ struct EngineStats {
   double decode_seconds = 0;        // steps of decodes only
   double wall_seconds = 0;
   std::vector<double> ttft_seconds; // per finished request: from run() start to its first token
+  LatencyHistogram itl;             // between a request's consecutive tokens (the step that made each)
   // What decode steps read: weights (bf16; routed experts counted as chosen, with --profile) and
   // KV cache.
   int64_t decode_weight_bytes = 0;
@@ -64,6 +70,9 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
 
  private:
+  // The scheduler's prefill cap from the measured step times (EngineOptions::max_decode_slowdown).
+  void update_prefill_cap();
+  void measure_phase(const PhaseStep& phase, double seconds);
   // One forward of the backend over one phase of the step, and its samples.
   SampleResult run_phase(const PhaseStep& phase);
   // Appends the prompt positions a phase computed to their requests' prompt logits.
@@ -79,6 +88,10 @@ class Engine {
   std::chrono::steady_clock::time_point run_start_;
   bool started_ = false;  // run_start_ is set
   double wall_before_ = 0;  // stats_.wall_seconds of earlier run() calls
+  // The prefill cap's measurements (max_decode_slowdown): a decode phase's seconds and prefill
+  // tokens per second, each a moving average (0 until measured).
+  double decode_phase_seconds_ = 0, prefill_tokens_per_second_ = 0;
+  std::map<RequestId, double> last_token_at_;  // for the inter-token latencies
   std::map<RequestId, double> first_token_at_, finished_at_;
   std::map<RequestId, std::vector<float>> prompt_logits_;  // [positions so far, vocab]
   // Prompt logprobs computed so far, per request, until they go out with its first token.

@@ -15,6 +15,7 @@ void SchedulerConfig::validate() const {
   if (max_context <= 0) fail("scheduler: max_context = ", max_context, ": expected > 0");
   if (vocab_size <= 0) fail("scheduler: vocab_size = ", vocab_size, ": expected > 0");
   if (swap_pages < 0) fail("scheduler: swap_pages = ", swap_pages, ": expected >= 0");
+  if (prefill_cap < 0) fail("scheduler: prefill_cap = ", prefill_cap, ": expected >= 0");
   for (int32_t eos : eos_token_ids) {
     if (eos < 0 || eos >= vocab_size) {
       fail("scheduler: EOS token ", eos, " is outside the vocabulary [0, ", vocab_size, ")");
@@ -139,6 +140,9 @@ ScheduledStep Scheduler::schedule() {
     --budget;
     ++i;
   }
+
+  // With decodes in this step, its prompt tokens are capped (the decodes wait for them).
+  if (!step.decode.seqs.empty() && config_.prefill_cap > 0) budget = std::min(budget, config_.prefill_cap);
 
   // 2. Prefills in progress continue, oldest first. Prefill covers the prompt only; generated
   //    tokens are replayed as decodes (above).
@@ -331,6 +335,11 @@ void Scheduler::preempt(Sequence& seq, ScheduledStep& step) {
   seq.num_computed = 0;
   seq.status = SequenceStatus::Waiting;
   waiting_.push_front(&seq);
+}
+
+void Scheduler::set_prefill_cap(int32_t tokens) {
+  if (tokens < 0) fail("scheduler: prefill cap ", tokens, ": expected >= 0");
+  config_.prefill_cap = tokens;
 }
 
 bool Scheduler::swap_in(ScheduledStep& step, int32_t& budget) {

@@ -42,6 +42,10 @@ struct SchedulerConfig {
   // Pages of host memory a preempted sequence's KV can be swapped out to (the backend's swap
   // space); 0: preempted sequences recompute their KV when admitted again.
   int32_t swap_pages = 0;
+  // The most prompt tokens a step that also decodes may carry (0: max_batched_tokens), so that a
+  // long prompt arriving slows the running requests' tokens by a bounded amount; the engine sets
+  // it as it measures (set_prefill_cap).
+  int32_t prefill_cap = 0;
 
   void validate() const;
 };
@@ -116,6 +120,8 @@ class Scheduler {
   int32_t context_limit() const { return context_limit_; }
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerConfig& config() const { return config_; }
+  // SchedulerConfig::prefill_cap, from the next schedule() on (at least 1 token; 0: none).
+  void set_prefill_cap(int32_t tokens);
   SchedulerStats stats() const;
 
  private:

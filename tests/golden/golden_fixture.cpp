@@ -109,7 +109,7 @@ GreedyVerdict top5_rule(const ModelDef& model, Backend& backend, const Prompt& p
   return v;
 }
 
-ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend) {
+ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend, double max_decode_slowdown) {
   std::mt19937 rng(17);
   std::vector<Request> requests;
   for (int i = 0; i < 24; ++i) {
@@ -125,6 +125,7 @@ ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backe
   auto run = [&](int max_batch) {
     EngineOptions engine_options;
     engine_options.max_batch = max_batch;
+    engine_options.max_decode_slowdown = max_decode_slowdown;
     Engine engine(model, backend, engine_options);
     for (const Request& r : requests) engine.add(r);
     std::map<RequestId, FinishedRequest> out;

@@ -51,7 +51,8 @@ struct ServingComparison {
   int64_t preemptions = 0;
   int64_t swapped_out = 0;  // preemptions that swapped the KV to host memory (the backend's swap space)
 };
-ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend);
+// max_decode_slowdown: EngineOptions' (prompt chunks beside decodes capped from measured times).
+ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend, double max_decode_slowdown = 0);
 
 // vLLM's top-5 rule on one prompt: kiln's greedy tokens (`run`) equal HF's, or where they first
 // differ, each side's token is in the other's top-5 at that step (kiln's logits there are recomputed

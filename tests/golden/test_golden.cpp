@@ -82,3 +82,12 @@ TEST_CASE("requests served together through a small KV pool equal each alone on 
     }
   }
 }
+
+TEST_CASE("prompt chunks capped beside decodes from measured step times leave every request's tokens unchanged") {
+  BackendOptions options;
+  options.kv_pages = 400;
+  const ModelDef& model = models::tiny_qwen3::model_def();
+  const auto backend = make_cpu_backend(model, WeightOrigin{nullptr, 5}, options);
+  const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend, 1.2);
+  CHECK(c.identical == c.requests);
+}

@@ -259,6 +259,42 @@ TEST_CASE("a preempted sequence swaps its KV to host pages and back when they ho
   }
 }
 
+TEST_CASE("a prefill cap bounds the prompt tokens of steps that also decode, never of prefill-only steps") {
+  const int32_t vocab = 50;
+  SchedulerConfig cfg = config(4, 32, 128, vocab);
+  cfg.prefill_cap = 5;
+  Scheduler s(cfg, BlockManager(40, 4));
+  FakeModel model(160, 4, vocab);
+  Request a = request(1, range(1, 6), 8), b = request(2, V(60, 7), 4);
+  a.params.ignore_eos = b.params.ignore_eos = true;
+  s.add(a);
+  const ScheduledStep first = run_step(s, model);  // A's prompt alone: no decodes, no cap
+  CHECK(first.prefill.num_tokens == 6);
+  s.add(b);
+  std::vector<ScheduledStep> steps;
+  std::map<RequestId, FinishedRequest> done;
+  while (s.has_unfinished()) {
+    steps.push_back(run_step(s, model));
+    for (FinishedRequest& f : s.take_finished()) done.emplace(f.id, std::move(f));
+    REQUIRE(steps.size() < 50);
+  }
+  // B's 60-token prompt goes 5 tokens a step beside A's decodes, then, A finished, in a whole chunk.
+  CHECK(steps[0].decode.num_tokens == 1);
+  CHECK(steps[0].prefill.num_tokens == 5);
+  bool uncapped_alone = false;
+  for (const ScheduledStep& step : steps) {
+    if (!step.decode.empty()) CHECK(step.prefill.num_tokens <= 5);
+    uncapped_alone |= step.decode.empty() && step.prefill.num_tokens > 5;
+  }
+  CHECK(uncapped_alone);
+  s.set_prefill_cap(0);  // off again
+  CHECK(s.config().prefill_cap == 0);
+  CHECK_THROWS(s.set_prefill_cap(-1));
+  for (const Request& r : {a, b}) {
+    CHECK(done.at(r.id).output_tokens == run_alone(config(4, 32, 128, vocab), 40, 4, r, vocab).output_tokens);
+  }
+}
+
 TEST_CASE("sequences finish on EOS or stop tokens or max_tokens or max context or bad logits") {
   SchedulerConfig cfg = config(8, 128, 64);
   cfg.eos_token_ids = {0, 99};
