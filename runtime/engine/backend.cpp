@@ -39,10 +39,6 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-void Backend::swap_kv(std::span<const PageSwap> copies, bool) {
-  if (!copies.empty()) fail("internal: the ", name(), " backend has no swap space, yet ", copies.size(), " KV pages swap");
-}
-
 int32_t swap_pages_for(int64_t swap_bytes, int64_t page_bytes) {
   if (swap_bytes < 0) fail("--swap-space: ", swap_bytes, " bytes; expected 0 or more");
   if (swap_bytes == 0) return 0;

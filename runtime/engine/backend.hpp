@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/error.hpp"
 #include "runtime/core/step_batch.hpp"
 #include "runtime/model/model_def.hpp"
 #include "runtime/core/op_profile.hpp"
@@ -83,7 +84,10 @@ class Backend {
   // copies of a step (ScheduledStep::swap_out with to_host, then swap_in), run before its forwards
   // and in order with them. The host memory is taken at the first swap-out.
   virtual int32_t swap_pages() const { return 0; }
-  virtual void swap_kv(std::span<const PageSwap> copies, bool to_host);
+  // (Inline, as every other member: a key function would pin Backend's vtable to libkiln_engine.)
+  virtual void swap_kv(std::span<const PageSwap> copies, bool /*to_host*/) {
+    if (!copies.empty()) fail("internal: the ", name(), " backend has no swap space, yet ", copies.size(), " KV pages swap");
+  }
 
   // The staging memory the next step of `phase` is written into (build_step_batch).
   virtual StepBuffer& step_buffer(StepPhase phase) = 0;
