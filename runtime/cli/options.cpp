@@ -169,7 +169,8 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_option("--max-decode-slowdown", o.max_decode_slowdown,
                  "while requests decode, cap a step's prompt chunk so that the step takes at most this many times a "
                  "decode-only step (measured as the run goes; long prompts then prefill over more steps); 0: prompt "
-                 "chunks fill the step's token budget")
+                 "chunks fill the step's token budget (the default: a chunk costs a whole pass over the weights beside the decodes' "
+                 "own, so small chunks mostly stretch the prefill; bench/RESULTS.md, 2026-11-25)")
       ->check(slowdown_factor())->capture_default_str();
   app.add_option("--swap-space", o.swap_space_gib,
                  "GiB of host memory a preempted request's KV is swapped out to and back from (vLLM's name; "

@@ -53,7 +53,7 @@ struct CliOptions {
   double gpu_mem_util = 0.9;
   double swap_space_gib = -1;  // --swap-space: host memory for preempted sequences' KV (0: recompute; -1: default)
   int32_t max_batch = 0;     // --max-num-seqs: up to the compiled build.max_batch
-  double max_decode_slowdown = 1.5;  // --max-decode-slowdown: steps that decode carry prompt chunks this small
+  double max_decode_slowdown = 0;  // --max-decode-slowdown: steps that decode carry prompt chunks this small (0: off)
   int32_t max_context = 0;   // --max-model-len / -c: up to the compiled build.max_context
   bool cuda_graphs = true;
   bool megakernel = false;    // --megakernel: small decode steps in the model's whole-step kernel
