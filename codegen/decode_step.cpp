@@ -82,6 +82,16 @@ void emit_decode_step_wrapper(Code& c) {
   c.line("static_assert(kiln::decode_step_sync_words<DecodeStep>() == kStepSyncWords);");
 }
 
+namespace {
+
+// A projection as the whole-step kernel reads it: bf16 rows (the backend runs the kernel only
+// when every matrix is bf16; a GGUF file's quantized blocks decode op by op).
+std::string rows(const std::string& scope, const std::string& field) {
+  return "static_cast<const bf16*>(" + scope + field + ".data)";
+}
+
+}  // namespace
+
 void emit_decode_step_forward(const DecodeStepOps& ops, Code& c) {
   const std::string lw = "lw.";
   c.comment("The weights as the whole-step kernel takes them (bound once).");
@@ -89,17 +99,17 @@ void emit_decode_step_forward(const DecodeStepOps& ops, Code& c) {
   c.line("  DecodeStepWeights<kNumLayers> s{};");
   c.line("  s.embed_tokens = w." + ops.embed->args.at("table") + ";");
   c.line("  s.norm = w." + ops.norm->args.at("weight") + ";");
-  c.line("  s.lm_head = w." + ops.lm_head->args.at("weight") + ";");
+  c.line("  s.lm_head = " + rows("w.", ops.lm_head->args.at("weight")) + ";");
   c.line("  for (int layer = 0; layer < kNumLayers; ++layer) {");
   c.line("    const LayerWeights<bf16>& lw = w.layers[layer];");
   c.line("    s.layers[layer] = DecodeStepLayer{.input_norm = lw." + ops.input_norm->args.at("weight") + ",");
-  c.line("                                      .qkv_proj = lw." + ops.qkv_proj->args.at("weight") + ",");
+  c.line("                                      .qkv_proj = " + rows("lw.", ops.qkv_proj->args.at("weight")) + ",");
   c.line("                                      .q_norm = " + weight_or_null(*ops.prep, "q_norm", lw) + ",");
   c.line("                                      .k_norm = " + weight_or_null(*ops.prep, "k_norm", lw) + ",");
-  c.line("                                      .o_proj = lw." + ops.o_proj->args.at("weight") + ",");
+  c.line("                                      .o_proj = " + rows("lw.", ops.o_proj->args.at("weight")) + ",");
   c.line("                                      .post_norm = lw." + ops.post_norm->args.at("weight") + ",");
-  c.line("                                      .gate_up_proj = lw." + ops.gate_up_proj->args.at("weight") + ",");
-  c.line("                                      .down_proj = lw." + ops.down_proj->args.at("weight") + "};");
+  c.line("                                      .gate_up_proj = " + rows("lw.", ops.gate_up_proj->args.at("weight")) + ",");
+  c.line("                                      .down_proj = " + rows("lw.", ops.down_proj->args.at("weight")) + "};");
   c.line("  }");
   c.line("  return s;");
   c.line("}");

@@ -55,7 +55,8 @@ void emit_op_shapes(const Graph& g, Code& c) {
 void emit_weight_fields(const std::vector<const WeightDecl*>& decls, Code& c) {
   for (const WeightDecl* w : decls) {
     std::string note = shape_text(w->shape);
-    c.line(pad("const T* " + w->field + ";", 36) + "// " + pad(note, 14) + w->comment);
+    const std::string type = w->matrix ? "Matrix<T> " : "const T* ";
+    c.line(pad(type + w->field + ";", 36) + "// " + pad(note, 14) + w->comment);
   }
 }
 
@@ -64,6 +65,7 @@ void emit_weights(const Graph& g, Code& c) {
   for (const auto& w : g.weights) (w.per_layer ? layer : global).push_back(&w);
 
   c.comment("---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----");
+  c.comment("(a Matrix<T> is a projection: on the GPU bf16 rows or a GGUF file's blocks, templates/weight_matrix.hpp)");
   c.line("template <typename T>");
   c.line("struct LayerWeights {");
   c.indent();
@@ -98,6 +100,8 @@ void emit_arena(const Graph& g, const ArenaPlan& plan, const std::string& name, 
   c.line("};");
 }
 
+std::string getter(const WeightDecl& w) { return w.matrix ? "get_matrix<T>" : "get_as<T>"; }
+
 void emit_bind_weights(const Graph& g, Code& c) {
   c.comment("Binds the loaded tensors (by kiln name, see weights.inc) to the fields above.");
   c.line("template <typename T>");
@@ -108,7 +112,7 @@ void emit_bind_weights(const Graph& g, Code& c) {
   std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<const WeightDecl*>>> ranges;
   for (const auto& wd : g.weights) {
     if (!wd.per_layer) {
-      c.line("w." + wd.field + " = table.get_as<T>(\"" + wd.name + "\");");
+      c.line("w." + wd.field + " = table." + getter(wd) + "(\"" + wd.name + "\");");
       continue;
     }
     const auto range = std::make_pair(wd.layer_first, wd.layer_last);
@@ -120,7 +124,7 @@ void emit_bind_weights(const Graph& g, Code& c) {
     c.line("for (int layer = " + first + "; layer < " + last + "; ++layer) {");
     c.indent();
     for (const WeightDecl* wd : decls) {
-      c.line("w.layers[layer]." + wd->field + " = table.get_as<T>(\"" + wd->name + "\", layer);");
+      c.line("w.layers[layer]." + wd->field + " = table." + getter(*wd) + "(\"" + wd->name + "\", layer);");
     }
     c.dedent();
     c.line("}");
@@ -139,6 +143,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.line("#pragma once");
   c.line();
   c.line("#include \"codegen/op_shapes.hpp\"");
+  c.line("#include \"templates/weight_matrix.hpp\"");
   c.line();
   c.line("namespace " + spec.ns() + " {");
   c.line();

@@ -31,6 +31,7 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
     case ArgSource::weight:
     case ArgSource::weight_opt:
     case ArgSource::warm: return "const bf16*";
+    case ArgSource::matrix: return "GpuMatrix";
     case ArgSource::rows:
     case ArgSource::layer: return "int";
     case ArgSource::step: return is_array_field(a.name) ? "const int*" : "int";
@@ -50,18 +51,26 @@ std::string weight_expr(const Graph& g, const std::string& field) {
   return (g.weight(field).per_layer ? "lw." : "w.") + field;
 }
 
+// A weight as bf16 rows on the GPU: a GpuMatrix's data (the L2 warm-up reads bytes; tensor
+// parallelism, which warms, keeps matrices in bf16).
+std::string bf16_rows(const Graph& g, const std::string& expr, const std::string& field) {
+  return g.weight(field).matrix ? "static_cast<const bf16*>(" + expr + ".data)" : expr;
+}
+
 // What the forward passes for argument `a` of `op` (`gpu`: forward.cu, else forward_ref.cpp).
 std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
   switch (a.source) {
     case ArgSource::in:
     case ArgSource::out:
     case ArgSource::inout: return op.args.at(a.name);
-    case ArgSource::weight: return weight_expr(g, op.args.at(a.name));
+    case ArgSource::weight:
+    case ArgSource::matrix: return weight_expr(g, op.args.at(a.name));
     case ArgSource::weight_opt: return op.args.count(a.name) ? weight_expr(g, op.args.at(a.name)) : "nullptr";
     case ArgSource::warm:
       if (!op.args.count(a.name)) return "nullptr";
-      if (op.warm_layer_end.empty()) return weight_expr(g, op.args.at(a.name));
-      return "layer + 1 < " + op.warm_layer_end + " ? w.layers[layer + 1]." + op.args.at(a.name) + " : nullptr";
+      if (op.warm_layer_end.empty()) return bf16_rows(g, weight_expr(g, op.args.at(a.name)), op.args.at(a.name));
+      return "layer + 1 < " + op.warm_layer_end + " ? " +
+             bf16_rows(g, "w.layers[layer + 1]." + op.args.at(a.name), op.args.at(a.name)) + " : nullptr";
     case ArgSource::rows: return op.rows;
     case ArgSource::layer: return "layer";
     case ArgSource::kv: return "kv";

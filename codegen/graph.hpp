@@ -103,6 +103,9 @@ struct WeightDecl {
   std::string tied_to;       // fallback when no layout is present (lm_head -> embed_tokens)
   std::string comment;       // what it is, in the model card's words
   int64_t experts = 0;       // > 0: sources with {E} repeat for each expert, stacked along rows
+  // Read by linear ops only (ops.def's `matrix` arguments): a GpuMatrix on the GPU, which the loader
+  // may keep in a GGUF file's quantized blocks (mark_matrix_weights sets it).
+  bool matrix = false;
 };
 
 struct Graph {

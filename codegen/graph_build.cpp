@@ -411,6 +411,7 @@ Graph build_graph(const ModelSpec& spec) {
   bind_warm_weights(g);
   fuse(g);
   check_bindings(g);
+  mark_matrix_weights(g);
   share_kernels(g);
   define_decode_bytes(spec, g);
   define_decode_scratch(spec, g);

@@ -45,6 +45,7 @@ void add_residual_projection(const ModelSpec& s, const Graph& g, std::vector<Op>
 std::string linear_out_name(LinearOut result);  // "LinearOut::add_f32"
 std::string shape_init(const Op& op);           // "{.dim = kHiddenSize, .eps = kRmsNormEps}"
 void check_bindings(const Graph& g);
+void mark_matrix_weights(Graph& g);
 void share_kernels(Graph& g);
 
 void define_common_constants(const ModelSpec& s, Graph& g);  // sizes every family has; build choices; rope

@@ -24,7 +24,9 @@ std::vector<std::string> bound(const Op& op, std::initializer_list<ArgSource> so
 
 std::vector<std::string> Op::reads() const { return bound(*this, {ArgSource::in, ArgSource::inout}); }
 std::vector<std::string> Op::writes() const { return bound(*this, {ArgSource::out, ArgSource::inout}); }
-std::vector<std::string> Op::weights() const { return bound(*this, {ArgSource::weight, ArgSource::weight_opt}); }
+std::vector<std::string> Op::weights() const {
+  return bound(*this, {ArgSource::weight, ArgSource::weight_opt, ArgSource::matrix});
+}
 
 Op make_op(OpKind kind, const std::string& label, const std::string& math, std::map<std::string, std::string> args,
            std::map<std::string, std::string> shape, const std::string& kernel) {
@@ -171,7 +173,9 @@ std::string shape_init(const Op& op) {
 namespace {
 
 bool is_buffer(ArgSource s) { return s == ArgSource::in || s == ArgSource::out || s == ArgSource::inout; }
-bool is_weight(ArgSource s) { return s == ArgSource::weight || s == ArgSource::weight_opt || s == ArgSource::warm; }
+bool is_weight(ArgSource s) {
+  return s == ArgSource::weight || s == ArgSource::weight_opt || s == ArgSource::matrix || s == ArgSource::warm;
+}
 
 // Every op binds exactly its record's arguments and shape members, with values of the right kind:
 // a mistake in a graph builder stops kilnc here, not the C++ compiler later.
@@ -196,7 +200,7 @@ void check_op(const Graph& g, const Op& op) {
     }
   }
   for (const ArgSpec& a : r.args) {
-    const bool needed = is_buffer(a.source) || a.source == ArgSource::weight;
+    const bool needed = is_buffer(a.source) || a.source == ArgSource::weight || a.source == ArgSource::matrix;
     if (needed && !op.args.count(a.name)) fail(where, " leaves argument '", a.name, "' unbound");
   }
   for (const ShapeMember& m : r.shape) {
@@ -234,6 +238,25 @@ void for_each_op(Graph& g, F&& f) {
 
 void check_bindings(const Graph& g) {
   for (const Op* op : g.all_ops()) check_op(g, *op);
+}
+
+// A weight every op reads through a `matrix` argument (the linear ops) is a matrix; one that any
+// other op reads as rows (an embedding table, MLA's absorbed kv_b_proj, a whole-step kernel
+// stage) stays bf16. The L2 warm-up only prefetches its bytes, so it does not count.
+void mark_matrix_weights(Graph& g) {
+  std::map<std::string, bool> matrix;  // field -> every use so far is a matrix argument
+  for_each_op(g, [&](const Op& op) {
+    for (const ArgSpec& a : op.record().args) {
+      const auto it = op.args.find(a.name);
+      if (it == op.args.end() || !is_weight(a.source) || a.source == ArgSource::warm) continue;
+      const bool as_matrix = a.source == ArgSource::matrix;
+      matrix[it->second] = matrix.emplace(it->second, as_matrix).first->second && as_matrix;
+    }
+  });
+  for (WeightDecl& w : g.weights) {
+    const auto it = matrix.find(w.field);
+    w.matrix = it != matrix.end() && it->second;
+  }
 }
 
 // Ops whose calls render the same (same op, same shape text) share one kernel wrapper and shape

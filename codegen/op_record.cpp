@@ -23,7 +23,7 @@ unsigned phase_bits(const std::string& phases) {
 ArgSource source_of(const std::string& s) {
   static const std::pair<const char*, ArgSource> kSources[] = {
       {"in", ArgSource::in},         {"out", ArgSource::out},   {"inout", ArgSource::inout},
-      {"weight", ArgSource::weight}, {"weight_opt", ArgSource::weight_opt}, {"warm", ArgSource::warm},
+      {"weight", ArgSource::weight}, {"weight_opt", ArgSource::weight_opt}, {"matrix", ArgSource::matrix}, {"warm", ArgSource::warm},
       {"rows", ArgSource::rows},
       {"step", ArgSource::step},     {"kv", ArgSource::kv},     {"ctx", ArgSource::ctx},
       {"layer", ArgSource::layer}};

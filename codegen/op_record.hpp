@@ -16,7 +16,7 @@ enum class OpKind {
 enum class Phase { prefill, decode, ref };
 constexpr Phase kPhases[] = {Phase::prefill, Phase::decode, Phase::ref};
 
-enum class ArgSource { in, out, inout, weight, weight_opt, warm, rows, step, kv, ctx, layer };
+enum class ArgSource { in, out, inout, weight, weight_opt, matrix, warm, rows, step, kv, ctx, layer };
 
 struct ShapeMember {
   std::string type;  // int, float, bool, LinearOut

@@ -30,6 +30,18 @@ struct LinearOutType { using type = float; };
 template <>
 struct LinearOutType<LinearOut::store_bf16> { using type = bf16; };
 
+// One output of the linear op: stored as bf16, added into the fp32 residual, or stored as fp32.
+template <LinearOut kOut>
+__device__ __forceinline__ void store_linear_out(typename LinearOutType<kOut>::type* o, float v) {
+  if constexpr (kOut == LinearOut::store_bf16) {
+    *o = __float2bfloat16_rn(v);
+  } else if constexpr (kOut == LinearOut::add_f32) {
+    *o += v;
+  } else {
+    *o = v;
+  }
+}
+
 // Launch geometry from the shape alone (kTokenTiles: n8 tiles of tokens in this pass; kSMs: the
 // target's SM count, shape::linear::sms, which only sizes the split: any GPU runs it), in the
 // narrow or the wide plan (gemv_plan.hpp). The last three parameters override the narrow plan's
@@ -202,14 +214,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
         const int n = blockIdx.x * Shape::kWarpsN * 16 + block_row;
         const int t = j * 8 + token;
         if (n < kN && t < tokens) {
-          auto* o = out + static_cast<long long>(t) * kN + n;
-          if constexpr (kOut == LinearOut::store_bf16) {
-            *o = __float2bfloat16_rn(v);
-          } else if constexpr (kOut == LinearOut::add_f32) {
-            *o += v;
-          } else {
-            *o = v;
-          }
+          store_linear_out<kOut>(out + static_cast<long long>(t) * kN + n, v);
         }
       });
     }
@@ -227,14 +232,7 @@ __global__ void __launch_bounds__(256)
   float v = 0.0f;
 #pragma unroll
   for (int k = 0; k < kWK; ++k) v += partials[k * count + i];
-  auto* o = out + i;
-  if constexpr (kOut == LinearOut::store_bf16) {
-    *o = __float2bfloat16_rn(v);
-  } else if constexpr (kOut == LinearOut::add_f32) {
-    *o += v;
-  } else {
-    *o = v;
-  }
+  store_linear_out<kOut>(out + i, v);
 }
 
 // One pass of at most 8 · Shape::kTokenTileCount tokens of `input`; partials: the wide plan's
@@ -285,3 +283,6 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
 }
 
 }  // namespace kiln
+
+// The same op over a GpuMatrix, whose weights may be kept quantized.
+#include "templates/linear_quant.cuh"

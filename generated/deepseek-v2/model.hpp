@@ -7,6 +7,7 @@
 #pragma once
 
 #include "codegen/op_shapes.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::models::deepseek_v2 {
 
@@ -121,25 +122,26 @@ constexpr shape::rmsnorm_rows kRmsnormRows5120{.dim = kHiddenSize, .eps = kRmsNo
 constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
+// (a Matrix<T> is a projection: on the GPU bf16 rows or a GGUF file's blocks, templates/weight_matrix.hpp)
 template <typename T>
 struct LayerWeights {
   const T* input_layernorm;           // [5120]        RMSNorm before attention
-  const T* q_a_proj;                  // [1536, 5120]  q down-projection
+  Matrix<T> q_a_proj;                 // [1536, 5120]  q down-projection
   const T* q_a_layernorm;             // [1536]        RMSNorm of the q latent
-  const T* q_b_proj;                  // [24576, 1536] q up-projection: per head nope | rope
-  const T* kv_a_proj_with_mqa;        // [576, 5120]   kv down-projection: c_kv | k_rope
+  Matrix<T> q_b_proj;                 // [24576, 1536] q up-projection: per head nope | rope
+  Matrix<T> kv_a_proj_with_mqa;       // [576, 5120]   kv down-projection: c_kv | k_rope
   const T* kv_a_layernorm;            // [512]         RMSNorm of c_kv
   const T* w_uk;                      // [16384, 512]  W_UK: kv_b_proj's k_nope rows of each head [heads × nope, kv_lora]
   const T* w_uv;                      // [16384, 512]  W_UV: kv_b_proj's value rows of each head [heads × v, kv_lora]
-  const T* o_proj;                    // [5120, 16384] attention output projection
+  Matrix<T> o_proj;                   // [5120, 16384] attention output projection
   const T* post_attention_layernorm;  // [5120]        RMSNorm before the MLP / MoE
-  const T* gate_up_proj;              // [24576, 5120] dense MLP gate_proj | up_proj rows, fused
-  const T* down_proj;                 // [5120, 12288] dense MLP down projection
-  const T* router;                    // [160, 5120]   router: one row per routed expert
+  Matrix<T> gate_up_proj;             // [24576, 5120] dense MLP gate_proj | up_proj rows, fused
+  Matrix<T> down_proj;                // [5120, 12288] dense MLP down projection
+  Matrix<T> router;                   // [160, 5120]   router: one row per routed expert
   const T* experts_gate_up;           // [160, 3072, 5120] routed experts' gate_proj | up_proj rows [experts, 2 × moe_intermediate, hidden]
   const T* experts_down;              // [160, 5120, 1536] routed experts' down_proj [experts, hidden, moe_intermediate]
-  const T* shared_gate_up;            // [6144, 5120]  shared experts' gate_proj | up_proj rows, fused
-  const T* shared_down;               // [5120, 3072]  shared experts' down projection
+  Matrix<T> shared_gate_up;           // [6144, 5120]  shared experts' gate_proj | up_proj rows, fused
+  Matrix<T> shared_down;              // [5120, 3072]  shared experts' down projection
 };
 
 template <typename T>
@@ -147,7 +149,7 @@ struct Weights {
   const T* embed_tokens;              // [102400, 5120] token embeddings
   LayerWeights<T> layers[kNumLayers];
   const T* norm;                      // [5120]        final RMSNorm
-  const T* lm_head;                   // [102400, 5120] LM head
+  Matrix<T> lm_head;                  // [102400, 5120] LM head
 };
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
@@ -215,29 +217,29 @@ Weights<T> bind_weights(const WeightTable& table) {
   Weights<T> w{};
   w.embed_tokens = table.get_as<T>("embed_tokens");
   w.norm = table.get_as<T>("norm");
-  w.lm_head = table.get_as<T>("lm_head");
+  w.lm_head = table.get_matrix<T>("lm_head");
   for (int layer = 0; layer < kNumLayers; ++layer) {
     w.layers[layer].input_layernorm = table.get_as<T>("layers.{L}.input_layernorm", layer);
-    w.layers[layer].q_a_proj = table.get_as<T>("layers.{L}.q_a_proj", layer);
+    w.layers[layer].q_a_proj = table.get_matrix<T>("layers.{L}.q_a_proj", layer);
     w.layers[layer].q_a_layernorm = table.get_as<T>("layers.{L}.q_a_layernorm", layer);
-    w.layers[layer].q_b_proj = table.get_as<T>("layers.{L}.q_b_proj", layer);
-    w.layers[layer].kv_a_proj_with_mqa = table.get_as<T>("layers.{L}.kv_a_proj_with_mqa", layer);
+    w.layers[layer].q_b_proj = table.get_matrix<T>("layers.{L}.q_b_proj", layer);
+    w.layers[layer].kv_a_proj_with_mqa = table.get_matrix<T>("layers.{L}.kv_a_proj_with_mqa", layer);
     w.layers[layer].kv_a_layernorm = table.get_as<T>("layers.{L}.kv_a_layernorm", layer);
     w.layers[layer].w_uk = table.get_as<T>("layers.{L}.w_uk", layer);
     w.layers[layer].w_uv = table.get_as<T>("layers.{L}.w_uv", layer);
-    w.layers[layer].o_proj = table.get_as<T>("layers.{L}.o_proj", layer);
+    w.layers[layer].o_proj = table.get_matrix<T>("layers.{L}.o_proj", layer);
     w.layers[layer].post_attention_layernorm = table.get_as<T>("layers.{L}.post_attention_layernorm", layer);
   }
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
-    w.layers[layer].gate_up_proj = table.get_as<T>("layers.{L}.gate_up_proj", layer);
-    w.layers[layer].down_proj = table.get_as<T>("layers.{L}.down_proj", layer);
+    w.layers[layer].gate_up_proj = table.get_matrix<T>("layers.{L}.gate_up_proj", layer);
+    w.layers[layer].down_proj = table.get_matrix<T>("layers.{L}.down_proj", layer);
   }
   for (int layer = kFirstKDenseReplace; layer < kNumLayers; ++layer) {
-    w.layers[layer].router = table.get_as<T>("layers.{L}.router", layer);
+    w.layers[layer].router = table.get_matrix<T>("layers.{L}.router", layer);
     w.layers[layer].experts_gate_up = table.get_as<T>("layers.{L}.experts_gate_up", layer);
     w.layers[layer].experts_down = table.get_as<T>("layers.{L}.experts_down", layer);
-    w.layers[layer].shared_gate_up = table.get_as<T>("layers.{L}.shared_gate_up", layer);
-    w.layers[layer].shared_down = table.get_as<T>("layers.{L}.shared_down", layer);
+    w.layers[layer].shared_gate_up = table.get_matrix<T>("layers.{L}.shared_gate_up", layer);
+    w.layers[layer].shared_down = table.get_matrix<T>("layers.{L}.shared_down", layer);
   }
   return w;
 }
@@ -253,10 +255,10 @@ namespace kiln::models::deepseek_v2 {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_5120(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
-void linear_q_b_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_kv_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
 void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
 void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
@@ -265,20 +267,20 @@ void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cuda
 void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_rows_5120(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 
 }  // namespace kiln::models::deepseek_v2
 #endif  // __CUDACC__

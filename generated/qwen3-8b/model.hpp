@@ -6,6 +6,7 @@
 #pragma once
 
 #include "codegen/op_shapes.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::models::qwen3_8b {
 
@@ -93,16 +94,17 @@ struct DecodeStep {
 };
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
+// (a Matrix<T> is a projection: on the GPU bf16 rows or a GGUF file's blocks, templates/weight_matrix.hpp)
 template <typename T>
 struct LayerWeights {
   const T* input_layernorm;           // [4096]        RMSNorm before attention
-  const T* qkv_proj;                  // [6144, 4096]  q_proj | k_proj | v_proj rows, fused
+  Matrix<T> qkv_proj;                 // [6144, 4096]  q_proj | k_proj | v_proj rows, fused
   const T* q_norm;                    // [128]         per-head RMSNorm of q
   const T* k_norm;                    // [128]         per-head RMSNorm of k
-  const T* o_proj;                    // [4096, 4096]  attention output projection
+  Matrix<T> o_proj;                   // [4096, 4096]  attention output projection
   const T* post_attention_layernorm;  // [4096]        RMSNorm before the MLP
-  const T* gate_up_proj;              // [24576, 4096] gate_proj | up_proj rows, fused
-  const T* down_proj;                 // [4096, 12288] MLP down projection
+  Matrix<T> gate_up_proj;             // [24576, 4096] gate_proj | up_proj rows, fused
+  Matrix<T> down_proj;                // [4096, 12288] MLP down projection
 };
 
 template <typename T>
@@ -110,7 +112,7 @@ struct Weights {
   const T* embed_tokens;              // [151936, 4096] token embeddings
   LayerWeights<T> layers[kNumLayers];
   const T* norm;                      // [4096]        final RMSNorm
-  const T* lm_head;                   // [151936, 4096] LM head
+  Matrix<T> lm_head;                  // [151936, 4096] LM head
 };
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
@@ -154,16 +156,16 @@ Weights<T> bind_weights(const WeightTable& table) {
   Weights<T> w{};
   w.embed_tokens = table.get_as<T>("embed_tokens");
   w.norm = table.get_as<T>("norm");
-  w.lm_head = table.get_as<T>("lm_head");
+  w.lm_head = table.get_matrix<T>("lm_head");
   for (int layer = 0; layer < kNumLayers; ++layer) {
     w.layers[layer].input_layernorm = table.get_as<T>("layers.{L}.input_layernorm", layer);
-    w.layers[layer].qkv_proj = table.get_as<T>("layers.{L}.qkv_proj", layer);
+    w.layers[layer].qkv_proj = table.get_matrix<T>("layers.{L}.qkv_proj", layer);
     w.layers[layer].q_norm = table.get_as<T>("layers.{L}.q_norm", layer);
     w.layers[layer].k_norm = table.get_as<T>("layers.{L}.k_norm", layer);
-    w.layers[layer].o_proj = table.get_as<T>("layers.{L}.o_proj", layer);
+    w.layers[layer].o_proj = table.get_matrix<T>("layers.{L}.o_proj", layer);
     w.layers[layer].post_attention_layernorm = table.get_as<T>("layers.{L}.post_attention_layernorm", layer);
-    w.layers[layer].gate_up_proj = table.get_as<T>("layers.{L}.gate_up_proj", layer);
-    w.layers[layer].down_proj = table.get_as<T>("layers.{L}.down_proj", layer);
+    w.layers[layer].gate_up_proj = table.get_matrix<T>("layers.{L}.gate_up_proj", layer);
+    w.layers[layer].down_proj = table.get_matrix<T>("layers.{L}.down_proj", layer);
   }
   return w;
 }
@@ -180,16 +182,16 @@ namespace kiln::models::qwen3_8b {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_4096(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_rows_4096(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 cudaError_t decode_step(const DecodeStepWeights<kNumLayers>& w, const DecodeStepArgs& args, cudaStream_t stream);
 
 }  // namespace kiln::models::qwen3_8b

@@ -30,12 +30,12 @@ void rmsnorm_48(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 }
 
 // self_attn.q_proj: q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -80,12 +80,12 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
 }
 
 // self_attn.o_proj: x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -95,12 +95,12 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate: router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -125,7 +125,7 @@ void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -135,7 +135,7 @@ void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -145,7 +145,7 @@ void rmsnorm_rows_48(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 48] · lm_head[384, 48]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

@@ -30,7 +30,7 @@ void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 }
 
 // self_attn.q_a_proj: q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -40,12 +40,12 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 }
 
 // self_attn.q_b_proj: q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
-void linear_q_b_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -90,12 +90,12 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
 }
 
 // self_attn.o_proj: x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -105,12 +105,12 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate: router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -135,7 +135,7 @@ void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -145,7 +145,7 @@ void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -155,7 +155,7 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

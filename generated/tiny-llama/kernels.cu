@@ -24,7 +24,7 @@ void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 64] · qkv_proj[128, 64]ᵀ   (q 64 | k 32 | v 32)
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -44,12 +44,12 @@ void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_
 }
 
 // self_attn.o_proj: x += attn[T, 64] · o_proj[64, 64]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[320, 64]ᵀ   (gate 160 | up 160)
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -59,7 +59,7 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 160] · down_proj[64, 160]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -69,7 +69,7 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

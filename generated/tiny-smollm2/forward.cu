@@ -135,17 +135,17 @@ DecodeStepWeights<kNumLayers> bind_decode_step(const Weights<bf16>& w) {
   DecodeStepWeights<kNumLayers> s{};
   s.embed_tokens = w.embed_tokens;
   s.norm = w.norm;
-  s.lm_head = w.lm_head;
+  s.lm_head = static_cast<const bf16*>(w.lm_head.data);
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<bf16>& lw = w.layers[layer];
     s.layers[layer] = DecodeStepLayer{.input_norm = lw.input_layernorm,
-                                      .qkv_proj = lw.qkv_proj,
+                                      .qkv_proj = static_cast<const bf16*>(lw.qkv_proj.data),
                                       .q_norm = nullptr,
                                       .k_norm = nullptr,
-                                      .o_proj = lw.o_proj,
+                                      .o_proj = static_cast<const bf16*>(lw.o_proj.data),
                                       .post_norm = lw.post_attention_layernorm,
-                                      .gate_up_proj = lw.gate_up_proj,
-                                      .down_proj = lw.down_proj};
+                                      .gate_up_proj = static_cast<const bf16*>(lw.gate_up_proj.data),
+                                      .down_proj = static_cast<const bf16*>(lw.down_proj.data)};
   }
   return s;
 }

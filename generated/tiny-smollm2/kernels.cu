@@ -24,7 +24,7 @@ void rmsnorm_144(const float* x, const bf16* weight, bf16* out, int rows, cudaSt
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -44,12 +44,12 @@ void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_
 }
 
 // self_attn.o_proj: x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -59,7 +59,7 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -69,7 +69,7 @@ void rmsnorm_rows_144(const float* x, const int* logit_rows, const bf16* weight,
 }
 
 // lm_head: logits = h[N, 144] · lm_head[640, 144]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

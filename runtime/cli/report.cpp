@@ -127,6 +127,7 @@ json report_json(const RunReport& rep) {
     j["decode_op_steps"] = p->steps();
   }
   j["memory"] = {{"weight_bytes", b.weight_bytes},
+                 {"weight_formats", b.weight_formats},
                  {"kv_bytes_per_token", b.kv_bytes_per_token},
                  {"kv_pages", rep.backend->kv_pages()},
                  {"page_size", rep.model->page_size}};

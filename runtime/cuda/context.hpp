@@ -39,6 +39,8 @@ struct CudaContext {
   const float* rope = nullptr;      // [max_context][rotary_dim / 2][cos, sin]
   float* scratch = nullptr;         // ModelInfo::gpu_scratch_bytes (decode attention partials)
   cuda::GemmRunner* gemm = nullptr; // prefill projections
+  // bf16 rows of the largest projection kept quantized (the prefill GEMM's weight; null: none is)
+  __nv_bfloat16* dequantized = nullptr;
   unsigned char* expert_usage = nullptr;  // null, or [num_layers][num_routed_experts] flags (--profile; mapped host memory)
   cudaStream_t stream = nullptr;
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)

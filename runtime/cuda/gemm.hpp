@@ -10,6 +10,8 @@
 
 #include "codegen/op_shapes.hpp"
 #include "runtime/cuda/context.hpp"
+#include "runtime/cuda/dequantize_matrix.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::cuda {
 
@@ -35,6 +37,19 @@ template <shape::linear S, typename Out>
 void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16* weight, Out* out, int tokens) {
   static_assert((S.out == LinearOut::store_bf16) == (sizeof(Out) == 2), "cuda::linear: out type must match S.out");
   ctx.gemm->run(in, weight, out, tokens, S.n, S.k, S.out, ctx.stream);
+}
+
+// The same over a projection as the generated weights hold it: a quantized matrix is expanded to
+// bf16 rows in ctx.dequantized first (the reference's fp32 rows and this bf16 GEMM agree at bf16's
+// precision; the decode GEMV reads the blocks themselves).
+template <shape::linear S, typename Out>
+void linear(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix weight, Out* out, int tokens) {
+  if (weight.format == MatrixFormat::bf16) {
+    linear<S>(ctx, in, static_cast<const __nv_bfloat16*>(weight.data), out, tokens);
+    return;
+  }
+  dequantize_matrix(weight, S.n, S.k, ctx.dequantized, ctx.stream);
+  linear<S>(ctx, in, ctx.dequantized, out, tokens);
 }
 
 }  // namespace kiln::cuda

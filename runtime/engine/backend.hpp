@@ -55,6 +55,11 @@ struct BackendOptions {
 struct BackendInfo {
   std::string device;            // "CPU (16 threads)", "NVIDIA H100 80GB HBM3"
   int64_t weight_bytes = 0;      // in the backend's format
+  // What a decode step reads of the weights besides the routed experts, where the backend holds
+  // them in other formats than the generator counted (bf16): a GGUF file's quantized projections.
+  // 0: the model's ModelInfo::decode_weight_bytes.
+  int64_t decode_weight_bytes = 0;
+  std::string weight_formats;    // "bf16", or how many projections keep a GGUF file's blocks
   int64_t kv_bytes_per_token = 0;
   double load_seconds = 0;
   // With BackendOptions::profile: [num_layers][num_routed_experts] flags the last step's routing

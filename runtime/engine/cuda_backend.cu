@@ -19,6 +19,7 @@
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/weight_loader.hpp"
 #include "runtime/serving/sampler.hpp"
+#include "runtime/weights/quant_repack.hpp"
 
 namespace kiln {
 
@@ -141,6 +142,17 @@ std::vector<int32_t> decode_graph_sizes(int32_t max_batch) {
   return sizes;
 }
 
+// "bf16", or "GGUF blocks: Q4_0 for 128 of 129 projections; the rest bf16".
+std::string weights_formats_text(const LoadedWeights& w) {
+  if (w.quantized == 0) return "bf16";
+  std::string text = "GGUF blocks:";
+  for (MatrixFormat f : {MatrixFormat::q8_0, MatrixFormat::q4_0}) {
+    const int64_t n = w.quantized_as[static_cast<int>(f)];
+    if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
+  }
+  return text + " of " + std::to_string(w.matrices) + " projections; the rest bf16";
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options)
@@ -156,10 +168,16 @@ class CudaBackend final : public Backend {
     KILN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
     const auto start = std::chrono::steady_clock::now();
-    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::bf16, sink_, options.rank)
-                             : random_weights(model, origin.random_seed, WeightFormat::bf16, sink_, options.rank);
+    // One GPU: projections a GGUF file stores as Q8_0 / Q4_0 keep their blocks (the L2 warm-up of
+    // tensor parallelism sizes its reads for bf16 rows, so its ranks load bf16).
+    const WeightFormat format = m.tensor_parallel == 1 ? WeightFormat::gpu : WeightFormat::bf16;
+    weights_ = origin.source ? load_weights(model, *origin.source, format, sink_, options.rank)
+                             : random_weights(model, origin.random_seed, format, sink_, options.rank);
     forward_ = model.make_cuda_forward(weights_.table);
     info_.weight_bytes = weights_.bytes;
+    info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes;
+    info_.weight_formats = weights_formats_text(weights_);
+    if (weights_.quantized > 0) dequantized_.resize(weights_.largest_quantized_values * 2);
 
     arena_.resize(m.gpu_arena_bytes);
     scratch_.resize(m.gpu_scratch_bytes);
@@ -195,7 +213,8 @@ class CudaBackend final : public Backend {
       op_timeline_ = std::make_unique<cuda::OpTimeline>();
       info_.op_profile = &op_profile_;
     }
-    if (options.megakernel && m.step_sync_words > 0) {
+    // The whole-step kernel reads bf16 rows: quantized projections decode op by op.
+    if (options.megakernel && m.step_sync_words > 0 && weights_.quantized == 0) {
       step_sync_.resize(static_cast<int64_t>(m.step_sync_words) * 4);
       KILN_CUDA(cudaMemset(step_sync_.get(), 0, step_sync_.bytes()));
       if (options.profile) {
@@ -214,6 +233,7 @@ class CudaBackend final : public Backend {
     ctx_.rope = rope_.get<float>();
     ctx_.scratch = scratch_.get<float>();
     ctx_.gemm = &gemm_;
+    ctx_.dequantized = dequantized_.bytes() > 0 ? dequantized_.get<__nv_bfloat16>() : nullptr;
     ctx_.expert_usage = usage_ ? usage_->get<unsigned char>() : nullptr;
     ctx_.stream = stream_;
     ctx_.rank = options.rank;
@@ -480,6 +500,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaForward> forward_;
   DeviceBuffer arena_, scratch_, rope_, kv_, decode_logits_, prefill_logits_;
   DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
+  DeviceBuffer dequantized_;  // bf16 rows of the largest quantized projection, for prefill (empty: none)
   DeviceBuffer timeline_;   // --profile: its stages' times, [stage][block] (start, end)
   int timeline_blocks_ = 0;
   std::vector<uint64_t> timeline_host_;  // the last step's timeline, read back

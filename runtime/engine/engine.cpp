@@ -175,7 +175,8 @@ SampleResult Engine::run_phase(const PhaseStep& phase) {
     stats_.decode_seconds += seconds;
     const ModelInfo& m = model_.info;
     const BackendInfo& info = backend_.info();
-    stats_.decode_weight_bytes += m.decode_weight_bytes;
+    const int64_t weight_bytes = info.decode_weight_bytes > 0 ? info.decode_weight_bytes : m.decode_weight_bytes;
+    stats_.decode_weight_bytes += weight_bytes;
     int64_t expert_bytes = 0, kv_bytes = 0;
     if (const uint8_t* usage = info.expert_usage; usage != nullptr) {
       const int64_t experts = std::count(usage, usage + static_cast<int64_t>(m.num_layers) * m.num_routed_experts, 1);
@@ -186,7 +187,7 @@ SampleResult Engine::run_phase(const PhaseStep& phase) {
     }
     for (int32_t len : batch.context_len) kv_bytes += len * info.kv_bytes_per_token;
     stats_.decode_kv_bytes += kv_bytes;
-    const int64_t rank_weights = info.ranks > 1 ? info.rank_decode_weight_bytes : m.decode_weight_bytes;
+    const int64_t rank_weights = info.ranks > 1 ? info.rank_decode_weight_bytes : weight_bytes;
     stats_.decode_gpu_bytes += rank_weights + (expert_bytes + kv_bytes) / info.ranks;
   } else {
     ++stats_.prefill_steps;

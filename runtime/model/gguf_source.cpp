@@ -167,12 +167,25 @@ class GgufSource final : public TensorSource {
     return it->second.shape;
   }
   void read_rows(const std::string& name, int64_t first, int64_t count, float* out) const override {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) fail(describe(), ": no tensor ", name);
-    it->second.read_rows_f32(first, std::span<float>(out, static_cast<size_t>(count * it->second.row_length())));
+    const HfTensorSource& t = tensor(name);
+    t.read_rows_f32(first, std::span<float>(out, static_cast<size_t>(count * t.row_length())));
+  }
+  std::optional<GgmlType> block_type(const std::string& name) const override {
+    const HfTensorSource& t = tensor(name);
+    if (t.k_b != nullptr) return std::nullopt;
+    return t.gguf->type;
+  }
+  std::span<const std::byte> stored_row(const std::string& name, int64_t row) const override {
+    return tensor(name).stored_row(row);
   }
 
  private:
+  const HfTensorSource& tensor(const std::string& name) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) fail(describe(), ": no tensor ", name);
+    return it->second;
+  }
+
   std::shared_ptr<const GgufFile> file_;  // tensors_ point into it
   std::map<std::string, HfTensorSource> tensors_;
 };

@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "runtime/core/error.hpp"
 #include "runtime/core/step_batch.hpp"
 #include "runtime/parallel/collective.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln {
 
@@ -47,6 +50,7 @@ struct WeightSpec {
   int64_t experts;                    // > 0: sources with {E} repeat for experts 0..experts-1, stacked
   std::vector<std::vector<WeightSource>> layouts;  // alternative HF layouts; the first complete one is used
   const char* tied_to;                // "" or the kiln weight reused when no layout is present
+  bool matrix;                        // read by linear ops only: the GPU may keep a GGUF file's blocks
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -56,17 +60,36 @@ struct WeightSpec {
 
 // Loaded weights by kiln name (and layer): pointers into backend memory (fp32 host for the CPU
 // reference, bf16 device for CUDA). Generated bind_weights() turns it into the model's struct.
+// A projection (WeightSpec::matrix) may be held in a GGUF file's blocks on the GPU: its format
+// says which (MatrixFormat::bf16 for every other tensor, and for the reference's fp32 rows).
 class WeightTable {
  public:
-  void set(const std::string& name, int64_t layer, const void* data);
+  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format = MatrixFormat::bf16);
   const void* get(const std::string& name, int64_t layer = -1) const;  // throws when absent
+  MatrixFormat format(const std::string& name, int64_t layer = -1) const;
   template <typename T>
   const T* get_as(const std::string& name, int64_t layer = -1) const {
     return static_cast<const T*>(get(name, layer));
   }
+  // A projection as the generated Weights<T> holds it (templates/weight_matrix.hpp).
+  template <typename T>
+  Matrix<T> get_matrix(const std::string& name, int64_t layer = -1) const {
+    if constexpr (std::is_same_v<Matrix<T>, GpuMatrix>) {
+      return GpuMatrix{get(name, layer), format(name, layer)};
+    } else {
+      if (format(name, layer) != MatrixFormat::bf16) fail("internal: ", name, " is quantized in the reference's weights");
+      return get_as<T>(name, layer);
+    }
+  }
 
  private:
-  std::vector<std::pair<std::string, const void*>> entries_;  // key "name#layer"
+  struct Entry {
+    std::string key;  // "name#layer"
+    const void* data;
+    MatrixFormat format;
+  };
+  const Entry& find(const std::string& name, int64_t layer) const;
+  std::vector<Entry> entries_;
 };
 
 // ---- model numbers the runtime needs ----

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/model/model_def.hpp"
+#include "runtime/weights/ggml_type.hpp"
 
 namespace kiln {
 
@@ -22,6 +24,11 @@ class TensorSource {
   virtual void read_rows(const std::string& name, int64_t first, int64_t count, float* out) const = 0;
   // The same rows in place when the tensor is stored as bf16 (no conversion needed), else nullptr.
   virtual const uint16_t* bf16_rows(const std::string& name, int64_t first) const { return nullptr; }
+  // A GGUF file's tensor: its block type, and HF row `row` as the file stores it (whole blocks;
+  // llama.cpp's q/k permutation undone by row). nullopt / empty for other sources and for tensors
+  // rebuilt from several GGUF tensors.
+  virtual std::optional<GgmlType> block_type(const std::string& name) const { return std::nullopt; }
+  virtual std::span<const std::byte> stored_row(const std::string& name, int64_t row) const { return {}; }
 };
 
 // An HF model directory: model.safetensors, or shards listed in model.safetensors.index.json.

@@ -8,6 +8,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/model/random_source.hpp"
 #include "runtime/weights/float_convert.hpp"
+#include "runtime/weights/quant_repack.hpp"
 #include "runtime/weights/shape.hpp"
 
 namespace kiln {
@@ -70,6 +71,8 @@ struct Instance {
   const WeightSpec* spec;
   int64_t layer;
   int64_t offset = 0;  // bytes into the block
+  MatrixFormat format = MatrixFormat::bf16;  // a projection kept in its GGUF blocks (WeightFormat::gpu)
+  bool blocks_copy = false;  // a tied projection with its own copy of its target's blocks
   std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
 };
 
@@ -77,7 +80,7 @@ class Loader {
  public:
   Loader(const ModelDef& model, WeightFormat format, WeightSink& sink, int32_t rank)
       : model_(model), format_(format), sink_(sink), rank_(rank) {
-    elem_ = format == WeightFormat::f32 ? 4 : 2;
+    elem_ = format == WeightFormat::f32 ? 4 : 2;  // bf16 and gpu: bf16 besides the quantized projections
     const int32_t ranks = model.info.tensor_parallel;
     if (rank < 0 || rank >= ranks) {
       fail("rank ", rank, " is outside the tensor-parallel ranks of model ", model.info.name,
@@ -101,7 +104,10 @@ class Loader {
     for (Instance& inst : instances_) {
       if (is_tied(inst)) continue;
       inst.offset = total;
-      total += (inst.spec->numel() * elem_ + 255) / 256 * 256;
+      const int64_t bytes = inst.format == MatrixFormat::bf16
+                                ? inst.spec->numel() * elem_
+                                : matrix_bytes(inst.format, inst.spec->shape[0], inst.spec->shape[1]);
+      total += (bytes + 255) / 256 * 256;
     }
     block_ = sink_.allocate(total);
     result_.bytes = total;
@@ -111,7 +117,29 @@ class Loader {
     source_ = &source;
     // Resolve every layout first, so all missing / mis-shaped tensors surface before any work.
     std::vector<std::vector<LayoutPiece>> chosen(instances_.size());
-    for (size_t i = 0; i < instances_.size(); ++i) chosen[i] = resolve(instances_[i]);
+    for (size_t i = 0; i < instances_.size(); ++i) {
+      chosen[i] = resolve(instances_[i]);
+      instances_[i].format = kept_format(instances_[i], chosen[i]);
+    }
+    // A tied LM head shares the embedding's bf16 rows, which the whole vocabulary's logits then read
+    // every step; when the file stores the embedding in blocks the GPU reads, the head keeps its own
+    // copy of them (the embedding stays bf16: its lookups read one row per token).
+    for (size_t i = 0; i < instances_.size(); ++i) {
+      Instance& inst = instances_[i];
+      if (!chosen[i].empty() || !inst.spec->matrix || !is_tied(inst)) continue;
+      for (size_t t = 0; t < instances_.size(); ++t) {
+        const Instance& target = instances_[t];
+        if (target.spec->name != std::string(inst.spec->tied_to) || target.layer != inst.layer ||
+            target.spec->shape != inst.spec->shape) {
+          continue;
+        }
+        inst.format = kept_format(inst, chosen[t]);
+        if (inst.format != MatrixFormat::bf16) {
+          chosen[i] = chosen[t];
+          inst.blocks_copy = true;
+        }
+      }
+    }
     check_unused();
     allocate();
     for (size_t i = 0; i < instances_.size(); ++i) {
@@ -159,7 +187,7 @@ class Loader {
   }
 
   bool is_tied(const Instance& inst) const {
-    if (inst.spec->tied_to[0] == '\0') return false;
+    if (inst.spec->tied_to[0] == '\0' || inst.blocks_copy) return false;
     for (const auto& layout : inst.spec->layouts) {
       bool complete = true;
       for (const LayoutPiece& p : expand_layout(*inst.spec, layout, inst.layer, rank_)) {
@@ -244,7 +272,64 @@ class Loader {
     int64_t begin, count, width;
   };
 
+  // The format a projection keeps on the GPU: its GGUF blocks when every piece is stored in the same
+  // block type the GPU reads (weight_loader.hpp says which), else bf16.
+  MatrixFormat kept_format(const Instance& inst, const std::vector<LayoutPiece>& pieces) const {
+    const WeightSpec& spec = *inst.spec;
+    if (format_ != WeightFormat::gpu || !spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || pieces.empty() ||
+        spec.shape[1] % kQuantBlockValues != 0) {
+      return MatrixFormat::bf16;
+    }
+    std::optional<MatrixFormat> kept;
+    for (const LayoutPiece& p : pieces) {
+      if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
+      const std::optional<GgmlType> type = source_->block_type(p.hf_name);
+      const std::optional<MatrixFormat> f = type ? matrix_format_of(*type) : std::nullopt;
+      if (!f || (kept && *kept != *f)) return MatrixFormat::bf16;
+      kept = f;
+    }
+    return *kept;
+  }
+
+  // A projection in its GGUF blocks: each HF row's stored bytes repacked (quant_repack.hpp), the
+  // pieces' rows stacked as fill() stacks them.
+  void fill_quantized(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
+    const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
+    const int64_t bytes = matrix_bytes(inst.format, n, k);
+    staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
+    int64_t row = 0;
+    for (const LayoutPiece& p : pieces) {
+      const WeightSource& s = *p.source;
+      const int64_t block_bytes = static_cast<int64_t>(ggml_block_bytes(*source_->block_type(p.hf_name)));
+      for (int64_t g = 0; g < s.groups; ++g) {
+        for (int64_t r = 0; r < s.rows; ++r) {
+          const int64_t hf_row = s.row_begin + g * s.group_stride + r;
+          const std::span<const std::byte> stored = source_->stored_row(p.hf_name, hf_row);
+          for (int64_t b = 0; b * block_bytes < static_cast<int64_t>(stored.size()); ++b) {
+            // Each Q8_0 / Q4_0 block starts with its fp16 scale: a NaN or Inf one poisons every logit.
+            const auto lo = static_cast<uint16_t>(stored[b * block_bytes]), hi = static_cast<uint16_t>(stored[b * block_bytes + 1]);
+            if (((lo | hi << 8) & 0x7C00) == 0x7C00) {
+              fail(source_->describe(), ": tensor ", p.hf_name, " has a NaN or infinite block scale at row ", hf_row,
+                   ", block ", b, "; the checkpoint is corrupt");
+            }
+          }
+          repack_row(inst.format, stored, n, k, row++, staging_blocks_.data());
+        }
+      }
+    }
+    sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
+    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
+    ++result_.tensors;
+    ++result_.quantized;
+    ++result_.quantized_as[static_cast<int>(inst.format)];
+    result_.quantized_bytes += bytes;
+    result_.quantized_bf16_bytes += n * k * 2;
+    result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+  }
+
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
+    if (inst.spec->matrix) ++result_.matrices;
+    if (inst.format != MatrixFormat::bf16) return fill_quantized(inst, pieces);
     const int64_t cols = as_rows(inst.spec->shape).second;
     std::byte* dst = block_ + inst.offset;
     constexpr int64_t kChunkValues = 1 << 22;
@@ -293,7 +378,7 @@ class Loader {
   void write_rows(const std::string& name, int64_t first, int64_t rows, const Columns& columns, std::byte* dst) {
     const int64_t values = rows * columns.count;
     const bool sliced = columns.count != columns.width;
-    if (format_ == WeightFormat::bf16 || sliced) {
+    if (format_ != WeightFormat::f32 || sliced) {
       if (const uint16_t* raw = source_->bf16_rows(name, first)) {
         // Stored as bf16: straight from the mapping, touching only this rank's columns.
         const uint16_t* bits = raw;
@@ -306,7 +391,7 @@ class Loader {
           bits = staging_bf16_.data();
         }
         check_finite(name, first, columns, bits, nullptr, values);
-        if (format_ == WeightFormat::bf16) {
+        if (format_ != WeightFormat::f32) {
           sink_.write(dst, bits, values * 2);
           return;
         }
@@ -353,6 +438,7 @@ class Loader {
   std::byte* block_ = nullptr;
   std::vector<float> staging_f32_;
   std::vector<uint16_t> staging_bf16_;
+  std::vector<std::byte> staging_blocks_;
   LoadedWeights result_;
 };
 

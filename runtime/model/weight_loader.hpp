@@ -16,7 +16,10 @@
 
 namespace kiln {
 
-enum class WeightFormat { f32, bf16 };
+// gpu: bf16, except the projections (WeightSpec::matrix) a GGUF file stores in a block format the
+// GPU reads as stored (Q8_0, Q4_0: templates/weight_matrix.hpp), which keep their blocks; a fused
+// projection whose parts differ in type, a tensor-parallel slice and every other type are bf16.
+enum class WeightFormat { f32, bf16, gpu };
 
 // Where the loaded bytes go. The loader allocates one block for all tensors, then writes into it.
 class WeightSink {
@@ -58,6 +61,12 @@ struct LoadedWeights {
   WeightTable table;
   int64_t bytes = 0;    // in the backend's format
   int64_t tensors = 0;  // kiln tensors (fused), counting each layer's
+  // WeightFormat::gpu: the projections loaded (every layer's), those kept quantized, their bytes
+  // and what they would take in bf16, and the values of the largest (the prefill's bf16 scratch).
+  int64_t matrices = 0, quantized = 0;
+  int64_t quantized_as[3] = {};  // of them, per MatrixFormat (indexed by its value)
+  int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
+  int64_t largest_quantized_values = 0;
 };
 
 // `rank`: with a tensor-parallel rank's definition (ModelInfo::tensor_parallel > 1), the slices

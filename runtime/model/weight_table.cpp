@@ -7,16 +7,20 @@ namespace {
 std::string key(const std::string& name, int64_t layer) { return name + "#" + std::to_string(layer); }
 }  // namespace
 
-void WeightTable::set(const std::string& name, int64_t layer, const void* data) {
-  entries_.emplace_back(key(name, layer), data);
+void WeightTable::set(const std::string& name, int64_t layer, const void* data, MatrixFormat format) {
+  entries_.push_back({key(name, layer), data, format});
 }
 
-const void* WeightTable::get(const std::string& name, int64_t layer) const {
+const WeightTable::Entry& WeightTable::find(const std::string& name, int64_t layer) const {
   const std::string k = key(name, layer);
-  for (const auto& [entry, data] : entries_) {
-    if (entry == k) return data;
+  for (const Entry& e : entries_) {
+    if (e.key == k) return e;
   }
   fail("weight ", name, layer >= 0 ? " of layer " + std::to_string(layer) : std::string(), " was not loaded");
 }
+
+const void* WeightTable::get(const std::string& name, int64_t layer) const { return find(name, layer).data; }
+
+MatrixFormat WeightTable::format(const std::string& name, int64_t layer) const { return find(name, layer).format; }
 
 }  // namespace kiln

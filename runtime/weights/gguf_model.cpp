@@ -278,6 +278,14 @@ void HfTensorSource::read_rows_f32(int64_t first_row, std::span<float> out) cons
   }
 }
 
+std::span<const std::byte> HfTensorSource::stored_row(int64_t hf_row) const {
+  if (k_b != nullptr) return {};
+  if (hf_row < 0 || hf_row >= rows()) fail(hf_name, ": no row ", hf_row, " (", rows(), " rows)");
+  const size_t row_bytes = ggml_tensor_bytes(gguf->type, row_length());
+  const int64_t row = unpermute_heads == 0 ? hf_row : llama_gguf_row_of_hf_row(hf_row, rows() / unpermute_heads);
+  return gguf->bytes.subspan(static_cast<size_t>(first_gguf_row + row) * row_bytes, row_bytes);
+}
+
 void HfTensorSource::read_split_kv_b_rows(int64_t first_row, std::span<float> out) const {
   const int64_t kv_lora = row_length(), nope = k_b_nope;
   const int64_t v_dim = gguf->ne[1], per_head = nope + v_dim;

@@ -100,6 +100,8 @@ struct HfTensorSource {
   void read_f32(std::span<float> out) const;
   // Dequantizes HF rows [first_row, first_row + out.size() / row_length()) into out.
   void read_rows_f32(int64_t first_row, std::span<float> out) const;
+  // HF row `hf_row` as the file stores it (ggml blocks); empty for the rebuilt split kv_b_proj.
+  std::span<const std::byte> stored_row(int64_t hf_row) const;
 
  private:
   void read_split_kv_b_rows(int64_t first_row, std::span<float> out) const;

@@ -19,6 +19,8 @@
 #include "runtime/engine/backend.hpp"
 #include "runtime/engine/engine.hpp"
 #include <catch2/catch.hpp>
+#include "runtime/model/gguf_source.hpp"
+#include "tests/golden/gguf_fixture.hpp"
 #include "tests/golden/golden_fixture.hpp"
 
 using namespace kiln;
@@ -128,7 +130,57 @@ void check_whole_step_matches_per_op(const ModelDef& model) {
   }
 }
 
+// A GGUF file whose matrices are Q8_0 or Q4_0 (the golden fixture quantized as llama-quantize
+// does): on CUDA its projections keep their blocks (linear_quant.cuh) where the CPU reference
+// dequantizes them to fp32 at load. The reference on the same file is the oracle: its prompt
+// logits, greedy tokens and the logits at each greedy step stand in for HF's, and CUDA must agree
+// under the top-5 rule.
+void check_quantized_gguf(const ModelDef& model, uint32_t type) {
+  const golden::Fixture fixture = golden::load_fixture(model.info.name);
+  const auto hf = open_safetensors_source(fixture.dir);
+  const char* type_name = type == golden::kQ8_0 ? "Q8_0" : "Q4_0";
+  const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
+  const std::vector<std::byte> image = golden::fixture_as_gguf(model, *hf, type);  // the file views it
+  const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model.info);
+  const auto cpu = make_cpu_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
+  const auto cuda = make_cuda_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
+  const BackendInfo& info = cuda->info();
+  INFO(origin << ": " << info.weight_formats);
+  CHECK(info.weight_formats.find("GGUF blocks") != std::string::npos);
+  CHECK(info.decode_weight_bytes < model.info.decode_weight_bytes);
+  const int64_t V = model.info.vocab_size;
+  for (size_t i = 0; i < fixture.prompts.size(); ++i) {
+    golden::Prompt ref{fixture.prompts[i].ids, {}, {}, {}};
+    ref.greedy.resize(fixture.prompts[i].greedy.size());
+    const golden::Run cpu_run = golden::run_prompt(model, *cpu, ref);
+    ref.logits = cpu_run.prompt_logits;
+    ref.greedy = cpu_run.tokens;
+    golden::Prompt steps{ref.ids, {}, {0}, {}};  // the prompt and the greedy tokens but the last, as one prompt
+    steps.ids.insert(steps.ids.end(), ref.greedy.begin(), ref.greedy.end() - 1);
+    const golden::Run at_steps = golden::run_prompt(model, *cpu, steps);
+    ref.greedy_logits.assign(at_steps.prompt_logits.begin() + static_cast<std::ptrdiff_t>((ref.ids.size() - 1) * V),
+                             at_steps.prompt_logits.end());
+    const golden::Run run = golden::run_prompt(model, *cuda, ref);
+    const golden::LogitsComparison c = golden::compare_logits(ref.logits, run.prompt_logits, V, 1e-3);
+    const golden::GreedyVerdict g = golden::top5_rule(model, *cuda, ref, run);
+    std::printf("%-22s %s GGUF on CUDA vs the CPU reference, prompt %zu: prompt logits max|diff| %.2e x max|logit|; "
+                "greedy %zu/%zu %s -> %s\n",
+                model.info.name, type_name, i, c.worst, g.agreeing, ref.greedy.size(), g.text.c_str(), g.ok ? "PASS" : "FAIL");
+    INFO(origin << " prompt " << i << ": " << g.text);
+    CHECK(g.ok);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("GGUF files in Q8_0 and Q4_0 decode from their blocks on CUDA and agree with the CPU reference", "[golden]") {
+  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0}) {
+    for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                              &models::tiny_deepseek_v2::model_def()}) {
+      check_quantized_gguf(*m, type);
+    }
+  }
+}
 
 TEST_CASE("the whole-step decode kernel gives the per-op path's bits", "[golden]") {
   for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),

@@ -1,5 +1,5 @@
-// bench_kernels: decode GEMV bandwidth against the device-to-device copy bandwidth at the shapes
-// that decide decode latency, for 1, 4, 16 and 64 tokens; a sweep of GEMV launch geometries (to
+// bench_kernels: decode GEMV bandwidth (bf16 rows, and Q4_0 / Q8_0 blocks) against the device-to-device
+// copy bandwidth at the shapes that decide decode latency, for 1, 4, 16 and 64 tokens; a sweep of GEMV launch geometries (to
 // choose the defaults in linear.cuh); decode and prefill attention at realistic sizes. Inputs rotate
 // over copies larger than L2, so the numbers are DRAM numbers. No correctness checks here
 // (test_kernels_gpu has them). Exits 77 without a GPU.
@@ -11,6 +11,7 @@
 
 #include "templates/attention.cuh"
 #include "templates/linear.cuh"
+#include "templates/weight_matrix.hpp"
 #include "tests/support/gpu_harness.hpp"
 
 namespace kiln::kernel_test {
@@ -90,6 +91,54 @@ void bench_gemv_shape(bool sweep) {
   }
 }
 
+// The GEMV over Q4_0 / Q8_0 blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
+// 16 and 64 tokens, and with `sweep` other splits and unrolls for one token. Bytes: the matrix's
+// (ggml's bytes) plus the inputs and outputs.
+template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll>
+void bench_quant_variant(const DeviceBuffer<std::byte>& matrices, long long matrix_bytes_, int copies,
+                         const DeviceBuffer<uint16_t>& in, DeviceBuffer<float>& out, int tokens) {
+  using Shape = detail::QuantGemvShape<kN, kK, F, kSms, kTiles, kWarpsN, kWarpsK, kUnroll>;
+  const double us = median_us([&](int i) {
+    detail::launch_gemv_quant<kN, kK, LinearOut::store_f32, F, Shape>(
+        as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, nullptr);
+  });
+  char variant[64];
+  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d (%d blk)", F == MatrixFormat::q4_0 ? "Q4_0" : "Q8_0",
+                Shape::kWarpsN, Shape::kWarpsK, Shape::kUnroll, Shape::kRowBlocks);
+  print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us,
+                 matrix_bytes_ + tokens * (kK * 2.0 + kN * 4.0));
+}
+
+template <int kN, int kK, MatrixFormat F>
+void bench_quant_shape(bool sweep) {
+  const long long bytes = (matrix_bytes(F, kN, kK) + 255) / 256 * 256;
+  const int copies = copies_beyond_l2(static_cast<size_t>(bytes));
+  DeviceBuffer<std::byte> matrices(static_cast<size_t>(bytes) * copies);
+  KILN_CUDA_OK(cudaMemset(matrices.get(), 0x11, matrices.size()));  // quants of every nibble; scales 0x1111 (finite)
+  std::mt19937 rng(kN + kK);
+  DeviceBuffer<uint16_t> in(random_bf16(static_cast<size_t>(64) * kK, rng));
+  DeviceBuffer<float> out(static_cast<size_t>(64) * kN);
+  const std::string shape = std::to_string(kK) + " -> " + std::to_string(kN);
+  for (int tokens : {1, 4, 16, 64}) {
+    const double us = median_us([&](int i) {
+      kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
+          as_bf16(in), GpuMatrix{matrices.get() + (i % copies) * bytes, F}, out.get(), tokens, nullptr, nullptr);
+    });
+    print_gemv_row(shape, F == MatrixFormat::q4_0 ? "Q4_0 default" : "Q8_0 default", tokens, us,
+                   matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
+  }
+  if (!sweep) return;
+  bench_quant_variant<kN, kK, F, 1, 1, 8, 1>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 8, 4>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 4, 2>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 4, 4>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 2, 4>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 2, 4, 2>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 4, 2, 2>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 4, 4, 2>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 16, 1>(matrices, bytes, copies, in, out, 1);
+}
+
 // Decode attention of a batch of equal contexts, rotating over layer caches beyond L2.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
 void bench_decode(int batch, int context) {
@@ -153,10 +202,22 @@ void bench_prefill(int tokens) {
 int main(int argc, char** argv) {
   using namespace kiln::kernel_test;
   if (!print_device_or_skip()) return 77;
-  const bool sweep = !(argc > 1 && std::string(argv[1]) == "--no-sweep");
+  const std::string arg = argc > 1 ? argv[1] : "";
+  const bool sweep = arg != "--no-sweep";
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
+  // Llama-3.1-8B's projections (qkv, o, gate_up, down), Llama-3.2-1B's gate_up and SmolLM2's qkv.
+  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_0>(sweep);
+  bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_0>(sweep);
+  bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_0>(sweep);
+  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_0>(sweep);
+  bench_quant_shape<16384, 2048, kiln::MatrixFormat::q4_0>(sweep);
+  bench_quant_shape<960, 576, kiln::MatrixFormat::q4_0>(false);
+  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q8_0>(sweep);
+  bench_quant_shape<28672, 4096, kiln::MatrixFormat::q8_0>(sweep);
+  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q8_0>(sweep);
+  if (arg == "--quant-only") return 0;
   bench_gemv_shape<8192, 2048, true>(sweep);
   bench_gemv_shape<2048, 8192, true>(sweep);
   bench_gemv_shape<1536, 576, true>(sweep);

@@ -1,15 +1,21 @@
 // linear against ref::linear in its three outputs (bf16, added into the fp32 residual, fp32
 // logits): the decode GEMV (templates/linear.cuh) over token counts that take every tile width and
-// several passes (> 64 tokens), and the prefill path through cuBLASLt (runtime/cuda/gemm.hpp, large
+// several passes (> 64 tokens), the same over Q8_0 / Q4_0 blocks (templates/linear_quant.cuh), and the
+// prefill path through cuBLASLt (runtime/cuda/gemm.hpp, large
 // products checked on a sample of rows: the CPU reference would take minutes on all of them).
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
+#include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/cuda/gemm.hpp"
 #include "runtime/ref/ops.hpp"
+#include "runtime/weights/dequant.hpp"
+#include "runtime/weights/quant_repack.hpp"
 #include "templates/linear.cuh"
 #include "tests/kernels/kernel_test.hpp"
+#include "tests/weights/test_support.hpp"
 
 namespace kiln::kernel_test {
 namespace {
@@ -112,7 +118,82 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
   CHECK(nans == 0);
 }
 
+// The GEMV over a matrix kept in a GGUF block type (templates/linear_quant.cuh) against ref::linear
+// on ggml's dequantized values; every token's output must not depend on the token count (the
+// first tokens of every count equal the count-1 run bit for bit); dequantize_matrix must give
+// each value rounded once to bf16.
+template <shape::linear S>
+void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
+  const MatrixFormat f = *matrix_format_of(type);
+  const std::vector<std::byte> blocks =
+      test::random_scaled_blocks(ggml_block_bytes(type), S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
+  std::vector<float> weight(static_cast<size_t>(S.n) * S.k);
+  dequantize(type, blocks, weight);
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, S.n, S.k)), std::byte{0});
+  const size_t row_bytes = ggml_tensor_bytes(type, S.k);
+  for (int r = 0; r < S.n; ++r) {
+    repack_row(f, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), S.n, S.k, r, matrix.data());
+  }
+  DeviceBuffer<std::byte> d_matrix(matrix);  // cudaMalloc: 256-byte aligned, as the loader places matrices
+  const GpuMatrix gpu{d_matrix.get(), f};
+  std::mt19937 rng(9000 + S.n + S.k);
+  const int most = *std::max_element(token_counts.begin(), token_counts.end());
+  const auto in = random_bf16(static_cast<size_t>(most) * S.k, rng);
+  const auto residual = random_f32(static_cast<size_t>(most) * S.n, rng, 10.0f);
+  DeviceBuffer<uint16_t> d_in(in);
+  DeviceBuffer<float> scratch(1);
+  std::vector<Stored<S>> first;  // token 0's output at the first count
+  for (int tokens : token_counts) {
+    DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(tokens) * S.n);
+    const std::vector<float> res(residual.begin(), residual.begin() + static_cast<size_t>(tokens) * S.n);
+    if constexpr (S.out == LinearOut::add_f32) {
+      d_out.upload(res);
+    } else {
+      d_out.poison();
+    }
+    kiln::linear<S>(as_bf16(d_in), gpu, reinterpret_cast<Out<S>*>(d_out.get()), tokens, scratch.get(), nullptr);
+    const std::string what = describe<S>(type == GgmlType::Q8_0 ? "Q8_0 gemv" : "Q4_0 gemv", tokens);
+    check_launch(what);
+    const std::vector<Stored<S>> got = d_out.download();
+    const std::vector<float> all_in = bf16_to_f32(in);
+    const std::vector<float> in_f(all_in.begin(), all_in.begin() + static_cast<size_t>(tokens) * S.k);
+    const auto ref = reference<S>(in_f, weight, res, tokens);
+    if constexpr (kBf16Out<S>) {
+      check_close(what, ref, bf16_to_f32(got), kBf16Limit);
+    } else {
+      check_close(what, ref, got, 1e-5);
+    }
+    const std::vector<Stored<S>> token0(got.begin(), got.begin() + S.n);
+    if (first.empty()) first = token0;
+    INFO(what << ": token 0 as at " << token_counts.front() << " tokens");
+    CHECK(std::memcmp(token0.data(), first.data(), first.size() * sizeof(Stored<S>)) == 0);
+  }
+  DeviceBuffer<uint16_t> d_rows(static_cast<size_t>(S.n) * S.k);
+  d_rows.poison();
+  cuda::dequantize_matrix(gpu, S.n, S.k, as_bf16_mut(d_rows), nullptr);
+  check_launch("dequantize_matrix");
+  const std::vector<uint16_t> rows = d_rows.download();
+  long long wrong = 0;
+  for (size_t i = 0; i < rows.size(); ++i) wrong += rows[i] != f32_to_bf16(weight[i]);
+  INFO("dequantize_matrix N " << S.n << " K " << S.k << ": values not ggml's rounded to bf16");
+  CHECK(wrong == 0);
+}
+
 }  // namespace
+
+TEST_CASE("linear, decode: the GEMV over Q8_0 and Q4_0 blocks, the prefill's bf16 rows from them", "[linear]") {
+  const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
+    check_quant_gemv<llama1b::kLinearDownProj>(t, {1, 16, 64});
+    check_quant_gemv<llama1b::kLinearLmHead>(t, {1, 9});
+    check_quant_gemv<smollm2::kLinearQkvProj>(t, counts);  // 18 blocks a row: Q4_0 pads its last group
+    check_quant_gemv<smollm2::kLinearOProj>(t, {1, 33});
+    check_quant_gemv<tiny_qwen3::kLinearDownProj>(t, counts);
+    check_quant_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(t, counts);
+    check_quant_gemv<shape::linear{.n = 1000, .k = 64, .out = LinearOut::add_f32, .sms = 108}>(t, counts);
+  }
+}
 
 TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linear]") {
   const std::vector<int> real = {1, 4, 16, 64};

@@ -1,8 +1,11 @@
 #include "test_support.hpp"
 
+#include "runtime/core/dtype.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 
 namespace kiln::test {
@@ -51,6 +54,20 @@ std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int
         std::copy_n(hf.begin() + (h * head_dim + s * half + i) * cols, cols, out.begin() + (h * head_dim + 2 * i + s) * cols);
       }
     }
+  }
+  return out;
+}
+
+std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+  const size_t blocks = static_cast<size_t>(rows * k / 32);
+  std::vector<std::byte> out(blocks * block_bytes);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint16_t d = f32_to_f16(scale(rng));
+    std::memcpy(out.data() + b * block_bytes, &d, 2);
+    for (size_t i = 2; i < block_bytes; ++i) out[b * block_bytes + i] = std::byte(static_cast<uint8_t>(byte(rng)));
   }
   return out;
 }

@@ -30,12 +30,12 @@ void rmsnorm_2048(const float* x, const bf16* weight, bf16* out, int rows, cudaS
 }
 
 // self_attn.q_proj: q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
-void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -80,17 +80,17 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
 }
 
 // self_attn.o_proj: x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 1024] · o_proj[2048, 1024]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -100,17 +100,17 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 5472] · down_proj[2048, 5472]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x = act[T, 5472] · down_proj[2048, 5472]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate: router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -120,7 +120,7 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 2048] · shared_gate_up[2816, 2048]ᵀ
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -130,12 +130,12 @@ void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.shared_experts.down_proj: x = shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_shared_down_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -160,7 +160,7 @@ void rmsnorm_rows_2048(const float* x, const int* logit_rows, const bf16* weight
 }
 
 // lm_head: logits = h[N, 2048] · lm_head[51200, 2048]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "codegen/op_shapes.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::models::deepseek_v2_lite::tp2 {
 
@@ -137,23 +138,24 @@ constexpr shape::linear kLinearLmHead{.n = kVocabShard, .k = kHiddenSize, .out =
 constexpr shape::all_gather kAllGatherLogits{.cols = kVocabShard, .ranks = kRanks};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
+// (a Matrix<T> is a projection: on the GPU bf16 rows or a GGUF file's blocks, templates/weight_matrix.hpp)
 template <typename T>
 struct LayerWeights {
   const T* input_layernorm;           // [2048]        RMSNorm before attention
-  const T* q_proj;                    // [1536, 2048]  q projection: per head nope | rope of this rank's heads
-  const T* kv_a_proj_with_mqa;        // [576, 2048]   kv down-projection: c_kv | k_rope
+  Matrix<T> q_proj;                   // [1536, 2048]  q projection: per head nope | rope of this rank's heads
+  Matrix<T> kv_a_proj_with_mqa;       // [576, 2048]   kv down-projection: c_kv | k_rope
   const T* kv_a_layernorm;            // [512]         RMSNorm of c_kv
   const T* w_uk;                      // [1024, 512]   W_UK: kv_b_proj's k_nope rows of each of this rank's heads [heads × nope, kv_lora]
   const T* w_uv;                      // [1024, 512]   W_UV: kv_b_proj's value rows of each of this rank's heads [heads × v, kv_lora]
-  const T* o_proj;                    // [2048, 1024]  attention output projection: the columns of this rank's heads
+  Matrix<T> o_proj;                   // [2048, 1024]  attention output projection: the columns of this rank's heads
   const T* post_attention_layernorm;  // [2048]        RMSNorm before the MLP / MoE
-  const T* gate_up_proj;              // [10944, 2048] dense MLP gate_proj | up_proj rows of this rank's features, fused
-  const T* down_proj;                 // [2048, 5472]  dense MLP down projection: the columns of this rank's features
-  const T* router;                    // [64, 2048]    router: one row per routed expert
+  Matrix<T> gate_up_proj;             // [10944, 2048] dense MLP gate_proj | up_proj rows of this rank's features, fused
+  Matrix<T> down_proj;                // [2048, 5472]  dense MLP down projection: the columns of this rank's features
+  Matrix<T> router;                   // [64, 2048]    router: one row per routed expert
   const T* experts_gate_up;           // [32, 2816, 2048] this rank's routed experts' gate_proj | up_proj rows [experts, 2 × moe_intermediate, hidden]
   const T* experts_down;              // [32, 2048, 1408] this rank's routed experts' down_proj [experts, hidden, moe_intermediate]
-  const T* shared_gate_up;            // [2816, 2048]  shared experts' gate_proj | up_proj rows of this rank's features, fused
-  const T* shared_down;               // [2048, 1408]  shared experts' down projection: the columns of this rank's features
+  Matrix<T> shared_gate_up;           // [2816, 2048]  shared experts' gate_proj | up_proj rows of this rank's features, fused
+  Matrix<T> shared_down;              // [2048, 1408]  shared experts' down projection: the columns of this rank's features
 };
 
 template <typename T>
@@ -161,7 +163,7 @@ struct Weights {
   const T* embed_tokens;              // [51200, 2048] token embeddings: this rank's rows of the vocabulary
   LayerWeights<T> layers[kNumLayers];
   const T* norm;                      // [2048]        final RMSNorm
-  const T* lm_head;                   // [51200, 2048] LM head: this rank's rows of the vocabulary
+  Matrix<T> lm_head;                  // [51200, 2048] LM head: this rank's rows of the vocabulary
 };
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
@@ -227,27 +229,27 @@ Weights<T> bind_weights(const WeightTable& table) {
   Weights<T> w{};
   w.embed_tokens = table.get_as<T>("embed_tokens");
   w.norm = table.get_as<T>("norm");
-  w.lm_head = table.get_as<T>("lm_head");
+  w.lm_head = table.get_matrix<T>("lm_head");
   for (int layer = 0; layer < kNumLayers; ++layer) {
     w.layers[layer].input_layernorm = table.get_as<T>("layers.{L}.input_layernorm", layer);
-    w.layers[layer].q_proj = table.get_as<T>("layers.{L}.q_proj", layer);
-    w.layers[layer].kv_a_proj_with_mqa = table.get_as<T>("layers.{L}.kv_a_proj_with_mqa", layer);
+    w.layers[layer].q_proj = table.get_matrix<T>("layers.{L}.q_proj", layer);
+    w.layers[layer].kv_a_proj_with_mqa = table.get_matrix<T>("layers.{L}.kv_a_proj_with_mqa", layer);
     w.layers[layer].kv_a_layernorm = table.get_as<T>("layers.{L}.kv_a_layernorm", layer);
     w.layers[layer].w_uk = table.get_as<T>("layers.{L}.w_uk", layer);
     w.layers[layer].w_uv = table.get_as<T>("layers.{L}.w_uv", layer);
-    w.layers[layer].o_proj = table.get_as<T>("layers.{L}.o_proj", layer);
+    w.layers[layer].o_proj = table.get_matrix<T>("layers.{L}.o_proj", layer);
     w.layers[layer].post_attention_layernorm = table.get_as<T>("layers.{L}.post_attention_layernorm", layer);
   }
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
-    w.layers[layer].gate_up_proj = table.get_as<T>("layers.{L}.gate_up_proj", layer);
-    w.layers[layer].down_proj = table.get_as<T>("layers.{L}.down_proj", layer);
+    w.layers[layer].gate_up_proj = table.get_matrix<T>("layers.{L}.gate_up_proj", layer);
+    w.layers[layer].down_proj = table.get_matrix<T>("layers.{L}.down_proj", layer);
   }
   for (int layer = kFirstKDenseReplace; layer < kNumLayers; ++layer) {
-    w.layers[layer].router = table.get_as<T>("layers.{L}.router", layer);
+    w.layers[layer].router = table.get_matrix<T>("layers.{L}.router", layer);
     w.layers[layer].experts_gate_up = table.get_as<T>("layers.{L}.experts_gate_up", layer);
     w.layers[layer].experts_down = table.get_as<T>("layers.{L}.experts_down", layer);
-    w.layers[layer].shared_gate_up = table.get_as<T>("layers.{L}.shared_gate_up", layer);
-    w.layers[layer].shared_down = table.get_as<T>("layers.{L}.shared_down", layer);
+    w.layers[layer].shared_gate_up = table.get_matrix<T>("layers.{L}.shared_gate_up", layer);
+    w.layers[layer].shared_down = table.get_matrix<T>("layers.{L}.shared_down", layer);
   }
   return w;
 }
@@ -263,8 +265,8 @@ namespace kiln::models::deepseek_v2_lite::tp2 {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_2048(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_q_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_kv_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
 void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
 void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
@@ -273,23 +275,23 @@ void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cuda
 void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_shared_down_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_2048(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 
 }  // namespace kiln::models::deepseek_v2_lite::tp2
 #endif  // __CUDACC__

@@ -244,7 +244,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 2097152);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, lw.gate_up_proj);
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, static_cast<const bf16*>(lw.gate_up_proj.data));
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -267,7 +267,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("down_proj", OpReads::weights, 11206656);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? w.layers[layer + 1].q_proj : nullptr);
+    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].q_proj.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
@@ -317,7 +317,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 2097152);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T, lw.shared_gate_up);
+    cuda::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T, static_cast<const bf16*>(lw.shared_gate_up.data));
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // DeepSeekMoE: routed experts + shared experts
@@ -355,7 +355,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 5767168);
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kNumLayers ? w.layers[layer + 1].q_proj : nullptr);
+    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].q_proj.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

@@ -260,7 +260,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 41943040);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, lw.gate_up_proj);
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, static_cast<const bf16*>(lw.gate_up_proj.data));
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -283,7 +283,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("down_proj", OpReads::weights, 31457280);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_a_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? w.layers[layer + 1].q_a_proj : nullptr);
+    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].q_a_proj.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
@@ -339,7 +339,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 41943040);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms router in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmRouter>(ctx, x, T, lw.router);
+    cuda::all_reduce<kAllReduceXWarmRouter>(ctx, x, T, static_cast<const bf16*>(lw.router.data));
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // DeepSeekMoE: routed experts + shared experts
@@ -377,7 +377,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 15728640);
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_a_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T, layer + 1 < kNumLayers ? w.layers[layer + 1].q_a_proj : nullptr);
+    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].q_a_proj.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

@@ -23,7 +23,7 @@ void rmsnorm_4096(const float* x, const bf16* weight, bf16* out, int rows, cudaS
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 4096] · qkv_proj[3072, 4096]ᵀ   (q 2048 | k 512 | v 512)   (this rank's share)
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -43,17 +43,17 @@ void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_
 }
 
 // self_attn.o_proj: x += attn[T, 2048] · o_proj[4096, 2048]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 2048] · o_proj[4096, 2048]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 4096] · gate_up_proj[14336, 4096]ᵀ   (gate 7168 | up 7168)   (this rank's share)
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -63,12 +63,12 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 7168] · down_proj[4096, 7168]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x = act[T, 7168] · down_proj[4096, 7168]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -78,7 +78,7 @@ void rmsnorm_rows_4096(const float* x, const int* logit_rows, const bf16* weight
 }
 
 // lm_head: logits = h[N, 4096] · lm_head[64128, 4096]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

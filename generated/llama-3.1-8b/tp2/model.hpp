@@ -8,6 +8,7 @@
 #pragma once
 
 #include "codegen/op_shapes.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::models::llama_3_1_8b::tp2 {
 
@@ -89,14 +90,15 @@ constexpr shape::linear kLinearLmHead{.n = kVocabShard, .k = kHiddenSize, .out =
 constexpr shape::all_gather kAllGatherLogits{.cols = kVocabShard, .ranks = kRanks};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
+// (a Matrix<T> is a projection: on the GPU bf16 rows or a GGUF file's blocks, templates/weight_matrix.hpp)
 template <typename T>
 struct LayerWeights {
   const T* input_layernorm;           // [4096]        RMSNorm before attention
-  const T* qkv_proj;                  // [3072, 4096]  q_proj | k_proj | v_proj rows of this rank's heads, fused
-  const T* o_proj;                    // [4096, 2048]  attention output projection: the columns of this rank's heads
+  Matrix<T> qkv_proj;                 // [3072, 4096]  q_proj | k_proj | v_proj rows of this rank's heads, fused
+  Matrix<T> o_proj;                   // [4096, 2048]  attention output projection: the columns of this rank's heads
   const T* post_attention_layernorm;  // [4096]        RMSNorm before the MLP
-  const T* gate_up_proj;              // [14336, 4096] gate_proj | up_proj rows of this rank's features, fused
-  const T* down_proj;                 // [4096, 7168]  MLP down projection: the columns of this rank's features
+  Matrix<T> gate_up_proj;             // [14336, 4096] gate_proj | up_proj rows of this rank's features, fused
+  Matrix<T> down_proj;                // [4096, 7168]  MLP down projection: the columns of this rank's features
 };
 
 template <typename T>
@@ -104,7 +106,7 @@ struct Weights {
   const T* embed_tokens;              // [64128, 4096] token embeddings: this rank's rows of the vocabulary
   LayerWeights<T> layers[kNumLayers];
   const T* norm;                      // [4096]        final RMSNorm
-  const T* lm_head;                   // [64128, 4096] LM head: this rank's rows of the vocabulary
+  Matrix<T> lm_head;                  // [64128, 4096] LM head: this rank's rows of the vocabulary
 };
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
@@ -148,14 +150,14 @@ Weights<T> bind_weights(const WeightTable& table) {
   Weights<T> w{};
   w.embed_tokens = table.get_as<T>("embed_tokens");
   w.norm = table.get_as<T>("norm");
-  w.lm_head = table.get_as<T>("lm_head");
+  w.lm_head = table.get_matrix<T>("lm_head");
   for (int layer = 0; layer < kNumLayers; ++layer) {
     w.layers[layer].input_layernorm = table.get_as<T>("layers.{L}.input_layernorm", layer);
-    w.layers[layer].qkv_proj = table.get_as<T>("layers.{L}.qkv_proj", layer);
-    w.layers[layer].o_proj = table.get_as<T>("layers.{L}.o_proj", layer);
+    w.layers[layer].qkv_proj = table.get_matrix<T>("layers.{L}.qkv_proj", layer);
+    w.layers[layer].o_proj = table.get_matrix<T>("layers.{L}.o_proj", layer);
     w.layers[layer].post_attention_layernorm = table.get_as<T>("layers.{L}.post_attention_layernorm", layer);
-    w.layers[layer].gate_up_proj = table.get_as<T>("layers.{L}.gate_up_proj", layer);
-    w.layers[layer].down_proj = table.get_as<T>("layers.{L}.down_proj", layer);
+    w.layers[layer].gate_up_proj = table.get_matrix<T>("layers.{L}.gate_up_proj", layer);
+    w.layers[layer].down_proj = table.get_matrix<T>("layers.{L}.down_proj", layer);
   }
   return w;
 }
@@ -171,18 +173,18 @@ namespace kiln::models::llama_3_1_8b::tp2 {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_4096(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_rows_4096(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 
 }  // namespace kiln::models::llama_3_1_8b::tp2
 #endif  // __CUDACC__

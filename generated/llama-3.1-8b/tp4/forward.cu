@@ -132,7 +132,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("o_proj", OpReads::weights, 8388608);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, lw.gate_up_proj);
+    cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, static_cast<const bf16*>(lw.gate_up_proj.data));
     ctx.mark("all_reduce", OpReads::weights, 0);
 
     // MLP (SwiGLU)
@@ -155,7 +155,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("down_proj", OpReads::weights, 29360128);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T, layer + 1 < kNumLayers ? w.layers[layer + 1].qkv_proj : nullptr);
+    cuda::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].qkv_proj.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

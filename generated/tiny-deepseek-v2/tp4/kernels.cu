@@ -30,7 +30,7 @@ void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 }
 
 // self_attn.q_a_proj: q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-void linear_q_a_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -40,12 +40,12 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 }
 
 // self_attn.q_b_proj: q = q_a[T, 24] · q_b_proj[24, 24]ᵀ   (per head: nope 16 | rope 8)
-void linear_q_b_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-void linear_kv_a_proj_with_mqa(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -90,17 +90,17 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
 }
 
 // self_attn.o_proj: x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 12] · o_proj[64, 12]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[48, 64]ᵀ
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -110,17 +110,17 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 24] · down_proj[64, 24]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x = act[T, 24] · down_proj[64, 24]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate: router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-void linear_router(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -130,7 +130,7 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[12, 64]ᵀ
-void linear_shared_gate_up(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -140,12 +140,12 @@ void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 6] · shared_down[64, 6]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_shared_down(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.shared_experts.down_proj: x = shared_act[T, 6] · shared_down[64, 6]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_shared_down_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -170,7 +170,7 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[128, 64]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

@@ -23,7 +23,7 @@ void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 64] · qkv_proj[48, 64]ᵀ   (q 16 | k 16 | v 16)   (this rank's share)
-void linear_qkv_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -43,17 +43,17 @@ void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_
 }
 
 // self_attn.o_proj: x += attn[T, 16] · o_proj[64, 16]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 16] · o_proj[64, 16]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[80, 64]ᵀ   (gate 40 | up 40)   (this rank's share)
-void linear_gate_up_proj(const bf16* in, const bf16* weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -63,12 +63,12 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 }
 
 // mlp.down_proj: x += act[T, 40] · down_proj[64, 40]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x = act[T, 40] · down_proj[64, 40]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
 }
 
@@ -78,7 +78,7 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[128, 64]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, const bf16* weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 

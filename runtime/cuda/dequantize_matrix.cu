@@ -1,0 +1,27 @@
+#include "runtime/cuda/dequantize_matrix.hpp"
+
+#include "runtime/core/error.hpp"
+#include "templates/linear_quant.cuh"
+
+namespace kiln::cuda {
+
+void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaStream_t stream) {
+  if (n <= 0 || k <= 0 || k % kQuantBlockValues != 0 || out == nullptr) {
+    fail("internal: dequantize_matrix of [", n, ", ", k, "] (k must be whole blocks of ", kQuantBlockValues,
+         ", out set)");
+  }
+  const auto* data = static_cast<const unsigned char*>(matrix.data);
+  const long long chunks = static_cast<long long>(n) * quant_row_groups(matrix.format, k) * 4;
+  const unsigned blocks = static_cast<unsigned>((chunks + 255) / 256);
+  switch (matrix.format) {
+    case MatrixFormat::bf16: fail("internal: dequantize_matrix of a bf16 matrix");
+    case MatrixFormat::q8_0:
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q8_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
+    case MatrixFormat::q4_0:
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
+  }
+}
+
+}  // namespace kiln::cuda

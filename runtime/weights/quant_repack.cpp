@@ -1,0 +1,98 @@
+#include "runtime/weights/quant_repack.hpp"
+
+#include <cstring>
+
+#include "runtime/core/error.hpp"
+#include "runtime/weights/float_convert.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kScaleBytes = 2;  // fp16 d, first in every Q8_0 / Q4_0 block
+
+int64_t block_bytes(MatrixFormat f) { return kScaleBytes + (f == MatrixFormat::q8_0 ? 32 : 16); }
+
+// Where block b's quants for lane q start in row r, and where its scale is.
+struct BlockPlace {
+  int64_t lane_bytes;  // offset of lane q's 16 bytes of the block's group, from the matrix start
+  int64_t scale;       // offset of the block's fp16 scale
+};
+
+BlockPlace place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
+  const int64_t g = quant_group_blocks(f), groups = quant_row_groups(f, k);
+  const int64_t group = b / g;
+  return {(r * groups + group) * kQuantGroupBytes + q * 16,
+          quant_scales_offset(f, n, k) + (r * groups * g + b) * kScaleBytes};
+}
+
+uint8_t nibble(const std::byte* qs, int64_t c) {  // ggml Q4_0: column c < 16 low nibble of qs[c], else high of qs[c - 16]
+  const auto v = static_cast<uint8_t>(qs[c % 16]);
+  return c < 16 ? v & 0x0F : v >> 4;
+}
+
+// Bit position of column 8q + i (i = 0..7) in lane q's Q4_0 word: pair p = i / 2 at 4p, the pair's
+// second column 16 bits higher.
+int q4_shift(int64_t i) { return static_cast<int>(4 * (i / 2) + 16 * (i % 2)); }
+
+}  // namespace
+
+std::optional<MatrixFormat> matrix_format_of(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q8_0: return MatrixFormat::q8_0;
+    case GgmlType::Q4_0: return MatrixFormat::q4_0;
+    default: return std::nullopt;
+  }
+}
+
+const char* matrix_format_name(MatrixFormat format) {
+  switch (format) {
+    case MatrixFormat::bf16: return "bf16";
+    case MatrixFormat::q8_0: return "Q8_0";
+    case MatrixFormat::q4_0: return "Q4_0";
+  }
+  return "?";
+}
+
+void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
+                std::byte* matrix) {
+  if (f == MatrixFormat::bf16) fail("internal: repack_row takes a quantized format");
+  const int64_t blocks = k / kQuantBlockValues;
+  if (k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != blocks * block_bytes(f) || r < 0 ||
+      r >= n) {
+    fail("internal: repack_row of ", matrix_format_name(f), ": ", ggml_row.size(), " bytes for row ", r, " of [", n,
+         ", ", k, "]");
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::byte* block = ggml_row.data() + b * block_bytes(f);
+    const std::byte* qs = block + kScaleBytes;
+    const int64_t in_group = b % quant_group_blocks(f);
+    for (int64_t q = 0; q < 4; ++q) {
+      const BlockPlace p = place(f, n, k, r, b, q);
+      if (q == 0) std::memcpy(matrix + p.scale, block, kScaleBytes);
+      if (f == MatrixFormat::q8_0) {
+        std::memcpy(matrix + p.lane_bytes + in_group * 8, qs + q * 8, 8);
+        continue;
+      }
+      uint32_t word = 0;
+      for (int64_t i = 0; i < 8; ++i) word |= static_cast<uint32_t>(nibble(qs, 8 * q + i)) << q4_shift(i);
+      std::memcpy(matrix + p.lane_bytes + in_group * 4, &word, 4);  // little-endian, as the GPU reads it
+    }
+  }
+}
+
+float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {
+  const int64_t b = c / kQuantBlockValues, q = (c % kQuantBlockValues) / 8, i = c % 8;
+  const BlockPlace p = place(f, n, k, r, b, q);
+  float scale = 0.0f;
+  f16_elements_to_f32(matrix + p.scale, std::span<float>(&scale, 1));
+  const int64_t in_group = b % quant_group_blocks(f);
+  if (f == MatrixFormat::q8_0) {
+    return static_cast<float>(static_cast<int8_t>(matrix[p.lane_bytes + in_group * 8 + i])) * scale;
+  }
+  uint32_t word;
+  std::memcpy(&word, matrix + p.lane_bytes + in_group * 4, 4);
+  return static_cast<float>(static_cast<int>((word >> q4_shift(i)) & 0x0F) - 8) * scale;
+}
+
+}  // namespace kiln

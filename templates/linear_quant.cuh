@@ -1,0 +1,291 @@
+// The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0 and
+// Q4_0 matrices kept as the GGUF file stores them take the GEMV below, which dequantizes in
+// registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
+//
+// The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
+// columns 8q..8q+7 of every 32-value block; one column step is a group of blocks (64 quant bytes
+// of a row: 16 bytes per lane). The quants enter the mma as exact integers in bf16 (|q| <= 128
+// needs at most 8 significant bits); a block's two k16 mmas sum into fresh accumulators, which the
+// block's scale then multiplies into the running sum. So the decode computes with the file's
+// values, not bf16 roundings of them, and every output is the same sum whatever the token count
+// (the plan's column split is the bf16 GEMV's, by groups).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "templates/blocks/mma.cuh"
+#include "templates/blocks/stream_rows.cuh"
+#include "templates/common.cuh"
+#include "templates/gemv_plan.hpp"
+#include "templates/linear.cuh"
+#include "templates/weight_matrix.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+__device__ __forceinline__ unsigned bf16x2_sub(unsigned a, unsigned b) {
+  const __nv_bfloat162 r =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+
+__device__ __forceinline__ float half_bits_to_float(unsigned short bits) { return __half2float(__ushort_as_half(bits)); }
+
+// A format's blocks as the mma takes them: block b of a lane's 16 group bytes as 8 bf16 values
+// (columns 8q..8q+7 in order, packed in pairs), and the group's scales.
+template <MatrixFormat F>
+struct QuantValues;
+
+template <>
+struct QuantValues<MatrixFormat::q8_0> {
+  using Scales = unsigned;  // the group's 2 fp16 scales of a row
+  // Two int8 (the bytes `selector` picks into the low byte of each half) as exact bf16: the low
+  // 7 bits OR'ed into 128's mantissa give 128 + m; the sign bit into 128's exponent gives 128 or
+  // 256; the difference is the two's-complement value.
+  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned selector) {
+    const unsigned t = __byte_perm(w, 0u, selector);
+    return bf16x2_sub((t & 0x007F007Fu) | 0x43004300u, (t & 0x00800080u) | 0x43004300u);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w0 = b == 0 ? raw.x : raw.z, w1 = b == 0 ? raw.y : raw.w;
+    return make_uint4(pair(w0, 0x4140u), pair(w0, 0x4342u), pair(w1, 0x4140u), pair(w1, 0x4342u));
+  }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* s) {
+    return __ldg(reinterpret_cast<const unsigned*>(s));
+  }
+  __device__ static __forceinline__ float scale(Scales s, int b) {
+    return half_bits_to_float(static_cast<unsigned short>(b == 0 ? s & 0xFFFFu : s >> 16));
+  }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q4_0> {
+  using Scales = uint2;  // the group's 4 fp16 scales of a row
+  // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
+  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
+    return bf16x2_sub(((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u, 0x43084308u);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
+    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
+  }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* s) {
+    return __ldg(reinterpret_cast<const uint2*>(s));
+  }
+  __device__ static __forceinline__ float scale(Scales s, int b) {
+    const unsigned w = b < 2 ? s.x : s.y;
+    return half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16));
+  }
+};
+
+// Launch geometry: gemv_plan's row tiles per block with one column step per group, and twice its
+// column splits (at most 16 warps a block): a group of quantized blocks is 3.5 (Q4_0) or 1.9 (Q8_0)
+// times fewer bytes than a bf16 step but more instructions, so more warps keep the loads in flight.
+// Measured on an H100 at Llama-3.1-8B's shapes, one token (bench_kernels --quant-only,
+// bench/RESULTS.md 2026-11-25): 16 splits and one group in flight beat the plan's 8 and two by
+// 10-30%. The split is the same for every token count (it fixes each output's sum order); the
+// unroll is not. The last three parameters override (0: automatic); the benchmark uses them.
+template <int kN, int kK, MatrixFormat F, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0,
+          int kUnrollSet = 0>
+struct QuantGemvShape {
+  static_assert(kK % kQuantBlockValues == 0, "quantized GEMV: k must be whole blocks");
+  static constexpr int kGroupBlocks = quant_group_blocks(F);
+  static constexpr int kSteps = static_cast<int>(quant_row_groups(F, kK));
+  static constexpr GemvPlan kPlan = gemv_plan(kN, kSteps * 32, kSMs);
+  static constexpr int kTokenTileCount = kTokenTiles;
+  static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : kPlan.warps_n;
+  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(16 / kWarpsN, kSteps);
+  static constexpr int kRowBlocks = ceil_div(kPlan.row_tiles, kWarpsN);
+  static constexpr int kThreads = kWarpsN * kWarpsK * 32;
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : 1;  // groups in flight per warp
+  // A group's inputs for every token tile are loaded before its first mma when that fits in
+  // registers (few tiles); with more, each block's inputs just before its mmas.
+  static constexpr bool kGroupInputs = kTokenTiles <= 2;
+  // Rows whose block count is a multiple of the group's: no padding block, no input past kK.
+  static constexpr bool kWholeGroups = (kK / kQuantBlockValues) % kGroupBlocks == 0;
+  static constexpr int kVec = vec_width(kK, 2);
+};
+
+// Block blockIdx.x: row tiles blockIdx.x · kWarpsN + wn, each with all kWarpsK column splits,
+// summed in shared memory in split order (linear.cuh's narrow plan).
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads)
+    gemv_quant_kernel(const bf16* __restrict__ in, const unsigned char* __restrict__ matrix,
+                      typename LinearOutType<kOut>::type* __restrict__ out, int tokens) {
+  using Q = QuantValues<F>;
+  constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK, G = Shape::kGroupBlocks;
+  constexpr int kSteps = Shape::kSteps;
+  __shared__ float partial[Shape::kWarpsN * WK][128];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wn = warp / WK, wk = warp % WK;
+  const int g = lane / 4, q = lane % 4;
+  const int tile = blockIdx.x * Shape::kWarpsN + wn;
+  // Rows past kN compute on row kN - 1; their outputs are never stored (mma rows are independent).
+  const long long r0 = min(tile * 16 + g, kN - 1), r1 = min(tile * 16 + g + 8, kN - 1);
+  const unsigned char* w0 = matrix + r0 * kSteps * kQuantGroupBytes + q * 16;
+  const unsigned char* w1 = matrix + r1 * kSteps * kQuantGroupBytes + q * 16;
+  const auto* scales = reinterpret_cast<const unsigned short*>(matrix + quant_scales_offset(F, kN, kK));
+  const unsigned short* s0 = scales + r0 * kSteps * G;
+  const unsigned short* s1 = scales + r1 * kSteps * G;
+
+  const bf16* x_rows[T];  // token rows past `tokens` repeat the last one; their outputs are not stored
+#pragma unroll
+  for (int j = 0; j < T; ++j) x_rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
+  float acc[T][4];
+#pragma unroll
+  for (int j = 0; j < T; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+
+  struct Group {
+    uint4 w0[U], w1[U];
+    typename Q::Scales d0[U], d1[U];
+  };
+  auto load = [&](int s, Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = min_int(s + u * WK, kSteps - 1);  // a step past the row is loaded, not used
+      grp.w0[u] = load_streaming_16(w0 + static_cast<long long>(step) * kQuantGroupBytes);
+      grp.w1[u] = load_streaming_16(w1 + static_cast<long long>(step) * kQuantGroupBytes);
+      grp.d0[u] = Q::load_scales(s0 + step * G);
+      grp.d1[u] = Q::load_scales(s1 + step * G);
+    }
+  };
+  auto multiply = [&](int s, const Group& grp) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s + u * WK;
+      if (step >= kSteps) break;
+      // Only a padding block (past kK) reads zeros: every token row is a real one (x_rows).
+      auto input = [&](int b, int j) {
+        const int col = (step * G + b) * 32 + q * 8;
+        if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
+        return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);
+      };
+      constexpr int XB = Shape::kGroupInputs ? G : 1;  // blocks whose inputs are held at once
+      uint4 x[XB][T];
+      if constexpr (Shape::kGroupInputs) {
+#pragma unroll
+        for (int b = 0; b < G; ++b)
+#pragma unroll
+          for (int j = 0; j < T; ++j) x[b][j] = input(b, j);
+      }
+#pragma unroll
+      for (int b = 0; b < G; ++b) {
+        if constexpr (!Shape::kGroupInputs) {
+#pragma unroll
+          for (int j = 0; j < T; ++j) x[0][j] = input(b, j);
+        }
+        const uint4 a0 = Q::block(grp.w0[u], b), a1 = Q::block(grp.w1[u], b);
+        const float d0 = Q::scale(grp.d0[u], b), d1 = Q::scale(grp.d1[u], b);
+#pragma unroll
+        for (int j = 0; j < T; ++j) {
+          float block_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_row_chunk(block_sum, a0, a1, x[Shape::kGroupInputs ? b : 0][j]);
+          acc[j][0] = fmaf(d0, block_sum[0], acc[j][0]);
+          acc[j][1] = fmaf(d0, block_sum[1], acc[j][1]);
+          acc[j][2] = fmaf(d1, block_sum[2], acc[j][2]);
+          acc[j][3] = fmaf(d1, block_sum[3], acc[j][3]);
+        }
+      }
+    }
+  };
+
+  Group current;
+  if (wk < kSteps) load(wk, current);
+#pragma unroll 1
+  for (int s = wk; s < kSteps; s += WK * U) {
+    Group next;
+    const bool more = s + WK * U < kSteps;
+    if (more) load(s + WK * U, next);
+    multiply(s, current);
+    if (more) current = next;
+  }
+
+#pragma unroll
+  for (int j = 0; j < T; ++j) {
+    sum_column_splits<Shape::kWarpsN, WK, Shape::kThreads>(partial, acc[j], [&](int block_row, int token, float v) {
+      const int n = blockIdx.x * Shape::kWarpsN * 16 + block_row;
+      const int t = j * 8 + token;
+      if (n < kN && t < tokens) store_linear_out<kOut>(out + static_cast<long long>(t) * kN + n, v);
+    });
+  }
+}
+
+// bf16 rows [n, k] of a quantized matrix (value = quant · scale, rounded once): one thread per
+// lane chunk (row, group, q).
+template <MatrixFormat F>
+__global__ void __launch_bounds__(256)
+    dequantize_matrix_kernel(const unsigned char* __restrict__ matrix, bf16* __restrict__ out, int n, int k) {
+  using Q = QuantValues<F>;
+  constexpr int G = quant_group_blocks(F);
+  const long long groups = quant_row_groups(F, k);
+  const long long i = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
+  if (i >= n * groups * 4) return;
+  const int q = static_cast<int>(i % 4);
+  const long long s = (i / 4) % groups, r = i / 4 / groups;
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(matrix + (r * groups + s) * kQuantGroupBytes + q * 16));
+  const auto* scales = reinterpret_cast<const unsigned short*>(matrix + quant_scales_offset(F, n, k));
+  const typename Q::Scales d = Q::load_scales(scales + (r * groups + s) * G);
+#pragma unroll
+  for (int b = 0; b < G; ++b) {
+    const long long col = (s * G + b) * 32 + q * 8;
+    if (col >= k) break;
+    const uint4 v = Q::block(raw, b);
+    const float scale = Q::scale(d, b);
+    const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
+    unsigned o[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[p]));
+      o[p] = pack_bf16x2(f.x * scale, f.y * scale);
+    }
+    *reinterpret_cast<uint4*>(out + r * k + col) = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+// One pass of at most 8 · Shape::kTokenTileCount tokens.
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape>
+inline void launch_gemv_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
+                              cudaStream_t stream) {
+  auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape>;
+  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks), Shape::kThreads, 0, stream, in,
+              static_cast<const unsigned char*>(matrix), out, tokens);
+}
+
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, int kSMs>
+void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
+                  cudaStream_t stream) {
+  for (int done = 0; done < tokens; done += kStreamPassTokens) {
+    const int n = min_int(kStreamPassTokens, tokens - done);
+    with_token_tiles(n, [&](auto tiles) {
+      using Shape = QuantGemvShape<kN, kK, F, kSMs, decltype(tiles)::value>;
+      launch_gemv_quant<kN, kK, kOut, F, Shape>(in + static_cast<long long>(done) * kK, matrix,
+                                                out + static_cast<long long>(done) * kN, n, stream);
+    });
+  }
+}
+
+}  // namespace detail
+
+// The decode linear op over any GpuMatrix: passes of up to 64 tokens, each reading the weights once.
+template <shape::linear S>
+void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
+            float* scratch, cudaStream_t stream) {
+  if constexpr (S.k % kQuantBlockValues == 0) {  // a GGUF block format holds whole blocks of a row
+    switch (weight.format) {
+      case MatrixFormat::bf16: break;
+      case MatrixFormat::q8_0:
+        detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q8_0, S.sms>(in, weight.data, out, tokens, stream);
+        return;
+      case MatrixFormat::q4_0:
+        detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q4_0, S.sms>(in, weight.data, out, tokens, stream);
+        return;
+    }
+  }
+  linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
+}
+
+}  // namespace kiln

@@ -1,0 +1,78 @@
+// The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
+// value of a repacked Q8_0 / Q4_0 matrix is ggml's dequantized value, rows whose block count is
+// not a multiple of the group's are padded with zeros, and one Q4_0 word is checked bit by bit.
+#include <cstring>
+
+#include <catch2/catch.hpp>
+
+#include "runtime/core/dtype.hpp"
+#include "runtime/weights/dequant.hpp"
+#include "runtime/weights/quant_repack.hpp"
+#include "tests/weights/test_support.hpp"
+
+using namespace kiln;
+
+namespace {
+
+void check_round_trip(GgmlType type, int64_t n, int64_t k) {
+  const MatrixFormat f = *matrix_format_of(type);
+  const std::vector<std::byte> rows = test::random_scaled_blocks(ggml_block_bytes(type), n, k, static_cast<uint32_t>(n * 1000 + k));
+  std::vector<float> expect(static_cast<size_t>(n * k));
+  dequantize(type, rows, expect);
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, n, k)), std::byte{0});
+  const size_t row_bytes = ggml_tensor_bytes(type, k);
+  for (int64_t r = 0; r < n; ++r) {
+    repack_row(f, std::span<const std::byte>(rows).subspan(static_cast<size_t>(r) * row_bytes, row_bytes), n, k, r,
+               matrix.data());
+  }
+  INFO(ggml_type_name(type) << " [" << n << ", " << k << "]");
+  CHECK(matrix_bytes(f, n, k) >= static_cast<int64_t>(rows.size()));
+  int64_t mismatches = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) mismatches += matrix_value(f, matrix.data(), n, k, r, c) != expect[r * k + c];
+  }
+  CHECK(mismatches == 0);
+  // The padding blocks of the last group (k / 32 not a multiple of the group's blocks) stay zero.
+  const int64_t blocks = k / 32, padded = quant_row_groups(f, k) * quant_group_blocks(f);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = blocks; b < padded; ++b) {
+      uint16_t scale;
+      std::memcpy(&scale, matrix.data() + quant_scales_offset(f, n, k) + (r * padded + b) * 2, 2);
+      CHECK(scale == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("quant repack: Q8_0 and Q4_0 rows keep ggml's values in the GPU layout", "[weights]") {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    check_round_trip(type, 1, 32);    // one block: a group padded
+    check_round_trip(type, 3, 96);    // 3 blocks: Q8_0 pads 1, Q4_0 pads 1
+    check_round_trip(type, 5, 576);   // SmolLM2's hidden size: 18 blocks (Q4_0 pads 2)
+    check_round_trip(type, 17, 2048);
+  }
+  CHECK(matrix_bytes(MatrixFormat::q4_0, 4096, 4096) == 4096LL * 4096 / 32 * 18);  // ggml's bytes, no padding
+  CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
+  CHECK(!matrix_format_of(GgmlType::Q4_K));
+}
+
+TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {
+  // One block, d = 1.0: quant byte j holds column j (low nibble) and column j + 16 (high nibble).
+  std::vector<std::byte> block(18);
+  const uint16_t one = f32_to_f16(1.0f);
+  std::memcpy(block.data(), &one, 2);
+  for (int j = 0; j < 16; ++j) block[2 + j] = std::byte(static_cast<uint8_t>((j % 16) | ((15 - j) << 4)));
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(MatrixFormat::q4_0, 1, 32)), std::byte{0});
+  repack_row(MatrixFormat::q4_0, block, 1, 32, 0, matrix.data());
+  for (int q = 0; q < 4; ++q) {
+    uint32_t word;
+    std::memcpy(&word, matrix.data() + q * 16, 4);  // lane q's 16 bytes start with block 0's word
+    for (int p = 0; p < 4; ++p) {
+      const int c0 = 8 * q + 2 * p, c1 = c0 + 1;
+      const auto nibble = [](int c) { return c < 16 ? c : 15 - (c - 16); };
+      CHECK(((word >> (4 * p)) & 0xF) == static_cast<uint32_t>(nibble(c0)));
+      CHECK(((word >> (16 + 4 * p)) & 0xF) == static_cast<uint32_t>(nibble(c1)));
+    }
+  }
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Decode from quantized GGUF files on the GPU machine: kiln and llama.cpp on the same file, same run.
+
+    python3 tools/bench/gguf_bench.py llama-3.2-1b llama-3.1-8b --bin-dir BIN --llama-cpp DIR \
+        --quant Q4_0,Q8_0 --work /tmp/gguf --out gguf.md
+
+For each model: a bf16 GGUF of its exact shapes (random weights, llama.cpp's gguf-py:
+peer_llama_cpp.py), quantized by llama-quantize to each type; on each file llama-bench tg128 (at
+depth 32, as bench.py's llama.cpp column) and kiln (`BIN/<model> -m FILE`, batch 1, a 32-token
+prompt, 128 new tokens, greedy: ms per decode step, and the bytes a step reads as its
+--output-format json counts them). The floor is those bytes over the device-to-device copy
+bandwidth measured in the same run (bench.py's copy_bandwidth).
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+import peer_llama_cpp  # noqa: E402
+from bench import PROMPT, NEW, copy_bandwidth  # noqa: E402
+
+
+def run_kiln(binary, path, ids, reps=2):
+    cmd = [binary, "-m", path, "--backend", "cuda", "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(NEW),
+           "--temperature", "0", "--ignore-eos", "--output-format", "json"]
+    runs = []
+    for _ in range(reps):
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"kiln exit {p.returncode}: {peer_llama_cpp.tail(p.stderr or p.stdout)}")
+        runs.append(json.loads(p.stdout))
+    return min(runs, key=lambda r: r["timings"]["decode_ms_per_step"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--bin-dir", required=True, help="kiln binaries, one per model")
+    ap.add_argument("--llama-cpp", required=True, help="llama.cpp: bin/llama-bench, bin/llama-quantize, gguf-py/")
+    ap.add_argument("--quant", default="Q4_0,Q8_0", help="llama-quantize types, comma list")
+    ap.add_argument("--work", default="/tmp/gguf-bench", help="where the GGUF files go (removed per model)")
+    ap.add_argument("--out", help="also write the table here")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    bw = copy_bandwidth()
+    rows = []
+    for model in args.models:
+        gguf = peer_llama_cpp.import_gguf(args.llama_cpp)
+        cfg = peer_llama_cpp.hf_config_dict(os.path.join(peer_llama_cpp.ROOT, "configs", model + ".yaml"))
+        src = os.path.join(args.work, f"{model}-bf16.gguf")
+        peer_llama_cpp.write_gguf(gguf, cfg, src, model)
+        ids = [random.Random(0).randrange(3, cfg["vocab_size"]) for _ in range(PROMPT)]
+        for q in [q for q in args.quant.split(",") if q]:
+            path = os.path.join(args.work, f"{model}-{q}.gguf")
+            row = {"model": model, "file": q}
+            try:
+                peer_llama_cpp.quantize(args.llama_cpp, src, path, q)
+                row["file_gb"] = os.path.getsize(path) / 1e9
+                row["llama_cpp_ms"] = peer_llama_cpp.run_bench(args.llama_cpp, path)["ms_per_token"]
+                k = run_kiln(os.path.join(args.bin_dir, model), path, ids)
+                t, b = k["timings"], k["decode_bytes_per_step"]
+                row.update(kiln_ms=t["decode_ms_per_step"], bytes=b["total"], formats=k["memory"]["weight_formats"],
+                           weight_bytes=k["memory"]["weight_bytes"])
+                row["floor_ms"] = b["total"] / bw * 1e3
+            except Exception as e:  # one file's failure costs its row only
+                row["error"] = str(e)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if os.path.exists(path):
+                os.remove(path)
+        os.remove(src)
+    lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
+             "| model | file | file GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
+             "llama.cpp / kiln | kiln weights |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | {r['error'][:120]} |")
+            continue
+        lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
+                     f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
+                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['formats']} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
