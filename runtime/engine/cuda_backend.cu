@@ -142,14 +142,15 @@ std::vector<int32_t> decode_graph_sizes(int32_t max_batch) {
   return sizes;
 }
 
-// "bf16", or "GGUF blocks: Q4_0 for 128 of 129 projections; the rest bf16".
+// "bf16", or "GGUF blocks: Q4_0 for 128, Q8_0 for 1 (1 requantized) of 129 projections; the rest bf16".
 std::string weights_formats_text(const LoadedWeights& w) {
   if (w.quantized == 0) return "bf16";
   std::string text = "GGUF blocks:";
-  for (MatrixFormat f : {MatrixFormat::q8_0, MatrixFormat::q4_0}) {
+  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q8_0}) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }
+  if (w.requantized > 0) text += " (" + std::to_string(w.requantized) + " requantized from other block types)";
   return text + " of " + std::to_string(w.matrices) + " projections; the rest bf16";
 }
 

@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/model/random_source.hpp"
+#include "runtime/weights/dequant.hpp"
 #include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/quant_repack.hpp"
 #include "runtime/weights/shape.hpp"
@@ -73,6 +74,7 @@ struct Instance {
   int64_t offset = 0;  // bytes into the block
   MatrixFormat format = MatrixFormat::bf16;  // a projection kept in its GGUF blocks (WeightFormat::gpu)
   bool blocks_copy = false;  // a tied projection with its own copy of its target's blocks
+  bool requantized = false;  // kept as Q8_0 requantized from other block types (kept_format)
   std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
 };
 
@@ -272,10 +274,12 @@ class Loader {
     int64_t begin, count, width;
   };
 
-  // The format a projection keeps on the GPU: its GGUF blocks when every piece is stored in the same
-  // block type the GPU reads (weight_loader.hpp says which), else bf16.
-  MatrixFormat kept_format(const Instance& inst, const std::vector<LayoutPiece>& pieces) const {
+  // The format a projection keeps on the GPU (weight_loader.hpp): its GGUF blocks when every piece
+  // is stored in the same block type the GPU reads; Q8_0 requantized from the file's blocks when
+  // they are other block types or mixed; bf16 when any piece is not in blocks (F32, F16, BF16).
+  MatrixFormat kept_format(Instance& inst, const std::vector<LayoutPiece>& pieces) const {
     const WeightSpec& spec = *inst.spec;
+    inst.requantized = false;
     if (format_ != WeightFormat::gpu || !spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || pieces.empty() ||
         spec.shape[1] % kQuantBlockValues != 0) {
       return MatrixFormat::bf16;
@@ -284,15 +288,17 @@ class Loader {
     for (const LayoutPiece& p : pieces) {
       if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
       const std::optional<GgmlType> type = source_->block_type(p.hf_name);
-      const std::optional<MatrixFormat> f = type ? matrix_format_of(*type) : std::nullopt;
-      if (!f || (kept && *kept != *f)) return MatrixFormat::bf16;
+      if (!type || ggml_block_size(*type) == 1 || !can_dequantize(*type)) return MatrixFormat::bf16;
+      const std::optional<MatrixFormat> f = matrix_format_of(*type);
+      inst.requantized |= !f || (kept && *kept != *f);
       kept = f;
     }
-    return *kept;
+    return inst.requantized ? MatrixFormat::q8_0 : *kept;
   }
 
   // A projection in its GGUF blocks: each HF row's stored bytes repacked (quant_repack.hpp), the
-  // pieces' rows stacked as fill() stacks them.
+  // pieces' rows stacked as fill() stacks them; a piece of another block type is dequantized and
+  // requantized to the kept format (Q8_0) row by row.
   void fill_quantized(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
     const int64_t bytes = matrix_bytes(inst.format, n, k);
@@ -300,11 +306,18 @@ class Loader {
     int64_t row = 0;
     for (const LayoutPiece& p : pieces) {
       const WeightSource& s = *p.source;
-      const int64_t block_bytes = static_cast<int64_t>(ggml_block_bytes(*source_->block_type(p.hf_name)));
+      const GgmlType type = *source_->block_type(p.hf_name);
+      const bool as_stored = matrix_format_of(type) == inst.format;
+      const int64_t block_bytes = static_cast<int64_t>(ggml_block_bytes(type));
       for (int64_t g = 0; g < s.groups; ++g) {
         for (int64_t r = 0; r < s.rows; ++r) {
           const int64_t hf_row = s.row_begin + g * s.group_stride + r;
           const std::span<const std::byte> stored = source_->stored_row(p.hf_name, hf_row);
+          if (!as_stored) {
+            requantize_row(type, stored, p.hf_name, hf_row, k);
+            repack_row(inst.format, requantized_row_, n, k, row++, staging_blocks_.data());
+            continue;
+          }
           for (int64_t b = 0; b * block_bytes < static_cast<int64_t>(stored.size()); ++b) {
             // Each Q8_0 / Q4_0 block starts with its fp16 scale: a NaN or Inf one poisons every logit.
             const auto lo = static_cast<uint16_t>(stored[b * block_bytes]), hi = static_cast<uint16_t>(stored[b * block_bytes + 1]);
@@ -322,9 +335,25 @@ class Loader {
     ++result_.tensors;
     ++result_.quantized;
     ++result_.quantized_as[static_cast<int>(inst.format)];
+    result_.requantized += inst.requantized;
     result_.quantized_bytes += bytes;
     result_.quantized_bf16_bytes += n * k * 2;
     result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+  }
+
+  // One stored row of `type` as Q8_0 blocks in requantized_row_ (a NaN or Inf value is refused).
+  void requantize_row(GgmlType type, std::span<const std::byte> stored, const std::string& name, int64_t hf_row,
+                      int64_t k) {
+    staging_f32_.resize(static_cast<size_t>(k));
+    dequantize(type, stored, staging_f32_);
+    for (int64_t c = 0; c < k; ++c) {
+      if (!std::isfinite(staging_f32_[c])) {
+        fail(source_->describe(), ": tensor ", name, " holds ", std::isnan(staging_f32_[c]) ? "NaN" : "Inf", " at row ",
+             hf_row, ", column ", c, "; the checkpoint is corrupt");
+      }
+    }
+    requantized_row_.resize(static_cast<size_t>(k / kQuantBlockValues * 34));
+    quantize_q8_0(staging_f32_, requantized_row_);
   }
 
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
@@ -439,6 +468,7 @@ class Loader {
   std::vector<float> staging_f32_;
   std::vector<uint16_t> staging_bf16_;
   std::vector<std::byte> staging_blocks_;
+  std::vector<std::byte> requantized_row_;
   LoadedWeights result_;
 };
 

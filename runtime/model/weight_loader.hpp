@@ -16,9 +16,11 @@
 
 namespace kiln {
 
-// gpu: bf16, except the projections (WeightSpec::matrix) a GGUF file stores in a block format the
-// GPU reads as stored (Q8_0, Q4_0: templates/weight_matrix.hpp), which keep their blocks; a fused
-// projection whose parts differ in type, a tensor-parallel slice and every other type are bf16.
+// gpu: bf16, except the projections (WeightSpec::matrix) a GGUF file stores in blocks: those in a
+// format the GPU reads as stored (Q8_0, Q4_0: templates/weight_matrix.hpp) keep their blocks; those
+// in other block types (K-quants, Q4_1, Q5_0, Q5_1), or fused from pieces of different types, are
+// requantized to Q8_0 (closer to the file than bf16, and half its bytes). Tensor-parallel slices and
+// F32 / F16 / BF16 tensors are bf16.
 enum class WeightFormat { f32, bf16, gpu };
 
 // Where the loaded bytes go. The loader allocates one block for all tensors, then writes into it.
@@ -65,6 +67,7 @@ struct LoadedWeights {
   // and what they would take in bf16, and the values of the largest (the prefill's bf16 scratch).
   int64_t matrices = 0, quantized = 0;
   int64_t quantized_as[3] = {};  // of them, per MatrixFormat (indexed by its value)
+  int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
   int64_t largest_quantized_values = 0;
 };

@@ -1,7 +1,10 @@
 #include "runtime/weights/quant_repack.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/weights/float_convert.hpp"
 
@@ -77,6 +80,24 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
       uint32_t word = 0;
       for (int64_t i = 0; i < 8; ++i) word |= static_cast<uint32_t>(nibble(qs, 8 * q + i)) << q4_shift(i);
       std::memcpy(matrix + p.lane_bytes + in_group * 4, &word, 4);  // little-endian, as the GPU reads it
+    }
+  }
+}
+
+void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
+  if (x.size() % kQuantBlockValues != 0 || out.size() != x.size() / kQuantBlockValues * 34) {
+    fail("internal: quantize_q8_0 of ", x.size(), " values into ", out.size(), " bytes");
+  }
+  for (size_t b = 0; b < x.size() / kQuantBlockValues; ++b) {
+    const float* v = x.data() + b * kQuantBlockValues;
+    float amax = 0.0f;
+    for (int j = 0; j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_f16(d);
+    std::byte* block = out.data() + b * 34;
+    std::memcpy(block, &h, 2);
+    for (int j = 0; j < kQuantBlockValues; ++j) {
+      block[2 + j] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(std::round(v[j] * id))));
     }
   }
 }

@@ -1,5 +1,7 @@
 // GGUF rows in the GPU's quantized layout (templates/weight_matrix.hpp): the loader repacks each
 // row of a Q8_0 or Q4_0 tensor it keeps quantized; the values, scales and byte count stay ggml's.
+// Rows of the other block types (K-quants, Q4_1, Q5_0, ...) the GPU has no GEMV for are
+// requantized to Q8_0 (quantize_q8_0), which is closer to them than bf16 and half its bytes.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +22,10 @@ const char* matrix_format_name(MatrixFormat format);
 // matrix at `matrix` (matrix_bytes(format, n, k) bytes, zeroed beforehand: padding stays zero).
 void repack_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix);
+
+// ggml's quantize_row_q8_0_ref: per 32 values d = max|x| / 127, stored as fp16, and q = round(x / d)
+// (with d's fp32 value, as ggml does). x.size() a multiple of 32; out: x.size() / 32 · 34 bytes.
+void quantize_q8_0(std::span<const float> x, std::span<std::byte> out);
 
 // Value (r, c) of a repacked matrix as the GEMV computes with it: quant · scale (tests).
 float matrix_value(MatrixFormat format, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c);

@@ -9,6 +9,7 @@
 
 #include "runtime/core/dtype.hpp"
 #include "runtime/model/rope_table.hpp"
+#include "runtime/weights/quant_repack.hpp"
 #include "tests/weights/test_support.hpp"
 
 namespace kiln::golden {
@@ -46,17 +47,27 @@ std::string gguf_name(const std::string& hf) {
   return "blk." + layer + "." + it->second;
 }
 
-// ggml's quantize_row_q8_0_ref: per 32 values d = max|x| / 127, q = round(x / d), d stored as f16.
 std::vector<std::byte> quantize_q8_0(const std::vector<float>& x) {
+  std::vector<std::byte> out(x.size() / 32 * 34);
+  kiln::quantize_q8_0(x, out);  // ggml's quantize_row_q8_0_ref, as the loader requantizes
+  return out;
+}
+
+// ggml's quantize_row_q4_1_ref: per 32 values d = (max - min) / 15, q = min(15, (int8)((x - min) / d
+// + 0.5)) (0..15, value q · d + min), d and min stored as f16.
+std::vector<std::byte> quantize_q4_1(const std::vector<float>& x) {
   std::vector<std::byte> out;
   for (size_t b = 0; b < x.size(); b += 32) {
-    float amax = 0;
-    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
-    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    const uint16_t h = f32_to_f16(d);
-    out.push_back(std::byte(h & 0xff));
-    out.push_back(std::byte(h >> 8));
-    for (size_t j = 0; j < 32; ++j) out.push_back(std::byte(static_cast<uint8_t>(static_cast<int8_t>(std::round(x[b + j] * id)))));
+    const auto [lo, hi] = std::minmax_element(x.begin() + b, x.begin() + b + 32);
+    const float min = *lo, d = (*hi - min) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    for (const uint16_t h : {f32_to_f16(d), f32_to_f16(min)}) {
+      out.push_back(std::byte(h & 0xff));
+      out.push_back(std::byte(h >> 8));
+    }
+    const auto q = [&](size_t i) {
+      return static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>((x[b + i] - min) * id + 0.5f))));
+    };
+    for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>(q(j) | q(j + 16) << 4)));
   }
   return out;
 }
@@ -254,7 +265,10 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
     const bool quantize = type != kF32 && t.shape.size() >= 2 && cols % 32 == 0;
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());
     g.tensor(t.name, std::move(ne), quantize ? type : kF32,
-             !quantize ? test::to_bytes(t.values) : type == kQ8_0 ? quantize_q8_0(t.values) : quantize_q4_0(t.values));
+             !quantize           ? test::to_bytes(t.values)
+             : type == kQ8_0     ? quantize_q8_0(t.values)
+             : type == kQ4_1     ? quantize_q4_1(t.values)
+                                 : quantize_q4_0(t.values));
   }
   if (m.rope.kind == RopeKind::llama3 && rope_freqs_scale != 0) {
     std::vector<float> divisors = rope_freq_divisors(m.rope);  // llama.cpp divides theta's frequencies by these

@@ -37,6 +37,7 @@ namespace {
 using golden::KvB;
 using golden::kF32;
 using golden::kQ4_0;
+using golden::kQ4_1;
 using golden::kQ8_0;
 using golden::fixture_as_gguf;
 
@@ -108,21 +109,24 @@ TEST_CASE("A GGUF file of tiny-deepseek-v2-lite (no q LoRA, greedy routing; kv_b
 
 // What the CUDA backend loads (WeightFormat::gpu), checked on the host: every projection a Q4_0 or Q8_0
 // file stores in whole blocks keeps them, holding exactly the values the fp32 load dequantizes (a
-// tied LM head a copy of the embedding's blocks); everything else (norms, the embedding, rows of
-// 144 values, MLA's kv_b, routed experts) is bf16.
+// tied LM head a copy of the embedding's blocks); a Q4_1 file's are requantized to Q8_0, each value
+// within half a Q8_0 step (plus the fp16 rounding of the step) of the file's; everything else (norms,
+// the embedding, rows of 144 values, MLA's kv_b, routed experts) is bf16.
 TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their blocks, with ggml's values") {
   for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_smollm2::model_def(),
                                 &models::tiny_deepseek_v2::model_def()}) {
     const golden::Fixture fixture = golden::load_fixture(model->info.name);
     const auto hf = open_safetensors_source(fixture.dir);
-    for (const uint32_t type : {kQ8_0, kQ4_0}) {
-      const std::string origin = std::string(model->info.name) + (type == kQ8_0 ? "-Q8_0" : "-Q4_0") + ".gguf";
+    for (const uint32_t type : {kQ8_0, kQ4_0, kQ4_1}) {
+      const std::string origin =
+          std::string(model->info.name) + (type == kQ8_0 ? "-Q8_0" : type == kQ4_0 ? "-Q4_0" : "-Q4_1") + ".gguf";
       const std::vector<std::byte> image = fixture_as_gguf(*model, *hf, type);  // the file views it
       const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model->info);
       HostSink gpu_sink, f32_sink;
       const LoadedWeights kept = load_weights(*model, *gguf, WeightFormat::gpu, gpu_sink);
       const LoadedWeights f32 = load_weights(*model, *gguf, WeightFormat::f32, f32_sink);
-      const MatrixFormat want = type == kQ8_0 ? MatrixFormat::q8_0 : MatrixFormat::q4_0;
+      const MatrixFormat want = type == kQ4_0 ? MatrixFormat::q4_0 : MatrixFormat::q8_0;
+      const bool requantized = type == kQ4_1;
       int64_t quantized = 0, matrices = 0;
       for (const WeightSpec& spec : *model->weights) {
         for (int64_t l = spec.per_layer ? spec.layer_first : -1; l < (spec.per_layer ? spec.layer_last : 0); ++l) {
@@ -139,7 +143,15 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their b
           const float* values = f32.table.get_as<float>(spec.name, l);
           int64_t wrong = 0;
           for (int64_t r = 0; r < n; ++r) {
-            for (int64_t c = 0; c < k; ++c) wrong += matrix_value(f, blocks, n, k, r, c) != values[r * k + c];
+            for (int64_t c0 = 0; c0 < k; c0 += 32) {
+              float amax = 0;  // the Q8_0 step is amax / 127
+              for (int64_t c = c0; c < c0 + 32; ++c) amax = std::max(amax, std::fabs(values[r * k + c]));
+              // Half a step, plus the step's fp16 rounding (2^-11 of it) times the largest quant (127).
+              const float limit = requantized ? (0.5f + 127.0f / 2048) * amax / 127 * 1.001f : 0.0f;
+              for (int64_t c = c0; c < c0 + 32; ++c) {
+                wrong += !(std::fabs(matrix_value(f, blocks, n, k, r, c) - values[r * k + c]) <= limit);
+              }
+            }
           }
           CHECK(wrong == 0);
         }
@@ -147,6 +159,7 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their b
       INFO(origin);
       CHECK(quantized > 0);
       CHECK(kept.quantized == quantized);
+      CHECK(kept.requantized == (requantized ? quantized : 0));
       CHECK(kept.matrices == matrices);
       CHECK(kept.quantized_bytes < kept.quantized_bf16_bytes);
     }

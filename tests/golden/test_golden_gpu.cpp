@@ -130,15 +130,15 @@ void check_whole_step_matches_per_op(const ModelDef& model) {
   }
 }
 
-// A GGUF file whose matrices are Q8_0 or Q4_0 (the golden fixture quantized as llama-quantize
-// does): on CUDA its projections keep their blocks (linear_quant.cuh) where the CPU reference
-// dequantizes them to fp32 at load. The reference on the same file is the oracle: its prompt
+// A GGUF file whose matrices are Q8_0, Q4_0 or Q4_1 (the golden fixture quantized as llama-quantize
+// does): on CUDA its projections keep their blocks (linear_quant.cuh; Q4_1's requantized to Q8_0)
+// where the CPU reference dequantizes them to fp32 at load. The reference on the same file is the oracle: its prompt
 // logits, greedy tokens and the logits at each greedy step stand in for HF's, and CUDA must agree
 // under the top-5 rule.
 void check_quantized_gguf(const ModelDef& model, uint32_t type) {
   const golden::Fixture fixture = golden::load_fixture(model.info.name);
   const auto hf = open_safetensors_source(fixture.dir);
-  const char* type_name = type == golden::kQ8_0 ? "Q8_0" : "Q4_0";
+  const char* type_name = type == golden::kQ8_0 ? "Q8_0" : type == golden::kQ4_0 ? "Q4_0" : "Q4_1 (as Q8_0)";
   const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
   const std::vector<std::byte> image = golden::fixture_as_gguf(model, *hf, type);  // the file views it
   const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model.info);
@@ -174,7 +174,8 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type) {
 }  // namespace
 
 TEST_CASE("GGUF files in Q8_0 and Q4_0 decode from their blocks on CUDA and agree with the CPU reference", "[golden]") {
-  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0}) {
+  // Q4_1 has no GEMV of its own: its projections are requantized to Q8_0 (the CPU reads them exactly).
+  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1}) {
     for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
                               &models::tiny_deepseek_v2::model_def()}) {
       check_quantized_gguf(*m, type);

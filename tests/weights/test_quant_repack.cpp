@@ -1,6 +1,8 @@
 // The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
 // value of a repacked Q8_0 / Q4_0 matrix is ggml's dequantized value, rows whose block count is
 // not a multiple of the group's are padded with zeros, and one Q4_0 word is checked bit by bit.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <catch2/catch.hpp>
@@ -75,4 +77,27 @@ TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8
       CHECK(((word >> (16 + 4 * p)) & 0xF) == static_cast<uint32_t>(nibble(c1)));
     }
   }
+}
+
+TEST_CASE("quant repack: quantize_q8_0 is ggml's reference quantizer (values within half a step)", "[weights]") {
+  std::vector<float> x(96);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (i < 32 ? 1e-2f : 3.0f);  // steps of normal fp16 scales
+  x[40] = 0.0f;
+  std::fill(x.begin() + 64, x.end(), 0.0f);  // an all-zero block: scale 0, quants 0
+  std::vector<std::byte> q8(96 / 32 * 34);
+  quantize_q8_0(x, q8);
+  std::vector<float> back(96);
+  dequantize(GgmlType::Q8_0, q8, back);
+  for (size_t b = 0; b < 3; ++b) {
+    float amax = 0;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    for (size_t j = 0; j < 32; ++j) {
+      INFO("value " << b * 32 + j);
+      CHECK(std::fabs(back[b * 32 + j] - x[b * 32 + j]) <= (0.5f + 127.0f / 2048) * amax / 127 * 1.001f);
+    }
+  }
+  CHECK(static_cast<int8_t>(q8[2 + 0]) == 0);                       // sin(0) = 0
+  CHECK(std::abs(static_cast<int8_t>(q8[34 + 2 + 8])) == 0);       // x[40] = 0
+  CHECK(static_cast<uint8_t>(q8[68]) == 0);                         // zero block: d = 0
+  CHECK_THROWS_AS(quantize_q8_0(std::span<const float>(x.data(), 33), q8), kiln::Error);
 }
