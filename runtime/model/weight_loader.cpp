@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <set>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/parallel.hpp"
 #include "runtime/model/random_source.hpp"
 #include "runtime/weights/dequant.hpp"
 #include "runtime/weights/float_convert.hpp"
@@ -298,38 +300,45 @@ class Loader {
 
   // A projection in its GGUF blocks: each HF row's stored bytes repacked (quant_repack.hpp), the
   // pieces' rows stacked as fill() stacks them; a piece of another block type is dequantized and
-  // requantized to the kept format (Q8_0) row by row.
+  // requantized to the kept format (Q8_0). Rows are independent, so they go over the cores (an 8B
+  // model's requantization is minutes on one); the first bad row found is reported.
   void fill_quantized(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
     const int64_t bytes = matrix_bytes(inst.format, n, k);
     staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
-    int64_t row = 0;
+    struct Row {
+      const LayoutPiece* piece;
+      GgmlType type;
+      int64_t hf_row;
+    };
+    std::vector<Row> rows;  // in the matrix's row order
     for (const LayoutPiece& p : pieces) {
       const WeightSource& s = *p.source;
       const GgmlType type = *source_->block_type(p.hf_name);
-      const bool as_stored = matrix_format_of(type) == inst.format;
-      const int64_t block_bytes = static_cast<int64_t>(ggml_block_bytes(type));
       for (int64_t g = 0; g < s.groups; ++g) {
-        for (int64_t r = 0; r < s.rows; ++r) {
-          const int64_t hf_row = s.row_begin + g * s.group_stride + r;
-          const std::span<const std::byte> stored = source_->stored_row(p.hf_name, hf_row);
-          if (!as_stored) {
-            requantize_row(type, stored, p.hf_name, hf_row, k);
-            repack_row(inst.format, requantized_row_, n, k, row++, staging_blocks_.data());
-            continue;
-          }
-          for (int64_t b = 0; b * block_bytes < static_cast<int64_t>(stored.size()); ++b) {
-            // Each Q8_0 / Q4_0 block starts with its fp16 scale: a NaN or Inf one poisons every logit.
-            const auto lo = static_cast<uint16_t>(stored[b * block_bytes]), hi = static_cast<uint16_t>(stored[b * block_bytes + 1]);
-            if (((lo | hi << 8) & 0x7C00) == 0x7C00) {
-              fail(source_->describe(), ": tensor ", p.hf_name, " has a NaN or infinite block scale at row ", hf_row,
-                   ", block ", b, "; the checkpoint is corrupt");
-            }
-          }
-          repack_row(inst.format, stored, n, k, row++, staging_blocks_.data());
-        }
+        for (int64_t r = 0; r < s.rows; ++r) rows.push_back({&p, type, s.row_begin + g * s.group_stride + r});
       }
     }
+    std::mutex lock;
+    std::string error;
+    parallel_for(static_cast<int64_t>(rows.size()), 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> values;
+      std::vector<std::byte> requantized;
+      for (int64_t i = begin; i < end; ++i) {
+        const Row& row = rows[static_cast<size_t>(i)];
+        const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
+        const bool as_stored = matrix_format_of(row.type) == inst.format;
+        const std::string why = as_stored ? bad_scale(row.type, stored) : requantize(row.type, stored, values, requantized);
+        if (!why.empty()) {
+          const std::lock_guard<std::mutex> hold(lock);
+          if (error.empty()) error = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
+          return;
+        }
+        repack_row(inst.format, as_stored ? stored : std::span<const std::byte>(requantized), n, k, i,
+                   staging_blocks_.data());
+      }
+    });
+    if (!error.empty()) fail(source_->describe(), ": ", error, "; the checkpoint is corrupt");
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
     ++result_.tensors;
@@ -341,19 +350,29 @@ class Loader {
     result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
   }
 
-  // One stored row of `type` as Q8_0 blocks in requantized_row_ (a NaN or Inf value is refused).
-  void requantize_row(GgmlType type, std::span<const std::byte> stored, const std::string& name, int64_t hf_row,
-                      int64_t k) {
-    staging_f32_.resize(static_cast<size_t>(k));
-    dequantize(type, stored, staging_f32_);
-    for (int64_t c = 0; c < k; ++c) {
-      if (!std::isfinite(staging_f32_[c])) {
-        fail(source_->describe(), ": tensor ", name, " holds ", std::isnan(staging_f32_[c]) ? "NaN" : "Inf", " at row ",
-             hf_row, ", column ", c, "; the checkpoint is corrupt");
-      }
+  // Each Q8_0 / Q4_0 block starts with its fp16 scale: a NaN or Inf one poisons every logit. Says
+  // which block, or "" when all are finite.
+  static std::string bad_scale(GgmlType type, std::span<const std::byte> stored) {
+    const size_t block_bytes = ggml_block_bytes(type);
+    for (size_t b = 0; b * block_bytes < stored.size(); ++b) {
+      const auto lo = static_cast<uint16_t>(stored[b * block_bytes]), hi = static_cast<uint16_t>(stored[b * block_bytes + 1]);
+      if (((lo | hi << 8) & 0x7C00) == 0x7C00) return "has a NaN or infinite scale in block " + std::to_string(b);
     }
-    requantized_row_.resize(static_cast<size_t>(k / kQuantBlockValues * 34));
-    quantize_q8_0(staging_f32_, requantized_row_);
+    return "";
+  }
+
+  // One stored row of `type` as Q8_0 blocks in `out` (`values`: scratch); "" or what is wrong.
+  static std::string requantize(GgmlType type, std::span<const std::byte> stored, std::vector<float>& values,
+                                std::vector<std::byte>& out) {
+    const size_t k = stored.size() / ggml_block_bytes(type) * ggml_block_size(type);
+    values.resize(k);
+    dequantize(type, stored, values);
+    for (size_t c = 0; c < k; ++c) {
+      if (!std::isfinite(values[c])) return std::string("holds ") + (std::isnan(values[c]) ? "NaN" : "Inf") + " in column " + std::to_string(c);
+    }
+    out.resize(k / kQuantBlockValues * 34);
+    quantize_q8_0(values, out);
+    return "";
   }
 
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
@@ -468,7 +487,6 @@ class Loader {
   std::vector<float> staging_f32_;
   std::vector<uint16_t> staging_bf16_;
   std::vector<std::byte> staging_blocks_;
-  std::vector<std::byte> requantized_row_;
   LoadedWeights result_;
 };
 

@@ -166,6 +166,28 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their b
   }
 }
 
+// A NaN block scale in a projection: the GPU's load names the tensor and the row, kept in its blocks
+// (Q8_0) or requantized (Q4_1: the dequantized values are checked).
+TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming the tensor") {
+  const ModelDef& model = models::tiny_llama::model_def();
+  const auto hf = open_safetensors_source(golden::load_fixture(model.info.name).dir);
+  for (const uint32_t type : {kQ8_0, kQ4_1}) {
+    std::vector<std::byte> image = fixture_as_gguf(model, *hf, type);
+    const GgufFile clean = GgufFile::parse(image, "x.gguf");
+    const GgufTensor* t = clean.find_tensor("blk.1.ffn_down.weight");
+    REQUIRE(t != nullptr);
+    const size_t at = static_cast<size_t>(t->bytes.data() - image.data()) + 2 * ggml_block_bytes(t->type);  // block 2
+    image[at] = std::byte{0x00};
+    image[at + 1] = std::byte{0x7E};  // fp16 NaN
+    const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, "x.gguf")), model.info);
+    HostSink sink;
+    INFO(ggml_type_name(t->type));
+    CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::gpu, sink), "x.gguf",
+                     "model.layers.1.mlp.down_proj.weight", type == kQ8_0 ? "NaN or infinite scale in block 2" : "NaN",
+                     "at row 0", "corrupt");
+  }
+}
+
 TEST_CASE("a GGUF file of another model or another rope scaling is refused by name") {
   const ModelDef& llama = models::tiny_llama::model_def();
   const auto hf = open_safetensors_source(golden::load_fixture(llama.info.name).dir);

@@ -64,7 +64,7 @@ def main():
                 k = run_kiln(os.path.join(args.bin_dir, model), path, ids)
                 t, b = k["timings"], k["decode_bytes_per_step"]
                 row.update(kiln_ms=t["decode_ms_per_step"], bytes=b["total"], formats=k["memory"]["weight_formats"],
-                           weight_bytes=k["memory"]["weight_bytes"])
+                           weight_bytes=k["memory"]["weight_bytes"], load_s=t["load_s"])
                 row["floor_ms"] = b["total"] / bw * 1e3
             except Exception as e:  # one file's failure costs its row only
                 row["error"] = str(e)
@@ -75,15 +75,15 @@ def main():
         os.remove(src)
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
              "| model | file | file GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
-             "llama.cpp / kiln | kiln weights |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "llama.cpp / kiln | kiln load s | kiln weights |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | {r['error'][:120]} |")
+            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | {r['error'][:120]} |")
             continue
         lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
                      f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
-                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['formats']} |")
+                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['load_s']:.1f} | {r['formats']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
