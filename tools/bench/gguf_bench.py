@@ -9,7 +9,8 @@ peer_llama_cpp.py), quantized by llama-quantize to each type; on each file llama
 depth 32, as bench.py's llama.cpp column) and kiln (`BIN/<model> -m FILE`, batch 1, a 32-token
 prompt, 128 new tokens, greedy: ms per decode step, and the bytes a step reads as its
 --output-format json counts them). The floor is those bytes over the device-to-device copy
-bandwidth measured in the same run (bench.py's copy_bandwidth).
+bandwidth measured in the same run (bench.py's copy_bandwidth). Prefill: a 512-token prompt
+(kiln's prefill_s, best of 3) against llama-bench pp512.
 """
 import argparse
 import json
@@ -23,17 +24,19 @@ sys.path.insert(0, BENCH)
 import peer_llama_cpp  # noqa: E402
 from bench import PROMPT, NEW, copy_bandwidth  # noqa: E402
 
+PREFILL = 512  # the prompt of the prefill columns (llama-bench pp512)
 
-def run_kiln(binary, path, ids, reps=2):
-    cmd = [binary, "-m", path, "--backend", "cuda", "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(NEW),
-           "--temperature", "0", "--ignore-eos", "--output-format", "json"]
+
+def run_kiln(binary, path, ids, new_tokens=NEW, reps=2, key="decode_ms_per_step"):
+    cmd = [binary, "-m", path, "--backend", "cuda", "--prompt-ids", ",".join(map(str, ids)), "--max-tokens",
+           str(new_tokens), "--temperature", "0", "--ignore-eos", "--output-format", "json"]
     runs = []
     for _ in range(reps):
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"kiln exit {p.returncode}: {peer_llama_cpp.tail(p.stderr or p.stdout)}")
         runs.append(json.loads(p.stdout))
-    return min(runs, key=lambda r: r["timings"]["decode_ms_per_step"])
+    return min(runs, key=lambda r: r["timings"][key])
 
 
 def main():
@@ -53,7 +56,9 @@ def main():
         cfg = peer_llama_cpp.hf_config_dict(os.path.join(peer_llama_cpp.ROOT, "configs", model + ".yaml"))
         src = os.path.join(args.work, f"{model}-bf16.gguf")
         peer_llama_cpp.write_gguf(gguf, cfg, src, model)
-        ids = [random.Random(0).randrange(3, cfg["vocab_size"]) for _ in range(PROMPT)]
+        rng = random.Random(0)
+        ids = [rng.randrange(3, cfg["vocab_size"]) for _ in range(PROMPT)]
+        long_ids = [rng.randrange(3, cfg["vocab_size"]) for _ in range(PREFILL)]
         for q in [q for q in args.quant.split(",") if q]:
             path = os.path.join(args.work, f"{model}-{q}.gguf")
             row = {"model": model, "file": q}
@@ -66,6 +71,11 @@ def main():
                 row.update(kiln_ms=t["decode_ms_per_step"], bytes=b["total"], formats=k["memory"]["weight_formats"],
                            weight_bytes=k["memory"]["weight_bytes"], load_s=t["load_s"])
                 row["floor_ms"] = b["total"] / bw * 1e3
+                # Prefill of a 512-token prompt: kiln's one step (quantized projections expanded to
+                # bf16 for cuBLASLt), llama.cpp's pp512.
+                p = run_kiln(os.path.join(args.bin_dir, model), path, long_ids, 1, 3, "prefill_s")
+                row["kiln_pp_ms"] = 1e3 * p["timings"]["prefill_s"]
+                row["llama_cpp_pp_ms"] = peer_llama_cpp.run_prefill_bench(args.llama_cpp, path, PREFILL)
             except Exception as e:  # one file's failure costs its row only
                 row["error"] = str(e)
             rows.append(row)
@@ -75,15 +85,16 @@ def main():
         os.remove(src)
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
              "| model | file | file GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
-             "llama.cpp / kiln | kiln load s | kiln weights |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "llama.cpp / kiln | kiln pp512 ms | llama.cpp pp512 ms | kiln load s | kiln weights |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | {r['error'][:120]} |")
+            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |")
             continue
         lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
                      f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
-                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['load_s']:.1f} | {r['formats']} |")
+                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['kiln_pp_ms']:.1f} | {r['llama_cpp_pp_ms']:.1f} | "
+                     f"{r['load_s']:.1f} | {r['formats']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -192,6 +192,21 @@ def run_bench(llama_cpp_dir, path, ngl=99, new_tokens=NEW, depth=DEPTH, reps=5, 
             "build_commit": r.get("build_commit"), "n_depth": r.get("n_depth")}
 
 
+def run_prefill_bench(llama_cpp_dir, path, tokens=512, ngl=99, reps=5, timeout=600):
+    """llama-bench's pp result for one file: milliseconds for a prompt of `tokens` (tokens / avg_ts)."""
+    cmd = [tool(llama_cpp_dir, "llama-bench"), "-m", path, "-p", str(tokens), "-n", "0", "-ngl", str(ngl),
+           "-r", str(reps), "-o", "json"]
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.dirname(cmd[0]) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"llama-bench exit {p.returncode}: {tail(p.stderr or p.stdout)}")
+    rows = [r for r in json.loads(p.stdout) if r.get("n_prompt") == tokens and r.get("n_gen") == 0]
+    if not rows:
+        raise RuntimeError(f"llama-bench printed no pp{tokens} row: {tail(p.stdout)}")
+    return 1e3 * tokens / rows[0]["avg_ts"]
+
+
 def quantize(llama_cpp_dir, src, dst, qtype, timeout=900):
     cmd = [tool(llama_cpp_dir, "llama-quantize"), src, dst, qtype]
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(cmd[0]) + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
