@@ -79,12 +79,16 @@ struct QuantValues<MatrixFormat::q4_0> {
   }
 };
 
-// Launch geometry: gemv_plan's row tiles per block with one column step per group, and twice its
-// column splits (at most 16 warps a block): a group of quantized blocks is 3.5 (Q4_0) or 1.9 (Q8_0)
-// times fewer bytes than a bf16 step but more instructions, so more warps keep the loads in flight.
-// Measured on an H100 at Llama-3.1-8B's shapes, one token (bench_kernels --quant-only,
-// bench/RESULTS.md 2026-11-25): 16 splits and one group in flight beat the plan's 8 and two by
-// 10-30%. The split is the same for every token count (it fixes each output's sum order); the
+// Launch geometry: one 16-row tile per block, its column steps (one group each) split over the
+// block's warps. A group of quantized blocks is 3.5 (Q4_0) or 1.9 (Q8_0) times fewer bytes than a
+// bf16 step but more instructions, so more warps keep the loads in flight: rows of 64 groups or
+// more take 16 column splits with one group in flight; shorter rows 8 splits with up to 4 of a
+// warp's groups in flight at once (one token; with more tokens one group, their registers going
+// to the inputs). Measured on an H100 at Llama-3.1-8B's shapes, one token (bench_kernels
+// --quant-only, bench/RESULTS.md 2026-11-25; 1 × splits × groups in flight): Q4_0 down 4096×14336
+// 1 × 16 × 1 17.5 µs, 1 × 8 × 4 31.3, the bf16 plan's 1 × 8 × 2 23.7; gate_up 28672×4096 1 × 8 ×
+// 4 30.0, 1 × 16 × 1 32.5, the plan's 4 × 2 × 4 44.2; qkv 6144×4096 1 × 8 × 4 10.5, 1 × 16 × 1
+// 12.2. The split is the same for every token count (it fixes each output's sum order); the
 // unroll is not. The last three parameters override (0: automatic); the benchmark uses them.
 template <int kN, int kK, MatrixFormat F, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0,
           int kUnrollSet = 0>
@@ -94,11 +98,15 @@ struct QuantGemvShape {
   static constexpr int kSteps = static_cast<int>(quant_row_groups(F, kK));
   static constexpr GemvPlan kPlan = gemv_plan(kN, kSteps * 32, kSMs);
   static constexpr int kTokenTileCount = kTokenTiles;
-  static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : kPlan.warps_n;
-  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(16 / kWarpsN, kSteps);
+  static constexpr bool kLongRows = kSteps >= 64;
+  static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : 1;
+  static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(kLongRows ? 16 : 8, kSteps);
   static constexpr int kRowBlocks = ceil_div(kPlan.row_tiles, kWarpsN);
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
-  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : 1;  // groups in flight per warp
+  // Groups in flight per warp.
+  static constexpr int kUnroll = kUnrollSet > 0                     ? kUnrollSet
+                                 : kTokenTiles == 1 && !kLongRows ? min_int(4, ceil_div(kSteps, kWarpsK))
+                                                                   : 1;
   // A group's inputs for every token tile are loaded before its first mma when that fits in
   // registers (few tiles); with more, each block's inputs just before its mmas.
   static constexpr bool kGroupInputs = kTokenTiles <= 2;
