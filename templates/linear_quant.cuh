@@ -284,7 +284,11 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
             float* scratch, cudaStream_t stream) {
   if constexpr (S.k % kQuantBlockValues == 0) {  // a GGUF block format holds whole blocks of a row
     switch (weight.format) {
-      case MatrixFormat::bf16: break;
+      case MatrixFormat::bf16:
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0 and Q4_0 only
+      case MatrixFormat::q5_0:
+      case MatrixFormat::q4_k:
+      case MatrixFormat::f32: break;
       case MatrixFormat::q8_0:
         detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q8_0, S.sms>(in, weight.data, out, tokens, stream);
         return;

@@ -1,8 +1,12 @@
-// A projection weight as the GPU holds it: bf16 rows, or a GGUF block format kept quantized
-// (Q8_0, Q4_0) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh). The
-// loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
+// A projection weight as a backend holds it. On the GPU: bf16 rows, or a GGUF block format kept
+// quantized (Q8_0, Q4_0) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
+// On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
+// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks in the layout of cpu_matrix_bytes below
+// (runtime/cpu reads it).
+// The loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
 // mix of these formats its file holds, so one build serves every quantization of the model.
 //
+// The GPU's quantized layout, below, is the one the rest of this file describes.
 // Quantized layout of an [n, k] matrix: k is cut into blocks of 32 values (ggml's blocks, same
 // values and fp16 scales) and the blocks of a row into groups of kGroupBlocks (a group is 64
 // quant bytes: 4 lanes × 16 bytes). Row r's group s holds, for lane q = 0..3, the quants of
@@ -22,22 +26,32 @@
 
 namespace kiln {
 
-enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0 };
+enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k };
+constexpr int kMatrixFormats = 7;
+
+KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
+  return f != MatrixFormat::bf16 && f != MatrixFormat::f32;
+}
 
 struct GpuMatrix {
   const void* data = nullptr;
   MatrixFormat format = MatrixFormat::bf16;
 };
 
-// The field type of a projection weight in a generated Weights<T>: fp32 rows in the CPU
-// reference, a GpuMatrix on the GPU.
+struct CpuMatrix {
+  const void* data = nullptr;
+  MatrixFormat format = MatrixFormat::f32;
+};
+
+// The field type of a projection weight in a generated Weights<T>: a CpuMatrix on the CPU (T is
+// float there), a GpuMatrix on the GPU.
 template <typename T>
 struct MatrixOf {
   using type = GpuMatrix;
 };
 template <>
 struct MatrixOf<float> {
-  using type = const float*;
+  using type = CpuMatrix;
 };
 template <typename T>
 using Matrix = typename MatrixOf<T>::type;
@@ -62,6 +76,32 @@ KILN_HOST_DEVICE constexpr long long quant_scales_offset(MatrixFormat f, long lo
 KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::bf16) return n * k * 2;
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
+}
+
+// The fast CPU backend's layout of a block format: a row's blocks in pairs (64 values; a row of an
+// odd block count ends with a zero block), each pair one record: its quants in the order of the
+// integer dot products (runtime/cpu/quant_dot_impl.hpp) — position i of the 64 is column
+// 4·(i / 8) + i % 4 of block (i / 4) % 2, so that the dot's 32-bit lane j sums four columns of
+// block j % 2 — Q8_0 as 64 int8, the 4-bit formats as 32 bytes holding position i in the low
+// nibble and i + 32 in the high one (the file's 0..15); Q5_0 then 8 bytes of fifth bits (bit i of
+// the little-endian 64: position i's 16); then the fp16 scales [d0, d1] (Q4_1: then the mins
+// [m0, m1]). Values, scales and bytes are ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp):
+// decode streams the weights from memory, so the layout adds no byte. Q4_K's 32-value sub-blocks
+// are pairs too, with fp32 scales [d·sc0, d·sc1] and mins [-dmin·m0, -dmin·m1] (ggml's own
+// products: 6 bits a weight where the file holds 4.5, the price of one kernel for Q4_1 and Q4_K).
+KILN_HOST_DEVICE constexpr long long cpu_pair_bytes(MatrixFormat f) {
+  return f == MatrixFormat::q8_0   ? 64 + 4
+         : f == MatrixFormat::q4_0 ? 32 + 4
+         : f == MatrixFormat::q4_1 ? 32 + 8
+         : f == MatrixFormat::q5_0 ? 32 + 8 + 4
+                                   : 32 + 16;  // q4_k
+}
+
+// Bytes an [n, k] matrix takes on the CPU in format f (block formats: k a multiple of 32).
+KILN_HOST_DEVICE constexpr long long cpu_matrix_bytes(MatrixFormat f, long long n, long long k) {
+  if (f == MatrixFormat::f32) return n * k * 4;
+  if (f == MatrixFormat::bf16) return n * k * 2;
+  return n * ((k + 2 * kQuantBlockValues - 1) / (2 * kQuantBlockValues)) * cpu_pair_bytes(f);
 }
 
 }  // namespace kiln

@@ -69,7 +69,7 @@ def main():
         ids = chat["prompt_ids"]
         fixed_length = ["--max-tokens", str(args.tokens), "--ignore-eos"]
         ours = kiln(args.gguf, ids, "cuda", fixed_length)["requests"][0]["output_ids"]
-        cpu = kiln(args.gguf, ids, "cpu", fixed_length)["requests"][0]["output_ids"]
+        cpu = kiln(args.gguf, ids, "ref", fixed_length)["requests"][0]["output_ids"]
         hf, hf_logits = greedy_cached(hf_bf16, ids, args.tokens)
         hf32b, _ = greedy_cached(hf_fp32_bf16w, ids, args.tokens)
         hf32, _ = greedy_cached(hf_fp32, ids, args.tokens)
@@ -90,7 +90,7 @@ def main():
     for k, v in totals.items():
         print(f"greedy tokens equal before the first difference, {k}: {v}/{total}")
 
-    for backend in ("cuda", "cpu"):
+    for backend in ("cuda", "cpu", "ref"):
         r = kiln(args.gguf, PROMPTS[0], backend, ["--max-tokens", "128"])
         t = r["timings"]
         print(f"[{backend}] > {PROMPTS[0]}\n{r['requests'][0]['text']}\n"

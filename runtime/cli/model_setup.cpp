@@ -7,6 +7,7 @@
 #include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
+#include "runtime/core/parallel.hpp"
 #include "runtime/model/gguf_source.hpp"
 #include "runtime/model/model_config_check.hpp"
 #include "runtime/tokenizer/chat_template.hpp"
@@ -98,11 +99,19 @@ void load_backend(ModelSetup& s, const ModelDef& model, const CliOptions& o) {
   options.swap_space_bytes = o.swap_space_gib >= 0 ? static_cast<int64_t>(o.swap_space_gib * (1 << 30))
                                                   : std::min<int64_t>(int64_t{4} << 30, host_memory_available() / 4);
   const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());
+  if (!gpu) set_parallel_threads(o.threads, true);
   if (o.tensor_parallel > 1) {
+    // Simulated ranks are threads of the reference backend (a test of the split, not a speed-up).
+    if (!gpu && o.backend != "ref") {
+      fail("--tensor-parallel-size ", o.tensor_parallel, " without a GPU runs simulated ranks on the reference "
+           "backend only: add --backend ref (or run on GPUs with --backend cuda)");
+    }
     s.backend = make_tensor_parallel_backend(model, o.tensor_parallel, gpu, origin, options);
     return;
   }
-  s.backend = gpu ? make_cuda_backend(model, origin, options) : make_cpu_backend(model, origin, options);
+  s.backend = gpu                  ? make_cuda_backend(model, origin, options)
+              : o.backend == "ref" ? make_ref_backend(model, origin, options)
+                                   : make_cpu_backend(model, origin, options);
 }
 
 EngineOptions engine_options(const CliOptions& o) {

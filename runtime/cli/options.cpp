@@ -124,8 +124,12 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   weights->add_option("--random-weights", random_weights, "deterministic random weights from SEED (benchmarks, tests)");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer.json, model directory or GGUF file (default: from the weights)")
       ->check(CLI::ExistingPath);
-  app.add_option("--backend", o.backend, "cuda, cpu, or auto (cuda when a GPU is present)")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  app.add_option("--backend", o.backend,
+                 "cuda, cpu (fast: the weights as stored), ref (the fp32 reference, the oracle of the tests), or auto "
+                 "(cuda when a GPU is present, else cpu)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu", "ref"}));
+  app.add_option("--threads", o.threads, "threads of the CPU backends, pinned one per core (default: the physical cores)")
+      ->check(CLI::Range(1, 64));
 
   CLI::Option_group* prompts = nullptr;
   if (run) {
@@ -161,7 +165,7 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   }
 
   app.add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
-                 "split the model over N GPUs (NCCL) or, with --backend cpu, N threads; N must be one of the "
+                 "split the model over N GPUs (NCCL) or, with --backend ref, N threads; N must be one of the "
                  "sizes the model was built for (build.tensor_parallel)")
       ->check(CLI::Range(1, 64));
   app.add_option("--kv-pages", o.kv_pages, "KV-cache pages (default: from free GPU memory; CPU: 2 × max context)")

@@ -22,7 +22,8 @@ struct CliOptions {
   std::optional<uint64_t> random_weights;  // --random-weights SEED
   std::string tokenizer;                   // --tokenizer: tokenizer.json, model directory or GGUF
 
-  std::string backend = "auto";  // auto | cuda | cpu
+  std::string backend = "auto";  // auto | cuda | cpu | ref
+  int32_t threads = 0;           // --threads: the CPU backends' pool (0: the physical cores)
   int32_t tensor_parallel = 1;   // --tensor-parallel-size N: one of the model's builds (GPUs, or CPU threads)
 
   // Prompts.

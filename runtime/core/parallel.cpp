@@ -1,8 +1,17 @@
 #include "runtime/core/parallel.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <fstream>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -10,39 +19,88 @@ namespace kiln {
 
 namespace {
 
+void pause_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// The CPUs this process may run on, one per physical core (the first hyper-thread of each).
+std::vector<int> core_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
+  std::vector<int> cpus;
+  std::set<std::string> seen;  // thread_siblings_list of each core taken
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list");
+    std::string siblings;
+    if (!(f >> siblings)) siblings = std::to_string(cpu);  // no topology: every CPU a core
+    if (seen.insert(siblings).second) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // best effort: a refusal leaves it unpinned
+}
+
+// Workers wait for work spinning first, then asleep: a decode step calls parallel_for a few hundred
+// times with a little serial work between, and a condition variable's wake-up (tens of µs) would
+// cost more than the work. The caller spins for the last chunks likewise.
 class Pool {
  public:
-  Pool() {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const unsigned workers = std::min(cores, 16u) - 1;  // the caller works too
-    for (unsigned i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  Pool(int32_t threads, bool pin) {
+    const std::vector<int> cpus = pin ? core_cpus() : std::vector<int>{};
+    if (!cpus.empty()) pin_to(cpus[0]);
+    for (int32_t i = 1; i < threads; ++i) {
+      const int cpu = cpus.empty() ? -1 : cpus[static_cast<size_t>(i) % cpus.size()];
+      threads_.emplace_back([this, cpu] {
+        if (cpu >= 0) pin_to(cpu);
+        work();
+      });
+    }
   }
   ~Pool() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
   }
-  size_t size() const { return threads_.size() + 1; }
+  int32_t size() const { return static_cast<int32_t>(threads_.size()) + 1; }
 
   // One caller at a time: a second caller (another rank thread of the CPU reference, say) waits
   // for the first one's whole run. Callers inside a pool task never get here (they run inline), so
   // a caller holding turn_ never waits for turn_.
   void run(int64_t chunks, const std::function<void(int64_t)>& task) {
     std::lock_guard turn(turn_);
-    std::unique_lock lock(mu_);
-    task_ = &task;
-    next_ = 0;
-    chunks_ = chunks;
-    pending_ = chunks;
-    ++generation_;
-    wake_.notify_all();
-    lock.unlock();
+    {
+      std::lock_guard lock(mu_);
+      task_ = &task;
+      next_ = 0;
+      chunks_ = chunks;
+      pending_.store(chunks, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      if (sleepers_ > 0) wake_.notify_all();
+    }
     drain();
-    lock.lock();
-    done_.wait(lock, [&] { return pending_ == 0; });
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+      if (spins < (1 << 16)) {
+        pause_cpu();
+      } else {
+        std::this_thread::yield();  // a worker descheduled mid-chunk (more threads than cores)
+      }
+    }
+    std::lock_guard lock(mu_);
     task_ = nullptr;
   }
 
@@ -53,23 +111,33 @@ class Pool {
       const std::function<void(int64_t)>* task;
       {
         std::lock_guard lock(mu_);
-        if (task_ == nullptr || next_ >= chunks_) break;
+        if (task_ == nullptr || next_ >= chunks_) return;
         chunk = next_++;
         task = task_;
       }
       (*task)(chunk);
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_.notify_all();
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
+
   void work() {
     uint64_t seen = 0;
     for (;;) {
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+      for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
+        pause_cpu();
+        if ((i & 255) == 0 && std::chrono::steady_clock::now() > spin_until) {
+          std::unique_lock lock(mu_);
+          ++sleepers_;
+          wake_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+          --sleepers_;
+          break;
+        }
+      }
+      seen = generation_.load(std::memory_order_acquire);
       {
-        std::unique_lock lock(mu_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        std::lock_guard lock(mu_);
         if (stop_) return;
-        seen = generation_;
       }
       drain();
     }
@@ -77,28 +145,58 @@ class Pool {
 
   std::vector<std::thread> threads_;
   std::mutex turn_;  // held by the caller for its whole run()
-  std::mutex mu_;
-  std::condition_variable wake_, done_;
+  std::mutex mu_;    // task_, next_, chunks_, sleepers_, stop_
+  std::condition_variable wake_;
   const std::function<void(int64_t)>* task_ = nullptr;
-  int64_t next_ = 0, chunks_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
+  int64_t next_ = 0, chunks_ = 0;
+  int32_t sleepers_ = 0;
+  std::atomic<int64_t> pending_{0};
+  std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
 };
 
 thread_local bool t_inside_parallel_for = false;
 
+std::mutex g_pool_mu;
+std::shared_ptr<Pool> g_pool;  // replaced by set_parallel_threads; a run in flight keeps its own
+
+int32_t default_threads() { return std::min(physical_cores(), 16); }
+
+std::shared_ptr<Pool> pool() {
+  std::lock_guard lock(g_pool_mu);
+  if (!g_pool) g_pool = std::make_shared<Pool>(default_threads(), false);
+  return g_pool;
+}
+
 }  // namespace
 
+int32_t physical_cores() {
+  static const int32_t cores = [] {
+    const size_t n = core_cpus().size();
+    return static_cast<int32_t>(n > 0 ? n : std::max(1u, std::thread::hardware_concurrency()));
+  }();
+  return cores;
+}
+
+void set_parallel_threads(int32_t threads, bool pin) {
+  const int32_t n = std::clamp(threads > 0 ? threads : physical_cores(), 1, 64);
+  std::shared_ptr<Pool> next = std::make_shared<Pool>(n, pin);
+  std::lock_guard lock(g_pool_mu);
+  g_pool = std::move(next);
+}
+
+int32_t parallel_threads() { return pool()->size(); }
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
-  static Pool pool;
   if (n <= 0) return;
-  if (n < 2 * grain || pool.size() == 1 || t_inside_parallel_for) {
+  const std::shared_ptr<Pool> p = t_inside_parallel_for ? nullptr : pool();
+  if (p == nullptr || n < 2 * grain || p->size() == 1) {
     body(0, n);
     return;
   }
-  const int64_t chunks = std::min<int64_t>(static_cast<int64_t>(pool.size()) * 4, (n + grain - 1) / grain);
+  const int64_t chunks = std::min<int64_t>(static_cast<int64_t>(p->size()) * 4, (n + grain - 1) / grain);
   const int64_t per = (n + chunks - 1) / chunks;
-  pool.run(chunks, [&](int64_t c) {
+  p->run(chunks, [&](int64_t c) {
     t_inside_parallel_for = true;
     const int64_t begin = c * per, end = std::min(n, begin + per);
     if (begin < end) body(begin, end);

@@ -1,5 +1,6 @@
-// parallel_for over [0, n) on a small persistent thread pool (one thread per core, at most 16).
-// The CPU reference backend uses it for its matrix-vector products; nothing else needs threads.
+// parallel_for over [0, n) on one persistent thread pool for the whole run (one thread per core
+// unless set_parallel_threads says otherwise, at most 64). The CPU backends use it for their
+// matrix products and attention, the loader for repacking rows.
 #pragma once
 
 #include <cstdint>
@@ -12,5 +13,14 @@ namespace kiln {
 // Safe to call from several threads at once (the rank threads of the CPU reference): callers take
 // turns on the pool, each result is the same as if it ran alone.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
+
+// The pool's size from now on (the caller counts as one; 0: the physical cores this process may
+// run on); with `pin`, each worker is pinned to one of those cores and the caller to the first.
+// For --threads, before the first parallel_for; a later call replaces the pool.
+void set_parallel_threads(int32_t threads, bool pin);
+int32_t parallel_threads();
+
+// The physical cores this process may run on (hyper-threads of one core count once).
+int32_t physical_cores();
 
 }  // namespace kiln

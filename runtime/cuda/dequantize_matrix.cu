@@ -14,7 +14,11 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
   const long long chunks = static_cast<long long>(n) * quant_row_groups(matrix.format, k) * 4;
   const unsigned blocks = static_cast<unsigned>((chunks + 255) / 256);
   switch (matrix.format) {
-    case MatrixFormat::bf16: fail("internal: dequantize_matrix of a bf16 matrix");
+    case MatrixFormat::bf16:
+    case MatrixFormat::q4_1:
+    case MatrixFormat::q5_0:
+    case MatrixFormat::q4_k:
+    case MatrixFormat::f32: fail("internal: dequantize_matrix of a ", static_cast<int>(matrix.format), " matrix on the GPU");
     case MatrixFormat::q8_0:
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::q8_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
       break;

@@ -81,7 +81,7 @@ struct BackendInfo {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual const char* name() const = 0;  // "cpu", "cuda"
+  virtual const char* name() const = 0;  // "ref", "cpu", "cuda"
   virtual int32_t kv_pages() const = 0;
   virtual const BackendInfo& info() const = 0;
 
@@ -128,6 +128,12 @@ void check_kv_pool_fits(const ModelInfo& model, int64_t pages, int64_t page_byte
 // host memory available (the error names --swap-space).
 int32_t swap_pages_for(int64_t swap_bytes, int64_t page_bytes);
 
+// The CPU reference backend ("ref"): fp32 weights and activations, straightforward ops; the oracle
+// every other backend is tested against.
+std::unique_ptr<Backend> make_ref_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
+// The fast CPU backend ("cpu"): the same generated forward, its projections on the weights as the
+// file stores them (bf16 rows, ggml's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks) through runtime/cpu's kernels, on
+// the thread pool of runtime/core/parallel.hpp (sized by --threads before the backend is made).
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);
 // Throws kiln::Error when no usable GPU is present.
 std::unique_ptr<Backend> make_cuda_backend(const ModelDef& model, const WeightOrigin& weights, const BackendOptions& options);

@@ -1,11 +1,17 @@
-// The CPU reference backend: fp32 weights and activations, the generated forward_ref, the CPU
-// reference sampler. Slow but exact; CI checks every model family through it.
+// The two CPU backends: both run the generated forward_ref and the CPU sampler. The reference
+// ("ref") holds every weight in fp32: slow but exact, the oracle; CI checks every model family
+// through it. The fast one ("cpu") keeps the projections as the file stores them (bf16 rows, ggml's
+// blocks: WeightFormat::cpu), which forward_ref's linear op then runs through runtime/cpu's kernels.
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <chrono>
 #include <thread>
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
+#include "runtime/core/parallel.hpp"
+#include "runtime/cpu/quant_dot.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/weight_loader.hpp"
@@ -15,16 +21,37 @@ namespace kiln {
 
 namespace {
 
+// Zeroed floats from calloc: a pool this large comes from mmap, whose pages the kernel zeroes as
+// they are first touched, so a KV pool sized for the whole context costs nothing until used
+// (zero-filling SmolLM2's 755 MB default pool took a few hundred ms before the first token).
+class ZeroedFloats {
+ public:
+  void allocate(size_t count, const char* what) {
+    data_.reset(static_cast<float*>(std::calloc(std::max<size_t>(count, 1), sizeof(float))));
+    if (!data_) fail("cannot allocate ", count * sizeof(float), " bytes of CPU memory for the ", what);
+  }
+  float* data() const { return data_.get(); }
+  bool empty() const { return !data_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options)
+  CpuBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options, bool fast)
       : model_(model),
+        fast_(fast),
         prefill_steps_(step_capacity(model.info, StepPhase::prefill)),
         decode_steps_(step_capacity(model.info, StepPhase::decode)) {
     const ModelInfo& m = model.info;
     const auto start = std::chrono::steady_clock::now();
-    weights_ = origin.source ? load_weights(model, *origin.source, WeightFormat::f32, sink_, options.rank)
-                             : random_weights(model, origin.random_seed, WeightFormat::f32, sink_, options.rank);
+    const WeightFormat format = fast ? WeightFormat::cpu : WeightFormat::f32;
+    weights_ = origin.source ? load_weights(model, *origin.source, format, sink_, options.rank)
+                             : random_weights(model, origin.random_seed, format, sink_, options.rank);
     rank_ = options.rank;
     collective_ = options.collective;
     forward_ = model.make_ref_forward(weights_.table);
@@ -35,22 +62,29 @@ class CpuBackend final : public Backend {
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : 2 * pages_per_seq;
     check_kv_pool_fits(m, kv_pages_, static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * m.num_layers * 4,
                        host_memory_available(), "CPU memory");
-    kv_cache_.assign(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, 0.0f);
+    kv_cache_.allocate(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, "KV cache");
     page_floats_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token;
     swap_pages_ = swap_pages_for(options.swap_space_bytes, page_floats_ * m.num_layers * 4);
-    arena_.assign(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), 0.0f);
+    arena_.allocate(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), "activations");
     rope_ = build_rope_table(m.rope, m.max_context);
     if (options.profile && m.num_routed_experts > 0) {
       expert_usage_.assign(static_cast<size_t>(m.num_layers) * m.num_routed_experts, 0);
       info_.expert_usage = expert_usage_.data();
     }
 
-    info_.device = "CPU (" + std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " threads)";
+    info_.device = "CPU (" + std::to_string(parallel_threads()) + " threads" +
+                   (fast ? std::string(", ") + cpu::dot_isa() : std::string()) + ")";
     info_.weight_bytes = weights_.bytes;
+    if (fast) {
+      info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes;
+      info_.weight_formats = weight_formats_text(weights_, "fp32, other projections bf16");
+    } else {
+      info_.weight_formats = "fp32";
+    }
     info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 4;
   }
 
-  const char* name() const override { return "cpu"; }
+  const char* name() const override { return fast_ ? "cpu" : "ref"; }
   int32_t kv_pages() const override { return kv_pages_; }
   int32_t swap_pages() const override { return swap_pages_; }
 
@@ -58,7 +92,7 @@ class CpuBackend final : public Backend {
   void swap_kv(std::span<const PageSwap> copies, bool to_host) override {
     if (copies.empty()) return;
     const int64_t layers = model_.info.num_layers;
-    if (swap_.empty()) swap_.assign(static_cast<size_t>(layers * swap_pages_ * page_floats_), 0.0f);
+    if (swap_.empty()) swap_.allocate(static_cast<size_t>(layers * swap_pages_ * page_floats_), "swap space");
     for (const PageSwap& c : copies) {
       if (c.device_page < 0 || c.device_page >= kv_pages_ || c.host_page < 0 || c.host_page >= swap_pages_) {
         fail("internal: swap of KV page ", c.device_page, " <-> host page ", c.host_page, " is outside the pools (",
@@ -114,6 +148,7 @@ class CpuBackend final : public Backend {
 
  private:
   const ModelDef& model_;
+  bool fast_;
   StepBuffer prefill_steps_, decode_steps_;
   HostSink sink_;
   LoadedWeights weights_;
@@ -121,8 +156,9 @@ class CpuBackend final : public Backend {
   int32_t kv_pages_ = 0;
   int32_t swap_pages_ = 0;
   int64_t page_floats_ = 0;  // one layer's part of a KV page
-  std::vector<float> kv_cache_, arena_, rope_, logits_;
-  std::vector<float> swap_;  // --swap-space, taken at the first swap-out
+  ZeroedFloats kv_cache_, arena_;
+  std::vector<float> rope_, logits_;
+  ZeroedFloats swap_;  // --swap-space, taken at the first swap-out
   std::vector<uint8_t> expert_usage_;  // with --profile (MoE): the routing's flags
   int32_t num_logits_ = 0;
   int32_t rank_ = 0;                    // tensor-parallel rank (0 without)
@@ -132,9 +168,14 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> make_ref_backend(const ModelDef& model, const WeightOrigin& weights,
+                                          const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(model, weights, options, false);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const ModelDef& model, const WeightOrigin& weights,
                                           const BackendOptions& options) {
-  return std::make_unique<CpuBackend>(model, weights, options);
+  return std::make_unique<CpuBackend>(model, weights, options, true);
 }
 
 }  // namespace kiln

@@ -142,18 +142,6 @@ std::vector<int32_t> decode_graph_sizes(int32_t max_batch) {
   return sizes;
 }
 
-// "bf16", or "GGUF blocks: Q4_0 for 128, Q8_0 for 1 (1 requantized) of 129 projections; the rest bf16".
-std::string weights_formats_text(const LoadedWeights& w) {
-  if (w.quantized == 0) return "bf16";
-  std::string text = "GGUF blocks:";
-  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q8_0}) {
-    const int64_t n = w.quantized_as[static_cast<int>(f)];
-    if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
-  }
-  if (w.requantized > 0) text += " (" + std::to_string(w.requantized) + " requantized from other block types)";
-  return text + " of " + std::to_string(w.matrices) + " projections; the rest bf16";
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options)
@@ -177,7 +165,7 @@ class CudaBackend final : public Backend {
     forward_ = model.make_cuda_forward(weights_.table);
     info_.weight_bytes = weights_.bytes;
     info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes;
-    info_.weight_formats = weights_formats_text(weights_);
+    info_.weight_formats = weight_formats_text(weights_, "bf16");
     if (weights_.quantized > 0) dequantized_.resize(weights_.largest_quantized_values * 2);
 
     arena_.resize(m.gpu_arena_bytes);

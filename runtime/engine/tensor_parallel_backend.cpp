@@ -59,7 +59,7 @@ class TensorParallelBackend final : public Backend {
       rank_options.device = r;
       rank_options.collective = collective(r);
       backends_[r] = cuda ? make_cuda_backend(rank_model_, origin, rank_options)
-                          : make_cpu_backend(rank_model_, origin, rank_options);
+                          : make_ref_backend(rank_model_, origin, rank_options);
     });
     const BackendInfo& first = backends_[0]->info();
     info_ = first;
@@ -89,7 +89,7 @@ class TensorParallelBackend final : public Backend {
     }
   }
 
-  const char* name() const override { return cuda_ ? "cuda" : "cpu"; }
+  const char* name() const override { return cuda_ ? "cuda" : "ref"; }
   int32_t kv_pages() const override { return kv_pages_; }
   int32_t swap_pages() const override {
     int32_t pages = backends_[0]->swap_pages();

@@ -64,7 +64,7 @@ struct WeightSpec {
 // says which (MatrixFormat::bf16 for every other tensor, and for the reference's fp32 rows).
 class WeightTable {
  public:
-  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format = MatrixFormat::bf16);
+  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format);
   const void* get(const std::string& name, int64_t layer = -1) const;  // throws when absent
   MatrixFormat format(const std::string& name, int64_t layer = -1) const;
   template <typename T>
@@ -74,12 +74,7 @@ class WeightTable {
   // A projection as the generated Weights<T> holds it (templates/weight_matrix.hpp).
   template <typename T>
   Matrix<T> get_matrix(const std::string& name, int64_t layer = -1) const {
-    if constexpr (std::is_same_v<Matrix<T>, GpuMatrix>) {
-      return GpuMatrix{get(name, layer), format(name, layer)};
-    } else {
-      if (format(name, layer) != MatrixFormat::bf16) fail("internal: ", name, " is quantized in the reference's weights");
-      return get_as<T>(name, layer);
-    }
+    return Matrix<T>{get(name, layer), format(name, layer)};
   }
 
  private:

@@ -74,8 +74,8 @@ struct Instance {
   const WeightSpec* spec;
   int64_t layer;
   int64_t offset = 0;  // bytes into the block
-  MatrixFormat format = MatrixFormat::bf16;  // a projection kept in its GGUF blocks (WeightFormat::gpu)
-  bool blocks_copy = false;  // a tied projection with its own copy of its target's blocks
+  MatrixFormat format = MatrixFormat::bf16;  // f32 / bf16 values, or a projection's blocks (kept_format)
+  bool own_copy = false;     // a tied projection with its own copy of its target, in its own format
   bool requantized = false;  // kept as Q8_0 requantized from other block types (kept_format)
   std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
 };
@@ -84,7 +84,8 @@ class Loader {
  public:
   Loader(const ModelDef& model, WeightFormat format, WeightSink& sink, int32_t rank)
       : model_(model), format_(format), sink_(sink), rank_(rank) {
-    elem_ = format == WeightFormat::f32 ? 4 : 2;  // bf16 and gpu: bf16 besides the quantized projections
+    // The format of every tensor that is not a projection kept in another one (kept_format).
+    plain_ = format == WeightFormat::f32 || format == WeightFormat::cpu ? MatrixFormat::f32 : MatrixFormat::bf16;
     const int32_t ranks = model.info.tensor_parallel;
     if (rank < 0 || rank >= ranks) {
       fail("rank ", rank, " is outside the tensor-parallel ranks of model ", model.info.name,
@@ -108,9 +109,9 @@ class Loader {
     for (Instance& inst : instances_) {
       if (is_tied(inst)) continue;
       inst.offset = total;
-      const int64_t bytes = inst.format == MatrixFormat::bf16
-                                ? inst.spec->numel() * elem_
-                                : matrix_bytes(inst.format, inst.spec->shape[0], inst.spec->shape[1]);
+      const int64_t bytes = !is_block_format(inst.format) ? inst.spec->numel() * (inst.format == MatrixFormat::f32 ? 4 : 2)
+                            : format_ == WeightFormat::gpu ? matrix_bytes(inst.format, inst.spec->shape[0], inst.spec->shape[1])
+                                                            : cpu_matrix_bytes(inst.format, inst.spec->shape[0], inst.spec->shape[1]);
       total += (bytes + 255) / 256 * 256;
     }
     block_ = sink_.allocate(total);
@@ -125,9 +126,10 @@ class Loader {
       chosen[i] = resolve(instances_[i]);
       instances_[i].format = kept_format(instances_[i], chosen[i]);
     }
-    // A tied LM head shares the embedding's bf16 rows, which the whole vocabulary's logits then read
-    // every step; when the file stores the embedding in blocks the GPU reads, the head keeps its own
-    // copy of them (the embedding stays bf16: its lookups read one row per token).
+    // A tied LM head shares the embedding's rows, which the whole vocabulary's logits then read
+    // every step; when it keeps another format than the embedding (the file's blocks, or bf16 rows
+    // on the fast CPU backend), the head has its own copy (the embedding stays plain: its lookups
+    // read one row per token).
     for (size_t i = 0; i < instances_.size(); ++i) {
       Instance& inst = instances_[i];
       if (!chosen[i].empty() || !inst.spec->matrix || !is_tied(inst)) continue;
@@ -138,9 +140,9 @@ class Loader {
           continue;
         }
         inst.format = kept_format(inst, chosen[t]);
-        if (inst.format != MatrixFormat::bf16) {
+        if (inst.format != plain_) {
           chosen[i] = chosen[t];
-          inst.blocks_copy = true;
+          inst.own_copy = true;
         }
       }
     }
@@ -191,7 +193,7 @@ class Loader {
   }
 
   bool is_tied(const Instance& inst) const {
-    if (inst.spec->tied_to[0] == '\0' || inst.blocks_copy) return false;
+    if (inst.spec->tied_to[0] == '\0' || inst.own_copy) return false;
     for (const auto& layout : inst.spec->layouts) {
       bool complete = true;
       for (const LayoutPiece& p : expand_layout(*inst.spec, layout, inst.layer, rank_)) {
@@ -276,35 +278,38 @@ class Loader {
     int64_t begin, count, width;
   };
 
-  // The format a projection keeps on the GPU (weight_loader.hpp): its GGUF blocks when every piece
-  // is stored in the same block type the GPU reads; Q8_0 requantized from the file's blocks when
-  // they are other block types or mixed; bf16 when any piece is not in blocks (F32, F16, BF16).
+  // The format a tensor keeps (weight_loader.hpp): plain_ for all but the projections (gpu, cpu);
+  // a projection keeps its GGUF blocks when every piece is stored in the same block type the
+  // device reads; Q8_0 requantized from the file's blocks when they are other block types or
+  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights).
   MatrixFormat kept_format(Instance& inst, const std::vector<LayoutPiece>& pieces) const {
     const WeightSpec& spec = *inst.spec;
     inst.requantized = false;
-    if (format_ != WeightFormat::gpu || !spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || pieces.empty() ||
-        spec.shape[1] % kQuantBlockValues != 0) {
-      return MatrixFormat::bf16;
-    }
+    const bool keeps = format_ == WeightFormat::gpu || format_ == WeightFormat::cpu;
+    if (!keeps || !spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || pieces.empty()) return plain_;
+    if (spec.shape[1] % kQuantBlockValues != 0) return MatrixFormat::bf16;
     std::optional<MatrixFormat> kept;
     for (const LayoutPiece& p : pieces) {
       if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
       const std::optional<GgmlType> type = source_->block_type(p.hf_name);
       if (!type || ggml_block_size(*type) == 1 || !can_dequantize(*type)) return MatrixFormat::bf16;
-      const std::optional<MatrixFormat> f = matrix_format_of(*type);
+      const std::optional<MatrixFormat> f = matrix_format_of(*type, format_ == WeightFormat::gpu ? Device::gpu : Device::cpu);
       inst.requantized |= !f || (kept && *kept != *f);
       kept = f;
     }
     return inst.requantized ? MatrixFormat::q8_0 : *kept;
   }
 
-  // A projection in its GGUF blocks: each HF row's stored bytes repacked (quant_repack.hpp), the
-  // pieces' rows stacked as fill() stacks them; a piece of another block type is dequantized and
+  // A projection in its GGUF blocks: each HF row's stored bytes repacked for the device
+  // (quant_repack.hpp), the pieces' rows stacked as fill() stacks them; a piece of another block
+  // type is dequantized and
   // requantized to the kept format (Q8_0). Rows are independent, so they go over the cores (an 8B
   // model's requantization is minutes on one); the first bad row found is reported.
   void fill_quantized(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
-    const int64_t bytes = matrix_bytes(inst.format, n, k);
+    const bool gpu = format_ == WeightFormat::gpu;
+    const int64_t bytes = gpu ? matrix_bytes(inst.format, n, k) : cpu_matrix_bytes(inst.format, n, k);
+    const int64_t row_bytes = cpu_matrix_bytes(inst.format, 1, k);
     staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
     struct Row {
       const LayoutPiece* piece;
@@ -327,15 +332,19 @@ class Loader {
       for (int64_t i = begin; i < end; ++i) {
         const Row& row = rows[static_cast<size_t>(i)];
         const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
-        const bool as_stored = matrix_format_of(row.type) == inst.format;
+        const bool as_stored = matrix_format_of(row.type, gpu ? Device::gpu : Device::cpu) == inst.format;
         const std::string why = as_stored ? bad_scale(row.type, stored) : requantize(row.type, stored, values, requantized);
         if (!why.empty()) {
           const std::lock_guard<std::mutex> hold(lock);
           if (error.empty()) error = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
           return;
         }
-        repack_row(inst.format, as_stored ? stored : std::span<const std::byte>(requantized), n, k, i,
-                   staging_blocks_.data());
+        const std::span<const std::byte> blocks = as_stored ? stored : std::span<const std::byte>(requantized);
+        if (gpu) {
+          repack_row(inst.format, blocks, n, k, i, staging_blocks_.data());
+        } else {
+          repack_cpu_row(inst.format, blocks, k, staging_blocks_.data() + i * row_bytes);
+        }
       }
     });
     if (!error.empty()) fail(source_->describe(), ": ", error, "; the checkpoint is corrupt");
@@ -350,13 +359,19 @@ class Loader {
     result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
   }
 
-  // Each Q8_0 / Q4_0 block starts with its fp16 scale: a NaN or Inf one poisons every logit. Says
-  // which block, or "" when all are finite.
+  // Each block of a type kept as stored starts with its fp16 scale (Q4_1, Q4_K: then its fp16 min):
+  // a NaN or Inf one poisons every logit. Says which block, or "" when all are finite.
   static std::string bad_scale(GgmlType type, std::span<const std::byte> stored) {
     const size_t block_bytes = ggml_block_bytes(type);
+    const size_t halves = type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? 2 : 1;  // d (and min)
     for (size_t b = 0; b * block_bytes < stored.size(); ++b) {
-      const auto lo = static_cast<uint16_t>(stored[b * block_bytes]), hi = static_cast<uint16_t>(stored[b * block_bytes + 1]);
-      if (((lo | hi << 8) & 0x7C00) == 0x7C00) return "has a NaN or infinite scale in block " + std::to_string(b);
+      for (size_t h = 0; h < halves; ++h) {
+        const std::byte* at = stored.data() + b * block_bytes + 2 * h;
+        const auto lo = static_cast<uint16_t>(at[0]), hi = static_cast<uint16_t>(at[1]);
+        if (((lo | hi << 8) & 0x7C00) == 0x7C00) {
+          return std::string("has a NaN or infinite ") + (h == 0 ? "scale" : "min") + " in block " + std::to_string(b);
+        }
+      }
     }
     return "";
   }
@@ -377,7 +392,9 @@ class Loader {
 
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     if (inst.spec->matrix) ++result_.matrices;
-    if (inst.format != MatrixFormat::bf16) return fill_quantized(inst, pieces);
+    if (is_block_format(inst.format)) return fill_quantized(inst, pieces);
+    const bool as_f32 = inst.format == MatrixFormat::f32;
+    const int64_t elem = as_f32 ? 4 : 2;
     const int64_t cols = as_rows(inst.spec->shape).second;
     std::byte* dst = block_ + inst.offset;
     constexpr int64_t kChunkValues = 1 << 22;
@@ -390,12 +407,12 @@ class Loader {
         const int64_t first = s.row_begin + q * s.rank_rows + g * s.group_stride;
         for (int64_t r = 0; r < s.rows; r += chunk_rows) {
           const int64_t n = std::min(chunk_rows, s.rows - r);
-          write_rows(p.hf_name, first + r, n, columns, dst);
-          dst += n * cols * elem_;
+          write_rows(p.hf_name, first + r, n, columns, as_f32, dst);
+          dst += n * cols * elem;
         }
       }
     }
-    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset);
+    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
     ++result_.tensors;
   }
 
@@ -422,11 +439,13 @@ class Loader {
     }
   }
 
-  // Rows [first, first + rows) of a source, the given columns of each, to `dst` in one sink write.
-  void write_rows(const std::string& name, int64_t first, int64_t rows, const Columns& columns, std::byte* dst) {
+  // Rows [first, first + rows) of a source, the given columns of each, to `dst` in one sink write,
+  // as fp32 or bf16.
+  void write_rows(const std::string& name, int64_t first, int64_t rows, const Columns& columns, bool as_f32,
+                  std::byte* dst) {
     const int64_t values = rows * columns.count;
     const bool sliced = columns.count != columns.width;
-    if (format_ != WeightFormat::f32 || sliced) {
+    if (!as_f32 || sliced) {
       if (const uint16_t* raw = source_->bf16_rows(name, first)) {
         // Stored as bf16: straight from the mapping, touching only this rank's columns.
         const uint16_t* bits = raw;
@@ -439,7 +458,7 @@ class Loader {
           bits = staging_bf16_.data();
         }
         check_finite(name, first, columns, bits, nullptr, values);
-        if (format_ != WeightFormat::f32) {
+        if (!as_f32) {
           sink_.write(dst, bits, values * 2);
           return;
         }
@@ -459,7 +478,7 @@ class Loader {
     }
     const std::span<const float> f32(staging_f32_.data(), static_cast<size_t>(values));
     check_finite(name, first, columns, nullptr, f32.data(), values);
-    if (format_ == WeightFormat::f32) {
+    if (as_f32) {
       sink_.write(dst, f32.data(), values * 4);
       return;
     }
@@ -471,7 +490,9 @@ class Loader {
   // Tied weights point at their target (loaded above).
   void finish() {
     for (const Instance& inst : instances_) {
-      if (is_tied(inst)) result_.table.set(inst.spec->name, inst.layer, result_.table.get(inst.spec->tied_to, inst.layer));
+      if (!is_tied(inst)) continue;
+      result_.table.set(inst.spec->name, inst.layer, result_.table.get(inst.spec->tied_to, inst.layer),
+                        result_.table.format(inst.spec->tied_to, inst.layer));
     }
   }
 
@@ -479,7 +500,7 @@ class Loader {
   WeightFormat format_;
   WeightSink& sink_;
   int32_t rank_;
-  int64_t elem_ = 4;
+  MatrixFormat plain_ = MatrixFormat::f32;
   const TensorSource* source_ = nullptr;
   std::vector<Instance> instances_;
   std::set<std::string> used_;
@@ -491,6 +512,17 @@ class Loader {
 };
 
 }  // namespace
+
+std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
+  if (w.quantized == 0) return rest;
+  std::string text = "GGUF blocks:";
+  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::q8_0}) {
+    const int64_t n = w.quantized_as[static_cast<int>(f)];
+    if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
+  }
+  if (w.requantized > 0) text += " (" + std::to_string(w.requantized) + " requantized from other block types)";
+  return text + " of " + std::to_string(w.matrices) + " projections; the rest " + rest;
+}
 
 LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink,
                            int32_t rank) {

@@ -21,7 +21,11 @@ namespace kiln {
 // in other block types (K-quants, Q4_1, Q5_0, Q5_1), or fused from pieces of different types, are
 // requantized to Q8_0 (closer to the file than bf16, and half its bytes). Tensor-parallel slices and
 // F32 / F16 / BF16 tensors are bf16.
-enum class WeightFormat { f32, bf16, gpu };
+// cpu (the fast CPU backend): fp32, except the projections: those a GGUF file stores as Q8_0, Q4_0,
+// Q4_1, Q5_0 or Q4_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other block
+// types are requantized to Q8_0, and projections not in blocks are bf16 rows (a tied LM head then
+// has its own copy).
+enum class WeightFormat { f32, bf16, gpu, cpu };
 
 // Where the loaded bytes go. The loader allocates one block for all tensors, then writes into it.
 class WeightSink {
@@ -63,14 +67,19 @@ struct LoadedWeights {
   WeightTable table;
   int64_t bytes = 0;    // in the backend's format
   int64_t tensors = 0;  // kiln tensors (fused), counting each layer's
-  // WeightFormat::gpu: the projections loaded (every layer's), those kept quantized, their bytes
-  // and what they would take in bf16, and the values of the largest (the prefill's bf16 scratch).
+  // WeightFormat::gpu and cpu: the projections loaded (every layer's), those kept quantized, their
+  // bytes and what they would take in bf16, and the values of the largest (the prefill's bf16
+  // scratch).
   int64_t matrices = 0, quantized = 0;
-  int64_t quantized_as[3] = {};  // of them, per MatrixFormat (indexed by its value)
+  int64_t quantized_as[kMatrixFormats] = {};  // of them, per MatrixFormat (indexed by its value)
   int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
   int64_t largest_quantized_values = 0;
 };
+
+// "bf16", or "GGUF blocks: Q4_0 for 128, Q8_0 for 1 (1 requantized from other block types) of 129
+// projections; the rest bf16" (`rest`: the format of everything else).
+std::string weight_formats_text(const LoadedWeights& w, const char* rest);
 
 // `rank`: with a tensor-parallel rank's definition (ModelInfo::tensor_parallel > 1), the slices
 // that rank holds (WeightSource's rank fields); 0 otherwise.

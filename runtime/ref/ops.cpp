@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
+#include "runtime/cpu/linear.hpp"
 
 namespace kiln::ref {
 
@@ -90,6 +91,11 @@ void linear(const shape::linear& s, const float* in, const float* weight, float*
       }
     }
   });
+}
+
+void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* out, int64_t tokens) {
+  if (weight.format == MatrixFormat::f32) return linear(s, in, static_cast<const float*>(weight.data), out, tokens);
+  cpu::linear(s, in, weight, out, tokens);
 }
 
 void head_rmsnorm(const shape::head_rmsnorm& s, float* qkv, const float* q_norm, const float* k_norm, int64_t tokens) {

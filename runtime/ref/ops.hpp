@@ -9,6 +9,7 @@
 #include "codegen/op_shapes.hpp"
 #include "runtime/core/step_batch.hpp"
 #include "templates/kv_layout.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::ref {
 
@@ -38,6 +39,10 @@ void rmsnorm_inplace(const shape::rmsnorm_inplace& s, float* rows, const float* 
 
 // out[t, :] (= or +=, by s.out) in[t, :] · weight[n, k]ᵀ
 void linear(const shape::linear& s, const float* in, const float* weight, float* out, int64_t tokens);
+// The same op as the generated forward calls it, on a projection as loaded: fp32 rows (the
+// reference backend) run the loop above; the formats the fast CPU backend keeps run its kernels
+// (runtime/cpu/linear.hpp).
+void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* out, int64_t tokens);
 
 // Per-head RMSNorm in place of the q heads (q_norm) and the k heads (k_norm, right after q) of
 // each qkv row.

@@ -270,6 +270,12 @@ bool can_dequantize(GgmlType type) {
   return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || block_function(type) != nullptr;
 }
 
+SubBlockScale q4_k_sub_block(const std::byte* block, size_t j) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  const GroupScales g = k4_group_scales(b, j / 2);
+  return j % 2 == 0 ? SubBlockScale{g.d_lo, g.m_lo} : SubBlockScale{g.d_hi, g.m_hi};
+}
+
 void dequantize(GgmlType type, std::span<const std::byte> src, std::span<float> dst) {
   if (!can_dequantize(type)) {
     fail("cannot dequantize ggml type ", ggml_type_name(type),

@@ -19,4 +19,12 @@ const char* dequantizable_type_names();
 // (whole blocks). Throws naming the type for unsupported types or mismatched sizes.
 void dequantize(GgmlType type, std::span<const std::byte> src, std::span<float> dst);
 
+// Sub-block j (0..7, 32 values) of a Q4_K block (144 bytes): value = scale · nibble - min, with
+// scale = d · its 6-bit scale and min = dmin · its 6-bit min in fp32, as dequantize computes them.
+// Its nibbles are the low (j even) or high (j odd) halves of bytes 16 + 32·(j / 2) onwards.
+struct SubBlockScale {
+  float scale, min;
+};
+SubBlockScale q4_k_sub_block(const std::byte* block, size_t j);
+
 }  // namespace kiln

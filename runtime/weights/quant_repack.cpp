@@ -6,6 +6,7 @@
 
 #include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/weights/dequant.hpp"
 #include "runtime/weights/float_convert.hpp"
 
 namespace kiln {
@@ -40,10 +41,13 @@ int q4_shift(int64_t i) { return static_cast<int>(4 * (i / 2) + 16 * (i % 2)); }
 
 }  // namespace
 
-std::optional<MatrixFormat> matrix_format_of(GgmlType type) {
+std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
   switch (type) {
     case GgmlType::Q8_0: return MatrixFormat::q8_0;
     case GgmlType::Q4_0: return MatrixFormat::q4_0;
+    case GgmlType::Q4_1: return device == Device::cpu ? std::optional(MatrixFormat::q4_1) : std::nullopt;
+    case GgmlType::Q5_0: return device == Device::cpu ? std::optional(MatrixFormat::q5_0) : std::nullopt;
+    case GgmlType::Q4_K: return device == Device::cpu ? std::optional(MatrixFormat::q4_k) : std::nullopt;
     default: return std::nullopt;
   }
 }
@@ -53,13 +57,17 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::bf16: return "bf16";
     case MatrixFormat::q8_0: return "Q8_0";
     case MatrixFormat::q4_0: return "Q4_0";
+    case MatrixFormat::q4_1: return "Q4_1";
+    case MatrixFormat::q5_0: return "Q5_0";
+    case MatrixFormat::q4_k: return "Q4_K";
+    case MatrixFormat::f32: return "f32";
   }
   return "?";
 }
 
 void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix) {
-  if (f == MatrixFormat::bf16) fail("internal: repack_row takes a quantized format");
+  if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0) fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
   const int64_t blocks = k / kQuantBlockValues;
   if (k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != blocks * block_bytes(f) || r < 0 ||
       r >= n) {
@@ -80,6 +88,99 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
       uint32_t word = 0;
       for (int64_t i = 0; i < 8; ++i) word |= static_cast<uint32_t>(nibble(qs, 8 * q + i)) << q4_shift(i);
       std::memcpy(matrix + p.lane_bytes + in_group * 4, &word, 4);  // little-endian, as the GPU reads it
+    }
+  }
+}
+
+namespace {
+
+// The CPU layout's position (0..63 in its pair) of column c of a row.
+int64_t cpu_position(int64_t c) {
+  const int64_t block = (c / kQuantBlockValues) % 2, col = c % kQuantBlockValues;
+  return 8 * (col / 4) + 4 * block + col % 4;
+}
+
+// Bytes of a row of k values as the file stores them.
+int64_t ggml_row_bytes(MatrixFormat f, int64_t k) {
+  if (f == MatrixFormat::q4_k) return k % 256 == 0 ? k / 256 * 144 : -1;
+  const int64_t block = f == MatrixFormat::q8_0 ? 34 : f == MatrixFormat::q4_0 ? 18 : f == MatrixFormat::q4_1 ? 20 : 22;
+  return k / kQuantBlockValues * block;
+}
+
+int64_t cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 64 : 32; }
+
+// Where a pair's scales start: after the quants (and Q5_0's fifth bits).
+int64_t cpu_scales_at(MatrixFormat f) { return cpu_quant_bytes(f) + (f == MatrixFormat::q5_0 ? 8 : 0); }
+
+float f16_value(const std::byte* p) {
+  float v = 0.0f;
+  f16_elements_to_f32(p, std::span<float>(&v, 1));
+  return v;
+}
+
+}  // namespace
+
+void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t k, std::byte* row) {
+  if (!is_block_format(f) || k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != ggml_row_bytes(f, k)) {
+    fail("internal: repack_cpu_row of ", matrix_format_name(f), ": ", ggml_row.size(), " bytes for a row of ", k);
+  }
+  const int64_t pair_bytes = cpu_pair_bytes(f), scales = cpu_scales_at(f);
+  std::memset(row, 0, static_cast<size_t>(cpu_matrix_bytes(f, 1, k)));  // an odd last block's partner stays zero
+  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
+    std::byte* pair = row + (b / 2) * pair_bytes;
+    const int64_t half = b % 2;
+    int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else 0..15 / 0..31)
+    if (f == MatrixFormat::q4_k) {
+      const std::byte* super = ggml_row.data() + (b / 8) * 144;
+      const SubBlockScale sc = q4_k_sub_block(super, static_cast<size_t>(b % 8));
+      const float min = -sc.min;
+      std::memcpy(pair + scales + 4 * half, &sc.scale, 4);
+      std::memcpy(pair + scales + 8 + 4 * half, &min, 4);
+      const std::byte* qs = super + 16 + 32 * ((b % 8) / 2);
+      for (int c = 0; c < kQuantBlockValues; ++c) {
+        const auto v = static_cast<uint8_t>(qs[c]);
+        q[c] = b % 2 == 0 ? v & 0x0F : v >> 4;
+      }
+    } else {
+      const std::byte* block = ggml_row.data() + b * ggml_row_bytes(f, kQuantBlockValues);
+      std::memcpy(pair + scales + 2 * half, block, 2);                                        // fp16 d
+      if (f == MatrixFormat::q4_1) std::memcpy(pair + scales + 4 + 2 * half, block + 2, 2);  // fp16 m
+      uint32_t fifth = 0;                                                                     // Q5_0's qh
+      if (f == MatrixFormat::q5_0) std::memcpy(&fifth, block + 2, 4);
+      const std::byte* qs = block + (f == MatrixFormat::q4_1 ? 4 : f == MatrixFormat::q5_0 ? 6 : 2);
+      for (int c = 0; c < kQuantBlockValues; ++c) {
+        q[c] = f == MatrixFormat::q8_0 ? static_cast<int8_t>(qs[c]) : nibble(qs, c) | (((fifth >> c) & 1) << 4);
+      }
+    }
+    for (int c = 0; c < kQuantBlockValues; ++c) {
+      const int64_t pos = cpu_position(b * kQuantBlockValues + c);
+      if (f == MatrixFormat::q8_0) {
+        pair[pos] = std::byte(static_cast<uint8_t>(q[c]));
+        continue;
+      }
+      pair[pos % 32] |= std::byte(static_cast<uint8_t>((q[c] & 0x0F) << (pos < 32 ? 0 : 4)));
+      if (q[c] & 0x10) pair[32 + pos / 8] |= std::byte(static_cast<uint8_t>(1u << (pos % 8)));
+    }
+  }
+}
+
+float cpu_row_value(MatrixFormat f, const std::byte* row, int64_t c) {
+  const std::byte* pair = row + (c / (2 * kQuantBlockValues)) * cpu_pair_bytes(f);
+  const int64_t half = (c / kQuantBlockValues) % 2, pos = cpu_position(c), scales = cpu_scales_at(f);
+  if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int8_t>(pair[pos])) * f16_value(pair + scales + 2 * half);
+  const auto byte = static_cast<uint8_t>(pair[pos % 32]);
+  int q = pos < 32 ? byte & 0x0F : byte >> 4;
+  switch (f) {
+    case MatrixFormat::q4_0: return static_cast<float>(q - 8) * f16_value(pair + scales + 2 * half);
+    case MatrixFormat::q4_1: return static_cast<float>(q) * f16_value(pair + scales + 2 * half) + f16_value(pair + scales + 4 + 2 * half);
+    case MatrixFormat::q5_0:
+      q |= ((static_cast<uint8_t>(pair[32 + pos / 8]) >> (pos % 8)) & 1) << 4;
+      return static_cast<float>(q - 16) * f16_value(pair + scales + 2 * half);
+    default: {  // q4_k
+      float scale, min;
+      std::memcpy(&scale, pair + scales + 4 * half, 4);
+      std::memcpy(&min, pair + scales + 8 + 4 * half, 4);
+      return scale * static_cast<float>(q) + min;
     }
   }
 }

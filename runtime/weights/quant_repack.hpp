@@ -1,7 +1,7 @@
 // GGUF rows in the GPU's quantized layout (templates/weight_matrix.hpp): the loader repacks each
 // row of a Q8_0 or Q4_0 tensor it keeps quantized; the values, scales and byte count stay ggml's.
-// Rows of the other block types (K-quants, Q4_1, Q5_0, ...) the GPU has no GEMV for are
-// requantized to Q8_0 (quantize_q8_0), which is closer to them than bf16 and half its bytes.
+// Rows of the other block types (K-quants, Q5_0, ...) a device has no kernel for are requantized
+// to Q8_0 (quantize_q8_0), which is closer to them than bf16 and half its bytes.
 #pragma once
 
 #include <cstddef>
@@ -14,14 +14,24 @@
 
 namespace kiln {
 
-// The GPU format that keeps a GGUF type as stored, if there is one.
-std::optional<MatrixFormat> matrix_format_of(GgmlType type);
+enum class Device { cpu, gpu };
+
+// The format that keeps a GGUF type as stored on a device, if there is one: Q8_0 and Q4_0 on the
+// GPU (repacked, repack_row), those and Q4_1, Q5_0, Q4_K on the fast CPU backend (repack_cpu_row).
+std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device);
 const char* matrix_format_name(MatrixFormat format);
 
 // Writes one GGUF row of k values (whole ggml blocks of the format's type) as row r of the [n, k]
 // matrix at `matrix` (matrix_bytes(format, n, k) bytes, zeroed beforehand: padding stays zero).
 void repack_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix);
+
+// Writes one GGUF row of k values (whole ggml blocks of the format's type) in the fast CPU backend's
+// layout (templates/weight_matrix.hpp, cpu_matrix_bytes(format, 1, k) bytes).
+void repack_cpu_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t k, std::byte* row);
+
+// Value c of a row in the CPU layout: quant · scale (+ min), as the kernels compute with it (tests).
+float cpu_row_value(MatrixFormat format, const std::byte* row, int64_t c);
 
 // ggml's quantize_row_q8_0_ref: per 32 values d = max|x| / 127, stored as fp16, and q = round(x / d)
 // (with d's fp32 value, as ggml does). x.size() a multiple of 32; out: x.size() / 32 · 34 bytes.

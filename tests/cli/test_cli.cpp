@@ -17,7 +17,7 @@ using kiln::test::TempDir;
 namespace {
 
 CommandResult run(const std::string& args) {
-  return kiln::test::run_command(std::string(KILN_TINY_LLAMA) + " --backend cpu --random-weights 3 " + args);
+  return kiln::test::run_command(std::string(KILN_TINY_LLAMA) + " --backend ref --random-weights 3 " + args);
 }
 
 }  // namespace
@@ -36,7 +36,7 @@ TEST_CASE("greedy generation with JSON output") {
   CHECK(j["timings"]["wall_s"].get<double>() >= j["timings"]["prefill_s"].get<double>() + j["timings"]["decode_s"].get<double>());
   CHECK(j["timings"]["wall_s"].get<double>() > 0);
   CHECK(j["counts"]["swapped_out"] == 0);
-  CHECK(j["backend"] == "cpu");
+  CHECK(j["backend"] == "ref");
 }
 
 TEST_CASE("a prompt longer than the model's max context is rejected for that request") {
@@ -121,7 +121,7 @@ TEST_CASE("tensor-parallel DeepSeek-V2: the same tokens on 1, 2 and 4 simulated 
   nlohmann::json one;
   for (int ranks : {1, 2, 4}) {
     const CommandResult r = kiln::test::run_command(std::string(KILN_TINY_DEEPSEEK_V2) +
-                                                    " --backend cpu --random-weights 3 --prompt-ids 5,6,7,8 --max-tokens 6 "
+                                                    " --backend ref --random-weights 3 --prompt-ids 5,6,7,8 --max-tokens 6 "
                                                     "--temperature 0 --ignore-eos --profile --output-format json --tp " +
                                                     std::to_string(ranks));
     INFO(ranks << " ranks: " << r.output);

@@ -82,6 +82,20 @@ std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int6
   return ids;
 }
 
+Prompt reference_prompt(const ModelDef& model, Backend& reference, const std::vector<int32_t>& ids, size_t tokens) {
+  const int64_t V = model.info.vocab_size;
+  Prompt ref{ids, {}, std::vector<int32_t>(tokens), {}};
+  const Run run = run_prompt(model, reference, ref);
+  ref.logits = run.prompt_logits;
+  ref.greedy = run.tokens;
+  Prompt steps{ids, {}, {0}, {}};  // the prompt and the greedy tokens but the last, as one prompt
+  steps.ids.insert(steps.ids.end(), ref.greedy.begin(), ref.greedy.end() - 1);
+  const Run at_steps = run_prompt(model, reference, steps);
+  ref.greedy_logits.assign(at_steps.prompt_logits.begin() + static_cast<std::ptrdiff_t>((ids.size() - 1) * V),
+                           at_steps.prompt_logits.end());
+  return ref;
+}
+
 GreedyVerdict top5_rule(const ModelDef& model, Backend& backend, const Prompt& p, const Run& run) {
   const auto contains = [](const std::vector<int32_t>& ids, int32_t id) {
     return std::find(ids.begin(), ids.end(), id) != ids.end();

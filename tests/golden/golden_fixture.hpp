@@ -64,6 +64,11 @@ struct GreedyVerdict {
 };
 GreedyVerdict top5_rule(const ModelDef& model, Backend& backend, const Prompt& prompt, const Run& run);
 
+// A prompt whose oracle is kiln's CPU reference backend rather than HF (a file HF cannot read, a
+// quantized GGUF): `reference`'s own prompt logits for `ids`, its greedy continuation of `tokens`
+// tokens, and its logits at each greedy step, as a fixture Prompt for top5_rule.
+Prompt reference_prompt(const ModelDef& model, Backend& reference, const std::vector<int32_t>& ids, size_t tokens);
+
 // Indices of the k largest values of row `row` of `logits`.
 std::vector<int32_t> top_k(const std::vector<float>& logits, int64_t vocab, int64_t row, int k);
 

@@ -19,7 +19,7 @@ namespace {
 void check_model(const ModelDef& model) {
   const golden::Fixture fixture = golden::load_fixture(model.info.name);
   const auto source = open_safetensors_source(fixture.dir);
-  const auto backend = make_cpu_backend(model, WeightOrigin{source.get(), 0}, BackendOptions{});
+  const auto backend = make_ref_backend(model, WeightOrigin{source.get(), 0}, BackendOptions{});
   const int64_t V = model.info.vocab_size;
   for (size_t i = 0; i < fixture.prompts.size(); ++i) {
     const golden::Prompt& p = fixture.prompts[i];
@@ -69,7 +69,7 @@ TEST_CASE("requests served together through a small KV pool equal each alone on 
       BackendOptions options;
       options.kv_pages = pages;
       options.swap_space_bytes = swap_pages * page_bytes;
-      const auto backend = make_cpu_backend(model, WeightOrigin{nullptr, 5}, options);
+      const auto backend = make_ref_backend(model, WeightOrigin{nullptr, 5}, options);
       REQUIRE(backend->swap_pages() == swap_pages);
       const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend);
       INFO(pages << " KV pages, " << swap_pages << " swap pages: " << c.preemptions << " preemptions, " << c.swapped_out
@@ -87,7 +87,7 @@ TEST_CASE("prompt chunks capped beside decodes from measured step times leave ev
   BackendOptions options;
   options.kv_pages = 400;
   const ModelDef& model = models::tiny_qwen3::model_def();
-  const auto backend = make_cpu_backend(model, WeightOrigin{nullptr, 5}, options);
+  const auto backend = make_ref_backend(model, WeightOrigin{nullptr, 5}, options);
   const golden::ServingComparison c = golden::serve_together_and_alone(model, *backend, 1.2);
   CHECK(c.identical == c.requests);
 }

@@ -122,9 +122,9 @@ void check_model(const ModelDef& model) {
   CHECK(fp8 >= 4 * model.info.num_layers - 1);  // at least q/kv/o and the MLP's of (nearly) every layer
   CHECK_NOTHROW(check_model_config(dir.path().string(), model.info));
   const auto weights = open_safetensors_source(dir.path().string());
-  const auto backend = make_cpu_backend(model, WeightOrigin{weights.get(), 0}, BackendOptions{});
+  const auto backend = make_ref_backend(model, WeightOrigin{weights.get(), 0}, BackendOptions{});
   const auto reference_weights = open_safetensors_source(reference.path().string());
-  const auto reference_backend = make_cpu_backend(model, WeightOrigin{reference_weights.get(), 0}, BackendOptions{});
+  const auto reference_backend = make_ref_backend(model, WeightOrigin{reference_weights.get(), 0}, BackendOptions{});
   for (size_t i = 0; i < fixture.prompts.size(); ++i) {
     const golden::Prompt& p = fixture.prompts[i];
     const golden::Run run = golden::run_prompt(model, *backend, p);

@@ -44,7 +44,7 @@ using golden::fixture_as_gguf;
 // `q8_0`: also a Q8_0 file (false where no matrix row is a whole number of 32-element blocks, so it
 // would equal the F32 file).
 void check_logits(const ModelDef& model, const golden::Fixture& fixture, const TensorSource& weights, const std::string& what) {
-  const auto backend = make_cpu_backend(model, WeightOrigin{&weights, 0}, BackendOptions{});
+  const auto backend = make_ref_backend(model, WeightOrigin{&weights, 0}, BackendOptions{});
   for (size_t i = 0; i < fixture.prompts.size(); ++i) {
     const golden::Prompt& p = fixture.prompts[i];
     const golden::Run run = golden::run_prompt(model, *backend, p);
@@ -64,7 +64,7 @@ void check_model(const ModelDef& model, KvB kv_b = KvB::split, bool q8_0 = true)
     const std::vector<std::byte> image = fixture_as_gguf(model, *hf, type, 1.0f, kv_b);
     const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
     const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model.info);
-    const auto backend = make_cpu_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
+    const auto backend = make_ref_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
     for (size_t i = 0; i < fixture.prompts.size(); ++i) {
       const golden::Prompt& p = fixture.prompts[i];
       const golden::Run run = golden::run_prompt(model, *backend, p);
@@ -231,7 +231,7 @@ TEST_CASE("the binary runs a weights-only GGUF on prompt ids, and asks for a tok
   const golden::Prompt& p = fixture.prompts[1];
   std::string ids;
   for (const int32_t id : p.ids) ids.append(ids.empty() ? "" : ",").append(std::to_string(id));
-  const std::string run = std::string(KILN_TINY_LLAMA) + " --backend cpu --gguf " + path;
+  const std::string run = std::string(KILN_TINY_LLAMA) + " --backend ref --gguf " + path;
   const test::CommandResult r = test::run_command(run + " --prompt-ids " + ids + " --max-tokens " +
                                                   std::to_string(p.greedy.size()) + " --temperature 0 --ignore-eos --output-format json");
   INFO(r.output);

@@ -142,7 +142,7 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type) {
   const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
   const std::vector<std::byte> image = golden::fixture_as_gguf(model, *hf, type);  // the file views it
   const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model.info);
-  const auto cpu = make_cpu_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
+  const auto cpu = make_ref_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
   const auto cuda = make_cuda_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
   const BackendInfo& info = cuda->info();
   INFO(origin << ": " << info.weight_formats);
@@ -150,16 +150,7 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type) {
   CHECK(info.decode_weight_bytes < model.info.decode_weight_bytes);
   const int64_t V = model.info.vocab_size;
   for (size_t i = 0; i < fixture.prompts.size(); ++i) {
-    golden::Prompt ref{fixture.prompts[i].ids, {}, {}, {}};
-    ref.greedy.resize(fixture.prompts[i].greedy.size());
-    const golden::Run cpu_run = golden::run_prompt(model, *cpu, ref);
-    ref.logits = cpu_run.prompt_logits;
-    ref.greedy = cpu_run.tokens;
-    golden::Prompt steps{ref.ids, {}, {0}, {}};  // the prompt and the greedy tokens but the last, as one prompt
-    steps.ids.insert(steps.ids.end(), ref.greedy.begin(), ref.greedy.end() - 1);
-    const golden::Run at_steps = golden::run_prompt(model, *cpu, steps);
-    ref.greedy_logits.assign(at_steps.prompt_logits.begin() + static_cast<std::ptrdiff_t>((ref.ids.size() - 1) * V),
-                             at_steps.prompt_logits.end());
+    const golden::Prompt ref = golden::reference_prompt(model, *cpu, fixture.prompts[i].ids, fixture.prompts[i].greedy.size());
     const golden::Run run = golden::run_prompt(model, *cuda, ref);
     const golden::LogitsComparison c = golden::compare_logits(ref.logits, run.prompt_logits, V, 1e-3);
     const golden::GreedyVerdict g = golden::top5_rule(model, *cuda, ref, run);

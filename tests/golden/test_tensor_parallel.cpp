@@ -36,7 +36,7 @@ std::string error_of(const std::function<void()>& f) {
 // Every fixture prompt on `ranks` simulated ranks against one rank, from `origin`'s weights.
 void check_ranks(const ModelDef& model, const WeightOrigin& origin, int32_t ranks) {
   const golden::Fixture fixture = golden::load_fixture(model.info.name);
-  const auto one = make_cpu_backend(model, origin, BackendOptions{});
+  const auto one = make_ref_backend(model, origin, BackendOptions{});
   const auto group = make_tensor_parallel_backend(model, ranks, false, origin, BackendOptions{});
   CHECK(group->kv_pages() == one->kv_pages());
   const int64_t V = model.info.vocab_size;

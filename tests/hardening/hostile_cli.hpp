@@ -16,9 +16,9 @@ namespace kiln::test {
 
 inline constexpr double kCommandTimeout = 120;
 
-// Runs `binary --backend cpu args`; fails the test on a signal or a hang.
+// Runs `binary --backend ref args`; fails the test on a signal or a hang.
 inline CommandResult run_binary(const std::string& binary, const std::string& args) {
-  const CommandResult r = run_command_limited(binary + " --backend cpu " + args, kCommandTimeout);
+  const CommandResult r = run_command_limited(binary + " --backend ref " + args, kCommandTimeout);
   INFO(args << "\n-> exit " << r.exit_code << ", signal " << r.signal << "\n" << r.output);
   REQUIRE_FALSE(r.timed_out);
   REQUIRE(r.signal == 0);

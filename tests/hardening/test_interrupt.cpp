@@ -50,7 +50,7 @@ TEST_CASE("SIGINT or SIGTERM during a batch run keeps the finished results and f
     }
     const std::string requests = dir.write("requests.jsonl", lines);
     const std::string output = dir.file("results.jsonl"), log = dir.file("log.txt");
-    const pid_t pid = spawn(std::string(KILN_TINY_LLAMA) + " --backend cpu --random-weights 1 --no-progress --prompts-file " +
+    const pid_t pid = spawn(std::string(KILN_TINY_LLAMA) + " --backend ref --random-weights 1 --no-progress --prompts-file " +
                                 requests + " --output " + output,
                             log);
     // Wait for some results, so the interruption comes mid-run.

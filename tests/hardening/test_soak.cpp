@@ -19,7 +19,7 @@ TEST_CASE("serving soak: 2000 random requests through a small KV pool finish as 
   REQUIRE(count >= 100);
   const ModelDef& model = models::tiny_llama::model_def();
   const test::SoakReport r = test::run_soak(model, count, 2024, [&](int32_t kv_pages) {
-    return make_cpu_backend(model, WeightOrigin{nullptr, 11}, BackendOptions{.kv_pages = kv_pages});
+    return make_ref_backend(model, WeightOrigin{nullptr, 11}, BackendOptions{.kv_pages = kv_pages});
   });
   WARN(r.summary());
   for (const std::string& d : r.differences) WARN(d);

@@ -124,7 +124,7 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
 // each value rounded once to bf16.
 template <shape::linear S>
 void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
-  const MatrixFormat f = *matrix_format_of(type);
+  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
   const std::vector<std::byte> blocks =
       test::random_scaled_blocks(ggml_block_bytes(type), S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
   std::vector<float> weight(static_cast<size_t>(S.n) * S.k);

@@ -17,7 +17,7 @@ TOKENIZER = os.path.join(HERE, "tiny-chat")
 class Server:
     def __init__(self, binary, *extra, seed=1, api_key=None, ready_timeout=60):
         self.binary = binary
-        args = [binary, "serve", "--backend", "cpu", "--random-weights", str(seed), "--tokenizer", TOKENIZER,
+        args = [binary, "serve", "--backend", "ref", "--random-weights", str(seed), "--tokenizer", TOKENIZER,
                 "--host", "127.0.0.1", "--port", "0", *extra]
         if api_key:
             args += ["--api-key", api_key]

@@ -44,7 +44,7 @@ def check(cond, what):
 
 def cli_json(*args):
     """The batch CLI's JSON output for the same model, weights and tokenizer."""
-    out = subprocess.run([ARGS.binary, "--backend", "cpu", "--random-weights", "1", "--tokenizer", TOKENIZER,
+    out = subprocess.run([ARGS.binary, "--backend", "ref", "--random-weights", "1", "--tokenizer", TOKENIZER,
                           "--output-format", "json", "-q", *args], capture_output=True, text=True, check=True).stdout
     return json.loads(out[out.index("{"):])
 
@@ -427,7 +427,7 @@ def case_chat_repl_under_a_pipe():
     # answers again), /exit ends it, the later turns reuse the earlier turns' KV pages.
     first = "Tell me a story about the sea, the sky and the mountains, and the little model that wanted to talk."
     conversation = f"{first}\nAnd then?\n"
-    p = subprocess.run([ARGS.binary, "chat", "--backend", "cpu", "--random-weights", "1", "--tokenizer", TOKENIZER,
+    p = subprocess.run([ARGS.binary, "chat", "--backend", "ref", "--random-weights", "1", "--tokenizer", TOKENIZER,
                         "--temp", "0.8", "-s", "5", "-n", "6"], input=conversation + "/clear\n" + conversation + "/exit\nnot read\n",
                        capture_output=True, text=True, timeout=120)
     check(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")

@@ -17,7 +17,7 @@ using namespace kiln;
 namespace {
 
 void check_round_trip(GgmlType type, int64_t n, int64_t k) {
-  const MatrixFormat f = *matrix_format_of(type);
+  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
   const std::vector<std::byte> rows = test::random_scaled_blocks(ggml_block_bytes(type), n, k, static_cast<uint32_t>(n * 1000 + k));
   std::vector<float> expect(static_cast<size_t>(n * k));
   dequantize(type, rows, expect);
@@ -56,7 +56,11 @@ TEST_CASE("quant repack: Q8_0 and Q4_0 rows keep ggml's values in the GPU layout
   }
   CHECK(matrix_bytes(MatrixFormat::q4_0, 4096, 4096) == 4096LL * 4096 / 32 * 18);  // ggml's bytes, no padding
   CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
-  CHECK(!matrix_format_of(GgmlType::Q4_K));
+  CHECK(!matrix_format_of(GgmlType::Q4_K, Device::gpu));
+  CHECK(!matrix_format_of(GgmlType::Q5_K, Device::cpu));
+  CHECK(matrix_format_of(GgmlType::Q4_K, Device::cpu) == MatrixFormat::q4_k);
+  CHECK(!matrix_format_of(GgmlType::Q4_1, Device::gpu));  // the GPU requantizes Q4_1 to Q8_0
+  CHECK(matrix_format_of(GgmlType::Q4_1, Device::cpu) == MatrixFormat::q4_1);
 }
 
 TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {
@@ -100,4 +104,38 @@ TEST_CASE("quant repack: quantize_q8_0 is ggml's reference quantizer (values wit
   CHECK(std::abs(static_cast<int8_t>(q8[34 + 2 + 8])) == 0);       // x[40] = 0
   CHECK(static_cast<uint8_t>(q8[68]) == 0);                         // zero block: d = 0
   CHECK_THROWS_AS(quantize_q8_0(std::span<const float>(x.data(), 33), q8), kiln::Error);
+}
+
+TEST_CASE("quant repack: the CPU layout holds ggml's values, in pairs of blocks, a lone last block padded", "[weights]") {
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K}) {
+    const MatrixFormat f = *matrix_format_of(type, Device::cpu);
+    for (const int64_t k : {32, 64, 96, 576, 512}) {
+      if (k % static_cast<int64_t>(ggml_block_size(type)) != 0) continue;
+      INFO(ggml_type_name(type) << " k " << k);
+      std::vector<std::byte> row = test::random_scaled_blocks(ggml_block_bytes(type), 1, k, static_cast<uint32_t>(k),
+                                                              static_cast<int64_t>(ggml_block_size(type)));
+      if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K) {  // a finite fp16 min (dmin): 0.01
+        for (size_t b = 0; b < row.size(); b += ggml_block_bytes(type)) {
+          row[b + 2] = std::byte{0x1F};
+          row[b + 3] = std::byte{0x21};
+        }
+      }
+      std::vector<float> expect(static_cast<size_t>(k));
+      dequantize(type, row, expect);
+      std::vector<std::byte> cpu(static_cast<size_t>(cpu_matrix_bytes(f, 1, k)), std::byte{0xAB});  // poisoned
+      repack_cpu_row(f, row, k, cpu.data());
+      int64_t equal = 0;
+      for (int64_t c = 0; c < k; ++c) equal += cpu_row_value(f, cpu.data(), c) == expect[static_cast<size_t>(c)];
+      CHECK(equal == k);
+      if (k % 64 != 0) {  // the lone block's partner (Q8_0, Q4_0, Q4_1, Q5_0): zero quants and scale
+        const int64_t last = static_cast<int64_t>(cpu.size()) - cpu_pair_bytes(f);
+        const int64_t scales = (f == MatrixFormat::q8_0 ? 64 : 32) + (f == MatrixFormat::q5_0 ? 8 : 0);
+        uint16_t partner_scale = 1;
+        std::memcpy(&partner_scale, cpu.data() + last + scales + 2, 2);
+        CHECK(partner_scale == 0);
+      }
+    }
+  }
+  CHECK(cpu_matrix_bytes(MatrixFormat::q4_1, 576, 1536) == 576LL * 1536 / 32 * 20);  // ggml's bytes
+  CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 2LL * 2 * 68);                 // and a padding block
 }

@@ -58,11 +58,12 @@ std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int
   return out;
 }
 
-std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, int64_t k, uint32_t seed) {
+std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, int64_t k, uint32_t seed,
+                                            int64_t block_values) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.1f);
-  const size_t blocks = static_cast<size_t>(rows * k / 32);
+  const size_t blocks = static_cast<size_t>(rows * k / block_values);
   std::vector<std::byte> out(blocks * block_bytes);
   for (size_t b = 0; b < blocks; ++b) {
     const uint16_t d = f32_to_f16(scale(rng));

@@ -88,10 +88,11 @@ std::vector<std::byte> to_bytes(const std::vector<T>& values) {
 // viewed as (2, head_dim / 2) are stored transposed, so output row (h, i, s) is input row (h, s, i).
 std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int64_t rows, int64_t cols, int64_t heads);
 
-// `rows` GGUF rows of k values of a 32-value block type whose blocks start with an fp16 scale
-// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): scales in [0.001, 0.1), every other byte random (every quant the
-// type has), the same for the same seed.
-std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, int64_t k, uint32_t seed);
+// `rows` GGUF rows of k values of a block type (of block_values values) whose blocks start with an
+// fp16 scale (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; Q4_K): scales in [0.001, 0.1), every other byte random
+// (every quant the type has), the same for the same seed.
+std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, int64_t k, uint32_t seed,
+                                            int64_t block_values = 32);
 
 // A GGUF image with knobs for every field, so each test breaks exactly one thing.
 struct GgufBuilder {

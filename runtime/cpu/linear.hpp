@@ -1,0 +1,16 @@
+// The projection op of the fast CPU backend: out[t, :] (= or +=, by s.out) in[t, :] · weight[n, k]ᵀ
+// over a weight in a stored format (bf16 rows, the block formats of weight_matrix.hpp), its rows split
+// over the pool's threads (runtime/core/parallel.hpp). Block formats take the activations
+// quantized per 32 values in two 8-bit parts (quant_dot.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "codegen/op_shapes.hpp"
+#include "templates/weight_matrix.hpp"
+
+namespace kiln::cpu {
+
+void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* out, int64_t tokens);
+
+}  // namespace kiln::cpu

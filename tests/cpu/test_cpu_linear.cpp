@@ -1,0 +1,177 @@
+// The fast CPU backend's projection kernels (runtime/cpu) against the reference linear on the
+// same weights dequantized by ggml's rules: every format, every instruction set this processor
+// has, odd shapes (rows and tokens that are not whole tiles), store and accumulate.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/core/dtype.hpp"
+#include "runtime/cpu/linear.hpp"
+#include "runtime/cpu/quant_dot.hpp"
+#include "runtime/ref/ops.hpp"
+#include "runtime/weights/dequant.hpp"
+#include "runtime/weights/float_convert.hpp"
+#include "runtime/weights/quant_repack.hpp"
+#include "tests/weights/test_support.hpp"
+
+using namespace kiln;
+
+namespace {
+
+struct Weights {
+  std::vector<std::byte> stored;  // as the fast backend keeps them
+  std::vector<float> values;      // what they mean, for the reference
+};
+
+GgmlType ggml_type_of(MatrixFormat f) {
+  switch (f) {
+    case MatrixFormat::q8_0: return GgmlType::Q8_0;
+    case MatrixFormat::q4_0: return GgmlType::Q4_0;
+    case MatrixFormat::q4_1: return GgmlType::Q4_1;
+    case MatrixFormat::q5_0: return GgmlType::Q5_0;
+    default: return GgmlType::Q4_K;
+  }
+}
+
+Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
+  Weights w;
+  w.values.resize(static_cast<size_t>(n * k));
+  if (f == MatrixFormat::bf16) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> value(0.0f, 0.05f);
+    std::vector<float> raw(w.values.size());
+    for (float& v : raw) v = value(rng);
+    std::vector<uint16_t> bits(raw.size());
+    f32_elements_to_bf16(raw, bits);
+    w.stored.resize(bits.size() * 2);
+    std::memcpy(w.stored.data(), bits.data(), w.stored.size());
+    bf16_elements_to_f32(w.stored.data(), w.values);
+    return w;
+  }
+  const GgmlType type = ggml_type_of(f);
+  const size_t block_bytes = ggml_block_bytes(type);
+  std::vector<std::byte> ggml =
+      test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
+  if (f == MatrixFormat::q4_1 || f == MatrixFormat::q4_k) {  // the random bytes would make any fp16 min: keep it in [-0.1, 0.1)
+    std::mt19937 rng(seed + 1);
+    std::uniform_real_distribution<float> min(-0.1f, 0.1f);
+    for (size_t b = 0; b * block_bytes < ggml.size(); ++b) {
+      const uint16_t m = f32_to_f16(min(rng));
+      std::memcpy(ggml.data() + b * block_bytes + 2, &m, 2);
+    }
+  }
+  dequantize(type, ggml, w.values);
+  const int64_t ggml_row = k / static_cast<int64_t>(ggml_block_size(type)) * static_cast<int64_t>(block_bytes);
+  const int64_t row = cpu_matrix_bytes(f, 1, k);
+  w.stored.resize(static_cast<size_t>(n * row));
+  for (int64_t r = 0; r < n; ++r) {
+    repack_cpu_row(f, std::span<const std::byte>(ggml.data() + r * ggml_row, static_cast<size_t>(ggml_row)), k,
+                   w.stored.data() + r * row);
+  }
+  return w;
+}
+
+std::vector<float> make_inputs(int64_t tokens, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(tokens * k));
+  for (float& v : x) v = value(rng);
+  return x;
+}
+
+double nmse(const std::vector<float>& ref, const std::vector<float>& got) {
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    err += (static_cast<double>(ref[i]) - got[i]) * (static_cast<double>(ref[i]) - got[i]);
+    norm += static_cast<double>(ref[i]) * ref[i];
+  }
+  return err / norm;
+}
+
+// Limits: bf16 rows against fp32 inputs are the reference's products summed in another order;
+// block formats see their inputs quantized in two 8-bit parts per 32 values (quant_dot.hpp).
+double limit(MatrixFormat f) { return f == MatrixFormat::bf16 ? 1e-10 : 1e-7; }
+
+const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixFormat::q4_1,
+                                 MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::bf16};
+
+struct Shape {
+  int64_t n, k, tokens;
+};
+// Rows and tokens off the kernels' tiles (4 × 4, 2 × 4), a row of one block, rows of odd blocks,
+// SmolLM2's 576 and 1,536, a prefill beyond one token chunk (64).
+const Shape kShapes[] = {{37, 64, 1}, {64, 576, 1}, {19, 96, 5}, {40, 256, 9}, {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}};
+
+// Q4_K holds rows of whole 256-value blocks only.
+bool fits(MatrixFormat f, const Shape& sh) { return f != MatrixFormat::q4_k || sh.k % 256 == 0; }
+
+}  // namespace
+
+TEST_CASE("cpu kernels: each instruction set's dot products equal the reference linear", "[cpu]") {
+  const std::pair<const char*, cpu::DotKernel> kernels[] = {{"portable", cpu::dot_kernel_portable()},
+                                                            {"AVX2", cpu::dot_kernel_avx2()},
+                                                            {"AVX-512 VNNI", cpu::dot_kernel_avx512_vnni()}};
+  for (const auto& [isa, kernel] : kernels) {
+    if (kernel == nullptr) {
+      WARN(isa << ": not on this processor, not tested");
+      continue;
+    }
+    for (const MatrixFormat f : kFormats) {
+      for (const Shape& sh : kShapes) {
+        if (!fits(f, sh)) continue;
+        INFO(isa << " " << static_cast<int>(f) << " [" << sh.n << ", " << sh.k << "] × " << sh.tokens << " tokens");
+        const Weights w = make_weights(f, sh.n, sh.k, static_cast<uint32_t>(sh.n * 7 + sh.k));
+        const std::vector<float> x = make_inputs(sh.tokens, sh.k, static_cast<uint32_t>(sh.tokens));
+        std::vector<float> expect(static_cast<size_t>(sh.tokens * sh.n), 0.0f);
+        const shape::linear s{.n = static_cast<int>(sh.n), .k = static_cast<int>(sh.k), .out = LinearOut::store_f32};
+        ref::linear(s, x.data(), w.values.data(), expect.data(), sh.tokens);
+
+        const bool blocks = is_block_format(f);
+        const int64_t pairs = cpu::activation_pairs(sh.k);
+        std::vector<cpu::Q8Pair> q(static_cast<size_t>(sh.tokens * pairs));
+        if (blocks) {
+          for (int64_t t = 0; t < sh.tokens; ++t) cpu::quantize_activations(x.data() + t * sh.k, sh.k, q.data() + t * pairs);
+        }
+        std::vector<float> got(expect.size(), NAN);  // poisoned: every output must be written
+        const cpu::DotArgs args{w.stored.data(), cpu_matrix_bytes(f, 1, sh.k), sh.n,
+                                blocks ? static_cast<const void*>(q.data()) : x.data(), blocks ? pairs : sh.k,
+                                sh.tokens, sh.k, got.data(), sh.n, false};
+        kernel(f, args);
+        CHECK(nmse(expect, got) <= limit(f));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu kernels: cpu::linear over the thread pool stores and accumulates like the reference", "[cpu]") {
+  for (const MatrixFormat f : kFormats) {
+    for (const Shape& sh : kShapes) {
+      if (!fits(f, sh)) continue;
+      for (const LinearOut out : {LinearOut::store_f32, LinearOut::add_f32}) {
+        INFO(static_cast<int>(f) << " [" << sh.n << ", " << sh.k << "] × " << sh.tokens << (out == LinearOut::add_f32 ? " +=" : " ="));
+        const Weights w = make_weights(f, sh.n, sh.k, static_cast<uint32_t>(sh.n + sh.k));
+        const std::vector<float> x = make_inputs(sh.tokens, sh.k, 99);
+        const std::vector<float> start = make_inputs(sh.tokens, sh.n, 7);  // what += adds to
+        const shape::linear s{.n = static_cast<int>(sh.n), .k = static_cast<int>(sh.k), .out = out};
+        std::vector<float> expect = out == LinearOut::add_f32 ? start : std::vector<float>(start.size(), 0.0f);
+        ref::linear(s, x.data(), w.values.data(), expect.data(), sh.tokens);
+        std::vector<float> got = out == LinearOut::add_f32 ? start : std::vector<float>(start.size(), NAN);
+        ref::linear(s, x.data(), CpuMatrix{w.stored.data(), f}, got.data(), sh.tokens);  // the generated forward's call
+        CHECK(nmse(expect, got) <= limit(f));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu kernels: the fp32 reference keeps its own loop for fp32 rows", "[cpu]") {
+  const std::vector<float> w = make_inputs(5, 8, 1), x = make_inputs(2, 8, 2);
+  const shape::linear s{.n = 5, .k = 8, .out = LinearOut::store_f32};
+  std::vector<float> a(10, NAN), b(10, NAN);
+  ref::linear(s, x.data(), w.data(), a.data(), 2);
+  ref::linear(s, x.data(), CpuMatrix{w.data(), MatrixFormat::f32}, b.data(), 2);
+  CHECK(a == b);
+}
