@@ -41,7 +41,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
-    ref::attention(kAttention, qkv, kv, attn, step);
+    ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
     ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
 

@@ -41,7 +41,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
-    ref::attention(kAttention, qkv, kv, attn, step);
+    ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);
     // x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
     ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
 

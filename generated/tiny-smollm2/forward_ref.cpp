@@ -39,7 +39,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (9 query heads share 3 KV heads)
-    ref::attention(kAttention, qkv, kv, attn, step);
+    ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
     ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
 

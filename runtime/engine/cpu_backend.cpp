@@ -122,7 +122,7 @@ class CpuBackend final : public Backend {
     num_logits_ = step.num_logits();
     std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
     const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data(),
-                         expert_usage_.empty() ? nullptr : expert_usage_.data(), rank_, collective_};
+                         expert_usage_.empty() ? nullptr : expert_usage_.data(), rank_, collective_, fast_};
     forward_->forward(step, ctx, logits_.data());
   }
 

@@ -166,6 +166,7 @@ struct RefContext {
   uint8_t* expert_usage;      // null, or [num_layers][num_routed_experts] flags the routing sets (--profile)
   int32_t rank = 0;           // tensor-parallel rank (0 without tensor parallelism)
   Collective* collective = nullptr;  // the ranks' sums and gathers; null without tensor parallelism
+  bool fast_kernels = false;  // the fast CPU backend: ops with a runtime/cpu kernel run it (attention)
 };
 class RefForward {
  public:

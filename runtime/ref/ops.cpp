@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
+#include "runtime/cpu/attention.hpp"
 #include "runtime/cpu/linear.hpp"
 
 namespace kiln::ref {
@@ -137,7 +138,9 @@ void kv_write(const shape::kv_write& s, const float* qkv, const int32_t* slot_ma
   }
 }
 
-void attention(const shape::attention& s, const float* q_rows, const KvPages& cache, float* out, const StepBatch& step) {
+void attention(const shape::attention& s, const float* q_rows, const KvPages& cache, float* out, const StepBatch& step,
+               bool fast_kernels) {
+  if (fast_kernels && s.head_dim % 16 == 0) return cpu::attention(s, q_rows, cache.base, cache.layout, out, step);
   const int64_t D = s.head_dim, P = s.page_size, heads = s.heads;
   const int64_t group = heads / s.kv_heads;
   for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {

@@ -58,8 +58,10 @@ void kv_write(const shape::kv_write& s, const float* qkv, const int32_t* slot_ma
               int64_t tokens);
 
 // Causal attention of every token over its sequence's cached keys/values (GQA: query head h reads
-// KV head h / (heads / kv_heads)). q of token t is at q + t·row, heads × head_dim.
-void attention(const shape::attention& s, const float* q, const KvPages& cache, float* out, const StepBatch& step);
+// KV head h / (heads / kv_heads)). q of token t is at q + t·row, heads × head_dim. With
+// fast_kernels (the fast CPU backend), runtime/cpu/attention.hpp's version of the same sums.
+void attention(const shape::attention& s, const float* q, const KvPages& cache, float* out, const StepBatch& step,
+               bool fast_kernels = false);
 
 // act[t] = silu(gate_up[t, :dim]) ⊙ gate_up[t, dim:]
 void silu_mul(const shape::silu_mul& s, const float* gate_up, float* act, int64_t rows);

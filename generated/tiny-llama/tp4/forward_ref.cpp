@@ -42,7 +42,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (1 query heads share 1 KV heads)
-    ref::attention(kAttention, qkv, kv, attn, step);
+    ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);
     if (ctx.rank == 0) {
       // x += attn[T, 16] · o_proj[64, 16]ᵀ   (residual add fused)   (rank 0: its share)
       ref::linear(kLinearOProj, attn, lw.o_proj, x, T);
