@@ -128,7 +128,7 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
                  "cuda, cpu (fast: the weights as stored), ref (the fp32 reference, the oracle of the tests), or auto "
                  "(cuda when a GPU is present, else cpu)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu", "ref"}));
-  app.add_option("--threads", o.threads, "threads of the CPU backends, pinned one per core (default: the physical cores)")
+  app.add_option("--threads", o.threads, "threads of the CPU backends, the workers pinned one per core (default: the physical cores)")
       ->check(CLI::Range(1, 64));
 
   CLI::Option_group* prompts = nullptr;

@@ -56,9 +56,10 @@ void pin_to(int cpu) {
 // cost more than the work. The caller spins for the last chunks likewise.
 class Pool {
  public:
+  // With `pin`, worker i runs on core i only; the caller keeps its own affinity (threads it starts
+  // later, an HTTP server's say, inherit it), so core 0 is left to it by the workers.
   Pool(int32_t threads, bool pin) {
     const std::vector<int> cpus = pin ? core_cpus() : std::vector<int>{};
-    if (!cpus.empty()) pin_to(cpus[0]);
     for (int32_t i = 1; i < threads; ++i) {
       const int cpu = cpus.empty() ? -1 : cpus[static_cast<size_t>(i) % cpus.size()];
       threads_.emplace_back([this, cpu] {

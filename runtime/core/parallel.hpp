@@ -15,8 +15,9 @@ namespace kiln {
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
 // The pool's size from now on (the caller counts as one; 0: the physical cores this process may
-// run on); with `pin`, each worker is pinned to one of those cores and the caller to the first.
-// For --threads, before the first parallel_for; a later call replaces the pool.
+// run on); with `pin`, worker i is pinned to the i-th of those cores (the caller is not pinned:
+// the first core is left to it). For --threads, before the first parallel_for; a later call
+// replaces the pool.
 void set_parallel_threads(int32_t threads, bool pin);
 int32_t parallel_threads();
 

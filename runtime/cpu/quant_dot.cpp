@@ -4,6 +4,10 @@
 #include <cmath>
 #include <iterator>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace kiln::cpu {
 
 // quant_dot_<isa>.cpp, each compiled for its instruction set.
@@ -13,11 +17,22 @@ DotKernel dot_kernel_portable_impl();
 
 namespace {
 
+// F16C (the fp16 scale conversions) through CPUID leaf 1, ECX bit 29: clang before 15 has no
+// "f16c" in __builtin_cpu_supports.
+bool has_f16c() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+#else
+  return false;
+#endif
+}
+
 bool has_avx512_vnni() {
 #if defined(__x86_64__)
   return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+         has_f16c();
 #else
   return false;
 #endif
@@ -25,7 +40,7 @@ bool has_avx512_vnni() {
 
 bool has_avx2() {
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #else
   return false;
 #endif
