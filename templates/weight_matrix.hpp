@@ -78,30 +78,42 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
 }
 
-// The fast CPU backend's layout of a block format: a row's blocks in pairs (64 values; a row of an
-// odd block count ends with a zero block), each pair one record: its quants in the order of the
-// integer dot products (runtime/cpu/quant_dot_impl.hpp) — position i of the 64 is column
-// 4·(i / 8) + i % 4 of block (i / 4) % 2, so that the dot's 32-bit lane j sums four columns of
-// block j % 2 — Q8_0 as 64 int8, the 4-bit formats as 32 bytes holding position i in the low
-// nibble and i + 32 in the high one (the file's 0..15); Q5_0 then 8 bytes of fifth bits (bit i of
-// the little-endian 64: position i's 16); then the fp16 scales [d0, d1] (Q4_1: then the mins
-// [m0, m1]). Values, scales and bytes are ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp):
-// decode streams the weights from memory, so the layout adds no byte. Q4_K's 32-value sub-blocks
-// are pairs too, with fp32 scales [d·sc0, d·sc1] and mins [-dmin·m0, -dmin·m1] (ggml's own
-// products: 6 bits a weight where the file holds 4.5, the price of one kernel for Q4_1 and Q4_K).
-KILN_HOST_DEVICE constexpr long long cpu_pair_bytes(MatrixFormat f) {
-  return f == MatrixFormat::q8_0   ? 64 + 4
-         : f == MatrixFormat::q4_0 ? 32 + 4
-         : f == MatrixFormat::q4_1 ? 32 + 8
-         : f == MatrixFormat::q5_0 ? 32 + 8 + 4
-                                   : 32 + 16;  // q4_k
+// The fast CPU backend's layout of a block format: rows in groups of 16 (the last group padded
+// with zero rows), a group's k / 32 blocks one after another, each block one record of the 16
+// rows' 32 columns in the order of the integer dot products (runtime/cpu/quant_dot_impl.hpp): a
+// 32-bit lane per row, so that byte 4·r + i of the record's 64-byte vector j belongs to row r.
+//   Q8_0: 8 vectors, byte 4·r + i of vector j column 4·j + i as value + 128 (unsigned 0..255);
+//   4-bit formats: 4 vectors, byte 4·r + i of vector j column 4·j + i in its low nibble and
+//     column 16 + 4·j + i in its high one (the file's 0..15);
+//   Q5_0: then one vector of fifth bits, bit j of byte 4·r + i column 4·j + i's 16;
+//   then the 16 rows' fp16 scales d (Q4_K: fp32 d·sc), then Q4_1's fp16 mins m (Q4_K: fp32
+//   -dmin·m).
+// Values, scales and bytes are ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp): decode
+// streams the weights from memory, so the layout adds no byte but the padding rows. Q4_K's
+// 32-value sub-blocks are blocks too, with ggml's own products for scales (6 bits a weight where
+// the file holds 4.5, the price of one kernel for Q4_1 and Q4_K).
+constexpr long long kCpuRowGroup = 16;
+
+KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 512 : 256; }
+// Where a record's scales start, their width, and where its mins start (Q4_1, Q4_K).
+KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
+  return cpu_quant_bytes(f) + (f == MatrixFormat::q5_0 ? 64 : 0);
+}
+KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) { return f == MatrixFormat::q4_k ? 4 : 2; }
+KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) { return f == MatrixFormat::q4_1 || f == MatrixFormat::q4_k; }
+KILN_HOST_DEVICE constexpr long long cpu_mins_at(MatrixFormat f) {
+  return cpu_scales_at(f) + kCpuRowGroup * cpu_scale_bytes(f);
+}
+// Bytes of one block of a group of rows.
+KILN_HOST_DEVICE constexpr long long cpu_block_bytes(MatrixFormat f) {
+  return cpu_mins_at(f) + (cpu_has_min(f) ? kCpuRowGroup * cpu_scale_bytes(f) : 0);
 }
 
 // Bytes an [n, k] matrix takes on the CPU in format f (block formats: k a multiple of 32).
 KILN_HOST_DEVICE constexpr long long cpu_matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::f32) return n * k * 4;
   if (f == MatrixFormat::bf16) return n * k * 2;
-  return n * ((k + 2 * kQuantBlockValues - 1) / (2 * kQuantBlockValues)) * cpu_pair_bytes(f);
+  return (n + kCpuRowGroup - 1) / kCpuRowGroup * (k / kQuantBlockValues) * cpu_block_bytes(f);
 }
 
 }  // namespace kiln

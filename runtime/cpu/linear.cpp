@@ -5,16 +5,18 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
+#include "runtime/cpu/bf16_amx.hpp"
 #include "runtime/cpu/quant_dot.hpp"
 
 namespace kiln::cpu {
 
 namespace {
 
-// Rows go to the threads in tiles of this many (a multiple of every kernel's row tile).
-constexpr int64_t kRowTile = 16;
-// Tokens a thread's rows take at a time: a chunk's quantized activations (320 bytes per 64
-// values: 480 KB for 64 tokens of 1,536) stay in L2 while the rows stream past them.
+// Rows go to the threads in tiles of this many: a group of the block formats' layout, a multiple
+// of the bf16 kernels' row tile.
+constexpr int64_t kRowTile = kCpuRowGroup;
+// Tokens a thread's rows take at a time: a chunk's quantized activations (80 bytes per 32
+// values: 320 KB for 64 tokens of 2,048) stay in L2 while the rows stream past them.
 constexpr int64_t kTokenChunk = 64;
 
 }  // namespace
@@ -26,28 +28,33 @@ void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* ou
     fail("internal: the fast CPU linear has no kernel for a ", static_cast<int>(weight.format), " matrix of [", n,
          ", ", k, "]");
   }
+  const bool accumulate = s.out == LinearOut::add_f32;
+  // bf16 rows of an even length on AMX where there is one, for every token count (bf16_amx.hpp).
+  if (weight.format == MatrixFormat::bf16 && k % 2 == 0 && amx_bf16_available()) {
+    return linear_bf16_amx(in, static_cast<const uint16_t*>(weight.data), n, k, out, tokens, accumulate);
+  }
   // The step's quantized activations: grown once, reused by every later call on this thread.
-  thread_local std::vector<Q8Pair> quantized;
+  thread_local std::vector<Q8Block> quantized;
   const void* x = in;
-  int64_t x_stride = k;  // per token: floats, or Q8Pair pairs
+  int64_t x_stride = k;  // per token: floats, or Q8Block blocks
   if (blocks) {
-    x_stride = activation_pairs(k);
+    x_stride = k / kQuantBlockValues;
     if (static_cast<int64_t>(quantized.size()) < tokens * x_stride) quantized.resize(tokens * x_stride);
-    Q8Pair* q = quantized.data();
+    Q8Block* q = quantized.data();
     parallel_for(tokens, 8, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) quantize_activations(in + t * k, k, q + t * x_stride);
     });
     x = q;
   }
-  const int64_t x_elem = blocks ? static_cast<int64_t>(sizeof(Q8Pair)) : 4;
-  const int64_t row_bytes = cpu_matrix_bytes(weight.format, 1, k);
+  const int64_t x_elem = blocks ? static_cast<int64_t>(sizeof(Q8Block)) : 4;
+  // Bytes from one row tile to the next: a group of 16 rows, or 16 bf16 rows.
+  const int64_t tile_bytes = cpu_matrix_bytes(weight.format, kRowTile, k);
   const DotKernel kernel = dot_kernel();
-  const bool accumulate = s.out == LinearOut::add_f32;
   parallel_for((n + kRowTile - 1) / kRowTile, 1, [&](int64_t begin, int64_t end) {
     const int64_t r0 = begin * kRowTile, r1 = std::min(n, end * kRowTile);
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
-      const DotArgs args{static_cast<const std::byte*>(weight.data) + r0 * row_bytes,
-                         row_bytes,
+      const DotArgs args{static_cast<const std::byte*>(weight.data) + begin * tile_bytes,
+                         blocks ? tile_bytes : 2 * k,
                          r1 - r0,
                          static_cast<const char*>(x) + t0 * x_stride * x_elem,
                          x_stride,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -48,32 +47,25 @@ bool has_avx2() {
 
 }  // namespace
 
-void quantize_activations(const float* x, int64_t k, Q8Pair* out) {
-  for (int64_t p = 0; p < activation_pairs(k); ++p) {
-    Q8Pair& o = out[p];
-    std::fill(std::begin(o.sum), std::end(o.sum), 0.0f);
-    std::fill(std::begin(o.offset), std::end(o.offset), 0);
-    for (int64_t half = 0; half < 2; ++half) {
-      const int64_t b = 2 * p + half;  // block of the row
-      const bool present = (b + 1) * kQuantBlockValues <= k;
-      const float* v = x + b * kQuantBlockValues;
-      float amax = 0.0f;
-      for (int j = 0; present && j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
-      const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
-      int32_t sum = 0;  // of 128·q + lo
-      for (int j = 0; j < kQuantBlockValues; ++j) {
-        const int64_t pos = 8 * (j / 4) + 4 * half + j % 4;  // the dot order (weight_matrix.hpp)
-        const float scaled = present ? v[j] * inv : 0.0f;
-        const float q = std::nearbyint(scaled);
-        o.q[pos] = static_cast<int8_t>(q);
-        o.lo[pos] = static_cast<int8_t>(std::nearbyint(128.0f * (scaled - q)));  // |scaled - q| ≤ 1/2: within ±64
-        sum += 128 * o.q[pos] + o.lo[pos];
-      }
-      const float step = d / 128.0f;
-      for (int lane = static_cast<int>(half); lane < 16; lane += 2) o.step[lane] = step;
-      o.sum[half] = step * static_cast<float>(sum);
-      o.offset[half] = -8 * sum;
+void quantize_activations(const float* x, int64_t k, Q8Block* out) {
+  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
+    const float* v = x + b * kQuantBlockValues;
+    Q8Block& o = out[b];
+    float amax = 0.0f;
+    for (int j = 0; j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t total = 0;
+    for (int j = 0; j < kQuantBlockValues; ++j) {
+      const float scaled = v[j] * inv;
+      const float q = std::nearbyint(scaled);
+      o.q[j] = static_cast<int8_t>(q);
+      o.lo[j] = static_cast<int8_t>(std::nearbyint(128.0f * (scaled - q)));  // |scaled - q| ≤ 1/2: within ±64
+      total += 128 * o.q[j] + o.lo[j];
     }
+    o.step = d / 128.0f;
+    o.total = total;
+    o.sum = o.step * static_cast<float>(total);
+    o.unused = 0.0f;
   }
 }
 

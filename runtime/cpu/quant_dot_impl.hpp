@@ -3,8 +3,11 @@
 // and includes this inside nothing but its own namespace. No std templates here: an inline std
 // function instantiated in the AVX-512 file could be the copy the linker keeps for every caller.
 //
-// A tile is R weight rows × C tokens: each weight block is loaded (and its nibbles unpacked) once
-// for C tokens, each activation block once for R rows; the R × C sums stay in registers.
+// Block formats: a tile is one group of 16 rows (templates/weight_matrix.hpp) × C tokens, a 32-bit
+// lane per row: each weight block is loaded (and its nibbles unpacked) once for C tokens, and
+// each 4 activations are broadcast to the 16 rows; the C vectors of sums stay in registers and are
+// the output rows as they are (no sum across lanes). bf16 rows: a tile is R rows × C tokens of
+// sums across lanes.
 #pragma once
 
 #include <cstring>
@@ -18,93 +21,188 @@
 namespace kiln::cpu::KILN_DOT_NS {
 
 #if KILN_DOT_SIMD == 2
-constexpr int kRows = 2, kTokens = 6;  // 12 sums in 32 registers: the best of 1-4 rows × 2-8 tokens measured (SmolLM2 Q4_1)
+constexpr int kBlockTokens = 8;              // 8 sums + 8 weight vectors in 32 registers
+constexpr int kBf16Rows = 2, kBf16Tokens = 6;  // 12 sums: the best of 1-4 rows × 2-8 tokens measured
 #else
-constexpr int kRows = 2, kTokens = 2;  // AVX2's 16 registers
+constexpr int kBlockTokens = 4;  // AVX2's 16 registers (and the portable loop)
+constexpr int kBf16Rows = 2, kBf16Tokens = 2;
 #endif
 
-// Where a pair record's scales start (after the quants and Q5_0's fifth bits), and whether they
-// are fp32 (Q4_K) or fp16; formats with a min (Q4_1, Q4_K) keep it after the scales.
+// The offset of the unsigned quants (value = scale · (u - offset)), folded into the integer sum
+// as -offset · total (quant_dot.hpp).
 template <MatrixFormat F>
-constexpr int64_t kScalesAt = (F == MatrixFormat::q8_0 ? 64 : 32) + (F == MatrixFormat::q5_0 ? 8 : 0);
-template <MatrixFormat F>
-constexpr bool kHasMin = F == MatrixFormat::q4_1 || F == MatrixFormat::q4_k;
-template <MatrixFormat F>
-constexpr int64_t kMinAt = kScalesAt<F> + (F == MatrixFormat::q4_k ? 8 : 4);
-// The offset of the unsigned quants (value = scale · (q - offset)): folded into the integer sum.
-template <MatrixFormat F>
-constexpr int kQuantOffset = F == MatrixFormat::q4_0 ? 8 : F == MatrixFormat::q5_0 ? 16 : 0;
+constexpr int kQuantOffset = F == MatrixFormat::q8_0 ? 128 : F == MatrixFormat::q4_0 ? 8 : F == MatrixFormat::q5_0 ? 16 : 0;
 
-#if KILN_DOT_SIMD == 2
-// The two fp16 values at p as fp32, repeated over the lanes ([v0, v1, v0, v1, …]): a record's
-// scales or mins, matching the dot's lanes.
-inline __m512 pair_at(const std::byte* p) {
-  int32_t bits;
-  std::memcpy(&bits, p, 4);
-  return _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))));
-}
-inline __m512 pair_f32_at(const std::byte* p) {
-  double v;
-  std::memcpy(&v, p, 8);
-  return _mm512_castpd_ps(_mm512_set1_pd(v));
-}
-#elif KILN_DOT_SIMD == 1
-inline __m256 pair_at(const std::byte* p) {
-  int32_t bits;
-  std::memcpy(&bits, p, 4);
-  return _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))));
-}
-inline __m256 pair_f32_at(const std::byte* p) {
-  double v;
-  std::memcpy(&v, p, 8);
-  return _mm256_castpd_ps(_mm256_set1_pd(v));
-}
-#else
-inline float f16_at(const std::byte* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {  // zero or subnormal: mant · 2^-24, exact in fp32
-    float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
-    std::memcpy(&bits, &v, 4);
-    bits |= sign;
-  } else {
-    bits = sign | (exp == 31 ? 0x7F800000u | (mant << 13) : ((exp + 112) << 23) | (mant << 13));
-  }
-  float v;
-  std::memcpy(&v, &bits, 4);
+inline int32_t four_at(const int8_t* p) {  // 4 activations as one 32-bit lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
   return v;
 }
-// Scale (or min) b of a pair record's pair at p.
+
+#if KILN_DOT_SIMD == 2
+
+// The 16 rows' unsigned quants of a block record: lane r of u[j] is row r's columns 4j..4j+3.
 template <MatrixFormat F>
-float scale_at(const std::byte* p, int b) {
-  if constexpr (F == MatrixFormat::q4_k) {
-    float v;
-    std::memcpy(&v, p + 4 * b, 4);
-    return v;
+inline void unpack(const std::byte* rec, __m512i u[8]) {
+  if constexpr (F == MatrixFormat::q8_0) {
+    for (int j = 0; j < 8; ++j) u[j] = _mm512_loadu_si512(rec + 64 * j);
   } else {
-    return f16_at(p + 2 * b);
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i p = _mm512_loadu_si512(rec + 64 * j);
+      u[j] = _mm512_and_si512(p, mask);
+      u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), mask);
+    }
+    if constexpr (F == MatrixFormat::q5_0) {  // bit j of each byte is u[j]'s 16: moved to bit 4, or-ed in
+      const __m512i fifth = _mm512_loadu_si512(rec + cpu_quant_bytes(F)), bit4 = _mm512_set1_epi8(0x10);
+      for (int j = 0; j < 8; ++j) {
+        const __m512i moved = j < 4 ? _mm512_slli_epi16(fifth, 4 - j) : _mm512_srli_epi16(fifth, j - 4);
+        u[j] = _mm512_ternarylogic_epi32(u[j], moved, bit4, 0xF8);  // u | (moved & bit4)
+      }
+    }
   }
 }
+
+// The 16 rows' scales (or mins) at p.
+template <MatrixFormat F>
+inline __m512 row_scales(const std::byte* p) {
+  if constexpr (F == MatrixFormat::q4_k) {
+    return _mm512_loadu_ps(p);
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+}
+
+template <MatrixFormat F, int C>
+void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
+  constexpr int64_t kBlock = cpu_block_bytes(F);
+  const int64_t blocks = a.k / kQuantBlockValues;
+  const std::byte* w = a.w + g * a.stride;
+  const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::byte* rec = w + b * kBlock;
+    __m512i u[8];
+    unpack<F>(rec, u);
+    const __m512 scale = row_scales<F>(rec + cpu_scales_at(F));
+    __m512 min = _mm512_setzero_ps();
+    if constexpr (cpu_has_min(F)) min = row_scales<F>(rec + cpu_mins_at(F));
+    for (int c = 0; c < C; ++c) {
+      const Q8Block& xb = x[c * a.act_stride + b];
+      __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(-kQuantOffset<F> * xb.total);
+      for (int j = 0; j < 8; ++j) {
+        hi = _mm512_dpbusd_epi32(hi, u[j], _mm512_set1_epi32(four_at(xb.q + 4 * j)));
+        lo = _mm512_dpbusd_epi32(lo, u[j], _mm512_set1_epi32(four_at(xb.lo + 4 * j)));
+      }
+      const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xb.step)), acc[c]);
+      if constexpr (cpu_has_min(F)) acc[c] = _mm512_fmadd_ps(min, _mm512_set1_ps(xb.sum), acc[c]);
+    }
+  }
+  const int64_t rows = a.rows - g * kCpuRowGroup;
+  const __mmask16 valid = rows >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
+  for (int c = 0; c < C; ++c) {
+    float* o = a.out + (t0 + c) * a.out_stride + g * kCpuRowGroup;
+    __m512 v = acc[c];
+    if (a.accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(valid, o));
+    _mm512_mask_storeu_ps(o, valid, v);
+  }
+}
+
+#elif KILN_DOT_SIMD == 1
+
+// Σ of 4 adjacent u8 · s8 products into each of 8 int32 lanes, added to acc. maddubs's int16
+// pairs cannot saturate: |u| ≤ 128 and |s| ≤ 127 in every use below (u ≤ 31 against q or lo,
+// Q8_0's |w| ≤ 128 against its signed q or lo).
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+
+// A group's rows 8·h .. 8·h + 7 (the h-th 32-byte half of each record vector) at a time: their
+// unsigned quants; Q8_0's as |w| with w's signs kept for the activations (u - 128 is w: the
+// offset then needs no correction, and maddubs cannot saturate on 0..255).
+template <MatrixFormat F>
+inline void unpack(const std::byte* rec, int h, __m256i u[8], __m256i signs[8]) {
+  const auto at = [&](int64_t offset) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + offset + 32 * h)); };
+  if constexpr (F == MatrixFormat::q8_0) {
+    for (int j = 0; j < 8; ++j) {
+      signs[j] = _mm256_xor_si256(at(64 * j), _mm256_set1_epi8(static_cast<char>(0x80)));
+      u[j] = _mm256_sign_epi8(signs[j], signs[j]);
+    }
+  } else {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i p = at(64 * j);
+      u[j] = _mm256_and_si256(p, mask);
+      u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
+    }
+    if constexpr (F == MatrixFormat::q5_0) {
+      const __m256i fifth = at(cpu_quant_bytes(F)), bit4 = _mm256_set1_epi8(0x10);
+      for (int j = 0; j < 8; ++j) {
+        const __m256i moved = j < 4 ? _mm256_slli_epi16(fifth, 4 - j) : _mm256_srli_epi16(fifth, j - 4);
+        u[j] = _mm256_or_si256(u[j], _mm256_and_si256(moved, bit4));
+      }
+    }
+  }
+}
+
+template <MatrixFormat F>
+inline __m256 row_scales(const std::byte* p, int h) {
+  if constexpr (F == MatrixFormat::q4_k) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+  }
+}
+
+template <MatrixFormat F, int C>
+void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
+  constexpr int64_t kBlock = cpu_block_bytes(F);
+  constexpr int kOffset = F == MatrixFormat::q8_0 ? 0 : kQuantOffset<F>;  // Q8_0: signed weights here
+  const int64_t blocks = a.k / kQuantBlockValues;
+  const std::byte* w = a.w + g * a.stride;
+  const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
+  for (int h = 0; h < 2 && g * kCpuRowGroup + 8 * h < a.rows; ++h) {
+    __m256 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const std::byte* rec = w + b * kBlock;
+      __m256i u[8], signs[8];
+      unpack<F>(rec, h, u, signs);
+      const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
+      __m256 min = _mm256_setzero_ps();
+      if constexpr (cpu_has_min(F)) min = row_scales<F>(rec + cpu_mins_at(F), h);
+      for (int c = 0; c < C; ++c) {
+        const Q8Block& xb = x[c * a.act_stride + b];
+        __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kOffset * xb.total);
+        for (int j = 0; j < 8; ++j) {
+          __m256i q = _mm256_set1_epi32(four_at(xb.q + 4 * j)), l = _mm256_set1_epi32(four_at(xb.lo + 4 * j));
+          if constexpr (F == MatrixFormat::q8_0) {
+            q = _mm256_sign_epi8(q, signs[j]);
+            l = _mm256_sign_epi8(l, signs[j]);
+          }
+          hi = dot_u8s8(hi, u[j], q);
+          lo = dot_u8s8(lo, u[j], l);
+        }
+        const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, _mm256_set1_ps(xb.step)), acc[c]);
+        if constexpr (cpu_has_min(F)) acc[c] = _mm256_fmadd_ps(min, _mm256_set1_ps(xb.sum), acc[c]);
+      }
+    }
+    const int64_t r0 = g * kCpuRowGroup + 8 * h, rows = a.rows - r0 < 8 ? a.rows - r0 : 8;
+    for (int c = 0; c < C; ++c) {
+      float* o = a.out + (t0 + c) * a.out_stride + r0;
+      alignas(32) float v[8];
+      _mm256_store_ps(v, acc[c]);
+      for (int64_t r = 0; r < rows; ++r) o[r] = a.accumulate ? o[r] + v[r] : v[r];
+    }
+  }
+}
+
 #endif
 
 #if KILN_DOT_SIMD
-
-// How far ahead of the record it reads each row asks for its weights: a tile streams R rows at
-// once, more streams than the hardware prefetcher follows well.
-constexpr int64_t kPrefetchBytes = 1024;
-
-// Σ of 4 adjacent u8 · s8 products into each of 8 int32 lanes, added to acc. Without VNNI,
-// maddubs's int16 pairs cannot saturate: |u| ≤ 128 and |s| ≤ 127 in every use below (u ≤ 15
-// against q, |u| ≤ 128 against |lo| ≤ 64 or |q| ≤ 127).
-inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if KILN_DOT_SIMD == 2
-  return _mm256_dpbusd_epi32(acc, u, s);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -112,150 +210,6 @@ inline float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-
-#if KILN_DOT_SIMD == 2
-
-// One pair (64 values) at a time in 512-bit registers.
-template <MatrixFormat F, int R, int C>
-void tile_blocks(const DotArgs& a, int64_t r0, int64_t t0) {
-  constexpr int64_t kPair = cpu_pair_bytes(F);
-  const int64_t pairs = activation_pairs(a.k);
-  const std::byte* w = a.w + r0 * a.row_bytes;
-  const Q8Pair* x = static_cast<const Q8Pair*>(a.x) + t0 * a.act_stride;
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m512i u[R];
-    __mmask64 negative[R];
-    __m512 scale[R], min[R];
-    for (int r = 0; r < R; ++r) {
-      const std::byte* rec = w + r * a.row_bytes + p * kPair;
-      _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchBytes, _MM_HINT_T0);
-      if constexpr (F == MatrixFormat::q8_0) {
-        // Signed quants: |w| as the unsigned operand, the sign moved onto the activations.
-        const __m512i v = _mm512_loadu_si512(rec);
-        u[r] = _mm512_abs_epi8(v);
-        negative[r] = _mm512_movepi8_mask(v);
-      } else {  // positions 0..31 in the low nibbles, 32..63 in the high ones
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec));
-        u[r] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1),
-                                _mm512_set1_epi8(0x0F));
-        if constexpr (F == MatrixFormat::q5_0) {  // + 16 where the fifth bit is set
-          uint64_t fifth;
-          std::memcpy(&fifth, rec + 32, 8);
-          u[r] = _mm512_mask_add_epi8(u[r], _cvtu64_mask64(fifth), u[r], _mm512_set1_epi8(16));
-        }
-      }
-      scale[r] = F == MatrixFormat::q4_k ? pair_f32_at(rec + kScalesAt<F>) : pair_at(rec + kScalesAt<F>);
-      if constexpr (kHasMin<F>) min[r] = F == MatrixFormat::q4_k ? pair_f32_at(rec + kMinAt<F>) : pair_at(rec + kMinAt<F>);
-    }
-    for (int c = 0; c < C; ++c) {
-      const Q8Pair& xp = x[c * a.act_stride + p];
-      const __m512i q = _mm512_load_si512(xp.q), lo = _mm512_load_si512(xp.lo);
-      const __m512 step = _mm512_load_ps(xp.step);
-      for (int r = 0; r < R; ++r) {
-        __m512i qs = q, los = lo;
-        if constexpr (F == MatrixFormat::q8_0) {
-          qs = _mm512_mask_sub_epi8(q, negative[r], zero, q);
-          los = _mm512_mask_sub_epi8(lo, negative[r], zero, lo);
-        }
-        __m512i init = zero;  // the quants' offset: -8·Σ (Q4_0) or -16·Σ (Q5_0)
-        if constexpr (kQuantOffset<F> > 0) init = _mm512_load_si512(xp.offset);
-        if constexpr (kQuantOffset<F> == 16) init = _mm512_add_epi32(init, init);
-        const __m512i hi_sum = _mm512_dpbusd_epi32(zero, u[r], qs);
-        const __m512i lo_sum = _mm512_dpbusd_epi32(init, u[r], los);
-        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(hi_sum, 7), lo_sum);
-        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale[r], step), acc[r][c]);
-        if constexpr (kHasMin<F>) acc[r][c] = _mm512_fmadd_ps(min[r], _mm512_load_ps(xp.sum), acc[r][c]);
-      }
-    }
-  }
-  for (int c = 0; c < C; ++c) {
-    float* o = a.out + (t0 + c) * a.out_stride + r0;
-    for (int r = 0; r < R; ++r) {
-      const float v = _mm512_reduce_add_ps(acc[r][c]);
-      o[r] = a.accumulate ? o[r] + v : v;
-    }
-  }
-}
-
-#else
-
-// One pair at a time as two 256-bit halves (positions 0..31, 32..63: both blocks in each).
-template <MatrixFormat F, int R, int C>
-void tile_blocks(const DotArgs& a, int64_t r0, int64_t t0) {
-  constexpr int64_t kPair = cpu_pair_bytes(F);
-  const int64_t pairs = activation_pairs(a.k);
-  const std::byte* w = a.w + r0 * a.row_bytes;
-  const Q8Pair* x = static_cast<const Q8Pair*>(a.x) + t0 * a.act_stride;
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  }
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m256i u[R][2], signs[R][2];
-    __m256 scale[R], min[R];
-    for (int r = 0; r < R; ++r) {
-      const std::byte* rec = w + r * a.row_bytes + p * kPair;
-      _mm_prefetch(reinterpret_cast<const char*>(rec) + kPrefetchBytes, _MM_HINT_T0);
-      if constexpr (F == MatrixFormat::q8_0) {
-        for (int h = 0; h < 2; ++h) {  // |w| unsigned, its sign moved onto the activations
-          signs[r][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 * h));
-          u[r][h] = _mm256_sign_epi8(signs[r][h], signs[r][h]);
-        }
-      } else {
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec));
-        const __m256i mask = _mm256_set1_epi8(0x0F);
-        u[r][0] = _mm256_and_si256(y, mask);
-        u[r][1] = _mm256_and_si256(_mm256_srli_epi16(y, 4), mask);
-        if constexpr (F == MatrixFormat::q5_0) {
-          for (int h = 0; h < 2; ++h) {  // + 16 where the fifth bit is set: each bit widened to a byte
-            int32_t fifth;
-            std::memcpy(&fifth, rec + 32 + 4 * h, 4);
-            const __m256i spread = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(fifth), _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-            const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-            const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-            u[r][h] = _mm256_add_epi8(u[r][h], _mm256_and_si256(set, _mm256_set1_epi8(16)));
-          }
-        }
-      }
-      scale[r] = F == MatrixFormat::q4_k ? pair_f32_at(rec + kScalesAt<F>) : pair_at(rec + kScalesAt<F>);
-      if constexpr (kHasMin<F>) min[r] = F == MatrixFormat::q4_k ? pair_f32_at(rec + kMinAt<F>) : pair_at(rec + kMinAt<F>);
-    }
-    for (int c = 0; c < C; ++c) {
-      const Q8Pair& xp = x[c * a.act_stride + p];
-      const __m256 step = _mm256_load_ps(xp.step);  // its 8 lanes' pattern is every half's
-      for (int h = 0; h < 2; ++h) {
-        const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp.q + 32 * h));
-        const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp.lo + 32 * h));
-        for (int r = 0; r < R; ++r) {
-          __m256i qs = q, los = lo;
-          if constexpr (F == MatrixFormat::q8_0) {
-            qs = _mm256_sign_epi8(q, signs[r][h]);
-            los = _mm256_sign_epi8(lo, signs[r][h]);
-          }
-          __m256i init = _mm256_setzero_si256();  // the quants' offset (lanes 0 and 1: the first half)
-          if (kQuantOffset<F> > 0 && h == 0) init = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp.offset));
-          if (kQuantOffset<F> == 16 && h == 0) init = _mm256_add_epi32(init, init);
-          const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(dot_u8s8(_mm256_setzero_si256(), u[r][h], qs), 7),
-                                               dot_u8s8(init, u[r][h], los));
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale[r], step), acc[r][c]);
-          if (kHasMin<F> && h == 0) acc[r][c] = _mm256_fmadd_ps(min[r], _mm256_load_ps(xp.sum), acc[r][c]);
-        }
-      }
-    }
-  }
-  for (int c = 0; c < C; ++c) {
-    float* o = a.out + (t0 + c) * a.out_stride + r0;
-    for (int r = 0; r < R; ++r) o[r] = a.accumulate ? o[r] + hsum(acc[r][c]) : hsum(acc[r][c]);
-  }
-}
-
-#endif
 
 #if KILN_DOT_SIMD == 2
 using FloatVec = __m512;  // bf16 rows: 16 columns at a time
@@ -281,7 +235,7 @@ inline float sum_vec(FloatVec v) { return hsum(v); }
 
 template <int R, int C>
 void tile_bf16(const DotArgs& a, int64_t r0, int64_t t0) {
-  const int64_t stride = a.row_bytes / 2;
+  const int64_t stride = a.stride / 2;
   const uint16_t* w = reinterpret_cast<const uint16_t*>(a.w) + r0 * stride;
   const float* x = static_cast<const float*>(a.x) + t0 * a.act_stride;
   FloatVec acc[R][C];
@@ -314,37 +268,68 @@ void tile_bf16(const DotArgs& a, int64_t r0, int64_t t0) {
 
 #else  // portable: the same sums, one value at a time
 
-template <MatrixFormat F, int R, int C>
-void tile_blocks(const DotArgs& a, int64_t r0, int64_t t0) {
-  constexpr int64_t kPair = cpu_pair_bytes(F);
-  const int64_t pairs = activation_pairs(a.k);
-  const Q8Pair* x = static_cast<const Q8Pair*>(a.x) + t0 * a.act_stride;
-  for (int r = 0; r < R; ++r) {
-    const std::byte* row = a.w + (r0 + r) * a.row_bytes;
+inline float f16_at(const std::byte* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {  // zero or subnormal: mant · 2^-24, exact in fp32
+    float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;
+  } else {
+    bits = sign | (exp == 31 ? 0x7F800000u | (mant << 13) : ((exp + 112) << 23) | (mant << 13));
+  }
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// Row `lane`'s scale (or min) of the 16 at p.
+template <MatrixFormat F>
+float row_scale(const std::byte* p, int64_t lane) {
+  if constexpr (F == MatrixFormat::q4_k) {
+    float v;
+    std::memcpy(&v, p + 4 * lane, 4);
+    return v;
+  } else {
+    return f16_at(p + 2 * lane);
+  }
+}
+
+// Row `lane`'s unsigned quant of column c (0..31) of a block record.
+template <MatrixFormat F>
+int32_t quant_at(const std::byte* rec, int64_t lane, int c) {
+  if constexpr (F == MatrixFormat::q8_0) return static_cast<uint8_t>(rec[64 * (c / 4) + 4 * lane + c % 4]);
+  const int col = c % 16;
+  const auto byte = static_cast<uint8_t>(rec[64 * (col / 4) + 4 * lane + col % 4]);
+  int32_t u = c < 16 ? byte & 0x0F : byte >> 4;
+  if constexpr (F == MatrixFormat::q5_0) u |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(F) + 4 * lane + c % 4]) >> (c / 4)) & 1) << 4;
+  return u;
+}
+
+template <MatrixFormat F, int C>
+void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
+  constexpr int64_t kBlock = cpu_block_bytes(F);
+  const std::byte* w = a.w + g * a.stride;
+  const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
+  const int64_t r0 = g * kCpuRowGroup;
+  for (int64_t lane = 0; lane < kCpuRowGroup && r0 + lane < a.rows; ++lane) {
     for (int c = 0; c < C; ++c) {
       float v = 0.0f;
-      for (int64_t p = 0; p < pairs; ++p) {
-        const std::byte* rec = row + p * kPair;
-        const Q8Pair& xp = x[c * a.act_stride + p];
-        int32_t sum[2] = {0, 0};  // per block: even and odd 4-byte lanes
-        for (int i = 0; i < 64; ++i) {
-          int32_t wq;
-          if constexpr (F == MatrixFormat::q8_0) {
-            wq = static_cast<int8_t>(rec[i]);
-          } else {
-            const auto byte = static_cast<uint8_t>(rec[i % 32]);
-            wq = i < 32 ? byte & 0x0F : byte >> 4;
-            if constexpr (F == MatrixFormat::q5_0) wq |= ((static_cast<uint8_t>(rec[32 + i / 8]) >> (i % 8)) & 1) << 4;
-          }
-          sum[(i / 4) % 2] += wq * (128 * xp.q[i] + xp.lo[i]);
+      for (int64_t b = 0; b < a.k / kQuantBlockValues; ++b) {
+        const std::byte* rec = w + b * kBlock;
+        const Q8Block& xb = x[c * a.act_stride + b];
+        int32_t hi = 0, lo = -kQuantOffset<F> * xb.total;
+        for (int i = 0; i < kQuantBlockValues; ++i) {
+          const int32_t u = quant_at<F>(rec, lane, i);
+          hi += u * xb.q[i];
+          lo += u * xb.lo[i];
         }
-        for (int b = 0; b < 2; ++b) {
-          sum[b] += kQuantOffset<F> / 8 * xp.offset[b];
-          v += static_cast<float>(sum[b]) * (scale_at<F>(rec + kScalesAt<F>, b) * xp.step[b]);
-          if constexpr (kHasMin<F>) v += scale_at<F>(rec + kMinAt<F>, b) * xp.sum[b];
-        }
+        v += static_cast<float>(128 * hi + lo) * (row_scale<F>(rec + cpu_scales_at(F), lane) * xb.step);
+        if constexpr (cpu_has_min(F)) v += row_scale<F>(rec + cpu_mins_at(F), lane) * xb.sum;
       }
-      float& o = a.out[(t0 + c) * a.out_stride + r0 + r];
+      float& o = a.out[(t0 + c) * a.out_stride + r0 + lane];
       o = a.accumulate ? o + v : v;
     }
   }
@@ -352,7 +337,7 @@ void tile_blocks(const DotArgs& a, int64_t r0, int64_t t0) {
 
 template <int R, int C>
 void tile_bf16(const DotArgs& a, int64_t r0, int64_t t0) {
-  const int64_t stride = a.row_bytes / 2;
+  const int64_t stride = a.stride / 2;
   const float* x = static_cast<const float*>(a.x) + t0 * a.act_stride;
   for (int r = 0; r < R; ++r) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(a.w) + (r0 + r) * stride;
@@ -372,48 +357,59 @@ void tile_bf16(const DotArgs& a, int64_t r0, int64_t t0) {
 
 #endif
 
-template <MatrixFormat F, int R, int C>
-void tile(const DotArgs& a, int64_t r0, int64_t t0) {
-  if constexpr (F == MatrixFormat::bf16) {
-    tile_bf16<R, C>(a, r0, t0);
-  } else {
-    tile_blocks<F, R, C>(a, r0, t0);
-  }
-}
-
 // The last `left` (< kTokens) tokens from t: one tile of exactly that many.
-template <MatrixFormat F, int R, int C = kTokens - 1>
-void tail_tokens(const DotArgs& a, int64_t r0, int64_t t, int64_t left) {
+template <int kTokens, typename Tile, int C = kTokens - 1>
+void tail_tokens(const Tile& tile, int64_t t, int64_t left) {
   if constexpr (C >= 1) {
-    if (left == C) return tile<F, R, C>(a, r0, t);
-    tail_tokens<F, R, C - 1>(a, r0, t, left);
+    if (left == C) return tile.template run<C>(t);
+    tail_tokens<kTokens, Tile, C - 1>(tile, t, left);
   }
 }
 
-// R rows against every token: whole tiles of kTokens, then the rest.
-template <MatrixFormat F, int R>
-void rows_against_tokens(const DotArgs& a, int64_t r0) {
+// A tile's rows against every token: whole tiles of kTokens, then the rest.
+template <int kTokens, typename Tile>
+void against_tokens(const Tile& tile, int64_t tokens) {
   int64_t t = 0;
-  for (; t + kTokens <= a.tokens; t += kTokens) tile<F, R, kTokens>(a, r0, t);
-  tail_tokens<F, R>(a, r0, t, a.tokens - t);
+  for (; t + kTokens <= tokens; t += kTokens) tile.template run<kTokens>(t);
+  tail_tokens<kTokens>(tile, t, tokens - t);
 }
 
 template <MatrixFormat F>
-void run_format(const DotArgs& a) {
+struct GroupTile {
+  const DotArgs& a;
+  int64_t g;
+  template <int C>
+  void run(int64_t t) const { tile_blocks<F, C>(a, g, t); }
+};
+
+template <int R>
+struct Bf16Tile {
+  const DotArgs& a;
+  int64_t r;
+  template <int C>
+  void run(int64_t t) const { tile_bf16<R, C>(a, r, t); }
+};
+
+template <MatrixFormat F>
+void run_blocks(const DotArgs& a) {
+  for (int64_t g = 0; g * kCpuRowGroup < a.rows; ++g) against_tokens<kBlockTokens>(GroupTile<F>{a, g}, a.tokens);
+}
+
+inline void run_bf16(const DotArgs& a) {
   int64_t r = 0;
-  for (; r + kRows <= a.rows; r += kRows) rows_against_tokens<F, kRows>(a, r);
-  for (; r < a.rows; ++r) rows_against_tokens<F, 1>(a, r);
+  for (; r + kBf16Rows <= a.rows; r += kBf16Rows) against_tokens<kBf16Tokens>(Bf16Tile<kBf16Rows>{a, r}, a.tokens);
+  for (; r < a.rows; ++r) against_tokens<kBf16Tokens>(Bf16Tile<1>{a, r}, a.tokens);
 }
 
 // Every format this file has a kernel for; the caller checked the format (linear.cpp).
 inline void run(MatrixFormat format, const DotArgs& a) {
   switch (format) {
-    case MatrixFormat::q8_0: run_format<MatrixFormat::q8_0>(a); break;
-    case MatrixFormat::q4_0: run_format<MatrixFormat::q4_0>(a); break;
-    case MatrixFormat::q4_1: run_format<MatrixFormat::q4_1>(a); break;
-    case MatrixFormat::q5_0: run_format<MatrixFormat::q5_0>(a); break;
-    case MatrixFormat::q4_k: run_format<MatrixFormat::q4_k>(a); break;
-    case MatrixFormat::bf16: run_format<MatrixFormat::bf16>(a); break;
+    case MatrixFormat::q8_0: run_blocks<MatrixFormat::q8_0>(a); break;
+    case MatrixFormat::q4_0: run_blocks<MatrixFormat::q4_0>(a); break;
+    case MatrixFormat::q4_1: run_blocks<MatrixFormat::q4_1>(a); break;
+    case MatrixFormat::q5_0: run_blocks<MatrixFormat::q5_0>(a); break;
+    case MatrixFormat::q4_k: run_blocks<MatrixFormat::q4_k>(a); break;
+    case MatrixFormat::bf16: run_bf16(a); break;
     case MatrixFormat::f32: break;
   }
 }

@@ -309,7 +309,6 @@ class Loader {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
     const bool gpu = format_ == WeightFormat::gpu;
     const int64_t bytes = gpu ? matrix_bytes(inst.format, n, k) : cpu_matrix_bytes(inst.format, n, k);
-    const int64_t row_bytes = cpu_matrix_bytes(inst.format, 1, k);
     staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
     struct Row {
       const LayoutPiece* piece;
@@ -343,7 +342,7 @@ class Loader {
         if (gpu) {
           repack_row(inst.format, blocks, n, k, i, staging_blocks_.data());
         } else {
-          repack_cpu_row(inst.format, blocks, k, staging_blocks_.data() + i * row_bytes);
+          repack_cpu_row(inst.format, blocks, k, i, staging_blocks_.data());
         }
       }
     });

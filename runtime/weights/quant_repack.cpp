@@ -94,12 +94,6 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
 
 namespace {
 
-// The CPU layout's position (0..63 in its pair) of column c of a row.
-int64_t cpu_position(int64_t c) {
-  const int64_t block = (c / kQuantBlockValues) % 2, col = c % kQuantBlockValues;
-  return 8 * (col / 4) + 4 * block + col % 4;
-}
-
 // Bytes of a row of k values as the file stores them.
 int64_t ggml_row_bytes(MatrixFormat f, int64_t k) {
   if (f == MatrixFormat::q4_k) return k % 256 == 0 ? k / 256 * 144 : -1;
@@ -107,10 +101,17 @@ int64_t ggml_row_bytes(MatrixFormat f, int64_t k) {
   return k / kQuantBlockValues * block;
 }
 
-int64_t cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 64 : 32; }
+// Block b of row r's group in the CPU layout, and the row's lane in it.
+std::byte* cpu_record(MatrixFormat f, std::byte* matrix, int64_t k, int64_t r, int64_t b) {
+  return matrix + ((r / kCpuRowGroup) * (k / kQuantBlockValues) + b) * cpu_block_bytes(f);
+}
 
-// Where a pair's scales start: after the quants (and Q5_0's fifth bits).
-int64_t cpu_scales_at(MatrixFormat f) { return cpu_quant_bytes(f) + (f == MatrixFormat::q5_0 ? 8 : 0); }
+// The byte of a record holding column c (0..31) of lane `lane`: Q8_0 its own byte, the 4-bit
+// formats c < 16 in the low nibble and c ≥ 16 in the high one of the same byte.
+int64_t cpu_quant_byte(MatrixFormat f, int64_t lane, int64_t c) {
+  const int64_t col = f == MatrixFormat::q8_0 ? c : c % 16;
+  return 64 * (col / 4) + 4 * lane + col % 4;
+}
 
 float f16_value(const std::byte* p) {
   float v = 0.0f;
@@ -118,24 +119,29 @@ float f16_value(const std::byte* p) {
   return v;
 }
 
+float cpu_scale(MatrixFormat f, const std::byte* at) {
+  if (f != MatrixFormat::q4_k) return f16_value(at);
+  float v;
+  std::memcpy(&v, at, 4);
+  return v;
+}
+
 }  // namespace
 
-void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t k, std::byte* row) {
+void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t k, int64_t r, std::byte* matrix) {
   if (!is_block_format(f) || k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != ggml_row_bytes(f, k)) {
     fail("internal: repack_cpu_row of ", matrix_format_name(f), ": ", ggml_row.size(), " bytes for a row of ", k);
   }
-  const int64_t pair_bytes = cpu_pair_bytes(f), scales = cpu_scales_at(f);
-  std::memset(row, 0, static_cast<size_t>(cpu_matrix_bytes(f, 1, k)));  // an odd last block's partner stays zero
+  const int64_t lane = r % kCpuRowGroup, width = cpu_scale_bytes(f);
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
-    std::byte* pair = row + (b / 2) * pair_bytes;
-    const int64_t half = b % 2;
+    std::byte* rec = cpu_record(f, matrix, k, r, b);
     int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else 0..15 / 0..31)
     if (f == MatrixFormat::q4_k) {
       const std::byte* super = ggml_row.data() + (b / 8) * 144;
       const SubBlockScale sc = q4_k_sub_block(super, static_cast<size_t>(b % 8));
       const float min = -sc.min;
-      std::memcpy(pair + scales + 4 * half, &sc.scale, 4);
-      std::memcpy(pair + scales + 8 + 4 * half, &min, 4);
+      std::memcpy(rec + cpu_scales_at(f) + width * lane, &sc.scale, 4);
+      std::memcpy(rec + cpu_mins_at(f) + width * lane, &min, 4);
       const std::byte* qs = super + 16 + 32 * ((b % 8) / 2);
       for (int c = 0; c < kQuantBlockValues; ++c) {
         const auto v = static_cast<uint8_t>(qs[c]);
@@ -143,45 +149,48 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
       }
     } else {
       const std::byte* block = ggml_row.data() + b * ggml_row_bytes(f, kQuantBlockValues);
-      std::memcpy(pair + scales + 2 * half, block, 2);                                        // fp16 d
-      if (f == MatrixFormat::q4_1) std::memcpy(pair + scales + 4 + 2 * half, block + 2, 2);  // fp16 m
-      uint32_t fifth = 0;                                                                     // Q5_0's qh
+      std::memcpy(rec + cpu_scales_at(f) + width * lane, block, 2);                               // fp16 d
+      if (f == MatrixFormat::q4_1) std::memcpy(rec + cpu_mins_at(f) + width * lane, block + 2, 2);  // fp16 m
+      uint32_t fifth = 0;                                                                            // Q5_0's qh
       if (f == MatrixFormat::q5_0) std::memcpy(&fifth, block + 2, 4);
       const std::byte* qs = block + (f == MatrixFormat::q4_1 ? 4 : f == MatrixFormat::q5_0 ? 6 : 2);
       for (int c = 0; c < kQuantBlockValues; ++c) {
         q[c] = f == MatrixFormat::q8_0 ? static_cast<int8_t>(qs[c]) : nibble(qs, c) | (((fifth >> c) & 1) << 4);
       }
     }
-    for (int c = 0; c < kQuantBlockValues; ++c) {
-      const int64_t pos = cpu_position(b * kQuantBlockValues + c);
-      if (f == MatrixFormat::q8_0) {
-        pair[pos] = std::byte(static_cast<uint8_t>(q[c]));
-        continue;
+    if (f == MatrixFormat::q8_0) {
+      for (int c = 0; c < kQuantBlockValues; ++c) rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>(q[c] + 128));
+      continue;
+    }
+    for (int c = 0; c < 16; ++c) {
+      rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>((q[c] & 0x0F) | ((q[c + 16] & 0x0F) << 4)));
+    }
+    if (f == MatrixFormat::q5_0) {
+      for (int i = 0; i < 4; ++i) {
+        uint8_t bits = 0;
+        for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((q[4 * j + i] >> 4) & 1) << j);
+        rec[cpu_quant_bytes(f) + 4 * lane + i] = std::byte(bits);
       }
-      pair[pos % 32] |= std::byte(static_cast<uint8_t>((q[c] & 0x0F) << (pos < 32 ? 0 : 4)));
-      if (q[c] & 0x10) pair[32 + pos / 8] |= std::byte(static_cast<uint8_t>(1u << (pos % 8)));
     }
   }
 }
 
-float cpu_row_value(MatrixFormat f, const std::byte* row, int64_t c) {
-  const std::byte* pair = row + (c / (2 * kQuantBlockValues)) * cpu_pair_bytes(f);
-  const int64_t half = (c / kQuantBlockValues) % 2, pos = cpu_position(c), scales = cpu_scales_at(f);
-  if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int8_t>(pair[pos])) * f16_value(pair + scales + 2 * half);
-  const auto byte = static_cast<uint8_t>(pair[pos % 32]);
-  int q = pos < 32 ? byte & 0x0F : byte >> 4;
+float cpu_matrix_value(MatrixFormat f, const std::byte* matrix, int64_t k, int64_t r, int64_t c) {
+  const int64_t lane = r % kCpuRowGroup, col = c % kQuantBlockValues, width = cpu_scale_bytes(f);
+  const std::byte* rec = cpu_record(f, const_cast<std::byte*>(matrix), k, r, c / kQuantBlockValues);
+  const float scale = cpu_scale(f, rec + cpu_scales_at(f) + width * lane);
+  const auto byte = static_cast<uint8_t>(rec[cpu_quant_byte(f, lane, col)]);
+  if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int>(byte) - 128) * scale;
+  int q = col < 16 ? byte & 0x0F : byte >> 4;
   switch (f) {
-    case MatrixFormat::q4_0: return static_cast<float>(q - 8) * f16_value(pair + scales + 2 * half);
-    case MatrixFormat::q4_1: return static_cast<float>(q) * f16_value(pair + scales + 2 * half) + f16_value(pair + scales + 4 + 2 * half);
-    case MatrixFormat::q5_0:
-      q |= ((static_cast<uint8_t>(pair[32 + pos / 8]) >> (pos % 8)) & 1) << 4;
-      return static_cast<float>(q - 16) * f16_value(pair + scales + 2 * half);
-    default: {  // q4_k
-      float scale, min;
-      std::memcpy(&scale, pair + scales + 4 * half, 4);
-      std::memcpy(&min, pair + scales + 8 + 4 * half, 4);
-      return scale * static_cast<float>(q) + min;
+    case MatrixFormat::q4_0: return static_cast<float>(q - 8) * scale;
+    case MatrixFormat::q5_0: {
+      const auto bits = static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 4 * lane + col % 4]);
+      q |= ((bits >> (col / 4)) & 1) << 4;
+      return static_cast<float>(q - 16) * scale;
     }
+    default:  // Q4_1, Q4_K: q · scale + min
+      return static_cast<float>(q) * scale + cpu_scale(f, rec + cpu_mins_at(f) + width * lane);
   }
 }
 

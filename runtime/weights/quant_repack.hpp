@@ -26,12 +26,15 @@ const char* matrix_format_name(MatrixFormat format);
 void repack_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix);
 
-// Writes one GGUF row of k values (whole ggml blocks of the format's type) in the fast CPU backend's
-// layout (templates/weight_matrix.hpp, cpu_matrix_bytes(format, 1, k) bytes).
-void repack_cpu_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t k, std::byte* row);
+// Writes one GGUF row of k values (whole ggml blocks of the format's type) as row r of an [n, k]
+// matrix at `matrix` in the fast CPU backend's layout (templates/weight_matrix.hpp,
+// cpu_matrix_bytes(format, n, k) bytes). Only row r's bytes are written, so rows of one group may
+// be repacked by several threads at once; padding rows are the caller's (zeroed).
+void repack_cpu_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t k, int64_t r, std::byte* matrix);
 
-// Value c of a row in the CPU layout: quant · scale (+ min), as the kernels compute with it (tests).
-float cpu_row_value(MatrixFormat format, const std::byte* row, int64_t c);
+// Value (r, c) of an [n, k] matrix in the CPU layout: quant · scale (+ min), as the kernels compute
+// with it (tests).
+float cpu_matrix_value(MatrixFormat format, const std::byte* matrix, int64_t k, int64_t r, int64_t c);
 
 // ggml's quantize_row_q8_0_ref: per 32 values d = max|x| / 127, stored as fp16, and q = round(x / d)
 // (with d's fp32 value, as ggml does). x.size() a multiple of 32; out: x.size() / 32 · 34 bytes.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.hpp"
+#include "runtime/cpu/bf16_amx.hpp"
 #include "runtime/cpu/linear.hpp"
 #include "runtime/cpu/quant_dot.hpp"
 #include "runtime/ref/ops.hpp"
@@ -65,11 +66,10 @@ Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
   }
   dequantize(type, ggml, w.values);
   const int64_t ggml_row = k / static_cast<int64_t>(ggml_block_size(type)) * static_cast<int64_t>(block_bytes);
-  const int64_t row = cpu_matrix_bytes(f, 1, k);
-  w.stored.resize(static_cast<size_t>(n * row));
+  w.stored.assign(static_cast<size_t>(cpu_matrix_bytes(f, n, k)), std::byte{0});  // padding rows: zero, as the loader's
   for (int64_t r = 0; r < n; ++r) {
-    repack_cpu_row(f, std::span<const std::byte>(ggml.data() + r * ggml_row, static_cast<size_t>(ggml_row)), k,
-                   w.stored.data() + r * row);
+    repack_cpu_row(f, std::span<const std::byte>(ggml.data() + r * ggml_row, static_cast<size_t>(ggml_row)), k, r,
+                   w.stored.data());
   }
   return w;
 }
@@ -102,8 +102,9 @@ const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixF
 struct Shape {
   int64_t n, k, tokens;
 };
-// Rows and tokens off the kernels' tiles (4 × 4, 2 × 4), a row of one block, rows of odd blocks,
-// SmolLM2's 576 and 1,536, a prefill beyond one token chunk (64).
+// Rows and tokens off the kernels' tiles (groups of 16 rows × 8 or 4 tokens; bf16 2 × 6 or 2 × 2),
+// a row of one block, rows of odd blocks, SmolLM2's 576 and 1,536, a prefill beyond one token
+// chunk (64).
 const Shape kShapes[] = {{37, 64, 1}, {64, 576, 1}, {19, 96, 5}, {40, 256, 9}, {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}};
 
 // Q4_K holds rows of whole 256-value blocks only.
@@ -131,14 +132,14 @@ TEST_CASE("cpu kernels: each instruction set's dot products equal the reference 
         ref::linear(s, x.data(), w.values.data(), expect.data(), sh.tokens);
 
         const bool blocks = is_block_format(f);
-        const int64_t pairs = cpu::activation_pairs(sh.k);
-        std::vector<cpu::Q8Pair> q(static_cast<size_t>(sh.tokens * pairs));
+        const int64_t per_token = sh.k / kQuantBlockValues;
+        std::vector<cpu::Q8Block> q(static_cast<size_t>(sh.tokens * per_token));
         if (blocks) {
-          for (int64_t t = 0; t < sh.tokens; ++t) cpu::quantize_activations(x.data() + t * sh.k, sh.k, q.data() + t * pairs);
+          for (int64_t t = 0; t < sh.tokens; ++t) cpu::quantize_activations(x.data() + t * sh.k, sh.k, q.data() + t * per_token);
         }
         std::vector<float> got(expect.size(), NAN);  // poisoned: every output must be written
-        const cpu::DotArgs args{w.stored.data(), cpu_matrix_bytes(f, 1, sh.k), sh.n,
-                                blocks ? static_cast<const void*>(q.data()) : x.data(), blocks ? pairs : sh.k,
+        const cpu::DotArgs args{w.stored.data(), blocks ? cpu_matrix_bytes(f, kCpuRowGroup, sh.k) : 2 * sh.k, sh.n,
+                                blocks ? static_cast<const void*>(q.data()) : x.data(), blocks ? per_token : sh.k,
                                 sh.tokens, sh.k, got.data(), sh.n, false};
         kernel(f, args);
         CHECK(nmse(expect, got) <= limit(f));
@@ -174,4 +175,30 @@ TEST_CASE("cpu kernels: the fp32 reference keeps its own loop for fp32 rows", "[
   ref::linear(s, x.data(), w.data(), a.data(), 2);
   ref::linear(s, x.data(), CpuMatrix{w.data(), MatrixFormat::f32}, b.data(), 2);
   CHECK(a == b);
+}
+
+TEST_CASE("cpu kernels: bf16 rows on AMX equal the reference, and a token's sums do not depend on the others", "[cpu]") {
+  if (!cpu::amx_bf16_available()) {
+    WARN("no AMX-BF16 here (or the kernel refused its tiles): not tested");
+    return;
+  }
+  // Rows off the 32-row unit, columns off the 32-column chunk (80), token counts around the two
+  // 16-token tiles.
+  const Shape shapes[] = {{50, 80, 1}, {50, 80, 15}, {33, 96, 17}, {64, 2048, 33}, {7, 32, 70}, {96, 576, 40}};
+  for (const Shape& sh : shapes) {
+    INFO("[" << sh.n << ", " << sh.k << "] × " << sh.tokens << " tokens");
+    const Weights w = make_weights(MatrixFormat::bf16, sh.n, sh.k, static_cast<uint32_t>(sh.n * 3 + sh.k));
+    const std::vector<float> x = make_inputs(sh.tokens, sh.k, static_cast<uint32_t>(sh.tokens + 5));
+    const shape::linear s{.n = static_cast<int>(sh.n), .k = static_cast<int>(sh.k), .out = LinearOut::store_f32};
+    std::vector<float> expect(static_cast<size_t>(sh.tokens * sh.n), 0.0f);
+    ref::linear(s, x.data(), w.values.data(), expect.data(), sh.tokens);
+    std::vector<float> got(expect.size(), NAN);
+    cpu::linear_bf16_amx(x.data(), reinterpret_cast<const uint16_t*>(w.stored.data()), sh.n, sh.k, got.data(), sh.tokens, false);
+    CHECK(nmse(expect, got) <= limit(MatrixFormat::bf16));
+    // The last token alone: the same bits as in the batch.
+    std::vector<float> alone(static_cast<size_t>(sh.n), NAN);
+    cpu::linear_bf16_amx(x.data() + (sh.tokens - 1) * sh.k, reinterpret_cast<const uint16_t*>(w.stored.data()), sh.n, sh.k,
+                         alone.data(), 1, false);
+    CHECK(std::memcmp(alone.data(), got.data() + (sh.tokens - 1) * sh.n, alone.size() * 4) == 0);
+  }
 }

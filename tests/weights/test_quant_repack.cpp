@@ -106,36 +106,37 @@ TEST_CASE("quant repack: quantize_q8_0 is ggml's reference quantizer (values wit
   CHECK_THROWS_AS(quantize_q8_0(std::span<const float>(x.data(), 33), q8), kiln::Error);
 }
 
-TEST_CASE("quant repack: the CPU layout holds ggml's values, in pairs of blocks, a lone last block padded", "[weights]") {
+TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved, a last group padded", "[weights]") {
   for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K}) {
     const MatrixFormat f = *matrix_format_of(type, Device::cpu);
-    for (const int64_t k : {32, 64, 96, 576, 512}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 64}, {16, 96}, {5, 576}, {33, 512}}) {
       if (k % static_cast<int64_t>(ggml_block_size(type)) != 0) continue;
-      INFO(ggml_type_name(type) << " k " << k);
-      std::vector<std::byte> row = test::random_scaled_blocks(ggml_block_bytes(type), 1, k, static_cast<uint32_t>(k),
-                                                              static_cast<int64_t>(ggml_block_size(type)));
+      INFO(ggml_type_name(type) << " [" << n << ", " << k << "]");
+      std::vector<std::byte> rows = test::random_scaled_blocks(ggml_block_bytes(type), n, k, static_cast<uint32_t>(n + k),
+                                                               static_cast<int64_t>(ggml_block_size(type)));
       if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K) {  // a finite fp16 min (dmin): 0.01
-        for (size_t b = 0; b < row.size(); b += ggml_block_bytes(type)) {
-          row[b + 2] = std::byte{0x1F};
-          row[b + 3] = std::byte{0x21};
+        for (size_t b = 0; b < rows.size(); b += ggml_block_bytes(type)) {
+          rows[b + 2] = std::byte{0x1F};
+          rows[b + 3] = std::byte{0x21};
         }
       }
-      std::vector<float> expect(static_cast<size_t>(k));
-      dequantize(type, row, expect);
-      std::vector<std::byte> cpu(static_cast<size_t>(cpu_matrix_bytes(f, 1, k)), std::byte{0xAB});  // poisoned
-      repack_cpu_row(f, row, k, cpu.data());
-      int64_t equal = 0;
-      for (int64_t c = 0; c < k; ++c) equal += cpu_row_value(f, cpu.data(), c) == expect[static_cast<size_t>(c)];
-      CHECK(equal == k);
-      if (k % 64 != 0) {  // the lone block's partner (Q8_0, Q4_0, Q4_1, Q5_0): zero quants and scale
-        const int64_t last = static_cast<int64_t>(cpu.size()) - cpu_pair_bytes(f);
-        const int64_t scales = (f == MatrixFormat::q8_0 ? 64 : 32) + (f == MatrixFormat::q5_0 ? 8 : 0);
-        uint16_t partner_scale = 1;
-        std::memcpy(&partner_scale, cpu.data() + last + scales + 2, 2);
-        CHECK(partner_scale == 0);
+      std::vector<float> expect(static_cast<size_t>(n * k));
+      dequantize(type, rows, expect);
+      const size_t row_bytes = rows.size() / static_cast<size_t>(n);
+      // Poisoned: each row must write all of its own bytes, and (rows in reverse order) no other row's.
+      std::vector<std::byte> cpu(static_cast<size_t>(cpu_matrix_bytes(f, n, k)), std::byte{0xAB});
+      for (int64_t r = n - 1; r >= 0; --r) {
+        repack_cpu_row(f, std::span<const std::byte>(rows.data() + r * row_bytes, row_bytes), k, r, cpu.data());
       }
+      int64_t equal = 0;
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) equal += cpu_matrix_value(f, cpu.data(), k, r, c) == expect[static_cast<size_t>(r * k + c)];
+      }
+      CHECK(equal == n * k);
     }
   }
   CHECK(cpu_matrix_bytes(MatrixFormat::q4_1, 576, 1536) == 576LL * 1536 / 32 * 20);  // ggml's bytes
-  CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 2LL * 2 * 68);                 // and a padding block
+  CHECK(cpu_matrix_bytes(MatrixFormat::q5_0, 16, 64) == 16LL * 2 * 22);
+  CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 16LL * 3 * 34);               // a padded group
+  CHECK(cpu_matrix_bytes(MatrixFormat::q4_k, 16, 256) == 16LL * 8 * 24);             // fp32 scale and min a block
 }
