@@ -170,6 +170,14 @@ class GgufSource final : public TensorSource {
     const HfTensorSource& t = tensor(name);
     t.read_rows_f32(first, std::span<float>(out, static_cast<size_t>(count * t.row_length())));
   }
+  // A BF16 tensor's rows straight from the mapping, where the file keeps HF's row order (not
+  // llama's permuted q/k rows, not a split kv_b).
+  const uint16_t* bf16_rows(const std::string& name, int64_t first) const override {
+    const HfTensorSource& t = tensor(name);
+    if (t.gguf->type != GgmlType::BF16 || t.k_b != nullptr || t.unpermute_heads != 0) return nullptr;
+    if (first < 0 || first > t.rows()) fail(describe(), ": row ", first, " is outside tensor ", name);
+    return reinterpret_cast<const uint16_t*>(t.gguf->bytes.data()) + (t.first_gguf_row + first) * t.row_length();
+  }
   std::optional<GgmlType> block_type(const std::string& name) const override {
     const HfTensorSource& t = tensor(name);
     if (t.k_b != nullptr) return std::nullopt;

@@ -9,6 +9,7 @@
 
 #include "runtime/core/dtype.hpp"
 #include "runtime/model/rope_table.hpp"
+#include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/quant_repack.hpp"
 #include "tests/weights/test_support.hpp"
 
@@ -262,8 +263,14 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
   for (auto& [name, t] : stacked) tensors.push_back(std::move(t));
   for (Tensor& t : tensors) {
     const int64_t cols = t.shape.back();
-    const bool quantize = type != kF32 && t.shape.size() >= 2 && cols % 32 == 0;
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());
+    if (type == kBF16 && t.shape.size() >= 2) {
+      std::vector<uint16_t> bits(t.values.size());
+      f32_elements_to_bf16(t.values, bits);
+      g.tensor(t.name, std::move(ne), kBF16, test::to_bytes(bits));
+      continue;
+    }
+    const bool quantize = type != kF32 && type != kBF16 && t.shape.size() >= 2 && cols % 32 == 0;
     g.tensor(t.name, std::move(ne), quantize ? type : kF32,
              !quantize           ? test::to_bytes(t.values)
              : type == kQ8_0     ? quantize_q8_0(t.values)

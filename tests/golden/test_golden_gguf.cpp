@@ -23,6 +23,7 @@
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/tensor_source.hpp"
 #include "runtime/model/weight_loader.hpp"
+#include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/gguf_to_hf.hpp"
 #include "runtime/weights/quant_repack.hpp"
 #include "tests/golden/gguf_fixture.hpp"
@@ -162,6 +163,44 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their b
       CHECK(kept.requantized == (requantized ? quantized : 0));
       CHECK(kept.matrices == matrices);
       CHECK(kept.quantized_bytes < kept.quantized_bf16_bytes);
+    }
+  }
+}
+
+// A BF16 file on the fast CPU backend (WeightFormat::cpu) and the GPU (WeightFormat::gpu, checked on
+// the host): its bf16 tensors are the file's bits, read straight from the mapping where the rows
+// are HF's (bf16_rows) and through fp32 where they are not (llama's permuted q/k rows, DeepSeek's
+// split kv_b); the GPU's stacked experts start past the tensor's row 0.
+TEST_CASE("the CPU's and the GPU's loads keep a BF16 GGUF file's bf16 rows as the file holds them") {
+  for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                                &models::tiny_deepseek_v2::model_def()}) {
+    const golden::Fixture fixture = golden::load_fixture(model->info.name);
+    const auto hf = open_safetensors_source(fixture.dir);
+    const std::string origin = std::string(model->info.name) + "-BF16.gguf";
+    const std::vector<std::byte> image = fixture_as_gguf(*model, *hf, golden::kBF16);
+    const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model->info);
+    HostSink f32_sink;
+    const LoadedWeights f32 = load_weights(*model, *gguf, WeightFormat::f32, f32_sink);
+    for (const WeightFormat format : {WeightFormat::cpu, WeightFormat::gpu}) {
+      HostSink sink;
+      const LoadedWeights kept = load_weights(*model, *gguf, format, sink);
+      int64_t bf16_matrices = 0;
+      for (const WeightSpec& spec : *model->weights) {
+        for (int64_t l = spec.per_layer ? spec.layer_first : -1; l < (spec.per_layer ? spec.layer_last : 0); ++l) {
+          if (kept.table.format(spec.name, l) != MatrixFormat::bf16) continue;
+          INFO(origin << ": " << spec.name << " layer " << l);
+          ++bf16_matrices;
+          const auto* bits = static_cast<const uint16_t*>(kept.table.get(spec.name, l));
+          const float* values = f32.table.get_as<float>(spec.name, l);
+          std::vector<float> back(static_cast<size_t>(spec.numel()));
+          bf16_elements_to_f32(reinterpret_cast<const std::byte*>(bits), back);
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < spec.numel(); ++i) wrong += back[static_cast<size_t>(i)] != values[i];
+          CHECK(wrong == 0);
+        }
+      }
+      INFO(origin << (format == WeightFormat::cpu ? " on the CPU" : " on the GPU"));
+      CHECK(bf16_matrices > 0);
     }
   }
 }
