@@ -1,4 +1,4 @@
-// The dot-product kernels for AVX-512 VNNI (256-bit vpdpbusd, 32 registers); compiled with -mavx512vnni -mavx512vl -mavx512bw -mavx2 -mfma -mf16c (CMakeLists.txt).
+// The dot-product kernels for AVX-512 VNNI (512-bit vpdpbusd, 32 registers); compiled with -mavx512vnni -mavx512vl -mavx512bw -mavx2 -mfma -mf16c (CMakeLists.txt).
 #if defined(__x86_64__)
 #define KILN_DOT_SIMD 2
 #else  // never chosen there (quant_dot.cpp): built as the portable kernel
