@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <memory>
 #include <chrono>
-#include <thread>
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"

@@ -109,9 +109,8 @@ class Loader {
     for (Instance& inst : instances_) {
       if (is_tied(inst)) continue;
       inst.offset = total;
-      const int64_t bytes = !is_block_format(inst.format) ? inst.spec->numel() * (inst.format == MatrixFormat::f32 ? 4 : 2)
-                            : format_ == WeightFormat::gpu ? matrix_bytes(inst.format, inst.spec->shape[0], inst.spec->shape[1])
-                                                            : cpu_matrix_bytes(inst.format, inst.spec->shape[0], inst.spec->shape[1]);
+      const int64_t bytes = is_block_format(inst.format) ? blocks_bytes(inst)
+                                                          : inst.spec->numel() * (inst.format == MatrixFormat::f32 ? 4 : 2);
       total += (bytes + 255) / 256 * 256;
     }
     block_ = sink_.allocate(total);
@@ -293,22 +292,30 @@ class Loader {
       if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
       const std::optional<GgmlType> type = source_->block_type(p.hf_name);
       if (!type || ggml_block_size(*type) == 1 || !can_dequantize(*type)) return MatrixFormat::bf16;
-      const std::optional<MatrixFormat> f = matrix_format_of(*type, format_ == WeightFormat::gpu ? Device::gpu : Device::cpu);
+      const std::optional<MatrixFormat> f = matrix_format_of(*type, device());
       inst.requantized |= !f || (kept && *kept != *f);
       kept = f;
     }
     return inst.requantized ? MatrixFormat::q8_0 : *kept;
   }
 
+  // The device whose block layout the projections keep (gpu or cpu formats), and the bytes of a
+  // projection kept in blocks in it.
+  Device device() const { return format_ == WeightFormat::gpu ? Device::gpu : Device::cpu; }
+  int64_t blocks_bytes(const Instance& inst) const {
+    const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
+    return device() == Device::gpu ? matrix_bytes(inst.format, n, k) : cpu_matrix_bytes(inst.format, n, k);
+  }
+
   // A projection in its GGUF blocks: each HF row's stored bytes repacked for the device
   // (quant_repack.hpp), the pieces' rows stacked as fill() stacks them; a piece of another block
-  // type is dequantized and
-  // requantized to the kept format (Q8_0). Rows are independent, so they go over the cores (an 8B
-  // model's requantization is minutes on one); the first bad row found is reported.
+  // type is dequantized and requantized to the kept format (Q8_0). Rows are independent, so they go
+  // over the cores (an 8B model's requantization is minutes on one); the first bad row found is
+  // reported.
   void fill_quantized(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
-    const bool gpu = format_ == WeightFormat::gpu;
-    const int64_t bytes = gpu ? matrix_bytes(inst.format, n, k) : cpu_matrix_bytes(inst.format, n, k);
+    const bool gpu = device() == Device::gpu;
+    const int64_t bytes = blocks_bytes(inst);
     staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
     struct Row {
       const LayoutPiece* piece;
@@ -331,7 +338,7 @@ class Loader {
       for (int64_t i = begin; i < end; ++i) {
         const Row& row = rows[static_cast<size_t>(i)];
         const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
-        const bool as_stored = matrix_format_of(row.type, gpu ? Device::gpu : Device::cpu) == inst.format;
+        const bool as_stored = matrix_format_of(row.type, device()) == inst.format;
         const std::string why = as_stored ? bad_scale(row.type, stored) : requantize(row.type, stored, values, requantized);
         if (!why.empty()) {
           const std::lock_guard<std::mutex> hold(lock);
