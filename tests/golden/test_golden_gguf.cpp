@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -224,6 +225,27 @@ TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming
     CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::gpu, sink), "x.gguf",
                      "model.layers.1.mlp.down_proj.weight", type == kQ8_0 ? "NaN or infinite scale in block 2" : "NaN",
                      "at row 0", "corrupt");
+  }
+}
+
+// The fast CPU backend keeps Q8_0 and Q4_1 blocks as stored: a NaN scale, or a NaN Q4_1 min, is
+// refused naming the tensor, the block and which of the two it is.
+TEST_CASE("the fast CPU backend's load refuses a NaN block scale or min in a GGUF projection, naming it") {
+  const ModelDef& model = models::tiny_llama::model_def();
+  const auto hf = open_safetensors_source(golden::load_fixture(model.info.name).dir);
+  for (const auto& [type, at, what] : {std::tuple{kQ8_0, 0, "scale"}, std::tuple{kQ4_1, 0, "scale"}, std::tuple{kQ4_1, 2, "min"}}) {
+    std::vector<std::byte> image = fixture_as_gguf(model, *hf, type);
+    const GgufFile clean = GgufFile::parse(image, "x.gguf");
+    const GgufTensor* t = clean.find_tensor("blk.1.ffn_down.weight");
+    REQUIRE(t != nullptr);
+    const size_t block2 = static_cast<size_t>(t->bytes.data() - image.data()) + 2 * ggml_block_bytes(t->type);
+    image[block2 + at] = std::byte{0x00};
+    image[block2 + at + 1] = std::byte{0x7E};  // fp16 NaN
+    const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, "x.gguf")), model.info);
+    HostSink sink;
+    INFO(ggml_type_name(t->type) << " " << what);
+    CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::cpu, sink), "x.gguf", "model.layers.1.mlp.down_proj.weight",
+                     std::string("NaN or infinite ") + what + " in block 2", "at row 0", "corrupt");
   }
 }
 
