@@ -92,6 +92,11 @@ struct StepPlan {
   // Merges: four per block, 128 threads each.
   static constexpr int kMergeThreads = 128;
   static constexpr int kMergeFloats = round_up(S.attn.max_partitions + 1, 4);
+  // Named-barrier phases a group passes per round (GroupBarrier::pad_to traps on more): an attention
+  // task passes one after its q heads are ready, attention_decode_partition's five and one after; a
+  // merged row split_kv_merge_row's one and one after.
+  static constexpr int kAttnRoundBarriers = 7;
+  static constexpr int kMergeRoundBarriers = 2;
 
   // GEMV stages: partial sums [16 warps][128], gate_up's tile sums [jobs][16 rows][8 tokens],
   // the normalized inputs [kMaxBatch][kHidden] bf16 and the norm's warp sums [kMaxBatch][32].
@@ -482,12 +487,18 @@ __global__ void __launch_bounds__(StepPlan<Step>::kThreads, 1)
       float* attn_smem = reinterpret_cast<float*>(base);
       bf16* q_group = reinterpret_cast<bf16*>(base + Plan::kAttnBytes);
       bf16* staged = reinterpret_cast<bf16*>(base + Plan::kAttnBytes + Plan::kQBytes);
-      auto half_sync = [half] { named_barrier(1 + half, Plan::kAttnThreads); };
-      const int tasks = kMaxPartitions * T * kKvHeads;  // partition-major: the real ones come first
-      for (int task = blockIdx.x + half * gridDim.x; task < tasks; task += 2 * gridDim.x) {
+      GroupBarrier half_sync{1 + half, Plan::kAttnThreads};
+      // A round gives each half a task (partition-major: the real ones come first); a half passes
+      // kAttnRoundBarriers barrier phases per round, with a task or not (GroupBarrier says why).
+      const int tasks = kMaxPartitions * T * kKvHeads;
+      // (pad_to is in the loop's increment, so it follows a `continue` too.)
+      for (int first = blockIdx.x; first < tasks;
+           first += 2 * gridDim.x, half_sync.pad_to(Plan::kAttnRoundBarriers)) {
+        const int task = first + half * gridDim.x;
+        if (task >= tasks) continue;  // uniform over the half
         const int part = task / (T * kKvHeads), seq = (task / kKvHeads) % T, kv_head = task % kKvHeads;
         const int parts = split_kv_parts<kPartition, kMaxPartitions>(a.context_len[seq]);
-        if (part >= parts) continue;  // uniform over the half
+        if (part >= parts) continue;
         // The group's q heads (into shared memory), and k and v of the new token for the
         // partition that holds it.
         const int vectors = G + (part == parts - 1 ? 2 : 0);
@@ -515,8 +526,12 @@ __global__ void __launch_bounds__(StepPlan<Step>::kThreads, 1)
     {
       const int quarter = warp / 4, tid = threadIdx.x % Plan::kMergeThreads;
       float* factor = reinterpret_cast<float*>(smem) + quarter * Plan::kMergeFloats;
-      auto quarter_sync = [quarter] { named_barrier(3 + quarter, Plan::kMergeThreads); };
-      for (int row = blockIdx.x + quarter * gridDim.x; row < T * kHeads; row += 4 * gridDim.x) {
+      GroupBarrier quarter_sync{3 + quarter, Plan::kMergeThreads};
+      // Rounds of a row per quarter, kMergeRoundBarriers phases each, as in the attention stage.
+      for (int first = blockIdx.x; first < T * kHeads;
+           first += 4 * gridDim.x, quarter_sync.pad_to(Plan::kMergeRoundBarriers)) {
+        const int row = first + quarter * gridDim.x;
+        if (row >= T * kHeads) continue;
         const int parts = split_kv_parts<kPartition, kMaxPartitions>(a.context_len[row / kHeads]);
         if (parts <= 1) continue;
         split_kv_merge_row<D, kMaxPartitions, Plan::kMergeThreads>(a.scratch, row, parts, a.attn, factor, tid,

@@ -33,6 +33,30 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" : : "r"(id), "r"(threads) : "memory");
 }
 
+// A named barrier of a group of warps that counts the phases it has passed. bar.sync with another id
+// is another barrier on the hardware, whatever the counts; compute-sanitizer's racecheck, though,
+// reports races across the block's next __syncthreads between warps whose groups passed different
+// numbers of named-barrier phases before it (seen with a two-group kernel; equal counts report none).
+// So groups that share a block work in rounds, and each passes the same number of phases per round
+// whether or not it had work (pad_to).
+struct GroupBarrier {
+  int id, threads, passed = 0;
+  __device__ void operator()() {
+    named_barrier(id, threads);
+    ++passed;
+  }
+  // Passes the barrier until `phases` have been passed since the last call, for the next round.
+  __device__ void pad_to(int phases) {
+    if (passed > phases) {
+      printf("kiln decode_step: %d barrier phases in a round of at most %d (barrier %d); trapping\n", passed,
+             phases, id);
+      asm volatile("trap;");
+    }
+    for (; passed < phases; ++passed) named_barrier(id, threads);
+    passed = 0;
+  }
+};
+
 struct StepSync {
   unsigned* words;
   unsigned target;  // (epoch + 1) · blocks: a complete stage's count in this launch
