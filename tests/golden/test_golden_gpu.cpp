@@ -192,11 +192,13 @@ TEST_CASE("every tiny model on CUDA agrees with HF under the top-5 rule", "[gold
 }
 
 TEST_CASE("requests served together through a small KV pool equal each alone", "[golden]") {
-  check_serving_matches_alone(models::tiny_qwen3::model_def(), 40);
   // 20 pages of 5 tokens: fewer than some requests need at all (they end at the pool's context
-  // limit), many more preemptions.
+  // limit), many more preemptions. Under compute-sanitizer (KILN_GPU_TEST_QUICK) the recomputed and
+  // the swapped preemptions only: each configuration takes minutes there.
+  const bool quick = std::getenv("KILN_GPU_TEST_QUICK") != nullptr;
+  if (!quick) check_serving_matches_alone(models::tiny_qwen3::model_def(), 40);
   check_serving_matches_alone(models::tiny_qwen3::model_def(), 20);
-  check_serving_matches_alone(models::tiny_qwen3::model_def(), 20, false);  // eager decode steps
+  if (!quick) check_serving_matches_alone(models::tiny_qwen3::model_def(), 20, false);  // eager decode steps
   check_serving_matches_alone(models::tiny_qwen3::model_def(), 20, true, 1, 1 << 20);  // swapped, not recomputed
 }
 

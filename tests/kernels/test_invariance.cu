@@ -155,6 +155,9 @@ TEST_CASE("cuBLASLt gives each row the same bits at any row count", "[invariance
   gemm_invariance<smollm2::kLinearOProj>(runner);
   gemm_invariance<smollm2::kLinearGateUpProj>(runner);
   gemm_invariance<smollm2::kLinearDownProj>(runner);
+  // Under a sanitizer (quick_run) SmolLM2's four layer projections stand for all: the fifteen
+  // shapes take over 7 minutes there, all of it inside cuBLASLt's own kernels.
+  if (quick_run()) return;
   gemm_invariance<smollm2::kLinearLmHead>(runner);
   gemm_invariance<qwen06::kLinearQkvProj>(runner);
   gemm_invariance<qwen06::kLinearOProj>(runner);

@@ -180,16 +180,13 @@ bool expect_clean_launch(const std::string& what) {
   return expect(status == cudaSuccess, what + ": launch error: " + cudaGetErrorString(status));
 }
 
-// KILN_GPU_TEST_QUICK (set by tools/gpu/compute_sanitizer.sh): timings launch once, without
-// warm-up. Under compute-sanitizer a launch takes seconds and the timings mean nothing; the checks
-// around them still run in full.
-bool quick_timings() {
+bool quick_run() {
   static const bool quick = std::getenv("KILN_GPU_TEST_QUICK") != nullptr;
   return quick;
 }
 
 double median_us(const std::function<void(int)>& launch, int warmup, int iterations) {
-  if (quick_timings()) warmup = 0, iterations = 1;
+  if (quick_run()) warmup = 0, iterations = 1;
   for (int i = 0; i < warmup; ++i) launch(i);
   KILN_CUDA_OK(cudaDeviceSynchronize());
   std::vector<cudaEvent_t> events(2 * iterations);
@@ -209,7 +206,7 @@ double median_us(const std::function<void(int)>& launch, int warmup, int iterati
 }
 
 double graph_us(const std::function<void(int, cudaStream_t)>& launch, int iterations, int replays) {
-  if (quick_timings()) iterations = 1, replays = 1;
+  if (quick_run()) iterations = 1, replays = 1;
   cudaStream_t stream = nullptr;
   KILN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;

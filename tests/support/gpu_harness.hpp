@@ -110,9 +110,14 @@ int failures();
 // nothing to do must launch nothing: a zero-sized grid is an error); the FAIL line names the error.
 bool expect_clean_launch(const std::string& what);
 
+// KILN_GPU_TEST_QUICK (set by tools/gpu/compute_sanitizer.sh, where a launch takes seconds):
+// timings launch once, without warm-up (they mean nothing there; the checks around them still run),
+// and the few cases whose largest shapes take many minutes leave those out, keeping smaller shapes
+// that take the same code paths.
+bool quick_run();
+
 // Median time in microseconds of `launch(iteration)` over `iterations` runs after `warmup` runs,
-// each run between its own pair of CUDA events on the default stream. With KILN_GPU_TEST_QUICK set
-// (compute-sanitizer runs) this and graph_us launch once.
+// each run between its own pair of CUDA events on the default stream; one run under quick_run().
 double median_us(const std::function<void(int)>& launch, int warmup = 5, int iterations = 25);
 
 // Mean time in microseconds of one `launch(iteration, stream)` when `iterations` of them run back
