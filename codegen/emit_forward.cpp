@@ -89,9 +89,9 @@ void emit_buffers(const Graph& g, Phase phase, Code& c) {
 std::string kv_decl(const Graph& g, Phase phase) {
   if (phase != Phase::ref) return "bf16* kv = ctx.kv_layer<bf16>(layer);";
   if (g.latent_kv) {
-    return "const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, {kKvElemsPerToken}, kPageSize};";
+    return "const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_values, {kKvElemsPerToken}, kPageSize};";
   }
-  return "const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, {kNumKvHeads, kHeadDim, kPageSize}};";
+  return "const ref::KvPages kv = ref::kv_layer(ctx, layer * kv_layer_values, {kNumKvHeads, kHeadDim, kPageSize});";
 }
 
 void emit_body(const Graph& g, Phase phase, Code& c) {
@@ -102,7 +102,7 @@ void emit_body(const Graph& g, Phase phase, Code& c) {
     c.line("cudaStream_t stream = ctx.stream;");
   } else {
     c.line("char* arena = reinterpret_cast<char*>(ctx.arena);");
-    c.line("const int64_t kv_layer_floats = ctx.num_pages * kPageSize * kKvElemsPerToken;");
+    c.line("const int64_t kv_layer_values = ctx.num_pages * kPageSize * kKvElemsPerToken;");
   }
   emit_buffers(g, phase, c);
   c.line();

@@ -13,7 +13,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   const int64_t T = step.num_tokens();   // tokens in this step
   const int64_t N = step.num_logits();   // rows that need logits
   char* arena = reinterpret_cast<char*>(ctx.arena);
-  const int64_t kv_layer_floats = ctx.num_pages * kPageSize * kKvElemsPerToken;
+  const int64_t kv_layer_values = ctx.num_pages * kPageSize * kKvElemsPerToken;
   float* x = reinterpret_cast<float*>(arena + RefArena::x);               // [T, kHiddenSize] residual stream
   float* h = reinterpret_cast<float*>(arena + RefArena::h);               // [T, kHiddenSize] normalized hidden state
   float* qkv = reinterpret_cast<float*>(arena + RefArena::qkv);           // [T, kQkvWidth] q 4×32 | k 2×32 | v 2×32
@@ -27,7 +27,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<float>& lw = w.layers[layer];
-    const ref::KvPages kv{ctx.kv_cache + layer * kv_layer_floats, {kNumKvHeads, kHeadDim, kPageSize}};
+    const ref::KvPages kv = ref::kv_layer(ctx, layer * kv_layer_values, {kNumKvHeads, kHeadDim, kPageSize});
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)

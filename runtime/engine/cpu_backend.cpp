@@ -1,11 +1,13 @@
 // The two CPU backends: both run the generated forward_ref and the CPU sampler. The reference
 // ("ref") holds every weight in fp32: slow but exact, the oracle; CI checks every model family
 // through it. The fast one ("cpu") keeps the projections as the file stores them (bf16 rows, ggml's
-// blocks: WeightFormat::cpu), which forward_ref's linear op then runs through runtime/cpu's kernels.
+// blocks: WeightFormat::cpu), which forward_ref's linear op then runs through runtime/cpu's kernels,
+// and its dense KV pages in bf16 (runtime/cpu/attention.hpp reads them).
 #include <algorithm>
-#include <cstdlib>
-#include <memory>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
@@ -40,6 +42,9 @@ class ZeroedFloats {
   std::unique_ptr<float, Free> data_;
 };
 
+// Floats that hold `bytes` (the KV pool and swap space hold fp32 or bf16 values).
+size_t floats_for(int64_t bytes) { return static_cast<size_t>((bytes + 3) / 4); }
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const ModelDef& model, const WeightOrigin& origin, const BackendOptions& options, bool fast)
@@ -60,11 +65,14 @@ class CpuBackend final : public Backend {
     // Without a GPU memory budget to size from, default to two sequences of the full context.
     const int32_t pages_per_seq = (m.max_context + m.page_size - 1) / m.page_size;
     kv_pages_ = options.kv_pages > 0 ? options.kv_pages : 2 * pages_per_seq;
-    check_kv_pool_fits(m, kv_pages_, static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * m.num_layers * 4,
-                       host_memory_available(), "CPU memory");
-    kv_cache_.allocate(static_cast<size_t>(kv_pages_) * m.page_size * m.kv_elems_per_token * m.num_layers, "KV cache");
-    page_floats_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token;
-    swap_pages_ = swap_pages_for(options.swap_space_bytes, page_floats_ * m.num_layers * 4);
+    // The fast backend keeps dense K and V in bf16, as the GPU does (half the bytes attention reads);
+    // MLA's latent rows stay fp32 (their ops are the reference's).
+    kv_bf16_ = fast && m.head_dim > 0;
+    const int64_t value_bytes = kv_bf16_ ? 2 : 4;
+    page_bytes_ = static_cast<int64_t>(m.page_size) * m.kv_elems_per_token * value_bytes;
+    check_kv_pool_fits(m, kv_pages_, page_bytes_ * m.num_layers, host_memory_available(), "CPU memory");
+    kv_cache_.allocate(floats_for(static_cast<int64_t>(kv_pages_) * m.num_layers * page_bytes_), "KV cache");
+    swap_pages_ = swap_pages_for(options.swap_space_bytes, page_bytes_ * m.num_layers);
     arena_.allocate(static_cast<size_t>(m.ref_arena_bytes / 4 + 1), "activations");
     rope_ = build_rope_table(m.rope, m.max_context);
     if (options.profile && m.num_routed_experts > 0) {
@@ -82,7 +90,7 @@ class CpuBackend final : public Backend {
     } else {
       info_.weight_formats = "fp32";
     }
-    info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * 4;
+    info_.kv_bytes_per_token = static_cast<int64_t>(m.kv_elems_per_token) * m.num_layers * value_bytes;
   }
 
   const char* name() const override { return fast_ ? "cpu" : "ref"; }
@@ -93,19 +101,19 @@ class CpuBackend final : public Backend {
   void swap_kv(std::span<const PageSwap> copies, bool to_host) override {
     if (copies.empty()) return;
     const int64_t layers = model_.info.num_layers;
-    if (swap_.empty()) swap_.allocate(static_cast<size_t>(layers * swap_pages_ * page_floats_), "swap space");
+    if (swap_.empty()) swap_.allocate(floats_for(layers * swap_pages_ * page_bytes_), "swap space");
     for (const PageSwap& c : copies) {
       if (c.device_page < 0 || c.device_page >= kv_pages_ || c.host_page < 0 || c.host_page >= swap_pages_) {
         fail("internal: swap of KV page ", c.device_page, " <-> host page ", c.host_page, " is outside the pools (",
              kv_pages_, ", ", swap_pages_, " pages)");
       }
       for (int64_t l = 0; l < layers; ++l) {
-        float* pool = kv_cache_.data() + (l * kv_pages_ + c.device_page) * page_floats_;
-        float* host = swap_.data() + (l * swap_pages_ + c.host_page) * page_floats_;
+        char* pool = reinterpret_cast<char*>(kv_cache_.data()) + (l * kv_pages_ + c.device_page) * page_bytes_;
+        char* host = reinterpret_cast<char*>(swap_.data()) + (l * swap_pages_ + c.host_page) * page_bytes_;
         if (to_host) {
-          std::copy_n(pool, page_floats_, host);
+          std::memcpy(host, pool, static_cast<size_t>(page_bytes_));
         } else {
-          std::copy_n(host, page_floats_, pool);
+          std::memcpy(pool, host, static_cast<size_t>(page_bytes_));
         }
       }
     }
@@ -123,7 +131,7 @@ class CpuBackend final : public Backend {
     num_logits_ = step.num_logits();
     std::fill(expert_usage_.begin(), expert_usage_.end(), 0);
     const RefContext ctx{arena_.data(), kv_cache_.data(), kv_pages_, rope_.data(),
-                         expert_usage_.empty() ? nullptr : expert_usage_.data(), rank_, collective_, fast_};
+                         expert_usage_.empty() ? nullptr : expert_usage_.data(), rank_, collective_, fast_, kv_bf16_};
     forward_->forward(step, ctx, logits_.data());
   }
 
@@ -156,7 +164,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<RefForward> forward_;
   int32_t kv_pages_ = 0;
   int32_t swap_pages_ = 0;
-  int64_t page_floats_ = 0;  // one layer's part of a KV page
+  bool kv_bf16_ = false;     // the KV pages hold bf16 (RefContext::kv_bf16)
+  int64_t page_bytes_ = 0;   // one layer's part of a KV page
   ZeroedFloats kv_cache_, arena_;
   std::vector<float> rope_, logits_;
   ZeroedFloats swap_;  // --swap-space, taken at the first swap-out

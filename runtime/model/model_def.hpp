@@ -160,13 +160,15 @@ struct ModelInfo {
 // The CPU reference backend's per-model forward: fp32, the same graph as the CUDA forward.
 struct RefContext {
   float* arena;               // ModelInfo::ref_arena_bytes
-  float* kv_cache;            // [num_layers][num_pages][page_size × kv_elems_per_token], see kv_layout
+  float* kv_cache;            // [num_layers][num_pages][page_size × kv_elems_per_token], see kv_layout;
+                              // fp32 values, or bf16 ones (uint16_t) with kv_bf16
   int64_t num_pages;
   const float* rope;          // [max_context][rotary_dim / 2][cos, sin]
   uint8_t* expert_usage;      // null, or [num_layers][num_routed_experts] flags the routing sets (--profile)
   int32_t rank = 0;           // tensor-parallel rank (0 without tensor parallelism)
   Collective* collective = nullptr;  // the ranks' sums and gathers; null without tensor parallelism
   bool fast_kernels = false;  // the fast CPU backend: ops with a runtime/cpu kernel run it (attention)
+  bool kv_bf16 = false;       // the KV cache holds bf16 (the fast CPU backend's dense KV pages)
 };
 class RefForward {
  public:

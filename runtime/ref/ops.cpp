@@ -5,10 +5,12 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
 #include "runtime/cpu/attention.hpp"
 #include "runtime/cpu/linear.hpp"
+#include "runtime/model/model_def.hpp"
 
 namespace kiln::ref {
 
@@ -126,21 +128,38 @@ void rope(const shape::rope& s, float* rows, const int32_t* positions, const flo
   }
 }
 
+KvPages kv_layer(const RefContext& ctx, int64_t offset, const KvLayout& layout) {
+  if (ctx.kv_bf16) return KvPages{nullptr, layout, reinterpret_cast<uint16_t*>(ctx.kv_cache) + offset};
+  return KvPages{ctx.kv_cache + offset, layout};
+}
+
 void kv_write(const shape::kv_write& s, const float* qkv, const int32_t* slot_mapping, const KvPages& cache,
               int64_t tokens) {
   const int64_t D = s.head_dim;
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t page = slot_mapping[t] / s.page_size, off = slot_mapping[t] % s.page_size;
     for (int64_t h = 0; h < s.kv_heads; ++h) {
-      std::memcpy(cache.k(page, h, off), qkv + t * s.row + s.k_offset + h * D, sizeof(float) * D);
-      std::memcpy(cache.v(page, h, off), qkv + t * s.row + s.v_offset + h * D, sizeof(float) * D);
+      const float* k = qkv + t * s.row + s.k_offset + h * D;
+      const float* v = qkv + t * s.row + s.v_offset + h * D;
+      if (cache.bf16 != nullptr) {
+        uint16_t* k_out = cache.bf16 + cache.layout.vec(page, 0, h, off);
+        uint16_t* v_out = cache.bf16 + cache.layout.vec(page, 1, h, off);
+        for (int64_t d = 0; d < D; ++d) k_out[d] = f32_to_bf16(k[d]), v_out[d] = f32_to_bf16(v[d]);
+      } else {
+        std::memcpy(cache.k(page, h, off), k, sizeof(float) * D);
+        std::memcpy(cache.v(page, h, off), v, sizeof(float) * D);
+      }
     }
   }
 }
 
 void attention(const shape::attention& s, const float* q_rows, const KvPages& cache, float* out, const StepBatch& step,
                bool fast_kernels) {
-  if (fast_kernels && s.head_dim % 16 == 0) return cpu::attention(s, q_rows, cache.base, cache.layout, out, step);
+  if ((cache.bf16 != nullptr) != fast_kernels) {
+    fail("internal: attention over ", cache.bf16 != nullptr ? "bf16" : "fp32", " KV pages needs the ",
+         cache.bf16 != nullptr ? "fast CPU backend's kernel" : "reference's");
+  }
+  if (fast_kernels) return cpu::attention(s, q_rows, cache.bf16, cache.layout, out, step);
   const int64_t D = s.head_dim, P = s.page_size, heads = s.heads;
   const int64_t group = heads / s.kv_heads;
   for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {

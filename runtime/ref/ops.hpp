@@ -11,15 +11,26 @@
 #include "templates/kv_layout.hpp"
 #include "templates/weight_matrix.hpp"
 
+namespace kiln {
+struct RefContext;
+}
+
 namespace kiln::ref {
 
-// One layer of the dense KV cache, in fp32 (the layout of templates/kv_layout.hpp).
+// One layer of the dense KV cache (the layout of templates/kv_layout.hpp): fp32 values at `base`
+// (the reference backend), or bf16 ones at `bf16` (the fast CPU backend: the GPU's format, half the
+// bytes); the other pointer is null.
 struct KvPages {
   float* base;
   KvLayout layout;
+  uint16_t* bf16 = nullptr;
   float* k(int64_t page, int64_t head, int64_t offset) const { return base + layout.vec(page, 0, head, offset); }
   float* v(int64_t page, int64_t head, int64_t offset) const { return base + layout.vec(page, 1, head, offset); }
 };
+
+// The pages of the layer whose values start `offset` values into the context's KV cache, in the
+// cache's format (RefContext::kv_bf16).
+KvPages kv_layer(const RefContext& ctx, int64_t offset, const KvLayout& layout);
 
 // x[t] = table[token_ids[t]]
 // x[t] = table[token_ids[t] - rank·vocab], or zeros when the token is another tensor-parallel
@@ -53,13 +64,14 @@ void head_rmsnorm(const shape::head_rmsnorm& s, float* qkv, const float* q_norm,
 // table: [position][rotary_dim/2][cos, sin].
 void rope(const shape::rope& s, float* rows, const int32_t* positions, const float* table, int64_t tokens);
 
-// k and v of each token (at row offsets k_offset / v_offset) into its slot.
+// k and v of each token (at row offsets k_offset / v_offset) into its slot (rounded to bf16 where the
+// pages are bf16).
 void kv_write(const shape::kv_write& s, const float* qkv, const int32_t* slot_mapping, const KvPages& cache,
               int64_t tokens);
 
 // Causal attention of every token over its sequence's cached keys/values (GQA: query head h reads
 // KV head h / (heads / kv_heads)). q of token t is at q + t·row, heads × head_dim. With
-// fast_kernels (the fast CPU backend), runtime/cpu/attention.hpp's version of the same sums.
+// fast_kernels (the fast CPU backend, whose pages are bf16), runtime/cpu/attention.hpp's version.
 void attention(const shape::attention& s, const float* q, const KvPages& cache, float* out, const StepBatch& step,
                bool fast_kernels = false);
 

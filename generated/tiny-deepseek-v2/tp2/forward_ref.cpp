@@ -16,7 +16,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   const int64_t T = step.num_tokens();   // tokens in this step
   const int64_t N = step.num_logits();   // rows that need logits
   char* arena = reinterpret_cast<char*>(ctx.arena);
-  const int64_t kv_layer_floats = ctx.num_pages * kPageSize * kKvElemsPerToken;
+  const int64_t kv_layer_values = ctx.num_pages * kPageSize * kKvElemsPerToken;
   float* x = reinterpret_cast<float*>(arena + RefArena::x);               // [T, kHiddenSize] residual stream
   float* h = reinterpret_cast<float*>(arena + RefArena::h);               // [T, kHiddenSize] normalized hidden state
   float* q = reinterpret_cast<float*>(arena + RefArena::q);               // [T, kQWidth] q, per head nope | rope
@@ -43,7 +43,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
     const LayerWeights<float>& lw = w.layers[layer];
-    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, {kKvElemsPerToken}, kPageSize};
+    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_values, {kKvElemsPerToken}, kPageSize};
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
@@ -101,7 +101,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   // ---- decoder_layer (DeepSeekMoE) ----
   for (int layer = kFirstKDenseReplace; layer < kNumLayers; ++layer) {
     const LayerWeights<float>& lw = w.layers[layer];
-    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_floats, {kKvElemsPerToken}, kPageSize};
+    const ref::LatentPages kv{ctx.kv_cache + layer * kv_layer_values, {kKvElemsPerToken}, kPageSize};
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
