@@ -12,42 +12,90 @@ namespace kiln::cpu {
 
 namespace {
 
-// 16 floats as one value of GCC's / Clang's vector extension: the arithmetic below is 4 SSE (or
-// 1 AVX-512) operations each, with no intrinsics to pick per instruction set.
-typedef float Vec16 __attribute__((vector_size(64)));
-typedef uint16_t Bf16x16 __attribute__((vector_size(32)));
-typedef uint32_t U32x16 __attribute__((vector_size(64)));
+// The helpers below take and return 8-float vectors; they are inlined into each target clone of
+// attend(), so no call ever passes one (GCC warns about the ABI of such calls without AVX).
+#pragma GCC diagnostic ignored "-Wpsabi"
 
-Vec16 load16(const float* p) {
-  Vec16 v;
+// 8 floats as one value of GCC's / Clang's vector extension: one AVX register (half of an
+// AVX-512 one), 2 SSE ones, with no intrinsics to pick per instruction set.
+typedef float Vec8 __attribute__((vector_size(32)));
+typedef uint16_t Bf16x8 __attribute__((vector_size(16)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+
+inline __attribute__((always_inline)) Vec8 load8(const float* p) {
+  Vec8 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-// 16 bf16 values as floats: a bf16 is the high half of a float's bits.
-Vec16 load16(const uint16_t* p) {
-  Bf16x16 h;
+// 8 bf16 values as floats: a bf16 is the high half of a float's bits.
+inline __attribute__((always_inline)) Vec8 load8(const uint16_t* p) {
+  Bf16x8 h;
   std::memcpy(&h, p, sizeof(h));
-  const U32x16 bits = __builtin_convertvector(h, U32x16) << 16;
-  Vec16 v;
+  const U32x8 bits = __builtin_convertvector(h, U32x8) << 16;
+  Vec8 v;
   std::memcpy(&v, &bits, sizeof(v));
   return v;
 }
 
-float sum16(Vec16 v) {
+// Lane i of the result: the sum of v[i]'s 8 lanes. Three rounds of pairing lanes of two vectors
+// (21 shuffles and adds for 8 sums, where summing each alone is 7 dependent adds).
+inline __attribute__((always_inline)) Vec8 sum_lanes(const Vec8 v[8]) {
+  Vec8 p[4], r[2];
+  for (int i = 0; i < 4; ++i) {  // [a0+a1, b0+b1, a2+a3, b2+b3, ...] of v[2i] = a, v[2i+1] = b
+    p[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(v[2 * i], v[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+  }
+  for (int i = 0; i < 2; ++i) {  // 4 vectors' halves-of-quarters: [a0-3, b0-3, c0-3, d0-3, a4-7, ...]
+    r[i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+           __builtin_shufflevector(p[2 * i], p[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  return __builtin_shufflevector(r[0], r[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(r[0], r[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+// q · k over D values for 8 keys `stride` apart: 8 independent sums over the head dim 8 values at a
+// time, then their lanes summed together; the head dim's last D % 8 values one by one.
+inline __attribute__((always_inline)) Vec8 dot8(const float* q, const uint16_t* k, int64_t stride, int64_t D) {
+  Vec8 acc[8] = {};
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) {
+    const Vec8 qv = load8(q + d);
+    for (int i = 0; i < 8; ++i) acc[i] += qv * load8(k + i * stride + d);
+  }
+  Vec8 sums = sum_lanes(acc);
+  for (; d < D; ++d) {
+    for (int i = 0; i < 8; ++i) sums[i] += q[d] * bf16_to_f32(k[i * stride + d]);
+  }
+  return sums;
+}
+
+// q · k over D values for one key.
+inline __attribute__((always_inline)) float dot1(const float* q, const uint16_t* k, int64_t D) {
+  Vec8 acc = {};
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) acc += load8(q + d) * load8(k + d);
   float sum = 0.0f;
-  for (int i = 0; i < 16; ++i) sum += v[i];
+  for (int i = 0; i < 8; ++i) sum += acc[i];
+  for (; d < D; ++d) sum += q[d] * bf16_to_f32(k[d]);
   return sum;
 }
 
-// q · k over n values: 16 at a time, then the rest one by one.
-inline __attribute__((always_inline)) float dot(const float* q, const uint16_t* k, int64_t n) {
-  Vec16 acc = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) acc += load16(q + i) * load16(k + i);
-  float sum = sum16(acc);
-  for (; i < n; ++i) sum += q[i] * bf16_to_f32(k[i]);
-  return sum;
+// out[0, 8N) = Σ_j p[j] · v_j[0, 8N) over the sequence's keys (values `D` apart within a page,
+// `value_page(j)` the page of key j's): N vectors of sums in registers, each key adding to all
+// of them (N independent chains, not one per 8 values).
+template <int N, typename ValuePage>
+inline __attribute__((always_inline)) void weighted_values(const float* p, int64_t keys, int64_t P, int64_t D,
+                                                           ValuePage value_page, float* out) {
+  Vec8 acc[N] = {};
+  for (int64_t j0 = 0; j0 < keys; j0 += P) {
+    const uint16_t* v = value_page(j0);
+    for (int64_t j = j0; j < std::min(keys, j0 + P); ++j, v += D) {
+      const float pj = p[j];
+      for (int i = 0; i < N; ++i) acc[i] += pj * load8(v + 8 * i);
+    }
+  }
+  std::memcpy(out, acc, sizeof(acc));
 }
 
 // e^x for x ≤ 0 (scores minus their maximum), within 2 ulp: 2^n · p(r) with r = x - n·ln 2 in
@@ -81,32 +129,33 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 void attend(const shape::attention& s, const float* q, const uint16_t* base, const KvLayout& layout,
             const int32_t* pages, int64_t kvh, int64_t keys, float* scores, float* o) {
   const int64_t D = s.head_dim, P = s.page_size;
-  // A page holds each head's keys (and values) contiguously: walk pages, not slots.
+  // A page holds each head's keys (and values) contiguously: walk pages, not slots; 8 keys of a
+  // page at a time, then its last ones alone.
   float max_score = -INFINITY;
   for (int64_t j0 = 0; j0 < keys; j0 += P) {
     const uint16_t* k = base + layout.vec(pages[j0 / P], 0, kvh, 0);
-    for (int64_t j = j0; j < std::min(keys, j0 + P); ++j, k += D) {
-      scores[j] = dot(q, k, D) * s.scale;
-      max_score = std::max(max_score, scores[j]);
+    const int64_t end = std::min(keys, j0 + P);
+    int64_t j = j0;
+    for (; j + 8 <= end; j += 8, k += 8 * D) {
+      const Vec8 sums = dot8(q, k, D, D) * s.scale;
+      std::memcpy(scores + j, &sums, sizeof(sums));
     }
+    for (; j < end; ++j, k += D) scores[j] = dot1(q, k, D) * s.scale;
   }
+  for (int64_t j = 0; j < keys; ++j) max_score = std::max(max_score, scores[j]);
   for (int64_t j = 0; j < keys; ++j) scores[j] -= max_score;
   exp_row(scores, keys);
   float denom = 0.0f;
   for (int64_t j = 0; j < keys; ++j) denom += scores[j];
   const float inv = 1.0f / denom;
   for (int64_t j = 0; j < keys; ++j) scores[j] *= inv;
-  // 16 output values at a time, summed over every key in registers (not through memory); then the
-  // head dim's last values (when it is not a multiple of 16) one by one.
+  // The values 64 of the head dim at a time (8 vectors of sums), then 8 at a time, then one by one.
+  const auto value_page = [&](int64_t d0) {
+    return [=, &layout](int64_t j0) { return base + layout.vec(pages[j0 / P], 1, kvh, 0) + d0; };
+  };
   int64_t d0 = 0;
-  for (; d0 + 16 <= D; d0 += 16) {
-    Vec16 acc = {};
-    for (int64_t j0 = 0; j0 < keys; j0 += P) {
-      const uint16_t* v = base + layout.vec(pages[j0 / P], 1, kvh, 0) + d0;
-      for (int64_t j = j0; j < std::min(keys, j0 + P); ++j, v += D) acc += scores[j] * load16(v);
-    }
-    std::memcpy(o + d0, &acc, sizeof(acc));
-  }
+  for (; d0 + 64 <= D; d0 += 64) weighted_values<8>(scores, keys, P, D, value_page(d0), o + d0);
+  for (; d0 + 8 <= D; d0 += 8) weighted_values<1>(scores, keys, P, D, value_page(d0), o + d0);
   for (; d0 < D; ++d0) {
     float acc = 0.0f;
     for (int64_t j = 0; j < keys; ++j) acc += scores[j] * bf16_to_f32(base[layout.vec(pages[j / P], 1, kvh, j % P) + d0]);

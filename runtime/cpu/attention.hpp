@@ -1,9 +1,10 @@
 // Attention of the fast CPU backend: the reference's op (runtime/ref/ops.hpp attention: every
 // token's causal softmax over its sequence's cached keys and values) over bf16 KV pages (the GPU's
-// format: half the bytes of the reference's fp32 pages), written for the vectorizer: dots and the
-// value sums 16 lanes at a time (GCC's vector extension), held in registers over the keys of a page,
-// the exponentials by a polynomial over the whole row of scores (std::exp is a call per score),
-// compiled with -O3; a head dim that is not a multiple of 16 ends one value at a time. Each (token,
+// format: half the bytes of the reference's fp32 pages), written for the vectorizer (GCC's vector
+// extension, 8 lanes): the scores of 8 keys at a time as 8 independent sums whose lanes are then
+// summed together, the value sums 64 of the head dim at a time in registers over every key, the
+// exponentials by a polynomial over the whole row of scores (std::exp is a call per score),
+// compiled with -O3; a head dim that is not a multiple of 8 ends one value at a time. Each (token,
 // head) is computed the same whether it is in a prefill or a decode step, alone or batched.
 #pragma once
 
