@@ -105,7 +105,7 @@ struct Shape {
 // Rows and tokens off the kernels' tiles (groups of 16 rows × 8 or 4 tokens; bf16 2 × 6, and 8 rows × 1 token on AVX2),
 // a row of one block, rows of odd blocks, SmolLM2's 576 and 1,536, a prefill beyond one token
 // chunk (64).
-const Shape kShapes[] = {{37, 64, 1}, {64, 576, 1}, {19, 96, 5}, {40, 256, 9}, {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}};
+const Shape kShapes[] = {{37, 64, 1}, {64, 576, 1}, {21, 512, 1}, {19, 96, 5}, {40, 256, 9}, {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}};
 
 // Q4_K holds rows of whole 256-value blocks only.
 bool fits(MatrixFormat f, const Shape& sh) { return f != MatrixFormat::q4_k || sh.k % 256 == 0; }
