@@ -34,6 +34,10 @@ constexpr int kBf16DecodeRows = 8;             // one token: 8 sums (run_bf16)
 template <MatrixFormat F>
 constexpr int kQuantOffset = F == MatrixFormat::q8_0 ? 128 : F == MatrixFormat::q4_0 ? 8 : F == MatrixFormat::q5_0 ? 16 : 0;
 
+// The formats whose unsigned quants are 4-bit (u ≤ 15).
+template <MatrixFormat F>
+constexpr bool kNibbleQuants = F == MatrixFormat::q4_0 || F == MatrixFormat::q4_1 || F == MatrixFormat::q4_k;
+
 inline int32_t four_at(const int8_t* p) {  // 4 activations as one 32-bit lane
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -201,14 +205,21 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
   }
 }
 
+// One token's sums of a group's 16 rows (two halves of 8) into its output rows that exist.
+inline void store_group(const DotArgs& a, int64_t g, const __m256 acc[2]) {
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r0 = g * kCpuRowGroup + 8 * h, rows = a.rows - r0 < 8 ? a.rows - r0 : 8;
+    alignas(32) float v[8];
+    _mm256_store_ps(v, acc[h]);
+    for (int64_t r = 0; r < rows; ++r) a.out[r0 + r] = a.accumulate ? a.out[r0 + r] + v[r] : v[r];
+  }
+}
+
 // One token against a whole group of 16 rows, for the 4-bit formats (u ≤ 15): a block's 8
 // products per row and part are summed as int16 pairs (|Σ| ≤ 8 · 2 · 15 · 127 = 30,480, no
 // saturation) and widened once per block, both halves of the group share each broadcast of the
-// activations, and nothing spills from AVX2's 16 registers. Decode on 2 cores of an AMD EPYC
-// (Llama-3.2-1B Q4_0): see run_blocks.
-template <MatrixFormat F>
-constexpr bool kNibbleQuants = F == MatrixFormat::q4_0 || F == MatrixFormat::q4_1 || F == MatrixFormat::q4_k;
-
+// activations, and nothing spills from AVX2's 16 registers (decode of Llama-3.2-1B Q4_0 on 2
+// cores of an AMD EPYC: 45-47 -> 33-34 ms a token against the two passes of tile_blocks).
 template <MatrixFormat F>
 void group_one_token(const DotArgs& a, int64_t g) {
   static_assert(kNibbleQuants<F>);
@@ -244,11 +255,87 @@ void group_one_token(const DotArgs& a, int64_t g) {
       if constexpr (cpu_has_min(F)) acc[h] = _mm256_fmadd_ps(row_scales<F>(rec + cpu_mins_at(F), h), _mm256_set1_ps(xb.sum), acc[h]);
     }
   }
-  for (int h = 0; h < 2; ++h) {
+  store_group(a, g, acc);
+}
+
+// One token against a whole group of 16 rows for Q8_0: its quants (w + 128) go into vpmaddubsw
+// as |w| with w's signs moved onto the activations (as tile_blocks), whose int16 pairs can reach
+// 2 · 128 · 127 and so widen at once; as group_one_token, both halves share each broadcast and
+// nothing spills (tile_blocks' arrays of 8 quants and 8 signs do).
+inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
+  constexpr MatrixFormat F = MatrixFormat::q8_0;
+  constexpr int64_t kBlock = cpu_block_bytes(F);
+  const int64_t blocks = a.k / kQuantBlockValues;
+  const std::byte* w = a.w + g * a.stride;
+  const Q8Block* x = static_cast<const Q8Block*>(a.x);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::byte* rec = w + b * kBlock;
+    const Q8Block& xb = x[b];
+    __m256i hi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, lo[2] = {hi[0], hi[1]};
+    for (int j = 0; j < 8; ++j) {
+      const __m256i q = _mm256_set1_epi32(four_at(xb.q + 4 * j)), l = _mm256_set1_epi32(four_at(xb.lo + 4 * j));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i signs = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * j + 32 * h)), flip);
+        const __m256i u = _mm256_abs_epi8(signs);
+        hi[h] = _mm256_add_epi32(hi[h], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(q, signs)), ones));
+        lo[h] = _mm256_add_epi32(lo[h], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(l, signs)), ones));
+      }
+    }
+    const __m256 step = _mm256_set1_ps(xb.step);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi[h], 7), lo[h]);
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(row_scales<F>(rec + cpu_scales_at(F), h), step), acc[h]);
+    }
+  }
+  store_group(a, g, acc);
+}
+
+// C tokens against a group's rows 8h..8h+7 for the 4-bit formats: as group_one_token, each
+// token's sums of a block in int16 pairs, the quants unpacked once for the C tokens.
+template <MatrixFormat F, int C>
+void tile_nibbles(const DotArgs& a, int64_t g, int64_t t0) {
+  static_assert(kNibbleQuants<F>);
+  constexpr int64_t kBlock = cpu_block_bytes(F);
+  const int64_t blocks = a.k / kQuantBlockValues;
+  const std::byte* w = a.w + g * a.stride;
+  const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
+  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const auto four = [](const int8_t* p) { return _mm256_set1_epi32(four_at(p)); };
+  for (int h = 0; h < 2 && g * kCpuRowGroup + 8 * h < a.rows; ++h) {
+    __m256 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const std::byte* rec = w + b * kBlock;
+      __m256i u[8];  // unpacked once for the C tokens; then one token's two sums at a time
+      for (int j = 0; j < 4; ++j) {
+        const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * j + 32 * h));
+        u[j] = _mm256_and_si256(p, mask);
+        u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
+      }
+      const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
+      for (int c = 0; c < C; ++c) {
+        const Q8Block& xb = x[c * a.act_stride + b];
+        __m256i hq = _mm256_setzero_si256(), hl = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          hq = _mm256_add_epi16(hq, _mm256_maddubs_epi16(u[j], four(xb.q + 4 * j)));
+          hl = _mm256_add_epi16(hl, _mm256_maddubs_epi16(u[j], four(xb.lo + 4 * j)));
+        }
+        const __m256i hi = _mm256_madd_epi16(hq, ones);
+        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(hl, ones), _mm256_set1_epi32(-kQuantOffset<F> * xb.total));
+        const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, _mm256_set1_ps(xb.step)), acc[c]);
+        if constexpr (cpu_has_min(F)) acc[c] = _mm256_fmadd_ps(row_scales<F>(rec + cpu_mins_at(F), h), _mm256_set1_ps(xb.sum), acc[c]);
+      }
+    }
     const int64_t r0 = g * kCpuRowGroup + 8 * h, rows = a.rows - r0 < 8 ? a.rows - r0 : 8;
-    alignas(32) float v[8];
-    _mm256_store_ps(v, acc[h]);
-    for (int64_t r = 0; r < rows; ++r) a.out[r0 + r] = a.accumulate ? a.out[r0 + r] + v[r] : v[r];
+    for (int c = 0; c < C; ++c) {
+      float* o = a.out + (t0 + c) * a.out_stride + r0;
+      alignas(32) float v[8];
+      _mm256_store_ps(v, acc[c]);
+      for (int64_t r = 0; r < rows; ++r) o[r] = a.accumulate ? o[r] + v[r] : v[r];
+    }
   }
 }
 
@@ -426,12 +513,22 @@ void against_tokens(const Tile& tile, int64_t tokens) {
   tail_tokens<kTokens>(tile, t, tokens - t);
 }
 
+// Tokens a tile of a block format takes (AVX2's 4-bit tiles keep one token's sums in registers
+// at a time, so more tokens only cost memory for their float sums).
+template <MatrixFormat F>
+constexpr int kTileTokens = KILN_DOT_SIMD == 1 && kNibbleQuants<F> ? 8 : kBlockTokens;
+
 template <MatrixFormat F>
 struct GroupTile {
   const DotArgs& a;
   int64_t g;
   template <int C>
-  void run(int64_t t) const { tile_blocks<F, C>(a, g, t); }
+  void run(int64_t t) const {
+#if KILN_DOT_SIMD == 1
+    if constexpr (kNibbleQuants<F>) return tile_nibbles<F, C>(a, g, t);
+#endif
+    tile_blocks<F, C>(a, g, t);
+  }
 };
 
 template <int R>
@@ -445,14 +542,20 @@ struct Bf16Tile {
 template <MatrixFormat F>
 void run_blocks(const DotArgs& a) {
 #if KILN_DOT_SIMD == 1
-  if constexpr (kNibbleQuants<F>) {
+  if constexpr (kNibbleQuants<F> || F == MatrixFormat::q8_0) {
     if (a.tokens == 1) {
-      for (int64_t g = 0; g * kCpuRowGroup < a.rows; ++g) group_one_token<F>(a, g);
+      for (int64_t g = 0; g * kCpuRowGroup < a.rows; ++g) {
+        if constexpr (F == MatrixFormat::q8_0) {
+          group_one_token_q8_0(a, g);
+        } else {
+          group_one_token<F>(a, g);
+        }
+      }
       return;
     }
   }
 #endif
-  for (int64_t g = 0; g * kCpuRowGroup < a.rows; ++g) against_tokens<kBlockTokens>(GroupTile<F>{a, g}, a.tokens);
+  for (int64_t g = 0; g * kCpuRowGroup < a.rows; ++g) against_tokens<kTileTokens<F>>(GroupTile<F>{a, g}, a.tokens);
 }
 
 inline void run_bf16(const DotArgs& a) {
