@@ -292,38 +292,42 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
   store_group(a, g, acc);
 }
 
-// C tokens against a group's rows 8h..8h+7 for the 4-bit formats: as group_one_token, each
-// token's sums of a block in int16 pairs, the quants unpacked once for the C tokens.
+// C tokens against a group's rows 8h..8h+7 for the 4- and 5-bit formats: as group_one_token,
+// each token's sums of a block in int16 pairs (Q5_0's, u ≤ 31, widened every 4 products:
+// 4 · 2 · 31 · 127 = 31,496), the quants unpacked once for the C tokens and then one token's two
+// sums at a time in registers.
+template <MatrixFormat F>
+constexpr int kInt16Terms = F == MatrixFormat::q5_0 ? 4 : 8;
+
 template <MatrixFormat F, int C>
 void tile_nibbles(const DotArgs& a, int64_t g, int64_t t0) {
-  static_assert(kNibbleQuants<F>);
+  static_assert(kNibbleQuants<F> || F == MatrixFormat::q5_0);
   constexpr int64_t kBlock = cpu_block_bytes(F);
   const int64_t blocks = a.k / kQuantBlockValues;
   const std::byte* w = a.w + g * a.stride;
   const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
-  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const auto four = [](const int8_t* p) { return _mm256_set1_epi32(four_at(p)); };
   for (int h = 0; h < 2 && g * kCpuRowGroup + 8 * h < a.rows; ++h) {
     __m256 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const std::byte* rec = w + b * kBlock;
-      __m256i u[8];  // unpacked once for the C tokens; then one token's two sums at a time
-      for (int j = 0; j < 4; ++j) {
-        const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * j + 32 * h));
-        u[j] = _mm256_and_si256(p, mask);
-        u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
-      }
+      __m256i u[8], unused[8];
+      unpack<F>(rec, h, u, unused);
       const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
       for (int c = 0; c < C; ++c) {
         const Q8Block& xb = x[c * a.act_stride + b];
-        __m256i hq = _mm256_setzero_si256(), hl = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-          hq = _mm256_add_epi16(hq, _mm256_maddubs_epi16(u[j], four(xb.q + 4 * j)));
-          hl = _mm256_add_epi16(hl, _mm256_maddubs_epi16(u[j], four(xb.lo + 4 * j)));
+        __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kQuantOffset<F> * xb.total);
+        for (int j0 = 0; j0 < 8; j0 += kInt16Terms<F>) {
+          __m256i hq = _mm256_setzero_si256(), hl = _mm256_setzero_si256();
+          for (int j = j0; j < j0 + kInt16Terms<F>; ++j) {
+            hq = _mm256_add_epi16(hq, _mm256_maddubs_epi16(u[j], four(xb.q + 4 * j)));
+            hl = _mm256_add_epi16(hl, _mm256_maddubs_epi16(u[j], four(xb.lo + 4 * j)));
+          }
+          hi = _mm256_add_epi32(hi, _mm256_madd_epi16(hq, ones));
+          lo = _mm256_add_epi32(lo, _mm256_madd_epi16(hl, ones));
         }
-        const __m256i hi = _mm256_madd_epi16(hq, ones);
-        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(hl, ones), _mm256_set1_epi32(-kQuantOffset<F> * xb.total));
         const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo);
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, _mm256_set1_ps(xb.step)), acc[c]);
         if constexpr (cpu_has_min(F)) acc[c] = _mm256_fmadd_ps(row_scales<F>(rec + cpu_mins_at(F), h), _mm256_set1_ps(xb.sum), acc[c]);
@@ -513,10 +517,10 @@ void against_tokens(const Tile& tile, int64_t tokens) {
   tail_tokens<kTokens>(tile, t, tokens - t);
 }
 
-// Tokens a tile of a block format takes (AVX2's 4-bit tiles keep one token's sums in registers
-// at a time, so more tokens only cost memory for their float sums).
+// Tokens a tile of a block format takes (AVX2's 4- and 5-bit tiles keep one token's sums in
+// registers at a time, so more tokens only cost memory for their float sums).
 template <MatrixFormat F>
-constexpr int kTileTokens = KILN_DOT_SIMD == 1 && kNibbleQuants<F> ? 8 : kBlockTokens;
+constexpr int kTileTokens = KILN_DOT_SIMD == 1 && (kNibbleQuants<F> || F == MatrixFormat::q5_0) ? 8 : kBlockTokens;
 
 template <MatrixFormat F>
 struct GroupTile {
@@ -525,7 +529,7 @@ struct GroupTile {
   template <int C>
   void run(int64_t t) const {
 #if KILN_DOT_SIMD == 1
-    if constexpr (kNibbleQuants<F>) return tile_nibbles<F, C>(a, g, t);
+    if constexpr (kNibbleQuants<F> || F == MatrixFormat::q5_0) return tile_nibbles<F, C>(a, g, t);
 #endif
     tile_blocks<F, C>(a, g, t);
   }
