@@ -47,6 +47,22 @@ bool has_avx2() {
 
 }  // namespace
 
+namespace {
+
+// Round to nearest, ties to even (std::nearbyint's default mode) for |v| < 2^22: adding 1.5 · 2^23
+// and taking it back leaves v rounded, in two additions that vectorize, where std::nearbyint is a
+// libm call per value on baseline x86-64 (4-6% of a prefill step on 2 cores, perf).
+inline float round_even(float v) {
+  constexpr float kShift = 12582912.0f;
+  return (v + kShift) - kShift;
+}
+
+}  // namespace
+
+// Compiled for AVX2 and the baseline (GCC's target_clones, as attention.cpp), vectorized at -O3.
+#if defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 void quantize_activations(const float* x, int64_t k, Q8Block* out) {
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
     const float* v = x + b * kQuantBlockValues;
@@ -56,10 +72,10 @@ void quantize_activations(const float* x, int64_t k, Q8Block* out) {
     const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t total = 0;
     for (int j = 0; j < kQuantBlockValues; ++j) {
-      const float scaled = v[j] * inv;
-      const float q = std::nearbyint(scaled);
+      const float scaled = v[j] * inv;  // |scaled| ≤ 127
+      const float q = round_even(scaled);
       o.q[j] = static_cast<int8_t>(q);
-      o.lo[j] = static_cast<int8_t>(std::nearbyint(128.0f * (scaled - q)));  // |scaled - q| ≤ 1/2: within ±64
+      o.lo[j] = static_cast<int8_t>(round_even(128.0f * (scaled - q)));  // |scaled - q| ≤ 1/2: within ±64
       total += 128 * o.q[j] + o.lo[j];
     }
     o.step = d / 128.0f;
