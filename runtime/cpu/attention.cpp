@@ -12,6 +12,9 @@ namespace kiln::cpu {
 
 namespace {
 
+// Queries of one sequence in a step from which its keys and values are widened to fp32 first.
+constexpr int64_t kWidenQueries = 4;
+
 // The helpers below take and return 8-float vectors; they are inlined into each target clone of
 // attend(), so no call ever passes one (GCC warns about the ABI of such calls without AVX).
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -38,6 +41,9 @@ inline __attribute__((always_inline)) Vec8 load8(const uint16_t* p) {
   return v;
 }
 
+inline float value_of(float v) { return v; }
+inline float value_of(uint16_t bits) { return bf16_to_f32(bits); }
+
 // Lane i of the result: the sum of v[i]'s 8 lanes. Three rounds of pairing lanes of two vectors
 // (21 shuffles and adds for 8 sums, where summing each alone is 7 dependent adds).
 inline __attribute__((always_inline)) Vec8 sum_lanes(const Vec8 v[8]) {
@@ -56,7 +62,8 @@ inline __attribute__((always_inline)) Vec8 sum_lanes(const Vec8 v[8]) {
 
 // q · k over D values for 8 keys `stride` apart: 8 independent sums over the head dim 8 values at a
 // time, then their lanes summed together; the head dim's last D % 8 values one by one.
-inline __attribute__((always_inline)) Vec8 dot8(const float* q, const uint16_t* k, int64_t stride, int64_t D) {
+template <typename T>
+inline __attribute__((always_inline)) Vec8 dot8(const float* q, const T* k, int64_t stride, int64_t D) {
   Vec8 acc[8] = {};
   int64_t d = 0;
   for (; d + 8 <= D; d += 8) {
@@ -65,19 +72,20 @@ inline __attribute__((always_inline)) Vec8 dot8(const float* q, const uint16_t* 
   }
   Vec8 sums = sum_lanes(acc);
   for (; d < D; ++d) {
-    for (int i = 0; i < 8; ++i) sums[i] += q[d] * bf16_to_f32(k[i * stride + d]);
+    for (int i = 0; i < 8; ++i) sums[i] += q[d] * value_of(k[i * stride + d]);
   }
   return sums;
 }
 
 // q · k over D values for one key.
-inline __attribute__((always_inline)) float dot1(const float* q, const uint16_t* k, int64_t D) {
+template <typename T>
+inline __attribute__((always_inline)) float dot1(const float* q, const T* k, int64_t D) {
   Vec8 acc = {};
   int64_t d = 0;
   for (; d + 8 <= D; d += 8) acc += load8(q + d) * load8(k + d);
   float sum = 0.0f;
   for (int i = 0; i < 8; ++i) sum += acc[i];
-  for (; d < D; ++d) sum += q[d] * bf16_to_f32(k[d]);
+  for (; d < D; ++d) sum += q[d] * value_of(k[d]);
   return sum;
 }
 
@@ -89,7 +97,7 @@ inline __attribute__((always_inline)) void weighted_values(const float* p, int64
                                                            ValuePage value_page, float* out) {
   Vec8 acc[N] = {};
   for (int64_t j0 = 0; j0 < keys; j0 += P) {
-    const uint16_t* v = value_page(j0);
+    const auto* v = value_page(j0);
     for (int64_t j = j0; j < std::min(keys, j0 + P); ++j, v += D) {
       const float pj = p[j];
       for (int i = 0; i < N; ++i) acc[i] += pj * load8(v + 8 * i);
@@ -121,19 +129,17 @@ inline __attribute__((always_inline)) void exp_row(float* x, int64_t n) {
 }
 
 // One query head of one token: out = softmax(q · keysᵀ · scale) · values over its `keys` cached
-// positions. Compiled for AVX-512, AVX2 and the baseline, the loader picking the one this
-// processor runs (GCC's / Clang's target_clones): the same sums in each, per (token, head).
-#if defined(__x86_64__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void attend(const shape::attention& s, const float* q, const uint16_t* base, const KvLayout& layout,
-            const int32_t* pages, int64_t kvh, int64_t keys, float* scores, float* o) {
-  const int64_t D = s.head_dim, P = s.page_size;
+// positions, read as bf16 (the pages) or as fp32 (their copy, attention()): the same sums either way.
+template <typename T>
+inline __attribute__((always_inline)) void attend_head(const shape::attention& s, const float* q, const T* base,
+                                                       const KvLayout& layout, const int32_t* pages, int64_t kvh,
+                                                       int64_t keys, float* scores, float* o) {
+  const int64_t D = layout.head_dim, P = layout.page_size;
   // A page holds each head's keys (and values) contiguously: walk pages, not slots; 8 keys of a
   // page at a time, then its last ones alone.
   float max_score = -INFINITY;
   for (int64_t j0 = 0; j0 < keys; j0 += P) {
-    const uint16_t* k = base + layout.vec(pages[j0 / P], 0, kvh, 0);
+    const T* k = base + layout.vec(pages[j0 / P], 0, kvh, 0);
     const int64_t end = std::min(keys, j0 + P);
     int64_t j = j0;
     for (; j + 8 <= end; j += 8, k += 8 * D) {
@@ -158,9 +164,27 @@ void attend(const shape::attention& s, const float* q, const uint16_t* base, con
   for (; d0 + 8 <= D; d0 += 8) weighted_values<1>(scores, keys, P, D, value_page(d0), o + d0);
   for (; d0 < D; ++d0) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < keys; ++j) acc += scores[j] * bf16_to_f32(base[layout.vec(pages[j / P], 1, kvh, j % P) + d0]);
+    for (int64_t j = 0; j < keys; ++j) acc += scores[j] * value_of(base[layout.vec(pages[j / P], 1, kvh, j % P) + d0]);
     o[d0] = acc;
   }
+}
+
+// attend_head for each element type, compiled for AVX-512, AVX2 and the baseline, the loader
+// picking the one this processor runs (GCC's target_clones): the same sums in each.
+#if defined(__x86_64__) && !defined(__clang__)
+#define KILN_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KILN_ATTENTION_CLONES
+#endif
+KILN_ATTENTION_CLONES void attend(const shape::attention& s, const float* q, const uint16_t* base,
+                                  const KvLayout& layout, const int32_t* pages, int64_t kvh, int64_t keys,
+                                  float* scores, float* o) {
+  attend_head(s, q, base, layout, pages, kvh, keys, scores, o);
+}
+KILN_ATTENTION_CLONES void attend(const shape::attention& s, const float* q, const float* base,
+                                  const KvLayout& layout, const int32_t* pages, int64_t kvh, int64_t keys,
+                                  float* scores, float* o) {
+  attend_head(s, q, base, layout, pages, kvh, keys, scores, o);
 }
 
 }  // namespace
@@ -169,17 +193,45 @@ void attention(const shape::attention& s, const float* q_rows, const uint16_t* b
                float* out, const StepBatch& step) {
   const int64_t D = s.head_dim, heads = s.heads;
   const int64_t group = heads / s.kv_heads;
+  // A sequence with several queries in this step (a prompt's chunk) reads each key and value many
+  // times: they are widened to fp32 once, into one page of all its keys, which halves the work of
+  // the dot products (a bf16 value takes a load, a widening and a shift). The values are the same.
+  static thread_local std::vector<float> widened;
+  const int32_t one_page[1] = {0};
   for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {
     const int32_t* pages = step.block_tables.data() + seq * step.max_pages_per_seq;
-    parallel_for(static_cast<int64_t>(step.query_start[seq + 1] - step.query_start[seq]) * heads, 2,
-                 [&](int64_t begin, int64_t end) {
+    const int64_t first = step.query_start[seq], queries = step.query_start[seq + 1] - first;
+    int64_t max_keys = 0;
+    for (int64_t t = first; t < first + queries; ++t) max_keys = std::max<int64_t>(max_keys, step.positions[t] + 1);
+    const bool widen = queries >= kWidenQueries;
+    const KvLayout all_keys{s.kv_heads, static_cast<int>(D), static_cast<int>(max_keys)};
+    float* wide = nullptr;  // the pool's threads have their own thread_local vectors: they get this one's
+    if (widen) {
+      if (static_cast<int64_t>(widened.size()) < 2 * s.kv_heads * max_keys * D) widened.resize(2 * s.kv_heads * max_keys * D);
+      wide = widened.data();
+      parallel_for(2 * s.kv_heads * max_keys, 64, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {  // i: (kv, head, key)
+          const int kv = static_cast<int>(i / (s.kv_heads * max_keys)), h = static_cast<int>(i / max_keys % s.kv_heads);
+          const int64_t j = i % max_keys;
+          const uint16_t* from = base + layout.vec(pages[j / s.page_size], kv, h, static_cast<int>(j % s.page_size));
+          float* to = wide + all_keys.vec(0, kv, h, static_cast<int>(j));
+          for (int64_t d = 0; d < D; ++d) to[d] = bf16_to_f32(from[d]);
+        }
+      });
+    }
+    parallel_for(queries * heads, 2, [&](int64_t begin, int64_t end) {
       thread_local std::vector<float> scores;
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = step.query_start[seq] + item / heads, h = item % heads;
+        const int64_t t = first + item / heads, h = item % heads;
         const int64_t keys = static_cast<int64_t>(step.positions[t]) + 1;  // causal: positions 0..pos
         if (static_cast<int64_t>(scores.size()) < keys) scores.resize(keys);
-        attend(s, q_rows + t * s.row + h * D, base, layout, pages, h / group, keys, scores.data(),
-               out + t * heads * D + h * D);
+        float* o = out + t * heads * D + h * D;
+        const float* q = q_rows + t * s.row + h * D;
+        if (widen) {
+          attend(s, q, wide, all_keys, one_page, h / group, keys, scores.data(), o);
+        } else {
+          attend(s, q, base, layout, pages, h / group, keys, scores.data(), o);
+        }
       }
     });
   }
