@@ -102,13 +102,16 @@ const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixF
 struct Shape {
   int64_t n, k, tokens;
 };
-// Rows and tokens off the kernels' tiles (groups of 16 rows × 8 or 4 tokens; bf16 2 × 6, and 8 rows × 1 token on AVX2),
-// a row of one block, rows of odd blocks, SmolLM2's 576 and 1,536, a prefill beyond one token
-// chunk (64).
-const Shape kShapes[] = {{37, 64, 1}, {64, 576, 1}, {21, 512, 1}, {19, 96, 5}, {40, 256, 9}, {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}};
+// Rows and tokens off the kernels' tiles (groups of 16 rows × 8 or 4 tokens; bf16 2 × 6, and 8
+// rows × 1 token on AVX2), a row of one block, rows of odd blocks, SmolLM2's 576 and 1,536, a
+// prefill beyond one token chunk (64), and bf16 rows whose length is no multiple of 16 or 32.
+const Shape kShapes[] = {{37, 64, 1},  {64, 576, 1},   {21, 512, 1}, {19, 96, 5},  {40, 256, 9},
+                         {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}, {11, 200, 7}, {11, 200, 1}};
 
-// Q4_K holds rows of whole 256-value blocks only.
-bool fits(MatrixFormat f, const Shape& sh) { return f != MatrixFormat::q4_k || sh.k % 256 == 0; }
+// The block formats hold rows of whole blocks (Q4_K of 256 values) only; bf16 any length.
+bool fits(MatrixFormat f, const Shape& sh) {
+  return f == MatrixFormat::bf16 || (sh.k % kQuantBlockValues == 0 && (f != MatrixFormat::q4_k || sh.k % 256 == 0));
+}
 
 }  // namespace
 
