@@ -45,13 +45,9 @@ bool has_avx2() {
 #endif
 }
 
-}  // namespace
-
-namespace {
-
 // Round to nearest, ties to even (std::nearbyint's default mode) for |v| < 2^22: adding 1.5 · 2^23
 // and taking it back leaves v rounded, in two additions that vectorize, where std::nearbyint is a
-// libm call per value on baseline x86-64 (4-6% of a prefill step on 2 cores, perf).
+// libm call per value on baseline x86-64 (7.5% of a SmolLM2 Q4_K_M prefill on 2 cores, perf).
 inline float round_even(float v) {
   constexpr float kShift = 12582912.0f;
   return (v + kShift) - kShift;
