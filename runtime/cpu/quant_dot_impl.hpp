@@ -117,13 +117,6 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
 
 #elif KILN_DOT_SIMD == 1
 
-// Σ of 4 adjacent u8 · s8 products into each of 8 int32 lanes, added to acc. maddubs's int16
-// pairs cannot saturate: |u| ≤ 128 and |s| ≤ 127 in every use below (u ≤ 31 against q or lo,
-// Q8_0's |w| ≤ 128 against its signed q or lo).
-inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-}
-
 // A group's rows 8·h .. 8·h + 7 (the h-th 32-byte half of each record vector) at a time: their
 // unsigned quants; Q8_0's as |w| with w's signs kept for the activations (u - 128 is w: the
 // offset then needs no correction, and maddubs cannot saturate on 0..255).
@@ -158,50 +151,6 @@ inline __m256 row_scales(const std::byte* p, int h) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
   } else {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
-  }
-}
-
-template <MatrixFormat F, int C>
-void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
-  constexpr int64_t kBlock = cpu_block_bytes(F);
-  constexpr int kOffset = F == MatrixFormat::q8_0 ? 0 : kQuantOffset<F>;  // Q8_0: signed weights here
-  const int64_t blocks = a.k / kQuantBlockValues;
-  const std::byte* w = a.w + g * a.stride;
-  const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
-  for (int h = 0; h < 2 && g * kCpuRowGroup + 8 * h < a.rows; ++h) {
-    __m256 acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const std::byte* rec = w + b * kBlock;
-      __m256i u[8], signs[8];
-      unpack<F>(rec, h, u, signs);
-      const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
-      __m256 min = _mm256_setzero_ps();
-      if constexpr (cpu_has_min(F)) min = row_scales<F>(rec + cpu_mins_at(F), h);
-      for (int c = 0; c < C; ++c) {
-        const Q8Block& xb = x[c * a.act_stride + b];
-        __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kOffset * xb.total);
-        for (int j = 0; j < 8; ++j) {
-          __m256i q = _mm256_set1_epi32(four_at(xb.q + 4 * j)), l = _mm256_set1_epi32(four_at(xb.lo + 4 * j));
-          if constexpr (F == MatrixFormat::q8_0) {
-            q = _mm256_sign_epi8(q, signs[j]);
-            l = _mm256_sign_epi8(l, signs[j]);
-          }
-          hi = dot_u8s8(hi, u[j], q);
-          lo = dot_u8s8(lo, u[j], l);
-        }
-        const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo);
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, _mm256_set1_ps(xb.step)), acc[c]);
-        if constexpr (cpu_has_min(F)) acc[c] = _mm256_fmadd_ps(min, _mm256_set1_ps(xb.sum), acc[c]);
-      }
-    }
-    const int64_t r0 = g * kCpuRowGroup + 8 * h, rows = a.rows - r0 < 8 ? a.rows - r0 : 8;
-    for (int c = 0; c < C; ++c) {
-      float* o = a.out + (t0 + c) * a.out_stride + r0;
-      alignas(32) float v[8];
-      _mm256_store_ps(v, acc[c]);
-      for (int64_t r = 0; r < rows; ++r) o[r] = a.accumulate ? o[r] + v[r] : v[r];
-    }
   }
 }
 
@@ -292,16 +241,16 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
   store_group(a, g, acc);
 }
 
-// C tokens against a group's rows 8h..8h+7 for the 4- and 5-bit formats: as group_one_token,
-// each token's sums of a block in int16 pairs (Q5_0's, u ≤ 31, widened every 4 products:
-// 4 · 2 · 31 · 127 = 31,496), the quants unpacked once for the C tokens and then one token's two
-// sums at a time in registers.
+// C tokens against a group's rows 8h..8h+7: the quants unpacked once for the C tokens, then one
+// token's two sums at a time in registers, a block's vpmaddubsw results summed as int16 pairs for
+// kInt16Terms products before they widen (4-bit: 8 · 2 · 15 · 127 = 30,480; Q5_0, u ≤ 31: 4 ·
+// 2 · 31 · 127 = 31,496; Q8_0's |w| ≤ 128 against signed activations: each at once).
 template <MatrixFormat F>
-constexpr int kInt16Terms = F == MatrixFormat::q5_0 ? 4 : 8;
+constexpr int kInt16Terms = F == MatrixFormat::q8_0 ? 1 : F == MatrixFormat::q5_0 ? 4 : 8;
 
 template <MatrixFormat F, int C>
-void tile_nibbles(const DotArgs& a, int64_t g, int64_t t0) {
-  static_assert(kNibbleQuants<F> || F == MatrixFormat::q5_0);
+void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
+  constexpr int kOffset = F == MatrixFormat::q8_0 ? 0 : kQuantOffset<F>;  // Q8_0: signed weights here
   constexpr int64_t kBlock = cpu_block_bytes(F);
   const int64_t blocks = a.k / kQuantBlockValues;
   const std::byte* w = a.w + g * a.stride;
@@ -313,17 +262,22 @@ void tile_nibbles(const DotArgs& a, int64_t g, int64_t t0) {
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const std::byte* rec = w + b * kBlock;
-      __m256i u[8], unused[8];
-      unpack<F>(rec, h, u, unused);
+      __m256i u[8], signs[8];
+      unpack<F>(rec, h, u, signs);
       const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
       for (int c = 0; c < C; ++c) {
         const Q8Block& xb = x[c * a.act_stride + b];
-        __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kQuantOffset<F> * xb.total);
+        __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kOffset * xb.total);
         for (int j0 = 0; j0 < 8; j0 += kInt16Terms<F>) {
           __m256i hq = _mm256_setzero_si256(), hl = _mm256_setzero_si256();
           for (int j = j0; j < j0 + kInt16Terms<F>; ++j) {
-            hq = _mm256_add_epi16(hq, _mm256_maddubs_epi16(u[j], four(xb.q + 4 * j)));
-            hl = _mm256_add_epi16(hl, _mm256_maddubs_epi16(u[j], four(xb.lo + 4 * j)));
+            __m256i q = four(xb.q + 4 * j), l = four(xb.lo + 4 * j);
+            if constexpr (F == MatrixFormat::q8_0) {
+              q = _mm256_sign_epi8(q, signs[j]);
+              l = _mm256_sign_epi8(l, signs[j]);
+            }
+            hq = _mm256_add_epi16(hq, _mm256_maddubs_epi16(u[j], q));
+            hl = _mm256_add_epi16(hl, _mm256_maddubs_epi16(u[j], l));
           }
           hi = _mm256_add_epi32(hi, _mm256_madd_epi16(hq, ones));
           lo = _mm256_add_epi32(lo, _mm256_madd_epi16(hl, ones));
@@ -517,22 +471,18 @@ void against_tokens(const Tile& tile, int64_t tokens) {
   tail_tokens<kTokens>(tile, t, tokens - t);
 }
 
-// Tokens a tile of a block format takes (AVX2's 4- and 5-bit tiles keep one token's sums in
-// registers at a time, so more tokens only cost memory for their float sums).
+// Tokens a tile of a block format takes (AVX2's tiles keep one token's sums in registers at a
+// time, so more tokens only cost memory for their float sums; Q8_0's 8 quant and 8 sign vectors
+// already fill the registers, so it stays at 4).
 template <MatrixFormat F>
-constexpr int kTileTokens = KILN_DOT_SIMD == 1 && (kNibbleQuants<F> || F == MatrixFormat::q5_0) ? 8 : kBlockTokens;
+constexpr int kTileTokens = KILN_DOT_SIMD == 1 && F != MatrixFormat::q8_0 ? 8 : kBlockTokens;
 
 template <MatrixFormat F>
 struct GroupTile {
   const DotArgs& a;
   int64_t g;
   template <int C>
-  void run(int64_t t) const {
-#if KILN_DOT_SIMD == 1
-    if constexpr (kNibbleQuants<F> || F == MatrixFormat::q5_0) return tile_nibbles<F, C>(a, g, t);
-#endif
-    tile_blocks<F, C>(a, g, t);
-  }
+  void run(int64_t t) const { tile_blocks<F, C>(a, g, t); }
 };
 
 template <int R>
