@@ -123,17 +123,18 @@ GreedyVerdict top5_rule(const ModelDef& model, Backend& backend, const Prompt& p
   return v;
 }
 
-ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend, double max_decode_slowdown) {
+ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend, double max_decode_slowdown,
+                                           int num_requests, int max_new_tokens) {
   std::mt19937 rng(17);
   std::vector<Request> requests;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < num_requests; ++i) {
     Request r;
     r.id = static_cast<RequestId>(i + 1);
     const int prompt = std::uniform_int_distribution<int>(10, 60)(rng);
     for (int t = 0; t < prompt; ++t) r.prompt.push_back(std::uniform_int_distribution<int>(3, model.info.vocab_size - 1)(rng));
     r.params.temperature = 0.0f;
     r.params.ignore_eos = true;
-    r.params.max_tokens = std::uniform_int_distribution<int>(10, 60)(rng);
+    r.params.max_tokens = std::uniform_int_distribution<int>(10, max_new_tokens)(rng);
     requests.push_back(r);
   }
   auto run = [&](int max_batch) {

@@ -52,7 +52,10 @@ struct ServingComparison {
   int64_t swapped_out = 0;  // preemptions that swapped the KV to host memory (the backend's swap space)
 };
 // max_decode_slowdown: EngineOptions' (prompt chunks beside decodes capped from measured times).
-ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend, double max_decode_slowdown = 0);
+// num_requests requests of 10-60 prompt tokens and 10-max_new_tokens outputs (fewer and shorter
+// under compute-sanitizer, where every decode step takes seconds).
+ServingComparison serve_together_and_alone(const ModelDef& model, Backend& backend, double max_decode_slowdown = 0,
+                                           int num_requests = 24, int max_new_tokens = 60);
 
 // vLLM's top-5 rule on one prompt: kiln's greedy tokens (`run`) equal HF's, or where they first
 // differ, each side's token is in the other's top-5 at that step (kiln's logits there are recomputed

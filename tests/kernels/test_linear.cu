@@ -238,8 +238,12 @@ TEST_CASE("linear, prefill: cuBLASLt", "[linear]") {
     check_cublaslt<llama1b::kLinearGateUpProj>(runner, rows);
     check_cublaslt<smollm2::kLinearQkvProj>(runner, rows);
   }
-  check_cublaslt<llama1b::kLinearLmHead>(runner, 1);
-  check_cublaslt<llama1b::kLinearLmHead>(runner, 64);
+  // Under a sanitizer the LM head's 128,256 columns are left out: synccheck was still in its 1-row
+  // GEMM when stopped at 500 s; the 1,000-column case below takes the same fp32 output path.
+  if (!quick_run()) {
+    check_cublaslt<llama1b::kLinearLmHead>(runner, 1);
+    check_cublaslt<llama1b::kLinearLmHead>(runner, 64);
+  }
   check_cublaslt<shape::linear{.n = 200, .k = 144, .out = LinearOut::add_f32, .sms = 132}>(runner, 333);
   check_cublaslt<shape::linear{.n = 1000, .k = 200, .out = LinearOut::store_f32, .sms = 132}>(runner, 5);
   // Zero rows: nothing to do. A bad size: kiln::Error naming it.

@@ -10,7 +10,8 @@
 # machine's cores) on the one GPU: the whole set then takes about as long as its slowest case.
 # KILN_SANITIZER_PROGRAMS picks programs (default: all three); KILN_SANITIZER_TIMEOUT is the limit
 # of one run in seconds (default 1800); KILN_SANITIZER_DURATIONS names an earlier run's runs.txt, so
-# that the runs that took longest there (and those it lacks) start first.
+# that the runs that took longest there (and those it lacks) start first. KILN_SANITIZER_RUNS names a
+# file of lines "PROGRAM TOOL CASE NAME" (a rerun of some runs): only those run.
 # Logs: OUT_DIR/<program>/<tool>/<case number>.txt; OUT_DIR/cases.txt numbers the cases;
 # OUT_DIR/runs.txt has one verdict line per run and OUT_DIR/summary.txt one per program and tool,
 # with the sanitizer's summary lines added up. Exit 1 when any run reports an error, fails its
@@ -69,9 +70,26 @@ for t in "${programs[@]}"; do
   fi
   for tool in "${tools[@]}"; do
     mkdir -p "$out/$t/$tool"
-    for ((i = 1; i <= n; i++)); do tasks+=("$t $tool $i"); done
+    for ((i = 1; i <= n; i++)); do
+      if [[ -n ${KILN_SANITIZER_RUNS:-} ]] &&
+        ! grep -qxF "$t $tool $(awk -v t="$t" -v i="$i" '$1 == t && $2 == i { sub(/^[^ ]+ [^ ]+ /, ""); print }' \
+          "$out/cases.txt")" "$KILN_SANITIZER_RUNS"; then
+        continue
+      fi
+      tasks+=("$t $tool $i")
+    done
   done
 done
+if [[ -n ${KILN_SANITIZER_RUNS:-} ]]; then
+  # A line that names no listed case is a mistake, not a run that passed by not running.
+  while IFS= read -r line; do
+    [[ -z $line ]] && continue
+    read -r t tool name <<<"$line"
+    grep -qxF "$t $name" <(cut -d' ' -f1,3- "$out/cases.txt") ||
+      { echo "KILN_SANITIZER_RUNS: no case '$name' in $t" | tee -a "$out/summary.txt"; status=1; }
+  done <"$KILN_SANITIZER_RUNS"
+  [ ${#tasks[@]} -eq 0 ] && { echo "KILN_SANITIZER_RUNS: no run picked" | tee -a "$out/summary.txt"; exit 1; }
+fi
 
 # One run: PROGRAM TOOL CASE -> OUT/PROGRAM/TOOL/CASE.txt and a verdict line in OUT/runs.txt.
 run_case() {
