@@ -8,7 +8,7 @@
 namespace kiln::test {
 
 NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, const std::string& arch,
-                          const std::vector<std::string>& include_dirs, const std::vector<std::string>& extra) {
+                          const std::vector<std::string>& include_dirs, const std::vector<std::string>& extra_options) {
   nvrtcProgram program = nullptr;
   if (nvrtcCreateProgram(&program, source.c_str(), name.c_str(), 0, nullptr, nullptr) != NVRTC_SUCCESS) {
     throw std::runtime_error("nvrtcCreateProgram failed for " + name);
@@ -19,7 +19,7 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, co
   for (const std::string& dir : include_dirs) options.push_back("-I" + dir);
   options.push_back("-I" + cuda_include);
   options.push_back("-I" + cuda_include + "/cccl");
-  options.insert(options.end(), extra.begin(), extra.end());
+  options.insert(options.end(), extra_options.begin(), extra_options.end());
   std::vector<const char*> argv;
   for (const std::string& o : options) argv.push_back(o.c_str());
 

@@ -15,11 +15,11 @@ struct NvrtcResult {
 };
 
 // `name` is the file name NVRTC reports in messages; `arch` e.g. "sm_90a" or "compute_80";
-// `include_dirs` come after the repository root (e.g. a generated model's folder); `options` are
-// added to the command line (e.g. "-Ofc=max").
+// `include_dirs` come after the repository root (e.g. a generated model's folder); `extra_options`
+// end the command line (e.g. "-Ofc=max").
 NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, const std::string& arch,
                           const std::vector<std::string>& include_dirs = {},
-                          const std::vector<std::string>& options = {});
+                          const std::vector<std::string>& extra_options = {});
 
 // Catch2 checks that `source` compiles for `arch` without a warning in NVRTC's log, to a non-empty
 // cubin (sm_XX) or non-empty PTX (compute_XX). The log is shown on failure.
