@@ -36,14 +36,37 @@ KILN_FMA_CLONES double exp_sum(std::span<const float> x, float max_logit) {
   return sum;
 }
 
+// The largest of `candidates` (keys >= floor_key) at which `above` plus the weight of the
+// candidates >= it reaches `required`, or 0 when all of them together stay below it. Sorts them.
+template <typename Weight>
+uint32_t threshold_by_sort(std::vector<uint32_t>& candidates, uint64_t above, uint64_t required, Weight weight) {
+  std::sort(candidates.begin(), candidates.end(), std::greater<>());
+  uint64_t sum = above;
+  for (size_t i = 0; i < candidates.size();) {
+    const uint32_t key = candidates[i];
+    for (; i < candidates.size() && candidates[i] == key; ++i) sum += weight(key);
+    if (sum >= required) return key;  // the whole tie group at `key` is in
+  }
+  return 0;
+}
+
 // Largest key τ >= floor_key with Σ weight(key >= τ) >= required, or 0 when the keys >= floor_key
 // together stay below `required` (then τ lies below floor_key, and floor_key is the tighter
 // threshold). Weight 1 per token gives the top-k threshold, the token's mass the top-p one.
 // One pass buckets the weight by the keys' top bits; only the bucket where the running sum
-// crosses `required` is sorted.
+// crosses `required` is sorted. Small vocabularies sort every key instead: the histogram's
+// 2^15 buckets cost more to clear and scan than sorting a thousand keys.
 template <typename Weight>
 uint32_t upper_set_threshold(const std::vector<uint32_t>& keys, uint32_t floor_key, uint64_t required,
                              Weight weight) {
+  constexpr size_t kSortAllBelow = 1024;
+  if (keys.size() < kSortAllBelow) {
+    std::vector<uint32_t> candidates;
+    for (uint32_t key : keys) {
+      if (key >= floor_key) candidates.push_back(key);
+    }
+    return threshold_by_sort(candidates, 0, required, weight);
+  }
   constexpr int kBucketShift = 15;  // keys < 2^30: 2^15 buckets, each 1/128 of a binade wide
   // The 256 KiB histogram is kept per thread: allocated per call, it was mapped and unmapped for
   // every top-k / top-p row (and made sampling 40x slower under AddressSanitizer).
@@ -62,13 +85,7 @@ uint32_t upper_set_threshold(const std::vector<uint32_t>& keys, uint32_t floor_k
     for (uint32_t key : keys) {
       if (key >= floor_key && (key >> kBucketShift) == b) bucket.push_back(key);
     }
-    std::sort(bucket.begin(), bucket.end(), std::greater<>());
-    uint64_t sum = above;
-    for (size_t i = 0; i < bucket.size();) {
-      const uint32_t key = bucket[i];
-      for (; i < bucket.size() && bucket[i] == key; ++i) sum += weight(key);
-      if (sum >= required) return key;  // the whole tie group at `key` is in
-    }
+    return threshold_by_sort(bucket, above, required, weight);
   }
   return 0;
 }
