@@ -24,6 +24,7 @@ BuildSpec read_build(const YamlFields& build) {
   b.max_batched_tokens = build.integer("max_batched_tokens", 1);
   b.attention_partition = build.integer_or("attention_partition", b.attention_partition, 1);
   b.gpu_archs = build.string_list("gpu_archs");
+  b.jit_ptx = build.boolean_or("jit_ptx", b.jit_ptx);
   b.megakernel_max_batch = build.integer_or("megakernel_max_batch", b.megakernel_max_batch, 0);
   if (build.has("tensor_parallel")) b.tensor_parallel = build.integer_list("tensor_parallel", 2);
   build.reject_unknown();

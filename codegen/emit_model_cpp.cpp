@@ -189,8 +189,8 @@ std::string emit_main_cpp(const ModelSpec& s) {
 }
 
 std::string emit_cmake(const ModelSpec& s, const Graph& g) {
-  // SASS for every configured architecture, plus PTX of the oldest one (without the "a" suffix,
-  // whose features are not forward compatible) so newer GPUs can JIT the kernels.
+  // SASS for every configured architecture, plus (build.jit_ptx) PTX of the oldest one (without the
+  // "a" suffix, whose features are not forward compatible) so newer GPUs can JIT the kernels.
   std::string gencode;
   std::string oldest;
   for (const auto& arch : s.build.gpu_archs) {
@@ -200,7 +200,7 @@ std::string emit_cmake(const ModelSpec& s, const Graph& g) {
     if (!plain.empty() && plain.back() == 'a') plain.pop_back();
     if (oldest.empty() || std::stoi(plain) < std::stoi(oldest)) oldest = plain;
   }
-  gencode += " -gencode=arch=compute_" + oldest + ",code=compute_" + oldest;
+  if (s.build.jit_ptx) gencode += " -gencode=arch=compute_" + oldest + ",code=compute_" + oldest;
   const std::string lib = "kiln_model_" + s.id();
   (void)g;
   Code c;

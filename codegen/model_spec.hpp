@@ -69,6 +69,9 @@ struct BuildSpec {
   // few thousand tokens still spreads over many SMs; long enough that the merge stays cheap.
   int64_t attention_partition = 512;
   std::vector<std::string> gpu_archs = {"sm_90a"};
+  // Also embed PTX of the oldest gpu_archs entry, which newer GPUs JIT-compile. The test models turn
+  // it off: they run only on the Hopper GPUs the tests use, and the PTX doubles nvcc's front-end time.
+  bool jit_ptx = true;
   // Tensor-parallel rank counts built besides one GPU (generated/<model>/tp<N>/ each): attention
   // heads, the MLP and the vocabulary split over N ranks, summed and gathered with NCCL.
   std::vector<int64_t> tensor_parallel;

@@ -8,6 +8,7 @@
 
 #include "codegen/config_load.hpp"
 #include "codegen/decode_step.hpp"
+#include "codegen/emit.hpp"
 #include "runtime/core/error.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -118,6 +119,7 @@ TEST_CASE("kiln YAML: missing, extra and mistyped fields are rejected naming the
                        "true or false");
   check_yaml_rejection("  family: llama", "  family: mistral", "model.family", "llama, qwen3, deepseek_v2");
   check_yaml_rejection("  dtype: bf16", "  dtype: fp8", "build.dtype", "bf16");
+  check_yaml_rejection("  jit_ptx: false", "  jit_ptx: 0", "build.jit_ptx", "true or false");
   check_yaml_rejection("  rope_type: llama3", "  rope_type: dynamic", "model.rope_scaling.rope_type", "default, llama3, yarn");
 }
 
@@ -151,6 +153,19 @@ TEST_CASE("the whole-step decode kernel: dense models on one GPU get it, others 
   ModelSpec rank = load_config(kConfigs + "tiny-llama.yaml");
   rank.ranks = 2;  // a tensor-parallel rank's build: its row-parallel sums need collectives between stages
   CHECK_FALSE(ops(rank));
+}
+
+TEST_CASE("build.jit_ptx: the model's CMakeLists adds PTX for newer GPUs unless the config turns it off") {
+  ModelSpec spec = load_config(kConfigs + "tiny-llama.yaml");
+  REQUIRE_FALSE(spec.build.jit_ptx);
+  spec.build.gpu_archs = {"sm_90a", "sm_80"};
+  const std::string sass_only = emit_cmake(spec, build_graph(spec));
+  CHECK(sass_only.find("-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80>") != std::string::npos);
+  CHECK(sass_only.find("code=compute_") == std::string::npos);
+  spec.build.jit_ptx = true;  // the default: PTX of the oldest architecture, without the "a" suffix
+  const std::string with_ptx = emit_cmake(spec, build_graph(spec));
+  CHECK(with_ptx.find("code=sm_80 -gencode=arch=compute_80,code=compute_80>") != std::string::npos);
+  CHECK(load_config(kConfigs + "llama-3.2-1b.yaml").build.jit_ptx);
 }
 
 TEST_CASE("kiln YAML: tensor-parallel sizes that do not split the model evenly are rejected") {
