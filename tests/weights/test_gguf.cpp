@@ -9,10 +9,12 @@ using kiln::GgmlType;
 using kiln::GgufFile;
 using kiln::test::GgufBuilder;
 using kiln::test::to_bytes;
+using kiln::test::kF32;
+using kiln::test::kQ8_0;
+using kiln::test::kQ4_K;
+using kiln::test::kI64;
 
 namespace {
-
-constexpr uint32_t kF32 = 0, kQ8_0 = 8, kQ4_K = 12, kI64 = 27;
 
 GgufFile parse(const std::vector<std::byte>& image) { return GgufFile::parse(image, "crafted.gguf"); }
 

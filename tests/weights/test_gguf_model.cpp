@@ -17,10 +17,12 @@
 using kiln::GgufFile;
 using kiln::test::GgufBuilder;
 using kiln::test::TempDir;
+using kiln::test::kF32;
+using kiln::test::kF16;
+using kiln::test::kQ8_0;
+using kiln::test::kIQ4_NL;
 
 namespace {
-
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kIQ4_NL = 20;
 
 using kiln::test::permute_rows_like_llama_cpp;
 

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/weights/ggml_type.hpp"
 
 namespace kiln::test {
 
@@ -95,6 +96,11 @@ std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, in
                                             int64_t block_values = 32);
 
 // A GGUF image with knobs for every field, so each test breaks exactly one thing.
+// GGUF tensor type ids as a crafted file stores them (GgufBuilder::tensor's type argument).
+inline constexpr uint32_t kF32 = static_cast<uint32_t>(GgmlType::F32), kF16 = static_cast<uint32_t>(GgmlType::F16),
+                          kQ8_0 = static_cast<uint32_t>(GgmlType::Q8_0), kQ4_K = static_cast<uint32_t>(GgmlType::Q4_K),
+                          kIQ4_NL = static_cast<uint32_t>(GgmlType::IQ4_NL), kI64 = static_cast<uint32_t>(GgmlType::I64);
+
 struct GgufBuilder {
   struct Tensor {
     std::string name;
