@@ -14,6 +14,8 @@
 typedef struct CUstream_st* cudaStream_t;
 #else
 #include <cuda_runtime.h>
+
+#include <utility>
 #endif
 
 namespace kiln {
@@ -31,8 +33,69 @@ __device__ inline void discard_launch_args(const Args&...) {}
 #define KILN_LAUNCH(kernel, grid, block, smem, stream, ...) \
   ((void)(kernel), kiln::detail::discard_launch_args(grid, block, smem, stream, __VA_ARGS__))
 #else
-#define KILN_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define KILN_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  kiln::detail::launch_dependent(kernel, grid, block, smem, stream, __VA_ARGS__)
 #endif
+
+// Programmatic dependent launch (Hopper). A decode step is a chain of short kernels, and between
+// two of them the GPU used to drain: the next kernel's blocks were scheduled only once the last
+// block of the one before had ended and its writes were flushed, a few microseconds of idle HBM per
+// op. KILN_LAUNCH launches every template kernel as a programmatic dependent of the kernel before
+// it in the stream: its blocks may start while that kernel's last blocks still run, do work that
+// reads nothing another kernel writes (a GEMV requests its first weights), and then wait.
+//
+// The contract every __global__ of templates/ keeps (tests/codegen/test_templates_pdl.cpp checks
+// that each calls pdl_wait): on every path, pdl_wait() comes before its first read of anything a
+// kernel writes, before its first write, and before it returns. pdl_wait() returns once the kernels
+// before it in the stream have completed and their writes are visible; since each of them waited on
+// its own predecessor, that holds transitively, so a kernel that waits is ordered after the whole
+// stream, exactly as a plain launch. pdl_release() (called right after the wait) lets the next
+// kernel's blocks be scheduled. Launched without the attribute (a plain launch; pre-Hopper; or the
+// run's --no-pdl), both are no-ops.
+namespace kiln::detail {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The usual opening of a kernel with nothing to do before its inputs are ready.
+__device__ __forceinline__ void pdl_wait_and_release() {
+  pdl_wait();
+  pdl_release();
+}
+
+#ifndef __CUDACC_RTC__
+// Whether KILN_LAUNCH asks for programmatic dependent launches (--no-pdl clears it; read at each
+// launch, so a graph captured after a change keeps the setting it was captured with).
+inline bool launch_with_pdl = true;
+
+template <typename... Params, typename... Args>
+inline void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = launch_with_pdl ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  // Errors are the runtime's last error, read where the caller reads a <<<>>> launch's.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#endif
+
+}  // namespace kiln::detail
 
 namespace kiln::detail {
 

@@ -15,6 +15,7 @@ template <int kVocab, int kDim, int kVec, int kThreads>
 __global__ void __launch_bounds__(kThreads) embed_kernel(const int* __restrict__ token_ids,
                                                          const bf16* __restrict__ table, float* __restrict__ x,
                                                          int first_token) {
+  pdl_wait_and_release();
   const long long t = blockIdx.x;
   const int id = token_ids[t] - first_token;
   const bool here = id >= 0 && id < kVocab;  // uniform over the block

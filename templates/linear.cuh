@@ -173,8 +173,11 @@ __global__ void __launch_bounds__(Shape::kThreads)
     }
   };
   Group current;
-  // The first weights are requested before the input's prologue, which then overlaps their latency.
+  // The first weights are requested before the input's prologue, which then overlaps their latency,
+  // and before the wait for the kernel before (common.cuh: weights are never written), whose last
+  // blocks they overlap.
   if (wk < Shape::kSteps) load_weights(wk, current);
+  pdl_wait_and_release();
   input.template rows<T, Shape::kThreads>(tokens, g, x_rows);
   if (wk < Shape::kSteps) {
     fetch_inputs(wk, current);
@@ -227,6 +230,7 @@ template <int kN, int kWK, LinearOut kOut>
 __global__ void __launch_bounds__(256)
     gemv_sum_splits_kernel(const float* __restrict__ partials, typename LinearOutType<kOut>::type* __restrict__ out,
                            int tokens) {
+  pdl_wait_and_release();
   const long long i = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x, count = static_cast<long long>(tokens) * kN;
   if (i >= count) return;
   float v = 0.0f;

@@ -202,7 +202,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
   };
 
   Group current;
-  if (wk < kSteps) load(wk, current);
+  if (wk < kSteps) load(wk, current);  // weights only: before the wait (linear.cuh's GEMV does the same)
+  pdl_wait_and_release();
 #pragma unroll 1
   for (int s = wk; s < kSteps; s += WK * U) {
     Group next;
@@ -227,6 +228,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
 template <MatrixFormat F>
 __global__ void __launch_bounds__(256)
     dequantize_matrix_kernel(const unsigned char* __restrict__ matrix, bf16* __restrict__ out, int n, int k) {
+  pdl_wait_and_release();
   using Q = QuantValues<F>;
   constexpr int G = quant_group_blocks(F);
   const long long groups = quant_row_groups(F, k);

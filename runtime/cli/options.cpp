@@ -194,6 +194,9 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_flag("!--no-l2-warm", o.l2_warm,
                "tensor parallelism: do not warm the next projection's weight in L2 during each decode all-reduce "
                "(to measure what it buys)");
+  app.add_flag("!--no-pdl", o.pdl,
+               "launch each kernel plainly, after the one before has ended, instead of as a programmatic "
+               "dependent that starts during its last blocks (to measure what that buys)");
   app.add_flag("--profile", o.profile,
                "count what each decode step reads (MoE: the routed experts chosen) for --output-format json");
 

@@ -59,6 +59,7 @@ struct CliOptions {
   bool cuda_graphs = true;
   bool megakernel = false;    // --megakernel: small decode steps in the model's whole-step kernel
   bool l2_warm = true;        // --no-l2-warm: tensor-parallel decode all-reduces warm nothing in L2
+  bool pdl = true;            // --no-pdl: kernels launch plainly, not as programmatic dependents
   bool profile = false;
 
   // serve.

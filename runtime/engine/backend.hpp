@@ -41,6 +41,11 @@ struct BackendOptions {
   // Tensor parallelism: each decode all-reduce warms the next projection's weight in L2 while the
   // ranks exchange (ops.def all_reduce's `warm`); --no-l2-warm turns it off, to measure it.
   bool l2_warm = true;
+  // Kernels launch as programmatic dependents of the kernel before them (templates/common.cuh: the
+  // next op's blocks start, and request their weights, while the last blocks of the one before
+  // still run); --no-pdl launches them plainly, to measure it. Process-wide: the last backend made
+  // sets it.
+  bool pdl = true;
   // --swap-space: host memory a preempted sequence's KV can be swapped out to (Backend::swap_kv);
   // 0: preempted sequences recompute.
   int64_t swap_space_bytes = 0;

@@ -20,6 +20,7 @@
 #include "runtime/model/weight_loader.hpp"
 #include "runtime/serving/sampler.hpp"
 #include "runtime/weights/quant_repack.hpp"
+#include "templates/common.cuh"
 
 namespace kiln {
 
@@ -243,6 +244,7 @@ class CudaBackend final : public Backend {
       KILN_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_));
       ctx_.l2_warm_bytes = l2_bytes / 2;
     }
+    kiln::detail::launch_with_pdl = options.pdl;
     ctx_.step_sync = step_sync_.bytes() > 0 ? step_sync_.get<unsigned>() : nullptr;
     ctx_.step_timeline = timeline_.bytes() > 0 ? timeline_.get<unsigned long long>() : nullptr;
     ctx_.op_timeline = op_timeline_.get();

@@ -46,6 +46,7 @@ template <int kDim, int kVec, int kThreads, bool kIndirect>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restrict__ x, const int* __restrict__ rows,
                                                            const bf16* __restrict__ weight, bf16* __restrict__ out,
                                                            float eps) {
+  pdl_wait_and_release();
   constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
   __shared__ float scratch[kThreads / 32];
   const long long r = blockIdx.x;

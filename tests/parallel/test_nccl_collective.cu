@@ -58,8 +58,13 @@ struct DeviceFloats {
   ~DeviceFloats() { cudaFree(p); }
   DeviceFloats(const DeviceFloats&) = delete;
   DeviceFloats& operator=(const DeviceFloats&) = delete;
+  // cudaMemcpy from pageable memory may return before its DMA has landed, and the ranks' streams
+  // are non-blocking (not ordered after the legacy stream that copy runs on): without the
+  // synchronize, a gather read its shard before it arrived (seen on an H200 with other GPU tests
+  // running: zeros where values were expected).
   void put(const std::vector<float>& v, int64_t offset = 0) {
     cuda(cudaMemcpy(p + offset, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy to device");
   }
   std::vector<float> get() const {
     std::vector<float> v(n);
