@@ -1,5 +1,5 @@
-// The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0 and
-// Q4_0 matrices kept as the GGUF file stores them take the GEMV below, which dequantizes in
+// The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0
+// and Q4_K matrices kept as the GGUF file stores them take the GEMV below, which dequantizes in
 // registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
 //
 // The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
@@ -8,7 +8,10 @@
 // needs at most 8 significant bits); a block's two k16 mmas sum into fresh accumulators, which the
 // block's scale then multiplies into the running sum. So the decode computes with the file's
 // values, not bf16 roundings of them, and every output is the same sum whatever the token count
-// (the plan's column split is the bf16 GEMV's, by groups).
+// (the plan's column split is the bf16 GEMV's, by groups). A Q4_K sub-block's values are
+// d·sc · n - dmin·m: the mma sums (128 + n)·x (QuantValues<q4_k>::pair), a second one (all-ones
+// weights) the block's Σx for each token, and the block adds d·sc · Σ(128 + n)·x - (dmin·m +
+// 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -37,8 +40,22 @@ __device__ __forceinline__ float half_bits_to_float(unsigned short bits) { retur
 template <MatrixFormat F>
 struct QuantValues;
 
+// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_K).
+struct BlockScale {
+  float d, m;
+};
+
+// The fp16 scales of Q8_0 / Q4_0: row r's, then group `step`'s kGroupBlocks of them.
+template <int kGroupBlocks>
+struct Fp16BlockScales {
+  static constexpr bool kHasMin = false;
+  __device__ static __forceinline__ const unsigned short* row(const unsigned char* scales, long long r, int steps) {
+    return reinterpret_cast<const unsigned short*>(scales) + r * steps * kGroupBlocks;
+  }
+};
+
 template <>
-struct QuantValues<MatrixFormat::q8_0> {
+struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<2> {
   using Scales = unsigned;  // the group's 2 fp16 scales of a row
   // Two int8 (the bytes `selector` picks into the low byte of each half) as exact bf16: the low
   // 7 bits OR'ed into 128's mantissa give 128 + m; the sign bit into 128's exponent gives 128 or
@@ -51,16 +68,18 @@ struct QuantValues<MatrixFormat::q8_0> {
     const unsigned w0 = b == 0 ? raw.x : raw.z, w1 = b == 0 ? raw.y : raw.w;
     return make_uint4(pair(w0, 0x4140u), pair(w0, 0x4342u), pair(w1, 0x4140u), pair(w1, 0x4342u));
   }
-  __device__ static __forceinline__ Scales load_scales(const unsigned short* s) {
-    return __ldg(reinterpret_cast<const unsigned*>(s));
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
+    return __ldg(reinterpret_cast<const unsigned*>(row + step * 2));
   }
-  __device__ static __forceinline__ float scale(Scales s, int b) {
-    return half_bits_to_float(static_cast<unsigned short>(b == 0 ? s & 0xFFFFu : s >> 16));
+  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[2]) {
+    out[0] = {half_bits_to_float(static_cast<unsigned short>(s & 0xFFFFu)), 0.0f};
+    out[1] = {half_bits_to_float(static_cast<unsigned short>(s >> 16)), 0.0f};
   }
 };
 
 template <>
-struct QuantValues<MatrixFormat::q4_0> {
+struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<4> {
   using Scales = uint2;  // the group's 4 fp16 scales of a row
   // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
@@ -70,12 +89,66 @@ struct QuantValues<MatrixFormat::q4_0> {
     const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
     return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
   }
-  __device__ static __forceinline__ Scales load_scales(const unsigned short* s) {
-    return __ldg(reinterpret_cast<const uint2*>(s));
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
+    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
   }
-  __device__ static __forceinline__ float scale(Scales s, int b) {
-    const unsigned w = b < 2 ? s.x : s.y;
-    return half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16));
+  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[4]) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const unsigned w = b < 2 ? s.x : s.y;
+      out[b] = {half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16)), 0.0f};
+    }
+  }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q4_k> {
+  static constexpr bool kHasMin = true;
+  using Scales = uint4;  // the super-block's header: fp16 d | fp16 dmin << 16, then 12 bytes of scales
+  // Nibble pair p of a word as the exact bf16 values 128 + n: the mma sums (128 + n)·x, and the
+  // block's offset, applied with Σx, takes 128·d·Σx off with the min (group_scales' m). Saves the
+  // subtraction per pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the
+  // offset (fp32: a relative error near 1e-6, against bf16 inputs).
+  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
+    return ((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
+    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
+  }
+  // The quants as the exact bf16 values n (dequantize_matrix).
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
+    const uint4 v = block(raw, b);
+    constexpr unsigned k128 = 0x43004300u;
+    return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
+  }
+  __device__ static __forceinline__ const uint4* row(const unsigned char* scales, long long r, int steps) {
+    return reinterpret_cast<const uint4*>(scales) + r * (steps / 2);
+  }
+  __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step / 2); }
+  // Group `step` holds sub-blocks 4h..4h+3 of its super-block (h = step % 2); ggml's get_scale_min_k4
+  // on four bytes at once: sub-block j < 4 has scale bytes[j] & 63 and min bytes[j + 4] & 63, j >= 4
+  // the low / high nibble of bytes[j + 4] with the top two bits of bytes[j - 4] / bytes[j] above.
+  __device__ static __forceinline__ void group_scales(const Scales& h, int step, BlockScale (&out)[4]) {
+    const bool high = step % 2 != 0;
+    const unsigned sc = high ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
+    const unsigned m = high ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
+    const float d = half_bits_to_float(static_cast<unsigned short>(h.x & 0xFFFFu));
+    const float dmin = half_bits_to_float(static_cast<unsigned short>(h.x >> 16));
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const float scale = __fmul_rn(d, byte_as_float(sc, b));
+      out[b] = {scale, __fmul_rn(dmin, byte_as_float(m, b))};
+    }
+  }
+  // The GEMV's block offset: quants enter its mma as 128 + n (pair), so the min it subtracts with Σx
+  // is dmin·m + 128·d·sc.
+  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
+  // Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
+  // add: the integer-to-float conversion runs at a quarter of the rate, and this is per sub-block).
+  __device__ static __forceinline__ float byte_as_float(unsigned w, int b) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<unsigned>(b))) - 8388608.0f;
   }
 };
 
@@ -98,15 +171,21 @@ struct QuantGemvShape {
   static constexpr int kSteps = static_cast<int>(quant_row_groups(F, kK));
   static constexpr GemvPlan kPlan = gemv_plan(kN, kSteps * 32, kSMs);
   static constexpr int kTokenTileCount = kTokenTiles;
-  static constexpr bool kLongRows = kSteps >= 64;
+  // Q4_K spends more instructions a group (its packed scales and mins, the Σx mma): 8 splits with
+  // one group in flight, whatever the row length. H200, bench_kernels --quant-only, one token, two
+  // runs (µs): qkv 6144×4096 12.2 / 12.5 against 14.0 / 15.6 with Q4_0's geometry (4 groups in
+  // flight), gate_up 28672×4096 37.4 / 37.4 against 39.2 / 39.5; down 4096×14336 24.2 / 27.3
+  // against 25.2 / 24.4 with Q4_0's 16 splits (noise the size of the difference).
+  static constexpr bool kLongRows = kSteps >= 64 && F != MatrixFormat::q4_k;
   static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : 1;
   static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(kLongRows ? 16 : 8, kSteps);
   static constexpr int kRowBlocks = ceil_div(kPlan.row_tiles, kWarpsN);
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
   // Groups in flight per warp.
-  static constexpr int kUnroll = kUnrollSet > 0                     ? kUnrollSet
-                                 : kTokenTiles == 1 && !kLongRows ? min_int(4, ceil_div(kSteps, kWarpsK))
-                                                                   : 1;
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet
+                                 : kTokenTiles == 1 && !kLongRows && F != MatrixFormat::q4_k
+                                     ? min_int(4, ceil_div(kSteps, kWarpsK))
+                                     : 1;
   // A group's inputs for every token tile are loaded before its first mma when that fits in
   // registers (few tiles); with more, each block's inputs just before its mmas.
   static constexpr bool kGroupInputs = kTokenTiles <= 2;
@@ -134,9 +213,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const long long r0 = min(tile * 16 + g, kN - 1), r1 = min(tile * 16 + g + 8, kN - 1);
   const unsigned char* w0 = matrix + r0 * kSteps * kQuantGroupBytes + q * 16;
   const unsigned char* w1 = matrix + r1 * kSteps * kQuantGroupBytes + q * 16;
-  const auto* scales = reinterpret_cast<const unsigned short*>(matrix + quant_scales_offset(F, kN, kK));
-  const unsigned short* s0 = scales + r0 * kSteps * G;
-  const unsigned short* s1 = scales + r1 * kSteps * G;
+  const unsigned char* scales = matrix + quant_scales_offset(F, kN, kK);
+  const auto s0 = Q::row(scales, r0, kSteps), s1 = Q::row(scales, r1, kSteps);
 
   const bf16* x_rows[T];  // token rows past `tokens` repeat the last one; their outputs are not stored
 #pragma unroll
@@ -157,8 +235,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
       const int step = min_int(s + u * WK, kSteps - 1);  // a step past the row is loaded, not used
       grp.w0[u] = load_streaming_16(w0 + static_cast<long long>(step) * kQuantGroupBytes);
       grp.w1[u] = load_streaming_16(w1 + static_cast<long long>(step) * kQuantGroupBytes);
-      grp.d0[u] = Q::load_scales(s0 + step * G);
-      grp.d1[u] = Q::load_scales(s1 + step * G);
+      grp.d0[u] = Q::load_scales(s0, step);
+      grp.d1[u] = Q::load_scales(s1, step);
     }
   };
   auto multiply = [&](int s, const Group& grp) {
@@ -172,6 +250,9 @@ __global__ void __launch_bounds__(Shape::kThreads)
         if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
         return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);
       };
+      BlockScale scales0[G], scales1[G];  // rows g and g + 8
+      Q::group_scales(grp.d0[u], step, scales0);
+      Q::group_scales(grp.d1[u], step, scales1);
       constexpr int XB = Shape::kGroupInputs ? G : 1;  // blocks whose inputs are held at once
       uint4 x[XB][T];
       if constexpr (Shape::kGroupInputs) {
@@ -187,15 +268,28 @@ __global__ void __launch_bounds__(Shape::kThreads)
           for (int j = 0; j < T; ++j) x[0][j] = input(b, j);
         }
         const uint4 a0 = Q::block(grp.w0[u], b), a1 = Q::block(grp.w1[u], b);
-        const float d0 = Q::scale(grp.d0[u], b), d1 = Q::scale(grp.d1[u], b);
+        const BlockScale d0 = scales0[b], d1 = scales1[b];
 #pragma unroll
         for (int j = 0; j < T; ++j) {
+          const uint4& xb = x[Shape::kGroupInputs ? b : 0][j];
           float block_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_row_chunk(block_sum, a0, a1, x[Shape::kGroupInputs ? b : 0][j]);
-          acc[j][0] = fmaf(d0, block_sum[0], acc[j][0]);
-          acc[j][1] = fmaf(d0, block_sum[1], acc[j][1]);
-          acc[j][2] = fmaf(d1, block_sum[2], acc[j][2]);
-          acc[j][3] = fmaf(d1, block_sum[3], acc[j][3]);
+          mma_row_chunk(block_sum, a0, a1, xb);
+          acc[j][0] = fmaf(d0.d, block_sum[0], acc[j][0]);
+          acc[j][1] = fmaf(d0.d, block_sum[1], acc[j][1]);
+          acc[j][2] = fmaf(d1.d, block_sum[2], acc[j][2]);
+          acc[j][3] = fmaf(d1.d, block_sum[3], acc[j][3]);
+          if constexpr (Q::kHasMin) {
+            // Σx of the block for tokens 2q and 2q + 1 (rows g and g + 8 alike): weights of ones.
+            constexpr unsigned kOnes = 0x3F803F80u;  // bf16 1.0 twice
+            const uint4 ones = make_uint4(kOnes, kOnes, kOnes, kOnes);
+            float x_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_row_chunk(x_sum, ones, ones, xb);
+            const float m0 = Q::gemv_offset(d0), m1 = Q::gemv_offset(d1);
+            acc[j][0] = fmaf(-m0, x_sum[0], acc[j][0]);
+            acc[j][1] = fmaf(-m0, x_sum[1], acc[j][1]);
+            acc[j][2] = fmaf(-m1, x_sum[2], acc[j][2]);
+            acc[j][3] = fmaf(-m1, x_sum[3], acc[j][3]);
+          }
         }
       }
     }
@@ -237,20 +331,23 @@ __global__ void __launch_bounds__(256)
   const int q = static_cast<int>(i % 4);
   const long long s = (i / 4) % groups, r = i / 4 / groups;
   const uint4 raw = __ldg(reinterpret_cast<const uint4*>(matrix + (r * groups + s) * kQuantGroupBytes + q * 16));
-  const auto* scales = reinterpret_cast<const unsigned short*>(matrix + quant_scales_offset(F, n, k));
-  const typename Q::Scales d = Q::load_scales(scales + (r * groups + s) * G);
+  const typename Q::Scales d =
+      Q::load_scales(Q::row(matrix + quant_scales_offset(F, n, k), r, static_cast<int>(groups)), static_cast<int>(s));
+  BlockScale scales[G];
+  Q::group_scales(d, static_cast<int>(s), scales);
 #pragma unroll
   for (int b = 0; b < G; ++b) {
     const long long col = (s * G + b) * 32 + q * 8;
     if (col >= k) break;
-    const uint4 v = Q::block(raw, b);
-    const float scale = Q::scale(d, b);
+    const uint4 v = Q::exact_block(raw, b);
+    const BlockScale scale = scales[b];
     const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
     unsigned o[4];
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
+      // quant · d - m in two roundings, as ggml's dequantize_row_* (not one fma), then bf16 once
       const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[p]));
-      o[p] = pack_bf16x2(f.x * scale, f.y * scale);
+      o[p] = pack_bf16x2(__fsub_rn(__fmul_rn(f.x, scale.d), scale.m), __fsub_rn(__fmul_rn(f.y, scale.d), scale.m));
     }
     *reinterpret_cast<uint4*>(out + r * k + col) = make_uint4(o[0], o[1], o[2], o[3]);
   }
@@ -287,10 +384,15 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
   if constexpr (S.k % kQuantBlockValues == 0) {  // a GGUF block format holds whole blocks of a row
     switch (weight.format) {
       case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0 and Q4_0 only
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0 and Q4_K only
       case MatrixFormat::q5_0:
-      case MatrixFormat::q4_k:
       case MatrixFormat::f32: break;
+      case MatrixFormat::q4_k:
+        if constexpr (S.k % kQ4kSuperValues == 0) {  // a Q4_K row is whole super-blocks
+          detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q4_k, S.sms>(in, weight.data, out, tokens, stream);
+          return;
+        }
+        break;
       case MatrixFormat::q8_0:
         detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q8_0, S.sms>(in, weight.data, out, tokens, stream);
         return;

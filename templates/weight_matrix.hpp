@@ -1,5 +1,5 @@
 // A projection weight as a backend holds it. On the GPU: bf16 rows, or a GGUF block format kept
-// quantized (Q8_0, Q4_0) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
+// quantized (Q8_0, Q4_0, Q4_K) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it).
@@ -16,8 +16,14 @@
 //                            value = (nibble - 8) · scale) are columns 8q + 2p at bits 4p..4p+3
 //                            and 8q + 2p + 1 at bits 16 + 4p..16 + 4p + 3 (p = 0..3), so that
 //                            (word >> 4p) & 0x000F000F is the pair (8q + 2p, 8q + 2p + 1)
-// Then the scales: [n][groups · kGroupBlocks] fp16. Blocks past k (the last group of a row whose
-// block count is not a multiple of kGroupBlocks) hold zero quants and a zero scale.
+//   q4_k (4 blocks a group)  as q4_0, the blocks being the 32-value sub-blocks of ggml's 256-value
+//                            super-blocks (nibbles 0..15, value = d·sc · nibble - dmin·m): a
+//                            super-block is two groups
+// Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_k [n][k / 256] 16-byte
+// headers, each the first 16 bytes of ggml's block_q4_K as stored (fp16 d, fp16 dmin, the 12 bytes
+// of 6-bit sub-block scales and mins), so the matrix takes exactly the file's bytes. Blocks past k
+// (the last group of a row whose block count is not a multiple of kGroupBlocks) hold zero quants
+// and a zero scale.
 //
 // Plain C++ (no includes but host_device.hpp): nvcc, NVRTC, kilnc and the loader all read it.
 #pragma once
@@ -59,7 +65,12 @@ using Matrix = typename MatrixOf<T>::type;
 constexpr int kQuantBlockValues = 32;  // values per block (ggml's QK8_0, QK4_0)
 constexpr int kQuantGroupBytes = 64;   // quant bytes of one row's group: 4 lanes × 16 bytes
 
-KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) { return f == MatrixFormat::q4_0 ? 4 : 2; }
+KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
+  return f == MatrixFormat::q4_0 || f == MatrixFormat::q4_k ? 4 : 2;
+}
+
+constexpr int kQ4kSuperValues = 256;  // values of a Q4_K super-block (ggml's QK_K)
+constexpr int kQ4kHeaderBytes = 16;   // its d, dmin and packed sub-block scales
 
 // Groups per row of k values.
 KILN_HOST_DEVICE constexpr long long quant_row_groups(MatrixFormat f, long long k) {
@@ -75,6 +86,7 @@ KILN_HOST_DEVICE constexpr long long quant_scales_offset(MatrixFormat f, long lo
 // Bytes an [n, k] matrix takes on the GPU in format f.
 KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::bf16) return n * k * 2;
+  if (f == MatrixFormat::q4_k) return quant_scales_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
 }
 

@@ -17,13 +17,16 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
     case MatrixFormat::bf16:
     case MatrixFormat::q4_1:
     case MatrixFormat::q5_0:
-    case MatrixFormat::q4_k:
     case MatrixFormat::f32: fail("internal: dequantize_matrix of a ", static_cast<int>(matrix.format), " matrix on the GPU");
     case MatrixFormat::q8_0:
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::q8_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
       break;
     case MatrixFormat::q4_0:
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
+    case MatrixFormat::q4_k:
+      if (k % kQ4kSuperValues != 0) fail("internal: dequantize_matrix of a Q4_K matrix of rows of ", k, " values");
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_k><<<blocks, 256, 0, stream>>>(data, out, n, k);
       break;
   }
 }

@@ -47,7 +47,7 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q4_0: return MatrixFormat::q4_0;
     case GgmlType::Q4_1: return device == Device::cpu ? std::optional(MatrixFormat::q4_1) : std::nullopt;
     case GgmlType::Q5_0: return device == Device::cpu ? std::optional(MatrixFormat::q5_0) : std::nullopt;
-    case GgmlType::Q4_K: return device == Device::cpu ? std::optional(MatrixFormat::q4_k) : std::nullopt;
+    case GgmlType::Q4_K: return MatrixFormat::q4_k;
     default: return std::nullopt;
   }
 }
@@ -65,8 +65,48 @@ const char* matrix_format_name(MatrixFormat format) {
   return "?";
 }
 
+namespace {
+
+// Lane q's Q4_0-layout word of a block whose column c's nibble is nib(c).
+template <typename Nibble>
+uint32_t lane_word(int64_t q, Nibble&& nib) {
+  uint32_t word = 0;
+  for (int64_t i = 0; i < 8; ++i) word |= static_cast<uint32_t>(nib(8 * q + i)) << q4_shift(i);
+  return word;
+}
+
+// A Q4_K row: each super-block's 16-byte header (d, dmin, packed scales) into the scales area as
+// stored, its 8 sub-blocks as blocks of 4-bit quants (ggml's qs: sub-block 2i in the low nibbles of
+// bytes 32i..32i+31, sub-block 2i + 1 in their high nibbles).
+void repack_q4_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
+  constexpr int64_t kSuperBytes = 144;
+  const int64_t supers = k / kQ4kSuperValues;
+  if (k % kQ4kSuperValues != 0 || static_cast<int64_t>(ggml_row.size()) != supers * kSuperBytes || r < 0 || r >= n) {
+    fail("internal: repack_row of Q4_K: ", ggml_row.size(), " bytes for row ", r, " of [", n, ", ", k, "]");
+  }
+  const MatrixFormat f = MatrixFormat::q4_k;
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    const std::byte* super = ggml_row.data() + sb * kSuperBytes;
+    std::memcpy(matrix + quant_scales_offset(f, n, k) + (r * supers + sb) * kQ4kHeaderBytes, super, kQ4kHeaderBytes);
+    for (int64_t j = 0; j < 8; ++j) {
+      const std::byte* qs = super + kQ4kHeaderBytes + 32 * (j / 2);
+      const int64_t b = sb * 8 + j;
+      for (int64_t q = 0; q < 4; ++q) {
+        const uint32_t word = lane_word(q, [&](int64_t c) {
+          const auto v = static_cast<uint8_t>(qs[c]);
+          return j % 2 == 0 ? v & 0x0F : v >> 4;
+        });
+        std::memcpy(matrix + place(f, n, k, r, b, q).lane_bytes + (b % 4) * 4, &word, 4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix) {
+  if (f == MatrixFormat::q4_k) return repack_q4_k_row(ggml_row, n, k, r, matrix);
   if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0) fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
   const int64_t blocks = k / kQuantBlockValues;
   if (k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != blocks * block_bytes(f) || r < 0 ||
@@ -85,8 +125,7 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
         std::memcpy(matrix + p.lane_bytes + in_group * 8, qs + q * 8, 8);
         continue;
       }
-      uint32_t word = 0;
-      for (int64_t i = 0; i < 8; ++i) word |= static_cast<uint32_t>(nibble(qs, 8 * q + i)) << q4_shift(i);
+      const uint32_t word = lane_word(q, [&](int64_t c) { return nibble(qs, c); });
       std::memcpy(matrix + p.lane_bytes + in_group * 4, &word, 4);  // little-endian, as the GPU reads it
     }
   }
@@ -215,6 +254,14 @@ void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
 float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {
   const int64_t b = c / kQuantBlockValues, q = (c % kQuantBlockValues) / 8, i = c % 8;
   const BlockPlace p = place(f, n, k, r, b, q);
+  if (f == MatrixFormat::q4_k) {  // d·sc · nibble - dmin·m, as ggml's dequantize_row_q4_K
+    const int64_t supers = k / kQ4kSuperValues;
+    const std::byte* header = matrix + quant_scales_offset(f, n, k) + (r * supers + b / 8) * kQ4kHeaderBytes;
+    const SubBlockScale s = q4_k_sub_block(header, static_cast<size_t>(b % 8));
+    uint32_t word;
+    std::memcpy(&word, matrix + p.lane_bytes + (b % 4) * 4, 4);
+    return s.scale * static_cast<float>((word >> q4_shift(i)) & 0x0F) - s.min;
+  }
   float scale = 0.0f;
   f16_elements_to_f32(matrix + p.scale, std::span<float>(&scale, 1));
   const int64_t in_group = b % quant_group_blocks(f);

@@ -1,4 +1,4 @@
-// bench_kernels: decode GEMV bandwidth (bf16 rows, and Q4_0 / Q8_0 blocks) against the device-to-device
+// bench_kernels: decode GEMV bandwidth (bf16 rows, and Q4_0 / Q8_0 / Q4_K blocks) against the device-to-device
 // copy bandwidth at the shapes that decide decode latency, for 1, 4, 16 and 64 tokens; a sweep of GEMV launch geometries (to
 // choose the defaults in linear.cuh); decode and prefill attention at realistic sizes. Inputs rotate
 // over copies larger than L2, so the numbers are DRAM numbers. No correctness checks here
@@ -91,7 +91,11 @@ void bench_gemv_shape(bool sweep) {
   }
 }
 
-// The GEMV over Q4_0 / Q8_0 blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
+const char* format_label(MatrixFormat f) {
+  return f == MatrixFormat::q4_0 ? "Q4_0" : f == MatrixFormat::q4_k ? "Q4_K" : "Q8_0";
+}
+
+// The GEMV over Q4_0 / Q8_0 / Q4_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, and with `sweep` other splits and unrolls for one token. Bytes: the matrix's
 // (ggml's bytes) plus the inputs and outputs.
 template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll>
@@ -103,7 +107,7 @@ void bench_quant_variant(const DeviceBuffer<std::byte>& matrices, long long matr
         as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, nullptr);
   });
   char variant[64];
-  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d (%d blk)", F == MatrixFormat::q4_0 ? "Q4_0" : "Q8_0",
+  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d (%d blk)", format_label(F),
                 Shape::kWarpsN, Shape::kWarpsK, Shape::kUnroll, Shape::kRowBlocks);
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us,
                  matrix_bytes_ + tokens * (kK * 2.0 + kN * 4.0));
@@ -124,7 +128,7 @@ void bench_quant_shape(bool sweep) {
       kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
           as_bf16(in), GpuMatrix{matrices.get() + (i % copies) * bytes, F}, out.get(), tokens, nullptr, nullptr);
     });
-    print_gemv_row(shape, F == MatrixFormat::q4_0 ? "Q4_0 default" : "Q8_0 default", tokens, us,
+    print_gemv_row(shape, std::string(format_label(F)) + " default", tokens, us,
                    matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
   }
   if (!sweep) return;
@@ -217,6 +221,10 @@ int main(int argc, char** argv) {
   bench_quant_shape<6144, 4096, kiln::MatrixFormat::q8_0>(sweep);
   bench_quant_shape<28672, 4096, kiln::MatrixFormat::q8_0>(sweep);
   bench_quant_shape<4096, 14336, kiln::MatrixFormat::q8_0>(sweep);
+  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_k>(sweep);
+  bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_k>(false);
+  bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_k>(sweep);
+  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_k>(sweep);
   if (arg == "--quant-only") return 0;
   bench_gemv_shape<8192, 2048, true>(sweep);
   bench_gemv_shape<2048, 8192, true>(sweep);

@@ -125,8 +125,7 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
 template <shape::linear S>
 void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
   const MatrixFormat f = *matrix_format_of(type, Device::gpu);
-  const std::vector<std::byte> blocks =
-      test::random_scaled_blocks(ggml_block_bytes(type), S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
+  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
   std::vector<float> weight(static_cast<size_t>(S.n) * S.k);
   dequantize(type, blocks, weight);
   std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, S.n, S.k)), std::byte{0});
@@ -152,7 +151,7 @@ void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
       d_out.poison();
     }
     kiln::linear<S>(as_bf16(d_in), gpu, reinterpret_cast<Out<S>*>(d_out.get()), tokens, scratch.get(), nullptr);
-    const std::string what = describe<S>(type == GgmlType::Q8_0 ? "Q8_0 gemv" : "Q4_0 gemv", tokens);
+    const std::string what = describe<S>((std::string(ggml_type_name(type)) + " gemv").c_str(), tokens);
     check_launch(what);
     const std::vector<Stored<S>> got = d_out.download();
     const std::vector<float> all_in = bf16_to_f32(in);
@@ -181,7 +180,7 @@ void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
 
 }  // namespace
 
-TEST_CASE("linear, decode: the GEMV over Q8_0 and Q4_0 blocks, the prefill's bf16 rows from them", "[linear]") {
+TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0 and Q4_K blocks, the prefill's bf16 rows from them", "[linear]") {
   const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
@@ -193,6 +192,15 @@ TEST_CASE("linear, decode: the GEMV over Q8_0 and Q4_0 blocks, the prefill's bf1
     check_quant_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(t, counts);
     check_quant_gemv<shape::linear{.n = 1000, .k = 64, .out = LinearOut::add_f32, .sms = 108}>(t, counts);
   }
+  // Q4_K: rows of whole 256-value super-blocks (two groups each; k = 256 is one super-block, so
+  // every warp's steps alternate between the two halves of the packed scales).
+  const GgmlType k4 = GgmlType::Q4_K;
+  check_quant_gemv<llama1b::kLinearQkvProj>(k4, counts);
+  check_quant_gemv<llama1b::kLinearDownProj>(k4, {1, 16, 64});
+  check_quant_gemv<llama1b::kLinearLmHead>(k4, {1, 9});
+  check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k4, counts);
+  check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k4, counts);
+  check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k4, {1, 8, 33});
 }
 
 TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linear]") {

@@ -1,5 +1,5 @@
 // The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
-// value of a repacked Q8_0 / Q4_0 matrix is ggml's dequantized value, rows whose block count is
+// value of a repacked Q8_0 / Q4_0 / Q4_K matrix is ggml's dequantized value, rows whose block count is
 // not a multiple of the group's are padded with zeros, and one Q4_0 word is checked bit by bit.
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,7 @@ namespace {
 
 void check_round_trip(GgmlType type, int64_t n, int64_t k) {
   const MatrixFormat f = *matrix_format_of(type, Device::gpu);
-  const std::vector<std::byte> rows = test::random_scaled_blocks(ggml_block_bytes(type), n, k, static_cast<uint32_t>(n * 1000 + k));
+  const std::vector<std::byte> rows = test::random_gguf_blocks(type, n, k, static_cast<uint32_t>(n * 1000 + k));
   std::vector<float> expect(static_cast<size_t>(n * k));
   dequantize(type, rows, expect);
   std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, n, k)), std::byte{0});
@@ -47,16 +47,20 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
 
 }  // namespace
 
-TEST_CASE("quant repack: Q8_0 and Q4_0 rows keep ggml's values in the GPU layout", "[weights]") {
+TEST_CASE("quant repack: Q8_0, Q4_0 and Q4_K rows keep ggml's values in the GPU layout", "[weights]") {
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     check_round_trip(type, 1, 32);    // one block: a group padded
     check_round_trip(type, 3, 96);    // 3 blocks: Q8_0 pads 1, Q4_0 pads 1
     check_round_trip(type, 5, 576);   // SmolLM2's hidden size: 18 blocks (Q4_0 pads 2)
     check_round_trip(type, 17, 2048);
   }
+  check_round_trip(GgmlType::Q4_K, 1, 256);  // one super-block: both halves of its packed scales
+  check_round_trip(GgmlType::Q4_K, 7, 1536);
+  check_round_trip(GgmlType::Q4_K, 17, 2048);
   CHECK(matrix_bytes(MatrixFormat::q4_0, 4096, 4096) == 4096LL * 4096 / 32 * 18);  // ggml's bytes, no padding
   CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
-  CHECK(!matrix_format_of(GgmlType::Q4_K, Device::gpu));
+  CHECK(matrix_bytes(MatrixFormat::q4_k, 4096, 14336) == 4096LL * 14336 / 256 * 144);
+  CHECK(matrix_format_of(GgmlType::Q4_K, Device::gpu) == MatrixFormat::q4_k);
   CHECK(!matrix_format_of(GgmlType::Q5_K, Device::cpu));
   CHECK(matrix_format_of(GgmlType::Q4_K, Device::cpu) == MatrixFormat::q4_k);
   CHECK(!matrix_format_of(GgmlType::Q4_1, Device::gpu));  // the GPU requantizes Q4_1 to Q8_0
@@ -112,14 +116,7 @@ TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 64}, {16, 96}, {5, 576}, {33, 512}}) {
       if (k % static_cast<int64_t>(ggml_block_size(type)) != 0) continue;
       INFO(ggml_type_name(type) << " [" << n << ", " << k << "]");
-      std::vector<std::byte> rows = test::random_scaled_blocks(ggml_block_bytes(type), n, k, static_cast<uint32_t>(n + k),
-                                                               static_cast<int64_t>(ggml_block_size(type)));
-      if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K) {  // a finite fp16 min (dmin): 0.01
-        for (size_t b = 0; b < rows.size(); b += ggml_block_bytes(type)) {
-          rows[b + 2] = std::byte{0x1F};
-          rows[b + 3] = std::byte{0x21};
-        }
-      }
+      const std::vector<std::byte> rows = test::random_gguf_blocks(type, n, k, static_cast<uint32_t>(n + k));
       std::vector<float> expect(static_cast<size_t>(n * k));
       dequantize(type, rows, expect);
       const size_t row_bytes = rows.size() / static_cast<size_t>(n);

@@ -73,4 +73,17 @@ std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, in
   return out;
 }
 
+std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k, uint32_t seed) {
+  const size_t block_bytes = ggml_block_bytes(type);
+  std::vector<std::byte> out =
+      random_scaled_blocks(block_bytes, rows, k, seed, static_cast<int64_t>(ggml_block_size(type)));
+  if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K) {
+    for (size_t b = 0; b < out.size(); b += block_bytes) {
+      out[b + 2] = std::byte{0x1F};  // fp16 0.0100 (0x211F)
+      out[b + 3] = std::byte{0x21};
+    }
+  }
+  return out;
+}
+
 }  // namespace kiln::test
