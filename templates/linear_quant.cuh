@@ -155,14 +155,17 @@ struct QuantValues<MatrixFormat::q4_k> {
 // Launch geometry: one 16-row tile per block, its column steps (one group each) split over the
 // block's warps. A group of quantized blocks is 3.5 (Q4_0) or 1.9 (Q8_0) times fewer bytes than a
 // bf16 step but more instructions, so more warps keep the loads in flight: rows of 64 groups or
-// more take 16 column splits with one group in flight; shorter rows 8 splits with up to 4 of a
-// warp's groups in flight at once (one token; with more tokens one group, their registers going
-// to the inputs). Measured on an H100 at Llama-3.1-8B's shapes, one token (bench_kernels
-// --quant-only, bench/RESULTS.md 2026-11-25; 1 × splits × groups in flight): Q4_0 down 4096×14336
-// 1 × 16 × 1 17.5 µs, 1 × 8 × 4 31.3, the bf16 plan's 1 × 8 × 2 23.7; gate_up 28672×4096 1 × 8 ×
-// 4 30.0, 1 × 16 × 1 32.5, the plan's 4 × 2 × 4 44.2; qkv 6144×4096 1 × 8 × 4 10.5, 1 × 16 × 1
-// 12.2. The split is the same for every token count (it fixes each output's sum order); the
-// unroll is not. The last three parameters override (0: automatic); the benchmark uses them.
+// more take 16 column splits, shorter rows 8, each warp with one group in flight. Measured on an
+// H100 at Llama-3.1-8B's shapes, one token (bench_kernels --quant-only, bench/RESULTS.md
+// 2026-11-25; 1 × splits × groups in flight): Q4_0 down 4096×14336 1 × 16 × 1 17.5 µs, 1 × 8 × 4
+// 31.3, the bf16 plan's 1 × 8 × 2 23.7; gate_up 28672×4096 1 × 8 × 4 30.0, 1 × 16 × 1 32.5, the
+// plan's 4 × 2 × 4 44.2. Short rows took 4 groups in flight from that sweep, which did not try one
+// with 8 splits; on an H200 (2026-11-27) 1 × 8 × 1 was faster: Q4_0 qkv 6144×4096 10.7 µs against
+// 13.7 with 4 in flight, gate_up 28.6 against 32.7 (o 4096×4096: 10.0 against 9.1), Q8_0 qkv 14.5
+// against 16.3, gate_up 43.3 against 44.6, Q4_K qkv 12.2 against 14.0, gate_up 37.4 against 39.2
+// (ncu on Q4_0's gate_up with 4 in flight: 99 registers a thread, 2 blocks an SM, a quarter of
+// the warps it could hold). The split is the same for every token count (it fixes each output's
+// sum order). The last three parameters override (0: automatic); the benchmark uses them.
 template <int kN, int kK, MatrixFormat F, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0,
           int kUnrollSet = 0>
 struct QuantGemvShape {
@@ -171,21 +174,13 @@ struct QuantGemvShape {
   static constexpr int kSteps = static_cast<int>(quant_row_groups(F, kK));
   static constexpr GemvPlan kPlan = gemv_plan(kN, kSteps * 32, kSMs);
   static constexpr int kTokenTileCount = kTokenTiles;
-  // Q4_K spends more instructions a group (its packed scales and mins, the Σx mma): 8 splits with
-  // one group in flight, whatever the row length. H200, bench_kernels --quant-only, one token, two
-  // runs (µs): qkv 6144×4096 12.2 / 12.5 against 14.0 / 15.6 with Q4_0's geometry (4 groups in
-  // flight), gate_up 28672×4096 37.4 / 37.4 against 39.2 / 39.5; down 4096×14336 24.2 / 27.3
-  // against 25.2 / 24.4 with Q4_0's 16 splits (noise the size of the difference).
-  static constexpr bool kLongRows = kSteps >= 64 && F != MatrixFormat::q4_k;
+  static constexpr bool kLongRows = kSteps >= 64;
   static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : 1;
   static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(kLongRows ? 16 : 8, kSteps);
   static constexpr int kRowBlocks = ceil_div(kPlan.row_tiles, kWarpsN);
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
   // Groups in flight per warp.
-  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet
-                                 : kTokenTiles == 1 && !kLongRows && F != MatrixFormat::q4_k
-                                     ? min_int(4, ceil_div(kSteps, kWarpsK))
-                                     : 1;
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : 1;
   // A group's inputs for every token tile are loaded before its first mma when that fits in
   // registers (few tiles); with more, each block's inputs just before its mmas.
   static constexpr bool kGroupInputs = kTokenTiles <= 2;
