@@ -22,7 +22,9 @@ __global__ void __launch_bounds__(kWarmThreads) l2_warm_kernel(const char* __res
     const long long n = bytes - begin < kChunkBytes ? bytes - begin : kChunkBytes;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const unsigned size = static_cast<unsigned>(n) & ~15u;  // whole 16-byte units
-    if (size > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(weight + begin), "r"(size) : "memory");
+    if (size > 0) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(weight + begin), "r"(size) : "memory");
+    }
 #else
     for (long long at = 0; at < n; at += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(weight + begin + at));
 #endif

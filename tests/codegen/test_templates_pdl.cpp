@@ -1,8 +1,9 @@
 // KILN_LAUNCH launches every template kernel as a programmatic dependent of the kernel before it
 // (templates/common.cuh): such a kernel may start while its predecessor still runs, and only its
 // pdl_wait() orders it after the stream. A kernel without the wait would race with the one before;
-// one that returns (`return;`) before it would let the kernel after it pass its own wait early. This reads every
-// __global__ of templates/ and checks both: a pdl_wait call in the body, and no `return` before it.
+// one that returns (`return;`) before it would let the kernel after it pass its own wait early.
+// This reads every __global__ of templates/ and checks both: a pdl_wait call in the body, and no
+// `return;` before it. (What a kernel reads before its wait, weights only, is left to review.)
 #include <catch2/catch.hpp>
 
 #include <cctype>
@@ -50,7 +51,8 @@ TEST_CASE("every template kernel waits on the kernel before it before any return
   for (const auto& entry : fs::recursive_directory_iterator(fs::path(KILN_SOURCE_DIR) / "templates")) {
     if (entry.path().extension() != ".cuh") continue;
     std::ifstream in(entry.path());
-    const std::string text = without_line_comments({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+    const std::string text =
+        without_line_comments({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
     for (size_t at = text.find("__global__"); at != std::string::npos; at = text.find("__global__", at + 1)) {
       const std::string body = body_at(text, at);
       const std::string where = entry.path().filename().string() + ": " + kernel_name(text, at);
