@@ -1,5 +1,6 @@
 // A projection weight as a backend holds it. On the GPU: bf16 rows, or a GGUF block format kept
-// quantized (Q8_0, Q4_0, Q4_K) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
+// quantized (Q8_0, Q4_0, Q4_K) in a layout the decode GEMV streams with 16-byte loads
+// (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it).

@@ -20,14 +20,16 @@ int64_t block_bytes(MatrixFormat f) { return kScaleBytes + (f == MatrixFormat::q
 // Where block b's quants for lane q start in row r, and where its scale is.
 struct BlockPlace {
   int64_t lane_bytes;  // offset of lane q's 16 bytes of the block's group, from the matrix start
-  int64_t scale;       // offset of the block's fp16 scale
+  int64_t scale;       // offset of the block's fp16 scale (Q4_K: of its super-block's 16-byte header)
 };
 
 BlockPlace place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
   const int64_t g = quant_group_blocks(f), groups = quant_row_groups(f, k);
   const int64_t group = b / g;
-  return {(r * groups + group) * kQuantGroupBytes + q * 16,
-          quant_scales_offset(f, n, k) + (r * groups * g + b) * kScaleBytes};
+  const int64_t scale = f == MatrixFormat::q4_k
+                            ? (r * (k / kQ4kSuperValues) + b / 8) * kQ4kHeaderBytes
+                            : (r * groups * g + b) * kScaleBytes;
+  return {(r * groups + group) * kQuantGroupBytes + q * 16, quant_scales_offset(f, n, k) + scale};
 }
 
 uint8_t nibble(const std::byte* qs, int64_t c) {  // ggml Q4_0: column c < 16 low nibble of qs[c], else high of qs[c - 16]
@@ -79,15 +81,15 @@ uint32_t lane_word(int64_t q, Nibble&& nib) {
 // stored, its 8 sub-blocks as blocks of 4-bit quants (ggml's qs: sub-block 2i in the low nibbles of
 // bytes 32i..32i+31, sub-block 2i + 1 in their high nibbles).
 void repack_q4_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
-  constexpr int64_t kSuperBytes = 144;
+  const auto super_bytes = static_cast<int64_t>(ggml_block_bytes(GgmlType::Q4_K));
   const int64_t supers = k / kQ4kSuperValues;
-  if (k % kQ4kSuperValues != 0 || static_cast<int64_t>(ggml_row.size()) != supers * kSuperBytes || r < 0 || r >= n) {
+  if (k % kQ4kSuperValues != 0 || static_cast<int64_t>(ggml_row.size()) != supers * super_bytes || r < 0 || r >= n) {
     fail("internal: repack_row of Q4_K: ", ggml_row.size(), " bytes for row ", r, " of [", n, ", ", k, "]");
   }
   const MatrixFormat f = MatrixFormat::q4_k;
   for (int64_t sb = 0; sb < supers; ++sb) {
-    const std::byte* super = ggml_row.data() + sb * kSuperBytes;
-    std::memcpy(matrix + quant_scales_offset(f, n, k) + (r * supers + sb) * kQ4kHeaderBytes, super, kQ4kHeaderBytes);
+    const std::byte* super = ggml_row.data() + sb * super_bytes;
+    std::memcpy(matrix + place(f, n, k, r, sb * 8, 0).scale, super, kQ4kHeaderBytes);
     for (int64_t j = 0; j < 8; ++j) {
       const std::byte* qs = super + kQ4kHeaderBytes + 32 * (j / 2);
       const int64_t b = sb * 8 + j;
@@ -255,9 +257,7 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
   const int64_t b = c / kQuantBlockValues, q = (c % kQuantBlockValues) / 8, i = c % 8;
   const BlockPlace p = place(f, n, k, r, b, q);
   if (f == MatrixFormat::q4_k) {  // d·sc · nibble - dmin·m, as ggml's dequantize_row_q4_K
-    const int64_t supers = k / kQ4kSuperValues;
-    const std::byte* header = matrix + quant_scales_offset(f, n, k) + (r * supers + b / 8) * kQ4kHeaderBytes;
-    const SubBlockScale s = q4_k_sub_block(header, static_cast<size_t>(b % 8));
+    const SubBlockScale s = q4_k_sub_block(matrix + p.scale, static_cast<size_t>(b % 8));
     uint32_t word;
     std::memcpy(&word, matrix + p.lane_bytes + (b % 4) * 4, 4);
     return s.scale * static_cast<float>((word >> q4_shift(i)) & 0x0F) - s.min;

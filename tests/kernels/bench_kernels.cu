@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/weights/quant_repack.hpp"
 #include "templates/attention.cuh"
 #include "templates/linear.cuh"
 #include "templates/weight_matrix.hpp"
@@ -91,10 +92,6 @@ void bench_gemv_shape(bool sweep) {
   }
 }
 
-const char* format_label(MatrixFormat f) {
-  return f == MatrixFormat::q4_0 ? "Q4_0" : f == MatrixFormat::q4_k ? "Q4_K" : "Q8_0";
-}
-
 // The GEMV over Q4_0 / Q8_0 / Q4_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, and with `sweep` other splits and unrolls for one token. Bytes: the matrix's
 // (ggml's bytes) plus the inputs and outputs.
@@ -107,7 +104,7 @@ void bench_quant_variant(const DeviceBuffer<std::byte>& matrices, long long matr
         as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, nullptr);
   });
   char variant[64];
-  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d (%d blk)", format_label(F),
+  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d (%d blk)", matrix_format_name(F),
                 Shape::kWarpsN, Shape::kWarpsK, Shape::kUnroll, Shape::kRowBlocks);
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us,
                  matrix_bytes_ + tokens * (kK * 2.0 + kN * 4.0));
@@ -128,7 +125,7 @@ void bench_quant_shape(bool sweep) {
       kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
           as_bf16(in), GpuMatrix{matrices.get() + (i % copies) * bytes, F}, out.get(), tokens, nullptr, nullptr);
     });
-    print_gemv_row(shape, std::string(format_label(F)) + " default", tokens, us,
+    print_gemv_row(shape, std::string(matrix_format_name(F)) + " default", tokens, us,
                    matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
   }
   if (!sweep) return;
