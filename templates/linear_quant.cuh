@@ -33,6 +33,16 @@ __device__ __forceinline__ unsigned bf16x2_sub(unsigned a, unsigned b) {
   return *reinterpret_cast<const unsigned*>(&r);
 }
 
+// (a & mask) | bits in one LOP3. Written as two operations on immediate constants, it compiles to
+// two (a SASS LOP3 takes one immediate): a warp's Q4_0 group took 225 instructions, 193 with this.
+// On an H200 the quantized GEMV is bound by issue more than by HBM (ncu of Q4_0's gate_up: 0.62
+// instructions issued per scheduler cycle, DRAM 38% busy; bench/RESULTS.md, 2026-11-27).
+__device__ __forceinline__ unsigned masked_or(unsigned a, unsigned mask, unsigned bits) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // 0xEA: (a & b) | c
+  return r;
+}
+
 __device__ __forceinline__ float half_bits_to_float(unsigned short bits) { return __half2float(__ushort_as_half(bits)); }
 
 // A format's blocks as the mma takes them: block b of a lane's 16 group bytes as 8 bf16 values
@@ -62,7 +72,7 @@ struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<2> {
   // 256; the difference is the two's-complement value.
   __device__ static __forceinline__ unsigned pair(unsigned w, unsigned selector) {
     const unsigned t = __byte_perm(w, 0u, selector);
-    return bf16x2_sub((t & 0x007F007Fu) | 0x43004300u, (t & 0x00800080u) | 0x43004300u);
+    return bf16x2_sub(masked_or(t, 0x007F007Fu, 0x43004300u), masked_or(t, 0x00800080u, 0x43004300u));
   }
   __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
     const unsigned w0 = b == 0 ? raw.x : raw.z, w1 = b == 0 ? raw.y : raw.w;
@@ -83,7 +93,7 @@ struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<4> {
   using Scales = uint2;  // the group's 4 fp16 scales of a row
   // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
-    return bf16x2_sub(((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u, 0x43084308u);
+    return bf16x2_sub(masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u), 0x43084308u);
   }
   __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
     const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
@@ -111,7 +121,7 @@ struct QuantValues<MatrixFormat::q4_k> {
   // subtraction per pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the
   // offset (fp32: a relative error near 1e-6, against bf16 inputs).
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
-    return ((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
+    return masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u);
   }
   __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
     const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
@@ -164,10 +174,12 @@ struct QuantValues<MatrixFormat::q4_k> {
 // 13.7 with 4 in flight, gate_up 28.6 against 32.7 (o 4096×4096: 10.0 against 9.1), Q8_0 qkv 14.5
 // against 16.3, gate_up 43.3 against 44.6, Q4_K qkv 12.2 against 14.0, gate_up 37.4 against 39.2
 // (ncu on Q4_0's gate_up with 4 in flight: 99 registers a thread, 2 blocks an SM, a quarter of
-// the warps it could hold). The split is the same for every token count (it fixes each output's
-// sum order). The last three parameters override (0: automatic); the benchmark uses them.
+// the warps it could hold). Groups through a shared-memory ring filled by cp.async, so that more
+// are in flight without registers, were slower still (H200, 2026-11-27: gate_up 37.3-47.5 µs with
+// 2-8 in flight; the copies and shared reads kept the L1TEX pipe 71% busy). The split is the same for every token count (it fixes each output's
+// sum order). The last four parameters override (0, -1: automatic); the benchmark uses them.
 template <int kN, int kK, MatrixFormat F, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0,
-          int kUnrollSet = 0>
+          int kUnrollSet = 0, int kSharedInputSet = -1>
 struct QuantGemvShape {
   static_assert(kK % kQuantBlockValues == 0, "quantized GEMV: k must be whole blocks");
   static constexpr int kGroupBlocks = quant_group_blocks(F);
@@ -186,8 +198,24 @@ struct QuantGemvShape {
   static constexpr bool kGroupInputs = kTokenTiles <= 2;
   // Rows whose block count is a multiple of the group's: no padding block, no input past kK.
   static constexpr bool kWholeGroups = (kK / kQuantBlockValues) % kGroupBlocks == 0;
+  // The block copies the token rows into shared memory first (all of them in flight at once) and
+  // its warps read them from there. Read from global memory step by step, each step's inputs were
+  // a round trip to L2 on every warp's critical path (the kernel before wrote them, and the warps
+  // of a block read disjoint columns, so L1 rarely had them): Llama-3.1-8B's Q4_0 down_proj took
+  // 22.3 µs that way on an H100, 17.0 from shared memory (bench/RESULTS.md, 2026-11-27). Where the
+  // rows fit (linear_quant: at most kMaxSharedInputBytes) and are whole groups.
+  static constexpr bool kSharedInput = kSharedInputSet >= 0 ? kSharedInputSet != 0 : kWholeGroups;
+  // A token row in shared memory, 16 bytes longer than the row, so that the 8 rows a warp reads
+  // at once spread over the banks (4 wavefronts for its 512 bytes, not 8).
+  static constexpr int kSharedRowBytes = kK * 2 + 16;
   static constexpr int kVec = vec_width(kK, 2);
 };
+
+// Token rows in shared memory at most (QuantGemvShape::kSharedInput): one token of a 14336-value
+// row, three of a 4096-value one (larger passes read their inputs from global memory); a block
+// then leaves room for others beside it, and with its split sums' 8 KB at most it stays under the
+// 48 KB a block has without opting in.
+constexpr int kMaxSharedInputBytes = 32 * 1024;
 
 // Block blockIdx.x: row tiles blockIdx.x · kWarpsN + wn, each with all kWarpsK column splits,
 // summed in shared memory in split order (linear.cuh's narrow plan).
@@ -211,9 +239,15 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const unsigned char* scales = matrix + quant_scales_offset(F, kN, kK);
   const auto s0 = Q::row(scales, r0, kSteps), s1 = Q::row(scales, r1, kSteps);
 
+  extern __shared__ uint4 shared_rows[];  // the token rows, when Shape::kSharedInput
   const bf16* x_rows[T];  // token rows past `tokens` repeat the last one; their outputs are not stored
 #pragma unroll
-  for (int j = 0; j < T; ++j) x_rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
+  for (int j = 0; j < T; ++j) {
+    const int t = min_int(j * 8 + g, tokens - 1);
+    x_rows[j] = Shape::kSharedInput
+                    ? reinterpret_cast<const bf16*>(reinterpret_cast<const char*>(shared_rows) + t * Shape::kSharedRowBytes)
+                    : in + static_cast<long long>(t) * kK;
+  }
   float acc[T][4];
 #pragma unroll
   for (int j = 0; j < T; ++j)
@@ -242,6 +276,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
       // Only a padding block (past kK) reads zeros: every token row is a real one (x_rows).
       auto input = [&](int b, int j) {
         const int col = (step * G + b) * 32 + q * 8;
+        if constexpr (Shape::kSharedInput) return *reinterpret_cast<const uint4*>(x_rows[j] + col);
         if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
         return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);
       };
@@ -293,6 +328,16 @@ __global__ void __launch_bounds__(Shape::kThreads)
   Group current;
   if (wk < kSteps) load(wk, current);  // weights only: before the wait (linear.cuh's GEMV does the same)
   pdl_wait_and_release();
+  if constexpr (Shape::kSharedInput) {
+    static_assert(Shape::kWholeGroups, "quantized GEMV: shared token rows are whole groups (16-byte chunks)");
+    constexpr int kChunks = kK / 8;  // 16-byte chunks of a row
+    for (int i = threadIdx.x; i < tokens * kChunks; i += Shape::kThreads) {
+      const int t = i / kChunks, c = i % kChunks;
+      shared_rows[(t * Shape::kSharedRowBytes) / 16 + c] =
+          __ldg(reinterpret_cast<const uint4*>(in + static_cast<long long>(t) * kK) + c);
+    }
+    __syncthreads();
+  }
 #pragma unroll 1
   for (int s = wk; s < kSteps; s += WK * U) {
     Group next;
@@ -352,8 +397,9 @@ __global__ void __launch_bounds__(256)
 template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape>
 inline void launch_gemv_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
                               cudaStream_t stream) {
-  auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape>;
-  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks), Shape::kThreads, 0, stream, in,
+  constexpr auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape>;
+  const int smem = Shape::kSharedInput ? tokens * Shape::kSharedRowBytes : 0;
+  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks), Shape::kThreads, smem, stream, in,
               static_cast<const unsigned char*>(matrix), out, tokens);
 }
 
@@ -363,9 +409,19 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
   for (int done = 0; done < tokens; done += kStreamPassTokens) {
     const int n = min_int(kStreamPassTokens, tokens - done);
     with_token_tiles(n, [&](auto tiles) {
-      using Shape = QuantGemvShape<kN, kK, F, kSMs, decltype(tiles)::value>;
-      launch_gemv_quant<kN, kK, kOut, F, Shape>(in + static_cast<long long>(done) * kK, matrix,
-                                                out + static_cast<long long>(done) * kN, n, stream);
+      constexpr int kTiles = decltype(tiles)::value;
+      const bf16* x = in + static_cast<long long>(done) * kK;
+      auto* y = out + static_cast<long long>(done) * kN;
+      // The same sums either way (only where the inputs are read from differs).
+      using Shared = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, 1>;
+      using Global = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, 0>;
+      if constexpr (Shared::kWholeGroups) {
+        if (n * Shared::kSharedRowBytes <= kMaxSharedInputBytes) {
+          launch_gemv_quant<kN, kK, kOut, F, Shared>(x, matrix, y, n, stream);
+          return;
+        }
+      }
+      launch_gemv_quant<kN, kK, kOut, F, Global>(x, matrix, y, n, stream);
     });
   }
 }

@@ -95,17 +95,17 @@ void bench_gemv_shape(bool sweep) {
 // The GEMV over Q4_0 / Q8_0 / Q4_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, and with `sweep` other splits and unrolls for one token. Bytes: the matrix's
 // (ggml's bytes) plus the inputs and outputs.
-template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll>
+template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll, int kShared = -1>
 void bench_quant_variant(const DeviceBuffer<std::byte>& matrices, long long matrix_bytes_, int copies,
                          const DeviceBuffer<uint16_t>& in, DeviceBuffer<float>& out, int tokens) {
-  using Shape = detail::QuantGemvShape<kN, kK, F, kSms, kTiles, kWarpsN, kWarpsK, kUnroll>;
+  using Shape = detail::QuantGemvShape<kN, kK, F, kSms, kTiles, kWarpsN, kWarpsK, kUnroll, kShared>;
   const double us = median_us([&](int i) {
     detail::launch_gemv_quant<kN, kK, LinearOut::store_f32, F, Shape>(
         as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, nullptr);
   });
   char variant[64];
-  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d (%d blk)", matrix_format_name(F),
-                Shape::kWarpsN, Shape::kWarpsK, Shape::kUnroll, Shape::kRowBlocks);
+  std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d %s", matrix_format_name(F), Shape::kWarpsN,
+                Shape::kWarpsK, Shape::kUnroll, Shape::kSharedInput ? "shared" : "global");
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us,
                  matrix_bytes_ + tokens * (kK * 2.0 + kN * 4.0));
 }
@@ -129,15 +129,15 @@ void bench_quant_shape(bool sweep) {
                    matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
   }
   if (!sweep) return;
-  bench_quant_variant<kN, kK, F, 1, 1, 8, 1>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 8, 4>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 4, 2>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 4, 4>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 2, 4>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 2, 4, 2>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 4, 2, 2>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 4, 4, 2>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 16, 1>(matrices, bytes, copies, in, out, 1);
+  constexpr int WK = kK / quant_group_blocks(F) / 32 >= 64 ? 16 : 8;  // the default split
+  constexpr int SH = detail::QuantGemvShape<kN, kK, F, kSms, 1>::kWholeGroups ? 1 : 0;  // shared inputs if it can
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 1, 0>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 1, SH>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 2, SH>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 4, SH>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK / 2, 2, SH>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 16, 1, SH>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 16, 2, SH>(matrices, bytes, copies, in, out, 1);
 }
 
 // Decode attention of a batch of equal contexts, rotating over layer caches beyond L2.
@@ -203,8 +203,13 @@ void bench_prefill(int tokens) {
 int main(int argc, char** argv) {
   using namespace kiln::kernel_test;
   if (!print_device_or_skip()) return 77;
-  const std::string arg = argc > 1 ? argv[1] : "";
-  const bool sweep = arg != "--no-sweep";
+  // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both).
+  bool sweep = true, quant_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    sweep = sweep && arg != "--no-sweep";
+    quant_only = quant_only || arg == "--quant-only";
+  }
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
@@ -222,7 +227,7 @@ int main(int argc, char** argv) {
   bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_k>(false);
   bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_k>(sweep);
   bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_k>(sweep);
-  if (arg == "--quant-only") return 0;
+  if (quant_only) return 0;
   bench_gemv_shape<8192, 2048, true>(sweep);
   bench_gemv_shape<2048, 8192, true>(sweep);
   bench_gemv_shape<1536, 576, true>(sweep);

@@ -10,7 +10,8 @@ depth 32, as bench.py's llama.cpp column) and kiln (`BIN/<model> -m FILE`, batch
 prompt, 128 new tokens, greedy: ms per decode step, and the bytes a step reads as its
 --output-format json counts them). The floor is those bytes over the device-to-device copy
 bandwidth measured in the same run (bench.py's copy_bandwidth). Prefill: a 512-token prompt
-(kiln's prefill_s, best of 3) against llama-bench pp512.
+(kiln's prefill_s, best of 3) against llama-bench pp512. --baseline-bin-dir runs a second build
+(a change's parent) on the same files in the same run, for a change measured on one card.
 """
 import argparse
 import json
@@ -46,6 +47,9 @@ def main():
     ap.add_argument("--llama-cpp", required=True, help="llama.cpp: bin/llama-bench, bin/llama-quantize, gguf-py/")
     ap.add_argument("--quant", default="Q4_0,Q8_0", help="llama-quantize types, comma list")
     ap.add_argument("--work", default="/tmp/gguf-bench", help="where the GGUF files go (removed per model)")
+    ap.add_argument("--baseline-bin-dir", help="kiln binaries of another build, run on the same files in the same "
+                    "run (a change measured against its parent)")
+    ap.add_argument("--keep", action="store_true", help="keep the quantized files in --work")
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -71,6 +75,9 @@ def main():
                 row.update(kiln_ms=t["decode_ms_per_step"], bytes=b["total"], formats=k["memory"]["weight_formats"],
                            weight_bytes=k["memory"]["weight_bytes"], load_s=t["load_s"])
                 row["floor_ms"] = b["total"] / bw * 1e3
+                if args.baseline_bin_dir:
+                    base = run_kiln(os.path.join(args.baseline_bin_dir, model), path, ids)
+                    row["baseline_ms"] = base["timings"]["decode_ms_per_step"]
                 # Prefill of a 512-token prompt: kiln's one step (quantized projections expanded to
                 # bf16 for cuBLASLt), llama.cpp's pp512.
                 p = run_kiln(os.path.join(args.bin_dir, model), path, long_ids, 1, 3, "prefill_s")
@@ -80,13 +87,14 @@ def main():
                 row["error"] = str(e)
             rows.append(row)
             print(json.dumps(row), flush=True)
-            if os.path.exists(path):
+            if os.path.exists(path) and not args.keep:
                 os.remove(path)
         os.remove(src)
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
              "| model | file | file GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
-             "llama.cpp / kiln | kiln pp512 ms | llama.cpp pp512 ms | kiln load s | kiln weights |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "llama.cpp / kiln | kiln pp512 ms | llama.cpp pp512 ms | kiln load s | kiln weights |" +
+             (" baseline ms/token | change |" if args.baseline_bin_dir else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |")
@@ -94,7 +102,9 @@ def main():
         lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
                      f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
                      f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['kiln_pp_ms']:.1f} | {r['llama_cpp_pp_ms']:.1f} | "
-                     f"{r['load_s']:.1f} | {r['formats']} |")
+                     f"{r['load_s']:.1f} | {r['formats']} |" +
+                     (f" {r['baseline_ms']:.3f} | {100 * (r['kiln_ms'] / r['baseline_ms'] - 1):+.1f}% |"
+                      if "baseline_ms" in r else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
