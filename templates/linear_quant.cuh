@@ -176,8 +176,9 @@ struct QuantValues<MatrixFormat::q4_k> {
 // (ncu on Q4_0's gate_up with 4 in flight: 99 registers a thread, 2 blocks an SM, a quarter of
 // the warps it could hold). Groups through a shared-memory ring filled by cp.async, so that more
 // are in flight without registers, were slower still (H200, 2026-11-27: gate_up 37.3-47.5 µs with
-// 2-8 in flight; the copies and shared reads kept the L1TEX pipe 71% busy). The split is the same for every token count (it fixes each output's
-// sum order). The last four parameters override (0, -1: automatic); the benchmark uses them.
+// 2-8 in flight; the copies and shared reads kept the L1TEX pipe 71% busy). The split is the same
+// for every token count (it fixes each output's sum order). The last four parameters override (0,
+// -1: automatic); the benchmark uses them.
 template <int kN, int kK, MatrixFormat F, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0,
           int kUnrollSet = 0, int kSharedInputSet = -1>
 struct QuantGemvShape {
@@ -202,7 +203,7 @@ struct QuantGemvShape {
   // its warps read them from there. Read from global memory step by step, each step's inputs were
   // a round trip to L2 on every warp's critical path (the kernel before wrote them, and the warps
   // of a block read disjoint columns, so L1 rarely had them): Llama-3.1-8B's Q4_0 down_proj took
-  // 22.3 µs that way on an H100, 17.0 from shared memory (bench/RESULTS.md, 2026-11-27). Where the
+  // 22.4 µs that way on an H100, 17.0 from shared memory (bench/RESULTS.md, 2026-11-27). Where the
   // rows fit (linear_quant: at most kMaxSharedInputBytes) and are whole groups.
   static constexpr bool kSharedInput = kSharedInputSet >= 0 ? kSharedInputSet != 0 : kWholeGroups;
   // A token row in shared memory, 16 bytes longer than the row, so that the 8 rows a warp reads
@@ -244,9 +245,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
 #pragma unroll
   for (int j = 0; j < T; ++j) {
     const int t = min_int(j * 8 + g, tokens - 1);
-    x_rows[j] = Shape::kSharedInput
-                    ? reinterpret_cast<const bf16*>(reinterpret_cast<const char*>(shared_rows) + t * Shape::kSharedRowBytes)
-                    : in + static_cast<long long>(t) * kK;
+    const char* shared_row = reinterpret_cast<const char*>(shared_rows) + t * Shape::kSharedRowBytes;
+    x_rows[j] = Shape::kSharedInput ? reinterpret_cast<const bf16*>(shared_row) : in + static_cast<long long>(t) * kK;
   }
   float acc[T][4];
 #pragma unroll

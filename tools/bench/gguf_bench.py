@@ -97,7 +97,8 @@ def main():
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |")
+            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |" +
+                         (" — | — |" if args.baseline_bin_dir else ""))
             continue
         lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
                      f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
