@@ -14,7 +14,8 @@ namespace kiln::codegen {
 namespace {
 
 // The decode's mark after an op (CudaContext::mark, --profile's per-op timeline): the op's family
-// and what it reads, in bytes from the shapes.
+// and what it reads, in bytes from the shapes; a projection's matrix in the bytes of the format the
+// loader kept it in (a GGUF file's blocks: matrix_bytes), read when the step runs.
 std::string mark_line(const Op& op, const Graph& g) {
   const std::vector<std::string> weights = op.weights();
   const bool named_by_weight = !weights.empty() && (op.kind == OpKind::linear || op.kind == OpKind::rmsnorm ||
@@ -22,8 +23,14 @@ std::string mark_line(const Op& op, const Graph& g) {
   const std::string family = named_by_weight ? weights.front() : op.record().name;
   std::string reads = "weights";
   int64_t bytes = 0;
+  std::string matrices;  // " + matrix_bytes(...)" per matrix weight
   for (const std::string& field : weights) {
     const WeightDecl& w = g.weight(field);
+    if (w.matrix && w.experts == 0 && w.shape.size() == 2) {
+      matrices += " + kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " + std::to_string(w.shape[0]) + ", " +
+                  std::to_string(w.shape[1]) + ")";
+      continue;
+    }
     int64_t elems = 1;
     for (int64_t d : w.shape) elems *= d;
     if (op.kind == OpKind::embed) {
@@ -36,7 +43,10 @@ std::string mark_line(const Op& op, const Graph& g) {
     bytes += elems * 2;  // bf16
   }
   if (op.kind == OpKind::attention || op.kind == OpKind::mla_attention) reads = "kv_cache";
-  return "ctx.mark(\"" + family + "\", OpReads::" + reads + ", " + std::to_string(bytes) + ");";
+  const std::string total = matrices.empty() ? std::to_string(bytes)
+                            : bytes == 0        ? matrices.substr(3)
+                                                : std::to_string(bytes) + matrices;
+  return "ctx.mark(\"" + family + "\", OpReads::" + reads + ", " + total + ");";
 }
 
 void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {

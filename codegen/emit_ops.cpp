@@ -46,11 +46,6 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
   fail("internal: unknown argument source");
 }
 
-// The expression naming a weight field in the generated forward: per-layer weights live in `lw`.
-std::string weight_expr(const Graph& g, const std::string& field) {
-  return (g.weight(field).per_layer ? "lw." : "w.") + field;
-}
-
 // A weight as bf16 rows on the GPU: a GpuMatrix's data (the L2 warm-up reads bytes; tensor
 // parallelism, which warms, keeps matrices in bf16).
 std::string bf16_rows(const Graph& g, const std::string& expr, const std::string& field) {
@@ -95,6 +90,10 @@ std::string wrapper_name(const Op& op, Phase phase) {
 }
 
 }  // namespace
+
+std::string weight_expr(const Graph& g, const std::string& field) {
+  return (g.weight(field).per_layer ? "lw." : "w.") + field;
+}
 
 std::string shape_constant(const Op& op) {
   std::string out = "k";

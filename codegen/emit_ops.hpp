@@ -26,5 +26,7 @@ std::vector<std::string> ref_headers(const Op& op);
 // The statements that run it in `phase`, in a scope where w / lw (weights), the buffers, `step`,
 // `ctx`, `kv`, `layer`, `T`, `N` (and on the GPU `stream`) are defined.
 std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase);
+// The expression naming a weight field in that scope: per-layer weights live in `lw`, others in `w`.
+std::string weight_expr(const Graph& g, const std::string& field);
 
 }  // namespace kiln::codegen

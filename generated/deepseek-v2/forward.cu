@@ -183,16 +183,16 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 10240);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
-    ctx.mark("q_a_proj", OpReads::weights, 15728640);
+    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj.format, 1536, 5120));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 3072);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_b_proj", OpReads::weights, 75497472);
+    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj.format, 24576, 1536));
     // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, 5898240);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 5120));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -216,7 +216,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 16777216);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, 167772160);
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 5120, 16384));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
@@ -224,13 +224,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // gate_up = h[T, 5120] · gate_up_proj[24576, 5120]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, 251658240);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 24576, 5120));
     // act = silu(gate) ⊙ up   (12288 features)
     silu_mul_act(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 12288] · down_proj[5120, 12288]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, 125829120);
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 5120, 12288));
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -244,16 +244,16 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 10240);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
-    ctx.mark("q_a_proj", OpReads::weights, 15728640);
+    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj.format, 1536, 5120));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 3072);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_b_proj", OpReads::weights, 75497472);
+    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj.format, 24576, 1536));
     // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, 5898240);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 5120));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -277,7 +277,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 16777216);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, 167772160);
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 5120, 16384));
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
@@ -285,7 +285,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
-    ctx.mark("router", OpReads::weights, 1638400);
+    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router.format, 160, 5120));
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
@@ -300,13 +300,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("moe_down", OpReads::experts, 15728640);
     // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, 62914560);
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 6144, 5120));
     // shared_act = silu(gate) ⊙ up   (3072 features)
     silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-    ctx.mark("shared_down", OpReads::weights, 31457280);
+    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 5120, 3072));
   }
 
   // ---- logits ----
@@ -315,7 +315,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 10240);
   // logits = h[N, 5120] · lm_head[102400, 5120]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, 1048576000);
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 102400, 5120));
 }
 
 class CudaModel final : public CudaForward {

@@ -93,7 +93,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 288);
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
-    ctx.mark("qkv_proj", OpReads::weights, 69120);
+    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 240, 144));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000)
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 16, pages of 16 tokens)
     // (one fused kernel)
@@ -104,7 +104,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("attention", OpReads::kv_cache, 0);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, 41472);
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 144, 144));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (144 features)
@@ -112,13 +112,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 288);
     // gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, 221184);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 768, 144));
     // act = silu(gate) ⊙ up   (384 features)
     silu_mul_act(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, 110592);
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 144, 384));
   }
 
   // ---- logits ----
@@ -127,7 +127,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 288);
   // logits = h[N, 144] · lm_head[640, 144]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, 184320);
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 640, 144));
 }
 
 // The weights as the whole-step kernel takes them (bound once).
