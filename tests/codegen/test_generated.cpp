@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "codegen/config_load.hpp"
 #include "codegen/emit.hpp"
@@ -67,4 +68,31 @@ TEST_CASE("regenerating every config reproduces generated/ byte for byte") {
     INFO("generated/" << entry.path().filename().string() << " has no config in configs/");
     CHECK(expected_dirs.count(entry.path().filename().string()) == 1);
   }
+}
+
+// --profile's per-op table divides each op's bytes by its time: a projection kept in a GGUF file's
+// blocks must be counted in that format's bytes, known when the step runs, not in bf16's.
+TEST_CASE("the decode marks every projection with its matrix's bytes in the format it was kept in") {
+  const fs::path root = KILN_SOURCE_DIR;
+  int marks = 0;
+  for (const auto& entry : fs::directory_iterator(root / "configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    for (const GeneratedFile& f : emit_model(load_config(entry.path().string()))) {
+      if (fs::path(f.name).filename() != "forward.cu") continue;
+      std::istringstream lines(f.text);
+      std::string line, call;
+      while (std::getline(lines, line)) {
+        const size_t start = line.find_first_not_of(' ');
+        if (start == std::string::npos) continue;
+        if (line.compare(start, 10, "ctx.mark(\"") == 0 && call.rfind("linear_", 0) == 0) {
+          INFO(entry.path().filename().string() << " " << f.name << ": " << call << "\n  " << line);
+          CHECK(line.find("kiln::matrix_bytes(") != std::string::npos);
+          CHECK(line.find(".format, ") != std::string::npos);
+          ++marks;
+        }
+        call = line.substr(start);
+      }
+    }
+  }
+  CHECK(marks > 100);  // every model's projections, prefill's marks excluded (it has none)
 }
