@@ -23,12 +23,12 @@ std::string mark_line(const Op& op, const Graph& g) {
   const std::string family = named_by_weight ? weights.front() : op.record().name;
   std::string reads = "weights";
   int64_t bytes = 0;
-  std::string matrices;  // " + matrix_bytes(...)" per matrix weight
+  std::vector<std::string> matrices;  // kiln::matrix_bytes(...) of each matrix weight
   for (const std::string& field : weights) {
     const WeightDecl& w = g.weight(field);
     if (w.matrix && w.experts == 0 && w.shape.size() == 2) {
-      matrices += " + kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " + std::to_string(w.shape[0]) + ", " +
-                  std::to_string(w.shape[1]) + ")";
+      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " + std::to_string(w.shape[0]) +
+                         ", " + std::to_string(w.shape[1]) + ")");
       continue;
     }
     int64_t elems = 1;
@@ -43,9 +43,8 @@ std::string mark_line(const Op& op, const Graph& g) {
     bytes += elems * 2;  // bf16
   }
   if (op.kind == OpKind::attention || op.kind == OpKind::mla_attention) reads = "kv_cache";
-  const std::string total = matrices.empty() ? std::to_string(bytes)
-                            : bytes == 0        ? matrices.substr(3)
-                                                : std::to_string(bytes) + matrices;
+  std::string total = bytes > 0 || matrices.empty() ? std::to_string(bytes) : "";
+  for (const std::string& m : matrices) total += (total.empty() ? "" : " + ") + m;
   return "ctx.mark(\"" + family + "\", OpReads::" + reads + ", " + total + ");";
 }
 

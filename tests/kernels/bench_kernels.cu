@@ -129,8 +129,9 @@ void bench_quant_shape(bool sweep) {
                    matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
   }
   if (!sweep) return;
-  constexpr int WK = kK / quant_group_blocks(F) / 32 >= 64 ? 16 : 8;  // the default split
-  constexpr int SH = detail::QuantGemvShape<kN, kK, F, kSms, 1>::kWholeGroups ? 1 : 0;  // shared inputs if it can
+  using Default = detail::QuantGemvShape<kN, kK, F, kSms, 1>;
+  constexpr int WK = Default::kWarpsK;               // the default split
+  constexpr int SH = Default::kWholeGroups ? 1 : 0;  // shared inputs where it can
   bench_quant_variant<kN, kK, F, 1, 1, WK, 1, 0>(matrices, bytes, copies, in, out, 1);
   bench_quant_variant<kN, kK, F, 1, 1, WK, 1, SH>(matrices, bytes, copies, in, out, 1);
   bench_quant_variant<kN, kK, F, 1, 1, WK, 2, SH>(matrices, bytes, copies, in, out, 1);
