@@ -97,7 +97,7 @@ void emit_decode_step_forward(const DecodeStepOps& ops, Code& c) {
   c.comment("The weights as the whole-step kernel takes them (bound once).");
   c.line("DecodeStepWeights<kNumLayers> bind_decode_step(const Weights<bf16>& w) {");
   c.line("  DecodeStepWeights<kNumLayers> s{};");
-  c.line("  s.embed_tokens = w." + ops.embed->args.at("table") + ";");
+  c.line("  s.embed_tokens = " + rows("w.", ops.embed->args.at("table")) + ";");
   c.line("  s.norm = w." + ops.norm->args.at("weight") + ";");
   c.line("  s.lm_head = " + rows("w.", ops.lm_head->args.at("weight")) + ";");
   c.line("  for (int layer = 0; layer < kNumLayers; ++layer) {");

@@ -26,15 +26,16 @@ std::string mark_line(const Op& op, const Graph& g) {
   std::vector<std::string> matrices;  // kiln::matrix_bytes(...) of each matrix weight
   for (const std::string& field : weights) {
     const WeightDecl& w = g.weight(field);
+    if (op.kind == OpKind::embed) reads = "token_rows";  // one row of the table per token
     if (w.matrix && w.experts == 0 && w.shape.size() == 2) {
-      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " + std::to_string(w.shape[0]) +
-                         ", " + std::to_string(w.shape[1]) + ")");
+      const int64_t rows = op.kind == OpKind::embed ? 1 : w.shape[0];
+      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " + std::to_string(rows) + ", " +
+                         std::to_string(w.shape[1]) + ")");
       continue;
     }
     int64_t elems = 1;
     for (int64_t d : w.shape) elems *= d;
     if (op.kind == OpKind::embed) {
-      reads = "token_rows";  // one row of the table per token
       elems /= w.shape.front();
     } else if (w.experts > 0) {
       reads = "experts";  // one expert's; the routing decides how many

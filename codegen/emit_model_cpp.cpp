@@ -50,7 +50,8 @@ std::string emit_weights_inc(const ModelSpec& spec, const Graph& g) {
   c.line(banner(spec, "Weight manifest: each kiln weight, its shape, and the HF tensors (rows) it is built from."));
   c.comment("Entries: {kiln name, per layer, first layer, last layer (exclusive), shape, experts,");
   c.comment("          {alternative layouts: {{HF tensor, rows[, first row[, groups, group stride]]}, ...}}, tied to,");
-  c.comment("          matrix: read by linear ops only, so the GPU may keep a GGUF file's quantized blocks}");
+  c.comment("          matrix: read by linear ops or the embedding lookup only, so a backend may keep a GGUF file's");
+  c.comment("          quantized blocks[, lookup: read by the embedding lookup only]}");
   c.comment("{L} is the layer index and {E} the expert index. Included by model.cpp.");
   if (spec.ranks > 1) {
     c.comment("A tensor-parallel rank's slices name their fields: rank q = rank / rank_group takes the rows");
@@ -70,7 +71,7 @@ std::string emit_weights_inc(const ModelSpec& spec, const Graph& g) {
     std::string shape;
     for (size_t i = 0; i < w.shape.size(); ++i) shape += (i ? ", " : "") + num(w.shape[i]);
     c.line("{" + quoted(w.name) + ", " + layers + ", {" + shape + "}, " + num(w.experts) + ", {" + layouts + "}, " +
-           quoted(w.tied_to) + ", " + (w.matrix ? "true" : "false") + "},");
+           quoted(w.tied_to) + ", " + (w.matrix ? "true" : "false") + (w.lookup ? ", true" : "") + "},");
   }
   return c.str();
 }

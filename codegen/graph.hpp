@@ -106,6 +106,8 @@ struct WeightDecl {
   // Read by linear ops only (ops.def's `matrix` arguments): a GpuMatrix on the GPU, which the loader
   // may keep in a GGUF file's quantized blocks (mark_matrix_weights sets it).
   bool matrix = false;
+  // A matrix read only by the embedding lookup (one row a token), not streamed by a linear op.
+  bool lookup = false;
 };
 
 struct Graph {

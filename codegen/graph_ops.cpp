@@ -240,22 +240,25 @@ void check_bindings(const Graph& g) {
   for (const Op* op : g.all_ops()) check_op(g, *op);
 }
 
-// A weight every op reads through a `matrix` argument (the linear ops) is a matrix; one that any
-// other op reads as rows (an embedding table, MLA's absorbed kv_b_proj, a whole-step kernel
-// stage) stays bf16. The L2 warm-up only prefetches its bytes, so it does not count.
+// A weight every op reads through a `matrix` argument (the linear ops, the embedding lookup) is a
+// matrix; one that any other op reads as rows (MLA's absorbed kv_b_proj) stays bf16. The L2
+// warm-up only prefetches its bytes, so it does not count. A matrix only the embedding lookup
+// reads is a lookup table.
 void mark_matrix_weights(Graph& g) {
-  std::map<std::string, bool> matrix;  // field -> every use so far is a matrix argument
+  std::map<std::string, bool> matrix, lookup;  // field -> every use so far is a matrix argument / an embed op's
   for_each_op(g, [&](const Op& op) {
     for (const ArgSpec& a : op.record().args) {
       const auto it = op.args.find(a.name);
       if (it == op.args.end() || !is_weight(a.source) || a.source == ArgSource::warm) continue;
       const bool as_matrix = a.source == ArgSource::matrix;
       matrix[it->second] = matrix.emplace(it->second, as_matrix).first->second && as_matrix;
+      lookup[it->second] = lookup.emplace(it->second, true).first->second && op.kind == OpKind::embed;
     }
   });
   for (WeightDecl& w : g.weights) {
     const auto it = matrix.find(w.field);
     w.matrix = it != matrix.end() && it->second;
+    w.lookup = w.matrix && lookup.at(w.field);
   }
 }
 

@@ -1,10 +1,15 @@
-// Token embedding lookup: x[t, :] = table[token_ids[t], :] as fp32 (the residual stream).
+// Token embedding lookup: x[t, :] = table[token_ids[t], :] as fp32 (the residual stream). The
+// table is a GpuMatrix: bf16 rows, or a GGUF file's Q8_0 / Q4_0 / Q4_K blocks as the loader keeps
+// them (weight_matrix.hpp), decoded to ggml's values (quant_values.cuh); a tied LM head reads the
+// same matrix, so the GPU holds the file's bytes once.
 // Tensor parallelism splits the vocabulary: rank r holds rows [r·vocab, (r+1)·vocab) of the whole
 // table, writes zeros for the other ranks' tokens, and the ranks' rows are summed after (all_reduce).
 // Reference: ref::embed.
 #pragma once
 
 #include "templates/common.cuh"
+#include "templates/quant_values.cuh"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln {
 
@@ -28,6 +33,39 @@ __global__ void __launch_bounds__(kThreads) embed_kernel(const int* __restrict__
   }
 }
 
+// The same from a quantized table: one block per token, one thread per lane chunk (group, lane) of
+// the row at a time (quant_values.cuh's decode_chunk).
+template <int kVocab, int kDim, MatrixFormat F, int kThreads>
+__global__ void __launch_bounds__(kThreads) embed_quant_kernel(const int* __restrict__ token_ids,
+                                                               const unsigned char* __restrict__ table,
+                                                               float* __restrict__ x, int first_token) {
+  pdl_wait_and_release();
+  constexpr long long kGroups = quant_row_groups(F, kDim);
+  const long long t = blockIdx.x;
+  const int id = token_ids[t] - first_token;
+  const bool here = id >= 0 && id < kVocab;  // uniform over the block
+  float* out = x + t * kDim;
+  for (int i = threadIdx.x; i < kGroups * 4; i += kThreads) {
+    const auto store = [&](long long col, const float (&v)[8]) {
+      const float4 lo = here ? make_float4(v[0], v[1], v[2], v[3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float4 hi = here ? make_float4(v[4], v[5], v[6], v[7]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *reinterpret_cast<float4*>(out + col) = lo;
+      *reinterpret_cast<float4*>(out + col + 4) = hi;
+    };
+    decode_chunk<F>(table, kVocab, kDim, here ? id : 0, i / 4, i % 4, store);
+  }
+}
+
+template <int kVocab, int kDim, MatrixFormat F>
+void launch_embed_quant(const int* token_ids, const void* table, float* x, int first_token, int tokens,
+                        cudaStream_t stream) {
+  constexpr int kChunks = static_cast<int>(quant_row_groups(F, kDim)) * 4;
+  constexpr int kThreads = min_int(256, round_up(kChunks, 32));
+  auto kernel = embed_quant_kernel<kVocab, kDim, F, kThreads>;
+  KILN_LAUNCH(kernel, tokens, kThreads, 0, stream, token_ids, static_cast<const unsigned char*>(table), x,
+              first_token);
+}
+
 }  // namespace detail
 
 // token ids must lie in the whole vocabulary: the tokenizer and the scheduler guarantee it. `rank`:
@@ -41,6 +79,37 @@ void embed(const int* token_ids, const bf16* table, float* x, int rank, int toke
   constexpr int kThreads = detail::min_int(detail::kElementwiseThreads, detail::round_up(detail::ceil_div(kDim, kVec), 32));
   auto kernel = detail::embed_kernel<S.vocab, kDim, kVec, kThreads>;
   KILN_LAUNCH(kernel, tokens, kThreads, 0, stream, token_ids, table, x, rank * S.vocab);
+}
+
+// The same over a GpuMatrix: bf16 rows, or a table the loader kept in a GGUF block format (rows of
+// whole blocks; Q4_K: whole super-blocks).
+template <shape::embed S>
+void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
+  if (tokens <= 0) return;
+  if constexpr (S.dim % kQuantBlockValues == 0) {
+    switch (table.format) {
+      case MatrixFormat::bf16:
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0 and Q4_K only
+      case MatrixFormat::q5_0:
+      case MatrixFormat::f32: break;
+      case MatrixFormat::q8_0:
+        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q8_0>(token_ids, table.data, x, rank * S.vocab,
+                                                                       tokens, stream);
+        return;
+      case MatrixFormat::q4_0:
+        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_0>(token_ids, table.data, x, rank * S.vocab,
+                                                                       tokens, stream);
+        return;
+      case MatrixFormat::q4_k:
+        if constexpr (S.dim % kQ4kSuperValues == 0) {
+          detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_k>(token_ids, table.data, x, rank * S.vocab,
+                                                                         tokens, stream);
+          return;
+        }
+        break;
+    }
+  }
+  embed<S>(token_ids, static_cast<const bf16*>(table.data), x, rank, tokens, stream);
 }
 
 }  // namespace kiln

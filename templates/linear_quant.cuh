@@ -14,153 +14,17 @@
 // 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
 #pragma once
 
-#include <cuda_fp16.h>
-
 #include "templates/blocks/mma.cuh"
 #include "templates/blocks/stream_rows.cuh"
 #include "templates/common.cuh"
 #include "templates/gemv_plan.hpp"
 #include "templates/linear.cuh"
+#include "templates/quant_values.cuh"
 #include "templates/weight_matrix.hpp"
 
 namespace kiln {
 
 namespace detail {
-
-__device__ __forceinline__ unsigned bf16x2_sub(unsigned a, unsigned b) {
-  const __nv_bfloat162 r =
-      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const unsigned*>(&r);
-}
-
-// (a & mask) | bits in one LOP3. Written as two operations on immediate constants, it compiles to
-// two (a SASS LOP3 takes one immediate): a warp's Q4_0 group took 225 instructions, 193 with this.
-// On an H200 the quantized GEMV is bound by issue more than by HBM (ncu of Q4_0's gate_up: 0.62
-// instructions issued per scheduler cycle, DRAM 38% busy; bench/RESULTS.md, 2026-11-27).
-__device__ __forceinline__ unsigned masked_or(unsigned a, unsigned mask, unsigned bits) {
-  unsigned r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // 0xEA: (a & b) | c
-  return r;
-}
-
-__device__ __forceinline__ float half_bits_to_float(unsigned short bits) { return __half2float(__ushort_as_half(bits)); }
-
-// A format's blocks as the mma takes them: block b of a lane's 16 group bytes as 8 bf16 values
-// (columns 8q..8q+7 in order, packed in pairs), and the group's scales.
-template <MatrixFormat F>
-struct QuantValues;
-
-// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_K).
-struct BlockScale {
-  float d, m;
-};
-
-// The fp16 scales of Q8_0 / Q4_0: row r's, then group `step`'s kGroupBlocks of them.
-template <int kGroupBlocks>
-struct Fp16BlockScales {
-  static constexpr bool kHasMin = false;
-  __device__ static __forceinline__ const unsigned short* row(const unsigned char* scales, long long r, int steps) {
-    return reinterpret_cast<const unsigned short*>(scales) + r * steps * kGroupBlocks;
-  }
-};
-
-template <>
-struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<2> {
-  using Scales = unsigned;  // the group's 2 fp16 scales of a row
-  // Two int8 (the bytes `selector` picks into the low byte of each half) as exact bf16: the low
-  // 7 bits OR'ed into 128's mantissa give 128 + m; the sign bit into 128's exponent gives 128 or
-  // 256; the difference is the two's-complement value.
-  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned selector) {
-    const unsigned t = __byte_perm(w, 0u, selector);
-    return bf16x2_sub(masked_or(t, 0x007F007Fu, 0x43004300u), masked_or(t, 0x00800080u, 0x43004300u));
-  }
-  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
-    const unsigned w0 = b == 0 ? raw.x : raw.z, w1 = b == 0 ? raw.y : raw.w;
-    return make_uint4(pair(w0, 0x4140u), pair(w0, 0x4342u), pair(w1, 0x4140u), pair(w1, 0x4342u));
-  }
-  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
-  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
-    return __ldg(reinterpret_cast<const unsigned*>(row + step * 2));
-  }
-  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[2]) {
-    out[0] = {half_bits_to_float(static_cast<unsigned short>(s & 0xFFFFu)), 0.0f};
-    out[1] = {half_bits_to_float(static_cast<unsigned short>(s >> 16)), 0.0f};
-  }
-};
-
-template <>
-struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<4> {
-  using Scales = uint2;  // the group's 4 fp16 scales of a row
-  // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
-  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
-    return bf16x2_sub(masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u), 0x43084308u);
-  }
-  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
-    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
-    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
-  }
-  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
-  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
-    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
-  }
-  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[4]) {
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const unsigned w = b < 2 ? s.x : s.y;
-      out[b] = {half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16)), 0.0f};
-    }
-  }
-};
-
-template <>
-struct QuantValues<MatrixFormat::q4_k> {
-  static constexpr bool kHasMin = true;
-  using Scales = uint4;  // the super-block's header: fp16 d | fp16 dmin << 16, then 12 bytes of scales
-  // Nibble pair p of a word as the exact bf16 values 128 + n: the mma sums (128 + n)·x, and the
-  // block's offset, applied with Σx, takes 128·d·Σx off with the min (group_scales' m). Saves the
-  // subtraction per pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the
-  // offset (fp32: a relative error near 1e-6, against bf16 inputs).
-  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
-    return masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u);
-  }
-  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
-    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
-    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
-  }
-  // The quants as the exact bf16 values n (dequantize_matrix).
-  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
-    const uint4 v = block(raw, b);
-    constexpr unsigned k128 = 0x43004300u;
-    return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
-  }
-  __device__ static __forceinline__ const uint4* row(const unsigned char* scales, long long r, int steps) {
-    return reinterpret_cast<const uint4*>(scales) + r * (steps / 2);
-  }
-  __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step / 2); }
-  // Group `step` holds sub-blocks 4h..4h+3 of its super-block (h = step % 2); ggml's get_scale_min_k4
-  // on four bytes at once: sub-block j < 4 has scale bytes[j] & 63 and min bytes[j + 4] & 63, j >= 4
-  // the low / high nibble of bytes[j + 4] with the top two bits of bytes[j - 4] / bytes[j] above.
-  __device__ static __forceinline__ void group_scales(const Scales& h, int step, BlockScale (&out)[4]) {
-    const bool high = step % 2 != 0;
-    const unsigned sc = high ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
-    const unsigned m = high ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
-    const float d = half_bits_to_float(static_cast<unsigned short>(h.x & 0xFFFFu));
-    const float dmin = half_bits_to_float(static_cast<unsigned short>(h.x >> 16));
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float scale = __fmul_rn(d, byte_as_float(sc, b));
-      out[b] = {scale, __fmul_rn(dmin, byte_as_float(m, b))};
-    }
-  }
-  // The GEMV's block offset: quants enter its mma as 128 + n (pair), so the min it subtracts with Σx
-  // is dmin·m + 128·d·sc.
-  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
-  // Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
-  // add: the integer-to-float conversion runs at a quarter of the rate, and this is per sub-block).
-  __device__ static __forceinline__ float byte_as_float(unsigned w, int b) {
-    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<unsigned>(b))) - 8388608.0f;
-  }
-};
 
 // Launch geometry: one 16-row tile per block, its column steps (one group each) split over the
 // block's warps. A group of quantized blocks is 3.5 (Q4_0) or 1.9 (Q8_0) times fewer bytes than a
@@ -382,34 +246,15 @@ template <MatrixFormat F>
 __global__ void __launch_bounds__(256)
     dequantize_matrix_kernel(const unsigned char* __restrict__ matrix, bf16* __restrict__ out, int n, int k) {
   pdl_wait_and_release();
-  using Q = QuantValues<F>;
-  constexpr int G = quant_group_blocks(F);
   const long long groups = quant_row_groups(F, k);
   const long long i = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
   if (i >= n * groups * 4) return;
   const int q = static_cast<int>(i % 4);
   const long long s = (i / 4) % groups, r = i / 4 / groups;
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(matrix + (r * groups + s) * kQuantGroupBytes + q * 16));
-  const typename Q::Scales d =
-      Q::load_scales(Q::row(matrix + quant_scales_offset(F, n, k), r, static_cast<int>(groups)), static_cast<int>(s));
-  BlockScale scales[G];
-  Q::group_scales(d, static_cast<int>(s), scales);
-#pragma unroll
-  for (int b = 0; b < G; ++b) {
-    const long long col = (s * G + b) * 32 + q * 8;
-    if (col >= k) break;
-    const uint4 v = Q::exact_block(raw, b);
-    const BlockScale scale = scales[b];
-    const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
-    unsigned o[4];
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      // quant · d - m in two roundings, as ggml's dequantize_row_* (not one fma), then bf16 once
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[p]));
-      o[p] = pack_bf16x2(__fsub_rn(__fmul_rn(f.x, scale.d), scale.m), __fsub_rn(__fmul_rn(f.y, scale.d), scale.m));
-    }
-    *reinterpret_cast<uint4*>(out + r * k + col) = make_uint4(o[0], o[1], o[2], o[3]);
-  }
+  decode_chunk<F>(matrix, n, k, r, s, q, [&](long long col, const float (&v)[8]) {
+    *reinterpret_cast<uint4*>(out + r * k + col) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+                                                             pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+  });
 }
 
 // One pass of at most 8 · Shape::kTokenTileCount tokens.

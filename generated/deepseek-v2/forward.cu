@@ -170,7 +170,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 5120])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, 10240);
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 5120));
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {

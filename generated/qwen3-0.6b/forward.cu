@@ -81,7 +81,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 1024])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, 2048);
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 1024));
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -135,7 +135,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 // The weights as the whole-step kernel takes them (bound once).
 DecodeStepWeights<kNumLayers> bind_decode_step(const Weights<bf16>& w) {
   DecodeStepWeights<kNumLayers> s{};
-  s.embed_tokens = w.embed_tokens;
+  s.embed_tokens = static_cast<const bf16*>(w.embed_tokens.data);
   s.norm = w.norm;
   s.lm_head = static_cast<const bf16*>(w.lm_head.data);
   for (int layer = 0; layer < kNumLayers; ++layer) {

@@ -14,7 +14,7 @@
 namespace kiln::models::smollm2_135m {
 
 // embed_tokens: x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 576])
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream) {
+void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   kiln::embed<kEmbedTokens>(token_ids, table, x, rank, tokens, stream);
 }
 

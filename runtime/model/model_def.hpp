@@ -51,6 +51,9 @@ struct WeightSpec {
   std::vector<std::vector<WeightSource>> layouts;  // alternative HF layouts; the first complete one is used
   const char* tied_to;                // "" or the kiln weight reused when no layout is present
   bool matrix;                        // read by linear ops only: the GPU may keep a GGUF file's blocks
+  // A matrix read only by the embedding lookup, one row a token: a decode step streams it (and the
+  // prefill dequantizes it) only as the target of a tied LM head.
+  bool lookup = false;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;

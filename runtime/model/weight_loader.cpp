@@ -125,10 +125,10 @@ class Loader {
       chosen[i] = resolve(instances_[i]);
       instances_[i].format = kept_format(instances_[i], chosen[i]);
     }
-    // A tied LM head shares the embedding's rows, which the whole vocabulary's logits then read
-    // every step; when it keeps another format than the embedding (the file's blocks, or bf16 rows
-    // on the fast CPU backend), the head has its own copy (the embedding stays plain: its lookups
-    // read one row per token).
+    // A tied LM head shares the embedding's matrix, which the whole vocabulary's logits then read
+    // every step, and whose lookups read one row per token in any format (the embed op decodes
+    // blocks too). Only where the head would keep another format than its target (a target that
+    // is not a matrix, kept plain) does it take its own copy.
     for (size_t i = 0; i < instances_.size(); ++i) {
       Instance& inst = instances_[i];
       if (!chosen[i].empty() || !inst.spec->matrix || !is_tied(inst)) continue;
@@ -139,7 +139,7 @@ class Loader {
           continue;
         }
         inst.format = kept_format(inst, chosen[t]);
-        if (inst.format != plain_) {
+        if (inst.format != target.format) {
           chosen[i] = chosen[t];
           inst.own_copy = true;
         }
@@ -357,12 +357,27 @@ class Loader {
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
     ++result_.tensors;
+    if (!streamed(inst)) {
+      result_.lookup_blocks = inst.format;
+      return;
+    }
     ++result_.quantized;
     ++result_.quantized_as[static_cast<int>(inst.format)];
     result_.requantized += inst.requantized;
     result_.quantized_bytes += bytes;
     result_.quantized_bf16_bytes += n * k * 2;
     result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+  }
+
+  // A matrix a decode step reads whole: a projection, or a lookup table that a tied LM head reads
+  // (the head then counts as this projection).
+  bool streamed(const Instance& inst) const {
+    if (!inst.spec->matrix) return false;
+    if (!inst.spec->lookup) return true;
+    for (const Instance& other : instances_) {
+      if (other.spec->tied_to == std::string(inst.spec->name) && other.layer == inst.layer && is_tied(other)) return true;
+    }
+    return false;
   }
 
   // Each block of a type kept as stored starts with its fp16 scale (Q4_1, Q4_K: then its fp16 min):
@@ -397,7 +412,7 @@ class Loader {
   }
 
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
-    if (inst.spec->matrix) ++result_.matrices;
+    if (streamed(inst)) ++result_.matrices;
     if (is_block_format(inst.format)) return fill_quantized(inst, pieces);
     const bool as_f32 = inst.format == MatrixFormat::f32;
     const int64_t elem = as_f32 ? 4 : 2;
@@ -520,14 +535,16 @@ class Loader {
 }  // namespace
 
 std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
-  if (w.quantized == 0) return rest;
+  if (w.quantized == 0 && !w.lookup_blocks) return rest;
   std::string text = "GGUF blocks:";
   for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::q8_0}) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }
   if (w.requantized > 0) text += " (" + std::to_string(w.requantized) + " requantized from other block types)";
-  return text + " of " + std::to_string(w.matrices) + " projections; the rest " + rest;
+  text += std::string(w.quantized > 0 ? " of " : " none of ") + std::to_string(w.matrices) + " projections";
+  if (w.lookup_blocks) text += std::string(", the embedding table ") + matrix_format_name(*w.lookup_blocks);
+  return text + "; the rest " + rest;
 }
 
 LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink,

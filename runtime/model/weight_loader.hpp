@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,15 +17,16 @@
 
 namespace kiln {
 
-// gpu: bf16, except the projections (WeightSpec::matrix) a GGUF file stores in blocks: those in a
-// format the GPU reads as stored (Q8_0, Q4_0, Q4_K: templates/weight_matrix.hpp) keep their blocks;
-// those in other block types (Q6_K and the other K-quants, Q4_1, Q5_0, Q5_1), or fused from pieces
-// of different types, are requantized to Q8_0 (closer to the file than bf16, and half its bytes).
-// Tensor-parallel slices and F32 / F16 / BF16 tensors are bf16.
-// cpu (the fast CPU backend): fp32, except the projections: those a GGUF file stores as Q8_0, Q4_0,
+// gpu: bf16, except the matrices (WeightSpec::matrix: the projections and the embedding table) a
+// GGUF file stores in blocks: those in a format the GPU reads as stored (Q8_0, Q4_0, Q4_K:
+// templates/weight_matrix.hpp) keep their blocks; those in other block types (Q6_K and the other
+// K-quants, Q4_1, Q5_0, Q5_1), or fused from pieces of different types, are requantized to Q8_0
+// (closer to the file than bf16, and half its bytes). Tensor-parallel slices and F32 / F16 / BF16
+// tensors are bf16.
+// cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
 // Q4_1, Q5_0 or Q4_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other block
-// types are requantized to Q8_0, and projections not in blocks are bf16 rows (a tied LM head then
-// has its own copy).
+// types are requantized to Q8_0, and matrices not in blocks are bf16 rows.
+// A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
 enum class WeightFormat { f32, bf16, gpu, cpu };
 
 // Where the loaded bytes go. The loader allocates one block for all tensors, then writes into it.
@@ -75,10 +77,13 @@ struct LoadedWeights {
   int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
   int64_t largest_quantized_values = 0;
+  // The embedding table's block format, when it keeps blocks and no tied LM head reads it whole
+  // (then it is none of the above: a decode step reads one row a token).
+  std::optional<MatrixFormat> lookup_blocks;
 };
 
 // "bf16", or "GGUF blocks: Q4_0 for 128, Q8_0 for 1 (1 requantized from other block types) of 129
-// projections; the rest bf16" (`rest`: the format of everything else).
+// projections, the embedding table Q4_0; the rest bf16" (`rest`: the format of everything else).
 std::string weight_formats_text(const LoadedWeights& w, const char* rest);
 
 // `rank`: with a tensor-parallel rank's definition (ModelInfo::tensor_parallel > 1), the slices

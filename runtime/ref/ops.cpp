@@ -11,6 +11,8 @@
 #include "runtime/cpu/attention.hpp"
 #include "runtime/cpu/linear.hpp"
 #include "runtime/model/model_def.hpp"
+#include "runtime/weights/float_convert.hpp"
+#include "runtime/weights/quant_repack.hpp"
 
 namespace kiln::ref {
 
@@ -49,17 +51,27 @@ void rmsnorm_strided(const float* x, int64_t x_stride, const float* weight, floa
 
 }  // namespace
 
-void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int32_t rank,
-           int64_t tokens) {
+void embed(const shape::embed& s, const int32_t* token_ids, CpuMatrix table, float* x, int32_t rank, int64_t tokens) {
   const int64_t first = static_cast<int64_t>(rank) * s.vocab;  // this rank's rows of the whole vocabulary
+  const auto* bytes = static_cast<const std::byte*>(table.data);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t id = token_ids[t];
     if (id < 0) fail("token id ", id, " at row ", t, " is negative");
     float* row = x + t * s.dim;
-    if (id >= first && id < first + s.vocab) {
-      std::memcpy(row, table + (id - first) * s.dim, sizeof(float) * s.dim);
-    } else {
+    if (id < first || id >= first + s.vocab) {
       std::fill(row, row + s.dim, 0.0f);  // another rank's token: its rows are summed in after
+      continue;
+    }
+    const int64_t r = id - first;
+    switch (table.format) {
+      case MatrixFormat::f32:
+        std::memcpy(row, static_cast<const float*>(table.data) + r * s.dim, sizeof(float) * s.dim);
+        break;
+      case MatrixFormat::bf16:
+        bf16_elements_to_f32(bytes + r * s.dim * 2, std::span<float>(row, static_cast<size_t>(s.dim)));
+        break;
+      default:  // the fast CPU backend's blocks (a GGUF file's table, as the tied LM head reads it)
+        for (int64_t c = 0; c < s.dim; ++c) row[c] = cpu_matrix_value(table.format, bytes, s.dim, r, c);
     }
   }
 }

@@ -32,11 +32,10 @@ struct KvPages {
 // cache's format (RefContext::kv_bf16).
 KvPages kv_layer(const RefContext& ctx, int64_t offset, const KvLayout& layout);
 
-// x[t] = table[token_ids[t]]
 // x[t] = table[token_ids[t] - rank·vocab], or zeros when the token is another tensor-parallel
-// rank's (the ranks' rows are summed after).
-void embed(const shape::embed& s, const int32_t* token_ids, const float* table, float* x, int32_t rank,
-           int64_t tokens);
+// rank's (the ranks' rows are summed after). The table: fp32 rows (the reference backend), or the
+// fast CPU backend's bf16 rows or blocks (templates/weight_matrix.hpp), decoded to ggml's values.
+void embed(const shape::embed& s, const int32_t* token_ids, CpuMatrix table, float* x, int32_t rank, int64_t tokens);
 
 // out[r] = x[r] / sqrt(mean(x[r]²) + eps) · weight
 void rmsnorm(const shape::rmsnorm& s, const float* x, const float* weight, float* out, int64_t rows);

@@ -33,7 +33,7 @@ void repack_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_
 void repack_cpu_row(MatrixFormat format, std::span<const std::byte> ggml_row, int64_t k, int64_t r, std::byte* matrix);
 
 // Value (r, c) of an [n, k] matrix in the CPU layout: quant · scale (+ min), as the kernels compute
-// with it (tests).
+// with it (ref::embed's lookups in a table kept in blocks, and tests).
 float cpu_matrix_value(MatrixFormat format, const std::byte* matrix, int64_t k, int64_t r, int64_t c);
 
 // ggml's quantize_row_q8_0_ref: per 32 values d = max|x| / 127, stored as fp16, and q = round(x / d)

@@ -109,12 +109,13 @@ TEST_CASE("A GGUF file of tiny-deepseek-v2-lite (no q LoRA, greedy routing; kv_b
   check_model(models::tiny_deepseek_v2_lite::model_def(), KvB::whole, /*q8_0=*/false);
 }
 
-// What the CUDA backend loads (WeightFormat::gpu), checked on the host: every projection a Q4_0 or Q8_0
-// file stores in whole blocks keeps them, holding exactly the values the fp32 load dequantizes (a
-// tied LM head a copy of the embedding's blocks); a Q4_1 file's are requantized to Q8_0, each value
-// within half a Q8_0 step (plus the fp16 rounding of the step) of the file's; everything else (norms,
-// the embedding, rows of 144 values, MLA's kv_b, routed experts) is bf16.
-TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their blocks, with ggml's values") {
+// What the CUDA backend loads (WeightFormat::gpu), checked on the host: every matrix (projection or
+// embedding table) a Q4_0 or Q8_0 file stores in whole blocks keeps them, holding exactly the values
+// the fp32 load dequantizes (a tied LM head shares the embedding's); a Q4_1 file's are requantized
+// to Q8_0, each value within half a Q8_0 step (plus the fp16 rounding of the step) of the file's;
+// everything else (norms, rows of 144 values, MLA's kv_b, routed experts) is bf16. The counts are
+// of the matrices a decode step reads whole: an untied embedding table is not one of them.
+TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their blocks, with ggml's values") {
   for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_smollm2::model_def(),
                                 &models::tiny_deepseek_v2::model_def()}) {
     const golden::Fixture fixture = golden::load_fixture(model->info.name);
@@ -129,18 +130,32 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their b
       const LoadedWeights f32 = load_weights(*model, *gguf, WeightFormat::f32, f32_sink);
       const MatrixFormat want = type == kQ4_0 ? MatrixFormat::q4_0 : MatrixFormat::q8_0;
       const bool requantized = type == kQ4_1;
-      int64_t quantized = 0, matrices = 0;
+      const auto is_tied = [&](const WeightSpec& spec, int64_t l) {
+        return spec.tied_to[0] != '\0' && kept.table.get(spec.name, l) == kept.table.get(spec.tied_to, l);
+      };
+      // A lookup table counts as a projection where a tied LM head reads it.
+      const auto streamed = [&](const WeightSpec& spec, int64_t l) {
+        bool read = spec.matrix && !is_tied(spec, l) && !spec.lookup;
+        for (const WeightSpec& other : *model->weights) read |= spec.lookup && other.tied_to == std::string(spec.name) && is_tied(other, l);
+        return read;
+      };
+      int64_t quantized = 0, matrices = 0, lookups = 0, untied_lookups = 0;
       for (const WeightSpec& spec : *model->weights) {
         for (int64_t l = spec.per_layer ? spec.layer_first : -1; l < (spec.per_layer ? spec.layer_last : 0); ++l) {
           const MatrixFormat f = kept.table.format(spec.name, l);
           const int64_t n = spec.shape.front(), k = spec.shape.back();
           INFO(origin << ": " << spec.name << " layer " << l);
-          const bool tied = spec.tied_to[0] != '\0' && kept.table.get(spec.name, l) == kept.table.get(spec.tied_to, l);
-          matrices += spec.matrix && !tied;  // a tied LM head is the (bf16) embedding
-          const bool whole_blocks = spec.matrix && spec.experts == 0 && k % 32 == 0 && !tied;
+          if (is_tied(spec, l)) {  // the embedding's matrix, checked as that
+            CHECK(f == kept.table.format(spec.tied_to, l));
+            continue;
+          }
+          matrices += streamed(spec, l);
+          const bool whole_blocks = spec.matrix && spec.experts == 0 && k % 32 == 0;
           CHECK(f == (whole_blocks ? want : MatrixFormat::bf16));
           if (f == MatrixFormat::bf16) continue;
-          ++quantized;
+          quantized += streamed(spec, l);
+          lookups += spec.lookup;
+          untied_lookups += spec.lookup && !streamed(spec, l);
           const auto* blocks = static_cast<const std::byte*>(kept.table.get(spec.name, l));
           const float* values = f32.table.get_as<float>(spec.name, l);
           int64_t wrong = 0;
@@ -160,6 +175,8 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 projections in their b
       }
       INFO(origin);
       CHECK(quantized > 0);
+      CHECK(lookups == (model->info.hidden_size % 32 == 0 ? 1 : 0));  // the embedding table keeps its blocks too
+      CHECK(kept.lookup_blocks == (untied_lookups > 0 ? std::optional(want) : std::nullopt));
       CHECK(kept.quantized == quantized);
       CHECK(kept.requantized == (requantized ? quantized : 0));
       CHECK(kept.matrices == matrices);

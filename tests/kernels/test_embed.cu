@@ -1,7 +1,13 @@
-// embed (templates/embed.cuh) against ref::embed: an exact copy of table rows into fp32.
+// embed (templates/embed.cuh) against ref::embed: an exact copy of table rows into fp32, from bf16
+// rows or from a GGUF file's blocks as the GPU keeps them (ggml's dequantized values, bit for bit).
+#include <cstring>
+
 #include "runtime/ref/ops.hpp"
+#include "runtime/weights/dequant.hpp"
+#include "runtime/weights/quant_repack.hpp"
 #include "templates/embed.cuh"
 #include "tests/kernels/kernel_test.hpp"
+#include "tests/weights/test_support.hpp"
 
 namespace kiln::kernel_test {
 namespace {
@@ -25,10 +31,50 @@ void check_embed(int tokens, int rank = 0, int ranks = 1) {
   check_launch(what);
   std::vector<float> ref(static_cast<size_t>(tokens) * S.dim);
   ref.assign(ref.size(), std::nanf(""));  // poisoned: every row must be written, zeros included
-  ref::embed(S, ids.data(), bf16_to_f32(table).data(), ref.data(), rank, tokens);
+  const std::vector<float> table_f32 = bf16_to_f32(table);
+  ref::embed(S, ids.data(), CpuMatrix{table_f32.data(), MatrixFormat::f32}, ref.data(), rank, tokens);
   check_close(what, ref, d_x.download(), kExact);
+  // The same table as a GpuMatrix of bf16 rows (how a generated model passes it).
+  d_x.poison();
+  kiln::embed<S>(d_ids.get(), GpuMatrix{d_table.get(), MatrixFormat::bf16}, d_x.get(), rank, tokens, nullptr);
+  check_launch(what + ", GpuMatrix");
+  check_close(what + ", GpuMatrix", ref, d_x.download(), kExact);
   kiln::embed<S>(d_ids.get(), as_bf16(d_table), d_x.get(), rank, 0, nullptr);
   check_launch(what + ", 0 tokens");
+}
+
+// A table of GGUF blocks, repacked as the loader keeps it on the GPU: each token's row must be
+// ggml's dequantization of the file's row exactly (and zeros for another rank's token).
+template <shape::embed S>
+void check_embed_blocks(GgmlType type, int tokens, int rank = 0, int ranks = 1) {
+  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
+  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, S.vocab, S.dim, static_cast<uint32_t>(S.dim + tokens));
+  std::vector<float> values(static_cast<size_t>(S.vocab) * S.dim);
+  dequantize(type, blocks, values);
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, S.vocab, S.dim)), std::byte{0});
+  const size_t row_bytes = ggml_tensor_bytes(type, S.dim);
+  for (int r = 0; r < S.vocab; ++r) {
+    repack_row(f, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), S.vocab, S.dim, r,
+               matrix.data());
+  }
+  std::mt19937 rng(2000 + S.dim + tokens);
+  std::vector<int> ids(tokens);
+  std::uniform_int_distribution<int> pick(0, S.vocab * ranks - 1);
+  for (auto& id : ids) id = pick(rng);
+  ids.front() = rank * S.vocab + S.vocab - 1;  // the last row of the table
+  DeviceBuffer<std::byte> d_matrix(matrix);
+  DeviceBuffer<int> d_ids(ids);
+  DeviceBuffer<float> d_x(static_cast<size_t>(tokens) * S.dim);
+  d_x.poison();
+  kiln::embed<S>(d_ids.get(), GpuMatrix{d_matrix.get(), f}, d_x.get(), rank, tokens, nullptr);
+  const std::string what = "embed from " + std::string(ggml_type_name(type)) + " dim " + std::to_string(S.dim) +
+                           " tokens " + std::to_string(tokens) + " rank " + std::to_string(rank);
+  check_launch(what);
+  std::vector<float> ref(static_cast<size_t>(tokens) * S.dim);
+  ref::embed(S, ids.data(), CpuMatrix{values.data(), MatrixFormat::f32}, ref.data(), rank, tokens);
+  const std::vector<float> got = d_x.download();
+  INFO(what << ": rows not ggml's values bit for bit");
+  CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
 }
 
 }  // namespace
@@ -42,6 +88,18 @@ TEST_CASE("embed copies table rows into the fp32 residual stream", "[embed]") {
   // Tensor parallelism: the second of two ranks and the last of four (other ranks' tokens: zeros).
   check_embed<shape::embed{.vocab = 64128, .dim = 4096}>(64, 1, 2);
   check_embed<shape::embed{.vocab = 1000, .dim = 200}>(300, 3, 4);
+}
+
+TEST_CASE("embed decodes a table kept in Q8_0, Q4_0 and Q4_K blocks to ggml's values", "[embed]") {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    check_embed_blocks<llama1b::kEmbedTokens>(t, 1);
+    check_embed_blocks<llama1b::kEmbedTokens>(t, 300);
+    check_embed_blocks<smollm2::kEmbedTokens>(t, 37);  // 18 blocks a row: Q4_0 pads its last group
+    check_embed_blocks<shape::embed{.vocab = 1000, .dim = 96}>(t, 40, 1, 2);
+  }
+  check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q4_K, 1);
+  check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q4_K, 129);
+  check_embed_blocks<shape::embed{.vocab = 300, .dim = 768}>(GgmlType::Q4_K, 50, 3, 4);
 }
 
 }  // namespace kiln::kernel_test

@@ -91,16 +91,16 @@ def main():
                 os.remove(path)
         os.remove(src)
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
-             "| model | file | file GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
-             "llama.cpp / kiln | kiln pp512 ms | llama.cpp pp512 ms | kiln load s | kiln weights |" +
+             "| model | file | file GB | kiln weights GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
+             "llama.cpp / kiln | kiln pp512 ms | llama.cpp pp512 ms | kiln load s | kiln weight formats |" +
              (" baseline ms/token | change |" if args.baseline_bin_dir else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |" +
+            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |" +
                          (" — | — |" if args.baseline_bin_dir else ""))
             continue
-        lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
+        lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['weight_bytes'] / 1e9:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
                      f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
                      f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['kiln_pp_ms']:.1f} | {r['llama_cpp_pp_ms']:.1f} | "
                      f"{r['load_s']:.1f} | {r['formats']} |" +

@@ -20,7 +20,7 @@
 namespace kiln::models::deepseek_v2_lite::tp2 {
 
 // embed_tokens: x = embed_tokens[token_ids]   (this rank's 51200 of 102400 rows; 0 for the other ranks' tokens)
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream) {
+void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   kiln::embed<kEmbedTokens>(token_ids, table, x, rank, tokens, stream);
 }
 

@@ -160,7 +160,7 @@ struct LayerWeights {
 
 template <typename T>
 struct Weights {
-  const T* embed_tokens;              // [51200, 2048] token embeddings: this rank's rows of the vocabulary
+  Matrix<T> embed_tokens;             // [51200, 2048] token embeddings: this rank's rows of the vocabulary
   LayerWeights<T> layers[kNumLayers];
   const T* norm;                      // [2048]        final RMSNorm
   Matrix<T> lm_head;                  // [51200, 2048] LM head: this rank's rows of the vocabulary
@@ -227,7 +227,7 @@ std::unique_ptr<CudaForward> make_cuda_forward(const WeightTable& weights); // f
 template <typename T>
 Weights<T> bind_weights(const WeightTable& table) {
   Weights<T> w{};
-  w.embed_tokens = table.get_as<T>("embed_tokens");
+  w.embed_tokens = table.get_matrix<T>("embed_tokens");
   w.norm = table.get_as<T>("norm");
   w.lm_head = table.get_matrix<T>("lm_head");
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -263,7 +263,7 @@ Weights<T> bind_weights(const WeightTable& table) {
 namespace kiln::models::deepseek_v2_lite::tp2 {
 
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
+void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_2048(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);

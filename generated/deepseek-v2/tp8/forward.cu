@@ -203,7 +203,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (this rank's 12800 of 102400 rows; 0 for the other ranks' tokens)
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, 10240);
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 5120));
   // x = Σ over the 8 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
   cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);

@@ -13,7 +13,7 @@
 namespace kiln::models::llama_3_1_8b::tp4 {
 
 // embed_tokens: x = embed_tokens[token_ids]   (this rank's 32064 of 128256 rows; 0 for the other ranks' tokens)
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream) {
+void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   kiln::embed<kEmbedTokens>(token_ids, table, x, rank, tokens, stream);
 }
 

@@ -13,7 +13,7 @@
 namespace kiln::models::tiny_qwen3::tp4 {
 
 // embed_tokens: x = embed_tokens[token_ids]   (this rank's 128 of 512 rows; 0 for the other ranks' tokens)
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream) {
+void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   kiln::embed<kEmbedTokens>(token_ids, table, x, rank, tokens, stream);
 }
 

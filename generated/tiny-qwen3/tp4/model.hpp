@@ -99,7 +99,7 @@ struct LayerWeights {
 
 template <typename T>
 struct Weights {
-  const T* embed_tokens;              // [128, 64]     token embeddings: this rank's rows of the vocabulary
+  Matrix<T> embed_tokens;             // [128, 64]     token embeddings: this rank's rows of the vocabulary
   LayerWeights<T> layers[kNumLayers];
   const T* norm;                      // [64]          final RMSNorm
   Matrix<T> lm_head;                  // [128, 64]     LM head: this rank's rows of the vocabulary
@@ -144,7 +144,7 @@ std::unique_ptr<CudaForward> make_cuda_forward(const WeightTable& weights); // f
 template <typename T>
 Weights<T> bind_weights(const WeightTable& table) {
   Weights<T> w{};
-  w.embed_tokens = table.get_as<T>("embed_tokens");
+  w.embed_tokens = table.get_matrix<T>("embed_tokens");
   w.norm = table.get_as<T>("norm");
   w.lm_head = table.get_matrix<T>("lm_head");
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -169,7 +169,7 @@ Weights<T> bind_weights(const WeightTable& table) {
 namespace kiln::models::tiny_qwen3::tp4 {
 
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
-void embed_tokens(const int* token_ids, const bf16* table, float* x, int rank, int tokens, cudaStream_t stream);
+void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
 void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);

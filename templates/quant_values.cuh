@@ -1,0 +1,185 @@
+// A GGUF block format's values as the GPU reads them from a quantized GpuMatrix
+// (templates/weight_matrix.hpp): a lane's 16 bytes of a group as exact bf16 quants, and the
+// group's scales. The decode GEMV (linear_quant.cuh) feeds these to its mmas; decode_chunk gives
+// the values themselves, as ggml's dequantize_row_* computes them (the prefill's bf16 rows, the
+// embedding's fp32 rows).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "templates/common.cuh"
+#include "templates/weight_matrix.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+__device__ __forceinline__ unsigned bf16x2_sub(unsigned a, unsigned b) {
+  const __nv_bfloat162 r =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+
+// (a & mask) | bits in one LOP3. Written as two operations on immediate constants, it compiles to
+// two (a SASS LOP3 takes one immediate): a warp's Q4_0 group took 225 instructions, 193 with this.
+// On an H200 the quantized GEMV is bound by issue more than by HBM (ncu of Q4_0's gate_up: 0.62
+// instructions issued per scheduler cycle, DRAM 38% busy; bench/RESULTS.md, 2026-11-27).
+__device__ __forceinline__ unsigned masked_or(unsigned a, unsigned mask, unsigned bits) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // 0xEA: (a & b) | c
+  return r;
+}
+
+__device__ __forceinline__ float half_bits_to_float(unsigned short bits) { return __half2float(__ushort_as_half(bits)); }
+
+// A format's blocks as the mma takes them: block b of a lane's 16 group bytes as 8 bf16 values
+// (columns 8q..8q+7 in order, packed in pairs), and the group's scales.
+template <MatrixFormat F>
+struct QuantValues;
+
+// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_K).
+struct BlockScale {
+  float d, m;
+};
+
+// The fp16 scales of Q8_0 / Q4_0: row r's, then group `step`'s kGroupBlocks of them.
+template <int kGroupBlocks>
+struct Fp16BlockScales {
+  static constexpr bool kHasMin = false;
+  __device__ static __forceinline__ const unsigned short* row(const unsigned char* scales, long long r, int steps) {
+    return reinterpret_cast<const unsigned short*>(scales) + r * steps * kGroupBlocks;
+  }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<2> {
+  using Scales = unsigned;  // the group's 2 fp16 scales of a row
+  // Two int8 (the bytes `selector` picks into the low byte of each half) as exact bf16: the low
+  // 7 bits OR'ed into 128's mantissa give 128 + m; the sign bit into 128's exponent gives 128 or
+  // 256; the difference is the two's-complement value.
+  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned selector) {
+    const unsigned t = __byte_perm(w, 0u, selector);
+    return bf16x2_sub(masked_or(t, 0x007F007Fu, 0x43004300u), masked_or(t, 0x00800080u, 0x43004300u));
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w0 = b == 0 ? raw.x : raw.z, w1 = b == 0 ? raw.y : raw.w;
+    return make_uint4(pair(w0, 0x4140u), pair(w0, 0x4342u), pair(w1, 0x4140u), pair(w1, 0x4342u));
+  }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
+    return __ldg(reinterpret_cast<const unsigned*>(row + step * 2));
+  }
+  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[2]) {
+    out[0] = {half_bits_to_float(static_cast<unsigned short>(s & 0xFFFFu)), 0.0f};
+    out[1] = {half_bits_to_float(static_cast<unsigned short>(s >> 16)), 0.0f};
+  }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<4> {
+  using Scales = uint2;  // the group's 4 fp16 scales of a row
+  // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
+  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
+    return bf16x2_sub(masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u), 0x43084308u);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
+    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
+  }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
+    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
+  }
+  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[4]) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const unsigned w = b < 2 ? s.x : s.y;
+      out[b] = {half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16)), 0.0f};
+    }
+  }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q4_k> {
+  static constexpr bool kHasMin = true;
+  using Scales = uint4;  // the super-block's header: fp16 d | fp16 dmin << 16, then 12 bytes of scales
+  // Nibble pair p of a word as the exact bf16 values 128 + n: the mma sums (128 + n)·x, and the
+  // block's offset, applied with Σx, takes 128·d·Σx off with the min (group_scales' m). Saves the
+  // subtraction per pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the
+  // offset (fp32: a relative error near 1e-6, against bf16 inputs).
+  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
+    return masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
+    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
+  }
+  // The quants as the exact bf16 values n (dequantize_matrix).
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
+    const uint4 v = block(raw, b);
+    constexpr unsigned k128 = 0x43004300u;
+    return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
+  }
+  __device__ static __forceinline__ const uint4* row(const unsigned char* scales, long long r, int steps) {
+    return reinterpret_cast<const uint4*>(scales) + r * (steps / 2);
+  }
+  __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step / 2); }
+  // Group `step` holds sub-blocks 4h..4h+3 of its super-block (h = step % 2); ggml's get_scale_min_k4
+  // on four bytes at once: sub-block j < 4 has scale bytes[j] & 63 and min bytes[j + 4] & 63, j >= 4
+  // the low / high nibble of bytes[j + 4] with the top two bits of bytes[j - 4] / bytes[j] above.
+  __device__ static __forceinline__ void group_scales(const Scales& h, int step, BlockScale (&out)[4]) {
+    const bool high = step % 2 != 0;
+    const unsigned sc = high ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
+    const unsigned m = high ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
+    const float d = half_bits_to_float(static_cast<unsigned short>(h.x & 0xFFFFu));
+    const float dmin = half_bits_to_float(static_cast<unsigned short>(h.x >> 16));
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const float scale = __fmul_rn(d, byte_as_float(sc, b));
+      out[b] = {scale, __fmul_rn(dmin, byte_as_float(m, b))};
+    }
+  }
+  // The GEMV's block offset: quants enter its mma as 128 + n (pair), so the min it subtracts with Σx
+  // is dmin·m + 128·d·sc.
+  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
+  // Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
+  // add: the integer-to-float conversion runs at a quarter of the rate, and this is per sub-block).
+  __device__ static __forceinline__ float byte_as_float(unsigned w, int b) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<unsigned>(b))) - 8388608.0f;
+  }
+};
+
+// The values of lane chunk (row r, group s, lane q) of a quantized [n, k] matrix in format F:
+// for each block b of the group inside k, columns (s·G + b)·32 + 8q .. + 7 as quant · d - m in
+// two roundings, as ggml's dequantize_row_* (not one fma); `store(col, v)` takes each block's 8.
+template <MatrixFormat F, typename Store>
+__device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ matrix, long long n, long long k,
+                                             long long r, long long s, int q, Store store) {
+  using Q = QuantValues<F>;
+  constexpr int G = quant_group_blocks(F);
+  const long long groups = quant_row_groups(F, k);
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(matrix + (r * groups + s) * kQuantGroupBytes + q * 16));
+  const typename Q::Scales d =
+      Q::load_scales(Q::row(matrix + quant_scales_offset(F, n, k), r, static_cast<int>(groups)), static_cast<int>(s));
+  BlockScale scales[G];
+  Q::group_scales(d, static_cast<int>(s), scales);
+#pragma unroll
+  for (int b = 0; b < G; ++b) {
+    const long long col = (s * G + b) * 32 + q * 8;
+    if (col >= k) break;
+    const uint4 v = Q::exact_block(raw, b);
+    const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
+    float values[8];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[p]));
+      values[2 * p] = __fsub_rn(__fmul_rn(f.x, scales[b].d), scales[b].m);
+      values[2 * p + 1] = __fsub_rn(__fmul_rn(f.y, scales[b].d), scales[b].m);
+    }
+    store(col, values);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace kiln
