@@ -56,8 +56,19 @@ struct QuantGemvShape {
   static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(kLongRows ? 16 : 8, kSteps);
   static constexpr int kRowBlocks = ceil_div(kPlan.row_tiles, kWarpsN);
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
-  // Groups in flight per warp.
-  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : 1;
+  // Groups in flight per warp: one, but where a warp's share of a row of 4096 values or more is
+  // exactly 4 groups of Q4_0 or Q8_0 (few registers a group; Q4_K's headers take more) in a
+  // one-token tile and the matrix has rows for 2.5 blocks an SM or more: then all 4, requested at
+  // once before the PDL wait. Chained in a CUDA graph as a decode step runs them (bench_kernels
+  // --quant-only, H200, 2026-11-27 fourth session, µs): Q4_0 gate_up 28672×4096 22.6 -> 20.2, qkv
+  // 6144×4096 8.1 -> 7.2, Q8_0 gate_up 36.7 -> 34.8, qkv 10.7 either way; o 4096×4096 (1.9 blocks
+  // an SM) 5.9 -> 6.4, Q4_K qkv 8.9 -> 9.9. End to end (gguf_bench.py, same card, same run):
+  // Llama-3.1-8B Q4_0 2.306 -> 2.226 ms a token, Q8_0 3.192 -> 3.104; Llama-3.2-1B Q8_0 (rows of
+  // 2048) 0.818 -> 0.830, hence the row length. The sum order is the same either way (groups in
+  // step order).
+  static constexpr bool kAllInFlight = (F == MatrixFormat::q4_0 || F == MatrixFormat::q8_0) && kTokenTiles == 1 &&
+                                       kK >= 4096 && kSteps == 4 * kWarpsK && 2 * kRowBlocks >= 5 * kSMs;
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : kAllInFlight ? 4 : 1;
   // Whether a warp requests its first two groups before the PDL wait, not only its first: where it
   // has at most 4, the second was a round trip to HBM after the wait on the critical path (H100,
   // 2026-11-27: Llama-3.2-1B's Q4_0 gate_up 12.4 -> 11.2 µs, 8B Q8_0 qkv 16.0 -> 15.0, gate_up 49.3

@@ -93,15 +93,17 @@ void bench_gemv_shape(bool sweep) {
 }
 
 // The GEMV over Q4_0 / Q8_0 / Q4_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
-// 16 and 64 tokens, and with `sweep` other splits and unrolls for one token. Bytes: the matrix's
-// (ggml's bytes) plus the inputs and outputs.
+// 16 and 64 tokens, each launch alone; then for one token "chained", back to back in a CUDA graph
+// (each launch overlapping the end of the one before, as a decode step's do), and with `sweep`
+// other splits and unrolls, chained too. Bytes: the matrix's (ggml's bytes) plus the inputs and
+// outputs.
 template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll, int kShared = -1>
 void bench_quant_variant(const DeviceBuffer<std::byte>& matrices, long long matrix_bytes_, int copies,
                          const DeviceBuffer<uint16_t>& in, DeviceBuffer<float>& out, int tokens) {
   using Shape = detail::QuantGemvShape<kN, kK, F, kSms, kTiles, kWarpsN, kWarpsK, kUnroll, kShared>;
-  const double us = median_us([&](int i) {
+  const double us = graph_us([&](int i, cudaStream_t stream) {
     detail::launch_gemv_quant<kN, kK, LinearOut::store_f32, F, Shape>(
-        as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, nullptr);
+        as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, stream);
   });
   char variant[64];
   std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d %s", matrix_format_name(F), Shape::kWarpsN,
@@ -128,6 +130,12 @@ void bench_quant_shape(bool sweep) {
     print_gemv_row(shape, std::string(matrix_format_name(F)) + " default", tokens, us,
                    matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
   }
+  const double chained = graph_us([&](int i, cudaStream_t stream) {
+    kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
+        as_bf16(in), GpuMatrix{matrices.get() + (i % copies) * bytes, F}, out.get(), 1, nullptr, stream);
+  });
+  print_gemv_row(shape, std::string(matrix_format_name(F)) + " chained", 1, chained,
+                 matrix_bytes(F, kN, kK) + kK * 2.0 + kN * 4.0);
   if (!sweep) return;
   using Default = detail::QuantGemvShape<kN, kK, F, kSms, 1>;
   constexpr int WK = Default::kWarpsK;               // the default split
@@ -139,6 +147,7 @@ void bench_quant_shape(bool sweep) {
   bench_quant_variant<kN, kK, F, 1, 1, WK / 2, 2, SH>(matrices, bytes, copies, in, out, 1);
   bench_quant_variant<kN, kK, F, 1, 1, 16, 1, SH>(matrices, bytes, copies, in, out, 1);
   bench_quant_variant<kN, kK, F, 1, 1, 16, 2, SH>(matrices, bytes, copies, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 32, 1, SH>(matrices, bytes, copies, in, out, 1);  // 1024 threads a block
 }
 
 // Decode attention of a batch of equal contexts, rotating over layer caches beyond L2.
