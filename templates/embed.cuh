@@ -1,5 +1,5 @@
 // Token embedding lookup: x[t, :] = table[token_ids[t], :] as fp32 (the residual stream). The
-// table is a GpuMatrix: bf16 rows, or a GGUF file's Q8_0 / Q4_0 / Q4_K blocks as the loader keeps
+// table is a GpuMatrix: bf16 rows, or a GGUF file's Q8_0 / Q4_0 / Q4_K / Q6_K blocks as the loader keeps
 // them (weight_matrix.hpp), decoded to ggml's values (quant_values.cuh); a tied LM head reads the
 // same matrix, so the GPU holds the file's bytes once.
 // Tensor parallelism splits the vocabulary: rank r holds rows [r·vocab, (r+1)·vocab) of the whole
@@ -46,11 +46,8 @@ __global__ void __launch_bounds__(kThreads) embed_quant_kernel(const int* __rest
   const bool here = id >= 0 && id < kVocab;  // uniform over the block
   float* out = x + t * kDim;
   for (int i = threadIdx.x; i < kGroups * 4; i += kThreads) {
-    const auto store = [&](long long col, const float (&v)[8]) {
-      const float4 lo = here ? make_float4(v[0], v[1], v[2], v[3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      const float4 hi = here ? make_float4(v[4], v[5], v[6], v[7]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      *reinterpret_cast<float4*>(out + col) = lo;
-      *reinterpret_cast<float4*>(out + col + 4) = hi;
+    const auto store = [&](long long col, const float (&v)[4]) {
+      *reinterpret_cast<float4*>(out + col) = here ? make_float4(v[0], v[1], v[2], v[3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };
     decode_chunk<F>(table, kVocab, kDim, here ? id : 0, i / 4, i % 4, store);
   }
@@ -82,14 +79,14 @@ void embed(const int* token_ids, const bf16* table, float* x, int rank, int toke
 }
 
 // The same over a GpuMatrix: bf16 rows, or a table the loader kept in a GGUF block format (rows of
-// whole blocks; Q4_K: whole super-blocks).
+// whole blocks; Q4_K, Q6_K: whole super-blocks).
 template <shape::embed S>
 void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   if (tokens <= 0) return;
   if constexpr (S.dim % kQuantBlockValues == 0) {
     switch (table.format) {
       case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0 and Q4_K only
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K and Q6_K only
       case MatrixFormat::q5_0:
       case MatrixFormat::f32: break;
       case MatrixFormat::q8_0:
@@ -103,6 +100,13 @@ void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens
       case MatrixFormat::q4_k:
         if constexpr (S.dim % kQ4kSuperValues == 0) {
           detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_k>(token_ids, table.data, x, rank * S.vocab,
+                                                                         tokens, stream);
+          return;
+        }
+        break;
+      case MatrixFormat::q6_k:
+        if constexpr (S.dim % kQ4kSuperValues == 0) {
+          detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q6_k>(token_ids, table.data, x, rank * S.vocab,
                                                                          tokens, stream);
           return;
         }

@@ -1,6 +1,6 @@
-// The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0
-// and Q4_K matrices kept as the GGUF file stores them take the GEMV below, which dequantizes in
-// registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
+// The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0,
+// Q4_K and Q6_K matrices kept as the GGUF file stores them take the GEMV below, which dequantizes
+// in registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
 //
 // The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
 // columns 8q..8q+7 of every 32-value block; one column step is a group of blocks (64 quant bytes
@@ -12,6 +12,9 @@
 // d·sc · n - dmin·m: the mma sums (128 + n)·x (QuantValues<q4_k>::pair), a second one (all-ones
 // weights) the block's Σx for each token, and the block adds d·sc · Σ(128 + n)·x - (dmin·m +
 // 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
+// Q6_K has a scale per 16 columns: its lanes hold columns 4q..4q+3 and 16+4q..16+4q+3 of a block
+// instead (weight_matrix.hpp), so that each of the block's two mmas sees one sub-block, and each
+// mma's sum takes its own scale.
 #pragma once
 
 #include "templates/blocks/mma.cuh"
@@ -118,8 +121,10 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const long long r0 = min(tile * 16 + g, kN - 1), r1 = min(tile * 16 + g + 8, kN - 1);
   const unsigned char* w0 = matrix + r0 * kSteps * kQuantGroupBytes + q * 16;
   const unsigned char* w1 = matrix + r1 * kSteps * kQuantGroupBytes + q * 16;
-  const unsigned char* scales = matrix + quant_scales_offset(F, kN, kK);
-  const auto s0 = Q::row(scales, r0, kSteps), s1 = Q::row(scales, r1, kSteps);
+  const auto s0 = Q::row(matrix, kN, kK, r0), s1 = Q::row(matrix, kN, kK, r1);
+  const unsigned char* h0 = nullptr;  // Q6_K: the rows' high bits
+  const unsigned char* h1 = nullptr;
+  if constexpr (Q::kHighBits) h0 = Q::high_row(matrix, kN, kK, r0, q), h1 = Q::high_row(matrix, kN, kK, r1, q);
 
   extern __shared__ uint4 shared_rows[];  // the token rows, when Shape::kSharedInput
   const bf16* x_rows[T];  // token rows past `tokens` repeat the last one; their outputs are not stored
@@ -137,6 +142,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
 
   struct Group {
     uint4 w0[U], w1[U];
+    typename Q::High e0[U], e1[U];
     typename Q::Scales d0[U], d1[U];
   };
   auto load = [&](int s, Group& grp) {
@@ -145,6 +151,10 @@ __global__ void __launch_bounds__(Shape::kThreads)
       const int step = min_int(s + u * WK, kSteps - 1);  // a step past the row is loaded, not used
       grp.w0[u] = load_streaming_16(w0 + static_cast<long long>(step) * kQuantGroupBytes);
       grp.w1[u] = load_streaming_16(w1 + static_cast<long long>(step) * kQuantGroupBytes);
+      if constexpr (Q::kHighBits) {
+        grp.e0[u] = load_streaming_8(h0 + static_cast<long long>(step) * kQ6kHighGroupBytes);
+        grp.e1[u] = load_streaming_8(h1 + static_cast<long long>(step) * kQ6kHighGroupBytes);
+      }
       grp.d0[u] = Q::load_scales(s0, step);
       grp.d1[u] = Q::load_scales(s1, step);
     }
@@ -156,12 +166,23 @@ __global__ void __launch_bounds__(Shape::kThreads)
       if (step >= kSteps) break;
       // Only a padding block (past kK) reads zeros: every token row is a real one (x_rows).
       auto input = [&](int b, int j) {
-        const int col = (step * G + b) * 32 + q * 8;
-        if constexpr (Shape::kSharedInput) return *reinterpret_cast<const uint4*>(x_rows[j] + col);
-        if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
-        return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);
+        if constexpr (Q::kHalfScales) {  // Q6_K: the lane's columns 4q..4q+3 and 16+4q..16+4q+3
+          static_assert(Shape::kWholeGroups, "quantized GEMV: Q6_K rows are whole super-blocks");
+          const int col = (step * G + b) * 32 + q * 4;
+          const uint2 lo = Shape::kSharedInput ? *reinterpret_cast<const uint2*>(x_rows[j] + col)
+                                               : __ldg(reinterpret_cast<const uint2*>(x_rows[j] + col));
+          const uint2 hi = Shape::kSharedInput ? *reinterpret_cast<const uint2*>(x_rows[j] + col + 16)
+                                               : __ldg(reinterpret_cast<const uint2*>(x_rows[j] + col + 16));
+          return make_uint4(lo.x, lo.y, hi.x, hi.y);
+        } else {
+          const int col = (step * G + b) * 32 + q * 8;
+          if constexpr (Shape::kSharedInput) return *reinterpret_cast<const uint4*>(x_rows[j] + col);
+          if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
+          return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);
+        }
       };
-      BlockScale scales0[G], scales1[G];  // rows g and g + 8
+      constexpr int SB = Q::kHalfScales ? 2 : 1;  // scales a block
+      BlockScale scales0[G * SB], scales1[G * SB];  // rows g and g + 8
       Q::group_scales(grp.d0[u], step, scales0);
       Q::group_scales(grp.d1[u], step, scales1);
       constexpr int XB = Shape::kGroupInputs ? G : 1;  // blocks whose inputs are held at once
@@ -178,7 +199,20 @@ __global__ void __launch_bounds__(Shape::kThreads)
 #pragma unroll
           for (int j = 0; j < T; ++j) x[0][j] = input(b, j);
         }
-        const uint4 a0 = Q::block(grp.w0[u], b), a1 = Q::block(grp.w1[u], b);
+        const uint4 a0 = block_values<Q>(grp.w0[u], grp.e0[u], b), a1 = block_values<Q>(grp.w1[u], grp.e1[u], b);
+        if constexpr (Q::kHalfScales) {  // each k16 mma's sum times its own sub-block scale
+#pragma unroll
+          for (int j = 0; j < T; ++j) {
+            float lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_row_halves(lo, hi, a0, a1, x[Shape::kGroupInputs ? b : 0][j]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const BlockScale* s = c < 2 ? scales0 : scales1;
+              acc[j][c] = fmaf(s[2 * b + 1].d, hi[c], fmaf(s[2 * b].d, lo[c], acc[j][c]));
+            }
+          }
+          continue;
+        }
         const BlockScale d0 = scales0[b], d1 = scales1[b];
 #pragma unroll
         for (int j = 0; j < T; ++j) {
@@ -262,9 +296,8 @@ __global__ void __launch_bounds__(256)
   if (i >= n * groups * 4) return;
   const int q = static_cast<int>(i % 4);
   const long long s = (i / 4) % groups, r = i / 4 / groups;
-  decode_chunk<F>(matrix, n, k, r, s, q, [&](long long col, const float (&v)[8]) {
-    *reinterpret_cast<uint4*>(out + r * k + col) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
-                                                             pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+  decode_chunk<F>(matrix, n, k, r, s, q, [&](long long col, const float (&v)[4]) {
+    *reinterpret_cast<uint2*>(out + r * k + col) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
   });
 }
 
@@ -310,12 +343,18 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
   if constexpr (S.k % kQuantBlockValues == 0) {  // a GGUF block format holds whole blocks of a row
     switch (weight.format) {
       case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0 and Q4_K only
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K and Q6_K only
       case MatrixFormat::q5_0:
       case MatrixFormat::f32: break;
       case MatrixFormat::q4_k:
         if constexpr (S.k % kQ4kSuperValues == 0) {  // a Q4_K row is whole super-blocks
           detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q4_k, S.sms>(in, weight.data, out, tokens, stream);
+          return;
+        }
+        break;
+      case MatrixFormat::q6_k:
+        if constexpr (S.k % kQ4kSuperValues == 0) {  // so is a Q6_K row
+          detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q6_k, S.sms>(in, weight.data, out, tokens, stream);
           return;
         }
         break;

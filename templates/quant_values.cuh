@@ -42,17 +42,27 @@ struct BlockScale {
   float d, m;
 };
 
-// The fp16 scales of Q8_0 / Q4_0: row r's, then group `step`'s kGroupBlocks of them.
-template <int kGroupBlocks>
-struct Fp16BlockScales {
+// What the formats but Q6_K share: a block's quants are all in the lane's 16 group bytes (no high
+// bits area), and one scale covers its 32 columns, the lane's 8q..8q+7.
+struct WholeBlocks {
+  static constexpr bool kHighBits = false;
+  static constexpr bool kHalfScales = false;
+  struct High {};  // nothing: the high bits of Q6_K's quants
+};
+
+// The fp16 scales of Q8_0 / Q4_0: row r's of an [n, k] matrix, then group `step`'s G of them.
+template <MatrixFormat F>
+struct Fp16BlockScales : WholeBlocks {
   static constexpr bool kHasMin = false;
-  __device__ static __forceinline__ const unsigned short* row(const unsigned char* scales, long long r, int steps) {
-    return reinterpret_cast<const unsigned short*>(scales) + r * steps * kGroupBlocks;
+  __device__ static __forceinline__ const unsigned short* row(const unsigned char* matrix, long long n, long long k,
+                                                              long long r) {
+    return reinterpret_cast<const unsigned short*>(matrix + quant_scales_offset(F, n, k)) +
+           r * quant_row_groups(F, k) * quant_group_blocks(F);
   }
 };
 
 template <>
-struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<2> {
+struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<MatrixFormat::q8_0> {
   using Scales = unsigned;  // the group's 2 fp16 scales of a row
   // Two int8 (the bytes `selector` picks into the low byte of each half) as exact bf16: the low
   // 7 bits OR'ed into 128's mantissa give 128 + m; the sign bit into 128's exponent gives 128 or
@@ -76,7 +86,7 @@ struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<2> {
 };
 
 template <>
-struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<4> {
+struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<MatrixFormat::q4_0> {
   using Scales = uint2;  // the group's 4 fp16 scales of a row
   // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
@@ -100,7 +110,7 @@ struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<4> {
 };
 
 template <>
-struct QuantValues<MatrixFormat::q4_k> {
+struct QuantValues<MatrixFormat::q4_k> : WholeBlocks {
   static constexpr bool kHasMin = true;
   using Scales = uint4;  // the super-block's header: fp16 d | fp16 dmin << 16, then 12 bytes of scales
   // Nibble pair p of a word as the exact bf16 values 128 + n: the mma sums (128 + n)·x, and the
@@ -120,8 +130,8 @@ struct QuantValues<MatrixFormat::q4_k> {
     constexpr unsigned k128 = 0x43004300u;
     return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
   }
-  __device__ static __forceinline__ const uint4* row(const unsigned char* scales, long long r, int steps) {
-    return reinterpret_cast<const uint4*>(scales) + r * (steps / 2);
+  __device__ static __forceinline__ const uint4* row(const unsigned char* matrix, long long n, long long k, long long r) {
+    return reinterpret_cast<const uint4*>(matrix + quant_scales_offset(MatrixFormat::q4_k, n, k)) + r * (k / kQ4kSuperValues);
   }
   __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step / 2); }
   // Group `step` holds sub-blocks 4h..4h+3 of its super-block (h = step % 2); ggml's get_scale_min_k4
@@ -149,34 +159,124 @@ struct QuantValues<MatrixFormat::q4_k> {
   }
 };
 
+template <>
+struct QuantValues<MatrixFormat::q6_k> {
+  static constexpr bool kHasMin = false;
+  static constexpr bool kHighBits = true;   // a second area holds the quants' high 2 bits
+  static constexpr bool kHalfScales = true;  // a scale per 16 columns: one per k16 mma of a block
+  using High = uint2;                        // a lane's high bits of its group: 16 bits a block
+  struct Scales {
+    uint2 sc;          // the group's 8 int8 sub-block scales (its super-block's half)
+    unsigned short d;  // the super-block's fp16 d
+  };
+  struct Row {
+    const uint2* sc;
+    const unsigned short* d;
+  };
+  __device__ static __forceinline__ Row row(const unsigned char* matrix, long long n, long long k, long long r) {
+    const long long supers = k / kQ4kSuperValues;
+    return {reinterpret_cast<const uint2*>(matrix + q6k_scales_offset(n, k)) + r * supers * 2,
+            reinterpret_cast<const unsigned short*>(matrix + q6k_d_offset(n, k)) + r * supers};
+  }
+  // Lane q's high bits of row r's group `step`.
+  __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
+                                                                  long long r, int q) {
+    return matrix + quant_scales_offset(MatrixFormat::q6_k, n, k) + r * quant_row_groups(MatrixFormat::q6_k, k) *
+                                                                        kQ6kHighGroupBytes + q * 8;
+  }
+  __device__ static __forceinline__ Scales load_scales(const Row& row, int step) {
+    return {__ldg(row.sc + step), __ldg(row.d + step / 2)};
+  }
+  // Nibble pair p of a block's low word w with the pair's high bits from h (block b: e = b % 2;
+  // weight_matrix.hpp's layout puts them at bits 8e + 2p and 16 + 8e + 2p) as the exact bf16
+  // values u - 32: (128 + u) - 160.
+  template <int p, int e>
+  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
+    constexpr int kShift = 8 * e + 2 * p - 4;  // the high bits to bits 4-5 of each half
+    const unsigned high = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    return bf16x2_sub(masked_or(high, 0x00300030u, masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u)), 0x43204320u);
+  }
+  template <int e>
+  __device__ static __forceinline__ uint4 pairs(unsigned w, unsigned h) {
+    return make_uint4(pair<0, e>(w, h), pair<1, e>(w, h), pair<2, e>(w, h), pair<3, e>(w, h));
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, const High& high, int b) {
+    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
+    const unsigned h = b < 2 ? high.x : high.y;
+    return b % 2 == 0 ? pairs<0>(w, h) : pairs<1>(w, h);
+  }
+  // The group's 8 sub-block scales d · sc (ggml's dequantize_row_q6_K multiplies d by sc first):
+  // block b's columns 0..15 take out[2b], 16..31 out[2b + 1]. (Each byte as 2^23 + 128 + sc less
+  // 2^23 + 128, Q4_K's way around the integer-to-float conversion, was slower: H200, the 8B LM
+  // head 145.1 -> 152.1 µs, qkv 10.4 -> 10.8.)
+  __device__ static __forceinline__ void group_scales(const Scales& s, int /*step*/, BlockScale (&out)[8]) {
+    const float d = half_bits_to_float(s.d);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const unsigned w = i < 4 ? s.sc.x : s.sc.y;
+      const int sc = static_cast<int>(w << (24 - 8 * (i % 4))) >> 24;  // the signed byte
+      out[i] = {__fmul_rn(d, static_cast<float>(sc)), 0.0f};
+    }
+  }
+};
+
+// A format's block b of a lane's group bytes (and, Q6_K, high bits) as 8 bf16 values in pairs: as
+// the GEMV's mma takes them, or (kExact) as the exact quants (Q4_K's differ; Q6_K's are u - 32
+// either way).
+template <typename Q, bool kExact = false>
+__device__ __forceinline__ uint4 block_values(const uint4& raw, const typename Q::High& high, int b) {
+  if constexpr (Q::kHighBits) {
+    return Q::block(raw, high, b);
+  } else if constexpr (kExact) {
+    return Q::exact_block(raw, b);
+  } else {
+    return Q::block(raw, b);
+  }
+}
+
+// The first column of run h (0, 1: pairs 0-1, 2-3) of lane q's columns of a block: 8q and 8q + 4
+// (one scale a block), or Q6_K's 4q and 16 + 4q (a scale per 16 columns).
+template <typename Q>
+__device__ __forceinline__ int run_column(int q, int h) {
+  return Q::kHalfScales ? 16 * h + 4 * q : 8 * q + 4 * h;
+}
+
 // The values of lane chunk (row r, group s, lane q) of a quantized [n, k] matrix in format F:
-// for each block b of the group inside k, columns (s·G + b)·32 + 8q .. + 7 as quant · d - m in
-// two roundings, as ggml's dequantize_row_* (not one fma); `store(col, v)` takes each block's 8.
+// for each block b of the group inside k, the lane's columns of it as quant · d - m in two
+// roundings, as ggml's dequantize_row_* (not one fma); `store(col, v)` takes each run of 4
+// consecutive columns (run_column).
 template <MatrixFormat F, typename Store>
 __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ matrix, long long n, long long k,
                                              long long r, long long s, int q, Store store) {
   using Q = QuantValues<F>;
   constexpr int G = quant_group_blocks(F);
+  constexpr int kScalesPerBlock = Q::kHalfScales ? 2 : 1;
   const long long groups = quant_row_groups(F, k);
   const uint4 raw = __ldg(reinterpret_cast<const uint4*>(matrix + (r * groups + s) * kQuantGroupBytes + q * 16));
-  const typename Q::Scales d =
-      Q::load_scales(Q::row(matrix + quant_scales_offset(F, n, k), r, static_cast<int>(groups)), static_cast<int>(s));
-  BlockScale scales[G];
+  typename Q::High high{};
+  if constexpr (Q::kHighBits) {
+    high = __ldg(reinterpret_cast<const uint2*>(Q::high_row(matrix, n, k, r, q) + s * kQ6kHighGroupBytes));
+  }
+  const typename Q::Scales d = Q::load_scales(Q::row(matrix, n, k, r), static_cast<int>(s));
+  BlockScale scales[G * kScalesPerBlock];
   Q::group_scales(d, static_cast<int>(s), scales);
 #pragma unroll
   for (int b = 0; b < G; ++b) {
-    const long long col = (s * G + b) * 32 + q * 8;
-    if (col >= k) break;
-    const uint4 v = Q::exact_block(raw, b);
+    if ((s * G + b) * 32 >= k) break;
+    const uint4 v = block_values<Q, true>(raw, high, b);
     const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
-    float values[8];
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[p]));
-      values[2 * p] = __fsub_rn(__fmul_rn(f.x, scales[b].d), scales[b].m);
-      values[2 * p + 1] = __fsub_rn(__fmul_rn(f.y, scales[b].d), scales[b].m);
+    for (int h = 0; h < 2; ++h) {
+      const BlockScale scale = scales[b * kScalesPerBlock + (Q::kHalfScales ? h : 0)];
+      float values[4];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[2 * h + p]));
+        values[2 * p] = __fsub_rn(__fmul_rn(f.x, scale.d), scale.m);
+        values[2 * p + 1] = __fsub_rn(__fmul_rn(f.y, scale.d), scale.m);
+      }
+      store((s * G + b) * 32 + run_column<Q>(q, h), values);
     }
-    store(col, values);
   }
 }
 

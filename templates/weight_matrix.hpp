@@ -1,5 +1,5 @@
 // A projection weight as a backend holds it. On the GPU: bf16 rows, or a GGUF block format kept
-// quantized (Q8_0, Q4_0, Q4_K) in a layout the decode GEMV streams with 16-byte loads
+// quantized (Q8_0, Q4_0, Q4_K, Q6_K) in a layout the decode GEMV streams with 16-byte loads
 // (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks in the layout of cpu_matrix_bytes below
@@ -20,11 +20,20 @@
 //   q4_k (4 blocks a group)  as q4_0, the blocks being the 32-value sub-blocks of ggml's 256-value
 //                            super-blocks (nibbles 0..15, value = d·sc · nibble - dmin·m): a
 //                            super-block is two groups
+//   q6_k (4 blocks a group)  as q4_k, with the low 4 bits of ggml's 6-bit quants u (value =
+//                            d·sc · (u - 32), a scale sc per 16 columns), but lane q holds columns
+//                            4q..4q+3 and 16+4q..16+4q+3 of each block: pair p = (c, c + 1) with
+//                            c = 4q, 4q + 2, 16 + 4q, 16 + 4q + 2 for p = 0..3, so that the first
+//                            of the GEMV's two k16 mmas of a block sees columns 0..15 (one scale)
+//                            and the second 16..31. The high 2 bits of u are a second area
 // Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_k [n][k / 256] 16-byte
 // headers, each the first 16 bytes of ggml's block_q4_K as stored (fp16 d, fp16 dmin, the 12 bytes
-// of 6-bit sub-block scales and mins), so the matrix takes exactly the file's bytes. Blocks past k
-// (the last group of a row whose block count is not a multiple of kGroupBlocks) hold zero quants
-// and a zero scale.
+// of 6-bit sub-block scales and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
+// 16 bits a block, block 2i + e in word i with pair p's first column at bits 8e + 2p and its
+// second at 16 + 8e + 2p), then [n][k / 256] 16 int8 sub-block scales (ggml's, in column order)
+// and [n][k / 256] fp16 d. So the matrix takes exactly the file's bytes. Blocks past k (the last
+// group of a row whose block count is not a multiple of kGroupBlocks) hold zero quants and a zero
+// scale.
 //
 // Plain C++ (no includes but host_device.hpp): nvcc, NVRTC, kilnc and the loader all read it.
 #pragma once
@@ -33,8 +42,8 @@
 
 namespace kiln {
 
-enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k };
-constexpr int kMatrixFormats = 7;
+enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k };
+constexpr int kMatrixFormats = 8;
 
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32;
@@ -67,11 +76,13 @@ constexpr int kQuantBlockValues = 32;  // values per block (ggml's QK8_0, QK4_0)
 constexpr int kQuantGroupBytes = 64;   // quant bytes of one row's group: 4 lanes × 16 bytes
 
 KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
-  return f == MatrixFormat::q4_0 || f == MatrixFormat::q4_k ? 4 : 2;
+  return f == MatrixFormat::q4_0 || f == MatrixFormat::q4_k || f == MatrixFormat::q6_k ? 4 : 2;
 }
 
-constexpr int kQ4kSuperValues = 256;  // values of a Q4_K super-block (ggml's QK_K)
+constexpr int kQ4kSuperValues = 256;  // values of a Q4_K / Q6_K super-block (ggml's QK_K)
 constexpr int kQ4kHeaderBytes = 16;   // its d, dmin and packed sub-block scales
+constexpr int kQ6kHighGroupBytes = 32;  // a Q6_K row's high bits of one group: 4 lanes × 8 bytes
+constexpr int kQ6kScaleBytes = 16;      // a Q6_K super-block's int8 sub-block scales
 
 // Groups per row of k values.
 KILN_HOST_DEVICE constexpr long long quant_row_groups(MatrixFormat f, long long k) {
@@ -84,10 +95,19 @@ KILN_HOST_DEVICE constexpr long long quant_scales_offset(MatrixFormat f, long lo
   return n * quant_row_groups(f, k) * kQuantGroupBytes;
 }
 
+// Q6_K's areas after its high bits (which start at quant_scales_offset): the sub-block scales, then d.
+KILN_HOST_DEVICE constexpr long long q6k_scales_offset(long long n, long long k) {
+  return quant_scales_offset(MatrixFormat::q6_k, n, k) + n * quant_row_groups(MatrixFormat::q6_k, k) * kQ6kHighGroupBytes;
+}
+KILN_HOST_DEVICE constexpr long long q6k_d_offset(long long n, long long k) {
+  return q6k_scales_offset(n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
+}
+
 // Bytes an [n, k] matrix takes on the GPU in format f.
 KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::bf16) return n * k * 2;
   if (f == MatrixFormat::q4_k) return quant_scales_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
+  if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
 }
 

@@ -28,6 +28,10 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
       if (k % kQ4kSuperValues != 0) fail("internal: dequantize_matrix of a Q4_K matrix of rows of ", k, " values");
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_k><<<blocks, 256, 0, stream>>>(data, out, n, k);
       break;
+    case MatrixFormat::q6_k:
+      if (k % kQ4kSuperValues != 0) fail("internal: dequantize_matrix of a Q6_K matrix of rows of ", k, " values");
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q6_k><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
   }
 }
 

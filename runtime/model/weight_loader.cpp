@@ -380,14 +380,16 @@ class Loader {
     return false;
   }
 
-  // Each block of a type kept as stored starts with its fp16 scale (Q4_1, Q4_K: then its fp16 min):
-  // a NaN or Inf one poisons every logit. Says which block, or "" when all are finite.
+  // Each block of a type kept as stored starts with its fp16 scale (Q4_1, Q4_K: then its fp16 min;
+  // Q6_K's d ends it): a NaN or Inf one poisons every logit. Says which block, or "" when all are
+  // finite.
   static std::string bad_scale(GgmlType type, std::span<const std::byte> stored) {
     const size_t block_bytes = ggml_block_bytes(type);
     const size_t halves = type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? 2 : 1;  // d (and min)
+    const size_t first = type == GgmlType::Q6_K ? block_bytes - 2 : 0;
     for (size_t b = 0; b * block_bytes < stored.size(); ++b) {
       for (size_t h = 0; h < halves; ++h) {
-        const std::byte* at = stored.data() + b * block_bytes + 2 * h;
+        const std::byte* at = stored.data() + b * block_bytes + first + 2 * h;
         const auto lo = static_cast<uint16_t>(at[0]), hi = static_cast<uint16_t>(at[1]);
         if (((lo | hi << 8) & 0x7C00) == 0x7C00) {
           return std::string("has a NaN or infinite ") + (h == 0 ? "scale" : "min") + " in block " + std::to_string(b);
@@ -537,7 +539,8 @@ class Loader {
 std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
   if (w.quantized == 0 && !w.lookup_blocks) return rest;
   std::string text = "GGUF blocks:";
-  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::q8_0}) {
+  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::q6_k,
+                         MatrixFormat::q8_0}) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }

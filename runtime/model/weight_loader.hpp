@@ -18,10 +18,10 @@
 namespace kiln {
 
 // gpu: bf16, except the matrices (WeightSpec::matrix: the projections and the embedding table) a
-// GGUF file stores in blocks: those in a format the GPU reads as stored (Q8_0, Q4_0, Q4_K:
-// templates/weight_matrix.hpp) keep their blocks; those in other block types (Q6_K and the other
-// K-quants, Q4_1, Q5_0, Q5_1), or fused from pieces of different types, are requantized to Q8_0
-// (closer to the file than bf16, and half its bytes). Tensor-parallel slices and F32 / F16 / BF16
+// GGUF file stores in blocks: those in a format the GPU reads as stored (Q8_0, Q4_0, Q4_K, Q6_K:
+// templates/weight_matrix.hpp) keep their blocks; those in other block types (the other K-quants,
+// Q4_1, Q5_0, Q5_1), or fused from pieces of different types, are requantized to Q8_0 (closer to
+// the file than bf16, and half its bytes). Tensor-parallel slices and F32 / F16 / BF16
 // tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
 // Q4_1, Q5_0 or Q4_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other block

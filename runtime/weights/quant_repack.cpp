@@ -50,6 +50,7 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q4_1: return device == Device::cpu ? std::optional(MatrixFormat::q4_1) : std::nullopt;
     case GgmlType::Q5_0: return device == Device::cpu ? std::optional(MatrixFormat::q5_0) : std::nullopt;
     case GgmlType::Q4_K: return MatrixFormat::q4_k;
+    case GgmlType::Q6_K: return device == Device::gpu ? std::optional(MatrixFormat::q6_k) : std::nullopt;
     default: return std::nullopt;
   }
 }
@@ -62,6 +63,7 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::q4_1: return "Q4_1";
     case MatrixFormat::q5_0: return "Q5_0";
     case MatrixFormat::q4_k: return "Q4_K";
+    case MatrixFormat::q6_k: return "Q6_K";
     case MatrixFormat::f32: return "f32";
   }
   return "?";
@@ -77,15 +79,22 @@ uint32_t lane_word(int64_t q, Nibble&& nib) {
   return word;
 }
 
+// The super-blocks of row r of an [n, k] matrix a K-quant row of `type` fills (its size checked).
+int64_t super_blocks(GgmlType type, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r) {
+  const int64_t supers = k / kQ4kSuperValues;
+  if (k % kQ4kSuperValues != 0 || static_cast<int64_t>(ggml_row.size()) != supers * static_cast<int64_t>(ggml_block_bytes(type)) ||
+      r < 0 || r >= n) {
+    fail("internal: repack_row of ", ggml_type_name(type), ": ", ggml_row.size(), " bytes for row ", r, " of [", n, ", ",
+         k, "]");
+  }
+  return supers;
+}
+
 // A Q4_K row: each super-block's 16-byte header (d, dmin, packed scales) into the scales area as
 // stored, its 8 sub-blocks as blocks of 4-bit quants (ggml's qs: sub-block 2i in the low nibbles of
 // bytes 32i..32i+31, sub-block 2i + 1 in their high nibbles).
 void repack_q4_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
-  const auto super_bytes = static_cast<int64_t>(ggml_block_bytes(GgmlType::Q4_K));
-  const int64_t supers = k / kQ4kSuperValues;
-  if (k % kQ4kSuperValues != 0 || static_cast<int64_t>(ggml_row.size()) != supers * super_bytes || r < 0 || r >= n) {
-    fail("internal: repack_row of Q4_K: ", ggml_row.size(), " bytes for row ", r, " of [", n, ", ", k, "]");
-  }
+  const int64_t super_bytes = ggml_block_bytes(GgmlType::Q4_K), supers = super_blocks(GgmlType::Q4_K, ggml_row, n, k, r);
   const MatrixFormat f = MatrixFormat::q4_k;
   for (int64_t sb = 0; sb < supers; ++sb) {
     const std::byte* super = ggml_row.data() + sb * super_bytes;
@@ -104,11 +113,68 @@ void repack_q4_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
   }
 }
 
+// Q6_K: where column c (0..31) of a block sits in its lane's words (weight_matrix.hpp): the lane,
+// the nibble pair p, and whether it is the pair's second column.
+struct Q6kSlot {
+  int64_t q, p, second;
+};
+Q6kSlot q6k_slot(int64_t c) {
+  const int64_t half = c / 16, within = c % 16;
+  return {within / 4, 2 * half + (within % 4) / 2, within % 2};
+}
+
+// The 6-bit quant u of value v (0..255) of a ggml block_q6_K (ql[128], qh[64], int8 scales[16],
+// fp16 d): in half h = v / 128, with l = v % 32 and quarter t = (v % 128) / 32, the low 4 bits in
+// ql[64h + l + 32 (t % 2)] (low nibble for t < 2, else high), the high 2 in qh[32h + l] >> 2t.
+uint8_t q6k_quant(const std::byte* super, int64_t v) {
+  const int64_t h = v / 128, l = v % 32, t = (v % 128) / 32;
+  const auto lo = static_cast<uint8_t>(super[64 * h + l + 32 * (t % 2)]);
+  const auto hi = static_cast<uint8_t>(super[128 + 32 * h + l]);
+  return static_cast<uint8_t>(((t < 2 ? lo & 0x0F : lo >> 4) | (((hi >> (2 * t)) & 3) << 4)));
+}
+
+// Bit of the high-bits word of a Q6_K block (b % 2 = e) holding column c's 2 bits.
+int q6k_high_shift(int64_t b, int64_t c) {
+  const Q6kSlot s = q6k_slot(c);
+  return static_cast<int>(8 * (b % 2) + 2 * s.p + 16 * s.second);
+}
+
+// A Q6_K row: the low 4 bits of each value as Q4_K's nibbles (in Q6_K's lane columns), the high 2
+// into the high-bits area, each super-block's 16 scales and d into theirs, as stored.
+void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
+  const int64_t super_bytes = ggml_block_bytes(GgmlType::Q6_K), supers = super_blocks(GgmlType::Q6_K, ggml_row, n, k, r);
+  const MatrixFormat f = MatrixFormat::q6_k;
+  const int64_t groups = quant_row_groups(f, k);
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    const std::byte* super = ggml_row.data() + sb * super_bytes;
+    std::memcpy(matrix + q6k_scales_offset(n, k) + (r * supers + sb) * kQ6kScaleBytes, super + 192, kQ6kScaleBytes);
+    std::memcpy(matrix + q6k_d_offset(n, k) + (r * supers + sb) * 2, super + 208, 2);
+    for (int64_t j = 0; j < 8; ++j) {
+      const int64_t b = sb * 8 + j;
+      for (int64_t c = 0; c < 32; ++c) {
+        const uint8_t u = q6k_quant(super, 32 * j + c);
+        const Q6kSlot s = q6k_slot(c);
+        std::byte* lo = matrix + place(f, n, k, r, b, s.q).lane_bytes + (b % 4) * 4;
+        std::byte* hi = matrix + quant_scales_offset(f, n, k) + (r * groups + b / 4) * kQ6kHighGroupBytes + s.q * 8 +
+                        (b % 4) / 2 * 4;
+        uint32_t word;
+        std::memcpy(&word, lo, 4);
+        word |= static_cast<uint32_t>(u & 0x0F) << (4 * s.p + 16 * s.second);
+        std::memcpy(lo, &word, 4);  // little-endian, as the GPU reads it
+        std::memcpy(&word, hi, 4);
+        word |= static_cast<uint32_t>(u >> 4) << q6k_high_shift(b, c);
+        std::memcpy(hi, &word, 4);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix) {
   if (f == MatrixFormat::q4_k) return repack_q4_k_row(ggml_row, n, k, r, matrix);
+  if (f == MatrixFormat::q6_k) return repack_q6_k_row(ggml_row, n, k, r, matrix);
   if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0) fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
   const int64_t blocks = k / kQuantBlockValues;
   if (k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != blocks * block_bytes(f) || r < 0 ||
@@ -254,6 +320,19 @@ void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
 }
 
 float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {
+  if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
+    const int64_t b = c / kQuantBlockValues, col = c % kQuantBlockValues, supers = k / kQ4kSuperValues;
+    const Q6kSlot s = q6k_slot(col);
+    uint32_t lo, hi;
+    std::memcpy(&lo, matrix + place(f, n, k, r, b, s.q).lane_bytes + (b % 4) * 4, 4);
+    std::memcpy(&hi, matrix + quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ6kHighGroupBytes +
+                         s.q * 8 + (b % 4) / 2 * 4, 4);
+    const int u = static_cast<int>(((lo >> (4 * s.p + 16 * s.second)) & 0x0F) | (((hi >> q6k_high_shift(b, col)) & 3) << 4));
+    const auto sc = static_cast<int8_t>(matrix[q6k_scales_offset(n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16]);
+    float d = 0.0f;
+    f16_elements_to_f32(matrix + q6k_d_offset(n, k) + (r * supers + c / 256) * 2, std::span<float>(&d, 1));
+    return d * static_cast<float>(sc) * static_cast<float>(u - 32);
+  }
   const int64_t b = c / kQuantBlockValues, q = (c % kQuantBlockValues) / 8, i = c % 8;
   const BlockPlace p = place(f, n, k, r, b, q);
   if (f == MatrixFormat::q4_k) {  // d·sc · nibble - dmin·m, as ggml's dequantize_row_q4_K

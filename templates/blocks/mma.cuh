@@ -58,6 +58,18 @@ __device__ __forceinline__ void mma_row_chunk(float (&acc)[4], const uint4& a0, 
   mma_bf16_16816(acc, a_hi, b_hi);
 }
 
+// The same two k16 steps into separate sums: the lane's first four columns into lo, its last four
+// into hi (a format with a scale per 16 columns multiplies each by its own).
+__device__ __forceinline__ void mma_row_halves(float (&lo)[4], float (&hi)[4], const uint4& a0, const uint4& a1,
+                                               const uint4& b) {
+  const unsigned a_lo[4] = {a0.x, a1.x, a0.y, a1.y};
+  const unsigned a_hi[4] = {a0.z, a1.z, a0.w, a1.w};
+  const unsigned b_lo[2] = {b.x, b.y};
+  const unsigned b_hi[2] = {b.z, b.w};
+  mma_bf16_16816(lo, a_lo, b_lo);
+  mma_bf16_16816(hi, a_hi, b_hi);
+}
+
 // Two fp32 values as one bf16x2 register (lo in the low half), rounded to nearest even.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -71,6 +83,13 @@ __device__ __forceinline__ uint4 load_streaming_16(const void* p) {
   asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
       : "l"(p));
+  return r;
+}
+
+// 8 bytes read once, as load_streaming_16 (Q6_K's high bits).
+__device__ __forceinline__ uint2 load_streaming_8(const void* p) {
+  uint2 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
   return r;
 }
 

@@ -92,7 +92,7 @@ void bench_gemv_shape(bool sweep) {
   }
 }
 
-// The GEMV over Q4_0 / Q8_0 / Q4_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
+// The GEMV over Q4_0 / Q8_0 / Q4_K / Q6_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, each launch alone; then for one token "chained", back to back in a CUDA graph
 // (each launch overlapping the end of the one before, as a decode step's do), and with `sweep`
 // other splits and unrolls, chained too. Bytes: the matrix's (ggml's bytes) plus the inputs and
@@ -237,6 +237,10 @@ int main(int argc, char** argv) {
   bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_k>(false);
   bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_k>(sweep);
   bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_k>(sweep);
+  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q6_k>(sweep);
+  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q6_k>(sweep);
+  bench_quant_shape<128256, 4096, kiln::MatrixFormat::q6_k>(false);  // Llama-3.1-8B's LM head
+  bench_quant_shape<128256, 4096, kiln::MatrixFormat::q8_0>(false);  // as the loader held it before
   if (quant_only) return 0;
   bench_gemv_shape<8192, 2048, true>(sweep);
   bench_gemv_shape<2048, 8192, true>(sweep);

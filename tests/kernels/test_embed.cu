@@ -90,7 +90,7 @@ TEST_CASE("embed copies table rows into the fp32 residual stream", "[embed]") {
   check_embed<shape::embed{.vocab = 1000, .dim = 200}>(300, 3, 4);
 }
 
-TEST_CASE("embed decodes a table kept in Q8_0, Q4_0 and Q4_K blocks to ggml's values", "[embed]") {
+TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_K and Q6_K blocks to ggml's values", "[embed]") {
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     check_embed_blocks<llama1b::kEmbedTokens>(t, 1);
     check_embed_blocks<llama1b::kEmbedTokens>(t, 300);
@@ -100,6 +100,9 @@ TEST_CASE("embed decodes a table kept in Q8_0, Q4_0 and Q4_K blocks to ggml's va
   check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q4_K, 1);
   check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q4_K, 129);
   check_embed_blocks<shape::embed{.vocab = 300, .dim = 768}>(GgmlType::Q4_K, 50, 3, 4);
+  check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q6_K, 1);
+  check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q6_K, 129);
+  check_embed_blocks<shape::embed{.vocab = 300, .dim = 768}>(GgmlType::Q6_K, 50, 3, 4);
 }
 
 }  // namespace kiln::kernel_test

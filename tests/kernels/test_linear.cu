@@ -180,7 +180,7 @@ void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
 
 }  // namespace
 
-TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0 and Q4_K blocks, the prefill's bf16 rows from them", "[linear]") {
+TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the prefill's bf16 rows from them", "[linear]") {
   const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
@@ -201,6 +201,14 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0 and Q4_K blocks, the prefill
   check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k4, counts);
   check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k4, counts);
   check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k4, {1, 8, 33});
+  // Q6_K: the same super-blocks, a scale per 16 columns, the quants' high bits in their own area.
+  const GgmlType k6 = GgmlType::Q6_K;
+  check_quant_gemv<llama1b::kLinearQkvProj>(k6, counts);
+  check_quant_gemv<llama1b::kLinearDownProj>(k6, {1, 16, 64});
+  check_quant_gemv<llama1b::kLinearLmHead>(k6, {1, 9});
+  check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k6, counts);
+  check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k6, counts);
+  check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 8, 33});
 }
 
 TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linear]") {

@@ -1,6 +1,7 @@
 // The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
-// value of a repacked Q8_0 / Q4_0 / Q4_K matrix is ggml's dequantized value, rows whose block count is
-// not a multiple of the group's are padded with zeros, and one Q4_0 word is checked bit by bit.
+// value of a repacked Q8_0 / Q4_0 / Q4_K / Q6_K matrix is ggml's dequantized value, rows whose block
+// count is not a multiple of the group's are padded with zeros, and one Q4_0 word and Q6_K's lane
+// columns are checked bit by bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,6 +35,7 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
     for (int64_t c = 0; c < k; ++c) mismatches += matrix_value(f, matrix.data(), n, k, r, c) != expect[r * k + c];
   }
   CHECK(mismatches == 0);
+  if (f == MatrixFormat::q4_k || f == MatrixFormat::q6_k) return;  // whole super-blocks: no padding
   // The padding blocks of the last group (k / 32 not a multiple of the group's blocks) stay zero.
   const int64_t blocks = k / 32, padded = quant_row_groups(f, k) * quant_group_blocks(f);
   for (int64_t r = 0; r < n; ++r) {
@@ -57,6 +59,12 @@ TEST_CASE("quant repack: Q8_0, Q4_0 and Q4_K rows keep ggml's values in the GPU 
   check_round_trip(GgmlType::Q4_K, 1, 256);  // one super-block: both halves of its packed scales
   check_round_trip(GgmlType::Q4_K, 7, 1536);
   check_round_trip(GgmlType::Q4_K, 17, 2048);
+  check_round_trip(GgmlType::Q6_K, 1, 256);
+  check_round_trip(GgmlType::Q6_K, 7, 1536);  // 6 super-blocks: 12 groups
+  check_round_trip(GgmlType::Q6_K, 17, 2048);
+  CHECK(matrix_bytes(MatrixFormat::q6_k, 4096, 14336) == 4096LL * 14336 / 256 * 210);
+  CHECK(matrix_format_of(GgmlType::Q6_K, Device::gpu) == MatrixFormat::q6_k);
+  CHECK(!matrix_format_of(GgmlType::Q6_K, Device::cpu));  // the CPU requantizes Q6_K to Q8_0
   CHECK(matrix_bytes(MatrixFormat::q4_0, 4096, 4096) == 4096LL * 4096 / 32 * 18);  // ggml's bytes, no padding
   CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
   CHECK(matrix_bytes(MatrixFormat::q4_k, 4096, 14336) == 4096LL * 14336 / 256 * 144);
@@ -136,4 +144,35 @@ TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved
   CHECK(cpu_matrix_bytes(MatrixFormat::q5_0, 16, 64) == 16LL * 2 * 22);
   CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 16LL * 3 * 34);               // a padded group
   CHECK(cpu_matrix_bytes(MatrixFormat::q4_k, 16, 256) == 16LL * 8 * 24);             // fp32 scale and min a block
+}
+
+TEST_CASE("quant repack: a Q6_K lane holds columns 4q..4q+3 and 16+4q..16+4q+3 of each block, high bits apart",
+          "[weights]") {
+  // One super-block, d = 1, every scale 1: value v's quant u = v % 64, so value = v % 64 - 32.
+  std::vector<std::byte> super(210, std::byte{0});
+  for (int v = 0; v < 256; ++v) {
+    const int u = v % 64, h = v / 128, l = v % 32, t = (v % 128) / 32;
+    auto& lo = super[static_cast<size_t>(64 * h + l + 32 * (t % 2))];
+    lo |= std::byte(static_cast<uint8_t>(t < 2 ? u & 0x0F : (u & 0x0F) << 4));
+    super[static_cast<size_t>(128 + 32 * h + l)] |= std::byte(static_cast<uint8_t>((u >> 4) << (2 * t)));
+  }
+  for (int j = 0; j < 16; ++j) super[static_cast<size_t>(192 + j)] = std::byte{1};
+  const uint16_t one = f32_to_f16(1.0f);
+  std::memcpy(super.data() + 208, &one, 2);
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(MatrixFormat::q6_k, 1, 256)), std::byte{0});
+  repack_row(MatrixFormat::q6_k, super, 1, 256, 0, matrix.data());
+  for (int q = 0; q < 4; ++q) {
+    uint32_t word, high;
+    std::memcpy(&word, matrix.data() + q * 16, 4);  // lane q's word of block 0
+    std::memcpy(&high, matrix.data() + quant_scales_offset(MatrixFormat::q6_k, 1, 256) + q * 8, 4);
+    for (int p = 0; p < 4; ++p) {
+      const int c = (p / 2) * 16 + 4 * q + (p % 2) * 2;  // the pair's first column
+      INFO("lane " << q << " pair " << p);
+      CHECK(((word >> (4 * p)) & 0x0F) == static_cast<uint32_t>(c % 16));
+      CHECK(((word >> (16 + 4 * p)) & 0x0F) == static_cast<uint32_t>((c + 1) % 16));
+      CHECK(((high >> (2 * p)) & 3) == static_cast<uint32_t>(c / 16));
+      CHECK(((high >> (16 + 2 * p)) & 3) == static_cast<uint32_t>((c + 1) / 16));
+    }
+  }
+  for (int c = 0; c < 256; ++c) CHECK(matrix_value(MatrixFormat::q6_k, matrix.data(), 1, 256, 0, c) == c % 64 - 32);
 }

@@ -83,6 +83,9 @@ std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k
       out[b + 3] = std::byte{0x21};
     }
   }
+  if (type == GgmlType::Q6_K) {  // d ends the block: the finite scale drawn for its first bytes (quants too)
+    for (size_t b = 0; b < out.size(); b += block_bytes) std::memcpy(out.data() + b + block_bytes - 2, out.data() + b, 2);
+  }
   return out;
 }
 

@@ -95,8 +95,9 @@ std::vector<float> permute_rows_like_llama_cpp(const std::vector<float>& hf, int
 std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, int64_t k, uint32_t seed,
                                             int64_t block_values = 32);
 
-// random_scaled_blocks for a GGUF block type: its block size, and a finite fp16 min where the type
-// has one after d (Q4_1, Q4_K: 0.01, random bytes there could be NaN).
+// random_scaled_blocks for a GGUF block type: its block size, a finite fp16 min where the type
+// has one after d (Q4_1, Q4_K: 0.01, random bytes there could be NaN), and Q6_K's d (its last two
+// bytes) finite too.
 std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k, uint32_t seed);
 
 // A GGUF image with knobs for every field, so each test breaks exactly one thing.
