@@ -46,8 +46,12 @@ __global__ void __launch_bounds__(kThreads) embed_quant_kernel(const int* __rest
   const bool here = id >= 0 && id < kVocab;  // uniform over the block
   float* out = x + t * kDim;
   for (int i = threadIdx.x; i < kGroups * 4; i += kThreads) {
-    const auto store = [&](long long col, const float (&v)[4]) {
-      *reinterpret_cast<float4*>(out + col) = here ? make_float4(v[0], v[1], v[2], v[3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const auto store = [&](long long col, const auto& v) {  // 8 or 4 values (decode_chunk)
+#pragma unroll
+      for (int i = 0; i < static_cast<int>(sizeof(v) / sizeof(float)); i += 4) {
+        *reinterpret_cast<float4*>(out + col + i) =
+            here ? make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     };
     decode_chunk<F>(table, kVocab, kDim, here ? id : 0, i / 4, i % 4, store);
   }

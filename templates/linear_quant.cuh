@@ -296,8 +296,14 @@ __global__ void __launch_bounds__(256)
   if (i >= n * groups * 4) return;
   const int q = static_cast<int>(i % 4);
   const long long s = (i / 4) % groups, r = i / 4 / groups;
-  decode_chunk<F>(matrix, n, k, r, s, q, [&](long long col, const float (&v)[4]) {
-    *reinterpret_cast<uint2*>(out + r * k + col) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+  decode_chunk<F>(matrix, n, k, r, s, q, [&](long long col, const auto& v) {
+    bf16* at = out + r * k + col;
+    if constexpr (sizeof(v) == 8 * sizeof(float)) {
+      *reinterpret_cast<uint4*>(at) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+                                                 pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+    } else {
+      *reinterpret_cast<uint2*>(at) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+    }
   });
 }
 

@@ -234,17 +234,11 @@ __device__ __forceinline__ uint4 block_values(const uint4& raw, const typename Q
   }
 }
 
-// The first column of run h (0, 1: pairs 0-1, 2-3) of lane q's columns of a block: 8q and 8q + 4
-// (one scale a block), or Q6_K's 4q and 16 + 4q (a scale per 16 columns).
-template <typename Q>
-__device__ __forceinline__ int run_column(int q, int h) {
-  return Q::kHalfScales ? 16 * h + 4 * q : 8 * q + 4 * h;
-}
-
 // The values of lane chunk (row r, group s, lane q) of a quantized [n, k] matrix in format F:
 // for each block b of the group inside k, the lane's columns of it as quant · d - m in two
-// roundings, as ggml's dequantize_row_* (not one fma); `store(col, v)` takes each run of 4
-// consecutive columns (run_column).
+// roundings, as ggml's dequantize_row_* (not one fma). `store(col, v)` takes each run of
+// consecutive columns from col: v a float[8] (columns 8q..8q+7), or Q6_K's float[4] twice (4q..4q+3
+// and 16+4q..16+4q+3).
 template <MatrixFormat F, typename Store>
 __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ matrix, long long n, long long k,
                                              long long r, long long s, int q, Store store) {
@@ -265,17 +259,22 @@ __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ m
     if ((s * G + b) * 32 >= k) break;
     const uint4 v = block_values<Q, true>(raw, high, b);
     const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
+    float values[8];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const BlockScale scale = scales[b * kScalesPerBlock + (Q::kHalfScales ? h : 0)];
-      float values[4];
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[2 * h + p]));
-        values[2 * p] = __fsub_rn(__fmul_rn(f.x, scale.d), scale.m);
-        values[2 * p + 1] = __fsub_rn(__fmul_rn(f.y, scale.d), scale.m);
-      }
-      store((s * G + b) * 32 + run_column<Q>(q, h), values);
+    for (int p = 0; p < 4; ++p) {
+      const BlockScale scale = scales[b * kScalesPerBlock + (Q::kHalfScales ? p / 2 : 0)];
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[p]));
+      values[2 * p] = __fsub_rn(__fmul_rn(f.x, scale.d), scale.m);
+      values[2 * p + 1] = __fsub_rn(__fmul_rn(f.y, scale.d), scale.m);
+    }
+    const long long col = (s * G + b) * 32;
+    if constexpr (Q::kHalfScales) {
+      const float lo[4] = {values[0], values[1], values[2], values[3]};
+      const float hi[4] = {values[4], values[5], values[6], values[7]};
+      store(col + 4 * q, lo);
+      store(col + 16 + 4 * q, hi);
+    } else {
+      store(col + 8 * q, values);
     }
   }
 }
