@@ -3,7 +3,8 @@
 // a column slice, replicated norms, KV heads replicated over rank groups, a tied lm_head) defined
 // whole and for 2 and 4 ranks. Each rank's loaded values must be exactly the slices of the whole
 // model's, from random weights and from safetensors directories (fp32 and bf16 files, fp32 and bf16
-// loads). Then the errors: a bad rank, a mis-shaped HF tensor, inconsistent manifests.
+// loads). Then the errors: a bad rank, a mis-shaped HF tensor, inconsistent manifests; and a Q6_K
+// projection on the GPU, kept as stored, with a NaN d refused.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,6 +17,8 @@
 
 #include "runtime/model/random_source.hpp"
 #include "runtime/model/weight_loader.hpp"
+#include "runtime/weights/dequant.hpp"
+#include "runtime/weights/quant_repack.hpp"
 #include "runtime/weights/safetensors.hpp"
 #include "tests/weights/test_support.hpp"
 
@@ -425,4 +428,65 @@ TEST_CASE("weight loader: inconsistent rank fields in a manifest are internal er
     m->specs.push_back({"extra", false, 0, 0, {4, kHidden}, 0, {{{.hf_name = "model.norm.weight", .rows = 4}}}, ""});
     CHECK_KILN_ERROR(load_random(m->def, 1, WeightFormat::f32), "internal", "model.norm.weight", "[6]", "[4, 6]");
   }
+}
+
+namespace {
+
+// One GGUF-style tensor "w" of Q6_K rows, in memory (the GPU's load keeps Q6_K as stored).
+class Q6kSource final : public kiln::TensorSource {
+ public:
+  Q6kSource(int64_t rows, std::vector<std::byte> blocks) : rows_(rows), blocks_(std::move(blocks)) {}
+  std::string describe() const override { return "q6k.gguf"; }
+  std::vector<std::string> names() const override { return {"w"}; }
+  std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
+    if (name != "w") return std::nullopt;
+    return std::vector<int64_t>{rows_, 256};
+  }
+  void read_rows(const std::string&, int64_t first, int64_t count, float* out) const override {
+    kiln::dequantize(kiln::GgmlType::Q6_K, std::span<const std::byte>(blocks_).subspan(first * 210, count * 210),
+                     std::span<float>(out, static_cast<size_t>(count * 256)));
+  }
+  std::optional<kiln::GgmlType> block_type(const std::string&) const override { return kiln::GgmlType::Q6_K; }
+  std::span<const std::byte> stored_row(const std::string&, int64_t row) const override {
+    return std::span<const std::byte>(blocks_).subspan(static_cast<size_t>(row) * 210, 210);
+  }
+
+ private:
+  int64_t rows_;
+  std::vector<std::byte> blocks_;
+};
+
+}  // namespace
+
+// A Q6_K projection keeps its blocks on the GPU with ggml's values; a NaN d (the last two bytes of
+// a Q6_K block, not the first as in the other types) is refused, naming the tensor and the row.
+TEST_CASE("weight loader: the GPU keeps a Q6_K projection's blocks and refuses a NaN d in them", "[weights]") {
+  constexpr int64_t kRows = 4;
+  std::vector<WeightSpec> specs = {{"proj", false, 0, 0, {kRows, 256}, 0, {{{.hf_name = "w", .rows = kRows}}}, "", true}};
+  ModelDef def;
+  def.info.name = "q6k";
+  def.info.tensor_parallel = 1;
+  def.weights = &specs;
+  std::vector<std::byte> blocks = kiln::test::random_gguf_blocks(kiln::GgmlType::Q6_K, kRows, 256, 7);
+  std::vector<float> values(static_cast<size_t>(kRows * 256));
+  kiln::dequantize(kiln::GgmlType::Q6_K, blocks, values);
+  {
+    Q6kSource source(kRows, blocks);
+    CountingSink sink;
+    const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::gpu, sink);
+    REQUIRE(w.table.format("proj") == kiln::MatrixFormat::q6_k);
+    CHECK(w.quantized_bytes == kRows * 210);  // the file's bytes
+    const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < 256; ++c) wrong += kiln::matrix_value(kiln::MatrixFormat::q6_k, matrix, kRows, 256, r, c) != values[r * 256 + c];
+    }
+    CHECK(wrong == 0);
+  }
+  blocks[2 * 210 + 208] = std::byte{0x00};
+  blocks[2 * 210 + 209] = std::byte{0x7E};  // row 2's d: fp16 NaN
+  Q6kSource source(kRows, blocks);
+  CountingSink sink;
+  CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::gpu, sink), "q6k.gguf", "tensor w",
+                   "NaN or infinite scale in block 0", "at row 2", "corrupt");
 }
