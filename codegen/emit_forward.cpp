@@ -14,30 +14,28 @@ namespace kiln::codegen {
 namespace {
 
 // The decode's mark after an op (CudaContext::mark, --profile's per-op timeline): the op's family
-// and what it reads, in bytes from the shapes; a projection's matrix in the bytes of the format the
-// loader kept it in (a GGUF file's blocks: matrix_bytes), read when the step runs.
+// and what it reads, in bytes from the shapes; a matrix in the bytes of the format the loader kept
+// it in (a GGUF file's blocks: matrix_bytes), read when the step runs; the embedding lookup reads
+// one row of its table per token.
 std::string mark_line(const Op& op, const Graph& g) {
   const std::vector<std::string> weights = op.weights();
   const bool named_by_weight = !weights.empty() && (op.kind == OpKind::linear || op.kind == OpKind::rmsnorm ||
                                                     op.kind == OpKind::rmsnorm_rows || op.kind == OpKind::rmsnorm_inplace);
   const std::string family = named_by_weight ? weights.front() : op.record().name;
-  std::string reads = "weights";
+  const bool lookup = op.kind == OpKind::embed;
+  std::string reads = lookup ? "token_rows" : "weights";
   int64_t bytes = 0;
   std::vector<std::string> matrices;  // kiln::matrix_bytes(...) of each matrix weight
   for (const std::string& field : weights) {
     const WeightDecl& w = g.weight(field);
-    if (op.kind == OpKind::embed) reads = "token_rows";  // one row of the table per token
     if (w.matrix && w.experts == 0 && w.shape.size() == 2) {
-      const int64_t rows = op.kind == OpKind::embed ? 1 : w.shape[0];
-      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " + std::to_string(rows) + ", " +
-                         std::to_string(w.shape[1]) + ")");
+      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " +
+                         std::to_string(lookup ? 1 : w.shape[0]) + ", " + std::to_string(w.shape[1]) + ")");
       continue;
     }
     int64_t elems = 1;
     for (int64_t d : w.shape) elems *= d;
-    if (op.kind == OpKind::embed) {
-      elems /= w.shape.front();
-    } else if (w.experts > 0) {
+    if (w.experts > 0) {
       reads = "experts";  // one expert's; the routing decides how many
       elems /= w.experts;
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
@@ -113,14 +114,19 @@ void repack_q4_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
   }
 }
 
-// Q6_K: where column c (0..31) of a block sits in its lane's words (weight_matrix.hpp): the lane,
-// the nibble pair p, and whether it is the pair's second column.
-struct Q6kSlot {
-  int64_t q, p, second;
+// Where column c (0..31) of block b of row r of an [n, k] Q6_K matrix lives (weight_matrix.hpp):
+// the word of its lane holding its low 4 bits and their bit, the word holding its high 2 bits and
+// theirs. Lane q = (c % 16) / 4 holds it as pair p = 2 (c / 16) + (c % 4) / 2, first or second.
+struct Q6kBits {
+  int64_t lo_word, hi_word;  // byte offsets from the matrix start
+  int lo_shift, hi_shift;
 };
-Q6kSlot q6k_slot(int64_t c) {
-  const int64_t half = c / 16, within = c % 16;
-  return {within / 4, 2 * half + (within % 4) / 2, within % 2};
+Q6kBits q6k_bits(int64_t n, int64_t k, int64_t r, int64_t b, int64_t c) {
+  const MatrixFormat f = MatrixFormat::q6_k;
+  const int64_t q = (c % 16) / 4, p = 2 * (c / 16) + (c % 4) / 2, second = c % 2;
+  return {place(f, n, k, r, b, q).lane_bytes + (b % 4) * 4,
+          quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ6kHighGroupBytes + q * 8 + (b % 4) / 2 * 4,
+          static_cast<int>(4 * p + 16 * second), static_cast<int>(8 * (b % 2) + 2 * p + 16 * second)};
 }
 
 // The 6-bit quant u of value v (0..255) of a ggml block_q6_K (ql[128], qh[64], int8 scales[16],
@@ -133,18 +139,10 @@ uint8_t q6k_quant(const std::byte* super, int64_t v) {
   return static_cast<uint8_t>(((t < 2 ? lo & 0x0F : lo >> 4) | (((hi >> (2 * t)) & 3) << 4)));
 }
 
-// Bit of the high-bits word of a Q6_K block (b % 2 = e) holding column c's 2 bits.
-int q6k_high_shift(int64_t b, int64_t c) {
-  const Q6kSlot s = q6k_slot(c);
-  return static_cast<int>(8 * (b % 2) + 2 * s.p + 16 * s.second);
-}
-
 // A Q6_K row: the low 4 bits of each value as Q4_K's nibbles (in Q6_K's lane columns), the high 2
 // into the high-bits area, each super-block's 16 scales and d into theirs, as stored.
 void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
   const int64_t super_bytes = ggml_block_bytes(GgmlType::Q6_K), supers = super_blocks(GgmlType::Q6_K, ggml_row, n, k, r);
-  const MatrixFormat f = MatrixFormat::q6_k;
-  const int64_t groups = quant_row_groups(f, k);
   for (int64_t sb = 0; sb < supers; ++sb) {
     const std::byte* super = ggml_row.data() + sb * super_bytes;
     std::memcpy(matrix + q6k_scales_offset(n, k) + (r * supers + sb) * kQ6kScaleBytes, super + 192, kQ6kScaleBytes);
@@ -153,17 +151,14 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
       const int64_t b = sb * 8 + j;
       for (int64_t c = 0; c < 32; ++c) {
         const uint8_t u = q6k_quant(super, 32 * j + c);
-        const Q6kSlot s = q6k_slot(c);
-        std::byte* lo = matrix + place(f, n, k, r, b, s.q).lane_bytes + (b % 4) * 4;
-        std::byte* hi = matrix + quant_scales_offset(f, n, k) + (r * groups + b / 4) * kQ6kHighGroupBytes + s.q * 8 +
-                        (b % 4) / 2 * 4;
-        uint32_t word;
-        std::memcpy(&word, lo, 4);
-        word |= static_cast<uint32_t>(u & 0x0F) << (4 * s.p + 16 * s.second);
-        std::memcpy(lo, &word, 4);  // little-endian, as the GPU reads it
-        std::memcpy(&word, hi, 4);
-        word |= static_cast<uint32_t>(u >> 4) << q6k_high_shift(b, c);
-        std::memcpy(hi, &word, 4);
+        const Q6kBits at = q6k_bits(n, k, r, b, c);
+        for (const auto& [word_at, bits] : {std::pair{at.lo_word, static_cast<uint32_t>(u & 0x0F) << at.lo_shift},
+                                            std::pair{at.hi_word, static_cast<uint32_t>(u >> 4) << at.hi_shift}}) {
+          uint32_t word;
+          std::memcpy(&word, matrix + word_at, 4);
+          word |= bits;
+          std::memcpy(matrix + word_at, &word, 4);  // little-endian, as the GPU reads it
+        }
       }
     }
   }
@@ -321,13 +316,12 @@ void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
 
 float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {
   if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
-    const int64_t b = c / kQuantBlockValues, col = c % kQuantBlockValues, supers = k / kQ4kSuperValues;
-    const Q6kSlot s = q6k_slot(col);
+    const int64_t supers = k / kQ4kSuperValues;
+    const Q6kBits at = q6k_bits(n, k, r, c / kQuantBlockValues, c % kQuantBlockValues);
     uint32_t lo, hi;
-    std::memcpy(&lo, matrix + place(f, n, k, r, b, s.q).lane_bytes + (b % 4) * 4, 4);
-    std::memcpy(&hi, matrix + quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ6kHighGroupBytes +
-                         s.q * 8 + (b % 4) / 2 * 4, 4);
-    const int u = static_cast<int>(((lo >> (4 * s.p + 16 * s.second)) & 0x0F) | (((hi >> q6k_high_shift(b, col)) & 3) << 4));
+    std::memcpy(&lo, matrix + at.lo_word, 4);
+    std::memcpy(&hi, matrix + at.hi_word, 4);
+    const int u = static_cast<int>(((lo >> at.lo_shift) & 0x0F) | (((hi >> at.hi_shift) & 3) << 4));
     const auto sc = static_cast<int8_t>(matrix[q6k_scales_offset(n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16]);
     float d = 0.0f;
     f16_elements_to_f32(matrix + q6k_d_offset(n, k) + (r * supers + c / 256) * 2, std::span<float>(&d, 1));

@@ -90,22 +90,24 @@ def main():
             if os.path.exists(path) and not args.keep:
                 os.remove(path)
         os.remove(src)
+    columns = ["model", "file", "file GB", "kiln weights GB", "kiln ms/token", "bytes/step GB", "floor ms",
+               "% of floor", "llama.cpp tg128 ms", "llama.cpp / kiln", "kiln pp512 ms", "llama.cpp pp512 ms",
+               "kiln load s", "kiln weight formats"] + (["baseline ms/token", "change"] if args.baseline_bin_dir else [])
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
-             "| model | file | file GB | kiln weights GB | kiln ms/token | bytes/step GB | floor ms | % of floor | llama.cpp tg128 ms | "
-             "llama.cpp / kiln | kiln pp512 ms | llama.cpp pp512 ms | kiln load s | kiln weight formats |" +
-             (" baseline ms/token | change |" if args.baseline_bin_dir else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")]
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['file']} | — | — | — | — | — | — | — | — | — | — | — | {r['error'][:120]} |" +
-                         (" — | — |" if args.baseline_bin_dir else ""))
-            continue
-        lines.append(f"| {r['model']} | {r['file']} | {r['file_gb']:.2f} | {r['weight_bytes'] / 1e9:.2f} | {r['kiln_ms']:.3f} | {r['bytes'] / 1e9:.3f} | "
-                     f"{r['floor_ms']:.3f} | {100 * r['floor_ms'] / r['kiln_ms']:.0f}% | {r['llama_cpp_ms']:.3f} | "
-                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}× | {r['kiln_pp_ms']:.1f} | {r['llama_cpp_pp_ms']:.1f} | "
-                     f"{r['load_s']:.1f} | {r['formats']} |" +
-                     (f" {r['baseline_ms']:.3f} | {100 * (r['kiln_ms'] / r['baseline_ms'] - 1):+.1f}% |"
-                      if "baseline_ms" in r else ""))
+        if "error" in r:  # the error in the formats column, dashes elsewhere
+            cells = [r["model"], r["file"]] + ["—"] * (len(columns) - 2)
+            cells[columns.index("kiln weight formats")] = r["error"][:120]
+        else:
+            cells = [r["model"], r["file"], f"{r['file_gb']:.2f}", f"{r['weight_bytes'] / 1e9:.2f}",
+                     f"{r['kiln_ms']:.3f}", f"{r['bytes'] / 1e9:.3f}", f"{r['floor_ms']:.3f}",
+                     f"{100 * r['floor_ms'] / r['kiln_ms']:.0f}%", f"{r['llama_cpp_ms']:.3f}",
+                     f"{r['llama_cpp_ms'] / r['kiln_ms']:.2f}×", f"{r['kiln_pp_ms']:.1f}", f"{r['llama_cpp_pp_ms']:.1f}",
+                     f"{r['load_s']:.1f}", r["formats"]]
+            if args.baseline_bin_dir:
+                cells += [f"{r['baseline_ms']:.3f}", f"{100 * (r['kiln_ms'] / r['baseline_ms'] - 1):+.1f}%"]
+        lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
