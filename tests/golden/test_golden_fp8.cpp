@@ -195,3 +195,31 @@ TEST_CASE("E4M3: every code converts exactly and back") {
   CHECK(f32_to_f8e4m3(1.0625f) == 0x38);               // halfway between 1 and 1.125: the even code
   CHECK(f32_to_f8e4m3(1.1875f) == 0x3a);               // halfway between 1.125 and 1.25: the even code
 }
+
+TEST_CASE("E4M3: values between the codes round to the nearest, ties to the even code") {
+  // Against a search over every finite code, on values spread over the whole range and the points
+  // halfway between neighbouring codes (and just beside them).
+  const auto nearest = [](float x) {
+    int best = 0;
+    for (int code = 1; code <= 0x7e; ++code) {
+      const float d = std::fabs(f8e4m3_to_f32(static_cast<uint8_t>(code)) - std::fabs(x));
+      const float d_best = std::fabs(f8e4m3_to_f32(static_cast<uint8_t>(best)) - std::fabs(x));
+      if (d < d_best || (d == d_best && code % 2 == 0)) best = code;
+    }
+    return static_cast<uint8_t>((std::signbit(x) ? 0x80 : 0) | best);
+  };
+  std::vector<float> xs;
+  for (int code = 0; code < 0x7e; ++code) {
+    const float lo = f8e4m3_to_f32(static_cast<uint8_t>(code)), hi = f8e4m3_to_f32(static_cast<uint8_t>(code + 1));
+    const float mid = (lo + hi) / 2;
+    for (const float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f), lo + (hi - lo) / 8}) {
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  }
+  for (float x = 1e-5f; x < 440.0f; x *= 1.01f) xs.push_back(x);
+  for (const float x : xs) {
+    INFO("x = " << x);
+    CHECK(f32_to_f8e4m3(x) == nearest(x));
+  }
+}
