@@ -83,16 +83,20 @@ void embed(const int* token_ids, const bf16* table, float* x, int rank, int toke
 }
 
 // The same over a GpuMatrix: bf16 rows, or a table the loader kept in a GGUF block format (rows of
-// whole blocks; Q4_K, Q6_K: whole super-blocks).
+// whole blocks; Q4_K, Q6_K: whole super-blocks) or in FP8.
 template <shape::embed S>
 void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   if (tokens <= 0) return;
   if constexpr (S.dim % kQuantBlockValues == 0) {
     switch (table.format) {
       case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K and Q6_K only
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K, Q6_K and FP8 only
       case MatrixFormat::q5_0:
       case MatrixFormat::f32: break;
+      case MatrixFormat::fp8:
+        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::fp8>(token_ids, table.data, x, rank * S.vocab, tokens,
+                                                                      stream);
+        return;
       case MatrixFormat::q8_0:
         detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q8_0>(token_ids, table.data, x, rank * S.vocab,
                                                                        tokens, stream);

@@ -1,6 +1,6 @@
 // The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0,
-// Q4_K and Q6_K matrices kept as the GGUF file stores them take the GEMV below, which dequantizes
-// in registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
+// Q4_K and Q6_K matrices kept as the GGUF file stores them, and FP8 ones, take the GEMV below,
+// which dequantizes in registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
 //
 // The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
 // columns 8q..8q+7 of every 32-value block; one column step is a group of blocks (64 quant bytes
@@ -14,7 +14,8 @@
 // 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
 // Q6_K has a scale per 16 columns: its lanes hold columns 4q..4q+3 and 16+4q..16+4q+3 of a block
 // instead (weight_matrix.hpp), so that each of the block's two mmas sees one sub-block, and each
-// mma's sum takes its own scale.
+// mma's sum takes its own scale. FP8's codes enter the mma as their exact bf16 values (E4M3 has 3
+// mantissa bits), and the 16 × 128 tile's scale multiplies each block's sum as a block scale would.
 #pragma once
 
 #include "templates/blocks/mma.cuh"
@@ -349,9 +350,12 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
   if constexpr (S.k % kQuantBlockValues == 0) {  // a GGUF block format holds whole blocks of a row
     switch (weight.format) {
       case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K and Q6_K only
+      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K, Q6_K and FP8 only
       case MatrixFormat::q5_0:
       case MatrixFormat::f32: break;
+      case MatrixFormat::fp8:
+        detail::linear_quant<S.n, S.k, S.out, MatrixFormat::fp8, S.sms>(in, weight.data, out, tokens, stream);
+        return;
       case MatrixFormat::q4_k:
         if constexpr (S.k % kQ4kSuperValues == 0) {  // a Q4_K row is whole super-blocks
           detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q4_k, S.sms>(in, weight.data, out, tokens, stream);

@@ -220,6 +220,42 @@ struct QuantValues<MatrixFormat::q6_k> {
   }
 };
 
+template <>
+struct QuantValues<MatrixFormat::fp8> : WholeBlocks {
+  static constexpr bool kHasMin = false;
+  using Scales = float;  // the scale of the group's 16 × 128 tile (both its blocks)
+  // Row r's scales: those of its 16-row tile.
+  __device__ static __forceinline__ const float* row(const unsigned char* matrix, long long n, long long k, long long r) {
+    return reinterpret_cast<const float*>(matrix + quant_scales_offset(MatrixFormat::fp8, n, k)) +
+           r / kFp8TileRows * fp8_scale_cols(k);
+  }
+  // A group is 64 columns: half a 128-column tile.
+  __device__ static __forceinline__ Scales load_scales(const float* row, int step) { return __ldg(row + step / 2); }
+  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[2]) {
+    out[0] = out[1] = {s, 0.0f};
+  }
+  // Codes `bytes` of w (bytes 0, 1 or 2, 3) as the exact bf16 values. E4M3 is sign, 4 exponent bits
+  // (bias 7) and 3 mantissa bits; bf16 the same with 8 exponent bits (bias 127) and 7: the code's
+  // 7 magnitude bits shifted up by 4 under the sign are the bf16 of value · 2^-120, exactly, zero
+  // and E4M3's subnormals (exponent 0) included as bf16 subnormals, which bf16 arithmetic keeps
+  // (PTX: no flush for .bf16); one multiply by 2^120 makes them the values. The byte permute
+  // copies the sign bit over the byte above each code (prmt's sign-replicating selector 8 + byte).
+  template <int kHigh>
+  __device__ static __forceinline__ unsigned pair(unsigned w) {
+    unsigned t;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(w), "n"(kHigh ? 0xB3A2 : 0x9180));
+    const unsigned scaled = (t << 4) & 0x87F087F0u;  // sign to bit 15, magnitude to bits 4..10
+    const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&scaled),
+                                     __floats2bfloat162_rn(0x1p120f, 0x1p120f));
+    return *reinterpret_cast<const unsigned*>(&r);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w0 = b == 0 ? raw.x : raw.z, w1 = b == 0 ? raw.y : raw.w;
+    return make_uint4(pair<0>(w0), pair<1>(w0), pair<0>(w1), pair<1>(w1));
+  }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
+};
+
 // A format's block b of a lane's group bytes (and, Q6_K, high bits) as 8 bf16 values in pairs: as
 // the GEMV's mma takes them, or (kExact) as the exact quants (Q4_K's differ; Q6_K's are u - 32
 // either way).

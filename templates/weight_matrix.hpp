@@ -1,6 +1,6 @@
-// A projection weight as a backend holds it. On the GPU: bf16 rows, or a GGUF block format kept
-// quantized (Q8_0, Q4_0, Q4_K, Q6_K) in a layout the decode GEMV streams with 16-byte loads
-// (linear_quant.cuh).
+// A projection weight as a backend holds it. On the GPU: bf16 rows, a GGUF block format kept
+// quantized (Q8_0, Q4_0, Q4_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
+// --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it).
@@ -26,12 +26,17 @@
 //                            c = 4q, 4q + 2, 16 + 4q, 16 + 4q + 2 for p = 0..3, so that the first
 //                            of the GEMV's two k16 mmas of a block sees columns 0..15 (one scale)
 //                            and the second 16..31. The high 2 bits of u are a second area
+//   fp8 (2 blocks a group)   lane q: block 0's 8 E4M3 codes, then block 1's, as q8_0 (a block
+//                            being 32 columns here too, with no scale of its own)
 // Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_k [n][k / 256] 16-byte
 // headers, each the first 16 bytes of ggml's block_q4_K as stored (fp16 d, fp16 dmin, the 12 bytes
 // of 6-bit sub-block scales and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
 // 16 bits a block, block 2i + e in word i with pair p's first column at bits 8e + 2p and its
 // second at 16 + 8e + 2p), then [n][k / 256] 16 int8 sub-block scales (ggml's, in column order)
-// and [n][k / 256] fp16 d. So the matrix takes exactly the file's bytes. Blocks past k (the last
+// and [n][k / 256] fp16 d; fp8 [ceil(n / 16)][ceil(k / 128)] fp32 scales, one per 16 rows × 128
+// columns (value = code · scale: the published FP8 checkpoints' 128 × 128 blocks hold 8 such
+// tiles with their block's scale; the GEMV's warp owns 16 rows, so it loads one scale a step). So
+// the matrix takes exactly the file's bytes (fp8: and 1/512 more for the scales). Blocks past k (the last
 // group of a row whose block count is not a multiple of kGroupBlocks) hold zero quants and a zero
 // scale.
 //
@@ -42,11 +47,16 @@
 
 namespace kiln {
 
-enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k };
-constexpr int kMatrixFormats = 8;
+enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8 };
+constexpr int kMatrixFormats = 9;
 
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32;
+}
+// The block formats the fast CPU backend reads (its loader requantizes Q6_K to Q8_0; FP8 is the
+// GPU's only).
+KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
+  return is_block_format(f) && f != MatrixFormat::q6_k && f != MatrixFormat::fp8;
 }
 
 struct GpuMatrix {
@@ -103,11 +113,21 @@ KILN_HOST_DEVICE constexpr long long q6k_d_offset(long long n, long long k) {
   return q6k_scales_offset(n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
 }
 
+// FP8's scale tiles (rows × columns), and the scales of an [n, k] matrix: they start at
+// quant_scales_offset, row (r / 16)'s (k + 127) / 128 of them one after another.
+constexpr int kFp8TileRows = 16;
+constexpr int kFp8TileCols = 128;
+KILN_HOST_DEVICE constexpr long long fp8_scale_cols(long long k) { return (k + kFp8TileCols - 1) / kFp8TileCols; }
+KILN_HOST_DEVICE constexpr long long fp8_scale_count(long long n, long long k) {
+  return (n + kFp8TileRows - 1) / kFp8TileRows * fp8_scale_cols(k);
+}
+
 // Bytes an [n, k] matrix takes on the GPU in format f.
 KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::bf16) return n * k * 2;
   if (f == MatrixFormat::q4_k) return quant_scales_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
+  if (f == MatrixFormat::fp8) return quant_scales_offset(f, n, k) + fp8_scale_count(n, k) * 4;
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
 }
 

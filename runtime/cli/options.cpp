@@ -197,6 +197,11 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_flag("!--no-pdl", o.pdl,
                "launch each kernel plainly, after the one before has ended, instead of as a programmatic "
                "dependent that starts during its last blocks (to measure what that buys)");
+  app.add_option("--quantize", o.quantize,
+                 "fp8: quantize every matrix (projections, LM head, embedding table) to FP8 E4M3 at load, a scale "
+                 "per 16 rows × 128 columns (one GPU, or --backend ref to compare with; an FP8 checkpoint needs no "
+                 "flag)")
+      ->check(CLI::IsMember({"none", "fp8"}))->capture_default_str();
   app.add_flag("--profile", o.profile,
                "count what each decode step reads (MoE: the routed experts chosen) for --output-format json");
 

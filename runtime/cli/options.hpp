@@ -61,6 +61,7 @@ struct CliOptions {
   bool l2_warm = true;        // --no-l2-warm: tensor-parallel decode all-reduces warm nothing in L2
   bool pdl = true;            // --no-pdl: kernels launch plainly, not as programmatic dependents
   bool profile = false;
+  std::string quantize = "none";  // --quantize: none, or fp8 (every matrix in FP8 at load)
 
   // serve.
   std::string host = "127.0.0.1";

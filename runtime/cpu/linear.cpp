@@ -23,7 +23,7 @@ constexpr int64_t kTokenChunk = 64;
 
 void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* out, int64_t tokens) {
   const int64_t n = s.n, k = s.k;
-  const bool blocks = is_block_format(weight.format) && weight.format != MatrixFormat::q6_k;  // Q6_K: the GPU's only
+  const bool blocks = is_cpu_block_format(weight.format);
   if ((!blocks && weight.format != MatrixFormat::bf16) || (blocks && k % kQuantBlockValues != 0)) {
     fail("internal: the fast CPU linear has no kernel for a ", static_cast<int>(weight.format), " matrix of [", n,
          ", ", k, "]");

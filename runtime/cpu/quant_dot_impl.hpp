@@ -538,7 +538,8 @@ inline void run(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q5_0: run_blocks<MatrixFormat::q5_0>(a); break;
     case MatrixFormat::q4_k: run_blocks<MatrixFormat::q4_k>(a); break;
     case MatrixFormat::bf16: run_bf16(a); break;
-    case MatrixFormat::q6_k:  // the GPU's only: the CPU loader requantizes Q6_K to Q8_0
+    case MatrixFormat::q6_k:  // the GPU's only (is_cpu_block_format)
+    case MatrixFormat::fp8:
     case MatrixFormat::f32: break;
   }
 }

@@ -18,6 +18,9 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
     case MatrixFormat::q4_1:
     case MatrixFormat::q5_0:
     case MatrixFormat::f32: fail("internal: dequantize_matrix of a ", static_cast<int>(matrix.format), " matrix on the GPU");
+    case MatrixFormat::fp8:
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::fp8><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
     case MatrixFormat::q8_0:
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::q8_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
       break;

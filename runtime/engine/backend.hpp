@@ -14,6 +14,7 @@
 #include "runtime/core/op_profile.hpp"
 #include "runtime/engine/step_profile.hpp"
 #include "runtime/model/tensor_source.hpp"
+#include "runtime/model/weight_loader.hpp"
 #include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
@@ -49,6 +50,8 @@ struct BackendOptions {
   // --swap-space: host memory a preempted sequence's KV can be swapped out to (Backend::swap_kv);
   // 0: preempted sequences recompute.
   int64_t swap_space_bytes = 0;
+  // --quantize fp8: every matrix quantized to FP8 at load (weight_loader.hpp's Quantize).
+  Quantize quantize = Quantize::none;
   // One rank of a tensor-parallel group (make_tensor_parallel_backend sets these for each rank's
   // backend, which runs the rank's ModelDef): its rank, its GPU and the group's collective.
   int32_t rank = 0;

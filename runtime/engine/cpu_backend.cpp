@@ -55,8 +55,8 @@ class CpuBackend final : public Backend {
     const ModelInfo& m = model.info;
     const auto start = std::chrono::steady_clock::now();
     const WeightFormat format = fast ? WeightFormat::cpu : WeightFormat::f32;
-    weights_ = origin.source ? load_weights(model, *origin.source, format, sink_, options.rank)
-                             : random_weights(model, origin.random_seed, format, sink_, options.rank);
+    weights_ = origin.source ? load_weights(model, *origin.source, format, sink_, options.rank, options.quantize)
+                             : random_weights(model, origin.random_seed, format, sink_, options.rank, options.quantize);
     rank_ = options.rank;
     collective_ = options.collective;
     forward_ = model.make_ref_forward(weights_.table);

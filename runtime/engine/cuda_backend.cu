@@ -169,8 +169,8 @@ class CudaBackend final : public Backend {
     // One GPU: projections a GGUF file stores as Q8_0 / Q4_0 keep their blocks (the L2 warm-up of
     // tensor parallelism sizes its reads for bf16 rows, so its ranks load bf16).
     const WeightFormat format = m.tensor_parallel == 1 ? WeightFormat::gpu : WeightFormat::bf16;
-    weights_ = origin.source ? load_weights(model, *origin.source, format, sink_, options.rank)
-                             : random_weights(model, origin.random_seed, format, sink_, options.rank);
+    weights_ = origin.source ? load_weights(model, *origin.source, format, sink_, options.rank, options.quantize)
+                             : random_weights(model, origin.random_seed, format, sink_, options.rank, options.quantize);
     forward_ = model.make_cuda_forward(weights_.table);
     info_.weight_bytes = weights_.bytes;
     info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes;

@@ -94,6 +94,28 @@ class SafetensorsSource final : public TensorSource {
     return reinterpret_cast<const uint16_t*>(t.bytes.data()) + first * cols;
   }
 
+  std::optional<Fp8Blocks> fp8_blocks(const std::string& name) const override {
+    const TensorView* t = dir_.find(name);
+    if (t == nullptr || t->dtype != DType::F8_E4M3) return std::nullopt;
+    return Fp8Blocks{block_->rows, block_->cols};
+  }
+
+  std::span<const uint8_t> fp8_codes(const std::string& name, int64_t row) const override {
+    const TensorView& t = view(name);
+    if (t.dtype != DType::F8_E4M3) return {};
+    if (row < 0 || row >= t.shape[0]) fail(describe(), ": row ", row, " is outside tensor ", name);
+    const auto cols = static_cast<size_t>(t.shape[1]);
+    return {reinterpret_cast<const uint8_t*>(t.bytes.data()) + static_cast<size_t>(row) * cols, cols};
+  }
+
+  float fp8_scale(const std::string& name, int64_t block_row, int64_t block_col) const override {
+    const TensorView& s = view(name + std::string(kScaleSuffix));
+    if (block_col < 0 || block_col >= s.shape[1]) fail(describe(), ": block column ", block_col, " is outside ", s.name);
+    std::vector<float> row(static_cast<size_t>(s.shape[1]));
+    convert_rows_to_f32(s, block_row, row);  // bounds-checks the block row
+    return row[static_cast<size_t>(block_col)];
+  }
+
  private:
   const TensorView& view(const std::string& name) const {
     const TensorView* t = dir_.find(name);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "runtime/core/dtype.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
 #include "runtime/model/random_source.hpp"
@@ -77,13 +78,19 @@ struct Instance {
   MatrixFormat format = MatrixFormat::bf16;  // f32 / bf16 values, or a projection's blocks (kept_format)
   bool own_copy = false;     // a tied projection with its own copy of its target, in its own format
   bool requantized = false;  // kept as Q8_0 requantized from other block types (kept_format)
+  bool fp8 = false;          // FP8 values: kept as format fp8 (GPU), or their f32 values (Quantize::fp8 on f32)
+  bool fp8_at_load = false;  // of those, quantized at load rather than kept as the checkpoint stores them
   std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
 };
 
 class Loader {
  public:
-  Loader(const ModelDef& model, WeightFormat format, WeightSink& sink, int32_t rank)
-      : model_(model), format_(format), sink_(sink), rank_(rank) {
+  Loader(const ModelDef& model, WeightFormat format, WeightSink& sink, int32_t rank, Quantize quantize)
+      : model_(model), format_(format), sink_(sink), rank_(rank), quantize_(quantize) {
+    if (quantize == Quantize::fp8 && format != WeightFormat::gpu && format != WeightFormat::f32) {
+      fail("--quantize fp8 runs on one GPU or on the reference backend (--backend ref): the fast CPU backend has no FP8 ",
+           "kernels, and tensor-parallel ranks hold bf16 slices");
+    }
     // The format of every tensor that is not a projection kept in another one (kept_format).
     plain_ = format == WeightFormat::f32 || format == WeightFormat::cpu ? MatrixFormat::f32 : MatrixFormat::bf16;
     const int32_t ranks = model.info.tensor_parallel;
@@ -284,6 +291,9 @@ class Loader {
   MatrixFormat kept_format(Instance& inst, const std::vector<LayoutPiece>& pieces) const {
     const WeightSpec& spec = *inst.spec;
     inst.requantized = false;
+    inst.fp8 = fp8_values(inst, pieces);
+    inst.fp8_at_load = inst.fp8 && !fp8_as_stored(pieces);
+    if (inst.fp8) return format_ == WeightFormat::gpu ? MatrixFormat::fp8 : plain_;
     const bool keeps = format_ == WeightFormat::gpu || format_ == WeightFormat::cpu;
     if (!keeps || !spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || pieces.empty()) return plain_;
     if (spec.shape[1] % kQuantBlockValues != 0) return MatrixFormat::bf16;
@@ -297,6 +307,40 @@ class Loader {
       kept = f;
     }
     return inst.requantized ? MatrixFormat::q8_0 : *kept;
+  }
+
+  // Whether a matrix takes FP8 values (WeightFormat's comment): on the GPU or, with Quantize::fp8,
+  // the reference backend; a whole 2-D matrix (no expert stack, no rank's slice) of rows of whole
+  // 32-value blocks, with Quantize::fp8 or stored in FP8.
+  bool fp8_values(const Instance& inst, const std::vector<LayoutPiece>& pieces) const {
+    const WeightSpec& spec = *inst.spec;
+    const bool quantize = quantize_ == Quantize::fp8;
+    if (format_ != WeightFormat::gpu && !(format_ == WeightFormat::f32 && quantize)) return false;
+    if (!spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || spec.shape[1] % kQuantBlockValues != 0 ||
+        pieces.empty()) {
+      return false;
+    }
+    bool stored = false;
+    for (const LayoutPiece& p : pieces) {
+      if (has_rank_fields(*p.source)) return false;
+      stored |= source_->fp8_blocks(p.hf_name).has_value();
+    }
+    return quantize || stored;
+  }
+
+  // Whether every piece is FP8 the GPU's 16 × 128 tiles take as stored: blocks 128 columns wide
+  // and a multiple of 16 rows high, and the piece's rows whole tiles of the stacked matrix. (The
+  // reference backend decides the same, so that it computes with the GPU's values.)
+  bool fp8_as_stored(const std::vector<LayoutPiece>& pieces) const {
+    for (const LayoutPiece& p : pieces) {
+      const std::optional<TensorSource::Fp8Blocks> b = source_->fp8_blocks(p.hf_name);
+      const WeightSource& s = *p.source;
+      if (!b || b->cols != kFp8TileCols || b->rows % kFp8TileRows != 0 || s.row_begin % kFp8TileRows != 0 ||
+          s.rows % kFp8TileRows != 0 || (s.groups > 1 && s.group_stride % kFp8TileRows != 0)) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // The device whose block layout the projections keep (gpu or cpu formats), and the bytes of a
@@ -357,16 +401,7 @@ class Loader {
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
     ++result_.tensors;
-    if (!streamed(inst)) {
-      result_.lookup_blocks = inst.format;
-      return;
-    }
-    ++result_.quantized;
-    ++result_.quantized_as[static_cast<int>(inst.format)];
-    result_.requantized += inst.requantized;
-    result_.quantized_bytes += bytes;
-    result_.quantized_bf16_bytes += n * k * 2;
-    result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+    record_blocks(inst, bytes);
   }
 
   // A matrix a decode step reads whole: a projection, or a lookup table that a tied LM head reads
@@ -413,8 +448,106 @@ class Loader {
     return "";
   }
 
+  // A matrix of FP8 values, 16-row tile by tile (tiles over the cores): each tile's codes and
+  // scales as the checkpoint stores them (fp8_as_stored), or quantized from its values
+  // (quantize_fp8); then kept in the GPU's layout, or (the reference backend) as their f32 values.
+  void fill_fp8(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
+    const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1], scale_cols = fp8_scale_cols(k);
+    const bool gpu = format_ == WeightFormat::gpu;
+    const int64_t bytes = gpu ? matrix_bytes(MatrixFormat::fp8, n, k) : n * k * 4;
+    staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
+    struct Row {
+      const LayoutPiece* piece;
+      int64_t hf_row;
+    };
+    std::vector<Row> rows;  // in the matrix's row order
+    for (const LayoutPiece& p : pieces) {
+      const WeightSource& s = *p.source;
+      for (int64_t g = 0; g < s.groups; ++g) {
+        for (int64_t r = 0; r < s.rows; ++r) rows.push_back({&p, s.row_begin + g * s.group_stride + r});
+      }
+    }
+    std::mutex lock;
+    std::string error;
+    const int64_t tiles = (n + kFp8TileRows - 1) / kFp8TileRows;
+    parallel_for(tiles, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> values, scales(static_cast<size_t>(scale_cols));
+      std::vector<uint8_t> codes;
+      const auto bad = [&](const Row& row, const std::string& why) {
+        const std::lock_guard<std::mutex> hold(lock);
+        if (error.empty()) error = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
+      };
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t r0 = t * kFp8TileRows, count = std::min<int64_t>(kFp8TileRows, n - r0);
+        codes.resize(static_cast<size_t>(count * k));
+        if (inst.fp8_at_load) {
+          values.resize(static_cast<size_t>(count * k));
+          for (int64_t i = 0; i < count; ++i) {
+            const Row& row = rows[static_cast<size_t>(r0 + i)];
+            float* v = values.data() + i * k;
+            source_->read_rows(row.piece->hf_name, row.hf_row, 1, v);
+            for (int64_t c = 0; c < k; ++c) {
+              if (!std::isfinite(v[c])) return bad(row, std::string("holds ") + (std::isnan(v[c]) ? "NaN" : "Inf") + " in column " + std::to_string(c));
+            }
+          }
+          quantize_fp8(values, count, k, codes, scales);
+        } else {  // as stored: the tile lies in one piece and one of its blocks of rows
+          const Row& first = rows[static_cast<size_t>(r0)];
+          const int64_t block_rows = source_->fp8_blocks(first.piece->hf_name)->rows;
+          for (int64_t j = 0; j < scale_cols; ++j) {
+            scales[j] = source_->fp8_scale(first.piece->hf_name, first.hf_row / block_rows, j);
+            if (!std::isfinite(scales[j])) return bad(first, "has a NaN or infinite scale in block column " + std::to_string(j));
+          }
+          for (int64_t i = 0; i < count; ++i) {
+            const Row& row = rows[static_cast<size_t>(r0 + i)];
+            const std::span<const uint8_t> stored = source_->fp8_codes(row.piece->hf_name, row.hf_row);
+            for (int64_t c = 0; c < k; ++c) {
+              if ((stored[c] & 0x7F) == 0x7F) return bad(row, "holds an E4M3 NaN in column " + std::to_string(c));
+            }
+            std::copy(stored.begin(), stored.end(), codes.begin() + i * k);
+          }
+        }
+        for (int64_t i = 0; i < count; ++i) {
+          const std::span<const uint8_t> row_codes(codes.data() + i * k, static_cast<size_t>(k));
+          if (gpu) {
+            repack_fp8_row(row_codes, n, k, r0 + i, staging_blocks_.data());
+            continue;
+          }
+          float* out = reinterpret_cast<float*>(staging_blocks_.data()) + (r0 + i) * k;
+          for (int64_t c = 0; c < k; ++c) out[c] = f8e4m3_to_f32(row_codes[c]) * scales[c / kFp8TileCols];
+        }
+        if (gpu) {
+          for (int64_t j = 0; j < scale_cols; ++j) set_fp8_scale(staging_blocks_.data(), n, k, r0, j, scales[j]);
+        }
+      }
+    });
+    if (!error.empty()) fail(source_->describe(), ": ", error, "; the checkpoint is corrupt");
+    sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
+    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
+    ++result_.tensors;
+    if (!gpu) return;
+    result_.fp8_at_load += inst.fp8_at_load && streamed(inst);
+    record_blocks(inst, bytes);
+  }
+
+  // The counts of a matrix kept in blocks (LoadedWeights).
+  void record_blocks(const Instance& inst, int64_t bytes) {
+    const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
+    if (!streamed(inst)) {
+      result_.lookup_blocks = inst.format;
+      return;
+    }
+    ++result_.quantized;
+    ++result_.quantized_as[static_cast<int>(inst.format)];
+    result_.requantized += inst.requantized;
+    result_.quantized_bytes += bytes;
+    result_.quantized_bf16_bytes += n * k * 2;
+    result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+  }
+
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     if (streamed(inst)) ++result_.matrices;
+    if (inst.fp8) return fill_fp8(inst, pieces);
     if (is_block_format(inst.format)) return fill_quantized(inst, pieces);
     const bool as_f32 = inst.format == MatrixFormat::f32;
     const int64_t elem = as_f32 ? 4 : 2;
@@ -523,6 +656,7 @@ class Loader {
   WeightFormat format_;
   WeightSink& sink_;
   int32_t rank_;
+  Quantize quantize_;
   MatrixFormat plain_ = MatrixFormat::f32;
   const TensorSource* source_ = nullptr;
   std::vector<Instance> instances_;
@@ -538,26 +672,28 @@ class Loader {
 
 std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
   if (w.quantized == 0 && !w.lookup_blocks) return rest;
-  std::string text = "GGUF blocks:";
+  const bool fp8 = w.quantized_as[static_cast<int>(MatrixFormat::fp8)] > 0 || w.lookup_blocks == MatrixFormat::fp8;
+  std::string text = fp8 && w.quantized == w.quantized_as[static_cast<int>(MatrixFormat::fp8)] ? "blocks:" : "GGUF blocks:";
   for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::q6_k,
-                         MatrixFormat::q8_0}) {
+                         MatrixFormat::q8_0, MatrixFormat::fp8}) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }
   if (w.requantized > 0) text += " (" + std::to_string(w.requantized) + " requantized from other block types)";
+  if (w.fp8_at_load > 0) text += " (" + std::to_string(w.fp8_at_load) + " quantized to FP8 at load)";
   text += std::string(w.quantized > 0 ? " of " : " none of ") + std::to_string(w.matrices) + " projections";
   if (w.lookup_blocks) text += std::string(", the embedding table ") + matrix_format_name(*w.lookup_blocks);
   return text + "; the rest " + rest;
 }
 
 LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink,
-                           int32_t rank) {
-  return Loader(model, format, sink, rank).load(source);
+                           int32_t rank, Quantize quantize) {
+  return Loader(model, format, sink, rank, quantize).load(source);
 }
 
 LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink,
-                             int32_t rank) {
-  Loader loader(model, format, sink, rank);  // checks the rank and the manifest before the source lists it
+                             int32_t rank, Quantize quantize) {
+  Loader loader(model, format, sink, rank, quantize);  // checks the rank and the manifest before the source lists it
   return loader.load(*open_random_source(model, seed));
 }
 

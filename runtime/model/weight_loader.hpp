@@ -27,7 +27,16 @@ namespace kiln {
 // Q4_1, Q5_0 or Q4_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other block
 // types are requantized to Q8_0, and matrices not in blocks are bf16 rows.
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
+// FP8 on the GPU: a matrix an FP8 checkpoint stores in E4M3 keeps its codes and scales where its
+// blocks are 128 columns wide and its pieces whole 16-row tiles (the published checkpoints'
+// 128 × 128 blocks are); else, and under Quantize::fp8, it is quantized to FP8 at load. Neither
+// applies to routed experts or tensor-parallel slices (bf16).
 enum class WeightFormat { f32, bf16, gpu, cpu };
+
+// --quantize: fp8 quantizes every matrix (projections, LM head, embedding table) to FP8 at load
+// (16 × 128 tiles, quantize_fp8) on the GPU; the reference backend (f32) then computes with the
+// same values (code × scale), to compare with. The fast CPU backend has no FP8 kernels.
+enum class Quantize { none, fp8 };
 
 // Where the loaded bytes go. The loader allocates one block for all tensors, then writes into it.
 class WeightSink {
@@ -75,6 +84,7 @@ struct LoadedWeights {
   int64_t matrices = 0, quantized = 0;
   int64_t quantized_as[kMatrixFormats] = {};  // of them, per MatrixFormat (indexed by its value)
   int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
+  int64_t fp8_at_load = 0;       // of them, FP8 quantized at load (Quantize::fp8, or a checkpoint's other blocks)
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
   int64_t largest_quantized_values = 0;
   // The embedding table's block format, when it keeps blocks and no tied LM head reads it whole
@@ -89,7 +99,7 @@ std::string weight_formats_text(const LoadedWeights& w, const char* rest);
 // `rank`: with a tensor-parallel rank's definition (ModelInfo::tensor_parallel > 1), the slices
 // that rank holds (WeightSource's rank fields); 0 otherwise.
 LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, WeightFormat format, WeightSink& sink,
-                           int32_t rank = 0);
+                           int32_t rank = 0, Quantize quantize = Quantize::none);
 
 // Deterministic pseudo-random weights (benchmarks without a checkpoint): norms near 1, matrices
 // uniform with standard deviation 0.02 (HF's initializer_range). Same seed, same weights.
@@ -97,6 +107,6 @@ LoadedWeights load_weights(const ModelDef& model, const TensorSource& source, We
 // are exactly the slices of the whole model's random weights: load_weights from open_random_source
 // (runtime/model/random_source.hpp); tied weights stay tied.
 LoadedWeights random_weights(const ModelDef& model, uint64_t seed, WeightFormat format, WeightSink& sink,
-                             int32_t rank = 0);
+                             int32_t rank = 0, Quantize quantize = Quantize::none);
 
 }  // namespace kiln

@@ -70,8 +70,10 @@ void embed(const shape::embed& s, const int32_t* token_ids, CpuMatrix table, flo
       case MatrixFormat::bf16:
         bf16_elements_to_f32(bytes + r * s.dim * 2, std::span<float>(row, static_cast<size_t>(s.dim)));
         break;
-      case MatrixFormat::q6_k: fail("internal: a Q6_K embedding table on the CPU (its loader requantizes Q6_K)");
       default:  // the fast CPU backend's blocks (a GGUF file's table, as the tied LM head reads it)
+        if (!is_cpu_block_format(table.format)) {
+          fail("internal: a ", static_cast<int>(table.format), " embedding table on the CPU (a GPU format)");
+        }
         for (int64_t c = 0; c < s.dim; ++c) row[c] = cpu_matrix_value(table.format, bytes, s.dim, r, c);
     }
   }

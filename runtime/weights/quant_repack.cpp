@@ -65,6 +65,7 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::q5_0: return "Q5_0";
     case MatrixFormat::q4_k: return "Q4_K";
     case MatrixFormat::q6_k: return "Q6_K";
+    case MatrixFormat::fp8: return "FP8";
     case MatrixFormat::f32: return "f32";
   }
   return "?";
@@ -231,7 +232,7 @@ float cpu_scale(MatrixFormat f, const std::byte* at) {
 }  // namespace
 
 void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t k, int64_t r, std::byte* matrix) {
-  if (!is_block_format(f) || k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != ggml_row_bytes(f, k)) {
+  if (!is_cpu_block_format(f) || k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != ggml_row_bytes(f, k)) {
     fail("internal: repack_cpu_row of ", matrix_format_name(f), ": ", ggml_row.size(), " bytes for a row of ", k);
   }
   const int64_t lane = r % kCpuRowGroup, width = cpu_scale_bytes(f);
@@ -314,7 +315,60 @@ void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
   }
 }
 
+// FP8 keeps Q8_0's lane places (a byte a column), its scales in 16 × 128 tiles.
+void repack_fp8_row(std::span<const uint8_t> codes, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
+  if (k % kQuantBlockValues != 0 || static_cast<int64_t>(codes.size()) != k || r < 0 || r >= n) {
+    fail("internal: repack_fp8_row: ", codes.size(), " codes for row ", r, " of [", n, ", ", k, "]");
+  }
+  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
+    for (int64_t q = 0; q < 4; ++q) {
+      std::memcpy(matrix + place(MatrixFormat::fp8, n, k, r, b, q).lane_bytes + (b % 2) * 8,
+                  codes.data() + b * kQuantBlockValues + q * 8, 8);
+    }
+  }
+}
+
+namespace {
+int64_t fp8_scale_at(int64_t n, int64_t k, int64_t r, int64_t j) {
+  return quant_scales_offset(MatrixFormat::fp8, n, k) + ((r / kFp8TileRows) * fp8_scale_cols(k) + j) * 4;
+}
+}  // namespace
+
+void set_fp8_scale(std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t j, float scale) {
+  if (r < 0 || r >= n || j < 0 || j >= fp8_scale_cols(k)) fail("internal: set_fp8_scale of (", r, ", ", j, ") of [", n, ", ", k, "]");
+  std::memcpy(matrix + fp8_scale_at(n, k, r, j), &scale, 4);
+}
+
+void quantize_fp8(std::span<const float> values, int64_t rows, int64_t k, std::span<uint8_t> codes,
+                  std::span<float> scales) {
+  const int64_t blocks = fp8_scale_cols(k);
+  if (static_cast<int64_t>(values.size()) != rows * k || codes.size() != values.size() ||
+      static_cast<int64_t>(scales.size()) != blocks) {
+    fail("internal: quantize_fp8 of ", values.size(), " values as ", rows, " rows of ", k);
+  }
+  constexpr float kLargest = 448.0f;
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t c0 = j * kFp8TileCols, c1 = std::min<int64_t>(k, c0 + kFp8TileCols);
+    float amax = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(values[r * k + c]));
+    }
+    const float scale = amax > 0.0f ? amax / kLargest : 1.0f;
+    scales[j] = scale;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = c0; c < c1; ++c) codes[r * k + c] = f32_to_f8e4m3(values[r * k + c] / scale);
+    }
+  }
+}
+
 float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {
+  if (f == MatrixFormat::fp8) {  // code · scale
+    const uint8_t code = static_cast<uint8_t>(matrix[place(f, n, k, r, c / kQuantBlockValues, (c % 32) / 8).lane_bytes +
+                                                     (c / kQuantBlockValues % 2) * 8 + c % 8]);
+    float scale;
+    std::memcpy(&scale, matrix + fp8_scale_at(n, k, r, c / kFp8TileCols), 4);
+    return f8e4m3_to_f32(code) * scale;
+  }
   if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
     const int64_t supers = k / kQ4kSuperValues;
     const Q6kBits at = q6k_bits(n, k, r, c / kQuantBlockValues, c % kQuantBlockValues);

@@ -134,11 +134,37 @@ void check_whole_step_matches_per_op(const ModelDef& model) {
   }
 }
 
+// CUDA against the reference backend on the same weights: the reference is the oracle (its prompt
+// logits, greedy tokens and the logits at each greedy step stand in for HF's), and CUDA must agree
+// under the top-5 rule. `label` names the weights in the printed lines; with `against_hf`, how far
+// they move the model from HF's bf16 fixture is printed too.
+void check_against_reference(const ModelDef& model, const golden::Fixture& fixture, Backend& cpu, Backend& cuda,
+                             const std::string& label, bool against_hf) {
+  const int64_t V = model.info.vocab_size;
+  for (size_t i = 0; i < fixture.prompts.size(); ++i) {
+    const golden::Prompt ref = golden::reference_prompt(model, cpu, fixture.prompts[i].ids, fixture.prompts[i].greedy.size());
+    const golden::Run run = golden::run_prompt(model, cuda, ref);
+    const golden::LogitsComparison c = golden::compare_logits(ref.logits, run.prompt_logits, V, 1e-3);
+    const golden::GreedyVerdict g = golden::top5_rule(model, cuda, ref, run);
+    std::string hf;
+    if (against_hf) {
+      const golden::Run hf_run = golden::run_prompt(model, cuda, fixture.prompts[i]);
+      const golden::GreedyVerdict h = golden::top5_rule(model, cuda, fixture.prompts[i], hf_run);
+      hf = "; against HF's bf16: greedy " + std::to_string(h.agreeing) + "/" +
+           std::to_string(fixture.prompts[i].greedy.size()) + " " + h.text;
+    }
+    std::printf("%-22s %s on CUDA vs the CPU reference, prompt %zu: prompt logits max|diff| %.2e x max|logit|; "
+                "greedy %zu/%zu %s -> %s%s\n",
+                model.info.name, label.c_str(), i, c.worst, g.agreeing, ref.greedy.size(), g.text.c_str(),
+                g.ok ? "PASS" : "FAIL", hf.c_str());
+    INFO(model.info.name << " " << label << " prompt " << i << ": " << g.text);
+    CHECK(g.ok);
+  }
+}
+
 // A GGUF file whose matrices are Q8_0, Q4_0 or Q4_1 (the golden fixture quantized as llama-quantize
 // does): on CUDA its projections keep their blocks (linear_quant.cuh; Q4_1's requantized to Q8_0)
-// where the CPU reference dequantizes them to fp32 at load. The reference on the same file is the oracle: its prompt
-// logits, greedy tokens and the logits at each greedy step stand in for HF's, and CUDA must agree
-// under the top-5 rule.
+// where the CPU reference dequantizes them to fp32 at load.
 void check_quantized_gguf(const ModelDef& model, uint32_t type) {
   const golden::Fixture fixture = golden::load_fixture(model.info.name);
   const auto hf = open_safetensors_source(fixture.dir);
@@ -152,21 +178,34 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type) {
   INFO(origin << ": " << info.weight_formats);
   CHECK(info.weight_formats.find("GGUF blocks") != std::string::npos);
   CHECK(info.decode_weight_bytes < model.info.decode_weight_bytes);
-  const int64_t V = model.info.vocab_size;
-  for (size_t i = 0; i < fixture.prompts.size(); ++i) {
-    const golden::Prompt ref = golden::reference_prompt(model, *cpu, fixture.prompts[i].ids, fixture.prompts[i].greedy.size());
-    const golden::Run run = golden::run_prompt(model, *cuda, ref);
-    const golden::LogitsComparison c = golden::compare_logits(ref.logits, run.prompt_logits, V, 1e-3);
-    const golden::GreedyVerdict g = golden::top5_rule(model, *cuda, ref, run);
-    std::printf("%-22s %s GGUF on CUDA vs the CPU reference, prompt %zu: prompt logits max|diff| %.2e x max|logit|; "
-                "greedy %zu/%zu %s -> %s\n",
-                model.info.name, type_name, i, c.worst, g.agreeing, ref.greedy.size(), g.text.c_str(), g.ok ? "PASS" : "FAIL");
-    INFO(origin << " prompt " << i << ": " << g.text);
-    CHECK(g.ok);
-  }
+  check_against_reference(model, fixture, *cpu, *cuda, std::string(type_name) + " GGUF", false);
+}
+
+// --quantize fp8: on CUDA every matrix (projections, LM head, embedding table; not the routed
+// experts) is FP8, which the reference backend computes with too (the same codes and scales, as
+// fp32 values).
+void check_fp8(const ModelDef& model) {
+  const golden::Fixture fixture = golden::load_fixture(model.info.name);
+  const auto hf = open_safetensors_source(fixture.dir);
+  BackendOptions options;
+  options.quantize = Quantize::fp8;
+  const auto cpu = make_ref_backend(model, WeightOrigin{hf.get(), 0}, options);
+  const auto cuda = make_cuda_backend(model, WeightOrigin{hf.get(), 0}, options);
+  const BackendInfo& info = cuda->info();
+  INFO(model.info.name << " --quantize fp8: " << info.weight_formats);
+  CHECK(info.weight_formats.find("FP8 for") != std::string::npos);
+  CHECK(info.decode_weight_bytes < model.info.decode_weight_bytes);
+  check_against_reference(model, fixture, *cpu, *cuda, "FP8", true);
 }
 
 }  // namespace
+
+TEST_CASE("--quantize fp8 decodes FP8 on CUDA and agrees with the reference's FP8 values", "[golden]") {
+  for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                            &models::tiny_smollm2::model_def(), &models::tiny_deepseek_v2::model_def()}) {
+    check_fp8(*m);
+  }
+}
 
 TEST_CASE("GGUF files in Q8_0 and Q4_0 decode from their blocks on CUDA and agree with the CPU reference", "[golden]") {
   // Q4_1 has no GEMV of its own: its projections are requantized to Q8_0 (the CPU reads them exactly).

@@ -213,16 +213,31 @@ void bench_prefill(int tokens) {
 int main(int argc, char** argv) {
   using namespace kiln::kernel_test;
   if (!print_device_or_skip()) return 77;
-  // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both).
-  bool sweep = true, quant_only = false;
+  // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both);
+  // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
+  bool sweep = true, quant_only = false, fp8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     sweep = sweep && arg != "--no-sweep";
     quant_only = quant_only || arg == "--quant-only";
+    fp8 = fp8 || arg == "--fp8";
   }
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
+  if (fp8) {  // Qwen3-8B's qkv, o, gate_up, down and LM head
+    bench_quant_shape<6144, 4096, kiln::MatrixFormat::fp8>(sweep);
+    bench_quant_shape<4096, 4096, kiln::MatrixFormat::fp8>(sweep);
+    bench_quant_shape<24576, 4096, kiln::MatrixFormat::fp8>(sweep);
+    bench_quant_shape<4096, 12288, kiln::MatrixFormat::fp8>(sweep);
+    bench_quant_shape<151936, 4096, kiln::MatrixFormat::fp8>(false);
+    bench_gemv_shape<6144, 4096, false>(false);
+    bench_gemv_shape<4096, 4096, false>(false);
+    bench_gemv_shape<24576, 4096, false>(false);
+    bench_gemv_shape<4096, 12288, false>(false);
+    bench_gemv_shape<151936, 4096, false>(false);
+    return 0;
+  }
   // Llama-3.1-8B's projections (qkv, o, gate_up, down), Llama-3.2-1B's gate_up and SmolLM2's qkv.
   bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_0>(sweep);
   bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_0>(sweep);

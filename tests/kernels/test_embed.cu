@@ -45,6 +45,32 @@ void check_embed(int tokens, int rank = 0, int ranks = 1) {
 
 // A table of GGUF blocks, repacked as the loader keeps it on the GPU: each token's row must be
 // ggml's dequantization of the file's row exactly (and zeros for another rank's token).
+// A table in format f (`matrix` in its GPU layout) holding `values`: each token's row must be its
+// values exactly (and zeros for another rank's token).
+template <shape::embed S>
+void check_embed_matrix(const std::string& name, MatrixFormat f, const std::vector<std::byte>& matrix,
+                        const std::vector<float>& values, int tokens, int rank, int ranks) {
+  std::mt19937 rng(2000 + S.dim + tokens);
+  std::vector<int> ids(tokens);
+  std::uniform_int_distribution<int> pick(0, S.vocab * ranks - 1);
+  for (auto& id : ids) id = pick(rng);
+  ids.front() = rank * S.vocab + S.vocab - 1;  // the last row of the table
+  DeviceBuffer<std::byte> d_matrix(matrix);
+  DeviceBuffer<int> d_ids(ids);
+  DeviceBuffer<float> d_x(static_cast<size_t>(tokens) * S.dim);
+  d_x.poison();
+  kiln::embed<S>(d_ids.get(), GpuMatrix{d_matrix.get(), f}, d_x.get(), rank, tokens, nullptr);
+  const std::string what = "embed from " + name + " dim " + std::to_string(S.dim) +
+                           " tokens " + std::to_string(tokens) + " rank " + std::to_string(rank);
+  check_launch(what);
+  std::vector<float> ref(static_cast<size_t>(tokens) * S.dim);
+  ref::embed(S, ids.data(), CpuMatrix{values.data(), MatrixFormat::f32}, ref.data(), rank, tokens);
+  const std::vector<float> got = d_x.download();
+  INFO(what << ": rows not the table's values bit for bit");
+  CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+}
+
+// ... of GGUF blocks, whose values are ggml's dequantization of the file's rows.
 template <shape::embed S>
 void check_embed_blocks(GgmlType type, int tokens, int rank = 0, int ranks = 1) {
   const MatrixFormat f = *matrix_format_of(type, Device::gpu);
@@ -57,24 +83,14 @@ void check_embed_blocks(GgmlType type, int tokens, int rank = 0, int ranks = 1) 
     repack_row(f, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), S.vocab, S.dim, r,
                matrix.data());
   }
-  std::mt19937 rng(2000 + S.dim + tokens);
-  std::vector<int> ids(tokens);
-  std::uniform_int_distribution<int> pick(0, S.vocab * ranks - 1);
-  for (auto& id : ids) id = pick(rng);
-  ids.front() = rank * S.vocab + S.vocab - 1;  // the last row of the table
-  DeviceBuffer<std::byte> d_matrix(matrix);
-  DeviceBuffer<int> d_ids(ids);
-  DeviceBuffer<float> d_x(static_cast<size_t>(tokens) * S.dim);
-  d_x.poison();
-  kiln::embed<S>(d_ids.get(), GpuMatrix{d_matrix.get(), f}, d_x.get(), rank, tokens, nullptr);
-  const std::string what = "embed from " + std::string(ggml_type_name(type)) + " dim " + std::to_string(S.dim) +
-                           " tokens " + std::to_string(tokens) + " rank " + std::to_string(rank);
-  check_launch(what);
-  std::vector<float> ref(static_cast<size_t>(tokens) * S.dim);
-  ref::embed(S, ids.data(), CpuMatrix{values.data(), MatrixFormat::f32}, ref.data(), rank, tokens);
-  const std::vector<float> got = d_x.download();
-  INFO(what << ": rows not ggml's values bit for bit");
-  CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+  check_embed_matrix<S>(std::string(ggml_type_name(type)), f, matrix, values, tokens, rank, ranks);
+}
+
+// ... of FP8 codes and tile scales (--quantize fp8's table).
+template <shape::embed S>
+void check_embed_fp8(int tokens, int rank = 0, int ranks = 1) {
+  const test::Fp8Matrix m = test::random_fp8_matrix(S.vocab, S.dim, static_cast<uint32_t>(S.dim + 3 * tokens));
+  check_embed_matrix<S>("FP8", MatrixFormat::fp8, m.matrix, m.values, tokens, rank, ranks);
 }
 
 }  // namespace
@@ -103,6 +119,13 @@ TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_K and Q6_K blocks to ggm
   check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q6_K, 1);
   check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q6_K, 129);
   check_embed_blocks<shape::embed{.vocab = 300, .dim = 768}>(GgmlType::Q6_K, 50, 3, 4);
+}
+
+TEST_CASE("embed decodes a table kept in FP8 to its values", "[embed]") {
+  check_embed_fp8<llama1b::kEmbedTokens>(1);
+  check_embed_fp8<llama1b::kEmbedTokens>(129);
+  check_embed_fp8<smollm2::kEmbedTokens>(37);  // 18 blocks a row: the last group pads
+  check_embed_fp8<shape::embed{.vocab = 1000, .dim = 96}>(40, 1, 2);
 }
 
 }  // namespace kiln::kernel_test

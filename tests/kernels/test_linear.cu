@@ -118,21 +118,13 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
   CHECK(nans == 0);
 }
 
-// The GEMV over a matrix kept in a GGUF block type (templates/linear_quant.cuh) against ref::linear
-// on ggml's dequantized values; every token's output must not depend on the token count (the
-// first tokens of every count equal the count-1 run bit for bit); dequantize_matrix must give
-// each value rounded once to bf16.
+// The GEMV over a matrix kept in blocks (templates/linear_quant.cuh: `name`, format f, `matrix` in
+// its GPU layout) against ref::linear on the values it holds (`weight`); every token's output must
+// not depend on the token count (the first tokens of every count equal the count-1 run bit for
+// bit); dequantize_matrix must give each value rounded once to bf16.
 template <shape::linear S>
-void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
-  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
-  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
-  std::vector<float> weight(static_cast<size_t>(S.n) * S.k);
-  dequantize(type, blocks, weight);
-  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, S.n, S.k)), std::byte{0});
-  const size_t row_bytes = ggml_tensor_bytes(type, S.k);
-  for (int r = 0; r < S.n; ++r) {
-    repack_row(f, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), S.n, S.k, r, matrix.data());
-  }
+void check_matrix_gemv(const std::string& name, MatrixFormat f, const std::vector<std::byte>& matrix,
+                       const std::vector<float>& weight, const std::vector<int>& token_counts) {
   DeviceBuffer<std::byte> d_matrix(matrix);  // cudaMalloc: 256-byte aligned, as the loader places matrices
   const GpuMatrix gpu{d_matrix.get(), f};
   std::mt19937 rng(9000 + S.n + S.k);
@@ -151,7 +143,7 @@ void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
       d_out.poison();
     }
     kiln::linear<S>(as_bf16(d_in), gpu, reinterpret_cast<Out<S>*>(d_out.get()), tokens, scratch.get(), nullptr);
-    const std::string what = describe<S>((std::string(ggml_type_name(type)) + " gemv").c_str(), tokens);
+    const std::string what = describe<S>((name + " gemv").c_str(), tokens);
     check_launch(what);
     const std::vector<Stored<S>> got = d_out.download();
     const std::vector<float> all_in = bf16_to_f32(in);
@@ -174,8 +166,30 @@ void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
   const std::vector<uint16_t> rows = d_rows.download();
   long long wrong = 0;
   for (size_t i = 0; i < rows.size(); ++i) wrong += rows[i] != f32_to_bf16(weight[i]);
-  INFO("dequantize_matrix N " << S.n << " K " << S.k << ": values not ggml's rounded to bf16");
+  INFO("dequantize_matrix " << name << " N " << S.n << " K " << S.k << ": values not the matrix's rounded to bf16");
   CHECK(wrong == 0);
+}
+
+// ... over a GGUF block type, against ggml's dequantized values.
+template <shape::linear S>
+void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
+  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
+  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
+  std::vector<float> weight(static_cast<size_t>(S.n) * S.k);
+  dequantize(type, blocks, weight);
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, S.n, S.k)), std::byte{0});
+  const size_t row_bytes = ggml_tensor_bytes(type, S.k);
+  for (int r = 0; r < S.n; ++r) {
+    repack_row(f, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), S.n, S.k, r, matrix.data());
+  }
+  check_matrix_gemv<S>(std::string(ggml_type_name(type)), f, matrix, weight, token_counts);
+}
+
+// ... over FP8 codes (every finite one, subnormals included) with their 16 × 128 tiles' scales.
+template <shape::linear S>
+void check_fp8_gemv(const std::vector<int>& token_counts) {
+  const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 5 * S.k));
+  check_matrix_gemv<S>("FP8", MatrixFormat::fp8, m.matrix, m.values, token_counts);
 }
 
 }  // namespace
@@ -209,6 +223,18 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the p
   check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k6, counts);
   check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k6, counts);
   check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 8, 33});
+}
+
+TEST_CASE("linear, decode: the GEMV over FP8 codes with 16 × 128 tile scales, the prefill's bf16 rows from them", "[linear]") {
+  const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
+  check_fp8_gemv<llama1b::kLinearQkvProj>(counts);
+  check_fp8_gemv<llama1b::kLinearDownProj>({1, 16, 64});
+  check_fp8_gemv<llama1b::kLinearLmHead>({1, 9});
+  check_fp8_gemv<smollm2::kLinearQkvProj>(counts);  // 18 blocks a row: the last group pads
+  check_fp8_gemv<tiny_qwen3::kLinearDownProj>(counts);
+  check_fp8_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(counts);  // a partial tile each way
+  check_fp8_gemv<shape::linear{.n = 1000, .k = 64, .out = LinearOut::add_f32, .sms = 108}>(counts);
+  check_fp8_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>({1, 8, 33});
 }
 
 TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linear]") {

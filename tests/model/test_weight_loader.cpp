@@ -3,18 +3,21 @@
 // a column slice, replicated norms, KV heads replicated over rank groups, a tied lm_head) defined
 // whole and for 2 and 4 ranks. Each rank's loaded values must be exactly the slices of the whole
 // model's, from random weights and from safetensors directories (fp32 and bf16 files, fp32 and bf16
-// loads). Then the errors: a bad rank, a mis-shaped HF tensor, inconsistent manifests; and a Q6_K
-// projection on the GPU, kept as stored, with a NaN d refused.
+// loads). Then the errors: a bad rank, a mis-shaped HF tensor, inconsistent manifests; a Q6_K
+// projection on the GPU, kept as stored, with a NaN d refused; FP8 checkpoints and --quantize fp8.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "runtime/core/dtype.hpp"
 #include "runtime/model/random_source.hpp"
 #include "runtime/model/weight_loader.hpp"
 #include "runtime/weights/dequant.hpp"
@@ -489,4 +492,179 @@ TEST_CASE("weight loader: the GPU keeps a Q6_K projection's blocks and refuses a
   CountingSink sink;
   CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::gpu, sink), "q6k.gguf", "tensor w",
                    "NaN or infinite scale in block 0", "at row 2", "corrupt");
+}
+
+namespace {
+
+// FP8-checkpoint-style tensors in memory: each E4M3 codes [rows, cols] with a scale per block of
+// block_rows × block_cols (the safetensors source's interface).
+class Fp8Source final : public kiln::TensorSource {
+ public:
+  struct Tensor {
+    int64_t rows, cols;
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;  // [ceil(rows / block_rows), ceil(cols / block_cols)]
+  };
+  Fp8Source(int64_t block_rows, int64_t block_cols, std::map<std::string, Tensor> tensors)
+      : block_{block_rows, block_cols}, tensors_(std::move(tensors)) {}
+  std::string describe() const override { return "fp8 checkpoint"; }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [name, t] : tensors_) out.push_back(name);
+    return out;
+  }
+  std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) return std::nullopt;
+    return std::vector<int64_t>{it->second.rows, it->second.cols};
+  }
+  void read_rows(const std::string& name, int64_t first, int64_t count, float* out) const override {
+    const Tensor& t = tensors_.at(name);
+    for (int64_t r = first; r < first + count; ++r) {
+      for (int64_t c = 0; c < t.cols; ++c) *out++ = value(t, r, c);
+    }
+  }
+  std::optional<Fp8Blocks> fp8_blocks(const std::string&) const override { return block_; }
+  std::span<const uint8_t> fp8_codes(const std::string& name, int64_t row) const override {
+    const Tensor& t = tensors_.at(name);
+    return std::span<const uint8_t>(t.codes).subspan(static_cast<size_t>(row * t.cols), static_cast<size_t>(t.cols));
+  }
+  float fp8_scale(const std::string& name, int64_t block_row, int64_t block_col) const override {
+    const Tensor& t = tensors_.at(name);
+    return t.scales[static_cast<size_t>(block_row * block_columns(t) + block_col)];
+  }
+  float value(const Tensor& t, int64_t r, int64_t c) const {
+    return kiln::f8e4m3_to_f32(t.codes[r * t.cols + c]) * fp8_scale_of(t, r, c);
+  }
+  float fp8_scale_of(const Tensor& t, int64_t r, int64_t c) const {
+    return t.scales[static_cast<size_t>(r / block_.rows * block_columns(t) + c / block_.cols)];
+  }
+
+ private:
+  int64_t block_columns(const Tensor& t) const { return (t.cols + block_.cols - 1) / block_.cols; }
+  Fp8Blocks block_;
+  std::map<std::string, Tensor> tensors_;
+};
+
+Fp8Source::Tensor random_fp8_tensor(int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Fp8Source::Tensor t{rows, cols, std::vector<uint8_t>(static_cast<size_t>(rows * cols)),
+                      std::vector<float>(static_cast<size_t>((rows + block_rows - 1) / block_rows *
+                                                             ((cols + block_cols - 1) / block_cols)))};
+  for (uint8_t& v : t.codes) {
+    do v = static_cast<uint8_t>(rng()); while ((v & 0x7F) == 0x7F);
+  }
+  for (float& s : t.scales) s = std::ldexp(1.0f + static_cast<float>(rng() % 100) / 100.0f, -static_cast<int>(rng() % 10) - 4);
+  return t;
+}
+
+// A 2-layer-free model: one projection "proj" of [32, 256] stacked from "a" (its first `split`
+// rows) and "b" (the rest).
+struct Fp8Model {
+  std::vector<WeightSpec> specs;
+  ModelDef def;
+};
+std::unique_ptr<Fp8Model> fp8_model(int64_t split) {
+  auto m = std::make_unique<Fp8Model>();
+  m->specs = {{"proj", false, 0, 0, {32, 256}, 0, {{{.hf_name = "a", .rows = split}, {.hf_name = "b", .rows = 32 - split}}}, "", true}};
+  m->def.info.name = "fp8";
+  m->def.info.tensor_parallel = 1;
+  m->def.weights = &m->specs;
+  return m;
+}
+
+}  // namespace
+
+// An FP8 checkpoint's projection on the GPU keeps its codes and block scales where 128-column
+// blocks and whole 16-row tiles allow (the published 128 × 128 blocks), else is quantized to FP8
+// at load from its values; the reference backend's --quantize fp8 computes with the GPU's values
+// either way; NaN codes and scales are refused naming the tensor and row.
+TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weights]") {
+  using kiln::MatrixFormat;
+  const auto load = [](const ModelDef& def, const kiln::TensorSource& source, WeightFormat format,
+                       kiln::Quantize quantize = kiln::Quantize::none) {
+    auto sink = std::make_unique<CountingSink>();
+    LoadedWeights w = kiln::load_weights(def, source, format, *sink, 0, quantize);
+    return std::pair{std::move(sink), std::move(w)};
+  };
+  // The stacked matrix's value (r, c) as the source holds it.
+  const auto source_value = [](const Fp8Source& s, const std::map<std::string, Fp8Source::Tensor>& t, int64_t split,
+                               int64_t r, int64_t c) {
+    return r < split ? s.value(t.at("a"), r, c) : s.value(t.at("b"), r - split, c);
+  };
+  for (const int64_t block_rows : {128, 16}) {
+    const std::map<std::string, Fp8Source::Tensor> tensors = {{"a", random_fp8_tensor(16, 256, block_rows, 128, 1)},
+                                                              {"b", random_fp8_tensor(16, 256, block_rows, 128, 2)}};
+    const Fp8Source source(block_rows, 128, tensors);
+    const auto m = fp8_model(16);
+    INFO("blocks of " << block_rows << " × 128");
+    const auto [sink, w] = load(m->def, source, WeightFormat::gpu);
+    REQUIRE(w.table.format("proj") == MatrixFormat::fp8);
+    CHECK(w.fp8_at_load == 0);
+    CHECK(w.quantized_bytes == kiln::matrix_bytes(MatrixFormat::fp8, 32, 256));
+    CHECK(w.quantized_bytes == 32 * 256 + 2 * 2 * 4);  // the codes, and 2 tiles × 2 column blocks of scales
+    const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+    const auto [ref_sink, ref] = load(m->def, source, WeightFormat::f32, kiln::Quantize::fp8);
+    const auto* ref_values = static_cast<const float*>(ref.table.get("proj"));
+    int64_t wrong = 0, ref_wrong = 0;
+    for (int64_t r = 0; r < 32; ++r) {
+      for (int64_t c = 0; c < 256; ++c) {
+        const float v = kiln::matrix_value(MatrixFormat::fp8, matrix, 32, 256, r, c);
+        wrong += v != source_value(source, tensors, 16, r, c);
+        ref_wrong += ref_values[r * 256 + c] != v;
+      }
+    }
+    CHECK(wrong == 0);
+    CHECK(ref_wrong == 0);
+    CHECK(kiln::weight_formats_text(w, "bf16") == "blocks: FP8 for 1 of 1 projections; the rest bf16");
+  }
+  SECTION("blocks the GPU's tiles cannot take, or pieces that are not whole tiles: quantized at load") {
+    for (const auto& [block_cols, split] : {std::pair<int64_t, int64_t>{16, 16}, {128, 8}}) {
+      const std::map<std::string, Fp8Source::Tensor> tensors = {
+          {"a", random_fp8_tensor(split, 256, 16, block_cols, 3)}, {"b", random_fp8_tensor(32 - split, 256, 16, block_cols, 4)}};
+      const Fp8Source source(16, block_cols, tensors);
+      const auto m = fp8_model(split);
+      INFO("blocks of 16 × " << block_cols << ", pieces of " << split << " and " << 32 - split << " rows");
+      const auto [sink, w] = load(m->def, source, WeightFormat::gpu);
+      REQUIRE(w.table.format("proj") == MatrixFormat::fp8);
+      CHECK(w.fp8_at_load == 1);
+      CHECK(kiln::weight_formats_text(w, "bf16").find("(1 quantized to FP8 at load)") != std::string::npos);
+      const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+      int64_t far = 0;
+      for (int64_t r = 0; r < 32; ++r) {
+        for (int64_t c = 0; c < 256; ++c) {
+          const float x = source_value(source, tensors, split, r, c), v = kiln::matrix_value(MatrixFormat::fp8, matrix, 32, 256, r, c);
+          // E4M3 keeps 4 significant bits: half a step is 1/16 of the value, or less than the tile's
+          // smallest normal step (scale · 2^-9) below 2^-6 · scale.
+          float tile_max = 0.0f;
+          for (int64_t i = r / 16 * 16; i < r / 16 * 16 + 16; ++i) {
+            for (int64_t j = c / 128 * 128; j < c / 128 * 128 + 128; ++j) tile_max = std::max(tile_max, std::fabs(source_value(source, tensors, split, i, j)));
+          }
+          far += std::fabs(v - x) > 1.001f * std::max(std::fabs(x) / 16, tile_max / 448 * 0x1p-10f);
+        }
+      }
+      CHECK(far == 0);
+    }
+  }
+  SECTION("--quantize fp8 of plain values, and where it cannot run") {
+    auto m = fp8_model(16);
+    const auto random = kiln::open_random_source(m->def, 5);
+    const auto [sink, w] = load(m->def, *random, WeightFormat::gpu, kiln::Quantize::fp8);
+    CHECK(w.table.format("proj") == MatrixFormat::fp8);
+    CHECK(w.fp8_at_load == 1);
+    CHECK_KILN_ERROR(load(m->def, *random, WeightFormat::cpu, kiln::Quantize::fp8), "--quantize fp8", "fast CPU backend");
+    CHECK_KILN_ERROR(load(m->def, *random, WeightFormat::bf16, kiln::Quantize::fp8), "--quantize fp8", "tensor-parallel");
+  }
+  SECTION("a NaN code or scale is refused, naming the tensor and row") {
+    std::map<std::string, Fp8Source::Tensor> tensors = {{"a", random_fp8_tensor(16, 256, 128, 128, 1)},
+                                                        {"b", random_fp8_tensor(16, 256, 128, 128, 2)}};
+    const auto m = fp8_model(16);
+    tensors["b"].codes[5 * 256 + 7] = 0xFF;
+    CHECK_KILN_ERROR(load(m->def, Fp8Source(128, 128, tensors), WeightFormat::gpu), "fp8 checkpoint", "tensor b",
+                     "E4M3 NaN in column 7", "at row 5", "corrupt");
+    tensors["b"].codes[5 * 256 + 7] = 0x01;
+    tensors["a"].scales[1] = NAN;
+    CHECK_KILN_ERROR(load(m->def, Fp8Source(128, 128, tensors), WeightFormat::gpu), "fp8 checkpoint", "tensor a",
+                     "NaN or infinite scale in block column 1", "at row 0");
+  }
 }

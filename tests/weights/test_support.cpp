@@ -1,8 +1,10 @@
 #include "test_support.hpp"
 
 #include "runtime/core/dtype.hpp"
+#include "runtime/weights/quant_repack.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -87,6 +89,33 @@ std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k
     for (size_t b = 0; b < out.size(); b += block_bytes) std::memcpy(out.data() + b + block_bytes - 2, out.data() + b, 2);
   }
   return out;
+}
+
+Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> code(0, 255);
+  std::uniform_real_distribution<float> exponent(-12.0f, -4.0f);
+  Fp8Matrix m{std::vector<std::byte>(static_cast<size_t>(matrix_bytes(MatrixFormat::fp8, n, k)), std::byte{0}),
+              std::vector<float>(static_cast<size_t>(n * k))};
+  std::vector<float> scales(static_cast<size_t>((n + kFp8TileRows - 1) / kFp8TileRows * fp8_scale_cols(k)));
+  for (float& s : scales) s = std::exp2(exponent(rng));
+  std::vector<uint8_t> codes(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      uint8_t v;
+      do v = static_cast<uint8_t>(code(rng)); while ((v & 0x7F) == 0x7F);  // no NaN
+      codes[c] = v;
+      const float scale = scales[(r / kFp8TileRows) * fp8_scale_cols(k) + c / kFp8TileCols];
+      m.values[r * k + c] = f8e4m3_to_f32(v) * scale;
+    }
+    repack_fp8_row(codes, n, k, r, m.matrix.data());
+    if (r % kFp8TileRows == 0) {
+      for (int64_t j = 0; j < fp8_scale_cols(k); ++j) {
+        set_fp8_scale(m.matrix.data(), n, k, r, j, scales[(r / kFp8TileRows) * fp8_scale_cols(k) + j]);
+      }
+    }
+  }
+  return m;
 }
 
 }  // namespace kiln::test

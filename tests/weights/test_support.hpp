@@ -100,6 +100,15 @@ std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, in
 // bytes) finite too.
 std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k, uint32_t seed);
 
+// An [n, k] matrix in the GPU's FP8 layout (repack_fp8_row / set_fp8_scale) with random codes (every
+// finite E4M3 code: zeros, subnormals, ±448) and per-tile scales spread over [2^-12, 2^-4), and the
+// values it holds (code · scale), the same for the same seed.
+struct Fp8Matrix {
+  std::vector<std::byte> matrix;
+  std::vector<float> values;
+};
+Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed);
+
 // A GGUF image with knobs for every field, so each test breaks exactly one thing.
 // GGUF tensor type ids as a crafted file stores them (GgufBuilder::tensor's type argument).
 inline constexpr uint32_t kF32 = static_cast<uint32_t>(GgmlType::F32), kF16 = static_cast<uint32_t>(GgmlType::F16),
