@@ -69,9 +69,12 @@ struct QuantGemvShape {
   // an SM) 5.9 -> 6.4, Q4_K qkv 8.9 -> 9.9. End to end (gguf_bench.py, same card, same run):
   // Llama-3.1-8B Q4_0 2.306 -> 2.226 ms a token, Q8_0 3.192 -> 3.104; Llama-3.2-1B Q8_0 (rows of
   // 2048) 0.818 -> 0.830, hence the row length. The sum order is the same either way (groups in
-  // step order).
-  static constexpr bool kAllInFlight = (F == MatrixFormat::q4_0 || F == MatrixFormat::q8_0) && kTokenTiles == 1 &&
-                                       kK >= 4096 && kSteps == 4 * kWarpsK && 2 * kRowBlocks >= 5 * kSMs;
+  // step order). FP8 (Q8_0's group bytes, one scale for two groups) gains at every row count
+  // (H200, 2026-11-27 fifth session, chained, µs: Qwen3-8B's qkv 6144×4096 10.8 -> 10.1, o
+  // 4096×4096 7.2 -> 6.8, gate_up 24576×4096 31.6 -> 28.0).
+  static constexpr bool kAllInFlight =
+      kTokenTiles == 1 && kK >= 4096 && kSteps == 4 * kWarpsK &&
+      (((F == MatrixFormat::q4_0 || F == MatrixFormat::q8_0) && 2 * kRowBlocks >= 5 * kSMs) || F == MatrixFormat::fp8);
   static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : kAllInFlight ? 4 : 1;
   // Whether a warp requests its first two groups before the PDL wait, not only its first: where it
   // has at most 4, the second was a round trip to HBM after the wait on the critical path (H100,
@@ -327,10 +330,13 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
       constexpr int kTiles = decltype(tiles)::value;
       const bf16* x = in + static_cast<long long>(done) * kK;
       auto* y = out + static_cast<long long>(done) * kN;
-      // The same sums either way (only where the inputs are read from differs).
+      // The same sums either way (only where the inputs are read from differs). FP8 rows longer
+      // than 4096 values read theirs from global memory: Qwen3-8B's down_proj 4096×12288 took 16.3
+      // µs so, 17.6 from shared memory (H200, chained, 2026-11-27 fifth session), where Q4_0's
+      // down_proj gains from shared memory (1.8× fewer weight bytes a value: the copy is more of its time).
       using Shared = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, 1>;
       using Global = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, 0>;
-      if constexpr (Shared::kWholeGroups) {
+      if constexpr (Shared::kWholeGroups && !(F == MatrixFormat::fp8 && kK > 4096)) {
         if (n * Shared::kSharedRowBytes <= kMaxSharedInputBytes) {
           launch_gemv_quant<kN, kK, kOut, F, Shared>(x, matrix, y, n, stream);
           return;
