@@ -15,7 +15,8 @@
 // Q6_K has a scale per 16 columns: its lanes hold columns 4q..4q+3 and 16+4q..16+4q+3 of a block
 // instead (weight_matrix.hpp), so that each of the block's two mmas sees one sub-block, and each
 // mma's sum takes its own scale. FP8's codes enter the mma as their exact bf16 values (E4M3 has 3
-// mantissa bits), and the 16 × 128 tile's scale multiplies each block's sum as a block scale would.
+// mantissa bits), a lane's 16 bytes being 16 consecutive columns of the row (rows stay as stored,
+// for cuBLASLt), and the 128 × 128 block's scale multiplies each half's sum as a block scale would.
 #pragma once
 
 #include "templates/blocks/mma.cuh"
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
                                                : __ldg(reinterpret_cast<const uint2*>(x_rows[j] + col + 16));
           return make_uint4(lo.x, lo.y, hi.x, hi.y);
         } else {
-          const int col = (step * G + b) * 32 + q * 8;
+          const int col = step * G * 32 + Q::lane_column(b, q);
           if constexpr (Shape::kSharedInput) return *reinterpret_cast<const uint4*>(x_rows[j] + col);
           if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
           return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);

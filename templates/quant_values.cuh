@@ -48,6 +48,8 @@ struct WholeBlocks {
   static constexpr bool kHighBits = false;
   static constexpr bool kHalfScales = false;
   struct High {};  // nothing: the high bits of Q6_K's quants
+  // The first of the 8 columns lane q holds of block b, from the group's first column.
+  __device__ static __forceinline__ int lane_column(int b, int q) { return b * kQuantBlockValues + q * 8; }
 };
 
 // The fp16 scales of Q8_0 / Q4_0: row r's of an [n, k] matrix, then group `step`'s G of them.
@@ -223,13 +225,15 @@ struct QuantValues<MatrixFormat::q6_k> {
 template <>
 struct QuantValues<MatrixFormat::fp8> : WholeBlocks {
   static constexpr bool kHasMin = false;
-  using Scales = float;  // the scale of the group's 16 × 128 tile (both its blocks)
-  // Row r's scales: those of its 16-row tile.
+  using Scales = float;  // the scale of the group's 128 × 128 block (both its "blocks" of 32)
+  // Rows stay as they are (weight_matrix.hpp): lane q holds columns 16q..16q+15 of the group.
+  __device__ static __forceinline__ int lane_column(int b, int q) { return q * 16 + b * 8; }
+  // Row r's scales: those of its block of 128 rows.
   __device__ static __forceinline__ const float* row(const unsigned char* matrix, long long n, long long k, long long r) {
     return reinterpret_cast<const float*>(matrix + quant_scales_offset(MatrixFormat::fp8, n, k)) +
-           r / kFp8TileRows * fp8_scale_cols(k);
+           r / kFp8BlockRows * fp8_scale_cols(k);
   }
-  // A group is 64 columns: half a 128-column tile.
+  // A group is 64 columns: half a 128-column block.
   __device__ static __forceinline__ Scales load_scales(const float* row, int step) { return __ldg(row + step / 2); }
   __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[2]) {
     out[0] = out[1] = {s, 0.0f};
@@ -271,7 +275,7 @@ __device__ __forceinline__ uint4 block_values(const uint4& raw, const typename Q
 }
 
 // The values of lane chunk (row r, group s, lane q) of a quantized [n, k] matrix in format F:
-// for each block b of the group inside k, the lane's columns of it as quant · d - m in two
+// for each block b of the group inside k, the lane's columns of it (lane_column) as quant · d - m in two
 // roundings, as ggml's dequantize_row_* (not one fma). `store(col, v)` takes each run of
 // consecutive columns from col: v a float[8] (columns 8q..8q+7), or Q6_K's float[4] twice (4q..4q+3
 // and 16+4q..16+4q+3).
@@ -292,7 +296,13 @@ __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ m
   Q::group_scales(d, static_cast<int>(s), scales);
 #pragma unroll
   for (int b = 0; b < G; ++b) {
-    if ((s * G + b) * 32 >= k) break;
+    long long col;  // the first column of block b the lane holds (Q6_K: the block's first)
+    if constexpr (Q::kHalfScales) {
+      col = (s * G + b) * 32;
+    } else {
+      col = s * G * 32 + Q::lane_column(b, q);
+    }
+    if (col >= k) continue;  // padding
     const uint4 v = block_values<Q, true>(raw, high, b);
     const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
     float values[8];
@@ -303,14 +313,13 @@ __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ m
       values[2 * p] = __fsub_rn(__fmul_rn(f.x, scale.d), scale.m);
       values[2 * p + 1] = __fsub_rn(__fmul_rn(f.y, scale.d), scale.m);
     }
-    const long long col = (s * G + b) * 32;
     if constexpr (Q::kHalfScales) {
       const float lo[4] = {values[0], values[1], values[2], values[3]};
       const float hi[4] = {values[4], values[5], values[6], values[7]};
       store(col + 4 * q, lo);
       store(col + 16 + 4 * q, hi);
     } else {
-      store(col + 8 * q, values);
+      store(col, values);
     }
   }
 }

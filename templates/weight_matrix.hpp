@@ -26,19 +26,19 @@
 //                            c = 4q, 4q + 2, 16 + 4q, 16 + 4q + 2 for p = 0..3, so that the first
 //                            of the GEMV's two k16 mmas of a block sees columns 0..15 (one scale)
 //                            and the second 16..31. The high 2 bits of u are a second area
-//   fp8 (2 blocks a group)   lane q: block 0's 8 E4M3 codes, then block 1's, as q8_0 (a block
-//                            being 32 columns here too, with no scale of its own)
+//   fp8 (2 blocks a group)   the E4M3 codes row-major (row r at r · groups · 64 bytes): lane q
+//                            holds the group's columns 16q..16q+15, its "block" b the 8 of them
+//                            from 16q + 8b, so that cuBLASLt's FP8 GEMM reads the rows as they are
 // Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_k [n][k / 256] 16-byte
 // headers, each the first 16 bytes of ggml's block_q4_K as stored (fp16 d, fp16 dmin, the 12 bytes
 // of 6-bit sub-block scales and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
 // 16 bits a block, block 2i + e in word i with pair p's first column at bits 8e + 2p and its
 // second at 16 + 8e + 2p), then [n][k / 256] 16 int8 sub-block scales (ggml's, in column order)
-// and [n][k / 256] fp16 d; fp8 [ceil(n / 16)][ceil(k / 128)] fp32 scales, one per 16 rows × 128
-// columns (value = code · scale: the published FP8 checkpoints' 128 × 128 blocks hold 8 such
-// tiles with their block's scale; the GEMV's warp owns 16 rows, so it loads one scale a step). So
-// the matrix takes exactly the file's bytes (fp8: and 1/512 more for the scales). Blocks past k (the last
-// group of a row whose block count is not a multiple of kGroupBlocks) hold zero quants and a zero
-// scale.
+// and [n][k / 256] fp16 d; fp8 [ceil(n / 128)][ceil(k / 128)] fp32 scales, one per block of 128
+// rows × 128 columns (value = code · scale), as the published FP8 checkpoints store them and as
+// cuBLASLt's BLK128x128 scale mode reads them. So the matrix takes exactly the file's bytes.
+// Blocks past k (the last group of a row whose block count is not a multiple of kGroupBlocks)
+// hold zero quants and a zero scale.
 //
 // Plain C++ (no includes but host_device.hpp): nvcc, NVRTC, kilnc and the loader all read it.
 #pragma once
@@ -113,13 +113,25 @@ KILN_HOST_DEVICE constexpr long long q6k_d_offset(long long n, long long k) {
   return q6k_scales_offset(n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
 }
 
-// FP8's scale tiles (rows × columns), and the scales of an [n, k] matrix: they start at
-// quant_scales_offset, row (r / 16)'s (k + 127) / 128 of them one after another.
-constexpr int kFp8TileRows = 16;
-constexpr int kFp8TileCols = 128;
-KILN_HOST_DEVICE constexpr long long fp8_scale_cols(long long k) { return (k + kFp8TileCols - 1) / kFp8TileCols; }
+// FP8's scale blocks (rows × columns), and the scales of an [n, k] matrix: they start at
+// quant_scales_offset, block row (r / 128)'s (k + 127) / 128 of them one after another.
+constexpr int kFp8BlockRows = 128;
+constexpr int kFp8BlockCols = 128;
+KILN_HOST_DEVICE constexpr long long fp8_scale_cols(long long k) { return (k + kFp8BlockCols - 1) / kFp8BlockCols; }
 KILN_HOST_DEVICE constexpr long long fp8_scale_count(long long n, long long k) {
-  return (n + kFp8TileRows - 1) / kFp8TileRows * fp8_scale_cols(k);
+  return (n + kFp8BlockRows - 1) / kFp8BlockRows * fp8_scale_cols(k);
+}
+// Whether the prefill multiplies an [n, k] FP8 matrix on the tensor cores' FP8 path (cuBLASLt's
+// 128 × 128-block scales), rather than expanding it to bf16 rows first: whole blocks each way, and
+// rows of block scales that are whole 16 bytes (k / 128 a multiple of 4). cuBLASLt 13.1 read the
+// scales wrong otherwise (k = 128 and 640: NMSE near 1 on an H200, 2026-11-27), as it runs the
+// inputs' scales, [k / 128][rows], only at multiples of 4 rows.
+KILN_HOST_DEVICE constexpr bool fp8_gemm_shape(long long n, long long k) {
+  return n % kFp8BlockRows == 0 && k % (4 * kFp8BlockCols) == 0;
+}
+// Bytes from one row's FP8 codes to the next's (whole groups: k rounded up to 64).
+KILN_HOST_DEVICE constexpr long long fp8_row_bytes(long long k) {
+  return quant_row_groups(MatrixFormat::fp8, k) * kQuantGroupBytes;
 }
 
 // Bytes an [n, k] matrix takes on the GPU in format f.

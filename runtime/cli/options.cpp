@@ -199,7 +199,7 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
                "dependent that starts during its last blocks (to measure what that buys)");
   app.add_option("--quantize", o.quantize,
                  "fp8: quantize every matrix (projections, LM head, embedding table) to FP8 E4M3 at load, a scale "
-                 "per 16 rows × 128 columns (one GPU, or --backend ref to compare with; an FP8 checkpoint needs no "
+                 "per 128 rows × 128 columns (one GPU, or --backend ref to compare with; an FP8 checkpoint needs no "
                  "flag)")
       ->check(CLI::IsMember({"none", "fp8"}))->capture_default_str();
   app.add_flag("--profile", o.profile,

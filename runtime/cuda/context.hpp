@@ -41,6 +41,12 @@ struct CudaContext {
   cuda::GemmRunner* gemm = nullptr; // prefill projections
   // bf16 rows of the largest projection kept quantized (the prefill GEMM's weight; null: none is)
   __nv_bfloat16* dequantized = nullptr;
+  // The prefill's inputs quantized to FP8 for an FP8 projection (quantize_rows.hpp: codes [tokens, k]
+  // and scales [k / 128, tokens] of the most tokens a step prefills, padded, and the longest such k;
+  // null: no projection is FP8, or the step's capacity is no multiple of kFp8GemmRows, so that the
+  // padded rows would not fit the step's buffers).
+  uint8_t* fp8_inputs = nullptr;
+  float* fp8_input_scales = nullptr;
   unsigned char* expert_usage = nullptr;  // null, or [num_layers][num_routed_experts] flags (--profile; mapped host memory)
   cudaStream_t stream = nullptr;
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +27,7 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // matters most), and the row counts it must also run at.
 constexpr int kReferenceRows = 2048;
 constexpr int kProbeRows[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 64, 100, 513, 1000, 2048};
+constexpr int kFp8ProbeRows[] = {4, 8, 12, 16, 32, 64, 100, 512, 1000, 2048};  // multiples of kFp8GemmRows
 
 const char* mode_name(LinearOut mode) {
   switch (mode) {
@@ -36,15 +38,18 @@ const char* mode_name(LinearOut mode) {
   return "unknown";
 }
 
-// Operand alignments are part of the key: cuBLASLt picks kernels by them.
+// Operand alignments are part of the key: cuBLASLt picks kernels by them. fp8: E4M3 operands with
+// block scales (run_fp8), else bf16.
 struct ShapeKey {
   int n, k;
   LinearOut mode;
   uint32_t align_in, align_weight, align_out;
+  bool fp8 = false;
   bool operator<(const ShapeKey& o) const {
-    return std::tie(n, k, mode, align_in, align_weight, align_out) <
-           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out);
+    return std::tie(n, k, mode, align_in, align_weight, align_out, fp8) <
+           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.fp8);
   }
+  cudaDataType_t in_type() const { return fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
   cudaDataType_t out_type() const { return mode == LinearOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 };
 
@@ -68,7 +73,7 @@ struct RowLayouts {
   cublasLtMatrixLayout_t b = nullptr, d = nullptr;
 
   RowLayouts(const ShapeKey& s, int rows) {
-    check(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, s.k, rows, s.k), "cublasLtMatrixLayoutCreate(B)", s, rows);
+    check(cublasLtMatrixLayoutCreate(&b, s.in_type(), s.k, rows, s.k), "cublasLtMatrixLayoutCreate(B)", s, rows);
     try {
       check(cublasLtMatrixLayoutCreate(&d, s.out_type(), s.n, rows, s.n), "cublasLtMatrixLayoutCreate(D)", s, rows);
     } catch (...) {
@@ -147,8 +152,28 @@ struct GemmRunner::State {
           "cublasLtMatmulDescSetAttribute(TRANSA)", key, 0);
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose),
           "cublasLtMatmulDescSetAttribute(TRANSB)", key, 0);
-    check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, key.k, key.n, key.k), "cublasLtMatrixLayoutCreate(A)", key, 0);
+    check(cublasLtMatrixLayoutCreate(&p.a, key.in_type(), key.k, key.n, key.k), "cublasLtMatrixLayoutCreate(A)", key, 0);
+    if (key.fp8) {
+      // The weight's scales per 128 × 128 block ([n / 128][k / 128]: templates/weight_matrix.hpp's
+      // fp8 layout), the input's per 128 columns of a row ([k / 128][rows]: quantize_rows.hpp). Both
+      // layouts found by a probe against a reference on an H200 (cuBLASLt 13.1). The pointers are
+      // set per call (set_scales); the workspace stands in while the plan is chosen.
+      const cublasLtMatmulMatrixScale_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      const cublasLtMatmulMatrixScale_t input_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode, sizeof weight_mode),
+            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)", key, 0);
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &input_mode, sizeof input_mode),
+            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)", key, 0);
+      set_scales(key, p, static_cast<const float*>(workspace), static_cast<const float*>(workspace));
+    }
     p.algo = shared_algorithm(key, p.op, p.a);
+  }
+
+  void set_scales(const ShapeKey& key, const ShapePlan& p, const float* weight_scales, const float* input_scales) {
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales, sizeof weight_scales),
+          "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)", key, 0);
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &input_scales, sizeof input_scales),
+          "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)", key, 0);
   }
 
   // One algorithm per (n, k, mode, alignments), used for every row count, with split-K reductions
@@ -165,7 +190,7 @@ struct GemmRunner::State {
     }
     for (const auto& candidate : candidates) {
       bool runs_everywhere = true;
-      for (int rows : kProbeRows) {
+      for (int rows : key.fp8 ? std::span<const int>(kFp8ProbeRows) : std::span<const int>(kProbeRows)) {
         const RowLayouts probe(key, rows);
         cublasLtMatmulHeuristicResult_t r{};
         runs_everywhere = cublasLtMatmulAlgoCheck(handle, op, a, probe.b, probe.d, probe.d, &candidate.algo, &r) ==
@@ -247,6 +272,23 @@ void GemmRunner::run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void*
   check(cublasLtMatmul(state_->handle, p.op, &alpha, weight, p.a, in, l.b, &p.beta, out, l.d, out, l.d, &p.algo,
                        state_->workspace, kWorkspaceBytes, stream),
         "cublasLtMatmul", key, rows);
+}
+
+void GemmRunner::run_fp8(const uint8_t* in, const float* in_scales, const uint8_t* weight, const float* weight_scales,
+                         void* out, int rows, int n, int k, LinearOut mode, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (rows < 0 || rows % kFp8GemmRows != 0 || n <= 0 || k <= 0 || !fp8_gemm_shape(n, k)) {
+    fail("gemm_fp8: expected rows a multiple of ", kFp8GemmRows, ", n a multiple of 128 and k of 512; got rows=", rows,
+         " n=", n, " k=", k);
+  }
+  ShapeKey key{n, k, mode, alignment_of(in), alignment_of(weight), alignment_of(out)};
+  key.fp8 = true;
+  const auto [p, l] = state_->plan(key, rows);
+  state_->set_scales(key, p, weight_scales, in_scales);
+  const float alpha = 1.0f;
+  check(cublasLtMatmul(state_->handle, p.op, &alpha, weight, p.a, in, l.b, &p.beta, out, l.d, out, l.d, &p.algo,
+                       state_->workspace, kWorkspaceBytes, stream),
+        "cublasLtMatmul (FP8)", key, rows);
 }
 
 }  // namespace kiln::cuda

@@ -11,6 +11,7 @@
 #include "codegen/op_shapes.hpp"
 #include "runtime/cuda/context.hpp"
 #include "runtime/cuda/dequantize_matrix.hpp"
+#include "runtime/cuda/quantize_rows.hpp"
 #include "templates/weight_matrix.hpp"
 
 namespace kiln::cuda {
@@ -25,6 +26,11 @@ class GemmRunner {
 
   void run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k, LinearOut mode,
            cudaStream_t stream);
+  // The same over E4M3 operands: the weight [n, k] (rows as stored: k bytes apart) with its scales
+  // per 128 × 128 block, the input [rows, k] with its scales per 128 columns of a row
+  // (quantize_rows.hpp); n and k as fp8_gemm_shape takes them, rows a multiple of kFp8GemmRows.
+  void run_fp8(const uint8_t* in, const float* in_scales, const uint8_t* weight, const float* weight_scales, void* out,
+               int rows, int n, int k, LinearOut mode, cudaStream_t stream);
 
  private:
   struct State;
@@ -39,14 +45,28 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16
   ctx.gemm->run(in, weight, out, tokens, S.n, S.k, S.out, ctx.stream);
 }
 
-// The same over a projection as the generated weights hold it: a quantized matrix is expanded to
-// bf16 rows in ctx.dequantized first (the reference's fp32 rows and this bf16 GEMM agree at bf16's
-// precision; the decode GEMV reads the blocks themselves).
+// The same over a projection as the generated weights hold it: an FP8 matrix of fp8_gemm_shape
+// multiplies the inputs quantized to FP8 per 128 columns on the tensor cores' FP8 path
+// (quantize_rows.hpp); any other quantized matrix is expanded to bf16 rows in ctx.dequantized
+// first (the reference's fp32 rows and this bf16 GEMM agree at bf16's precision; the decode GEMV
+// reads the blocks themselves).
 template <shape::linear S, typename Out>
 void linear(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix weight, Out* out, int tokens) {
   if (weight.format == MatrixFormat::bf16) {
     linear<S>(ctx, in, static_cast<const __nv_bfloat16*>(weight.data), out, tokens);
     return;
+  }
+  if constexpr (fp8_gemm_shape(S.n, S.k)) {
+    if (weight.format == MatrixFormat::fp8 && ctx.fp8_inputs != nullptr && tokens > 0) {
+      // The output's rows past `tokens` up to the padded count are written too (with the sums of
+      // zero inputs): ctx.fp8_inputs is set where every step's buffers hold those rows.
+      const auto* matrix = static_cast<const uint8_t*>(weight.data);
+      quantize_rows_fp8(in, tokens, S.k, ctx.fp8_inputs, ctx.fp8_input_scales, ctx.stream);
+      ctx.gemm->run_fp8(ctx.fp8_inputs, ctx.fp8_input_scales, matrix,
+                        reinterpret_cast<const float*>(matrix + quant_scales_offset(MatrixFormat::fp8, S.n, S.k)), out,
+                        fp8_gemm_rows(tokens), S.n, S.k, S.out, ctx.stream);
+      return;
+    }
   }
   dequantize_matrix(weight, S.n, S.k, ctx.dequantized, ctx.stream);
   linear<S>(ctx, in, ctx.dequantized, out, tokens);

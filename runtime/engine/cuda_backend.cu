@@ -175,7 +175,13 @@ class CudaBackend final : public Backend {
     info_.weight_bytes = weights_.bytes;
     info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes;
     info_.weight_formats = weight_formats_text(weights_, "bf16");
-    if (weights_.quantized > 0) dequantized_.resize(weights_.largest_quantized_values * 2);
+    if (weights_.largest_quantized_values > 0) dequantized_.resize(weights_.largest_quantized_values * 2);
+    const int32_t prefill_tokens = step_capacity(m, StepPhase::prefill).max_tokens;
+    if (weights_.longest_fp8_row > 0 && prefill_tokens % cuda::kFp8GemmRows == 0) {  // the prefill's FP8 inputs (gemm.hpp)
+      const int64_t values = int64_t{prefill_tokens} * weights_.longest_fp8_row;
+      fp8_inputs_.resize(values);
+      fp8_input_scales_.resize(values / cuda::kFp8InputBlock * 4 + 4);
+    }
 
     arena_.resize(m.gpu_arena_bytes);
     arena_.zero(stream_);
@@ -186,7 +192,8 @@ class CudaBackend final : public Backend {
     // Decode graphs write their fixed logits buffer; prefill grows its own for prompt logits.
     decode_logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
     decode_logits_.zero(stream_);
-    prefill_logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
+    // Rows padded as the FP8 GEMM writes them (quantize_rows.hpp), for an FP8 LM head.
+    prefill_logits_.resize(static_cast<int64_t>(cuda::fp8_gemm_rows(m.max_batch)) * m.vocab_size * 4);
     prefill_logits_.zero(stream_);
     sampler_ = std::make_unique<CudaSampler>(m.max_batch);
 
@@ -235,6 +242,8 @@ class CudaBackend final : public Backend {
     ctx_.scratch = scratch_.get<float>();
     ctx_.gemm = &gemm_;
     ctx_.dequantized = dequantized_.bytes() > 0 ? dequantized_.get<__nv_bfloat16>() : nullptr;
+    ctx_.fp8_inputs = fp8_inputs_.bytes() > 0 ? fp8_inputs_.get<uint8_t>() : nullptr;
+    ctx_.fp8_input_scales = fp8_input_scales_.bytes() > 0 ? fp8_input_scales_.get<float>() : nullptr;
     ctx_.expert_usage = usage_ ? usage_->get<unsigned char>() : nullptr;
     ctx_.stream = stream_;
     ctx_.rank = options.rank;
@@ -489,7 +498,7 @@ class CudaBackend final : public Backend {
   }
 
   void ensure_prefill_logits(int32_t rows) {
-    const int64_t bytes = static_cast<int64_t>(rows) * model_.info.vocab_size * 4;
+    const int64_t bytes = static_cast<int64_t>(cuda::fp8_gemm_rows(rows)) * model_.info.vocab_size * 4;
     if (bytes > prefill_logits_.bytes()) {  // prompt logits of a long prompt
       prefill_logits_.resize(bytes);
       prefill_logits_.zero(stream_);
@@ -506,6 +515,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer arena_, scratch_, rope_, kv_, decode_logits_, prefill_logits_;
   DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
   DeviceBuffer dequantized_;  // bf16 rows of the largest quantized projection, for prefill (empty: none)
+  DeviceBuffer fp8_inputs_, fp8_input_scales_;  // the prefill's inputs in FP8 (empty: no FP8 projection)
   DeviceBuffer timeline_;   // --profile: its stages' times, [stage][block] (start, end)
   int timeline_blocks_ = 0;
   std::vector<uint64_t> timeline_host_;  // the last step's timeline, read back

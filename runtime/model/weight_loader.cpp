@@ -328,15 +328,15 @@ class Loader {
     return quantize || stored;
   }
 
-  // Whether every piece is FP8 the GPU's 16 × 128 tiles take as stored: blocks 128 columns wide
-  // and a multiple of 16 rows high, and the piece's rows whole tiles of the stacked matrix. (The
+  // Whether every piece is FP8 the GPU's 128 × 128 blocks take as stored: blocks 128 columns wide
+  // and a multiple of 128 rows high, and the piece's rows whole blocks of the stacked matrix. (The
   // reference backend decides the same, so that it computes with the GPU's values.)
   bool fp8_as_stored(const std::vector<LayoutPiece>& pieces) const {
     for (const LayoutPiece& p : pieces) {
       const std::optional<TensorSource::Fp8Blocks> b = source_->fp8_blocks(p.hf_name);
       const WeightSource& s = *p.source;
-      if (!b || b->cols != kFp8TileCols || b->rows % kFp8TileRows != 0 || s.row_begin % kFp8TileRows != 0 ||
-          s.rows % kFp8TileRows != 0 || (s.groups > 1 && s.group_stride % kFp8TileRows != 0)) {
+      if (!b || b->cols != kFp8BlockCols || b->rows % kFp8BlockRows != 0 || s.row_begin % kFp8BlockRows != 0 ||
+          s.rows % kFp8BlockRows != 0 || (s.groups > 1 && s.group_stride % kFp8BlockRows != 0)) {
         return false;
       }
     }
@@ -448,7 +448,7 @@ class Loader {
     return "";
   }
 
-  // A matrix of FP8 values, 16-row tile by tile (tiles over the cores): each tile's codes and
+  // A matrix of FP8 values, 128-row block by block (blocks over the cores): each block's codes and
   // scales as the checkpoint stores them (fp8_as_stored), or quantized from its values
   // (quantize_fp8); then kept in the GPU's layout, or (the reference backend) as their f32 values.
   void fill_fp8(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
@@ -469,8 +469,8 @@ class Loader {
     }
     std::mutex lock;
     std::string error;
-    const int64_t tiles = (n + kFp8TileRows - 1) / kFp8TileRows;
-    parallel_for(tiles, 1, [&](int64_t begin, int64_t end) {
+    const int64_t blocks = (n + kFp8BlockRows - 1) / kFp8BlockRows;
+    parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> values, scales(static_cast<size_t>(scale_cols));
       std::vector<uint8_t> codes;
       const auto bad = [&](const Row& row, const std::string& why) {
@@ -478,7 +478,7 @@ class Loader {
         if (error.empty()) error = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
       };
       for (int64_t t = begin; t < end; ++t) {
-        const int64_t r0 = t * kFp8TileRows, count = std::min<int64_t>(kFp8TileRows, n - r0);
+        const int64_t r0 = t * kFp8BlockRows, count = std::min<int64_t>(kFp8BlockRows, n - r0);
         codes.resize(static_cast<size_t>(count * k));
         if (inst.fp8_at_load) {
           values.resize(static_cast<size_t>(count * k));
@@ -491,7 +491,7 @@ class Loader {
             }
           }
           quantize_fp8(values, count, k, codes, scales);
-        } else {  // as stored: the tile lies in one piece and one of its blocks of rows
+        } else {  // as stored: the block lies in one piece and one of its blocks of rows
           const Row& first = rows[static_cast<size_t>(r0)];
           const int64_t block_rows = source_->fp8_blocks(first.piece->hf_name)->rows;
           for (int64_t j = 0; j < scale_cols; ++j) {
@@ -514,7 +514,7 @@ class Loader {
             continue;
           }
           float* out = reinterpret_cast<float*>(staging_blocks_.data()) + (r0 + i) * k;
-          for (int64_t c = 0; c < k; ++c) out[c] = f8e4m3_to_f32(row_codes[c]) * scales[c / kFp8TileCols];
+          for (int64_t c = 0; c < k; ++c) out[c] = f8e4m3_to_f32(row_codes[c]) * scales[c / kFp8BlockCols];
         }
         if (gpu) {
           for (int64_t j = 0; j < scale_cols; ++j) set_fp8_scale(staging_blocks_.data(), n, k, r0, j, scales[j]);
@@ -542,7 +542,11 @@ class Loader {
     result_.requantized += inst.requantized;
     result_.quantized_bytes += bytes;
     result_.quantized_bf16_bytes += n * k * 2;
-    result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+    if (inst.format == MatrixFormat::fp8 && fp8_gemm_shape(n, k)) {
+      result_.longest_fp8_row = std::max(result_.longest_fp8_row, k);
+    } else {
+      result_.largest_quantized_values = std::max(result_.largest_quantized_values, n * k);
+    }
   }
 
   void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {

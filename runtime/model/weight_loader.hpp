@@ -28,13 +28,13 @@ namespace kiln {
 // types are requantized to Q8_0, and matrices not in blocks are bf16 rows.
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
 // FP8 on the GPU: a matrix an FP8 checkpoint stores in E4M3 keeps its codes and scales where its
-// blocks are 128 columns wide and its pieces whole 16-row tiles (the published checkpoints'
+// blocks are 128 columns wide and its pieces whole blocks of 128 rows (the published checkpoints'
 // 128 × 128 blocks are); else, and under Quantize::fp8, it is quantized to FP8 at load. Neither
 // applies to routed experts or tensor-parallel slices (bf16).
 enum class WeightFormat { f32, bf16, gpu, cpu };
 
 // --quantize: fp8 quantizes every matrix (projections, LM head, embedding table) to FP8 at load
-// (16 × 128 tiles, quantize_fp8) on the GPU; the reference backend (f32) then computes with the
+// (128 × 128 blocks, quantize_fp8) on the GPU; the reference backend (f32) then computes with the
 // same values (code × scale), to compare with. The fast CPU backend has no FP8 kernels.
 enum class Quantize { none, fp8 };
 
@@ -79,14 +79,16 @@ struct LoadedWeights {
   int64_t bytes = 0;    // in the backend's format
   int64_t tensors = 0;  // kiln tensors (fused), counting each layer's
   // WeightFormat::gpu and cpu: the projections loaded (every layer's), those kept quantized, their
-  // bytes and what they would take in bf16, and the values of the largest (the prefill's bf16
-  // scratch).
+  // bytes and what they would take in bf16.
   int64_t matrices = 0, quantized = 0;
   int64_t quantized_as[kMatrixFormats] = {};  // of them, per MatrixFormat (indexed by its value)
   int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
   int64_t fp8_at_load = 0;       // of them, FP8 quantized at load (Quantize::fp8, or a checkpoint's other blocks)
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
+  // Of them, the values of the largest the prefill expands to bf16 rows (its scratch), and the
+  // longest row of those it multiplies in FP8 (fp8_gemm_shape: its FP8 inputs' scratch); 0: none.
   int64_t largest_quantized_values = 0;
+  int64_t longest_fp8_row = 0;
   // The embedding table's block format, when it keeps blocks and no tied LM head reads it whole
   // (then it is none of the above: a decode step reads one row a token).
   std::optional<MatrixFormat> lookup_blocks;

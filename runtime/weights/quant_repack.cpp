@@ -315,22 +315,17 @@ void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
   }
 }
 
-// FP8 keeps Q8_0's lane places (a byte a column), its scales in 16 × 128 tiles.
+// FP8 keeps its rows as they are (fp8_row_bytes apart), its scales in 128 × 128 blocks.
 void repack_fp8_row(std::span<const uint8_t> codes, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
   if (k % kQuantBlockValues != 0 || static_cast<int64_t>(codes.size()) != k || r < 0 || r >= n) {
     fail("internal: repack_fp8_row: ", codes.size(), " codes for row ", r, " of [", n, ", ", k, "]");
   }
-  for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
-    for (int64_t q = 0; q < 4; ++q) {
-      std::memcpy(matrix + place(MatrixFormat::fp8, n, k, r, b, q).lane_bytes + (b % 2) * 8,
-                  codes.data() + b * kQuantBlockValues + q * 8, 8);
-    }
-  }
+  std::memcpy(matrix + r * fp8_row_bytes(k), codes.data(), codes.size());
 }
 
 namespace {
 int64_t fp8_scale_at(int64_t n, int64_t k, int64_t r, int64_t j) {
-  return quant_scales_offset(MatrixFormat::fp8, n, k) + ((r / kFp8TileRows) * fp8_scale_cols(k) + j) * 4;
+  return quant_scales_offset(MatrixFormat::fp8, n, k) + ((r / kFp8BlockRows) * fp8_scale_cols(k) + j) * 4;
 }
 }  // namespace
 
@@ -348,7 +343,7 @@ void quantize_fp8(std::span<const float> values, int64_t rows, int64_t k, std::s
   }
   constexpr float kLargest = 448.0f;
   for (int64_t j = 0; j < blocks; ++j) {
-    const int64_t c0 = j * kFp8TileCols, c1 = std::min<int64_t>(k, c0 + kFp8TileCols);
+    const int64_t c0 = j * kFp8BlockCols, c1 = std::min<int64_t>(k, c0 + kFp8BlockCols);
     float amax = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(values[r * k + c]));
@@ -363,10 +358,9 @@ void quantize_fp8(std::span<const float> values, int64_t rows, int64_t k, std::s
 
 float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {
   if (f == MatrixFormat::fp8) {  // code · scale
-    const uint8_t code = static_cast<uint8_t>(matrix[place(f, n, k, r, c / kQuantBlockValues, (c % 32) / 8).lane_bytes +
-                                                     (c / kQuantBlockValues % 2) * 8 + c % 8]);
+    const auto code = static_cast<uint8_t>(matrix[r * fp8_row_bytes(k) + c]);
     float scale;
-    std::memcpy(&scale, matrix + fp8_scale_at(n, k, r, c / kFp8TileCols), 4);
+    std::memcpy(&scale, matrix + fp8_scale_at(n, k, r, c / kFp8BlockCols), 4);
     return f8e4m3_to_f32(code) * scale;
   }
   if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first

@@ -42,13 +42,13 @@ float cpu_matrix_value(MatrixFormat format, const std::byte* matrix, int64_t k, 
 void quantize_q8_0(std::span<const float> x, std::span<std::byte> out);
 
 // FP8 (E4M3) matrices in the GPU's layout: row r's k codes (an FP8 checkpoint's, or quantize_fp8's)
-// into the quants area, and the scale of row r's 16-row tile over columns 128·j..128·j + 127.
+// into the quants area, and the scale of row r's block of 128 rows over columns 128·j..128·j + 127.
 void repack_fp8_row(std::span<const uint8_t> codes, int64_t n, int64_t k, int64_t r, std::byte* matrix);
 void set_fp8_scale(std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t j, float scale);
 
 // E4M3 codes of `rows` rows of k values (row-major) with one scale per 128 columns over all of them
 // (max |x| / 448, E4M3's largest, so that the largest value maps to 448; 1 for a block of zeros):
-// --quantize fp8, and FP8 checkpoints whose blocks the GPU's 16 × 128 tiles cannot take as stored.
+// --quantize fp8, and FP8 checkpoints whose blocks the GPU's 128 × 128 cannot take as stored.
 void quantize_fp8(std::span<const float> values, int64_t rows, int64_t k, std::span<uint8_t> codes,
                   std::span<float> scales);
 

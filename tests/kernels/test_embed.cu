@@ -86,7 +86,7 @@ void check_embed_blocks(GgmlType type, int tokens, int rank = 0, int ranks = 1) 
   check_embed_matrix<S>(std::string(ggml_type_name(type)), f, matrix, values, tokens, rank, ranks);
 }
 
-// ... of FP8 codes and tile scales (--quantize fp8's table).
+// ... of FP8 codes and block scales (--quantize fp8's table).
 template <shape::embed S>
 void check_embed_fp8(int tokens, int rank = 0, int ranks = 1) {
   const test::Fp8Matrix m = test::random_fp8_matrix(S.vocab, S.dim, static_cast<uint32_t>(S.dim + 3 * tokens));

@@ -185,7 +185,7 @@ void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
   check_matrix_gemv<S>(std::string(ggml_type_name(type)), f, matrix, weight, token_counts);
 }
 
-// ... over FP8 codes (every finite one, subnormals included) with their 16 × 128 tiles' scales.
+// ... over FP8 codes (every finite one, subnormals included) with their 128 × 128 blocks' scales.
 template <shape::linear S>
 void check_fp8_gemv(const std::vector<int>& token_counts) {
   const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 5 * S.k));
@@ -225,14 +225,14 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the p
   check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 8, 33});
 }
 
-TEST_CASE("linear, decode: the GEMV over FP8 codes with 16 × 128 tile scales, the prefill's bf16 rows from them", "[linear]") {
+TEST_CASE("linear, decode: the GEMV over FP8 codes with 128 × 128 block scales, the prefill's bf16 rows from them", "[linear]") {
   const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
   check_fp8_gemv<llama1b::kLinearQkvProj>(counts);
   check_fp8_gemv<llama1b::kLinearDownProj>({1, 16, 64});
   check_fp8_gemv<llama1b::kLinearLmHead>({1, 9});
   check_fp8_gemv<smollm2::kLinearQkvProj>(counts);  // 18 blocks a row: the last group pads
   check_fp8_gemv<tiny_qwen3::kLinearDownProj>(counts);
-  check_fp8_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(counts);  // a partial tile each way
+  check_fp8_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(counts);  // a partial block each way, half a group of padding
   check_fp8_gemv<shape::linear{.n = 1000, .k = 64, .out = LinearOut::add_f32, .sms = 108}>(counts);
   check_fp8_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>({1, 8, 33});
 }
@@ -268,6 +268,75 @@ TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
   check_gemv<tiny_qwen3::kLinearDownProj>(odd);
   // Another target's SM count only changes the split.
   check_gemv<shape::linear{.n = 3072, .k = 2048, .out = LinearOut::store_bf16, .sms = 108}>({1, 33});
+}
+
+// The prefill over an FP8 matrix of whole 128 × 128 blocks (fp8_gemm_shape): the inputs quantized to FP8 per 128
+// columns (quantize_rows.hpp) and cuBLASLt's FP8 GEMM, against the same arithmetic on the CPU (each
+// input's code from f32_to_f8e4m3, every product summed in double).
+template <shape::linear S>
+void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
+  const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 3 * S.k + rows));
+  std::mt19937 rng(12000 + rows + S.n);
+  const auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
+  const auto residual = random_f32(static_cast<size_t>(rows) * S.n, rng, 10.0f);
+  const std::vector<float> x = bf16_to_f32(in);
+  std::vector<double> xq(x.size());  // the inputs as the GEMM sees them: code · scale
+  for (int t = 0; t < rows; ++t) {
+    for (int b = 0; b < S.k / 128; ++b) {
+      const float* v = x.data() + static_cast<size_t>(t) * S.k + b * 128;
+      float amax = 0.0f;
+      for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (int i = 0; i < 128; ++i) {
+        xq[static_cast<size_t>(t) * S.k + b * 128 + i] = static_cast<double>(f8e4m3_to_f32(f32_to_f8e4m3(v[i] / scale))) * scale;
+      }
+    }
+  }
+  std::vector<float> ref(static_cast<size_t>(rows) * S.n);
+  for (int t = 0; t < rows; ++t) {
+    for (int r = 0; r < S.n; ++r) {
+      double sum = S.out == LinearOut::add_f32 ? residual[static_cast<size_t>(t) * S.n + r] : 0.0;
+      for (int c = 0; c < S.k; ++c) sum += xq[static_cast<size_t>(t) * S.k + c] * m.values[static_cast<size_t>(r) * S.k + c];
+      ref[static_cast<size_t>(t) * S.n + r] = static_cast<float>(sum);
+    }
+  }
+  // Rows padded to a multiple of 4 (quantize_rows.hpp): the buffers hold them, as a step's do.
+  const int padded = cuda::fp8_gemm_rows(rows);
+  DeviceBuffer<std::byte> d_matrix(m.matrix);
+  DeviceBuffer<uint16_t> d_in(in);
+  DeviceBuffer<uint8_t> codes(static_cast<size_t>(padded) * S.k);
+  DeviceBuffer<float> scales(static_cast<size_t>(padded) * S.k / 128);
+  DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(padded) * S.n);
+  d_out.poison();
+  if constexpr (S.out == LinearOut::add_f32) {
+    std::vector<float> start = residual;
+    start.resize(static_cast<size_t>(padded) * S.n, 0.0f);
+    d_out.upload(start);
+  }
+  CudaContext ctx;  // no dequantized scratch: the FP8 path must not expand the matrix
+  ctx.gemm = &runner;
+  ctx.fp8_inputs = codes.get();
+  ctx.fp8_input_scales = scales.get();
+  cuda::linear<S>(ctx, as_bf16(d_in), GpuMatrix{d_matrix.get(), MatrixFormat::fp8}, reinterpret_cast<Out<S>*>(d_out.get()), rows);
+  const std::string what = describe<S>("cuBLASLt FP8", rows);
+  check_launch(what);
+  std::vector<Stored<S>> got = d_out.download();
+  got.resize(static_cast<size_t>(rows) * S.n);
+  if constexpr (kBf16Out<S>) {
+    check_close(what, ref, bf16_to_f32(got), kBf16Limit);
+  } else {
+    check_close(what, ref, got, 1e-6);
+  }
+}
+
+TEST_CASE("linear, prefill: cuBLASLt's FP8 GEMM over FP8 matrices, the inputs quantized per 128 columns", "[linear]") {
+  cuda::GemmRunner runner;
+  for (int rows : {1, 17, 300}) {
+    check_fp8_gemm<llama1b::kLinearQkvProj>(runner, rows);
+    check_fp8_gemm<llama1b::kLinearDownProj>(runner, rows);
+    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows);
+    check_fp8_gemm<shape::linear{.n = 256, .k = 1536, .out = LinearOut::store_f32, .sms = 132}>(runner, rows);
+  }
 }
 
 TEST_CASE("linear, prefill: cuBLASLt", "[linear]") {

@@ -558,15 +558,17 @@ Fp8Source::Tensor random_fp8_tensor(int64_t rows, int64_t cols, int64_t block_ro
   return t;
 }
 
-// A 2-layer-free model: one projection "proj" of [32, 256] stacked from "a" (its first `split`
-// rows) and "b" (the rest).
+// A model of one projection "proj" of [kRows, 256] stacked from "a" (its first `split` rows) and "b"
+// (the rest).
+constexpr int64_t kFp8Rows = 256;
 struct Fp8Model {
   std::vector<WeightSpec> specs;
   ModelDef def;
 };
 std::unique_ptr<Fp8Model> fp8_model(int64_t split) {
   auto m = std::make_unique<Fp8Model>();
-  m->specs = {{"proj", false, 0, 0, {32, 256}, 0, {{{.hf_name = "a", .rows = split}, {.hf_name = "b", .rows = 32 - split}}}, "", true}};
+  m->specs = {{"proj", false, 0, 0, {kFp8Rows, 256}, 0,
+               {{{.hf_name = "a", .rows = split}, {.hf_name = "b", .rows = kFp8Rows - split}}}, "", true}};
   m->def.info.name = "fp8";
   m->def.info.tensor_parallel = 1;
   m->def.weights = &m->specs;
@@ -576,9 +578,9 @@ std::unique_ptr<Fp8Model> fp8_model(int64_t split) {
 }  // namespace
 
 // An FP8 checkpoint's projection on the GPU keeps its codes and block scales where 128-column
-// blocks and whole 16-row tiles allow (the published 128 × 128 blocks), else is quantized to FP8
-// at load from its values; the reference backend's --quantize fp8 computes with the GPU's values
-// either way; NaN codes and scales are refused naming the tensor and row.
+// blocks and pieces of whole 128-row blocks allow (the published 128 × 128 blocks), else is
+// quantized to FP8 at load from its values; the reference backend's --quantize fp8 computes with
+// the GPU's values either way; NaN codes and scales are refused naming the tensor and row.
 TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weights]") {
   using kiln::MatrixFormat;
   const auto load = [](const ModelDef& def, const kiln::TensorSource& source, WeightFormat format,
@@ -592,25 +594,25 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
                                int64_t r, int64_t c) {
     return r < split ? s.value(t.at("a"), r, c) : s.value(t.at("b"), r - split, c);
   };
-  for (const int64_t block_rows : {128, 16}) {
-    const std::map<std::string, Fp8Source::Tensor> tensors = {{"a", random_fp8_tensor(16, 256, block_rows, 128, 1)},
-                                                              {"b", random_fp8_tensor(16, 256, block_rows, 128, 2)}};
+  for (const int64_t block_rows : {128, 256}) {
+    const std::map<std::string, Fp8Source::Tensor> tensors = {{"a", random_fp8_tensor(128, 256, block_rows, 128, 1)},
+                                                              {"b", random_fp8_tensor(128, 256, block_rows, 128, 2)}};
     const Fp8Source source(block_rows, 128, tensors);
-    const auto m = fp8_model(16);
+    const auto m = fp8_model(128);
     INFO("blocks of " << block_rows << " × 128");
     const auto [sink, w] = load(m->def, source, WeightFormat::gpu);
     REQUIRE(w.table.format("proj") == MatrixFormat::fp8);
     CHECK(w.fp8_at_load == 0);
-    CHECK(w.quantized_bytes == kiln::matrix_bytes(MatrixFormat::fp8, 32, 256));
-    CHECK(w.quantized_bytes == 32 * 256 + 2 * 2 * 4);  // the codes, and 2 tiles × 2 column blocks of scales
+    CHECK(w.quantized_bytes == kiln::matrix_bytes(MatrixFormat::fp8, kFp8Rows, 256));
+    CHECK(w.quantized_bytes == kFp8Rows * 256 + 2 * 2 * 4);  // the codes, and 2 × 2 blocks' scales
     const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
     const auto [ref_sink, ref] = load(m->def, source, WeightFormat::f32, kiln::Quantize::fp8);
     const auto* ref_values = static_cast<const float*>(ref.table.get("proj"));
     int64_t wrong = 0, ref_wrong = 0;
-    for (int64_t r = 0; r < 32; ++r) {
+    for (int64_t r = 0; r < kFp8Rows; ++r) {
       for (int64_t c = 0; c < 256; ++c) {
-        const float v = kiln::matrix_value(MatrixFormat::fp8, matrix, 32, 256, r, c);
-        wrong += v != source_value(source, tensors, 16, r, c);
+        const float v = kiln::matrix_value(MatrixFormat::fp8, matrix, kFp8Rows, 256, r, c);
+        wrong += v != source_value(source, tensors, 128, r, c);
         ref_wrong += ref_values[r * 256 + c] != v;
       }
     }
@@ -618,36 +620,40 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
     CHECK(ref_wrong == 0);
     CHECK(kiln::weight_formats_text(w, "bf16") == "blocks: FP8 for 1 of 1 projections; the rest bf16");
   }
-  SECTION("blocks the GPU's tiles cannot take, or pieces that are not whole tiles: quantized at load") {
-    for (const auto& [block_cols, split] : {std::pair<int64_t, int64_t>{16, 16}, {128, 8}}) {
+  SECTION("blocks the GPU cannot take as stored, or pieces that are not whole blocks: quantized at load") {
+    for (const auto& [block_cols, split] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
       const std::map<std::string, Fp8Source::Tensor> tensors = {
-          {"a", random_fp8_tensor(split, 256, 16, block_cols, 3)}, {"b", random_fp8_tensor(32 - split, 256, 16, block_cols, 4)}};
-      const Fp8Source source(16, block_cols, tensors);
+          {"a", random_fp8_tensor(split, 256, 128, block_cols, 3)},
+          {"b", random_fp8_tensor(kFp8Rows - split, 256, 128, block_cols, 4)}};
+      const Fp8Source source(128, block_cols, tensors);
       const auto m = fp8_model(split);
-      INFO("blocks of 16 × " << block_cols << ", pieces of " << split << " and " << 32 - split << " rows");
+      INFO("blocks of 128 × " << block_cols << ", pieces of " << split << " and " << kFp8Rows - split << " rows");
       const auto [sink, w] = load(m->def, source, WeightFormat::gpu);
       REQUIRE(w.table.format("proj") == MatrixFormat::fp8);
       CHECK(w.fp8_at_load == 1);
       CHECK(kiln::weight_formats_text(w, "bf16").find("(1 quantized to FP8 at load)") != std::string::npos);
       const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
-      int64_t far = 0;
-      for (int64_t r = 0; r < 32; ++r) {
+      float block_max[2][2] = {};
+      for (int64_t r = 0; r < kFp8Rows; ++r) {
         for (int64_t c = 0; c < 256; ++c) {
-          const float x = source_value(source, tensors, split, r, c), v = kiln::matrix_value(MatrixFormat::fp8, matrix, 32, 256, r, c);
-          // E4M3 keeps 4 significant bits: half a step is 1/16 of the value, or less than the tile's
-          // smallest normal step (scale · 2^-9) below 2^-6 · scale.
-          float tile_max = 0.0f;
-          for (int64_t i = r / 16 * 16; i < r / 16 * 16 + 16; ++i) {
-            for (int64_t j = c / 128 * 128; j < c / 128 * 128 + 128; ++j) tile_max = std::max(tile_max, std::fabs(source_value(source, tensors, split, i, j)));
-          }
-          far += std::fabs(v - x) > 1.001f * std::max(std::fabs(x) / 16, tile_max / 448 * 0x1p-10f);
+          float& m_rc = block_max[r / 128][c / 128];
+          m_rc = std::max(m_rc, std::fabs(source_value(source, tensors, split, r, c)));
+        }
+      }
+      int64_t far = 0;
+      for (int64_t r = 0; r < kFp8Rows; ++r) {
+        for (int64_t c = 0; c < 256; ++c) {
+          const float x = source_value(source, tensors, split, r, c), v = kiln::matrix_value(MatrixFormat::fp8, matrix, kFp8Rows, 256, r, c);
+          // E4M3 keeps 4 significant bits: half a step is 1/16 of the value, or (below 2^-6 of the
+          // scale) half the smallest step, scale · 2^-10; the scale being the block's max / 448.
+          far += std::fabs(v - x) > 1.001f * std::max(std::fabs(x) / 16, block_max[r / 128][c / 128] / 448 * 0x1p-10f);
         }
       }
       CHECK(far == 0);
     }
   }
   SECTION("--quantize fp8 of plain values, and where it cannot run") {
-    auto m = fp8_model(16);
+    auto m = fp8_model(128);
     const auto random = kiln::open_random_source(m->def, 5);
     const auto [sink, w] = load(m->def, *random, WeightFormat::gpu, kiln::Quantize::fp8);
     CHECK(w.table.format("proj") == MatrixFormat::fp8);
@@ -656,9 +662,9 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
     CHECK_KILN_ERROR(load(m->def, *random, WeightFormat::bf16, kiln::Quantize::fp8), "--quantize fp8", "tensor-parallel");
   }
   SECTION("a NaN code or scale is refused, naming the tensor and row") {
-    std::map<std::string, Fp8Source::Tensor> tensors = {{"a", random_fp8_tensor(16, 256, 128, 128, 1)},
-                                                        {"b", random_fp8_tensor(16, 256, 128, 128, 2)}};
-    const auto m = fp8_model(16);
+    std::map<std::string, Fp8Source::Tensor> tensors = {{"a", random_fp8_tensor(128, 256, 128, 128, 1)},
+                                                        {"b", random_fp8_tensor(128, 256, 128, 128, 2)}};
+    const auto m = fp8_model(128);
     tensors["b"].codes[5 * 256 + 7] = 0xFF;
     CHECK_KILN_ERROR(load(m->def, Fp8Source(128, 128, tensors), WeightFormat::gpu), "fp8 checkpoint", "tensor b",
                      "E4M3 NaN in column 7", "at row 5", "corrupt");

@@ -177,30 +177,28 @@ TEST_CASE("quant repack: a Q6_K lane holds columns 4q..4q+3 and 16+4q..16+4q+3 o
   for (int c = 0; c < 256; ++c) CHECK(matrix_value(MatrixFormat::q6_k, matrix.data(), 1, 256, 0, c) == c % 64 - 32);
 }
 
-TEST_CASE("quant repack: an FP8 lane holds its blocks' columns 8q..8q+7 as Q8_0's, a scale per 16 × 128 tile", "[weights]") {
-  // Row r's code at column c is (r + 3c) % 126 + 1 (no NaN), each tile's scale its own.
-  constexpr int64_t n = 20, k = 192;  // a partial tile of rows, and of columns (192 = 128 + 64)
-  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(MatrixFormat::fp8, n, k)), std::byte{0});
-  CHECK(matrix.size() == n * k + 2 * 2 * 4);
+TEST_CASE("quant repack: FP8 rows stay as they are, a scale per 128 × 128 block", "[weights]") {
+  // Row r's code at column c is (r + 3c) % 126 + 1 (no NaN), each block's scale its own.
+  constexpr int64_t n = 130, k = 160;  // a partial block of rows, and of columns; 3 groups a row, the last half padding
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(MatrixFormat::fp8, n, k)), std::byte{0});  // as the loader zeroes it
+  CHECK(fp8_row_bytes(k) == 192);
+  CHECK(matrix.size() == n * 192 + 2 * 2 * 4);
   std::vector<uint8_t> codes(k);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>((r + 3 * c) % 126 + 1);
     repack_fp8_row(codes, n, k, r, matrix.data());
   }
   for (int64_t t = 0; t < 2; ++t) {
-    for (int64_t j = 0; j < 2; ++j) set_fp8_scale(matrix.data(), n, k, 16 * t, j, static_cast<float>(1 + 2 * t + j));
+    for (int64_t j = 0; j < 2; ++j) set_fp8_scale(matrix.data(), n, k, 128 * t, j, static_cast<float>(1 + 2 * t + j));
   }
-  // Lane q of row 1's group 0: block 0's columns 8q..8q+7, then block 1's.
-  for (int64_t q = 0; q < 4; ++q) {
-    for (int64_t i = 0; i < 16; ++i) {
-      const int64_t c = (i / 8) * 32 + 8 * q + i % 8;
-      CHECK(static_cast<uint8_t>(matrix[1 * 3 * 64 + q * 16 + i]) == (1 + 3 * c) % 126 + 1);
-    }
+  // Row 129 at 129 · 192 bytes: its codes, then zeros to the next row.
+  for (int64_t c = 0; c < 192; ++c) {
+    CHECK(static_cast<uint8_t>(matrix[129 * 192 + c]) == (c < k ? (129 + 3 * c) % 126 + 1 : 0));
   }
   int64_t wrong = 0;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {
-      const float scale = static_cast<float>(1 + 2 * (r / 16) + c / 128);
+      const float scale = static_cast<float>(1 + 2 * (r / 128) + c / 128);
       wrong += matrix_value(MatrixFormat::fp8, matrix.data(), n, k, r, c) !=
                f8e4m3_to_f32(static_cast<uint8_t>((r + 3 * c) % 126 + 1)) * scale;
     }

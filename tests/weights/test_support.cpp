@@ -97,7 +97,7 @@ Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed) {
   std::uniform_real_distribution<float> exponent(-12.0f, -4.0f);
   Fp8Matrix m{std::vector<std::byte>(static_cast<size_t>(matrix_bytes(MatrixFormat::fp8, n, k)), std::byte{0}),
               std::vector<float>(static_cast<size_t>(n * k))};
-  std::vector<float> scales(static_cast<size_t>((n + kFp8TileRows - 1) / kFp8TileRows * fp8_scale_cols(k)));
+  std::vector<float> scales(static_cast<size_t>((n + kFp8BlockRows - 1) / kFp8BlockRows * fp8_scale_cols(k)));
   for (float& s : scales) s = std::exp2(exponent(rng));
   std::vector<uint8_t> codes(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
@@ -105,13 +105,13 @@ Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed) {
       uint8_t v;
       do v = static_cast<uint8_t>(code(rng)); while ((v & 0x7F) == 0x7F);  // no NaN
       codes[c] = v;
-      const float scale = scales[(r / kFp8TileRows) * fp8_scale_cols(k) + c / kFp8TileCols];
+      const float scale = scales[(r / kFp8BlockRows) * fp8_scale_cols(k) + c / kFp8BlockCols];
       m.values[r * k + c] = f8e4m3_to_f32(v) * scale;
     }
     repack_fp8_row(codes, n, k, r, m.matrix.data());
-    if (r % kFp8TileRows == 0) {
+    if (r % kFp8BlockRows == 0) {
       for (int64_t j = 0; j < fp8_scale_cols(k); ++j) {
-        set_fp8_scale(m.matrix.data(), n, k, r, j, scales[(r / kFp8TileRows) * fp8_scale_cols(k) + j]);
+        set_fp8_scale(m.matrix.data(), n, k, r, j, scales[(r / kFp8BlockRows) * fp8_scale_cols(k) + j]);
       }
     }
   }

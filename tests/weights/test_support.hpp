@@ -101,7 +101,7 @@ std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, in
 std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k, uint32_t seed);
 
 // An [n, k] matrix in the GPU's FP8 layout (repack_fp8_row / set_fp8_scale) with random codes (every
-// finite E4M3 code: zeros, subnormals, ±448) and per-tile scales spread over [2^-12, 2^-4), and the
+// finite E4M3 code: zeros, subnormals, ±448) and per-block scales spread over [2^-12, 2^-4), and the
 // values it holds (code · scale), the same for the same seed.
 struct Fp8Matrix {
   std::vector<std::byte> matrix;
