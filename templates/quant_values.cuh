@@ -277,8 +277,8 @@ __device__ __forceinline__ uint4 block_values(const uint4& raw, const typename Q
 // The values of lane chunk (row r, group s, lane q) of a quantized [n, k] matrix in format F:
 // for each block b of the group inside k, the lane's columns of it (lane_column) as quant · d - m in two
 // roundings, as ggml's dequantize_row_* (not one fma). `store(col, v)` takes each run of
-// consecutive columns from col: v a float[8] (columns 8q..8q+7), or Q6_K's float[4] twice (4q..4q+3
-// and 16+4q..16+4q+3).
+// consecutive columns from col: v a float[8] (the 8 from lane_column: 8q..8q+7 of the block, FP8's
+// 16q + 8b..), or Q6_K's float[4] twice (4q..4q+3 and 16+4q..16+4q+3).
 template <MatrixFormat F, typename Store>
 __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ matrix, long long n, long long k,
                                              long long r, long long s, int q, Store store) {
