@@ -63,6 +63,24 @@ TEST_CASE("bad flags and sampling values give one clear line and a failing exit 
   CHECK(ids.output.find("vocabulary") != std::string::npos);
 }
 
+TEST_CASE("quantizing to FP8 (--quantize fp8) runs on the reference backend and says so where it cannot run") {
+  const CommandResult ok = run("--quantize fp8 --prompt-ids 5,6,7 --max-tokens 3 --temperature 0 --output-format json");
+  INFO(ok.output);
+  REQUIRE(ok.exit_code == 0);
+  const auto j = nlohmann::json::parse(ok.output.substr(ok.output.find('{')));
+  CHECK(j["requests"][0]["output_ids"].size() == 3);
+  const CommandResult unknown = run("--quantize fp9 --prompt-ids 1,2");
+  INFO(unknown.output);
+  CHECK(unknown.exit_code != 0);
+  CHECK(unknown.output.find("fp9") != std::string::npos);
+  const CommandResult cpu = kiln::test::run_command(std::string(KILN_TINY_LLAMA) +
+                                                    " --backend cpu --random-weights 3 --quantize fp8 --prompt-ids 1,2");
+  INFO(cpu.output);
+  CHECK(cpu.exit_code != 0);
+  CHECK(cpu.output.find("--quantize fp8") != std::string::npos);
+  CHECK(cpu.output.find("fast CPU backend") != std::string::npos);
+}
+
 TEST_CASE("a bad prompts-file line is named and the other requests still run") {
   const TempDir dir("kiln-cli");
   const std::string requests = dir.write("requests.jsonl",
