@@ -108,12 +108,12 @@ class SafetensorsSource final : public TensorSource {
     return {reinterpret_cast<const uint8_t*>(t.bytes.data()) + static_cast<size_t>(row) * cols, cols};
   }
 
-  float fp8_scale(const std::string& name, int64_t block_row, int64_t block_col) const override {
+  void fp8_scales(const std::string& name, int64_t block_row, std::span<float> out) const override {
     const TensorView& s = view(name + std::string(kScaleSuffix));
-    if (block_col < 0 || block_col >= s.shape[1]) fail(describe(), ": block column ", block_col, " is outside ", s.name);
-    std::vector<float> row(static_cast<size_t>(s.shape[1]));
-    convert_rows_to_f32(s, block_row, row);  // bounds-checks the block row
-    return row[static_cast<size_t>(block_col)];
+    if (static_cast<int64_t>(out.size()) != s.shape[1]) {
+      fail("internal: ", out.size(), " scales asked of ", s.name, ", whose rows hold ", s.shape[1]);
+    }
+    convert_rows_to_f32(s, block_row, out);  // bounds-checks the block row
   }
 
  private:

@@ -2,7 +2,6 @@
 // (dequantized, Llama q/k rows un-permuted), or deterministic random values for benchmarks.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,14 +30,15 @@ class TensorSource {
   virtual std::optional<GgmlType> block_type(const std::string& name) const { return std::nullopt; }
   virtual std::span<const std::byte> stored_row(const std::string& name, int64_t row) const { return {}; }
   // An FP8 checkpoint's matrix (E4M3 codes with a scale per block of rows × columns): its block
-  // shape, row `row`'s codes as stored, and a block's scale as fp32. nullopt / empty / NaN for
-  // other tensors and sources; read_rows gives the values (code × scale) of every tensor.
+  // shape, row `row`'s codes as stored, and the scales of block row `block_row` as fp32 (`out`: one
+  // per block column). nullopt / empty / nothing for other tensors and sources; read_rows gives the
+  // values (code × scale) of every tensor.
   struct Fp8Blocks {
     int64_t rows, cols;
   };
   virtual std::optional<Fp8Blocks> fp8_blocks(const std::string& name) const { return std::nullopt; }
   virtual std::span<const uint8_t> fp8_codes(const std::string& name, int64_t row) const { return {}; }
-  virtual float fp8_scale(const std::string& name, int64_t block_row, int64_t block_col) const { return NAN; }
+  virtual void fp8_scales(const std::string& name, int64_t block_row, std::span<float> out) const {}
 };
 
 // An HF model directory: model.safetensors, or shards listed in model.safetensors.index.json.

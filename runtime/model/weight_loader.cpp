@@ -295,7 +295,7 @@ class Loader {
     inst.fp8_at_load = inst.fp8 && !fp8_as_stored(pieces);
     if (inst.fp8) return format_ == WeightFormat::gpu ? MatrixFormat::fp8 : plain_;
     const bool keeps = format_ == WeightFormat::gpu || format_ == WeightFormat::cpu;
-    if (!keeps || !spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || pieces.empty()) return plain_;
+    if (!keeps || !whole_matrix(spec, pieces)) return plain_;
     if (spec.shape[1] % kQuantBlockValues != 0) return MatrixFormat::bf16;
     std::optional<MatrixFormat> kept;
     for (const LayoutPiece& p : pieces) {
@@ -309,6 +309,11 @@ class Loader {
     return inst.requantized ? MatrixFormat::q8_0 : *kept;
   }
 
+  // A matrix that may keep blocks: one 2-D matrix (not a stack of experts) read from the checkpoint.
+  static bool whole_matrix(const WeightSpec& spec, const std::vector<LayoutPiece>& pieces) {
+    return spec.matrix && spec.experts == 0 && spec.shape.size() == 2 && !pieces.empty();
+  }
+
   // Whether a matrix takes FP8 values (WeightFormat's comment): on the GPU or, with Quantize::fp8,
   // the reference backend; a whole 2-D matrix (no expert stack, no rank's slice) of rows of whole
   // 32-value blocks, with Quantize::fp8 or stored in FP8.
@@ -316,10 +321,7 @@ class Loader {
     const WeightSpec& spec = *inst.spec;
     const bool quantize = quantize_ == Quantize::fp8;
     if (format_ != WeightFormat::gpu && !(format_ == WeightFormat::f32 && quantize)) return false;
-    if (!spec.matrix || spec.experts > 0 || spec.shape.size() != 2 || spec.shape[1] % kQuantBlockValues != 0 ||
-        pieces.empty()) {
-      return false;
-    }
+    if (!whole_matrix(spec, pieces) || spec.shape[1] % kQuantBlockValues != 0) return false;
     bool stored = false;
     for (const LayoutPiece& p : pieces) {
       if (has_rank_fields(*p.source)) return false;
@@ -361,34 +363,20 @@ class Loader {
     const bool gpu = device() == Device::gpu;
     const int64_t bytes = blocks_bytes(inst);
     staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
-    struct Row {
-      const LayoutPiece* piece;
-      GgmlType type;
-      int64_t hf_row;
-    };
-    std::vector<Row> rows;  // in the matrix's row order
-    for (const LayoutPiece& p : pieces) {
-      const WeightSource& s = *p.source;
-      const GgmlType type = *source_->block_type(p.hf_name);
-      for (int64_t g = 0; g < s.groups; ++g) {
-        for (int64_t r = 0; r < s.rows; ++r) rows.push_back({&p, type, s.row_begin + g * s.group_stride + r});
-      }
-    }
-    std::mutex lock;
-    std::string error;
+    std::vector<GgmlType> types;  // each piece's
+    for (const LayoutPiece& p : pieces) types.push_back(*source_->block_type(p.hf_name));
+    const std::vector<StackedRow> rows = stacked_rows(pieces);
+    FirstBadRow bad;
     parallel_for(static_cast<int64_t>(rows.size()), 16, [&](int64_t begin, int64_t end) {
       std::vector<float> values;
       std::vector<std::byte> requantized;
       for (int64_t i = begin; i < end; ++i) {
-        const Row& row = rows[static_cast<size_t>(i)];
+        const StackedRow& row = rows[static_cast<size_t>(i)];
+        const GgmlType type = types[static_cast<size_t>(row.piece - pieces.data())];
         const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
-        const bool as_stored = matrix_format_of(row.type, device()) == inst.format;
-        const std::string why = as_stored ? bad_scale(row.type, stored) : requantize(row.type, stored, values, requantized);
-        if (!why.empty()) {
-          const std::lock_guard<std::mutex> hold(lock);
-          if (error.empty()) error = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
-          return;
-        }
+        const bool as_stored = matrix_format_of(type, device()) == inst.format;
+        const std::string why = as_stored ? bad_scale(type, stored) : requantize(type, stored, values, requantized);
+        if (!why.empty()) return bad.note(row, why);
         const std::span<const std::byte> blocks = as_stored ? stored : std::span<const std::byte>(requantized);
         if (gpu) {
           repack_row(inst.format, blocks, n, k, i, staging_blocks_.data());
@@ -397,11 +385,49 @@ class Loader {
         }
       }
     });
-    if (!error.empty()) fail(source_->describe(), ": ", error, "; the checkpoint is corrupt");
+    bad.fail_if_any(*source_);
+    write_staged(inst, bytes);
+    record_blocks(inst, bytes);
+  }
+
+  // A matrix's rows in its row order, each the HF row of the piece it comes from (as fill() stacks
+  // them).
+  struct StackedRow {
+    const LayoutPiece* piece;
+    int64_t hf_row;
+  };
+  static std::vector<StackedRow> stacked_rows(const std::vector<LayoutPiece>& pieces) {
+    std::vector<StackedRow> rows;
+    for (const LayoutPiece& p : pieces) {
+      const WeightSource& s = *p.source;
+      for (int64_t g = 0; g < s.groups; ++g) {
+        for (int64_t r = 0; r < s.rows; ++r) rows.push_back({&p, s.row_begin + g * s.group_stride + r});
+      }
+    }
+    return rows;
+  }
+
+  // The first bad row the threads of a fill find (the one reported when they are done).
+  class FirstBadRow {
+   public:
+    void note(const StackedRow& row, const std::string& why) {
+      const std::lock_guard<std::mutex> hold(lock_);
+      if (error_.empty()) error_ = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
+    }
+    void fail_if_any(const TensorSource& source) const {
+      if (!error_.empty()) fail(source.describe(), ": ", error_, "; the checkpoint is corrupt");
+    }
+
+   private:
+    std::mutex lock_;
+    std::string error_;
+  };
+
+  // The staged bytes of a matrix filled in staging_blocks_ to its place, and the table's entry.
+  void write_staged(const Instance& inst, int64_t bytes) {
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
     ++result_.tensors;
-    record_blocks(inst, bytes);
   }
 
   // A matrix a decode step reads whole: a projection, or a lookup table that a tied LM head reads
@@ -456,53 +482,38 @@ class Loader {
     const bool gpu = format_ == WeightFormat::gpu;
     const int64_t bytes = gpu ? matrix_bytes(MatrixFormat::fp8, n, k) : n * k * 4;
     staging_blocks_.assign(static_cast<size_t>(bytes), std::byte{0});
-    struct Row {
-      const LayoutPiece* piece;
-      int64_t hf_row;
-    };
-    std::vector<Row> rows;  // in the matrix's row order
-    for (const LayoutPiece& p : pieces) {
-      const WeightSource& s = *p.source;
-      for (int64_t g = 0; g < s.groups; ++g) {
-        for (int64_t r = 0; r < s.rows; ++r) rows.push_back({&p, s.row_begin + g * s.group_stride + r});
-      }
-    }
-    std::mutex lock;
-    std::string error;
+    const std::vector<StackedRow> rows = stacked_rows(pieces);
+    FirstBadRow bad;
     const int64_t blocks = (n + kFp8BlockRows - 1) / kFp8BlockRows;
     parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> values, scales(static_cast<size_t>(scale_cols));
       std::vector<uint8_t> codes;
-      const auto bad = [&](const Row& row, const std::string& why) {
-        const std::lock_guard<std::mutex> hold(lock);
-        if (error.empty()) error = "tensor " + row.piece->hf_name + " " + why + " at row " + std::to_string(row.hf_row);
-      };
       for (int64_t t = begin; t < end; ++t) {
         const int64_t r0 = t * kFp8BlockRows, count = std::min<int64_t>(kFp8BlockRows, n - r0);
         codes.resize(static_cast<size_t>(count * k));
         if (inst.fp8_at_load) {
           values.resize(static_cast<size_t>(count * k));
           for (int64_t i = 0; i < count; ++i) {
-            const Row& row = rows[static_cast<size_t>(r0 + i)];
+            const StackedRow& row = rows[static_cast<size_t>(r0 + i)];
             float* v = values.data() + i * k;
             source_->read_rows(row.piece->hf_name, row.hf_row, 1, v);
             for (int64_t c = 0; c < k; ++c) {
-              if (!std::isfinite(v[c])) return bad(row, std::string("holds ") + (std::isnan(v[c]) ? "NaN" : "Inf") + " in column " + std::to_string(c));
+              if (!std::isfinite(v[c])) return bad.note(row, std::string("holds ") + (std::isnan(v[c]) ? "NaN" : "Inf") + " in column " + std::to_string(c));
             }
           }
           quantize_fp8(values, count, k, codes, scales);
         } else {  // as stored: the block lies in one piece and one of its blocks of rows
-          const Row& first = rows[static_cast<size_t>(r0)];
+          const StackedRow& first = rows[static_cast<size_t>(r0)];
           const int64_t block_rows = source_->fp8_blocks(first.piece->hf_name)->rows;
+          source_->fp8_scales(first.piece->hf_name, first.hf_row / block_rows, scales);
           for (int64_t j = 0; j < scale_cols; ++j) {
-            scales[j] = source_->fp8_scale(first.piece->hf_name, first.hf_row / block_rows, j);
-            if (!std::isfinite(scales[j])) return bad(first, "has a NaN or infinite scale in block column " + std::to_string(j));
+            if (!std::isfinite(scales[j])) return bad.note(first, "has a NaN or infinite scale in block column " + std::to_string(j));
           }
           for (int64_t i = 0; i < count; ++i) {
-            const Row& row = rows[static_cast<size_t>(r0 + i)];
+            const StackedRow& row = rows[static_cast<size_t>(r0 + i)];
             const std::span<const uint8_t> stored = source_->fp8_codes(row.piece->hf_name, row.hf_row);
             for (int64_t c = 0; c < k; ++c) {
-              if ((stored[c] & 0x7F) == 0x7F) return bad(row, "holds an E4M3 NaN in column " + std::to_string(c));
+              if ((stored[c] & 0x7F) == 0x7F) return bad.note(row, "holds an E4M3 NaN in column " + std::to_string(c));
             }
             std::copy(stored.begin(), stored.end(), codes.begin() + i * k);
           }
@@ -521,10 +532,8 @@ class Loader {
         }
       }
     });
-    if (!error.empty()) fail(source_->describe(), ": ", error, "; the checkpoint is corrupt");
-    sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
-    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
-    ++result_.tensors;
+    bad.fail_if_any(*source_);
+    write_staged(inst, bytes);
     if (!gpu) return;
     result_.fp8_at_load += inst.fp8_at_load && streamed(inst);
     record_blocks(inst, bytes);

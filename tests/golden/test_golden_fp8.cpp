@@ -154,6 +154,38 @@ TEST_CASE("FP8 checkpoint of tiny-deepseek-v2-lite (MLA and per-expert matrices 
   check_model(models::tiny_deepseek_v2_lite::model_def());
 }
 
+TEST_CASE("an FP8 checkpoint's codes and block scales as the GPU's loader reads them give read_rows' values") {
+  // The source the GPU keeps as stored (fp8_blocks, fp8_codes, fp8_scales) against the values the
+  // CPU reads (read_rows: code × scale), every element of every FP8 matrix.
+  const golden::Fixture fixture = golden::load_fixture("tiny-qwen3");
+  test::TempDir dir;
+  const int fp8 = write_fp8_checkpoint(fixture.dir, dir.path().string());
+  const auto source = open_safetensors_source(dir.path().string());
+  int matrices = 0;
+  for (const std::string& name : source->names()) {
+    const auto blocks = source->fp8_blocks(name);
+    if (!blocks) continue;
+    ++matrices;
+    CHECK((blocks->rows == kBlock && blocks->cols == kBlock));
+    const std::vector<int64_t> shape = *source->shape(name);
+    const int64_t rows = shape[0], cols = shape[1];
+    std::vector<float> values(static_cast<size_t>(rows * cols)), scales(static_cast<size_t>((cols + kBlock - 1) / kBlock));
+    source->read_rows(name, 0, rows, values.data());
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      source->fp8_scales(name, r / kBlock, scales);
+      const std::span<const uint8_t> codes = source->fp8_codes(name, r);
+      REQUIRE(static_cast<int64_t>(codes.size()) == cols);
+      for (int64_t c = 0; c < cols; ++c) wrong += f8e4m3_to_f32(codes[c]) * scales[c / kBlock] != values[r * cols + c];
+    }
+    INFO(name);
+    CHECK(wrong == 0);
+    std::vector<float> short_row(scales.size() + 1);
+    CHECK_KILN_ERROR(source->fp8_scales(name, 0, short_row), "internal", "_scale_inv");
+  }
+  CHECK(matrices == fp8);
+}
+
 TEST_CASE("FP8 checkpoints kiln cannot read are refused naming the file and field") {
   const golden::Fixture fixture = golden::load_fixture("tiny-qwen3");
   SECTION("another quantization method") {

@@ -529,9 +529,10 @@ class Fp8Source final : public kiln::TensorSource {
     const Tensor& t = tensors_.at(name);
     return std::span<const uint8_t>(t.codes).subspan(static_cast<size_t>(row * t.cols), static_cast<size_t>(t.cols));
   }
-  float fp8_scale(const std::string& name, int64_t block_row, int64_t block_col) const override {
+  void fp8_scales(const std::string& name, int64_t block_row, std::span<float> out) const override {
     const Tensor& t = tensors_.at(name);
-    return t.scales[static_cast<size_t>(block_row * block_columns(t) + block_col)];
+    REQUIRE(static_cast<int64_t>(out.size()) == block_columns(t));
+    std::copy_n(t.scales.begin() + block_row * block_columns(t), out.size(), out.begin());
   }
   float value(const Tensor& t, int64_t r, int64_t c) const {
     return kiln::f8e4m3_to_f32(t.codes[r * t.cols + c]) * fp8_scale_of(t, r, c);
@@ -551,9 +552,7 @@ Fp8Source::Tensor random_fp8_tensor(int64_t rows, int64_t cols, int64_t block_ro
   Fp8Source::Tensor t{rows, cols, std::vector<uint8_t>(static_cast<size_t>(rows * cols)),
                       std::vector<float>(static_cast<size_t>((rows + block_rows - 1) / block_rows *
                                                              ((cols + block_cols - 1) / block_cols)))};
-  for (uint8_t& v : t.codes) {
-    do v = static_cast<uint8_t>(rng()); while ((v & 0x7F) == 0x7F);
-  }
+  for (uint8_t& v : t.codes) v = kiln::test::random_finite_e4m3(rng);
   for (float& s : t.scales) s = std::ldexp(1.0f + static_cast<float>(rng() % 100) / 100.0f, -static_cast<int>(rng() % 10) - 4);
   return t;
 }

@@ -91,9 +91,14 @@ std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k
   return out;
 }
 
+uint8_t random_finite_e4m3(std::mt19937& rng) {
+  uint8_t v;
+  do v = static_cast<uint8_t>(std::uniform_int_distribution<int>(0, 255)(rng)); while ((v & 0x7F) == 0x7F);
+  return v;
+}
+
 Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> code(0, 255);
   std::uniform_real_distribution<float> exponent(-12.0f, -4.0f);
   Fp8Matrix m{std::vector<std::byte>(static_cast<size_t>(matrix_bytes(MatrixFormat::fp8, n, k)), std::byte{0}),
               std::vector<float>(static_cast<size_t>(n * k))};
@@ -102,8 +107,7 @@ Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed) {
   std::vector<uint8_t> codes(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {
-      uint8_t v;
-      do v = static_cast<uint8_t>(code(rng)); while ((v & 0x7F) == 0x7F);  // no NaN
+      const uint8_t v = random_finite_e4m3(rng);
       codes[c] = v;
       const float scale = scales[(r / kFp8BlockRows) * fp8_scale_cols(k) + c / kFp8BlockCols];
       m.values[r * k + c] = f8e4m3_to_f32(v) * scale;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -99,6 +100,9 @@ std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, in
 // has one after d (Q4_1, Q4_K: 0.01, random bytes there could be NaN), and Q6_K's d (its last two
 // bytes) finite too.
 std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k, uint32_t seed);
+
+// A random E4M3 code of any finite value (zeros, subnormals, ±448; not NaN, 0x7F / 0xFF).
+uint8_t random_finite_e4m3(std::mt19937& rng);
 
 // An [n, k] matrix in the GPU's FP8 layout (repack_fp8_row / set_fp8_scale) with random codes (every
 // finite E4M3 code: zeros, subnormals, ±448) and per-block scales spread over [2^-12, 2^-4), and the
