@@ -41,24 +41,33 @@ std::string mark_line(const Op& op, const Graph& g) {
     }
     bytes += elems * 2;  // bf16
   }
-  if (op.kind == OpKind::attention || op.kind == OpKind::mla_attention) reads = "kv_cache";
+  if (op.kind == OpKind::attention || op.kind == OpKind::prep_attention || op.kind == OpKind::mla_attention) {
+    reads = "kv_cache";
+  }
   std::string total = bytes > 0 || matrices.empty() ? std::to_string(bytes) : "";
   for (const std::string& m : matrices) total += (total.empty() ? "" : " + ") + m;
   return "ctx.mark(\"" + family + "\", OpReads::" + reads + ", " + total + ");";
 }
 
+// The math of an op's unfused parts, in order (the op's own when it has none).
+void comment_parts(const Op& op, Code& c) {
+  if (op.parts.empty()) c.comment(op.math);
+  for (const Op& part : op.parts) comment_parts(part, c);
+}
+
 void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
+  // A fused op the phase runs as its parts: each part as an op of its own.
+  if (op.record().call(phase).how == CallHow::parts && op.rank_case.empty()) {
+    for (const Op& part : op.parts) emit_op(part, g, phase, c);
+    return;
+  }
   // Tensor parallelism: an op of rank 0 alone opens `if (ctx.rank == 0) {`, the next one (the other
   // ranks') closes it with its `else` branch.
   if (op.rank_case == "first") c.line("if (ctx.rank == 0) {");
   if (op.rank_case == "others") c.line("} else {");
   if (!op.rank_case.empty()) c.indent();
-  if (!op.parts.empty()) {
-    for (const Op& part : op.parts) c.comment(part.math);
-    if (phase != Phase::ref) c.comment("(one fused kernel)");
-  } else {
-    c.comment(op.math);
-  }
+  comment_parts(op, c);
+  if (!op.parts.empty() && phase != Phase::ref) c.comment("(one fused kernel)");
   const std::vector<std::string> stmts = op_call(op, g, phase);
   for (const auto& stmt : stmts) c.line(stmt);
   if (phase == Phase::decode && !stmts.empty()) c.line(mark_line(op, g));

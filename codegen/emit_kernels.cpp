@@ -24,7 +24,7 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
         order.push_back(k.name);
         kernels.emplace(k.name, k);
       }
-      users[k.name].push_back(op);
+      users[k.name].push_back(k.op);
     }
   }
 

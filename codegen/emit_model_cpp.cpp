@@ -138,6 +138,7 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   field("ref_arena_bytes", "RefArena::bytes");
   field("gpu_arena_bytes", "GpuArena::bytes");
   field("gpu_scratch_bytes", "kDecodeScratchFloats * static_cast<int64_t>(sizeof(float))");
+  field("gpu_decode_counter_words", "kDecodeCounterWords");
   field("decode_weight_bytes", "kDecodeWeightBytes");
   field("routed_expert_bytes", "kRoutedExpertBytes");
   field("num_routed_experts", s.moe ? "kNumExperts" : "0");

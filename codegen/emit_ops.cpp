@@ -39,6 +39,7 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
     case ArgSource::ctx:
       if (a.name == "rope") return "const float*";
       if (a.name == "scratch") return "float*";
+      if (a.name == "decode_counters") return "unsigned*";
       if (a.name == "expert_usage") return "unsigned char*";
       if (a.name == "rank") return "int";
       fail("internal: ops.def: unknown context field ", a.name);
@@ -109,31 +110,49 @@ std::string shape_constant(const Op& op) {
   return out;
 }
 
+namespace {
+
+// The wrappers `phase` calls for `op`: its own, or its parts' where the phase runs those.
+void phase_kernels(const Op& op, const Graph& g, Phase phase, std::vector<CudaKernel>& out) {
+  const CallSpec& call = op.record().call(phase);
+  if (call.how == CallHow::parts) {
+    for (const Op& part : op.parts) phase_kernels(part, g, phase, out);
+    return;
+  }
+  if (call.how != CallHow::kernel) return;
+  const std::string name = wrapper_name(op, phase);
+  std::vector<std::string> params, names;
+  for (const ArgSpec* a : op.record().args_of(phase)) {
+    params.push_back(cuda_param_type(op, g, *a) + " " + a->name);
+    names.push_back(a->name);
+  }
+  params.push_back("cudaStream_t stream");
+  names.push_back("stream");
+  out.push_back({name, "void " + name + "(" + join(params) + ")",
+                 call.function + "<" + shape_constant(op) + ">(" + join(names) + ");", &op});
+}
+
+void phase_headers(const Op& op, Phase phase, std::vector<std::string>& out) {
+  const CallSpec& call = op.record().call(phase);
+  if (call.how == CallHow::parts) {
+    for (const Op& part : op.parts) phase_headers(part, phase, out);
+  } else if (call.how == CallHow::kernel) {
+    out.push_back(op.record().template_header);
+  }
+}
+
+}  // namespace
+
 std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
   std::vector<CudaKernel> out;
-  for (Phase phase : {Phase::prefill, Phase::decode}) {
-    const CallSpec& call = op.record().call(phase);
-    if (call.how != CallHow::kernel) continue;
-    const std::string name = wrapper_name(op, phase);
-    if (!out.empty() && out.back().name == name) continue;  // one wrapper serves both phases
-    std::vector<std::string> params, names;
-    for (const ArgSpec* a : op.record().args_of(phase)) {
-      params.push_back(cuda_param_type(op, g, *a) + " " + a->name);
-      names.push_back(a->name);
-    }
-    params.push_back("cudaStream_t stream");
-    names.push_back("stream");
-    out.push_back({name, "void " + name + "(" + join(params) + ")",
-                   call.function + "<" + shape_constant(op) + ">(" + join(names) + ");"});
-  }
-  return out;
+  for (Phase phase : {Phase::prefill, Phase::decode}) phase_kernels(op, g, phase, out);
+  return out;  // a wrapper both phases call appears twice (the caller keeps one)
 }
 
 std::vector<std::string> cuda_headers(const Op& op) {
-  for (Phase phase : {Phase::prefill, Phase::decode}) {
-    if (op.record().call(phase).how == CallHow::kernel) return {op.record().template_header};
-  }
-  return {};
+  std::vector<std::string> out;
+  for (Phase phase : {Phase::prefill, Phase::decode}) phase_headers(op, phase, out);
+  return out;
 }
 
 std::vector<std::string> ref_headers(const Op& op) {

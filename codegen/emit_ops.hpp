@@ -14,6 +14,7 @@ struct CudaKernel {
   std::string name;       // wrapper name in kernels.cu
   std::string signature;  // "void rmsnorm_576(const float* x, ..., cudaStream_t stream)"
   std::string body;       // the template call: "kiln::rmsnorm<kRmsnorm576>(x, weight, out, rows, stream);"
+  const Op* op;           // the op it runs (a part of the op asked about, where a phase runs the parts)
 };
 
 // The op's shape constant, named after its kernel: rmsnorm_576 -> kRmsnorm576.

@@ -4,6 +4,8 @@
 //
 //   attention_prep   [head_rmsnorm] + rope + kv_write on the fused qkv rows: one kernel, both
 //                    phases (dense families); saves 0.5-1.7 µs per layer at decode on an H200.
+//   prep_attention   attention_prep + attention: at decode one kernel that also merges the
+//                    split-KV partitions (three launches before); the prefill runs both parts.
 //
 // Folding RMSNorm or silu(gate)·up into the next projection's input load was built and measured
 // too, and lost: every GEMV block recomputes the folded input, which costs more than the launch
@@ -39,12 +41,40 @@ void fuse_attention_prep(std::vector<Op>& ops) {
   }
 }
 
+// attention_prep + the attention that reads its qkv rows -> prep_attention.
+void fuse_prep_attention(std::vector<Op>& ops) {
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const Op& prep = ops[i];
+    const Op& attn = ops[i + 1];
+    if (prep.kind != OpKind::attention_prep || attn.kind != OpKind::attention) continue;
+    if (attn.args.at("q") != prep.args.at("qkv") || attn.shape.at("row") != prep.shape.at("row") ||
+        attn.shape.at("page_size") != prep.shape.at("page_size")) {
+      continue;
+    }
+    Op fused = make_op(OpKind::prep_attention, attn.label, prep.math + "; then " + attn.math,
+                       {{"qkv", prep.args.at("qkv")}, {"out", attn.args.at("out")}}, {}, "prep_attention");
+    for (const char* m : {"heads", "kv_heads", "head_dim", "row", "page_size", "qk_norm", "eps"}) {
+      fused.shape[m] = prep.shape.at(m);
+    }
+    for (const char* m : {"scale", "partition", "max_partitions"}) fused.shape[m] = attn.shape.at(m);
+    for (const char* w : {"q_norm", "k_norm"}) {
+      if (prep.args.count(w)) fused.args[w] = prep.args.at(w);
+    }
+    fused.parts = {prep, attn};
+    ops.erase(ops.begin() + i, ops.begin() + i + 2);
+    ops.insert(ops.begin() + i, fused);
+  }
+}
+
 }  // namespace
 
 void fuse(Graph& g) {
   if (g.latent_kv) return;  // MLA writes its latent cache with its own ops
   for (LayerBlock& block : g.blocks) {
-    for (auto& [stage, ops] : block.stages) fuse_attention_prep(ops);
+    for (auto& [stage, ops] : block.stages) {
+      fuse_attention_prep(ops);
+      fuse_prep_attention(ops);
+    }
   }
 }
 

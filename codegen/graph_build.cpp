@@ -184,6 +184,16 @@ void define_decode_scratch(const ModelSpec& s, Graph& g) {
   g.define("kDecodeScratchFloats", std::max(g.value("kAttnScratchFloats"), linear),
            "decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (" +
                std::to_string(linear) + ")");
+  // The fused decode attention's merge counters (templates/prep_attention.cuh): a word per
+  // (sequence, KV head), zeroed once; the block that merges a row of partitions zeroes it again.
+  int64_t counters = 0;
+  for (const Op* op : g.all_ops()) {
+    if (op->kind == OpKind::prep_attention) {
+      counters = std::max(counters, s.build.max_batch * g.value(op->shape.at("kv_heads")));
+    }
+  }
+  g.define("kDecodeCounterWords", counters,
+           "decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)");
 }
 
 void define_rope_constants(const ModelSpec& s, Graph& g) {

@@ -117,9 +117,14 @@ __device__ __forceinline__ void attention_decode_partition(const bf16* q_group, 
   };
 
   // ---- scores: s[g][key] = q_g · k_key (log2 units) ----
-  for (int base = warp * Shape::kKeysPerWarp; base < n; base += Shape::kKeysPerPass * U) {
+  // The values of the warp's first keys are requested with their keys: at a short context (one
+  // pass: 64 keys at head dim 128) the values then cost no round trip to memory after the softmax.
+  const int first = warp * Shape::kKeysPerWarp;
+  Bits first_values[U][CPL] = {};
+  for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
     Bits regs[U][CPL];
     load_vectors(base, 0, regs);
+    if (base == first) load_vectors(base, 1, first_values);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int key = base + u * Shape::kKeysPerPass + key_slot;
@@ -182,9 +187,16 @@ __device__ __forceinline__ void attention_decode_partition(const bf16* q_group, 
     for (int c = 0; c < CPL; ++c)
 #pragma unroll
       for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
-  for (int base = warp * Shape::kKeysPerWarp; base < n; base += Shape::kKeysPerPass * U) {
+  for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
     Bits regs[U][CPL];
-    load_vectors(base, 1, regs);
+    if (base == first) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) regs[u][c] = first_values[u][c];
+    } else {
+      load_vectors(base, 1, regs);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int key = base + u * Shape::kKeysPerPass + key_slot;

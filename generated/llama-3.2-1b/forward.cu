@@ -96,12 +96,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 3072, 2048));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 64, pages of 16 tokens)
-    // (one fused kernel)
-    attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
-    ctx.mark("attention_prep", OpReads::weights, 0);
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (32 query heads share 8 KV heads)
-    attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
-    ctx.mark("attention", OpReads::kv_cache, 0);
+    // (one fused kernel)
+    prep_attention(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
+    ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 2048));

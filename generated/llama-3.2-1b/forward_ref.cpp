@@ -35,8 +35,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 2048] · qkv_proj[3072, 2048]ᵀ   (q 2048 | k 512 | v 512)
     ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 500000, llama3 frequency scaling)
-    // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 64, pages of 16 tokens)
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 64, pages of 16 tokens)
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (32 query heads share 8 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);

@@ -35,10 +35,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 1024] · qkv_proj[4096, 1024]ᵀ   (q 2048 | k 1024 | v 1024)
     ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
-    // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
-    // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     ref::head_rmsnorm(kHeadRmsnorm, qkv, lw.q_norm, lw.k_norm, T);
+    // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 8 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);

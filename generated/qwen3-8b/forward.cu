@@ -98,12 +98,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
-    // (one fused kernel)
-    attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
-    ctx.mark("attention_prep", OpReads::weights, 512);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
-    attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
-    ctx.mark("attention", OpReads::kv_cache, 0);
+    // (one fused kernel)
+    prep_attention(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
+    ctx.mark("prep_attention", OpReads::kv_cache, 512);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 4096, 4096));

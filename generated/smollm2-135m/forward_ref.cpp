@@ -35,8 +35,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 576] · qkv_proj[960, 576]ᵀ   (q 576 | k 192 | v 192)
     ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 100000)
-    // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 64, pages of 16 tokens)
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 64, pages of 16 tokens)
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (9 query heads share 3 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);

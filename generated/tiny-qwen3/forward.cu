@@ -98,12 +98,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
-    // (one fused kernel)
-    attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
-    ctx.mark("attention_prep", OpReads::weights, 128);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
-    attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
-    ctx.mark("attention", OpReads::kv_cache, 0);
+    // (one fused kernel)
+    prep_attention(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
+    ctx.mark("prep_attention", OpReads::kv_cache, 128);
     // x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 64, 128));

@@ -35,10 +35,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
     ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
-    // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
-    // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
     ref::head_rmsnorm(kHeadRmsnorm, qkv, lw.q_norm, lw.k_norm, T);
+    // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);

@@ -40,6 +40,7 @@ constexpr int kNumQkHeads = 6;              // q and k heads, rotated together: 
 constexpr int kDecodeWeightBytes = 263168;  // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 8704;  // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (2048)
+constexpr int kDecodeCounterWords = 16;     // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 constexpr int kMegakernelMaxBatch = 8;      // build.megakernel_max_batch (at most build.max_batch): decode steps of this many sequences or fewer run the whole-step kernel
 constexpr int kStepSyncWords = 16;          // whole-step decode counters: epoch, blocks finished, one per stage (embed, 6 per layer, lm_head)
 
@@ -50,6 +51,8 @@ constexpr shape::embed kEmbedTokens{.vocab = kVocabSize, .dim = kHiddenSize};
 constexpr shape::rmsnorm kRmsnorm64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj,k_proj,v_proj
 constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// self_attn
+constexpr shape::prep_attention kPrepAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = true, .eps = kRmsNormEps, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn (q/k prep)
 constexpr shape::attention_prep kAttentionPrep{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = true, .eps = kRmsNormEps};
 // self_attn.q_norm,k_norm
@@ -185,7 +188,7 @@ void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
-void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
+void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, unsigned* decode_counters, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);

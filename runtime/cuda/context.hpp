@@ -38,6 +38,7 @@ struct CudaContext {
   int64_t kv_layer_bytes = 0;       // one layer's pages
   const float* rope = nullptr;      // [max_context][rotary_dim / 2][cos, sin]
   float* scratch = nullptr;         // ModelInfo::gpu_scratch_bytes (decode attention partials)
+  unsigned* decode_counters = nullptr;  // ModelInfo::gpu_decode_counter_words, zeroed once (prep_attention.cuh)
   cuda::GemmRunner* gemm = nullptr; // prefill projections
   // bf16 rows of the largest projection kept quantized (the prefill GEMM's weight; null: none is)
   __nv_bfloat16* dequantized = nullptr;

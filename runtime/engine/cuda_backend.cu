@@ -186,6 +186,8 @@ class CudaBackend final : public Backend {
     arena_.resize(m.gpu_arena_bytes);
     arena_.zero(stream_);
     scratch_.resize(m.gpu_scratch_bytes);
+    decode_counters_.resize(m.gpu_decode_counter_words * 4);
+    decode_counters_.zero(stream_);
     const std::vector<float> rope = build_rope_table(m.rope, m.max_context);
     rope_.resize(static_cast<int64_t>(rope.size()) * 4);
     KILN_CUDA(cudaMemcpy(rope_.get(), rope.data(), rope.size() * 4, cudaMemcpyHostToDevice));
@@ -240,6 +242,7 @@ class CudaBackend final : public Backend {
     ctx_.kv_layer_bytes = kv_layer_bytes_;
     ctx_.rope = rope_.get<float>();
     ctx_.scratch = scratch_.get<float>();
+    ctx_.decode_counters = decode_counters_.bytes() > 0 ? decode_counters_.get<unsigned>() : nullptr;
     ctx_.gemm = &gemm_;
     ctx_.dequantized = dequantized_.bytes() > 0 ? dequantized_.get<__nv_bfloat16>() : nullptr;
     ctx_.fp8_inputs = fp8_inputs_.bytes() > 0 ? fp8_inputs_.get<uint8_t>() : nullptr;
@@ -512,7 +515,7 @@ class CudaBackend final : public Backend {
   DeviceSink sink_;
   LoadedWeights weights_;
   std::unique_ptr<CudaForward> forward_;
-  DeviceBuffer arena_, scratch_, rope_, kv_, decode_logits_, prefill_logits_;
+  DeviceBuffer arena_, scratch_, decode_counters_, rope_, kv_, decode_logits_, prefill_logits_;
   DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
   DeviceBuffer dequantized_;  // bf16 rows of the largest quantized projection, for prefill (empty: none)
   DeviceBuffer fp8_inputs_, fp8_input_scales_;  // the prefill's inputs in FP8 (empty: no FP8 projection)

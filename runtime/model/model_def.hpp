@@ -139,6 +139,7 @@ struct ModelInfo {
   int64_t ref_arena_bytes;     // CPU reference activations (planned at codegen)
   int64_t gpu_arena_bytes;     // CUDA activations (planned at codegen)
   int64_t gpu_scratch_bytes;   // CUDA decode-attention partials
+  int64_t gpu_decode_counter_words;  // CUDA decode attention's merge counters (zeroed once)
   // Bytes-read accounting of a decode step (bf16): all weights but the embedding row and the
   // routed experts, then each chosen expert once per layer (counted per step).
   int64_t decode_weight_bytes;

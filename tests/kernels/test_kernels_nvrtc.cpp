@@ -20,6 +20,7 @@ const char* const kInstantiations = R"(
 #include "templates/moe_down.cuh"
 #include "templates/moe_gate_up.cuh"
 #include "templates/moe_route.cuh"
+#include "templates/prep_attention.cuh"
 #include "templates/rmsnorm.cuh"
 #include "templates/rmsnorm_inplace.cuh"
 #include "templates/rmsnorm_rows.cuh"
@@ -76,6 +77,18 @@ void attention(bf16* qkv, const bf16* norm, const int* pos, const float* rope_ta
   kiln::attention_decode<kOdd48>(qkv, cache, qkv, ctx, bt, 9, 2, scratch, s);
   kiln::attention_decode<kOdd40>(qkv, cache, qkv, ctx, bt, 9, 2, scratch, s);
   kiln::attention_decode<kQwen>(qkv, cache, qkv, ctx, bt, 9, 2, scratch, s);
+  // The fused decode: a head dim of 48 in a 480-wide row, pages of 5; one of 20 with no GQA, 1-byte
+  // spare columns, no q/k norm; partitions of 16 up to 131072 keys (the merge's factors outgrow the
+  // attention's shared memory).
+  unsigned* counters = nullptr;
+  kiln::prep_attention<shape::prep_attention{.heads = 6, .kv_heads = 2, .head_dim = 48, .row = 480, .page_size = 5,
+                                             .qk_norm = true, .eps = 1e-6f, .scale = 0.14f, .partition = 64,
+                                             .max_partitions = 32}>(qkv, norm, norm, pos, rope_table, slots, cache, qkv,
+                                                                    ctx, bt, 9, 2, scratch, counters, s);
+  kiln::prep_attention<shape::prep_attention{.heads = 3, .kv_heads = 3, .head_dim = 20, .row = 181, .page_size = 5,
+                                             .qk_norm = false, .eps = 1e-6f, .scale = 0.2f, .partition = 16,
+                                             .max_partitions = 8192}>(qkv, nullptr, nullptr, pos, rope_table, slots,
+                                                                      cache, qkv, ctx, bt, 9, 2, scratch, counters, s);
 }
 
 void mla(const bf16* in, const bf16* w, bf16* out, const int* slots, bf16* cache, const int* qs, const int* pos,

@@ -68,6 +68,7 @@ constexpr int kAttnScratchFloats = 4210688; // decode attention partials: kMaxBa
 constexpr int kDecodeWeightBytes = 1137306624; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 17301504; // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 4210688; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (2097152)
+constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens

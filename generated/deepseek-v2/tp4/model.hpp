@@ -69,6 +69,7 @@ constexpr int kAttnScratchFloats = 16842752; // decode attention partials: kMaxB
 constexpr long long kDecodeWeightBytes = 7296634880; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 47185920; // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 16842752; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (1572864)
+constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens

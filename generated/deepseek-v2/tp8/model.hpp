@@ -69,6 +69,7 @@ constexpr int kAttnScratchFloats = 8421376; // decode attention partials: kMaxBa
 constexpr long long kDecodeWeightBytes = 4346204160; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 47185920; // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 8421376; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (1572864)
+constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens

@@ -6,6 +6,7 @@
 #include "templates/attention_prep.cuh"
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
+#include "templates/prep_attention.cuh"
 #include "templates/rmsnorm.cuh"
 #include "templates/rmsnorm_rows.cuh"
 #include "templates/silu_mul.cuh"
@@ -37,9 +38,9 @@ void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_s
   kiln::attention_prefill<kAttention>(q, cache, out, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, stream);
 }
 
-// self_attn: attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 4 KV heads)
-void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream) {
-  kiln::attention_decode<kAttention>(q, cache, out, context_len, block_tables, max_pages_per_seq, num_seqs, scratch, stream);
+// self_attn: q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling); then k_cache[slot], v_cache[slot] = k, v   (4 KV heads × 128, pages of 16 tokens); then attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 4 KV heads)
+void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, unsigned* decode_counters, cudaStream_t stream) {
+  kiln::prep_attention<kPrepAttention>(qkv, q_norm, k_norm, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq, num_seqs, scratch, decode_counters, stream);
 }
 
 // self_attn.o_proj: x += attn[T, 2048] · o_proj[4096, 2048]ᵀ   (residual add fused)   (rank 0: its share)
@@ -82,7 +83,7 @@ void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, fl
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
 }
 
-static_assert(kiln::attention_decode_scratch_floats<kAttention>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kMaxBatch * kPrepAttention.kv_heads <= kDecodeCounterWords);
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearDownProjShare>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
@@ -90,5 +91,6 @@ static_assert(kiln::linear_scratch_floats<kLinearLmHead>(kMaxBatch) <= kDecodeSc
 static_assert(kiln::linear_scratch_floats<kLinearOProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearOProjShare>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearQkvProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::prep_attention_scratch_floats<kPrepAttention>(kMaxBatch) <= kDecodeScratchFloats);
 
 }  // namespace kiln::models::llama_3_1_8b::tp2

@@ -38,8 +38,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 4096] · qkv_proj[1536, 4096]ᵀ   (q 1024 | k 256 | v 256)   (this rank's share)
     ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
-    // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 128, pages of 16 tokens)
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 128, pages of 16 tokens)
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (8 query heads share 2 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);

@@ -69,6 +69,7 @@ constexpr int kAttnScratchFloats = 544;     // decode attention partials: kMaxBa
 constexpr int kDecodeWeightBytes = 115280;  // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 9216;    // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 544;   // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (0)
+constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens

@@ -116,12 +116,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 64, 64));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens)
-    // (one fused kernel)
-    attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
-    ctx.mark("attention_prep", OpReads::weights, 0);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (2 query heads share 1 KV heads)
-    attention_decode(qkv, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
-    ctx.mark("attention", OpReads::kv_cache, 0);
+    // (one fused kernel)
+    prep_attention(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
+    ctx.mark("prep_attention", OpReads::kv_cache, 0);
     if (ctx.rank == 0) {
       // x += attn[T, 32] · o_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
       linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);

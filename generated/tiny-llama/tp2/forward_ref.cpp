@@ -38,8 +38,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // qkv = h[T, 64] · qkv_proj[64, 64]ᵀ   (q 32 | k 16 | v 16)   (this rank's share)
     ref::linear(kLinearQkvProj, h, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling)
-    // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens)
     ref::rope(kRopeQk, qkv, step.positions.data(), ctx.rope, T);
+    // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens)
     ref::kv_write(kKvWrite, qkv, step.slot_mapping.data(), kv, T);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (2 query heads share 1 KV heads)
     ref::attention(kAttention, qkv, kv, attn, step, ctx.fast_kernels);

@@ -48,6 +48,7 @@ constexpr int kNumQkHeads = 2;              // q and k heads, rotated together: 
 constexpr int kDecodeWeightBytes = 64256;   // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 0;       // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 144;   // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (0)
+constexpr int kDecodeCounterWords = 8;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
 // embed_tokens
@@ -58,6 +59,8 @@ constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .wa
 constexpr shape::rmsnorm kRmsnorm64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj,k_proj,v_proj
 constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms};
+// self_attn
+constexpr shape::prep_attention kPrepAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = false, .eps = kRmsNormEps, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn (q/k prep)
 constexpr shape::attention_prep kAttentionPrep{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = false, .eps = kRmsNormEps};
 // rotary_emb
@@ -172,7 +175,7 @@ void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStr
 void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
-void attention_decode(const bf16* q, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
+void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, unsigned* decode_counters, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);

@@ -1,0 +1,132 @@
+// attention_prep then attention, fused (codegen/fuse.cpp): the prefill runs the two ops' kernels one
+// after the other; the decode runs this kernel alone, where the per-op path launched three (prep,
+// the split-KV partitions, their merge) in a chain whose every link costs a launch's latency.
+//
+// Grid: sequence × KV head × partition, as attention_decode's. A block
+//   - prepares its KV head's query heads (Qwen3's per-head norm, RoPE) into shared memory, and, when
+//     its partition holds the new token, that token's k and v into the cache (attention_prep's
+//     prep_head_vector: q is not written back, nothing after the decode reads it);
+//   - runs attention_decode_partition on them;
+//   - when the sequence spans several partitions, counts itself done for its (sequence, KV head),
+//     and the last block to finish merges the partitions of its query heads (split_kv_merge_row).
+// The whole-step decode kernel (decode_step.cuh) runs the same three device functions, so a
+// sequence gets the same bits either way, and the same as attention_prep + attention_decode.
+//
+// counters: [num_seqs × kv_heads] words, zero before the first launch; the merging block sets its
+// word back to zero, so that every launch finds them so.
+#pragma once
+
+#include "templates/attention_decode.cuh"
+#include "templates/attention_prep.cuh"
+
+namespace kiln {
+
+namespace detail {
+
+// (Plain template parameters: nvcc's launch stubs take no class-type ones.)
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, int kPartition, int kMaxPartitions>
+struct PrepAttentionShape {
+  static constexpr int kGroup = kHeads / kKvHeads;
+  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  using Prep = HeadNormShape<kHeadDim, kRow>;
+  static constexpr int kThreads = Attn::kThreads;
+  static constexpr int kPrepGroups = kThreads / Prep::kLanes;  // head vectors prepared at once
+  // Shared memory: the attention's, then the group's q heads, then the prep's staging rows; the
+  // merge's factors (a float per partition, and one) reuse it from the start.
+  static constexpr int kAttnBytes = round_up(Attn::kSmemBytes, 16);
+  static constexpr int kQBytes = round_up(kGroup * kHeadDim * 2, 16);
+  static constexpr int kStagedBytes = round_up(kPrepGroups * kHeadDim * 2, 16);
+  static constexpr int kSmemBytes = max_int(kAttnBytes + kQBytes + kStagedBytes, round_up((kMaxPartitions + 1) * 4, 16));
+};
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kPartition, int kMaxPartitions>
+__global__ void __launch_bounds__(
+    PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>::kThreads)
+    prep_attention_decode_kernel(const bf16* __restrict__ qkv, const bf16* __restrict__ q_norm,
+                                 const bf16* __restrict__ k_norm, float eps, const int* __restrict__ positions,
+                                 const float* __restrict__ rope, const int* __restrict__ slot_mapping, bf16* cache,
+                                 bf16* out, const int* __restrict__ context_len, const int* __restrict__ block_tables,
+                                 int max_pages_per_seq, float scale_log2, float* scratch, unsigned* counters) {
+  using Shape = PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>;
+  using Prep = typename Shape::Prep;
+  constexpr int G = Shape::kGroup, D = kHeadDim;
+  pdl_wait_and_release();
+  extern __shared__ float4 smem_f4[];
+  char* smem = reinterpret_cast<char*>(smem_f4);
+  float* attn_smem = reinterpret_cast<float*>(smem);
+  bf16* q_group = reinterpret_cast<bf16*>(smem + Shape::kAttnBytes);
+  bf16* staged = reinterpret_cast<bf16*>(smem + Shape::kAttnBytes + Shape::kQBytes);
+  __shared__ bool merges;
+
+  const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z, tid = threadIdx.x;
+  const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);
+  // Partition 0 runs even for an empty context (its output: zeros, as attention_decode's).
+  if (part > 0 && part >= parts) return;
+
+  // The group's q heads, and k and v of the new token in the partition that holds it.
+  const int vectors = G + (part == parts - 1 ? 2 : 0);
+  const int group = tid / Prep::kLanes, lane = tid % Prep::kLanes;
+  for (int v0 = 0; v0 < vectors; v0 += Shape::kPrepGroups) {
+    const int i = v0 + group;
+    const int vector = i < G ? kv_head * G + i : i == G ? kHeads + kv_head : kHeads + kKvHeads + kv_head;
+    prep_head_vector<kHeads, kKvHeads, D, kRow, kPageSize, kQkNorm, Prep::kVec, Prep::kLanes>(
+        qkv, q_group + (i < G ? i : 0) * D, q_norm, k_norm, eps, positions, rope, slot_mapping, cache, seq, vector,
+        i < vectors, lane, staged + group * D);
+    __syncwarp();
+  }
+  __syncthreads();  // the q heads and the new k and v (read back from the cache below) are in place
+  attention_decode_partition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions>(
+      q_group, cache, out, context_len, block_tables, max_pages_per_seq, scale_log2, scratch, seq, kv_head, part,
+      attn_smem, tid, [] { __syncthreads(); });
+  if (parts <= 1) return;  // finished in place (uniform over the block)
+
+  // The partition's slots are written; the last of the sequence's blocks for this KV head merges.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    unsigned* counter = counters + seq * kKvHeads + kv_head;
+    merges = atomicAdd(counter, 1u) == static_cast<unsigned>(parts - 1);
+    if (merges) *counter = 0;  // every block of this (sequence, KV head) has counted
+  }
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();  // the other blocks' slots, as they wrote them
+  for (int g = 0; g < G; ++g) {
+    split_kv_merge_row<D, kMaxPartitions, Shape::kThreads>(scratch, static_cast<long long>(seq) * kHeads + kv_head * G + g,
+                                                          parts, out, attn_smem, tid, [] { __syncthreads(); });
+    __syncthreads();  // the factors of this row are read before the next row's are written
+  }
+}
+
+}  // namespace detail
+
+// Decode scratch floats prep_attention<S> takes for max_batch sequences (attention_decode's).
+template <shape::prep_attention S>
+constexpr long long prep_attention_scratch_floats(int max_batch) {
+  return split_kv_scratch_floats(static_cast<long long>(max_batch) * S.heads, S.max_partitions, S.head_dim);
+}
+
+// One token per sequence: sequence s's token is row s of qkv (positions[s], slot_mapping[s]), and
+// it attends to context_len[s] cached keys, its own included. out [num_seqs, heads · head_dim];
+// scratch: prep_attention_scratch_floats(num_seqs); counters: num_seqs × kv_heads words, zero.
+template <shape::prep_attention S>
+void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope,
+                    const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables,
+                    int max_pages_per_seq, int num_seqs, float* scratch, unsigned* counters, cudaStream_t stream) {
+  static_assert(S.heads > 0 && S.kv_heads > 0 && S.heads % S.kv_heads == 0,
+                "prep_attention: query heads must be a multiple of KV heads");
+  static_assert(S.head_dim > 0 && S.head_dim % 2 == 0 && S.page_size > 0 && S.partition > 0 && S.max_partitions > 0,
+                "prep_attention: sizes must be positive, the head dim even");
+  static_assert((S.heads + 2 * S.kv_heads) * S.head_dim <= S.row, "prep_attention: q, k and v heads must fit in a row");
+  using Shape =
+      detail::PrepAttentionShape<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.partition, S.max_partitions>;
+  if (num_seqs <= 0) return;
+  constexpr auto kernel = detail::prep_attention_decode_kernel<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size,
+                                                               S.qk_norm, S.partition, S.max_partitions>;
+  detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+  KILN_LAUNCH(kernel, dim3(num_seqs, S.kv_heads, S.max_partitions), Shape::kThreads, Shape::kSmemBytes, stream, qkv,
+              q_norm, k_norm, S.eps, positions, rope, slot_mapping, cache, out, context_len, block_tables,
+              max_pages_per_seq, S.scale * detail::kLog2e, scratch, counters);
+}
+
+}  // namespace kiln
