@@ -42,224 +42,281 @@ struct DecodeShape {
 };
 
 // One (sequence, KV head, partition) of pass 1, by kThreads threads (tid: 0..kThreads-1) that
-// `sync()` synchronizes, in `smem` (Shape::kSmemBytes, 16-byte aligned). q_group: the group's
-// query heads, head g at q_group + g·kHeadDim. The per-op kernel runs one per block; the whole-step
-// decode kernel (decode_step.cuh) runs two per block, so both compute the same bits.
+// `sync()` synchronizes, in `smem` (Shape::kSmemBytes, 16-byte aligned), in two parts:
+//   begin()   the partition's page ids into shared memory and each warp's first keys and values
+//             into registers: nothing the step's kernels write, so a kernel may run it before its
+//             wait for the kernel before (PDL), but the key `fresh` (the step's new token, when the
+//             block writes it itself; -1: none), which finish() loads. False: nothing to attend
+//             (a partition past the context; partition 0 always attends).
+//   finish()  the scores, softmax and values over the group's query heads (q_group: head g at
+//             q_group + g·kHeadDim).
+// attention_decode_partition runs both at once. The per-op kernels run one partition per block; the
+// whole-step decode kernel (decode_step.cuh) runs two per block, so all compute the same bits.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
+struct DecodePartition {
+  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
+  static constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
+  static constexpr int U = Shape::kUnroll;
+  using Bits = typename BitsOf<V>::type;
+
+  int ctx = 0, start = 0, n = 0, first_page = 0, fresh = -1;
+  // The warp's first keys and values (keys first + u·kKeysPerPass + this lane's slot): at a short
+  // context (one pass: 64 keys at head dim 128) the whole partition, so the values cost no round
+  // trip to memory after the softmax.
+  Bits first_keys[U][CPL] = {}, first_values[U][CPL] = {};
+
+  __device__ __forceinline__ int* pages(float* smem) const {
+    return reinterpret_cast<int*>(smem + Shape::kUnionFloats + 2 * G);  // [kMaxPages]
+  }
+
+  // Key (kv = 0) or value (kv = 1) vector `key` of the partition: this lane's chunks.
+  __device__ __forceinline__ void load_vector(const bf16* cache, const int* page_ids, int kv_head, int key, int kv,
+                                              int sub, Bits (&regs)[CPL]) const {
+    const int pos = start + key;
+    const bf16* vec = Layout::vec(cache, page_ids[pos / kPageSize - first_page], kv, kv_head, pos % kPageSize);
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) {
+      const int chunk = c * Shape::kLanesPerKey + sub;
+      if (chunk < Shape::kChunks) regs[c] = load_bits<V>(vec + chunk * V);
+    }
+  }
+
+  // Loads kUnroll key (kv = 0) or value (kv = 1) vectors of this lane's chunks from key `base` on;
+  // keys past the partition's end, and `skip`, read nothing.
+  __device__ __forceinline__ void load_vectors(const bf16* cache, const int* page_ids, int kv_head, int base, int kv,
+                                               int skip, int lane, Bits (&regs)[U][CPL]) const {
+    const int key_slot = lane / Shape::kLanesPerKey, sub = lane % Shape::kLanesPerKey;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * Shape::kKeysPerPass + key_slot;
+      if (key < n && key != skip) load_vector(cache, page_ids, kv_head, key, kv, sub, regs[u]);
+    }
+  }
+
+  template <typename Sync>
+  __device__ __forceinline__ bool begin(const bf16* cache, const int* context_len, const int* block_tables,
+                                        int max_pages_per_seq, int seq, int kv_head, int part, bool writes_new,
+                                        float* smem, int tid, Sync&& sync) {
+    ctx = min(context_len[seq], kMaxPartitions * kPartition);
+    start = part * kPartition;
+    if (part > 0 && start >= ctx) return false;
+    n = max(0, min(kPartition, ctx - start));
+    fresh = writes_new && n > 0 ? n - 1 : -1;
+    first_page = start / kPageSize;
+    const int num_pages = n > 0 ? (start + n - 1) / kPageSize - first_page + 1 : 0;
+    int* page_ids = pages(smem);
+    for (int i = tid; i < num_pages; i += Shape::kThreads) {
+      page_ids[i] = block_tables[static_cast<long long>(seq) * max_pages_per_seq + first_page + i];
+    }
+    sync();
+    const int warp = tid / 32, lane = tid % 32;
+    load_vectors(cache, page_ids, kv_head, warp * Shape::kKeysPerWarp, 0, fresh, lane, first_keys);
+    load_vectors(cache, page_ids, kv_head, warp * Shape::kKeysPerWarp, 1, fresh, lane, first_values);
+    return true;
+  }
+
+  template <typename Sync>
+  __device__ __forceinline__ void finish(const bf16* q_group, const bf16* cache, bf16* out, float scale_log2,
+                                         float* scratch, int seq, int kv_head, int part, float* smem, int tid,
+                                         Sync&& sync) {
+    const bool single = ctx <= kPartition;
+    float* scores = smem;                          // [G][kPartition]
+    float* partial = smem;                         // [kWarps][G][D], after the scores are used
+    float* head_max = smem + Shape::kUnionFloats;  // [G]
+    float* head_sum = head_max + G;                // [G]
+    const int* page_ids = pages(smem);
+
+    const int warp = tid / 32, lane = tid % 32;
+    const int key_slot = lane / Shape::kLanesPerKey, sub = lane % Shape::kLanesPerKey;
+    const int first = warp * Shape::kKeysPerWarp;
+    // The new token's key and value, now that they are in the cache.
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (fresh >= 0 && first + u * Shape::kKeysPerPass + key_slot == fresh) {
+        load_vector(cache, page_ids, kv_head, fresh, 0, sub, first_keys[u]);
+        load_vector(cache, page_ids, kv_head, fresh, 1, sub, first_values[u]);
+      }
+    }
+
+    // This lane's chunks of the group's queries, pre-scaled.
+    float q[G][CPL][V];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const bf16* qh = q_group + g * D;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int chunk = c * Shape::kLanesPerKey + sub;
+        if (chunk < Shape::kChunks) {
+          load_bf16<V>(qh + chunk * V, q[g][c]);
+#pragma unroll
+          for (int e = 0; e < V; ++e) q[g][c][e] *= scale_log2;
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) q[g][c][e] = 0.0f;
+        }
+      }
+    }
+
+    // ---- scores: s[g][key] = q_g · k_key (log2 units) ----
+    for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
+      Bits regs[U][CPL];
+      if (base == first) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int c = 0; c < CPL; ++c) regs[u][c] = first_keys[u][c];
+      } else {
+        load_vectors(cache, page_ids, kv_head, base, 0, -1, lane, regs);  // (the cache has the new token by now)
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int key = base + u * Shape::kKeysPerPass + key_slot;
+        float dot[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+        if (key < n) {
+#pragma unroll
+          for (int c = 0; c < CPL; ++c) {
+            if (c * Shape::kLanesPerKey + sub < Shape::kChunks) {
+              float k[V];
+              unpack_bf16<V>(regs[u][c], k);
+#pragma unroll
+              for (int g = 0; g < G; ++g) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) dot[g] += q[g][c][e] * k[e];
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+          for (int offset = Shape::kLanesPerKey / 2; offset > 0; offset /= 2) {
+            dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], offset);
+          }
+        }
+        if (sub == 0 && key < n) {
+#pragma unroll
+          for (int g = 0; g < G; ++g) scores[g * kPartition + key] = dot[g];
+        }
+      }
+    }
+    sync();
+
+    // ---- softmax numerators per head: p = exp2(s - max), with the max and the sum kept ----
+    for (int g = warp; g < G; g += Shape::kWarps) {
+      float m = neg_inf();
+      for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * kPartition + i]);
+      m = warp_max(m);
+      float l = 0.0f;
+      for (int i = lane; i < n; i += 32) {
+        const float p = exp2f(scores[g * kPartition + i] - m);
+        scores[g * kPartition + i] = p;
+        l += p;
+      }
+      l = warp_sum(l);
+      if (lane == 0) {
+        head_max[g] = m;
+        head_sum[g] = l;
+      }
+    }
+    sync();
+
+    // ---- values: o[g] = Σ p[g][key] · v_key ----
+    float acc[G][CPL][V];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
+    for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
+      Bits regs[U][CPL];
+      if (base == first) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int c = 0; c < CPL; ++c) regs[u][c] = first_values[u][c];
+      } else {
+        load_vectors(cache, page_ids, kv_head, base, 1, -1, lane, regs);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int key = base + u * Shape::kKeysPerPass + key_slot;
+        if (key < n) {
+#pragma unroll
+          for (int c = 0; c < CPL; ++c) {
+            if (c * Shape::kLanesPerKey + sub < Shape::kChunks) {
+              float v[V];
+              unpack_bf16<V>(regs[u][c], v);
+#pragma unroll
+              for (int g = 0; g < G; ++g) {
+                const float p = scores[g * kPartition + key];
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[g][c][e] += p * v[e];
+              }
+            }
+          }
+        }
+      }
+    }
+    // Lanes holding the same chunks of different keys combine; then the warps combine in shared memory.
+#pragma unroll
+    for (int offset = Shape::kLanesPerKey; offset < 32; offset *= 2) {
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c)
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[g][c][e] += __shfl_xor_sync(0xffffffffu, acc[g][c][e], offset);
+    }
+    sync();  // everyone is done with the scores: their space becomes `partial`
+    if (key_slot == 0) {
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+          const int chunk = c * Shape::kLanesPerKey + sub;
+          if (chunk < Shape::kChunks) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) partial[(warp * G + g) * D + chunk * V + e] = acc[g][c][e];
+          }
+        }
+    }
+    sync();
+
+    for (int i = tid; i < G * D; i += Shape::kThreads) {
+      const int g = i / D, d = i % D;
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < Shape::kWarps; ++w) o += partial[(w * G + g) * D + d];
+      const int head = kv_head * G + g;
+      if (single) {
+        const float l = head_sum[g];
+        out[static_cast<long long>(seq) * kHeads * D + head * D + d] = __float2bfloat16_rn(l > 0.0f ? o / l : 0.0f);
+      } else {
+        float* slot = split_kv_slot(scratch, static_cast<long long>(seq) * kHeads + head, part, kMaxPartitions, D);
+        slot[d] = o;
+        if (d == 0) {
+          slot[D] = head_max[g];
+          slot[D + 1] = head_sum[g];
+        }
+      }
+    }
+  }
+};
+
+// Both parts at once: the whole of pass 1 for a block whose cache already holds the new token.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions, typename Sync>
 __device__ __forceinline__ void attention_decode_partition(const bf16* q_group, const bf16* cache, bf16* out,
                                                            const int* context_len, const int* block_tables,
                                                            int max_pages_per_seq, float scale_log2, float* scratch,
                                                            int seq, int kv_head, int part, float* smem, int tid,
                                                            Sync&& sync) {
-  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
-  using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
-  constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
-  constexpr int U = Shape::kUnroll;
-  using Bits = typename BitsOf<V>::type;
-
-  const int ctx = min(context_len[seq], kMaxPartitions * kPartition);
-  const int start = part * kPartition;
-  if (part > 0 && start >= ctx) return;
-  const int n = max(0, min(kPartition, ctx - start));
-  const bool single = ctx <= kPartition;
-
-  float* scores = smem;                               // [G][kPartition]
-  float* partial = smem;                              // [kWarps][G][D], after the scores are used
-  float* head_max = smem + Shape::kUnionFloats;       // [G]
-  float* head_sum = head_max + G;                     // [G]
-  int* pages = reinterpret_cast<int*>(head_sum + G);  // [kMaxPages]
-
-  const int warp = tid / 32, lane = tid % 32;
-  const int key_slot = lane / Shape::kLanesPerKey, sub = lane % Shape::kLanesPerKey;
-
-  const int first_page = start / kPageSize;
-  const int num_pages = n > 0 ? (start + n - 1) / kPageSize - first_page + 1 : 0;
-  for (int i = tid; i < num_pages; i += Shape::kThreads) {
-    pages[i] = block_tables[static_cast<long long>(seq) * max_pages_per_seq + first_page + i];
-  }
-
-  // This lane's chunks of the group's queries, pre-scaled.
-  float q[G][CPL][V];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const bf16* qh = q_group + g * D;
-#pragma unroll
-    for (int c = 0; c < CPL; ++c) {
-      const int chunk = c * Shape::kLanesPerKey + sub;
-      if (chunk < Shape::kChunks) {
-        load_bf16<V>(qh + chunk * V, q[g][c]);
-#pragma unroll
-        for (int e = 0; e < V; ++e) q[g][c][e] *= scale_log2;
-      } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e) q[g][c][e] = 0.0f;
-      }
-    }
-  }
-  sync();
-
-  // Loads kUnroll key (kv = 0) or value (kv = 1) vectors of this lane's chunks; keys past the
-  // partition's end read nothing.
-  auto load_vectors = [&](int base, int kv, Bits (&regs)[U][CPL]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + u * Shape::kKeysPerPass + key_slot;
-      if (key < n) {
-        const int pos = start + key;
-        const bf16* vec = Layout::vec(cache, pages[pos / kPageSize - first_page], kv, kv_head, pos % kPageSize);
-#pragma unroll
-        for (int c = 0; c < CPL; ++c) {
-          const int chunk = c * Shape::kLanesPerKey + sub;
-          if (chunk < Shape::kChunks) regs[u][c] = load_bits<V>(vec + chunk * V);
-        }
-      }
-    }
-  };
-
-  // ---- scores: s[g][key] = q_g · k_key (log2 units) ----
-  // The values of the warp's first keys are requested with their keys: at a short context (one
-  // pass: 64 keys at head dim 128) the values then cost no round trip to memory after the softmax.
-  const int first = warp * Shape::kKeysPerWarp;
-  Bits first_values[U][CPL] = {};
-  for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
-    Bits regs[U][CPL];
-    load_vectors(base, 0, regs);
-    if (base == first) load_vectors(base, 1, first_values);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + u * Shape::kKeysPerPass + key_slot;
-      float dot[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) dot[g] = 0.0f;
-      if (key < n) {
-#pragma unroll
-        for (int c = 0; c < CPL; ++c) {
-          if (c * Shape::kLanesPerKey + sub < Shape::kChunks) {
-            float k[V];
-            unpack_bf16<V>(regs[u][c], k);
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-#pragma unroll
-              for (int e = 0; e < V; ++e) dot[g] += q[g][c][e] * k[e];
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-#pragma unroll
-        for (int offset = Shape::kLanesPerKey / 2; offset > 0; offset /= 2) {
-          dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], offset);
-        }
-      }
-      if (sub == 0 && key < n) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) scores[g * kPartition + key] = dot[g];
-      }
-    }
-  }
-  sync();
-
-  // ---- softmax numerators per head: p = exp2(s - max), with the max and the sum kept ----
-  for (int g = warp; g < G; g += Shape::kWarps) {
-    float m = neg_inf();
-    for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * kPartition + i]);
-    m = warp_max(m);
-    float l = 0.0f;
-    for (int i = lane; i < n; i += 32) {
-      const float p = exp2f(scores[g * kPartition + i] - m);
-      scores[g * kPartition + i] = p;
-      l += p;
-    }
-    l = warp_sum(l);
-    if (lane == 0) {
-      head_max[g] = m;
-      head_sum[g] = l;
-    }
-  }
-  sync();
-
-  // ---- values: o[g] = Σ p[g][key] · v_key ----
-  float acc[G][CPL][V];
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int c = 0; c < CPL; ++c)
-#pragma unroll
-      for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
-  for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
-    Bits regs[U][CPL];
-    if (base == first) {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int c = 0; c < CPL; ++c) regs[u][c] = first_values[u][c];
-    } else {
-      load_vectors(base, 1, regs);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + u * Shape::kKeysPerPass + key_slot;
-      if (key < n) {
-#pragma unroll
-        for (int c = 0; c < CPL; ++c) {
-          if (c * Shape::kLanesPerKey + sub < Shape::kChunks) {
-            float v[V];
-            unpack_bf16<V>(regs[u][c], v);
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-              const float p = scores[g * kPartition + key];
-#pragma unroll
-              for (int e = 0; e < V; ++e) acc[g][c][e] += p * v[e];
-            }
-          }
-        }
-      }
-    }
-  }
-  // Lanes holding the same chunks of different keys combine; then the warps combine in shared memory.
-#pragma unroll
-  for (int offset = Shape::kLanesPerKey; offset < 32; offset *= 2) {
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int c = 0; c < CPL; ++c)
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc[g][c][e] += __shfl_xor_sync(0xffffffffu, acc[g][c][e], offset);
-  }
-  sync();  // everyone is done with the scores: their space becomes `partial`
-  if (key_slot == 0) {
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int c = 0; c < CPL; ++c) {
-        const int chunk = c * Shape::kLanesPerKey + sub;
-        if (chunk < Shape::kChunks) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) partial[(warp * G + g) * D + chunk * V + e] = acc[g][c][e];
-        }
-      }
-  }
-  sync();
-
-  for (int i = tid; i < G * D; i += Shape::kThreads) {
-    const int g = i / D, d = i % D;
-    float o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < Shape::kWarps; ++w) o += partial[(w * G + g) * D + d];
-    const int head = kv_head * G + g;
-    if (single) {
-      const float l = head_sum[g];
-      out[static_cast<long long>(seq) * kHeads * D + head * D + d] = __float2bfloat16_rn(l > 0.0f ? o / l : 0.0f);
-    } else {
-      float* slot = split_kv_slot(scratch, static_cast<long long>(seq) * kHeads + head, part, kMaxPartitions, D);
-      slot[d] = o;
-      if (d == 0) {
-        slot[D] = head_max[g];
-        slot[D + 1] = head_sum[g];
-      }
-    }
-  }
+  DecodePartition<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions> p;
+  if (!p.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part, false, smem, tid, sync)) return;
+  p.finish(q_group, cache, out, scale_log2, scratch, seq, kv_head, part, smem, tid, sync);
 }
 
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>

@@ -46,7 +46,9 @@ __device__ inline void discard_launch_args(const Args&...) {}
 //
 // The contract every __global__ of templates/ keeps (tests/codegen/test_templates_pdl.cpp checks
 // that each calls pdl_wait): on every path, pdl_wait() comes before its first read of anything a
-// kernel writes, before its first write, and before it returns. pdl_wait() returns once the kernels
+// kernel writes, before its first write, and before it returns. (Anything a kernel wrote before the
+// kernel before this one started is complete by then, as below: the decode attention reads the
+// step's arrays and the cache's earlier tokens before its wait, prep_attention.cuh.) pdl_wait() returns once the kernels
 // before it in the stream have completed and their writes are visible; since each of them waited on
 // its own predecessor, that holds transitively, so a kernel that waits is ordered after the whole
 // stream, exactly as a plain launch. pdl_release() (called right after the wait) lets the next

@@ -3,10 +3,12 @@
 // the split-KV partitions, their merge) in a chain whose every link costs a launch's latency.
 //
 // Grid: sequence × KV head × partition, as attention_decode's. A block
+//   - before its wait for qkv_proj (PDL), loads its partition's page ids and its warps' first keys
+//     and values of the earlier tokens (DecodePartition::begin);
 //   - prepares its KV head's query heads (Qwen3's per-head norm, RoPE) into shared memory, and, when
 //     its partition holds the new token, that token's k and v into the cache (attention_prep's
 //     prep_head_vector: q is not written back, nothing after the decode reads it);
-//   - runs attention_decode_partition on them;
+//   - attends (DecodePartition::finish, the new token's key and value read back from the cache);
 //   - when the sequence spans several partitions, counts itself done for its (sequence, KV head),
 //     and the last block to finish merges the partitions of its query heads (split_kv_merge_row).
 // The whole-step decode kernel (decode_step.cuh) runs the same three device functions, so a
@@ -50,7 +52,6 @@ __global__ void __launch_bounds__(
   using Shape = PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>;
   using Prep = typename Shape::Prep;
   constexpr int G = Shape::kGroup, D = kHeadDim;
-  pdl_wait_and_release();
   extern __shared__ float4 smem_f4[];
   char* smem = reinterpret_cast<char*>(smem_f4);
   float* attn_smem = reinterpret_cast<float*>(smem);
@@ -59,9 +60,16 @@ __global__ void __launch_bounds__(
   __shared__ bool merges;
 
   const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z, tid = threadIdx.x;
+  // Before the wait for the kernel before (qkv_proj): what no kernel of the step writes, which was
+  // in place before that kernel started (common.cuh) — the step's arrays, the partition's page ids,
+  // and the keys and values of the earlier tokens; so these loads overlap the projection's end.
   const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);
+  DecodePartition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions> attention;
+  const bool attends = attention.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part,
+                                       part == parts - 1, attn_smem, tid, [] { __syncthreads(); });
+  pdl_wait_and_release();
   // Partition 0 runs even for an empty context (its output: zeros, as attention_decode's).
-  if (part > 0 && part >= parts) return;
+  if (!attends) return;
 
   // The group's q heads, and k and v of the new token in the partition that holds it.
   const int vectors = G + (part == parts - 1 ? 2 : 0);
@@ -75,9 +83,8 @@ __global__ void __launch_bounds__(
     __syncwarp();
   }
   __syncthreads();  // the q heads and the new k and v (read back from the cache below) are in place
-  attention_decode_partition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions>(
-      q_group, cache, out, context_len, block_tables, max_pages_per_seq, scale_log2, scratch, seq, kv_head, part,
-      attn_smem, tid, [] { __syncthreads(); });
+  attention.finish(q_group, cache, out, scale_log2, scratch, seq, kv_head, part, attn_smem, tid,
+                   [] { __syncthreads(); });
   if (parts <= 1) return;  // finished in place (uniform over the block)
 
   // The partition's slots are written; the last of the sequence's blocks for this KV head merges.
