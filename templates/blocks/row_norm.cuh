@@ -46,8 +46,16 @@ template <int kDim, int kVec, int kThreads, bool kIndirect>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restrict__ x, const int* __restrict__ rows,
                                                            const bf16* __restrict__ weight, bf16* __restrict__ out,
                                                            float eps) {
-  pdl_wait_and_release();
   constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  // The norm's weights before the wait for the kernel before (no kernel writes them, common.cuh):
+  // their load overlaps that kernel's end instead of following the reduction.
+  float w[kSteps][kVec];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + threadIdx.x) * kVec;
+    if (i < kDim) load_bf16<kVec>(weight + i, w[s]);
+  }
+  pdl_wait_and_release();
   __shared__ float scratch[kThreads / 32];
   const long long r = blockIdx.x;
   const float* in = x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim;
@@ -60,9 +68,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restri
   for (int s = 0; s < kSteps; ++s) {
     const int i = (s * kThreads + threadIdx.x) * kVec;
     if (i < kDim) {
-      float w[kVec], y[kVec];
-      load_bf16<kVec>(weight + i, w);
-      rms_apply<kVec>(v[s], scale, w, y);
+      float y[kVec];
+      rms_apply<kVec>(v[s], scale, w[s], y);
       store_bf16<kVec>(o + i, y);
     }
   }
