@@ -94,6 +94,21 @@ struct DecodePartition {
     }
   }
 
+  // A pass's key (kv = 0) or value (kv = 1) vectors from key `base` on: the first pass's from the
+  // registers begin() filled, later ones loaded (the cache has the new token by then).
+  __device__ __forceinline__ void pass_vectors(const bf16* cache, const int* page_ids, int kv_head, int base,
+                                               int first, int kv, int lane, const Bits (&first_regs)[U][CPL],
+                                               Bits (&regs)[U][CPL]) const {
+    if (base == first) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) regs[u][c] = first_regs[u][c];
+    } else {
+      load_vectors(cache, page_ids, kv_head, base, kv, -1, lane, regs);
+    }
+  }
+
   template <typename Sync>
   __device__ __forceinline__ bool begin(const bf16* cache, const int* context_len, const int* block_tables,
                                         int max_pages_per_seq, int seq, int kv_head, int part, bool writes_new,
@@ -161,14 +176,7 @@ struct DecodePartition {
     // ---- scores: s[g][key] = q_g · k_key (log2 units) ----
     for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
       Bits regs[U][CPL];
-      if (base == first) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int c = 0; c < CPL; ++c) regs[u][c] = first_keys[u][c];
-      } else {
-        load_vectors(cache, page_ids, kv_head, base, 0, -1, lane, regs);  // (the cache has the new token by now)
-      }
+      pass_vectors(cache, page_ids, kv_head, base, first, 0, lane, first_keys, regs);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int key = base + u * Shape::kKeysPerPass + key_slot;
@@ -233,14 +241,7 @@ struct DecodePartition {
         for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
     for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
       Bits regs[U][CPL];
-      if (base == first) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int c = 0; c < CPL; ++c) regs[u][c] = first_values[u][c];
-      } else {
-        load_vectors(cache, page_ids, kv_head, base, 1, -1, lane, regs);
-      }
+      pass_vectors(cache, page_ids, kv_head, base, first, 1, lane, first_values, regs);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int key = base + u * Shape::kKeysPerPass + key_slot;

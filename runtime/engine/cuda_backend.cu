@@ -180,7 +180,7 @@ class CudaBackend final : public Backend {
     if (weights_.longest_fp8_row > 0 && prefill_tokens % cuda::kFp8GemmRows == 0) {  // the prefill's FP8 inputs (gemm.hpp)
       const int64_t values = int64_t{prefill_tokens} * weights_.longest_fp8_row;
       fp8_inputs_.resize(values);
-      fp8_input_scales_.resize(values / cuda::kFp8InputBlock * 4 + 4);
+      fp8_input_scales_.resize(values / cuda::kFp8InputBlock * 4);  // [k / 128][tokens] fp32
     }
 
     arena_.resize(m.gpu_arena_bytes);
