@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageS
                                       bf16* __restrict__ out, const int* __restrict__ context_len,
                                       const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
                                       float* __restrict__ scratch) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int G = kHeads / kKvHeads;
   extern __shared__ float4 smem_f4[];
   const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z;

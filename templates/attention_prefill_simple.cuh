@@ -13,7 +13,7 @@ __global__ void __launch_bounds__(kWarpRowThreads)
                                     bf16* __restrict__ out, const int* __restrict__ query_start,
                                     const int* __restrict__ positions, const int* __restrict__ block_tables,
                                     int max_pages_per_seq, float scale_log2) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
   constexpr int kPerLane = ceil_div(kHeadDim, 32);
   const int seq = blockIdx.y;

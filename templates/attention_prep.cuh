@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(128)
     attention_prep_kernel(bf16* __restrict__ qkv, const bf16* __restrict__ q_norm, const bf16* __restrict__ k_norm,
                           float eps, const int* __restrict__ positions, const float* __restrict__ table,
                           const int* __restrict__ slot_mapping, bf16* __restrict__ cache, long long items) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kVectors = kHeads + 2 * kKvHeads;
   __shared__ __align__(16) bf16 staged[128 / kLanes][kHeadDim];
 

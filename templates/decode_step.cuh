@@ -427,7 +427,7 @@ template <typename Step>
 __global__ void __launch_bounds__(StepPlan<Step>::kThreads, 1)
     decode_step_kernel(const __grid_constant__ DecodeStepWeights<Step::value.layers> w,
                        const __grid_constant__ DecodeStepArgs a) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   using Plan = StepPlan<Step>;
   constexpr shape::decode_step S = Plan::S;
   constexpr int H = Plan::kHidden, I = Plan::kIntermediate, D = Plan::kHeadDim, G = Plan::kGroup;

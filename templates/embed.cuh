@@ -20,7 +20,7 @@ template <int kVocab, int kDim, int kVec, int kThreads>
 __global__ void __launch_bounds__(kThreads) embed_kernel(const int* __restrict__ token_ids,
                                                          const bf16* __restrict__ table, float* __restrict__ x,
                                                          int first_token) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   const long long t = blockIdx.x;
   const int id = token_ids[t] - first_token;
   const bool here = id >= 0 && id < kVocab;  // uniform over the block
@@ -39,7 +39,7 @@ template <int kVocab, int kDim, MatrixFormat F, int kThreads>
 __global__ void __launch_bounds__(kThreads) embed_quant_kernel(const int* __restrict__ token_ids,
                                                                const unsigned char* __restrict__ table,
                                                                float* __restrict__ x, int first_token) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr long long kGroups = quant_row_groups(F, kDim);
   const long long t = blockIdx.x;
   const int id = token_ids[t] - first_token;

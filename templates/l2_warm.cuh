@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kWarmThreads) l2_warm_kernel(const char* __res
 #endif
   }
   // Weights only above; the wait keeps the stream's order for what comes after (common.cuh).
-  pdl_wait_and_release();
+  pdl_release_and_wait();
 }
 
 }  // namespace detail

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
   // and before the wait for the kernel before (common.cuh: weights are never written), whose last
   // blocks they overlap.
   if (wk < Shape::kSteps) load_weights(wk, current);
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   input.template rows<T, Shape::kThreads>(tokens, g, x_rows);
   if (wk < Shape::kSteps) {
     fetch_inputs(wk, current);
@@ -230,7 +230,7 @@ template <int kN, int kWK, LinearOut kOut>
 __global__ void __launch_bounds__(256)
     gemv_sum_splits_kernel(const float* __restrict__ partials, typename LinearOutType<kOut>::type* __restrict__ out,
                            int tokens) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   const long long i = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x, count = static_cast<long long>(tokens) * kN;
   if (i >= count) return;
   float v = 0.0f;

@@ -63,11 +63,12 @@ struct QuantGemvShape {
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
   // Groups in flight per warp: one, but where a warp's share of a row of 4096 values or more is
   // exactly 4 groups of Q4_0 or Q8_0 (few registers a group; Q4_K's headers take more) in a
-  // one-token tile and the matrix has rows for 2.5 blocks an SM or more: then all 4, requested at
-  // once before the PDL wait. Chained in a CUDA graph as a decode step runs them (bench_kernels
-  // --quant-only, H200, 2026-11-27 fourth session, µs): Q4_0 gate_up 28672×4096 22.6 -> 20.2, qkv
-  // 6144×4096 8.1 -> 7.2, Q8_0 gate_up 36.7 -> 34.8, qkv 10.7 either way; o 4096×4096 (1.9 blocks
-  // an SM) 5.9 -> 6.4, Q4_K qkv 8.9 -> 9.9. End to end (gguf_bench.py, same card, same run):
+  // one-token tile: then all 4, requested at once before the PDL wait. Chained in a CUDA graph
+  // (bench_kernels --quant-only, H200, 2026-11-27 fourth session, µs): Q4_0 gate_up 28672×4096
+  // 22.6 -> 20.2, qkv 6144×4096 8.1 -> 7.2, Q8_0 gate_up 36.7 -> 34.8, qkv 10.7 either way; o
+  // 4096×4096 5.9 -> 6.4, Q4_K qkv 8.9 -> 9.9. o_proj, slower so, gains in a decode step, where its
+  // blocks start during the attention (common.cuh): Llama-3.1-8B Q4_0 1.990 -> 1.927 ms a token,
+  // Q8_0 2.903 -> 2.860 (H200, 2026-11-27 seventh session). End to end (gguf_bench.py, same card, same run):
   // Llama-3.1-8B Q4_0 2.306 -> 2.226 ms a token, Q8_0 3.192 -> 3.104; Llama-3.2-1B Q8_0 (rows of
   // 2048) 0.818 -> 0.830, hence the row length. The sum order is the same either way (groups in
   // step order). FP8 (Q8_0's group bytes, one scale for two groups) gains at every row count
@@ -75,7 +76,7 @@ struct QuantGemvShape {
   // 4096×4096 7.2 -> 6.8, gate_up 24576×4096 31.6 -> 28.0).
   static constexpr bool kAllInFlight =
       kTokenTiles == 1 && kK >= 4096 && kSteps == 4 * kWarpsK &&
-      (((F == MatrixFormat::q4_0 || F == MatrixFormat::q8_0) && 2 * kRowBlocks >= 5 * kSMs) || F == MatrixFormat::fp8);
+      (F == MatrixFormat::q4_0 || F == MatrixFormat::q8_0 || F == MatrixFormat::fp8);
   static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : kAllInFlight ? 4 : 1;
   // Whether a warp requests its first two groups before the PDL wait, not only its first: where it
   // has at most 4, the second was a round trip to HBM after the wait on the critical path (H100,
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
   Group current, next;
   if (wk < kSteps) load(wk, current);
   if (Shape::kEarlySecond && wk + kStride < kSteps) load(wk + kStride, next);
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   if constexpr (Shape::kSharedInput) {
     static_assert(Shape::kWholeGroups, "quantized GEMV: shared token rows are whole groups (16-byte chunks)");
     constexpr int kChunks = kK / 8;  // 16-byte chunks of a row
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
 template <MatrixFormat F>
 __global__ void __launch_bounds__(256)
     dequantize_matrix_kernel(const unsigned char* __restrict__ matrix, bf16* __restrict__ out, int n, int k) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   const long long groups = quant_row_groups(F, k);
   const long long i = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
   if (i >= n * groups * 4) return;

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kWarpRowThreads)
                               const int* __restrict__ query_start, const int* __restrict__ positions_or_context,
                               const int* __restrict__ block_tables, int max_pages_per_seq, int max_keys,
                               float scale_log2) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kWidth = kLatent + kRope;
   constexpr int kPerQ = ceil_div(kWidth, 32), kPerO = ceil_div(kLatent, 32);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
                              const int* __restrict__ query_start, const int* __restrict__ positions_or_context,
                              const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
                              float* __restrict__ scratch) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   using S = MlaMmaShape<kLatent, kRope, kMTiles>;
   constexpr int W = S::kWidth, ST = S::kStride, KT = S::kKeyTile, R = S::kRows, PST = S::kPStride;
   static_assert(S::kSupported, "mla_attention_mma: rows of whole k16 steps and value columns in 64s");

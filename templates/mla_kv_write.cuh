@@ -15,7 +15,7 @@ template <int kWidth, int kVec>
 __global__ void __launch_bounds__(kElementwiseThreads) mla_kv_write_kernel(const bf16* __restrict__ kv_a,
                                                            const int* __restrict__ slot_mapping,
                                                            bf16* __restrict__ cache, long long vectors) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kPerRow = kWidth / kVec;
   const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (item >= vectors) return;

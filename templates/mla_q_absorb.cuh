@@ -19,7 +19,7 @@ template <int kHeads, int kNope, int kRope, int kLatent>
 __global__ void __launch_bounds__(kElementwiseThreads) mla_q_absorb_simple_kernel(const bf16* __restrict__ q,
                                                                   const bf16* __restrict__ w_uk,
                                                                   bf16* __restrict__ q_mla, long long items) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kOut = kLatent + kRope, kIn = kNope + kRope;
   const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (item >= items) return;

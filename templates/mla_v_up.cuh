@@ -18,7 +18,7 @@ template <int kHeads, int kLatent, int kV>
 __global__ void __launch_bounds__(kElementwiseThreads) mla_v_up_simple_kernel(const bf16* __restrict__ o_lat,
                                                               const bf16* __restrict__ w_uv, bf16* __restrict__ out,
                                                               long long items) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (item >= items) return;
   const long long th = item / kV;  // token · kHeads + head
@@ -61,7 +61,7 @@ template <int kHeads, int kLatent, int kV, int kTT>
 __global__ void __launch_bounds__(ExpertStreamShape<kHeads * kV, kLatent, kTT>::kThreads)
     mla_v_up_stream_kernel(const bf16* __restrict__ o_lat, const bf16* __restrict__ w_uv, bf16* __restrict__ out,
                            int tokens) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kRows = kHeads * kV;
   using Shape = ExpertStreamShape<kRows, kLatent, kTT>;
   constexpr int WK = Shape::kWK, WN = Shape::kWN;

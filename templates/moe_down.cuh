@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(DownStreamShape<kHidden, kInter, kWindowTiles>
     moe_down_stream_kernel(const bf16* __restrict__ act, const bf16* __restrict__ weight,
                            const float* __restrict__ weights, const int* __restrict__ scratch, float* __restrict__ x,
                            int t_begin, int t_count) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   using Shape = DownStreamShape<kHidden, kInter, kWindowTiles>;
   constexpr int WK = Shape::kWK, kWindow = Shape::kWindow, kTT = Shape::kTT;
   extern __shared__ float4 smem_f4[];

@@ -23,7 +23,7 @@ template <int kExperts, int kTopK, int kHidden, int kInter, int kTT>
 __global__ void __launch_bounds__(ExpertStreamShape<2 * kInter, kHidden, kTT>::kThreads)
     moe_gate_up_stream_kernel(const bf16* __restrict__ h, const bf16* __restrict__ weight,
                               const int* __restrict__ scratch, bf16* __restrict__ out) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kRows = 2 * kInter;
   using Shape = ExpertStreamShape<kRows, kHidden, kTT>;
   constexpr int WK = Shape::kWK, WN = Shape::kWN;

@@ -31,7 +31,7 @@ template <int kExperts, int kLocalExperts, int kTopK, int kGroups, int kTopkGrou
 __global__ void __launch_bounds__(kWarpRowThreads) moe_route_kernel(const float* __restrict__ logits, int* __restrict__ ids,
                                                          float* __restrict__ weights, int tokens, float scaling,
                                                          int first_local, unsigned char* __restrict__ usage) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kPer = ceil_div(kExperts, 32);  // experts per lane: e = lane + 32·i
   constexpr int kBig = 0x7fffffff;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

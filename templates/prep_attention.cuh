@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(
   DecodePartition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions> attention;
   const bool attends = attention.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part,
                                        part == parts - 1, attn_smem, tid, [] { __syncthreads(); });
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   // Partition 0 runs even for an empty context (its output: zeros, as attention_decode's).
   if (!attends) return;
 

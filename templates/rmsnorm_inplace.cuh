@@ -16,7 +16,7 @@ namespace detail {
 template <int kDim, int kRow, int kVec>
 __global__ void __launch_bounds__(kWarpRowThreads)
     rmsnorm_inplace_kernel(bf16* __restrict__ rows, const bf16* __restrict__ weight, int tokens, float eps) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kSteps = ceil_div(kDim, 32 * kVec);
   const long long row = static_cast<long long>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

@@ -16,7 +16,7 @@ template <int kHeads, int kHeadStride, int kRotaryDim, int kRow, bool kInterleav
 __global__ void __launch_bounds__(kElementwiseThreads) rope_kernel(bf16* __restrict__ rows, int offset,
                                                    const int* __restrict__ positions,
                                                    const float* __restrict__ table, long long pairs) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kHalf = kRotaryDim / 2;
   const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (item >= pairs) return;

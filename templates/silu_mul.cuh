@@ -15,7 +15,7 @@ __device__ __forceinline__ float silu_mul_value(float gate, float up) { return g
 template <int kDim, int kVec>
 __global__ void __launch_bounds__(kElementwiseThreads) silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ act,
                                                        long long vectors) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   constexpr int kPerRow = kDim / kVec;
   const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (item >= vectors) return;

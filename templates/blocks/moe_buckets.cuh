@@ -76,7 +76,7 @@ __device__ __forceinline__ GroupTile locate_group_tile(const int* __restrict__ o
 template <int kExperts, int kTopK>
 __global__ void __launch_bounds__(1024) moe_bucket_kernel(const int* __restrict__ ids, int* __restrict__ scratch,
                                                           int num_pairs) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   extern __shared__ int warp_counts[];  // [32][kExperts]: counts, then each warp's next slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = threadIdx.x; i < 32 * kExperts; i += 1024) warp_counts[i] = 0;

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restri
     const int i = (s * kThreads + threadIdx.x) * kVec;
     if (i < kDim) load_bf16<kVec>(weight + i, w[s]);
   }
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   __shared__ float scratch[kThreads / 32];
   const long long r = blockIdx.x;
   const float* in = x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim;

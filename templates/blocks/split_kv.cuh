@@ -70,7 +70,7 @@ template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
 __global__ void __launch_bounds__(128) split_kv_merge_kernel(const float* __restrict__ scratch,
                                                              const int* __restrict__ context_len,
                                                              bf16* __restrict__ out) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   __shared__ float factor[kMaxPartitions + 1];
   const int head = blockIdx.x, seq = blockIdx.y;
   const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);

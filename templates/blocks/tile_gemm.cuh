@@ -42,7 +42,7 @@ struct TileGemmShape {
 template <class P, int kBN>
 __global__ void __launch_bounds__(TileGemmShape<kBN, P::kBKMajor>::kThreads)
     tile_gemm_kernel(const typename P::Args args) {
-  pdl_wait_and_release();
+  pdl_release_and_wait();
   using S = TileGemmShape<kBN, P::kBKMajor>;
   constexpr int kN = P::kN, kK = P::kK, BK = S::kBK;
   constexpr int kAPer = S::kAChunks / S::kThreads, kBPer = S::kBChunks / S::kThreads;

@@ -1,8 +1,8 @@
 // KILN_LAUNCH launches every template kernel as a programmatic dependent of the kernel before it
 // (templates/common.cuh): such a kernel may start while its predecessor still runs, and only its
-// pdl_wait() orders it after the stream. A kernel without the wait would race with the one before;
+// wait orders it after the stream. A kernel without the wait would race with the one before;
 // one that returns (`return;`) before it would let the kernel after it pass its own wait early.
-// This reads every __global__ of templates/ and checks both: a pdl_wait call in the body, and no
+// This reads every __global__ of templates/ and checks both: a wait in the body, and no
 // `return;` before it. (What a kernel reads before its wait, weights only, is left to review.)
 #include <catch2/catch.hpp>
 
@@ -58,8 +58,12 @@ TEST_CASE("every template kernel waits on the kernel before it before any return
       const std::string where = entry.path().filename().string() + ": " + kernel_name(text, at);
       INFO(where);
       REQUIRE(!body.empty());
-      const size_t wait = body.find("pdl_wait");
-      CHECK(wait != std::string::npos);
+      // pdl_release_and_wait() or a plain pdl_wait().
+      static const std::regex wait_call("\\bpdl_(release_and_)?wait\\s*\\(");
+      std::smatch found;
+      const bool waits = std::regex_search(body, found, wait_call);
+      CHECK(waits);
+      const size_t wait = waits ? static_cast<size_t>(found.position(0)) : std::string::npos;
       // A kernel returns void: `return;` (a lambda's `return value;` before the wait is not one).
       static const std::regex return_word("\\breturn\\s*;");
       CHECK_FALSE(std::regex_search(body.substr(0, wait), return_word));
