@@ -3,6 +3,7 @@
 at 1 GPU and at N GPUs, in one run (DESIGN.md "Performance, as we measure it").
 
     python3 tools/bench/tensor_parallel.py llama-3.1-8b --ranks 2 --out tp.md
+    python3 tools/bench/tensor_parallel.py llama-3.1-8b --ranks 2 --b1-only --kiln-args '--no-pdl'
 
 Per rank count: decode ms per step at batch 1 (a 32-token prompt, 128 new tokens, greedy, as
 bench.py), at batch 8 and 64 (one --prompts-file of N such requests), and prefill of one 2,048-token
@@ -16,6 +17,7 @@ difference relative to the largest logit.
 import argparse
 import json
 import os
+import shlex
 import struct
 import subprocess
 import sys
@@ -32,9 +34,12 @@ from hf_model import hf_config_dict  # noqa: E402
 PROMPT, NEW, PREFILL = 32, 128, 2048
 
 
+KILN_ARGS = []  # --kiln-args: options every run takes (e.g. --no-pdl, --no-l2-warm)
+
+
 def kiln(binary, ranks, extra):
     cmd = [binary, "--random-weights", "1", "--backend", "cuda", "--temperature", "0", "--ignore-eos",
-           "--output-format", "json", "--tensor-parallel-size", str(ranks)] + extra
+           "--output-format", "json", "--tensor-parallel-size", str(ranks)] + KILN_ARGS + extra
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:12])} ... failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -89,7 +94,10 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[2])
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--out", default="tp.md")
+    ap.add_argument("--kiln-args", default="", help="options every kiln run takes, e.g. '--no-pdl' or '--no-l2-warm'")
+    ap.add_argument("--b1-only", action="store_true", help="batch 1 and agreement only: no b8, b64 or prefill runs")
     args = ap.parse_args()
+    KILN_ARGS.extend(shlex.split(args.kiln_args))
     binary = os.path.join(args.bin_dir, args.model)
     vocab = hf_config_dict(os.path.join(ROOT, "configs", args.model + ".yaml"))["vocab_size"]
     gen = torch.Generator().manual_seed(5)
@@ -97,7 +105,8 @@ def main():
     long_ids = torch.randint(3, vocab, (PREFILL,), generator=gen).tolist()
     bw = copy_bandwidth()
     gpus = torch.cuda.device_count()
-    lines = [f"{gpus} × {torch.cuda.get_device_name()}; one GPU's copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", "",
+    lines = [f"{gpus} × {torch.cuda.get_device_name()}; one GPU's copy bandwidth {bw / 1e12:.2f} TB/s (read + write)"
+             + (f"; kiln {args.kiln_args}" if args.kiln_args else ""), "",
              "| GPUs | b1 ms/token | bytes/GPU/step (GB) | floor ms | % of floor | b8 ms/step | b64 ms/step | "
              "prefill 2048 (ms) | vs 1 GPU (b1) | agreement with 1 GPU | prompt logits max diff |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -111,10 +120,13 @@ def main():
         prof = kiln(binary, ranks, ["--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(NEW), "--profile"])
         weights = prof["decode_bytes_per_step"]["per_gpu"]  # what one GPU reads per step
         floor = weights / bw * 1e3
-        b8 = decode(binary, ranks, ids, 8)["timings"]["decode_ms_per_step"]
-        b64 = decode(binary, ranks, ids, 64)["timings"]["decode_ms_per_step"]
-        pre = kiln(binary, ranks, ["--prompt-ids", ",".join(map(str, long_ids)), "--max-tokens", "1"])
-        prefill_ms = pre["timings"]["prefill_s"] * 1e3
+        nan = float("nan")  # --b1-only: the columns not run
+        b8 = nan if args.b1_only else decode(binary, ranks, ids, 8)["timings"]["decode_ms_per_step"]
+        b64 = nan if args.b1_only else decode(binary, ranks, ids, 64)["timings"]["decode_ms_per_step"]
+        prefill_ms = nan
+        if not args.b1_only:
+            pre = kiln(binary, ranks, ["--prompt-ids", ",".join(map(str, long_ids)), "--max-tokens", "1"])
+            prefill_ms = pre["timings"]["prefill_s"] * 1e3
         if base is None:
             base = (ms, out)
             agree, diff, speed = "—", "—", "—"
