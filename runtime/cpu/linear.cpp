@@ -6,6 +6,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
 #include "runtime/cpu/bf16_amx.hpp"
+#include "runtime/cpu/bf16_avx512.hpp"
 #include "runtime/cpu/quant_dot.hpp"
 
 namespace kiln::cpu {
@@ -32,6 +33,10 @@ void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* ou
   // bf16 rows of an even length on AMX where there is one, for every token count (bf16_amx.hpp).
   if (weight.format == MatrixFormat::bf16 && k % 2 == 0 && amx_bf16_available()) {
     return linear_bf16_amx(in, static_cast<const uint16_t*>(weight.data), n, k, out, tokens, accumulate);
+  }
+  // Else on AVX-512 BF16's vdpbf16ps where there is one, against bf16 activations (bf16_avx512.hpp).
+  if (weight.format == MatrixFormat::bf16 && avx512_bf16_available()) {
+    return linear_bf16_avx512(in, static_cast<const uint16_t*>(weight.data), n, k, out, tokens, accumulate);
   }
   // The step's quantized activations: grown once, reused by every later call on this thread.
   thread_local std::vector<Q8Block> quantized;
@@ -66,6 +71,10 @@ void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* ou
       kernel(weight.format, args);
     }
   });
+}
+
+const char* bf16_isa_suffix() {
+  return amx_bf16_available() ? ", AMX-BF16" : avx512_bf16_available() ? ", AVX-512 BF16" : "";
 }
 
 }  // namespace kiln::cpu

@@ -2,7 +2,8 @@
 // over a weight in a stored format (bf16 rows, the block formats of weight_matrix.hpp), its rows split
 // over the pool's threads (runtime/core/parallel.hpp). Block formats take the activations
 // quantized per 32 values in two 8-bit parts (quant_dot.hpp); bf16 rows run on AMX where the
-// processor has it (bf16_amx.hpp).
+// processor has it (bf16_amx.hpp), else on AVX-512 BF16 (bf16_avx512.hpp), else as fp32 products
+// (quant_dot.hpp).
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,9 @@
 namespace kiln::cpu {
 
 void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* out, int64_t tokens);
+
+// The instructions bf16 rows run on where not dot_isa()'s fp32 products: ", AMX-BF16",
+// ", AVX-512 BF16", or "" (for the backend's device line).
+const char* bf16_isa_suffix();
 
 }  // namespace kiln::cpu

@@ -78,6 +78,10 @@ inline __m512 row_scales(const std::byte* p) {
   }
 }
 
+// The loops over the C tokens are unrolled (GCC's pragma) so that their sums stay in registers; a
+// loop that is not keeps them in memory, loaded and stored per block (Llama-3.2-1B Q4_0 on 2 cores
+// of an AMD EPYC with AVX-512, runs alternating: 160-203 -> 231-237 tokens/s at 32, 243 -> 256-271
+// at 512).
 template <MatrixFormat F, int C>
 void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
   constexpr int64_t kBlock = cpu_block_bytes(F);
@@ -85,6 +89,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
   const std::byte* w = a.w + g * a.stride;
   const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
   __m512 acc[C];
+#pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* rec = w + b * kBlock;
@@ -93,6 +98,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
     const __m512 scale = row_scales<F>(rec + cpu_scales_at(F));
     __m512 min = _mm512_setzero_ps();
     if constexpr (cpu_has_min(F)) min = row_scales<F>(rec + cpu_mins_at(F));
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const Q8Block& xb = x[c * a.act_stride + b];
       __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(-kQuantOffset<F> * xb.total);
@@ -107,6 +113,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
   }
   const int64_t rows = a.rows - g * kCpuRowGroup;
   const __mmask16 valid = rows >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
+#pragma GCC unroll 8
   for (int c = 0; c < C; ++c) {
     float* o = a.out + (t0 + c) * a.out_stride + g * kCpuRowGroup;
     __m512 v = acc[c];

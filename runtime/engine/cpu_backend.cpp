@@ -12,7 +12,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
 #include "runtime/core/parallel.hpp"
-#include "runtime/cpu/bf16_amx.hpp"
+#include "runtime/cpu/linear.hpp"
 #include "runtime/cpu/quant_dot.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/model/rope_table.hpp"
@@ -81,7 +81,7 @@ class CpuBackend final : public Backend {
     }
 
     info_.device = "CPU (" + std::to_string(parallel_threads()) + " threads" +
-                   (fast ? std::string(", ") + cpu::dot_isa() + (cpu::amx_bf16_available() ? ", AMX-BF16" : "") : std::string()) +
+                   (fast ? std::string(", ") + cpu::dot_isa() + cpu::bf16_isa_suffix() : std::string()) +
                    ")";
     info_.weight_bytes = weights_.bytes;
     if (fast) {
