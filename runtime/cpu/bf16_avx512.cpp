@@ -34,9 +34,15 @@ bool has_avx512_bf16() {
   return ((eax >> 5) & 1) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 }
 
+// Rows the tiles ask for this far ahead (2 KB) where they read them first (kPrefetch: a row
+// tile's first token tile; the others find them in L1): the hardware prefetcher alone left the
+// core waiting on them. Llama-3.2-1B bf16 on 2 cores of an AMD EPYC, medians of 3 runs
+// alternating: 32-token prompts 189 -> 205 tokens/s, 512-token 233 -> 252, decode unchanged.
+constexpr int64_t kPrefetchValues = 1024;
+
 // R rows from w (k values each) against C tokens from x (padded_k bf16 values each, zero past k):
 // out[c·n + r].
-template <int R, int C>
+template <int R, int C, bool kPrefetch>
 void tile(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, float* out, int64_t n, bool accumulate) {
   // Every loop over r and c unrolled (GCC's pragmas): an array of sums indexed by a loop that is not
   // stays in memory, and GCC 12 at -O3 then stores all 24 after every chunk (half the speed).
@@ -52,7 +58,10 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, flo
     const __mmask32 mask = col + kChunk <= k ? ~__mmask32{0} : last;
     __m512bh wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + r * k + col);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(w + r * k + col + kPrefetchValues), _MM_HINT_T0);
+      wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + r * k + col);
+    }
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const __m512bh xv = (__m512bh)_mm512_load_si512(x + c * padded_k + col);
@@ -71,21 +80,27 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, flo
   }
 }
 
+// The tile of R rows and C tokens that reads the rows first (kPrefetch) or again.
+template <int R, int C>
+void tile_at(int64_t t, const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, float* out, int64_t n,
+             bool accumulate) {
+  if (t == 0) return tile<R, C, true>(w, k, x + t * padded_k, padded_k, out + t * n, n, accumulate);
+  tile<R, C, false>(w, k, x + t * padded_k, padded_k, out + t * n, n, accumulate);
+}
+
 // R rows against `tokens` tokens: whole tiles of kTokens, then one of the rest.
 template <int R>
 void rows_against(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, float* out, int64_t n,
                   int64_t tokens, bool accumulate) {
   int64_t t = 0;
-  for (; t + kTokens <= tokens; t += kTokens) tile<R, kTokens>(w, k, x + t * padded_k, padded_k, out + t * n, n, accumulate);
-  const uint16_t* xt = x + t * padded_k;
-  float* ot = out + t * n;
+  for (; t + kTokens <= tokens; t += kTokens) tile_at<R, kTokens>(t, w, k, x, padded_k, out, n, accumulate);
   switch (tokens - t) {
     case 0: break;
-    case 1: tile<R, 1>(w, k, xt, padded_k, ot, n, accumulate); break;
-    case 2: tile<R, 2>(w, k, xt, padded_k, ot, n, accumulate); break;
-    case 3: tile<R, 3>(w, k, xt, padded_k, ot, n, accumulate); break;
-    case 4: tile<R, 4>(w, k, xt, padded_k, ot, n, accumulate); break;
-    default: tile<R, 5>(w, k, xt, padded_k, ot, n, accumulate); break;
+    case 1: tile_at<R, 1>(t, w, k, x, padded_k, out, n, accumulate); break;
+    case 2: tile_at<R, 2>(t, w, k, x, padded_k, out, n, accumulate); break;
+    case 3: tile_at<R, 3>(t, w, k, x, padded_k, out, n, accumulate); break;
+    case 4: tile_at<R, 4>(t, w, k, x, padded_k, out, n, accumulate); break;
+    default: tile_at<R, 5>(t, w, k, x, padded_k, out, n, accumulate); break;
   }
   static_assert(kTokens == 6, "the switch above takes the last 1..5 tokens");
 }

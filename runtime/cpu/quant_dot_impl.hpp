@@ -44,6 +44,21 @@ inline int32_t four_at(const int8_t* p) {  // 4 activations as one 32-bit lane
   return v;
 }
 
+#if KILN_DOT_SIMD
+// A group's block records are read once, in order, and the next group's follow them: each block
+// asks for the record kPrefetchBytes ahead. The hardware prefetcher alone left a core that streams
+// weights from memory waiting on them (one core of an AMD EPYC with AVX-512, Q4_0 rows of 2,048
+// past the L3: 8 tokens a tile 93 -> 193 G products/s, one token 60 -> 90; 4 KB ahead 193 / 66,
+// 8 KB 194 / 81; AVX2's 8-token tiles 39 -> 62). Llama-3.2-1B Q4_0 on 2 cores, medians of 3 runs
+// alternating: 32-token prompts 238 -> 300 tokens/s, 512-token 275 -> 287, decode 46 -> 49.
+// Prefetches never fault, so reading ahead past the matrix is harmless.
+constexpr int64_t kPrefetchBytes = 16384;
+template <int64_t kBytes>
+inline void prefetch_ahead(const std::byte* p) {
+  for (int64_t line = 0; line < kBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + line), _MM_HINT_T0);
+}
+#endif
+
 #if KILN_DOT_SIMD == 2
 
 // The 16 rows' unsigned quants of a block record: lane r of u[j] is row r's columns 4j..4j+3.
@@ -93,6 +108,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* rec = w + b * kBlock;
+    prefetch_ahead<kBlock>(rec);
     __m512i u[8];
     unpack<F>(rec, u);
     const __m512 scale = row_scales<F>(rec + cpu_scales_at(F));
@@ -188,6 +204,7 @@ void group_one_token(const DotArgs& a, int64_t g) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* rec = w + b * kBlock;
+    prefetch_ahead<kBlock>(rec);
     const Q8Block& xb = x[b];
     __m256i hq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hl[2] = {hq[0], hq[1]};
     for (int j = 0; j < 4; ++j) {  // columns 4j..4j+3 (low nibbles) and 16+4j.. (high)
@@ -228,6 +245,7 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* rec = w + b * kBlock;
+    prefetch_ahead<kBlock>(rec);
     const Q8Block& xb = x[b];
     __m256i hi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, lo[2] = {hi[0], hi[1]};
     for (int j = 0; j < 8; ++j) {
@@ -269,6 +287,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const std::byte* rec = w + b * kBlock;
+      prefetch_ahead<kBlock>(rec);
       __m256i u[8], signs[8];
       unpack<F>(rec, h, u, signs);
       const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
