@@ -19,14 +19,17 @@ namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kChunk = 32;  // columns of one vdpbf16ps (16 pairs)
-// A tile: 4 rows × 6 tokens of sums, 4 weight vectors and 1 of activations in the 32 registers;
-// the rows' weights (4 × 2·k bytes) stay in L1 across a chunk's token tiles. One token (decode)
-// takes 4 rows at a time too (Llama-3.2-1B bf16 on 2 cores of an AMD EPYC with AVX-512: 53 ms a
-// token, 8 rows 71, 2 rows 59, 16 rows 68).
+// A tile: 4 rows × 6 tokens of sums, 4 weight vectors and 1 of activations in the 32 registers.
+// One token (decode) takes 4 rows at a time too (Llama-3.2-1B bf16 on 2 cores of an AMD EPYC
+// with AVX-512: 53 ms a token, 8 rows 71, 2 rows 59, 16 rows 68).
 constexpr int kRows = 4, kTokens = 6;
-// Tokens a thread's rows take at a time: a chunk's bf16 activations (64 × 2·k bytes: 256 KB at
-// k = 2,048) stay in L2 while the rows pass.
-constexpr int64_t kTokenChunk = 64;
+// The threads' rows take the tokens a chunk at a time, as many as keep the chunk's bf16
+// activations within kChunkBytes (of a 1 MB L2) while a row tile's weights (4 rows, in L1) run
+// past them: 128 tokens of 2,048 values, 32 of 8,192. Two cores of an AMD EPYC, [n, k] × 512
+// tokens (GFLOP/s) at 128 / 256 / 512 / 768 / 1,024 KB: [3072, 2048] 650 / 670 / 695 / 712 / 675,
+// [16384, 2048] 628 / 663 / 673 / 645 / 597, [2048, 8192] 501 / 630 / 650 / 618 / 582 (64-token
+// chunks of any row before: 685, 664, 574).
+constexpr int64_t kChunkBytes = 512 * 1024;
 
 bool has_avx512_bf16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -35,15 +38,28 @@ bool has_avx512_bf16() {
 }
 
 // Rows the tiles ask for this far ahead (2 KB) where they read them first (kPrefetch: a row
-// tile's first token tile; the others find them in L1): the hardware prefetcher alone left the
-// core waiting on them. Llama-3.2-1B bf16 on 2 cores of an AMD EPYC, medians of 3 runs
+// tile's first token tile of a chunk; the others find them in L1): the hardware prefetcher alone
+// left the core waiting on them. Llama-3.2-1B bf16 on 2 cores of an AMD EPYC, medians of 3 runs
 // alternating: 32-token prompts 189 -> 205 tokens/s, 512-token 233 -> 252, decode unchanged.
 constexpr int64_t kPrefetchValues = 1024;
 
-// R rows from w (k values each) against C tokens from x (padded_k bf16 values each, zero past k):
-// out[c·n + r].
+// A tile's operands: rows from w (k values each) against tokens from x (padded_k bf16 values
+// each, zero past k), summed into out[c·n + r] (=, or += with add).
+struct TileArgs {
+  const uint16_t* w;
+  int64_t k;
+  const uint16_t* x;
+  int64_t padded_k;
+  float* out;
+  int64_t n;
+  bool add;
+};
+
 template <int R, int C, bool kPrefetch>
-void tile(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, float* out, int64_t n, bool accumulate) {
+void tile(const TileArgs& p) {
+  const uint16_t* const w = p.w;
+  const uint16_t* const x = p.x;
+  const int64_t k = p.k, padded_k = p.padded_k;
   // Every loop over r and c unrolled (GCC's pragmas): an array of sums indexed by a loop that is not
   // stays in memory, and GCC 12 at -O3 then stores all 24 after every chunk (half the speed).
   __m512 acc[R][C];
@@ -59,7 +75,11 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, flo
     __m512bh wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(w + r * k + col + kPrefetchValues), _MM_HINT_T0);
+      if constexpr (kPrefetch) {  // past the row's end: what the next row tile reads first
+        const int64_t ahead = col + kPrefetchValues;
+        const uint16_t* next = ahead < k ? w + r * k + ahead : w + (r + R) * k + (ahead - k);
+        _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+      }
       wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + r * k + col);
     }
 #pragma GCC unroll 8
@@ -74,33 +94,33 @@ void tile(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, flo
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float v = _mm512_reduce_add_ps(acc[r][c]);
-      float& o = out[c * n + r];
-      o = accumulate ? o + v : v;
+      float& o = p.out[c * p.n + r];
+      o = p.add ? o + v : v;
     }
   }
 }
 
-// The tile of R rows and C tokens that reads the rows first (kPrefetch) or again.
+// The tile of R rows and C tokens from token t: the first reads the rows from memory.
 template <int R, int C>
-void tile_at(int64_t t, const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, float* out, int64_t n,
-             bool accumulate) {
-  if (t == 0) return tile<R, C, true>(w, k, x + t * padded_k, padded_k, out + t * n, n, accumulate);
-  tile<R, C, false>(w, k, x + t * padded_k, padded_k, out + t * n, n, accumulate);
+void tile_at(TileArgs p, int64_t t) {
+  p.x += t * p.padded_k;
+  p.out += t * p.n;
+  if (t == 0) return tile<R, C, true>(p);
+  tile<R, C, false>(p);
 }
 
 // R rows against `tokens` tokens: whole tiles of kTokens, then one of the rest.
 template <int R>
-void rows_against(const uint16_t* w, int64_t k, const uint16_t* x, int64_t padded_k, float* out, int64_t n,
-                  int64_t tokens, bool accumulate) {
+void rows_against(const TileArgs& p, int64_t tokens) {
   int64_t t = 0;
-  for (; t + kTokens <= tokens; t += kTokens) tile_at<R, kTokens>(t, w, k, x, padded_k, out, n, accumulate);
+  for (; t + kTokens <= tokens; t += kTokens) tile_at<R, kTokens>(p, t);
   switch (tokens - t) {
     case 0: break;
-    case 1: tile_at<R, 1>(t, w, k, x, padded_k, out, n, accumulate); break;
-    case 2: tile_at<R, 2>(t, w, k, x, padded_k, out, n, accumulate); break;
-    case 3: tile_at<R, 3>(t, w, k, x, padded_k, out, n, accumulate); break;
-    case 4: tile_at<R, 4>(t, w, k, x, padded_k, out, n, accumulate); break;
-    default: tile_at<R, 5>(t, w, k, x, padded_k, out, n, accumulate); break;
+    case 1: tile_at<R, 1>(p, t); break;
+    case 2: tile_at<R, 2>(p, t); break;
+    case 3: tile_at<R, 3>(p, t); break;
+    case 4: tile_at<R, 4>(p, t); break;
+    default: tile_at<R, 5>(p, t); break;
   }
   static_assert(kTokens == 6, "the switch above takes the last 1..5 tokens");
 }
@@ -136,15 +156,15 @@ void linear_bf16_avx512(const float* in, const uint16_t* w, int64_t n, int64_t k
   parallel_for(tokens, 8, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) to_bf16(in + t * k, k, padded_k, x + t * padded_k);
   });
+  const int64_t chunk_tokens = std::max<int64_t>(kTokens, kChunkBytes / (2 * padded_k));
   parallel_for((n + kRows - 1) / kRows, 1, [&](int64_t begin, int64_t end) {
     const int64_t r0 = begin * kRows, r1 = std::min(n, end * kRows);
-    for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
-      const int64_t chunk = std::min(kTokenChunk, tokens - t0);
-      const uint16_t* xc = x + t0 * padded_k;
-      float* oc = out + t0 * n;
+    for (int64_t t0 = 0; t0 < tokens; t0 += chunk_tokens) {
+      TileArgs p{w + r0 * k, k, x + t0 * padded_k, padded_k, out + t0 * n + r0, n, accumulate};
+      const int64_t chunk = std::min(chunk_tokens, tokens - t0);
       int64_t r = r0;
-      for (; r + kRows <= r1; r += kRows) rows_against<kRows>(w + r * k, k, xc, padded_k, oc + r, n, chunk, accumulate);
-      for (; r < r1; ++r) rows_against<1>(w + r * k, k, xc, padded_k, oc + r, n, chunk, accumulate);
+      for (; r + kRows <= r1; r += kRows, p.w += kRows * k, p.out += kRows) rows_against<kRows>(p, chunk);
+      for (; r < r1; ++r, p.w += k, ++p.out) rows_against<1>(p, chunk);
     }
   });
 }
