@@ -58,7 +58,7 @@ struct CliOptions {
   int32_t max_context = 0;   // --max-model-len / -c: up to the compiled build.max_context
   bool cuda_graphs = true;
   bool megakernel = false;    // --megakernel: small decode steps in the model's whole-step kernel
-  bool l2_warm = true;        // --no-l2-warm: tensor-parallel decode all-reduces warm nothing in L2
+  bool l2_warm = false;       // --l2-warm: tensor-parallel decode all-reduces warm the next weight in L2
   bool pdl = true;            // --no-pdl: kernels launch plainly, not as programmatic dependents
   bool profile = false;
   std::string quantize = "none";  // --quantize: none, or fp8 (every matrix in FP8 at load)

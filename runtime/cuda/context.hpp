@@ -53,7 +53,7 @@ struct CudaContext {
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)
   Collective* collective = nullptr; // NCCL sums and gathers of the ranks; null without tensor parallelism
   // Tensor parallelism: how much of the next projection's weight a decode all-reduce warms in L2
-  // (half the GPU's L2; 0: none, --no-l2-warm).
+  // (half the GPU's L2 with --l2-warm; 0: none, the default).
   long long l2_warm_bytes = 0;
   // The whole-step decode kernel's counters (ModelInfo::step_sync_words, zeroed once); null: decode
   // runs op by op (the model has no such kernel, or no --megakernel).

@@ -40,8 +40,9 @@ struct BackendOptions {
   // per-op path on the smallest models only (bench/RESULTS.md, 2026-11-23).
   bool megakernel = false;
   // Tensor parallelism: each decode all-reduce warms the next projection's weight in L2 while the
-  // ranks exchange (ops.def all_reduce's `warm`); --no-l2-warm turns it off, to measure it.
-  bool l2_warm = true;
+  // ranks exchange (ops.def all_reduce's `warm`). Off unless --l2-warm: on two H200s the warm made a
+  // Llama-3.1-8B decode step 4.46 ms where it takes 2.89 without (bench/RESULTS.md, 2026-11-27).
+  bool l2_warm = false;
   // Kernels launch as programmatic dependents of the kernel before them (templates/common.cuh: the
   // next op's blocks start, and request their weights, while the last blocks of the one before
   // still run); --no-pdl launches them plainly, to measure it. Process-wide: the last backend made

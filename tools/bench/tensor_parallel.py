@@ -3,7 +3,7 @@
 at 1 GPU and at N GPUs, in one run (DESIGN.md "Performance, as we measure it").
 
     python3 tools/bench/tensor_parallel.py llama-3.1-8b --ranks 2 --out tp.md
-    python3 tools/bench/tensor_parallel.py llama-3.1-8b --ranks 2 --b1-only --kiln-args '--no-pdl'
+    python3 tools/bench/tensor_parallel.py llama-3.1-8b --ranks 2 --b1-only --kiln-args=--no-pdl
 
 Per rank count: decode ms per step at batch 1 (a 32-token prompt, 128 new tokens, greedy, as
 bench.py), at batch 8 and 64 (one --prompts-file of N such requests), and prefill of one 2,048-token
@@ -34,7 +34,7 @@ from hf_model import hf_config_dict  # noqa: E402
 PROMPT, NEW, PREFILL = 32, 128, 2048
 
 
-KILN_ARGS = []  # --kiln-args: options every run takes (e.g. --no-pdl, --no-l2-warm)
+KILN_ARGS = []  # --kiln-args: options every run takes (e.g. --no-pdl, --l2-warm)
 
 
 def kiln(binary, ranks, extra):
@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[2])
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--out", default="tp.md")
-    ap.add_argument("--kiln-args", default="", help="options every kiln run takes, e.g. '--no-pdl' or '--no-l2-warm'")
+    ap.add_argument("--kiln-args", default="", help="options every kiln run takes, e.g. '--kiln-args=--no-pdl' or '--kiln-args=--l2-warm'")
     ap.add_argument("--b1-only", action="store_true", help="batch 1 and agreement only: no b8, b64 or prefill runs")
     args = ap.parse_args()
     KILN_ARGS.extend(shlex.split(args.kiln_args))
