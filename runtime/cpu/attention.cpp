@@ -60,21 +60,28 @@ inline __attribute__((always_inline)) Vec8 sum_lanes(const Vec8 v[8]) {
          __builtin_shufflevector(r[0], r[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
-// q · k over D values for 8 keys `stride` apart: 8 independent sums over the head dim 8 values at a
-// time, then their lanes summed together; the head dim's last D % 8 values one by one.
-template <typename T>
-inline __attribute__((always_inline)) Vec8 dot8(const float* q, const T* k, int64_t stride, int64_t D) {
-  Vec8 acc[8] = {};
+// q · k over D values for 8 keys `stride` apart, for G query heads at once (q: G rows D apart,
+// sharing the keys: each key vector is loaded once for the G of them): 8 independent sums per head
+// over the head dim 8 values at a time, then their lanes summed together; the head dim's last
+// D % 8 values one by one. A head's sums are the same whatever G is.
+template <int G, typename T>
+inline __attribute__((always_inline)) void dot8(const float* q, const T* k, int64_t stride, int64_t D, Vec8 sums[G]) {
+  Vec8 acc[G][8] = {};
   int64_t d = 0;
   for (; d + 8 <= D; d += 8) {
-    const Vec8 qv = load8(q + d);
-    for (int i = 0; i < 8; ++i) acc[i] += qv * load8(k + i * stride + d);
+    Vec8 qv[G];
+    for (int g = 0; g < G; ++g) qv[g] = load8(q + g * D + d);
+    for (int i = 0; i < 8; ++i) {
+      const Vec8 kv = load8(k + i * stride + d);
+      for (int g = 0; g < G; ++g) acc[g][i] += qv[g] * kv;
+    }
   }
-  Vec8 sums = sum_lanes(acc);
+  for (int g = 0; g < G; ++g) sums[g] = sum_lanes(acc[g]);
   for (; d < D; ++d) {
-    for (int i = 0; i < 8; ++i) sums[i] += q[d] * value_of(k[i * stride + d]);
+    for (int g = 0; g < G; ++g) {
+      for (int i = 0; i < 8; ++i) sums[g][i] += q[g * D + d] * value_of(k[i * stride + d]);
+    }
   }
-  return sums;
 }
 
 // q · k over D values for one key.
@@ -89,23 +96,25 @@ inline __attribute__((always_inline)) float dot1(const float* q, const T* k, int
   return sum;
 }
 
-// out[0, 8N) = Σ_j p[j] · v_j[0, 8N) over the sequence's keys (values `D` apart within a page,
-// `value_page(j)` the page of key j's): N vectors of sums in registers, each key adding to all
-// of them (N independent chains, not one per 8 values).
-template <int N, typename ValuePage>
-inline __attribute__((always_inline)) void weighted_values(const float* p, int64_t keys, int64_t P, int64_t D,
-                                                           ValuePage value_page, float* out) {
-  Vec8 acc[N] = {};
+// out_g[0, 8N) = Σ_j p_g[j] · v_j[0, 8N) for G heads (p: G rows `p_stride` apart, out: G rows D
+// apart) over the sequence's keys (values `D` apart within a page, `value_page(j)` the page of key
+// j's): N vectors of sums per head in registers, each value vector loaded once for the G heads and
+// added to all of their sums (N independent chains per head, not one per 8 values).
+template <int G, int N, typename ValuePage>
+inline __attribute__((always_inline)) void weighted_values(const float* p, int64_t p_stride, int64_t keys, int64_t P,
+                                                           int64_t D, ValuePage value_page, float* out) {
+  Vec8 acc[G][N] = {};
   for (int64_t j0 = 0; j0 < keys; j0 += P) {
     const auto* v = value_page(j0);
     for (int64_t j = j0; j < std::min(keys, j0 + P); ++j, v += D) {
-      const float pj = p[j];
-      for (int i = 0; i < N; ++i) acc[i] += pj * load8(v + 8 * i);
+      for (int i = 0; i < N; ++i) {
+        const Vec8 vv = load8(v + 8 * i);
+        for (int g = 0; g < G; ++g) acc[g][i] += p[g * p_stride + j] * vv;
+      }
     }
   }
-  std::memcpy(out, acc, sizeof(acc));
+  for (int g = 0; g < G; ++g) std::memcpy(out + g * D, acc[g], sizeof(acc[g]));
 }
-
 // e^x for x ≤ 0 (scores minus their maximum), within 2 ulp: 2^n · p(r) with r = x - n·ln 2 in
 // [-ln 2 / 2, ln 2 / 2] and p Cephes' degree-6 polynomial; below -87 it is 0 (as expf underflows).
 // Plain arithmetic and a branch-free select, so the loop over a row vectorizes.
@@ -128,63 +137,94 @@ inline __attribute__((always_inline)) void exp_row(float* x, int64_t n) {
   }
 }
 
-// One query head of one token: out = softmax(q · keysᵀ · scale) · values over its `keys` cached
-// positions, read as bf16 (the pages) or as fp32 (their copy, attention()): the same sums either way.
-template <typename T>
-inline __attribute__((always_inline)) void attend_head(const shape::attention& s, const float* q, const T* base,
-                                                       const KvLayout& layout, const int32_t* pages, int64_t kvh,
-                                                       int64_t keys, float* scores, float* o) {
+// G query heads of one token that share a KV head (q, o: G rows D apart; scores: G rows
+// `score_stride` apart): out = softmax(q · keysᵀ · scale) · values over its `keys` cached
+// positions, read as bf16 (the pages) or as fp32 (their copy, attention()): the same sums either
+// way, and for any G (each key and value is loaded once for the G heads; a head's arithmetic is
+// its own).
+template <int G, typename T>
+inline __attribute__((always_inline)) void attend_heads(const shape::attention& s, const float* q, const T* base,
+                                                        const KvLayout& layout, const int32_t* pages, int64_t kvh,
+                                                        int64_t keys, float* scores, int64_t score_stride, float* o) {
   const int64_t D = layout.head_dim, P = layout.page_size;
   // A page holds each head's keys (and values) contiguously: walk pages, not slots; 8 keys of a
   // page at a time, then its last ones alone.
-  float max_score = -INFINITY;
   for (int64_t j0 = 0; j0 < keys; j0 += P) {
     const T* k = base + layout.vec(pages[j0 / P], 0, kvh, 0);
     const int64_t end = std::min(keys, j0 + P);
     int64_t j = j0;
     for (; j + 8 <= end; j += 8, k += 8 * D) {
-      const Vec8 sums = dot8(q, k, D, D) * s.scale;
-      std::memcpy(scores + j, &sums, sizeof(sums));
+      Vec8 sums[G];
+      dot8<G>(q, k, D, D, sums);
+      for (int g = 0; g < G; ++g) {
+        const Vec8 scaled = sums[g] * s.scale;
+        std::memcpy(scores + g * score_stride + j, &scaled, sizeof(scaled));
+      }
     }
-    for (; j < end; ++j, k += D) scores[j] = dot1(q, k, D) * s.scale;
+    for (; j < end; ++j, k += D) {
+      for (int g = 0; g < G; ++g) scores[g * score_stride + j] = dot1(q + g * D, k, D) * s.scale;
+    }
   }
-  for (int64_t j = 0; j < keys; ++j) max_score = std::max(max_score, scores[j]);
-  for (int64_t j = 0; j < keys; ++j) scores[j] -= max_score;
-  exp_row(scores, keys);
-  float denom = 0.0f;
-  for (int64_t j = 0; j < keys; ++j) denom += scores[j];
-  const float inv = 1.0f / denom;
-  for (int64_t j = 0; j < keys; ++j) scores[j] *= inv;
-  // The values 64 of the head dim at a time (8 vectors of sums), then 8 at a time, then one by one.
+  for (int g = 0; g < G; ++g) {
+    float* row = scores + g * score_stride;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j < keys; ++j) max_score = std::max(max_score, row[j]);
+    for (int64_t j = 0; j < keys; ++j) row[j] -= max_score;
+    exp_row(row, keys);
+    float denom = 0.0f;
+    for (int64_t j = 0; j < keys; ++j) denom += row[j];
+    const float inv = 1.0f / denom;
+    for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+  }
+  // The values 64 of the head dim at a time (8 vectors of sums a head), then 8 at a time, then one
+  // by one.
   const auto value_page = [&](int64_t d0) {
     return [=, &layout](int64_t j0) { return base + layout.vec(pages[j0 / P], 1, kvh, 0) + d0; };
   };
   int64_t d0 = 0;
-  for (; d0 + 64 <= D; d0 += 64) weighted_values<8>(scores, keys, P, D, value_page(d0), o + d0);
-  for (; d0 + 8 <= D; d0 += 8) weighted_values<1>(scores, keys, P, D, value_page(d0), o + d0);
+  for (; d0 + 64 <= D; d0 += 64) weighted_values<G, 8>(scores, score_stride, keys, P, D, value_page(d0), o + d0);
+  for (; d0 + 8 <= D; d0 += 8) weighted_values<G, 1>(scores, score_stride, keys, P, D, value_page(d0), o + d0);
   for (; d0 < D; ++d0) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < keys; ++j) acc += scores[j] * value_of(base[layout.vec(pages[j / P], 1, kvh, j % P) + d0]);
-    o[d0] = acc;
+    for (int g = 0; g < G; ++g) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < keys; ++j) {
+        acc += scores[g * score_stride + j] * value_of(base[layout.vec(pages[j / P], 1, kvh, j % P) + d0]);
+      }
+      o[g * D + d0] = acc;
+    }
   }
 }
 
-// attend_head for each element type, compiled for AVX-512, AVX2 and the baseline, the loader
-// picking the one this processor runs (GCC's target_clones): the same sums in each.
+// attend_heads for 1 to kMaxHeads heads and each element type, compiled for AVX-512, AVX2 and the
+// baseline, the loader picking the one this processor runs (GCC's target_clones): the same sums
+// in each.
+constexpr int kMaxHeads = 3;  // heads sharing their KV head's loads: 3 × 8 vectors of sums
+
 #if defined(__x86_64__) && !defined(__clang__)
 #define KILN_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KILN_ATTENTION_CLONES
 #endif
-KILN_ATTENTION_CLONES void attend(const shape::attention& s, const float* q, const uint16_t* base,
-                                  const KvLayout& layout, const int32_t* pages, int64_t kvh, int64_t keys,
-                                  float* scores, float* o) {
-  attend_head(s, q, base, layout, pages, kvh, keys, scores, o);
+template <typename T>
+inline __attribute__((always_inline)) void attend_n(int n, const shape::attention& s, const float* q, const T* base,
+                                                    const KvLayout& layout, const int32_t* pages, int64_t kvh,
+                                                    int64_t keys, float* scores, int64_t score_stride, float* o) {
+  switch (n) {
+    case 1: return attend_heads<1>(s, q, base, layout, pages, kvh, keys, scores, score_stride, o);
+    case 2: return attend_heads<2>(s, q, base, layout, pages, kvh, keys, scores, score_stride, o);
+    default: return attend_heads<3>(s, q, base, layout, pages, kvh, keys, scores, score_stride, o);
+  }
+  static_assert(kMaxHeads == 3, "the switch above takes 1..3 heads");
 }
-KILN_ATTENTION_CLONES void attend(const shape::attention& s, const float* q, const float* base,
+KILN_ATTENTION_CLONES void attend(int n, const shape::attention& s, const float* q, const uint16_t* base,
                                   const KvLayout& layout, const int32_t* pages, int64_t kvh, int64_t keys,
-                                  float* scores, float* o) {
-  attend_head(s, q, base, layout, pages, kvh, keys, scores, o);
+                                  float* scores, int64_t score_stride, float* o) {
+  attend_n(n, s, q, base, layout, pages, kvh, keys, scores, score_stride, o);
+}
+KILN_ATTENTION_CLONES void attend(int n, const shape::attention& s, const float* q, const float* base,
+                                  const KvLayout& layout, const int32_t* pages, int64_t kvh, int64_t keys,
+                                  float* scores, int64_t score_stride, float* o) {
+  attend_n(n, s, q, base, layout, pages, kvh, keys, scores, score_stride, o);
 }
 
 }  // namespace
@@ -219,18 +259,23 @@ void attention(const shape::attention& s, const float* q_rows, const uint16_t* b
         }
       });
     }
-    parallel_for(queries * heads, 2, [&](int64_t begin, int64_t end) {
+    // Work items: a token's query heads of one KV head in `parts` runs of at most kMaxHeads
+    // (4 heads: 2 + 2; 8: 3 + 3 + 2).
+    const int64_t parts = (group + kMaxHeads - 1) / kMaxHeads;
+    parallel_for(queries * s.kv_heads * parts, 1, [&](int64_t begin, int64_t end) {
       thread_local std::vector<float> scores;
       for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = first + item / heads, h = item % heads;
+        const int64_t t = first + item / (s.kv_heads * parts), kvh = item / parts % s.kv_heads, part = item % parts;
+        const int64_t h = kvh * group + part * (group / parts) + std::min(part, group % parts);
+        const int n = static_cast<int>(group / parts + (part < group % parts ? 1 : 0));
         const int64_t keys = static_cast<int64_t>(step.positions[t]) + 1;  // causal: positions 0..pos
-        if (static_cast<int64_t>(scores.size()) < keys) scores.resize(keys);
+        if (static_cast<int64_t>(scores.size()) < n * keys) scores.resize(n * keys);
         float* o = out + t * heads * D + h * D;
         const float* q = q_rows + t * s.row + h * D;
         if (widen) {
-          attend(s, q, wide, all_keys, one_page, h / group, keys, scores.data(), o);
+          attend(n, s, q, wide, all_keys, one_page, kvh, keys, scores.data(), keys, o);
         } else {
-          attend(s, q, base, layout, pages, h / group, keys, scores.data(), o);
+          attend(n, s, q, base, layout, pages, kvh, keys, scores.data(), keys, o);
         }
       }
     });
