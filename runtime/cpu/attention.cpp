@@ -115,6 +115,7 @@ inline __attribute__((always_inline)) void weighted_values(const float* p, int64
   }
   for (int g = 0; g < G; ++g) std::memcpy(out + g * D, acc[g], sizeof(acc[g]));
 }
+
 // e^x for x ≤ 0 (scores minus their maximum), within 2 ulp: 2^n · p(r) with r = x - n·ln 2 in
 // [-ln 2 / 2, ln 2 / 2] and p Cephes' degree-6 polynomial; below -87 it is 0 (as expf underflows).
 // Plain arithmetic and a branch-free select, so the loop over a row vectorizes.
