@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/core/parallel.hpp"
+#include "runtime/cpu/bf16_avx512.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -29,11 +30,8 @@ bool request_tiles() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   const bool amx_bf16 = (edx >> 22) & 1, amx_tile = (edx >> 24) & 1;
-  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-  const bool avx512_bf16 = (eax >> 5) & 1;
-  if (!amx_bf16 || !amx_tile || !avx512_bf16 || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
-    return false;
-  }
+  // The activations' conversion takes AVX-512 F, BW and BF16 (bf16_avx512.hpp checks them).
+  if (!amx_bf16 || !amx_tile || !avx512_bf16_available()) return false;
   constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
 }
