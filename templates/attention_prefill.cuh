@@ -1,14 +1,38 @@
 // Prefill attention: every new token of a flat batch attends, causally, to its sequence's keys in
 // the paged cache (kv_write has already stored this step's keys).
+//   attention_prefill_wgmma.cuh   Hopper's warpgroup tensor cores (head dims 64 and 128, sm_90a)
 //   attention_prefill_mma.cuh     tensor cores, FlashAttention-2 style (head dims multiple of 16)
 //   attention_prefill_simple.cuh  CUDA cores, for the other head dims
 #pragma once
 
 #include "templates/attention_prefill_mma.cuh"
 #include "templates/attention_prefill_simple.cuh"
+#include "templates/attention_prefill_wgmma.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
+
+namespace detail {
+
+// Whether the current device runs the sm_90a code that every build of the templates carries
+// (compute capability 9.0: H100, H200); other devices run PTX compiled for compute_80 or
+// compute_90, which has no wgmma. Asked once per process (one kind of GPU a process).
+inline bool wgmma_device() {
+#ifdef __CUDACC_RTC__
+  return true;
+#else
+  static const bool hopper = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return hopper;
+#endif
+}
+
+}  // namespace detail
 
 // q of token t, head h at q_rows + t·row + h·head_dim; out [T, heads·head_dim]. Tokens of
 // sequence s are [query_start[s], query_start[s+1]); token t attends to positions
@@ -28,6 +52,18 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
   static_assert(kHeads * kHeadDim <= kRow, "attention_prefill: q heads must fit in a row");
   if (num_seqs <= 0 || max_query_len <= 0) return;
   // Tensor cores need k16 steps over the head dim and 16-byte aligned q rows.
+  if constexpr ((kHeadDim == 64 || kHeadDim == 128) && kRow % 8 == 0) {
+    if (detail::wgmma_device()) {
+      using Shape = detail::WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>;
+      constexpr auto kernel = detail::attention_prefill_wgmma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
+      detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+      const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
+      const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
+      KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, query_start,
+                  positions, block_tables, max_pages_per_seq, scale * detail::kLog2e);
+      return;
+    }
+  }
   if constexpr (kHeadDim % 16 == 0 && kRow % 8 == 0) {
     using Shape = detail::PrefillShape<kHeads, kKvHeads, kHeadDim>;
     constexpr auto kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;

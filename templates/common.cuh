@@ -217,6 +217,14 @@ __device__ __forceinline__ void store_f32(float* p, const float (&in)[N]) {
 // -inf without <cmath> (not available under NVRTC).
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
 
+// 2^x on the special-function unit alone (ex2.approx.ftz: 2 ulp; subnormal inputs and results
+// flush to zero), where exp2f adds instructions for subnormals around the same approximation.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- reductions ----
 
 __device__ __forceinline__ float warp_sum(float v) {

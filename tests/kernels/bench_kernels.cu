@@ -181,6 +181,8 @@ void bench_decode(int batch, int context) {
   std::fflush(stdout);
 }
 
+// Prefill attention of one causal prompt: the kernel attention_prefill chooses, and, beside it, the
+// mma.sync kernel (the pre-Hopper path) launched directly.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize>
 void bench_prefill(int tokens) {
   constexpr int kRow = (kHeads + 2 * kKvHeads) * kHeadDim;
@@ -197,14 +199,36 @@ void bench_prefill(int tokens) {
       out(static_cast<size_t>(tokens) * kHeads * kHeadDim);
   constexpr shape::attention kShape{.heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim, .page_size = kPageSize,
                                     .row = kRow, .scale = 0.125f, .partition = 512, .max_partitions = 1};
+  const double flops = 4.0 * kHeads * kHeadDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
+  const int reps = tokens >= 16384 ? 5 : 20;
   const double us = median_us([&](int) {
     kiln::attention_prefill<kShape>(as_bf16(q), as_bf16(cache), as_bf16_mut(out), d_qs.get(), d_pos.get(),
                                     d_table.get(), pages, 1, tokens, nullptr);
-  }, 3, 20);
-  const double flops = 4.0 * kHeads * kHeadDim * (static_cast<double>(tokens) * (tokens + 1) / 2);
-  std::printf("prefill attention %2d/%d x %3d page %2d  tokens %5d %10.2f us %8.1f TFLOP/s\n", kHeads, kKvHeads,
-              kHeadDim, kPageSize, tokens, us, flops / (us * 1e-6) / 1e12);
+  }, 3, reps);
+  using MmaShape = detail::PrefillShape<kHeads, kKvHeads, kHeadDim>;
+  constexpr auto mma_kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
+  detail::allow_dynamic_smem_once<mma_kernel, MmaShape::kSmemBytes>();
+  const dim3 grid(static_cast<unsigned>(detail::ceil_div(tokens * MmaShape::kGroup, MmaShape::kBlockM)), 1, kKvHeads);
+  const double mma_us = median_us([&](int) {
+    mma_kernel<<<grid, MmaShape::kThreads, MmaShape::kSmemBytes>>>(as_bf16(q), as_bf16(cache), as_bf16_mut(out),
+                                                                   d_qs.get(), d_pos.get(), d_table.get(), pages,
+                                                                   0.125f * detail::kLog2e);
+  }, 3, reps);
+  std::printf(
+      "prefill attention %2d/%d x %3d page %2d  tokens %5d %10.2f us %8.1f TFLOP/s   mma.sync %10.2f us %8.1f TFLOP/s\n",
+      kHeads, kKvHeads, kHeadDim, kPageSize, tokens, us, flops / (us * 1e-6) / 1e12, mma_us,
+      flops / (mma_us * 1e-6) / 1e12);
   std::fflush(stdout);
+}
+
+void bench_prefills() {
+  bench_prefill<32, 8, 64, 16>(2048);
+  bench_prefill<32, 8, 64, 16>(8192);
+  bench_prefill<16, 8, 128, 16>(2048);
+  bench_prefill<9, 3, 64, 16>(2048);
+  bench_prefill<32, 8, 128, 16>(2048);  // Llama-3.1-8B
+  bench_prefill<32, 8, 128, 16>(8192);
+  bench_prefill<32, 8, 128, 16>(32768);
 }
 
 }  // namespace
@@ -214,13 +238,19 @@ int main(int argc, char** argv) {
   using namespace kiln::kernel_test;
   if (!print_device_or_skip()) return 77;
   // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both);
+  // --prefill-only: only the prefill attention;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
-  bool sweep = true, quant_only = false, fp8 = false;
+  bool sweep = true, quant_only = false, fp8 = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     sweep = sweep && arg != "--no-sweep";
     quant_only = quant_only || arg == "--quant-only";
     fp8 = fp8 || arg == "--fp8";
+    prefill_only = prefill_only || arg == "--prefill-only";
+  }
+  if (prefill_only) {
+    bench_prefills();
+    return 0;
   }
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
@@ -274,9 +304,6 @@ int main(int argc, char** argv) {
   bench_decode<16, 8, 128, 16, 512, 16>(1, 4096);
   bench_decode<16, 8, 128, 16, 512, 16>(64, 1024);
   std::printf("\n");
-  bench_prefill<32, 8, 64, 16>(2048);
-  bench_prefill<32, 8, 64, 16>(8192);
-  bench_prefill<16, 8, 128, 16>(2048);
-  bench_prefill<9, 3, 64, 16>(2048);
+  bench_prefills();
   return 0;
 }

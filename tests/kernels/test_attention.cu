@@ -2,7 +2,8 @@
 // flat batches of sequences with cached and new tokens, decode over one new token per sequence,
 // pages handed out in shuffled order. The models' layouts as generated, and with small partitions
 // (several partitions and their merge at modest contexts); odd ones: head dim 48 and 40 (CUDA
-// cores), page size 5, no GQA.
+// cores), page size 5, no GQA, head dim 128 with either. On Hopper the prefill of head dims 64 and
+// 128 runs the wgmma kernel; the mma.sync kernel other GPUs run is launched directly beside it.
 #include <algorithm>
 #include <cmath>
 
@@ -26,6 +27,12 @@ constexpr shape::attention kOdd40{.heads = 6, .kv_heads = 2, .head_dim = 40, .pa
                                   .scale = 0.15811388f, .partition = 64, .max_partitions = 32};
 constexpr shape::attention kNoGqa{.heads = 6, .kv_heads = 6, .head_dim = 64, .page_size = 7, .row = 1152,
                                   .scale = 0.125f, .partition = 512, .max_partitions = 16};
+// Head dim 128 (the wgmma kernel's two swizzled areas a row) without GQA, and with 5-token pages
+// and 5 query heads a KV head (a block's 128 rows split tokens across its warpgroups).
+constexpr shape::attention kNoGqa128{.heads = 4, .kv_heads = 4, .head_dim = 128, .page_size = 16, .row = 1536,
+                                     .scale = 0.08838835f, .partition = 512, .max_partitions = 16};
+constexpr shape::attention kPage5x128{.heads = 10, .kv_heads = 2, .head_dim = 128, .page_size = 5, .row = 1792,
+                                      .scale = 0.08838835f, .partition = 512, .max_partitions = 16};
 
 template <shape::attention S>
 std::string describe(const char* phase, const std::vector<std::pair<int, int>>& seqs) {
@@ -44,7 +51,9 @@ std::vector<float> reference(const PagedStep& p, const std::vector<uint16_t>& q,
   return ref;
 }
 
-template <shape::attention S>
+// kMma: the mma.sync kernel launched directly, as a GPU without wgmma runs it (attention_prefill
+// chooses the wgmma kernel on Hopper for head dims 64 and 128).
+template <shape::attention S, bool kMma = false>
 void check_prefill(const std::vector<std::pair<int, int>>& seqs) {
   std::mt19937 rng(9000 + S.heads * S.head_dim + static_cast<int>(seqs.size()));
   const PagedStep p = paged_step(seqs, S.page_size, rng);
@@ -56,9 +65,20 @@ void check_prefill(const std::vector<std::pair<int, int>>& seqs) {
   DeviceBuffer<int> d_pos(std::vector<int>(step.positions.begin(), step.positions.end()));
   DeviceBuffer<int> d_bt(std::vector<int>(step.block_tables.begin(), step.block_tables.end()));
   d_out.poison();
-  kiln::attention_prefill<S>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(), d_pos.get(), d_bt.get(),
-                             step.max_pages_per_seq, step.num_seqs(), step.max_query_len(), nullptr);
-  const std::string what = describe<S>("attention_prefill", seqs);
+  if constexpr (kMma) {
+    using Shape = detail::PrefillShape<S.heads, S.kv_heads, S.head_dim>;
+    constexpr auto kernel = detail::attention_prefill_mma_kernel<S.heads, S.kv_heads, S.head_dim, S.page_size, S.row>;
+    detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+    const dim3 grid(detail::ceil_div(step.max_query_len() * Shape::kGroup, Shape::kBlockM), step.num_seqs(),
+                    S.kv_heads);
+    kernel<<<grid, Shape::kThreads, Shape::kSmemBytes>>>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(),
+                                                         d_pos.get(), d_bt.get(), step.max_pages_per_seq,
+                                                         S.scale * detail::kLog2e);
+  } else {
+    kiln::attention_prefill<S>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(), d_pos.get(), d_bt.get(),
+                               step.max_pages_per_seq, step.num_seqs(), step.max_query_len(), nullptr);
+  }
+  const std::string what = describe<S>(kMma ? "attention_prefill (mma.sync)" : "attention_prefill", seqs);
   check_launch(what);
   check_close(what, reference<S>(p, q, cache), bf16_to_f32(d_out.download()), kBf16Limit);
 }
@@ -98,6 +118,17 @@ TEST_CASE("attention, prefill: flat batches of cached and new tokens", "[attenti
   check_prefill<kOdd40>({{0, 70}, {33, 9}});  // head dim 40: the CUDA-core kernel
   check_prefill<kNoGqa>({{0, 129}, {200, 64}});
   check_prefill<llama1b::kAttention>({{0, 2048}});
+  // Head dim 128 over many key tiles and odd lengths: a chunk after cached tokens, a lone token.
+  check_prefill<qwen06::kAttention>({{0, 1031}, {517, 300}, {2000, 1}});
+  check_prefill<kNoGqa128>({{0, 333}, {64, 64}});
+  check_prefill<kPage5x128>({{0, 200}, {99, 130}});
+}
+
+TEST_CASE("attention, prefill: the mma.sync kernel (GPUs without wgmma)", "[attention]") {
+  const std::vector<std::pair<int, int>> mixed = {{0, 300}, {700, 1}, {50, 77}, {0, 1}, {1000, 130}};
+  check_prefill<llama1b::kAttention, true>(mixed);
+  check_prefill<qwen06::kAttention, true>(mixed);
+  check_prefill<kNoGqa, true>({{0, 129}, {200, 64}});
 }
 
 TEST_CASE("attention, decode: split-KV partitions and their merge", "[attention]") {

@@ -71,9 +71,13 @@ void attention(bf16* qkv, const bf16* norm, const int* pos, const float* rope_ta
                                     .scale = 0.15f, .partition = 64, .max_partitions = 32};
   constexpr shape::attention kQwen{.heads = 16, .kv_heads = 8, .head_dim = 128, .page_size = 16, .row = 4096,
                                    .scale = 0.08f, .partition = 512, .max_partitions = 16};
+  // Head dim 64 with 5 query heads a KV head and pages of 7: the wgmma kernel's other tile shape.
+  constexpr shape::attention kWg64{.heads = 10, .kv_heads = 2, .head_dim = 64, .page_size = 7, .row = 896,
+                                   .scale = 0.125f, .partition = 512, .max_partitions = 16};
   kiln::attention_prefill<kOdd48>(qkv, cache, qkv, qs, pos, bt, 9, 2, 100, s);
   kiln::attention_prefill<kOdd40>(qkv, cache, qkv, qs, pos, bt, 9, 2, 100, s);
   kiln::attention_prefill<kQwen>(qkv, cache, qkv, qs, pos, bt, 9, 2, 100, s);
+  kiln::attention_prefill<kWg64>(qkv, cache, qkv, qs, pos, bt, 9, 2, 100, s);
   kiln::attention_decode<kOdd48>(qkv, cache, qkv, ctx, bt, 9, 2, scratch, s);
   kiln::attention_decode<kOdd40>(qkv, cache, qkv, ctx, bt, 9, 2, scratch, s);
   kiln::attention_decode<kQwen>(qkv, cache, qkv, ctx, bt, 9, 2, scratch, s);

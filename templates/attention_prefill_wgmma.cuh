@@ -1,0 +1,293 @@
+// Prefill attention on Hopper's warpgroup tensor cores (wgmma, sm_90a), for head dims 64 and 128:
+// attention_prefill_mma.cuh's algorithm (same rows, same masking, the same online softmax in base
+// 2) with each product issued by a warpgroup, its B operand read from shared memory.
+//
+// A block takes one KV head and 128 rows (token, query head of the group), token-major as in the
+// mma.sync kernel, in two warpgroups of 64 rows; both multiply against the same K and V tiles, so
+// a tile copied from L2 serves 128 rows. Per tile j, each warpgroup
+//   - S = Q·Kᵀ: head_dim / 16 wgmmas m64nNk16 (N keys a tile), Q from registers (loaded once);
+//   - O += P·V of tile j - 1 right behind it: N / 16 wgmmas m64n{head_dim}k16, V read MN-major
+//     (blocks/wgmma.cuh), P the previous tile's scores rounded to bf16 (S's accumulators are
+//     P's A fragments);
+//   - the online softmax of tile j's scores while the tensor cores still run that P·V, then O's
+//     rescale and P's packing once it has landed.
+// K and V tiles come through three stages of shared memory in the 128-byte swizzle wgmma reads,
+// copied with cp.async from the paged cache (one page lookup per key; a thread copies the same
+// chunk of every 16th or 32nd key), tile j + 1's copies in flight during tile j.
+#pragma once
+
+#include "templates/blocks/attention_paging.cuh"
+#include "templates/blocks/mma.cuh"
+#include "templates/blocks/wgmma.cuh"
+#include "templates/common.cuh"
+
+namespace kiln::detail {
+
+template <int kHeads, int kKvHeads, int kHeadDim>
+struct WgmmaPrefillShape {
+  static constexpr int kGroup = kHeads / kKvHeads;
+  static constexpr int kWarpGroups = 2;
+  static constexpr int kBlockM = 64 * kWarpGroups;  // rows (token, head) per block
+  // Keys per tile, and whether the next tile's copies are issued before this tile's products or
+  // after them: measured on an H100 (bench_kernels --prefill-only, 32 heads over 8, causal, TFLOP/s
+  // at 8,192 / 32,768 tokens; bench/RESULTS.md 2026-11-28): head dim 128 with 128 keys, copies
+  // after 380 / 409 (copies first 365 / 388; 64 keys 358 / 383); head dim 64 at 8,192 with 64
+  // keys, copies first 364 (after 275; 128 keys 272-284). A head dim of 64 multiplies for half as
+  // long, so the copies issued between the products and the softmax delay it.
+  static constexpr int kBlockN = kHeadDim == 128 ? 128 : 64;
+  static constexpr bool kCopiesFirst = kHeadDim == 64;
+  static constexpr int kThreads = 128 * kWarpGroups;
+  static constexpr int kStages = 3;  // tile j + 1 lands while tile j's scores and tile j - 1's values multiply
+  static constexpr int kChunksPerRow = kHeadDim / 8;                  // 16-byte chunks per row
+  static constexpr int kTileBytes = kBlockN * kHeadDim * 2;           // a K or a V tile
+  static constexpr int kStageBytes = 2 * kTileBytes;                  // K, then V
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;              // Q passes through the last stage
+  static constexpr int kSmemBytes = kStages * kStageBytes + kSwizzleGroupBytes;  // + room to align
+  static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q·Kᵀ
+  static constexpr int kKeySteps = kBlockN / 16;  // k16 steps of P·V
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma prefill: head dim 64 or 128");
+  static_assert(kQBytes <= kStageBytes, "wgmma prefill: Q must fit in a stage");
+};
+
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow>
+__global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>::kThreads, 1)
+    attention_prefill_wgmma_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
+                                   bf16* __restrict__ out, const int* __restrict__ query_start,
+                                   const int* __restrict__ positions, const int* __restrict__ block_tables,
+                                   int max_pages_per_seq, float scale_log2) {
+  pdl_release_and_wait();
+  using Shape = WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>;
+  using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
+  constexpr int G = Shape::kGroup, D = kHeadDim, BM = Shape::kBlockM, BN = Shape::kBlockN;
+  constexpr int CPR = Shape::kChunksPerRow;
+
+  const int seq = blockIdx.y, kv_head = blockIdx.z;
+  const int q_begin = query_start[seq];
+  const int rows = (query_start[seq + 1] - q_begin) * G;
+  const int tile = gridDim.x - 1 - blockIdx.x;  // the longest (latest) query tiles start first
+  if (tile * BM >= rows) return;
+
+  extern __shared__ float4 smem_f4[];
+  // The swizzle pattern repeats every 1024 bytes of address: the stages start on such a boundary.
+  char* stages = reinterpret_cast<char*>(
+      (reinterpret_cast<unsigned long long>(smem_f4) + kSwizzleGroupBytes - 1) & ~(kSwizzleGroupBytes - 1ull));
+  constexpr int kRowWarps = BM / 32;  // warps that read a row's position each
+  __shared__ int bounds[2 * kRowWarps];  // max position of rows 32w..32w+31; min of the same
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;
+
+  // The block's key range and where the mask can start.
+  if (warp < kRowWarps) {
+    const int row = tile * BM + tid;
+    const bool valid = row < rows;
+    const int pos = valid ? positions[q_begin + row / G] : -1;
+    const int hi = __reduce_max_sync(0xffffffffu, pos);
+    const int lo = __reduce_min_sync(0xffffffffu, valid ? pos : 0x7fffffff);
+    if (lane == 0) {
+      bounds[warp] = hi;
+      bounds[kRowWarps + warp] = lo;
+    }
+  }
+  __syncthreads();
+  int max_pos = bounds[0], min_pos = bounds[kRowWarps];
+#pragma unroll
+  for (int w = 1; w < kRowWarps; ++w) {
+    max_pos = max(max_pos, bounds[w]);
+    min_pos = min(min_pos, bounds[kRowWarps + w]);
+  }
+  const int num_keys = max_pos + 1;
+  const int num_tiles = ceil_div(num_keys, BN);
+
+  // This thread's two rows (g and g + 8 of its warp's 16); rows past the end act as the last one.
+  int row_pos[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = tile * BM + warp * 16 + g + i * 8;
+    row_pos[i] = row < rows ? positions[q_begin + row / G] : max_pos;
+  }
+
+  // A thread copies the same 16-byte chunk of every kRowStep-th key of a tile, for K and for V: one
+  // page lookup a key, and one swizzled offset (kRowStep is a multiple of 8, the swizzle's period).
+  const int* pages = block_tables + static_cast<long long>(seq) * max_pages_per_seq;
+  constexpr int kRowStep = Shape::kThreads / CPR;
+  static_assert(kRowStep % 8 == 0 && BN % kRowStep == 0, "wgmma prefill: whole swizzle periods a pass");
+  constexpr long long kValueOffset = KvLayout{kKvHeads, kHeadDim, kPageSize}.vec(0, 1, 0, 0);  // V's vector from K's
+  const int my_chunk = tid % CPR, my_row = tid / CPR;
+  const int my_offset = swizzled_offset(BN, my_row, my_chunk);
+  auto load_kv = [&](int key_tile, char* stage) {
+#pragma unroll
+    for (int r = 0; r < BN; r += kRowStep) {
+      const int key = key_tile * BN + my_row + r;
+      const bool valid = key < num_keys;  // zero-filled past the end: 0 · garbage could be NaN
+      const bf16* k_src =
+          valid ? Layout::vec(cache, pages[key / kPageSize], 0, kv_head, key % kPageSize) + my_chunk * 8 : cache;
+      const bf16* v_src = valid ? k_src + kValueOffset : cache;
+      cp_async_16(stage + my_offset + r * kSwizzleRowBytes, k_src, valid);
+      cp_async_16(stage + Shape::kTileBytes + my_offset + r * kSwizzleRowBytes, v_src, valid);
+    }
+  };
+
+  // Q of the block's rows, through the last stage (swizzled, so that ldmatrix's rows spread over
+  // the banks), into registers; tile 0 into stage 0 meanwhile.
+  char* q_stage = stages + (Shape::kStages - 1) * Shape::kStageBytes;
+  for (int c = tid; c < BM * CPR; c += Shape::kThreads) {
+    const int r = c / CPR, chunk = c % CPR;
+    const int row = tile * BM + r;
+    const bool valid = row < rows;
+    const bf16* src = valid ? q_rows + static_cast<long long>(q_begin + row / G) * kRow + (kv_head * G + row % G) * D +
+                                  chunk * 8
+                            : q_rows;
+    cp_async_16(q_stage + swizzled_offset(BM, r, chunk), src, valid);
+  }
+  load_kv(0, stages);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async_shared();
+  __syncthreads();
+  unsigned qf[Shape::kKSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+    const int r = warp * 16 + ((lane / 8) % 2) * 8 + lane % 8, chunk = kk * 2 + lane / 16;
+    ldmatrix_x4(qf[kk], q_stage + swizzled_offset(BM, r, chunk));
+  }
+  __syncthreads();  // the last stage is free for tile 2
+  if (num_tiles > 1) load_kv(1, stages + Shape::kStageBytes);
+  cp_async_commit();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float s[BN / 2];
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+  unsigned p[Shape::kKeySteps][4];  // P of the last tile softmaxed: bf16 A fragments of P·V
+
+  // Descriptors of stage 0's K and V tiles; stage j and step kk are byte offsets from them.
+  const unsigned long long k_descriptor = k_major_descriptor(stages);
+  const unsigned long long v_descriptor = mn_major_descriptor(stages + Shape::kTileBytes, BN);
+  // S = Q·Kᵀ for the keys of the tile in stage `at`, issued (committed, not waited for).
+  auto issue_scores = [&](int at) {
+#pragma unroll
+    for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+      wgmma_bf16<BN, 0>(s, qf[kk], descriptor_plus(k_descriptor, at * Shape::kStageBytes + k_major_step_bytes(BN, kk)),
+                        kk > 0);
+    }
+    wgmma_commit();
+  };
+  // O += P·V for the tile in stage `at`, issued.
+  auto issue_values = [&](int at) {
+#pragma unroll
+    for (int kk = 0; kk < Shape::kKeySteps; ++kk) {
+      wgmma_bf16<D, 1>(o, p[kk], descriptor_plus(v_descriptor, at * Shape::kStageBytes + mn_major_step_bytes(kk)), 1);
+    }
+    wgmma_commit();
+  };
+  // The online softmax of tile j's scores in s: masks, updates m and l (in log2 units: scores times
+  // scale_log2), leaves exp2(s · scale_log2 - m) in s, and returns in `correction` the factor O's
+  // rows take (applied once the P·V in flight has landed).
+  auto softmax = [&](int j, float (&correction)[2]) {
+    if (j * BN + BN - 1 > min_pos) {  // the tile reaches past some row's position
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        const int key = j * BN + (i / 4) * 8 + 2 * q + (i & 1);
+        if (key > row_pos[(i % 4) / 2]) s[i] = neg_inf();
+      }
+    }
+    float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) tile_max[(i % 4) / 2] = fmaxf(tile_max[(i % 4) / 2], s[i]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+      const float m_new = fmaxf(m[i], tile_max[i] * scale_log2);  // scale_log2 > 0: the max of the scaled
+      const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // a row with no key yet stays at zero
+      correction[i] = exp2_approx(m[i] - m_use);
+      m[i] = m_new;
+      tile_max[i] = m_use;
+    }
+    float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      s[i] = exp2_approx(fmaf(s[i], scale_log2, -tile_max[(i % 4) / 2]));
+      row_sum[(i % 4) / 2] += s[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) l[i] = l[i] * correction[i] + row_sum[i];
+  };
+  // O's rows times the correction (skipped where no row of the warp has a new maximum: most tiles
+  // past the first few), and P from s (after the P·V that read the previous P).
+  auto rescale_and_pack = [&](const float (&correction)[2]) {
+    if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
+    }
+#pragma unroll
+    for (int kk = 0; kk < Shape::kKeySteps; ++kk) {
+      p[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+      p[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+      p[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+      p[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto stage = [&](int j) { return stages + (j % Shape::kStages) * Shape::kStageBytes; };
+
+  // Tile 0's scores alone; then, per tile j, its scores beside tile j - 1's P·V: the softmax of
+  // tile j runs while the tensor cores still multiply tile j - 1's values.
+  float correction[2];
+  wgmma_fence();
+  issue_scores(0);
+  wgmma_wait<0>();
+  wgmma_fence_registers(s);
+  softmax(0, correction);
+  rescale_and_pack(correction);
+  for (int j = 1; j < num_tiles; ++j) {
+    cp_async_wait<0>();  // tile j has landed
+    fence_proxy_async_shared();
+    // Every thread's copies are visible, and both warpgroups are past tile j - 2's P·V (waited
+    // for in the last iteration), so its stage takes tile j + 1.
+    __syncthreads();
+    if constexpr (Shape::kCopiesFirst) {
+      if (j + 1 < num_tiles) load_kv(j + 1, stage(j + 1));
+      cp_async_commit();
+    }
+    wgmma_fence();
+    issue_scores(j % Shape::kStages);
+    issue_values((j - 1) % Shape::kStages);
+    if constexpr (!Shape::kCopiesFirst) {  // issued while the tensor cores work
+      if (j + 1 < num_tiles) load_kv(j + 1, stage(j + 1));
+      cp_async_commit();
+    }
+    wgmma_wait<1>();  // the scores (the P·V may still run)
+    wgmma_fence_registers(s);
+    softmax(j, correction);
+    wgmma_wait<0>();
+    wgmma_fence_registers(o);
+    rescale_and_pack(correction);
+  }
+  wgmma_fence();
+  issue_values((num_tiles - 1) % Shape::kStages);
+  wgmma_wait<0>();
+  wgmma_fence_registers(o);
+  cp_async_wait<0>();
+
+  // ---- O / l, rounded once ----
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const float inv_l = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    const int row = tile * BM + warp * 16 + g + i * 8;
+    if (row < rows) {
+      const long long t = q_begin + row / G;
+      bf16* dst = out + t * kHeads * D + (kv_head * G + row % G) * D + 2 * q;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const unsigned packed = pack_bf16x2(o[4 * dt + 2 * i] * inv_l, o[4 * dt + 2 * i + 1] * inv_l);
+        *reinterpret_cast<unsigned*>(dst + dt * 8) = packed;
+      }
+    }
+  }
+}
+
+}  // namespace kiln::detail
