@@ -13,7 +13,9 @@
 //     rescale and P's packing once it has landed.
 // K and V tiles come through three stages of shared memory in the 128-byte swizzle wgmma reads,
 // copied with cp.async from the paged cache (one page lookup per key; a thread copies the same
-// chunk of every 16th or 32nd key), tile j + 1's copies in flight during tile j.
+// chunk of every 16th or 32nd key), tile j + 1's copies in flight during tile j. Each stage has
+// two mbarriers (its copies have landed; all warps are done with it) in place of block-wide
+// barriers, so the warpgroups are not held in step (load_next says why that pays).
 #pragma once
 
 #include "templates/blocks/attention_paging.cuh"
@@ -29,11 +31,12 @@ struct WgmmaPrefillShape {
   static constexpr int kWarpGroups = 2;
   static constexpr int kBlockM = 64 * kWarpGroups;  // rows (token, head) per block
   // Keys per tile, and whether the next tile's copies are issued before this tile's products or
-  // after them: measured on an H100 (bench_kernels --prefill-only, 32 heads over 8, causal, TFLOP/s
-  // at 8,192 / 32,768 tokens; bench/RESULTS.md 2026-11-28): head dim 128 with 128 keys, copies
-  // after 380 / 409 (copies first 365 / 388; 64 keys 358 / 383); head dim 64 at 8,192 with 64
-  // keys, copies first 364 (after 275; 128 keys 272-284). A head dim of 64 multiplies for half as
-  // long, so the copies issued between the products and the softmax delay it.
+  // after them: measured on an H100 with block-wide barriers in place of the mbarriers
+  // (bench_kernels --prefill-only, 32 heads over 8, causal, TFLOP/s at 8,192 / 32,768 tokens;
+  // bench/RESULTS.md 2026-11-28): head dim 128 with 128 keys, copies after 380 / 409 (copies first
+  // 365 / 388; 64 keys 358 / 383); head dim 64 at 8,192 with 64 keys, copies first 364 (after 275;
+  // 128 keys 272-284). A head dim of 64 multiplies for half as long, so copies issued between the
+  // products and the softmax delay it.
   static constexpr int kBlockN = kHeadDim == 128 ? 128 : 64;
   static constexpr bool kCopiesFirst = kHeadDim == 64;
   static constexpr int kThreads = 128 * kWarpGroups;
@@ -73,6 +76,14 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
       (reinterpret_cast<unsigned long long>(smem_f4) + kSwizzleGroupBytes - 1) & ~(kSwizzleGroupBytes - 1ull));
   constexpr int kRowWarps = BM / 32;  // warps that read a row's position each
   __shared__ int bounds[2 * kRowWarps];  // max position of rows 32w..32w+31; min of the same
+  // Per stage: its tile's copies have landed (every thread's); both warpgroups are done with it.
+  __shared__ unsigned long long full[Shape::kStages], empty[Shape::kStages];
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < Shape::kStages; ++i) {
+      mbarrier_init(&full[i], Shape::kThreads);
+      mbarrier_init(&empty[i], Shape::kThreads / 32);
+    }
+  }
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, q = lane % 4;
@@ -127,6 +138,18 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
       cp_async_16(stage + Shape::kTileBytes + my_offset + r * kSwizzleRowBytes, v_src, valid);
     }
   };
+  auto stage = [&](int t) { return stages + (t % Shape::kStages) * Shape::kStageBytes; };
+  // Tile t's copies: into its stage once all 8 warps are done with tile t - 3 there; every thread's
+  // part arrives on the stage's `full` barrier when it lands, so that the stage's barriers complete
+  // one phase per tile (phase t / kStages). No block-wide barrier: a warpgroup waits only for the
+  // copies it reads and the stage it overwrites, so the two drift apart and one's softmax runs
+  // while the other's products keep the tensor cores busy.
+  auto load_next = [&](int t) {
+    if (t >= num_tiles) return;
+    if (t >= Shape::kStages) mbarrier_wait(&empty[t % Shape::kStages], (t / Shape::kStages - 1) & 1);
+    load_kv(t, stage(t));
+    cp_async_arrive(&full[t % Shape::kStages]);
+  };
 
   // Q of the block's rows, through the last stage (swizzled, so that ldmatrix's rows spread over
   // the banks), into registers; tile 0 into stage 0 meanwhile.
@@ -140,7 +163,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
                             : q_rows;
     cp_async_16(q_stage + swizzled_offset(BM, r, chunk), src, valid);
   }
-  load_kv(0, stages);
+  load_next(0);
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async_shared();
@@ -152,8 +175,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
     ldmatrix_x4(qf[kk], q_stage + swizzled_offset(BM, r, chunk));
   }
   __syncthreads();  // the last stage is free for tile 2
-  if (num_tiles > 1) load_kv(1, stages + Shape::kStageBytes);
-  cp_async_commit();
+  load_next(1);
 
   float o[D / 2];
 #pragma unroll
@@ -230,7 +252,6 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
       p[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
     }
   };
-  auto stage = [&](int j) { return stages + (j % Shape::kStages) * Shape::kStageBytes; };
 
   // Tile 0's scores alone; then, per tile j, its scores beside tile j - 1's P·V: the softmax of
   // tile j runs while the tensor cores still multiply tile j - 1's values.
@@ -242,34 +263,25 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
   softmax(0, correction);
   rescale_and_pack(correction);
   for (int j = 1; j < num_tiles; ++j) {
-    cp_async_wait<0>();  // tile j has landed
+    mbarrier_wait(&full[j % Shape::kStages], (j / Shape::kStages) & 1);  // every thread's copies of tile j
     fence_proxy_async_shared();
-    // Every thread's copies are visible, and both warpgroups are past tile j - 2's P·V (waited
-    // for in the last iteration), so its stage takes tile j + 1.
-    __syncthreads();
-    if constexpr (Shape::kCopiesFirst) {
-      if (j + 1 < num_tiles) load_kv(j + 1, stage(j + 1));
-      cp_async_commit();
-    }
+    if constexpr (Shape::kCopiesFirst) load_next(j + 1);
     wgmma_fence();
     issue_scores(j % Shape::kStages);
     issue_values((j - 1) % Shape::kStages);
-    if constexpr (!Shape::kCopiesFirst) {  // issued while the tensor cores work
-      if (j + 1 < num_tiles) load_kv(j + 1, stage(j + 1));
-      cp_async_commit();
-    }
+    if constexpr (!Shape::kCopiesFirst) load_next(j + 1);
     wgmma_wait<1>();  // the scores (the P·V may still run)
     wgmma_fence_registers(s);
     softmax(j, correction);
     wgmma_wait<0>();
     wgmma_fence_registers(o);
+    if (lane == 0) mbarrier_arrive(&empty[(j - 1) % Shape::kStages]);  // this warp is done with tile j - 1
     rescale_and_pack(correction);
   }
   wgmma_fence();
   issue_values((num_tiles - 1) % Shape::kStages);
   wgmma_wait<0>();
   wgmma_fence_registers(o);
-  cp_async_wait<0>();
 
   // ---- O / l, rounded once ----
 #pragma unroll

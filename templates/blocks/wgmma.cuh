@@ -1,5 +1,5 @@
-// Warpgroup-level tensor-core primitives of Hopper (sm_90a: wgmma.mma_async), for the prefill
-// attention. A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; one
+// Warpgroup-level tensor-core primitives of Hopper (sm_90a: wgmma.mma_async), and the mbarriers
+// that pace the copies feeding them, for the prefill attention. A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; one
 // wgmma multiplies 64 rows (warp w of the group: rows 16w..16w+15) by an N-column B held in
 // shared memory, A from registers. The register layouts are mma.sync's (mma.cuh), per warp:
 //   A (64×16, from registers)  a[0..3] as mma.sync's A fragment of the warp's 16 rows
@@ -100,6 +100,42 @@ template <int kN>
 __device__ __forceinline__ void wgmma_fence_registers(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// mbarriers in shared memory (sm_80+): a phase completes once `count` arrivals are in; waiters
+// name the phase by its parity. cp_async_arrive counts as the executing thread's arrival once all
+// its earlier cp.async copies have landed (.noinc: `count` includes these arrivals).
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(shared_address(bar))
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+// (try_wait, which suspends the thread a while in hardware, is sm_90's; the sm_80 PTX polls.)
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, int parity) {
+  unsigned done = 0;
+  do {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+#else
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+#endif
+  } while (!done);
 }
 
 #define KILN_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
