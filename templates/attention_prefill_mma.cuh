@@ -14,6 +14,7 @@
 
 #include "templates/blocks/attention_paging.cuh"
 #include "templates/blocks/mma.cuh"
+#include "templates/blocks/prefill_rows.cuh"
 #include "templates/common.cuh"
 
 namespace kiln::detail {
@@ -56,36 +57,18 @@ __global__ void __launch_bounds__(128)
   extern __shared__ float4 smem_f4[];
   bf16* k_tile = reinterpret_cast<bf16*>(smem_f4);
   bf16* v_tile = k_tile + Shape::kTileElems;
-  __shared__ int bounds[4];  // max position of rows 0-31, 32-63; min of the same
+  __shared__ int bounds[2 * BM / 32];  // prefill_block_bounds's
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, q = lane % 4;
 
-  // The block's key range and where the mask can start.
-  if (warp < 2) {
-    const int row = tile * BM + tid;
-    const bool valid = row < rows;
-    const int pos = valid ? positions[q_begin + row / G] : -1;
-    const int hi = __reduce_max_sync(0xffffffffu, pos);
-    const int lo = __reduce_min_sync(0xffffffffu, valid ? pos : 0x7fffffff);
-    if (lane == 0) {
-      bounds[warp] = hi;
-      bounds[2 + warp] = lo;
-    }
-  }
-  __syncthreads();
-  const int max_pos = max(bounds[0], bounds[1]);
-  const int min_pos = min(bounds[2], bounds[3]);
+  // The block's key range and where the mask can start; this thread's rows' positions.
+  int max_pos, min_pos;
+  prefill_block_bounds<BM, G>(positions, q_begin, rows, tile, bounds, max_pos, min_pos);
   const int num_keys = max_pos + 1;
   const int num_tiles = ceil_div(num_keys, BN);
-
-  // This thread's two rows (g and g + 8 of its warp's 16); rows past the end act as the last one.
   int row_pos[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = tile * BM + warp * 16 + g + i * 8;
-    row_pos[i] = row < rows ? positions[q_begin + row / G] : max_pos;
-  }
+  prefill_row_positions<G>(positions, q_begin, rows, tile * BM + warp * 16 + g, max_pos, row_pos);
 
   const int* pages = block_tables + static_cast<long long>(seq) * max_pages_per_seq;
   auto load_kv = [&](int key_tile, int kv, bf16* dst) {

@@ -20,6 +20,7 @@
 
 #include "templates/blocks/attention_paging.cuh"
 #include "templates/blocks/mma.cuh"
+#include "templates/blocks/prefill_rows.cuh"
 #include "templates/blocks/wgmma.cuh"
 #include "templates/common.cuh"
 
@@ -74,9 +75,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
   // The swizzle pattern repeats every 1024 bytes of address: the stages start on such a boundary.
   char* stages = reinterpret_cast<char*>(
       (reinterpret_cast<unsigned long long>(smem_f4) + kSwizzleGroupBytes - 1) & ~(kSwizzleGroupBytes - 1ull));
-  constexpr int kRowWarps = BM / 32;  // warps that read a row's position each
-  __shared__ int bounds[2 * kRowWarps];  // max position of rows 32w..32w+31; min of the same
+  __shared__ int bounds[2 * BM / 32];  // prefill_block_bounds's
   // Per stage: its tile's copies have landed (every thread's); both warpgroups are done with it.
+  // (The barrier in prefill_block_bounds publishes their initialization.)
   __shared__ unsigned long long full[Shape::kStages], empty[Shape::kStages];
   if (threadIdx.x == 0) {
     for (int i = 0; i < Shape::kStages; ++i) {
@@ -88,35 +89,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, q = lane % 4;
 
-  // The block's key range and where the mask can start.
-  if (warp < kRowWarps) {
-    const int row = tile * BM + tid;
-    const bool valid = row < rows;
-    const int pos = valid ? positions[q_begin + row / G] : -1;
-    const int hi = __reduce_max_sync(0xffffffffu, pos);
-    const int lo = __reduce_min_sync(0xffffffffu, valid ? pos : 0x7fffffff);
-    if (lane == 0) {
-      bounds[warp] = hi;
-      bounds[kRowWarps + warp] = lo;
-    }
-  }
-  __syncthreads();
-  int max_pos = bounds[0], min_pos = bounds[kRowWarps];
-#pragma unroll
-  for (int w = 1; w < kRowWarps; ++w) {
-    max_pos = max(max_pos, bounds[w]);
-    min_pos = min(min_pos, bounds[kRowWarps + w]);
-  }
+  // The block's key range and where the mask can start; this thread's rows' positions.
+  int max_pos, min_pos;
+  prefill_block_bounds<BM, G>(positions, q_begin, rows, tile, bounds, max_pos, min_pos);
   const int num_keys = max_pos + 1;
   const int num_tiles = ceil_div(num_keys, BN);
-
-  // This thread's two rows (g and g + 8 of its warp's 16); rows past the end act as the last one.
   int row_pos[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = tile * BM + warp * 16 + g + i * 8;
-    row_pos[i] = row < rows ? positions[q_begin + row / G] : max_pos;
-  }
+  prefill_row_positions<G>(positions, q_begin, rows, tile * BM + warp * 16 + g, max_pos, row_pos);
 
   // A thread copies the same 16-byte chunk of every kRowStep-th key of a tile, for K and for V: one
   // page lookup a key, and one swizzled offset (kRowStep is a multiple of 8, the swizzle's period).

@@ -67,8 +67,9 @@ __device__ __forceinline__ unsigned long long mn_major_descriptor(const void* ti
 }
 __host__ __device__ constexpr int mn_major_step_bytes(int kk) { return kk * 16 * kSwizzleRowBytes; }
 
-// Shared memory written by the generic proxy (st.shared, cp.async) that wgmma reads next: each
-// writing thread fences before the barrier that publishes it.
+// Shared memory written through the generic proxy (st.shared, cp.async) that wgmma, the async
+// proxy, reads next: the fence stands between the writes' publication and the wgmma, in each
+// writing thread before a block barrier, or in each reading thread after its mbarrier wait.
 __device__ __forceinline__ void fence_proxy_async_shared() {
 #if KILN_WGMMA
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -170,7 +171,7 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[kN / 2], const unsigned (&
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(b), "n"(kTransB));
   }
 #else
-  __trap();  // never launched: the host chooses this path only for the sm_90a build (attention_prefill.cuh)
+  __trap();  // never runs: the host launches it on compute capability 9.0 only, which runs the sm_90a code
 #endif
 }
 

@@ -1,0 +1,52 @@
+// The rows of a prefill attention block, shared by the tensor-core kernels: a block takes rows
+// tile·kRows.. of one sequence, a row being (token, query head of its KV head's group), token-major
+// (row = token · kGroup + head), and each thread owns rows g and g + 8 of its warp's 16.
+#pragma once
+
+#include "templates/common.cuh"
+
+namespace kiln::detail {
+
+// The largest and smallest position among the block's rows that exist: the keys it attends to
+// (0..max_pos) and where the causal mask can start (past min_pos). The first kRows / 32 warps read
+// a row's position each; `bounds` is 2 · kRows / 32 ints of shared memory. Every thread of the
+// block calls it (it holds a barrier).
+template <int kRows, int kGroup>
+__device__ __forceinline__ void prefill_block_bounds(const int* positions, int q_begin, int rows, int tile,
+                                                     int* bounds, int& max_pos, int& min_pos) {
+  constexpr int kWarps = kRows / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp < kWarps) {
+    const int row = tile * kRows + static_cast<int>(threadIdx.x);
+    const bool valid = row < rows;
+    const int pos = valid ? positions[q_begin + row / kGroup] : -1;
+    const int hi = __reduce_max_sync(0xffffffffu, pos);
+    const int lo = __reduce_min_sync(0xffffffffu, valid ? pos : 0x7fffffff);
+    if (lane == 0) {
+      bounds[warp] = hi;
+      bounds[kWarps + warp] = lo;
+    }
+  }
+  __syncthreads();
+  max_pos = bounds[0];
+  min_pos = bounds[kWarps];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+    max_pos = max(max_pos, bounds[w]);
+    min_pos = min(min_pos, bounds[kWarps + w]);
+  }
+}
+
+// The positions of this thread's two rows (first_row and first_row + 8); rows past the end act as
+// the block's last position.
+template <int kGroup>
+__device__ __forceinline__ void prefill_row_positions(const int* positions, int q_begin, int rows, int first_row,
+                                                      int max_pos, int (&row_pos)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = first_row + i * 8;
+    row_pos[i] = row < rows ? positions[q_begin + row / kGroup] : max_pos;
+  }
+}
+
+}  // namespace kiln::detail
