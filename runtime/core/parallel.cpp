@@ -71,7 +71,7 @@ class Pool {
   ~Pool() {
     {
       std::lock_guard lock(mu_);
-      stop_ = true;
+      stop_.store(true, std::memory_order_release);
       generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
@@ -84,14 +84,17 @@ class Pool {
   // a caller holding turn_ never waits for turn_.
   void run(int64_t chunks, const std::function<void(int64_t)>& task) {
     std::lock_guard turn(turn_);
-    {
+    task_.store(&task, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    pending_.store(chunks, std::memory_order_relaxed);
+    const uint64_t run = ++runs_ & 0xFFFFFFFFu;
+    claim_.store(run << 32, std::memory_order_release);  // publishes task_, chunks_ and pending_
+    // The new generation, then the sleepers; a worker counts itself a sleeper, then reads the
+    // generation (seq_cst both sides): either it sees this run, or this sees it and wakes it.
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard lock(mu_);
-      task_ = &task;
-      next_ = 0;
-      chunks_ = chunks;
-      pending_.store(chunks, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-      if (sleepers_ > 0) wake_.notify_all();
+      wake_.notify_all();
     }
     drain();
     for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
@@ -101,23 +104,25 @@ class Pool {
         std::this_thread::yield();  // a worker descheduled mid-chunk (more threads than cores)
       }
     }
-    std::lock_guard lock(mu_);
-    task_ = nullptr;
   }
 
  private:
+  // Claims and runs chunks of the run claim_ names until none is left. A claim is one compare-
+  // and-swap on claim_ (the run's number in the high half, the next chunk in the low half), so a
+  // worker that arrives late, when its run is over and the next has begun, claims only chunks of
+  // the run it reads there, and runs them with that run's task. (It replaced a mutex taken per
+  // chunk: two threads contending for it on every chunk of ~180 runs a decode step.)
   void drain() {
+    uint64_t claim = claim_.load(std::memory_order_acquire);
     for (;;) {
-      int64_t chunk;
-      const std::function<void(int64_t)>* task;
-      {
-        std::lock_guard lock(mu_);
-        if (task_ == nullptr || next_ >= chunks_) return;
-        chunk = next_++;
-        task = task_;
+      const int64_t chunk = static_cast<int64_t>(claim & 0xFFFFFFFFu);
+      if (chunk >= chunks_.load(std::memory_order_relaxed)) return;
+      if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        continue;  // another thread took it (or a new run began): `claim` holds the current value
       }
-      (*task)(chunk);
+      (*task_.load(std::memory_order_relaxed))(chunk);
       pending_.fetch_sub(1, std::memory_order_acq_rel);
+      claim = claim_.load(std::memory_order_acquire);
     }
   }
 
@@ -129,31 +134,30 @@ class Pool {
         pause_cpu();
         if ((i & 255) == 0 && std::chrono::steady_clock::now() > spin_until) {
           std::unique_lock lock(mu_);
-          ++sleepers_;
-          wake_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
-          --sleepers_;
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+          sleepers_.fetch_sub(1, std::memory_order_acq_rel);
           break;
         }
       }
       seen = generation_.load(std::memory_order_acquire);
-      {
-        std::lock_guard lock(mu_);
-        if (stop_) return;
-      }
+      if (stop_.load(std::memory_order_acquire)) return;
       drain();
     }
   }
 
   std::vector<std::thread> threads_;
   std::mutex turn_;  // held by the caller for its whole run()
-  std::mutex mu_;    // task_, next_, chunks_, sleepers_, stop_
+  std::mutex mu_;    // a worker's sleep and its wake-up
   std::condition_variable wake_;
-  const std::function<void(int64_t)>* task_ = nullptr;
-  int64_t next_ = 0, chunks_ = 0;
-  int32_t sleepers_ = 0;
+  std::atomic<const std::function<void(int64_t)>*> task_{nullptr};
+  std::atomic<int64_t> chunks_{0};
+  std::atomic<uint64_t> claim_{0};  // (run number << 32) | next chunk
+  uint64_t runs_ = 0;               // the caller's (under turn_)
+  std::atomic<int32_t> sleepers_{0};
   std::atomic<int64_t> pending_{0};
   std::atomic<uint64_t> generation_{0};
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 thread_local bool t_inside_parallel_for = false;
