@@ -78,17 +78,19 @@ class Pool {
     for (auto& t : threads_) t.join();
   }
   int32_t size() const { return static_cast<int32_t>(threads_.size()) + 1; }
+  static constexpr int64_t kMaxChunks = 0xFFFF;  // a run's chunk count fits claim_'s 16 bits
 
-  // One caller at a time: a second caller (another rank thread of the CPU reference, say) waits
-  // for the first one's whole run. Callers inside a pool task never get here (they run inline), so
-  // a caller holding turn_ never waits for turn_.
+  // Runs task(0..chunks - 1), chunks <= kMaxChunks. One caller at a time: a second caller
+  // (another rank thread of the CPU reference, say) waits for the first one's whole run. Callers
+  // inside a pool task never get here (they run inline), so a caller holding turn_ never waits
+  // for turn_.
   void run(int64_t chunks, const std::function<void(int64_t)>& task) {
     std::lock_guard turn(turn_);
     task_.store(&task, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_relaxed);
     pending_.store(chunks, std::memory_order_relaxed);
     const uint64_t run = ++runs_ & 0xFFFFFFFFu;
-    claim_.store(run << 32, std::memory_order_release);  // publishes task_, chunks_ and pending_
+    // Publishes task_ and pending_ with the run.
+    claim_.store(run << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
     // The new generation, then the sleepers; a worker counts itself a sleeper, then reads the
     // generation (seq_cst both sides): either it sees this run, or this sees it and wakes it.
     generation_.fetch_add(1, std::memory_order_seq_cst);
@@ -107,16 +109,18 @@ class Pool {
   }
 
  private:
-  // Claims and runs chunks of the run claim_ names until none is left. A claim is one compare-
-  // and-swap on claim_ (the run's number in the high half, the next chunk in the low half), so a
-  // worker that arrives late, when its run is over and the next has begun, claims only chunks of
-  // the run it reads there, and runs them with that run's task. (It replaced a mutex taken per
-  // chunk: two threads contending for it on every chunk of ~180 runs a decode step.)
+  // Claims and runs chunks of the run claim_ names until none is left. claim_ holds the run's
+  // number, its chunk count and the next chunk, so a claim is one compare-and-swap and its check
+  // reads the count of the same run: a worker that arrives late, when its run is over and the
+  // next is being published, cannot take a chunk past the old run's end (one of the new run's,
+  // with the new task, which its owner would then run again), and runs only chunks of the run it
+  // read, with that run's task (stored before the run's claim_). It replaced a mutex taken per
+  // chunk: two threads contending for it on every chunk of ~180 runs a decode step.
   void drain() {
     uint64_t claim = claim_.load(std::memory_order_acquire);
     for (;;) {
-      const int64_t chunk = static_cast<int64_t>(claim & 0xFFFFFFFFu);
-      if (chunk >= chunks_.load(std::memory_order_relaxed)) return;
+      const int64_t chunk = static_cast<int64_t>(claim & 0xFFFFu);
+      if (chunk >= static_cast<int64_t>((claim >> 16) & 0xFFFFu)) return;
       if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
         continue;  // another thread took it (or a new run began): `claim` holds the current value
       }
@@ -151,8 +155,7 @@ class Pool {
   std::mutex mu_;    // a worker's sleep and its wake-up
   std::condition_variable wake_;
   std::atomic<const std::function<void(int64_t)>*> task_{nullptr};
-  std::atomic<int64_t> chunks_{0};
-  std::atomic<uint64_t> claim_{0};  // (run number << 32) | next chunk
+  std::atomic<uint64_t> claim_{0};  // run number << 32 | chunks << 16 | next chunk
   uint64_t runs_ = 0;               // the caller's (under turn_)
   std::atomic<int32_t> sleepers_{0};
   std::atomic<int64_t> pending_{0};
@@ -199,7 +202,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     body(0, n);
     return;
   }
-  const int64_t chunks = std::min<int64_t>(static_cast<int64_t>(p->size()) * 4, (n + grain - 1) / grain);
+  const int64_t chunks =
+      std::min({static_cast<int64_t>(p->size()) * 4, (n + grain - 1) / grain, Pool::kMaxChunks});
   const int64_t per = (n + chunks - 1) / chunks;
   p->run(chunks, [&](int64_t c) {
     t_inside_parallel_for = true;

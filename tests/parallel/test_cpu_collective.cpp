@@ -346,3 +346,28 @@ TEST_CASE("parallel_for from several threads at once gives each caller its own r
   });
   require_no_errors(errors);
 }
+
+TEST_CASE("parallel_for hands out every chunk exactly once, over short runs and across the workers' sleeps",
+          "[parallel_for]") {
+  // More workers than this machine's 2 cores (the yield path), thousands of back-to-back runs (late
+  // workers meet the next run), and gaps longer than the workers' 200 µs of spinning (they sleep
+  // and must be woken).
+  set_parallel_threads(4, false);
+  std::vector<std::atomic<int32_t>> hits(5000);
+  int64_t expected = 0, visited = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const int64_t n = 1 + (round * 7919) % 5000;
+    parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+    });
+    if (round % 500 == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    expected += n;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t h = hits[static_cast<size_t>(i)].exchange(0, std::memory_order_relaxed);
+      if (h != 1) FAIL("round " << round << ": element " << i << " of " << n << " visited " << h << " times");
+      visited += h;
+    }
+  }
+  set_parallel_threads(0, false);
+  CHECK(visited == expected);
+}
