@@ -23,7 +23,11 @@ after a 32-token prompt, the closest to tg64), prefill tok/s = ids / timings.pre
 --no-threads-flag leaves --threads out (for builds that do not have it yet: kiln then picks its
 own thread count, which the table's "kiln device" column shows). Best-of on both sides, because a
 shared 2-core machine is noisy; --wait-idle S also waits (up to S seconds) for idle CPUs before each
-engine's runs of a file.
+engine's runs of a file. --rounds N measures each file N times, the two engines alternating (llama.cpp,
+kiln, llama.cpp, kiln, ...), and reports each engine's median over the rounds and the median of the
+rounds' own ratios: the machine's memory bandwidth moves from minute to minute with its neighbours
+(decode of a 1B model read at 40 to 57 GB/s within an hour), and a ratio of two runs minutes apart
+measures that as much as the engines.
 
     python3 tools/bench/cpu_bench.py --llama-cpp DIR --make llama-3.2-1b --quant Q4_0 --files-dir D
 
@@ -36,6 +40,7 @@ import json
 import os
 import random
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -155,6 +160,55 @@ def make_files(args):
             print(dst)
 
 
+def measure(args, gguf, path, binary):
+    """One round on one file: llama-bench, then the kiln binary (if any)."""
+    row = {"file": path, "threads": args.threads, "llama_cpp": {}, "kiln": {}}
+    if args.wait_idle:
+        row["waited_s"] = wait_idle(args.wait_idle)
+    try:
+        row["llama_cpp"] = llama_bench(args.llama_cpp, path, args.threads, args.reps, args.timeout)
+    except Exception as e:  # one engine's failure costs its cells only
+        row["llama_cpp_error"] = str(e)
+    if binary:
+        if args.wait_idle:
+            row["kiln_waited_s"] = wait_idle(args.wait_idle)
+        try:
+            rng = random.Random(0)
+            vocab = vocab_size(gguf, path)
+            row["kiln"]["binary"] = {"path": binary, "sha256": sha(binary)}
+            for n in PROMPTS:
+                ids = [rng.randrange(3, vocab) for _ in range(n)]
+                dec_ms, pre_s, device = kiln(binary, path, ids, args)
+                row["kiln"][f"pp{n}"] = n / pre_s
+                if n == PROMPTS[0]:
+                    row["kiln"][f"tg{TG}"] = 1e3 / dec_ms
+                row["kiln"]["device"] = device
+        except Exception as e:
+            row["kiln_error"] = str(e)
+    return row
+
+
+def combine(rounds, tests):
+    """Rounds of one file as one row: each engine's median per test, the median of the rounds' ratios
+    ("ratio"), and the rounds themselves."""
+    row = {k: rounds[0][k] for k in ("file", "threads")}
+    for engine in ("llama_cpp", "kiln"):
+        row[engine] = {t: statistics.median(v) for t in tests
+                       if (v := [r[engine][t] for r in rounds if t in r[engine]])}
+        for k in ("info", "binary", "device"):
+            if k in rounds[0][engine]:
+                row[engine][k] = rounds[0][engine][k]
+    row["ratio"] = {t: statistics.median(v) for t in tests
+                    if (v := [r["kiln"][t] / r["llama_cpp"][t] for r in rounds
+                              if t in r["kiln"] and r["llama_cpp"].get(t)])}
+    for k in ("llama_cpp_error", "kiln_error"):
+        errors = [r[k] for r in rounds if k in r]
+        if errors:
+            row[k] = errors[0]
+    row["rounds"] = rounds
+    return row
+
+
 def fmt(x):
     return "—" if x is None else f"{x:.1f}"
 
@@ -174,6 +228,8 @@ def main():
     ap.add_argument("--no-threads-flag", action="store_true", help="do not pass --threads to kiln")
     ap.add_argument("--kiln-args", default="", help="more kiln arguments, one shell-quoted string")
     ap.add_argument("--reps", type=int, default=5, help="llama-bench repetitions")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure each file this many times, the engines alternating; report medians")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds one process may take")
     ap.add_argument("--wait-idle", type=int, default=0, metavar="S",
                     help="before each engine's runs of a file, wait up to S seconds for the CPUs to be 90%% idle")
@@ -185,40 +241,24 @@ def main():
     args = ap.parse_args()
     if args.make:
         return make_files(args)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
     binaries = dict(k.split("=", 1) for k in args.kiln)
     unknown = set(binaries) - set(args.files)
     if unknown:
         ap.error(f"--kiln names files not given: {', '.join(sorted(unknown))}")
     gguf = peer_llama_cpp.import_gguf(args.llama_cpp) if binaries else None
     rows, load_before = [], load()
+    tests = [f"tg{TG}"] + [f"pp{n}" for n in PROMPTS]
     for path in args.files:
-        row = {"file": path, "threads": args.threads, "llama_cpp": {}, "kiln": {}}
-        if args.wait_idle:
-            row["waited_s"] = wait_idle(args.wait_idle)
-        try:
-            row["llama_cpp"] = llama_bench(args.llama_cpp, path, args.threads, args.reps, args.timeout)
-        except Exception as e:  # one engine's failure costs its cells only
-            row["llama_cpp_error"] = str(e)
-        if path in binaries:
-            if args.wait_idle:
-                row["kiln_waited_s"] = wait_idle(args.wait_idle)
-            try:
-                rng = random.Random(0)
-                vocab = vocab_size(gguf, path)
-                row["kiln"]["binary"] = {"path": binaries[path], "sha256": sha(binaries[path])}
-                for n in PROMPTS:
-                    ids = [rng.randrange(3, vocab) for _ in range(n)]
-                    dec_ms, pre_s, device = kiln(binaries[path], path, ids, args)
-                    row["kiln"][f"pp{n}"] = n / pre_s
-                    if n == PROMPTS[0]:
-                        row["kiln"][f"tg{TG}"] = 1e3 / dec_ms
-                    row["kiln"]["device"] = device
-            except Exception as e:
-                row["kiln_error"] = str(e)
+        rounds = [measure(args, gguf, path, binaries.get(path)) for _ in range(args.rounds)]
+        row = dict(rounds[0]) if args.rounds == 1 else combine(rounds, tests)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    tests = [f"tg{TG}"] + [f"pp{n}" for n in PROMPTS]
-    lines = [f"tokens/s (best repetition), {args.threads} threads; kiln --backend {args.backend} {args.kiln_args}".rstrip() +
+    what = "best repetition" if args.rounds == 1 else (
+        f"median of {args.rounds} alternating rounds of each engine's best repetition; "
+        "ratios: median of the rounds' ratios")
+    lines = [f"tokens/s ({what}), {args.threads} threads; kiln --backend {args.backend} {args.kiln_args}".rstrip() +
              f"; load average {load_before:.2f} before, {load():.2f} after", "",
              "| file | " + " | ".join(f"llama.cpp {t}" for t in tests) + " | " +
              " | ".join(f"kiln {t}" for t in tests) + " | " + " | ".join(f"kiln/llama.cpp {t}" for t in tests) +
@@ -228,7 +268,8 @@ def main():
         lc, kn = r["llama_cpp"], r["kiln"]
         lines.append(f"| {os.path.basename(r['file'])} | " + " | ".join(fmt(lc.get(t)) for t in tests) + " | " +
                      " | ".join(fmt(kn.get(t)) for t in tests) + " | " +
-                     " | ".join(ratio(kn.get(t), lc.get(t)) for t in tests) + f" | {kn.get('device', '—')} |")
+                     " | ".join(f"{r['ratio'][t]:.2f}×" if t in r.get("ratio", {})
+                                else ratio(kn.get(t), lc.get(t)) for t in tests) + f" | {kn.get('device', '—')} |")
     notes = [f"- {os.path.basename(r['file'])}: {k}: {r[k][:200]}" for r in rows for k in ("llama_cpp_error", "kiln_error")
              if k in r]
     print("\n".join(lines + ([""] + notes if notes else [])))
