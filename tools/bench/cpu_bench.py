@@ -26,8 +26,8 @@ shared 2-core machine is noisy; --wait-idle S also waits (up to S seconds) for i
 engine's runs of a file. --rounds N measures each file N times, the two engines alternating (llama.cpp,
 kiln, llama.cpp, kiln, ...), and reports each engine's median over the rounds and the median of the
 rounds' own ratios: the machine's memory bandwidth moves from minute to minute with its neighbours
-(decode of a 1B model read at 40 to 57 GB/s within an hour), and a ratio of two runs minutes apart
-measures that as much as the engines.
+(40 to 57 GB/s read within an hour on 2026-11-28), a bandwidth-bound decode with it, and a ratio of
+two runs minutes apart measures that as much as the engines.
 
     python3 tools/bench/cpu_bench.py --llama-cpp DIR --make llama-3.2-1b --quant Q4_0 --files-dir D
 
