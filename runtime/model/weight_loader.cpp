@@ -1,7 +1,10 @@
 #include "runtime/model/weight_loader.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -18,9 +21,17 @@
 namespace kiln {
 
 std::byte* HostSink::allocate(int64_t bytes) {
-  storage_.assign(static_cast<size_t>(bytes), std::byte{0});
-  return storage_.data();
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kHugePage - 1) / kHugePage * kHugePage;
+  std::free(storage_);
+  storage_ = static_cast<std::byte*>(std::aligned_alloc(kHugePage, size));
+  if (storage_ == nullptr) fail("out of host memory: the weights need ", bytes, " bytes");
+  (void)madvise(storage_, size, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KB
+  std::memset(storage_, 0, size);                // the first touch, after the hint
+  return storage_;
 }
+
+HostSink::~HostSink() { std::free(storage_); }
 
 void HostSink::write(std::byte* dst, const void* src, int64_t bytes) { std::memcpy(dst, src, static_cast<size_t>(bytes)); }
 
