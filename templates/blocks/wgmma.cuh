@@ -38,9 +38,14 @@ __host__ __device__ constexpr int swizzled_offset(int rows, int row, int chunk) 
   return (chunk / 8) * rows * kSwizzleRowBytes + row * kSwizzleRowBytes + (((chunk % 8) ^ (row % 8)) << 4);
 }
 
+// A shared-memory pointer as the 32-bit address PTX's shared-state-space operands take.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
 __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* smem, int lbo_bytes, int sbo_bytes) {
   using u64 = unsigned long long;
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned address = shared_address(smem);
   return static_cast<u64>((address >> 4) & 0x3FFF) | static_cast<u64>((lbo_bytes >> 4) & 0x3FFF) << 16 |
          static_cast<u64>((sbo_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
 }
@@ -106,9 +111,6 @@ __device__ __forceinline__ void wgmma_fence_registers(float (&d)[kN]) {
 // mbarriers in shared memory (sm_80+): a phase completes once `count` arrivals are in; waiters
 // name the phase by its parity. cp_async_arrive counts as the executing thread's arrival once all
 // its earlier cp.async copies have landed (.noinc: `count` includes these arrivals).
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void mbarrier_init(unsigned long long* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
 }
