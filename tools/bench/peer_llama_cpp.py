@@ -192,10 +192,11 @@ def run_bench(llama_cpp_dir, path, ngl=99, new_tokens=NEW, depth=DEPTH, reps=5, 
             "build_commit": r.get("build_commit"), "n_depth": r.get("n_depth")}
 
 
-def run_prefill_bench(llama_cpp_dir, path, tokens=512, ngl=99, reps=5, timeout=600):
-    """llama-bench's pp result for one file: milliseconds for a prompt of `tokens` (tokens / avg_ts)."""
+def run_prefill_bench(llama_cpp_dir, path, tokens=512, ngl=99, reps=5, timeout=600, extra=()):
+    """llama-bench's pp result for one file: milliseconds for a prompt of `tokens` (tokens / avg_ts).
+    `extra`: more llama-bench options (PREFILL_ARGS for long prompts)."""
     cmd = [tool(llama_cpp_dir, "llama-bench"), "-m", path, "-p", str(tokens), "-n", "0", "-ngl", str(ngl),
-           "-r", str(reps), "-o", "json"]
+           "-r", str(reps), "-o", "json", *extra]
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.path.dirname(cmd[0]) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -251,6 +252,34 @@ def decode_ms(llama_cpp_dir, model_name, quants=(), work=None, ngl=99, keep=Fals
             shutil.rmtree(work_dir, ignore_errors=True)
 
 
+# Long prompts: llama.cpp's flash attention, and micro-batches of 2,048 tokens (its default of 512
+# cuts a long prompt into 4× as many passes over the weights; kiln's chunks are 2,048 tokens too).
+PREFILL_ARGS = ("-fa", "1", "-b", "2048", "-ub", "2048")
+
+
+def prefill_ms(llama_cpp_dir, model_name, lengths, work=None, ngl=99, reps=3):
+    """llama.cpp's prefill of each prompt length on `model_name`'s shapes in bf16: {n: ms or why not}
+    (prefill_bench.py's column). Raises Unsupported for architectures not written here."""
+    cfg_path = model_name if model_name.endswith(".yaml") else os.path.join(ROOT, "configs", model_name + ".yaml")
+    cfg = hf_config_dict(cfg_path)
+    check_supported(cfg)
+    tool(llama_cpp_dir, "llama-bench")
+    gguf = import_gguf(llama_cpp_dir)
+    work_dir = tempfile.mkdtemp(prefix="kiln-lcpp-", dir=work)
+    try:
+        src = os.path.join(work_dir, "model-bf16.gguf")
+        write_gguf(gguf, cfg, src, model_name)
+        out = {}
+        for n in lengths:
+            try:
+                out[n] = run_prefill_bench(llama_cpp_dir, src, n, ngl, reps, timeout=900, extra=PREFILL_ARGS)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                out[n] = str(e)
+        return out
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", help="a kiln model name (configs/<model>.yaml) or a kiln YAML path")
@@ -261,12 +290,22 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="llama-bench repetitions")
     ap.add_argument("--keep", action="store_true", help="keep the GGUF files")
     ap.add_argument("--write-only", metavar="FILE", help="only write the bf16 GGUF to FILE")
+    ap.add_argument("--prefill", metavar="N,N", help="instead of decode: the bf16 file's prefill of these prompt "
+                    "lengths (llama-bench -p N with PREFILL_ARGS)")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = ap.parse_args()
     if args.write_only:
         cfg_path = args.model if args.model.endswith(".yaml") else os.path.join(ROOT, "configs", args.model + ".yaml")
         n = write_gguf(import_gguf(args.llama_cpp), hf_config_dict(cfg_path), args.write_only, args.model)
         print(f"{args.write_only}: {n / 1e9:.3f} GB of tensors")
+        return
+    if args.prefill:
+        try:
+            r = {"prefill_ms": prefill_ms(args.llama_cpp, args.model, [int(n) for n in args.prefill.split(",")],
+                                          args.work, args.ngl, args.reps)}
+        except Unsupported as e:
+            r = {"unsupported": str(e)}
+        print(json.dumps(r) if args.json else r)
         return
     quants = [q for q in args.quant.split(",") if q]
     try:

@@ -78,15 +78,17 @@ def use_kiln_routing(model_type):
         use_original_deepseek_v2_routing()
 
 
-def from_kiln_config(cfg_dict, dtype=torch.float32, device="cpu"):
+def from_kiln_config(cfg_dict, dtype=torch.float32, device="cpu", attn_implementation=None):
     """A model of that HF config dict (hf_config_dict, or a config.json), built by HF's from_config
     on `device` in `dtype` with HF's random initialization (seeded by torch.manual_seed beforehand),
-    in eval mode. DeepSeek-V2 models route as kiln does."""
+    in eval mode. DeepSeek-V2 models route as kiln does. `attn_implementation`: HF's ("eager",
+    "sdpa", ...; None: HF's default)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     use_kiln_routing(cfg_dict["model_type"])
     with torch.device(device):
-        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg_dict), dtype=dtype).eval()
+        kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg_dict), dtype=dtype, **kwargs).eval()
 
 
 def build_model(cfg_dict, seed, dtype=torch.float32, device="cpu"):
