@@ -61,6 +61,8 @@ void define_constants(const ModelSpec& s, Graph& g) {
   g.define("kMoeTokenGateUpWidth", m.num_experts_per_tok * 2 * m.moe_intermediate_size,
            "one token's chosen experts' gate | up");
   g.define("kMoeTokenActWidth", m.num_experts_per_tok * m.moe_intermediate_size, "one token's chosen experts' act");
+  g.define("kMoeTokenDownWidth", m.num_experts_per_tok * s.hidden_size,
+           "one token's chosen experts' weighted down projections (fp32, prefill)");
   g.define("kMoeScratchPerToken", m.num_experts_per_tok + m.n_routed_experts / t + 1,
            "int scratch: (token, expert) pairs bucketed by expert, and bucket offsets");
   if (m.n_shared_experts > 0) {
@@ -305,7 +307,7 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
                         "x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused" +
                             std::string(split ? "; this rank's experts" : "") + ")",
                         {{"act", "moe_act"}, {"weight", "experts_down"}, {"ids", "topk_ids"}, {"weights", "topk_weights"},
-                         {"scratch", "moe_scratch"}, {"x", "x"}},
+                         {"scratch", "moe_scratch"}, {"pairs", "moe_pairs"}, {"x", "x"}},
                         experts, "moe_experts_down"));
   if (split) {
     ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual; each rank's experts and shared share"));
@@ -343,6 +345,8 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
     g.buffers.push_back({"moe_gate_up", Elem::bf16, "kMoeTokenGateUpWidth", "chosen experts' gate | up"});
     g.buffers.push_back({"moe_act", Elem::bf16, "kMoeTokenActWidth", "chosen experts' silu(gate) ⊙ up"});
     g.buffers.push_back({"moe_scratch", Elem::i32, "kMoeScratchPerToken", "routing scratch"});
+    // Prefill only: each pair's output apart, summed per token in slot order (deterministic).
+    g.buffers.push_back({"moe_pairs", Elem::f32, "kMoeTokenDownWidth", "chosen experts' weighted down projections"});
     if (m.n_shared_experts > 0) {
       g.buffers.push_back({"shared_gate_up", Elem::bf16, "kSharedGateUpWidth", "shared experts' gate | up"});
       g.buffers.push_back({"shared_act", Elem::bf16, "kSharedIntermediateSize", "shared experts' silu(gate) ⊙ up"});

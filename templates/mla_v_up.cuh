@@ -1,7 +1,7 @@
 // MLA's absorbed value up-projection (ref::mla_v_up): out[t, h] = W_UV[h] · o_lat[t, h]. At decode
 // (T <= 64) W_UV streams like a GEMV (blocks/stream_rows.cuh), which needs heads of whole 16-row
-// tiles; prefill takes the per-head tile GEMM; shapes the vector paths cannot address (the tiny
-// test models) a CUDA-core kernel.
+// tiles; prefill (mla_v_up_prefill, any T) takes the per-head tile GEMM; shapes the vector paths
+// cannot address (the tiny test models) a CUDA-core kernel.
 #pragma once
 
 #include "templates/blocks/per_head_gemm.cuh"
@@ -108,7 +108,27 @@ inline void launch_mla_v_up_stream(const bf16* o_lat, const bf16* w_uv, bf16* ou
 
 }  // namespace detail
 
-// o_lat [T, heads, latent], w_uv [heads, v, latent] -> out [T, heads · v].
+namespace detail {
+
+// The prefill path at any T: the per-head tile GEMM, or CUDA cores where rows are not 16-byte aligned.
+template <int kHeads, int kLatent, int kV>
+void mla_v_up_rows(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream) {
+  if constexpr (kLatent % 8 == 0) {
+    using P = MlaVUpGemm<kHeads, kLatent, kV>;
+    const dim3 grid(ceil_div(kV, 64), ceil_div(tokens, 64), kHeads);
+    launch_tile_gemm<P, 64>(typename P::Args{o_lat, w_uv, out, tokens}, grid, stream);
+  } else {
+    const long long items = static_cast<long long>(tokens) * kHeads * kV;
+    auto kernel = mla_v_up_simple_kernel<kHeads, kLatent, kV>;
+    KILN_LAUNCH(kernel, static_cast<int>(ceil_div_ll(items, kElementwiseThreads)), kElementwiseThreads, 0, stream,
+                o_lat, w_uv, out, items);
+  }
+}
+
+}  // namespace detail
+
+// o_lat [T, heads, latent], w_uv [heads, v, latent] -> out [T, heads · v]. Decode steps (T <= 64)
+// stream W_UV where heads are whole 16-row tiles.
 template <shape::mla_v_up S>
 void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream) {
   constexpr int kHeads = S.heads, kLatent = S.latent, kV = S.v;
@@ -122,16 +142,16 @@ void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaSt
       return;
     }
   }
-  if constexpr (kLatent % 8 == 0) {
-    using P = detail::MlaVUpGemm<kHeads, kLatent, kV>;
-    const dim3 grid(detail::ceil_div(kV, 64), detail::ceil_div(tokens, 64), kHeads);
-    detail::launch_tile_gemm<P, 64>(typename P::Args{o_lat, w_uv, out, tokens}, grid, stream);
-  } else {
-    const long long items = static_cast<long long>(tokens) * kHeads * kV;
-    auto kernel = detail::mla_v_up_simple_kernel<kHeads, kLatent, kV>;
-    KILN_LAUNCH(kernel, static_cast<int>(detail::ceil_div_ll(items, detail::kElementwiseThreads)),
-                detail::kElementwiseThreads, 0, stream, o_lat, w_uv, out, items);
-  }
+  detail::mla_v_up_rows<kHeads, kLatent, kV>(o_lat, w_uv, out, tokens, stream);
+}
+
+// Prefill steps: one path at every T, so that a token's output has the same bits whatever else is
+// in its step (a prompt alone, chunked or batched with others).
+template <shape::mla_v_up S>
+void mla_v_up_prefill(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream) {
+  static_assert(S.heads > 0 && S.latent > 0 && S.v > 0, "mla_v_up: sizes must be positive");
+  if (tokens <= 0) return;
+  detail::mla_v_up_rows<S.heads, S.latent, S.v>(o_lat, w_uv, out, tokens, stream);
 }
 
 }  // namespace kiln

@@ -1,10 +1,15 @@
 // DeepSeekMoE routed experts' down projections, weighted and added into the residual
-// (ref::moe_down). Reuses the buckets moe_gate_up left in scratch:
-//   T <= 64   a block owns 16 rows of the output and goes over every used expert, summing
-//             weight · (W_e · act) per token in shared memory in a fixed order: each expert is read
-//             from DRAM once and the result is deterministic;
-//   larger T  the grouped GEMM, adding into x with fp32 atomics (order not fixed).
-// Shapes whose rows cannot be read 16 bytes at a time stream at every T, in 64-token windows.
+// (ref::moe_down). Reuses the buckets moe_gate_up left in scratch. Two entry points:
+//   moe_down           (decode) T <= 64: a block owns 16 rows of the output and goes over every
+//                      used expert, summing weight · (W_e · act) per token in shared memory in a
+//                      fixed order: each expert is read from DRAM once and the result is
+//                      deterministic. Larger T: the grouped GEMM, adding into x with fp32 atomics
+//                      (order not fixed; only a decode batch above 64 takes it).
+//   moe_down_prefill   the grouped GEMM at every T, each pair's weighted output stored in `pairs`,
+//                      then every token's pairs added into x in slot order: the same bits for a
+//                      token whatever else is in its step (a prompt alone, chunked or batched).
+// Shapes whose rows cannot be read 16 bytes at a time stream at every T, in 64-token windows, in
+// both (deterministic, and a token's sum is the same in any window).
 #pragma once
 
 #include "templates/blocks/moe_buckets.cuh"
@@ -159,6 +164,57 @@ struct MoeDownGemm : ExpertPairTiles<kExperts> {
   }
 };
 
+// pairs[p, :] = weights[p] · (weight[e] · act[p]) for the pairs p of expert e (fp32, plain stores).
+template <int kExperts, int kTopK, int kHidden, int kInter>
+struct MoeDownPairsGemm : MoeDownGemm<kExperts, kTopK, kHidden, kInter> {
+  using Base = MoeDownGemm<kExperts, kTopK, kHidden, kInter>;
+  struct Args : Base::Args {
+    float* pairs;
+  };
+  __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
+    const int p = Base::pair(a, group, m);
+    const float w = a.weights[p];
+    float* dst = a.pairs + static_cast<long long>(p) * kHidden + n;
+    if (two) {
+      *reinterpret_cast<float2*>(dst) = make_float2(w * v0, w * v1);  // n even, kHidden % 8 == 0
+    } else {
+      dst[0] = w * v0;
+    }
+  }
+};
+
+// x[t, n] += Σ_j pairs[t · kTopK + j, n] over the slots j whose expert is on this rank (ids >= 0),
+// j ascending. Four columns per thread.
+template <int kTopK, int kHidden>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    moe_down_sum_pairs_kernel(const float* __restrict__ pairs, const int* __restrict__ ids, float* __restrict__ x,
+                              long long quads) {
+  pdl_release_and_wait();
+  static_assert(kHidden % 4 == 0, "moe_down_sum_pairs: rows of whole float4s");
+  constexpr int kQuads = kHidden / 4;
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= quads) return;
+  const long long t = i / kQuads;
+  const int c = static_cast<int>(i % kQuads) * 4;
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kTopK; ++j) {
+    if (ids[t * kTopK + j] < 0) continue;  // another rank's expert: not computed here
+    const float4 v = *reinterpret_cast<const float4*>(pairs + (t * kTopK + j) * kHidden + c);
+    sum.x += v.x;
+    sum.y += v.y;
+    sum.z += v.z;
+    sum.w += v.w;
+  }
+  float4* dst = reinterpret_cast<float4*>(x + t * kHidden + c);
+  float4 r = *dst;
+  r.x += sum.x;
+  r.y += sum.y;
+  r.z += sum.z;
+  r.w += sum.w;
+  *dst = r;
+}
+
 // Windows of at most one streaming pass of tokens, each reading the experts its tokens chose.
 template <int kExperts, int kTopK, int kHidden, int kInter>
 inline void moe_down_streaming(const bf16* act, const bf16* weight, const float* weights, const int* scratch, float* x,
@@ -192,6 +248,36 @@ void moe_down(const bf16* act, const bf16* weight, const int* ids, const float* 
     }
   }
   detail::moe_down_streaming<kExperts, kTopK, kHidden, kInter>(act, weight, weights, scratch, x, tokens, stream);
+}
+
+// Prefill steps: as moe_down, the same bits for a token at any T (see the top). pairs: [T, top_k,
+// hidden] fp32, written before it is read (moe_down_pair_floats_per_token).
+template <shape::moe_down S>
+void moe_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
+                      float* pairs, float* x, int tokens, cudaStream_t stream) {
+  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
+  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_down: sizes must be positive");
+  if (tokens <= 0) return;
+  if constexpr (kInter % 8 == 0 && kHidden % 8 == 0) {
+    using P = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
+    const typename P::Args args{{act, weight, weights, scratch, x}, pairs};
+    const dim3 grid(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens));
+    detail::launch_tile_gemm<P, 128>(args, grid, stream);
+    const long long quads = static_cast<long long>(tokens) * (kHidden / 4);
+    KILN_LAUNCH((detail::moe_down_sum_pairs_kernel<kTopK, kHidden>),
+                static_cast<int>(detail::ceil_div_ll(quads, detail::kElementwiseThreads)), detail::kElementwiseThreads, 0,
+                stream, pairs, ids, x, quads);
+  } else {
+    (void)pairs;
+    (void)ids;
+    detail::moe_down_streaming<kExperts, kTopK, kHidden, kInter>(act, weight, weights, scratch, x, tokens, stream);
+  }
+}
+
+// fp32 values per token of moe_down_prefill's `pairs` (the generator's kMoeTokenDownWidth).
+template <shape::moe_down S>
+constexpr int moe_down_pair_floats_per_token() {
+  return S.top_k * S.hidden;
 }
 
 }  // namespace kiln

@@ -4,6 +4,8 @@
 //   T <= 64   streaming kernel: a block takes 16·kWN rows of one used expert and the pairs of that
 //             expert (passes of 8 or 16), so each chosen expert is read from DRAM once per call;
 //   larger T  grouped tensor-core GEMM over (expert, 64-pair tile, 128-row tile).
+// Prefill steps (moe_gate_up_prefill) take the GEMM at every T, so that a token's outputs have the
+// same bits whatever else is in its step (a prompt alone, chunked or batched with others).
 // Shapes whose rows cannot be read 16 bytes at a time (the tiny test models) stream at every T.
 #pragma once
 
@@ -115,24 +117,42 @@ inline void moe_gate_up_streaming(const bf16* h, const bf16* weight, const int* 
 
 }  // namespace detail
 
+namespace detail {
+
+// Buckets, then the GEMM at any T (stream_below: up to that many tokens stream instead).
+template <shape::moe_gate_up S>
+void moe_gate_up_impl(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens,
+                      int stream_below, cudaStream_t stream) {
+  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
+  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_gate_up: sizes must be positive");
+  if (tokens <= 0) return;
+  launch_moe_bucket<kExperts, kTopK>(ids, scratch, tokens, stream);
+  if constexpr (kHidden % 8 == 0) {
+    if (tokens > stream_below) {
+      using P = MoeGateUpGemm<kExperts, kTopK, kHidden, kInter>;
+      const dim3 grid(ceil_div(2 * kInter, 128), expert_tile_bound<kExperts, kTopK>(tokens));
+      launch_tile_gemm<P, 128>(typename P::Args{h, weight, scratch, out}, grid, stream);
+      return;
+    }
+  }
+  moe_gate_up_streaming<kExperts, kTopK, kHidden, kInter>(h, weight, scratch, out, tokens, stream);
+}
+
+}  // namespace detail
+
 // h [T, hidden], weight [experts, 2·inter, hidden], ids [T, top_k] -> out [T, top_k, 2·inter];
 // scratch: experts + 1 + T·top_k ints, left holding the buckets for moe_down.
 template <shape::moe_gate_up S>
 void moe_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens,
                  cudaStream_t stream) {
-  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
-  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_gate_up: sizes must be positive");
-  if (tokens <= 0) return;
-  detail::launch_moe_bucket<kExperts, kTopK>(ids, scratch, tokens, stream);
-  if constexpr (kHidden % 8 == 0) {
-    if (tokens > detail::kMoeStreamTokens) {
-      using P = detail::MoeGateUpGemm<kExperts, kTopK, kHidden, kInter>;
-      const dim3 grid(detail::ceil_div(2 * kInter, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens));
-      detail::launch_tile_gemm<P, 128>(typename P::Args{h, weight, scratch, out}, grid, stream);
-      return;
-    }
-  }
-  detail::moe_gate_up_streaming<kExperts, kTopK, kHidden, kInter>(h, weight, scratch, out, tokens, stream);
+  detail::moe_gate_up_impl<S>(h, weight, ids, out, scratch, tokens, detail::kMoeStreamTokens, stream);
+}
+
+// Prefill steps: as moe_gate_up, the GEMM at every T (see the top).
+template <shape::moe_gate_up S>
+void moe_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens,
+                         cudaStream_t stream) {
+  detail::moe_gate_up_impl<S>(h, weight, ids, out, scratch, tokens, 0, stream);
 }
 
 }  // namespace kiln

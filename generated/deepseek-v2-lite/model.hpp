@@ -50,6 +50,7 @@ constexpr int kMoeIntermediateSize = 1408;  // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 2816;       // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 16896; // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 8448;     // one token's chosen experts' act
+constexpr int kMoeTokenDownWidth = 12288;   // one token's chosen experts' weighted down projections (fp32, prefill)
 constexpr int kMoeScratchPerToken = 71;     // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 2816; // shared experts, one MLP: n_shared_experts × moe_intermediate_size
 constexpr int kSharedGateUpWidth = 5632;    // 2 × kSharedIntermediateSize
@@ -158,11 +159,12 @@ struct GpuArena {
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 89653248;          // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 104390656;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 104439808; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 135847936;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 135897088; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 69206016;      // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 103809024; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 100663296;     // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 135266304; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 23068672;   // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 254279680;       // for kMaxBatchedTokens tokens
@@ -185,6 +187,7 @@ struct RefArena {
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 138412032;     // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   static constexpr long long moe_scratch = 207618048; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 46137344;   // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 491782144;       // for kMaxBatchedTokens tokens
@@ -254,16 +257,19 @@ void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int to
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
 void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
+void mla_v_up_prefill(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
+void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
-void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);

@@ -31,6 +31,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* moe_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_gate_up); // [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   bf16* moe_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_act); // [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   int* moe_scratch = reinterpret_cast<int*>(ctx.arena + GpuArena::moe_scratch); // [T, kMoeScratchPerToken] routing scratch
+  float* moe_pairs = reinterpret_cast<float*>(ctx.arena + GpuArena::moe_pairs); // [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   bf16* shared_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
@@ -66,7 +67,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (128 heads over one latent head)
     mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
@@ -110,7 +111,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (128 heads over one latent head)
     mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
@@ -122,11 +123,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
-    moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
+    moe_experts_gate_up_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (1536 features), for each of a token's 6 chosen experts
     silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
     cuda::linear<kLinearSharedGateUp>(ctx, h, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (3072 features)
@@ -212,7 +213,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     mla_attention_decode(q_mla, kv, o_lat, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
     ctx.mark("mla_attention", OpReads::kv_cache, 0);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_decode(o_lat, lw.w_uv, attn, T, stream);
     ctx.mark("mla_v_up", OpReads::weights, 16777216);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
@@ -273,7 +274,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     mla_attention_decode(q_mla, kv, o_lat, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
     ctx.mark("mla_attention", OpReads::kv_cache, 0);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_decode(o_lat, lw.w_uv, attn, T, stream);
     ctx.mark("mla_v_up", OpReads::weights, 16777216);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
@@ -290,13 +291,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
-    moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
+    moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     ctx.mark("moe_gate_up", OpReads::experts, 31457280);
     // moe_act = silu(gate) ⊙ up   (1536 features), for each of a token's 6 chosen experts
     silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 15728640);
     // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);

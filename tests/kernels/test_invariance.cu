@@ -4,7 +4,9 @@
 //   - cuBLASLt's prefill GEMM at any row count, small ones included (a re-admitted sequence
 //     prefills the rest of its prompt after prefix-cache hits, often a handful of rows),
 //   - prefill attention whether a prompt's queries run in one chunk or several, alone or batched.
-// Every projection of SmolLM2-135M, Qwen3-0.6B and Llama-3.2-1B, as generated.
+//   - DeepSeek-V2's prefill ops with a path of their own: the routed experts (moe_gate_up_prefill,
+//     moe_down_prefill), the value up-projection (mla_v_up_prefill) and MLA attention.
+// Every projection of SmolLM2-135M, Qwen3-0.6B and Llama-3.2-1B, as generated; DeepSeek-V2-Lite's.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -12,7 +14,12 @@
 #include "runtime/cuda/gemm.hpp"
 #include "templates/attention.cuh"
 #include "templates/linear.cuh"
+#include "templates/mla_attention.cuh"
+#include "templates/mla_v_up.cuh"
+#include "templates/moe_down.cuh"
+#include "templates/moe_gate_up.cuh"
 #include "tests/kernels/kernel_test.hpp"
+#include "tests/kernels/moe_experts.hpp"
 
 namespace kiln::kernel_test {
 namespace {
@@ -131,7 +138,158 @@ void prefill_attention_invariance() {
   CHECK(std::memcmp(whole.data() + 200 * width, batched.data() + kOther * width, 100 * width * 2) == 0);
 }
 
+// Token ranges [first, first + count) of a 1,024-token batch, run as the tokens of one step in that
+// order: alone, a chunk, or a chunk batched behind others.
+using TokenRanges = std::vector<std::pair<int, int>>;
+const std::vector<TokenRanges> kTokenSubsets = {
+    {{0, 1}}, {{5, 3}}, {{17, 64}}, {{100, 65}}, {{300, 700}}, {{900, 100}, {10, 50}}, {{1023, 1}, {0, 7}, {500, 40}}};
+
+// Rows of `all` ([tokens][width]) that the ranges name, in their order.
+template <typename T>
+std::vector<T> gather_rows(const std::vector<T>& all, const TokenRanges& ranges, size_t width) {
+  std::vector<T> out;
+  for (const auto& [first, count] : ranges) {
+    out.insert(out.end(), all.begin() + first * width, all.begin() + (first + count) * width);
+  }
+  return out;
+}
+
+std::string ranges_text(const TokenRanges& ranges) {
+  std::string s;
+  for (const auto& [first, count] : ranges) s += (s.empty() ? "" : " + ") + std::to_string(first) + ".." + std::to_string(first + count);
+  return s;
+}
+
+// The routed experts of a prefill step: each token's gate | up outputs and its residual after the
+// weighted down projections come out the same whatever other tokens the step holds.
+template <shape::moe_gate_up G, shape::moe_down D>
+void moe_prefill_invariance() {
+  static_assert(G.experts == D.experts && G.top_k == D.top_k && G.hidden == D.hidden && G.inter == D.inter);
+  constexpr int kTokens = 1024;
+  std::mt19937 rng(G.experts * 17 + G.hidden);
+  ExpertTensor gate_up(G.experts, static_cast<size_t>(2) * G.inter * G.hidden, rng, 1.0f / std::sqrt(float(G.hidden)));
+  ExpertTensor down(D.experts, static_cast<size_t>(D.hidden) * D.inter, rng, 1.0f / std::sqrt(float(D.inter)));
+  const auto ids = make_ids(kTokens, G.experts, G.top_k, rng);
+  const auto h = random_bf16(static_cast<size_t>(kTokens) * G.hidden, rng);
+  const auto act = random_bf16(static_cast<size_t>(kTokens) * G.top_k * G.inter, rng);
+  std::uniform_real_distribution<float> weight_dist(0.05f, 1.0f);
+  std::vector<float> weights(static_cast<size_t>(kTokens) * G.top_k);
+  for (auto& w : weights) w = weight_dist(rng);
+  const auto x0 = random_f32(static_cast<size_t>(kTokens) * D.hidden, rng);
+  const size_t pair_row = static_cast<size_t>(2) * G.inter;
+
+  auto run = [&](const TokenRanges& ranges) {
+    const std::vector<int> t_ids = gather_rows(ids, ranges, G.top_k);
+    const int tokens = static_cast<int>(t_ids.size()) / G.top_k;
+    DeviceBuffer<uint16_t> d_h(gather_rows(h, ranges, G.hidden)), d_act(gather_rows(act, ranges, G.top_k * G.inter));
+    DeviceBuffer<int> d_ids(t_ids), d_scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<G>());
+    DeviceBuffer<float> d_weights(gather_rows(weights, ranges, G.top_k)), d_x(gather_rows(x0, ranges, D.hidden));
+    DeviceBuffer<float> d_pairs(static_cast<size_t>(tokens) * moe_down_pair_floats_per_token<D>());
+    DeviceBuffer<uint16_t> d_out(static_cast<size_t>(tokens) * G.top_k * pair_row);
+    d_scratch.poison();
+    d_pairs.poison();
+    d_out.poison();
+    kiln::moe_gate_up_prefill<G>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),
+                                 tokens, nullptr);
+    kiln::moe_down_prefill<D>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
+                              d_pairs.get(), d_x.get(), tokens, nullptr);
+    check_launch("moe prefill");
+    return std::pair{d_out.download(), d_x.download()};
+  };
+  const auto [all_out, all_x] = run({{0, kTokens}});
+  for (const TokenRanges& ranges : kTokenSubsets) {
+    INFO("moe prefill experts " << G.experts << "/" << G.top_k << " " << G.hidden << "x" << G.inter << ": tokens "
+                                << ranges_text(ranges) << " as one step");
+    const auto [out, x] = run(ranges);
+    CHECK(gather_rows(all_out, ranges, G.top_k * pair_row) == out);
+    CHECK(std::memcmp(gather_rows(all_x, ranges, D.hidden).data(), x.data(), x.size() * sizeof(float)) == 0);
+  }
+}
+
+template <shape::mla_v_up S>
+void mla_v_up_invariance() {
+  constexpr int kTokens = 1024;
+  std::mt19937 rng(S.heads * 7 + S.latent);
+  DeviceBuffer<uint16_t> w_uv(random_bf16(static_cast<size_t>(S.heads) * S.v * S.latent, rng, 0.1f));
+  const auto o_lat = random_bf16(static_cast<size_t>(kTokens) * S.heads * S.latent, rng);
+  const size_t in_row = static_cast<size_t>(S.heads) * S.latent, out_row = static_cast<size_t>(S.heads) * S.v;
+  auto run = [&](const TokenRanges& ranges) {
+    DeviceBuffer<uint16_t> d_o(gather_rows(o_lat, ranges, in_row));
+    const int tokens = static_cast<int>(d_o.size() / in_row);
+    DeviceBuffer<uint16_t> out(static_cast<size_t>(tokens) * out_row);
+    out.poison();
+    kiln::mla_v_up_prefill<S>(as_bf16(d_o), as_bf16(w_uv), as_bf16_mut(out), tokens, nullptr);
+    check_launch("mla_v_up_prefill");
+    return out.download();
+  };
+  const auto all = run({{0, kTokens}});
+  for (const TokenRanges& ranges : kTokenSubsets) {
+    INFO("mla_v_up_prefill heads " << S.heads << " latent " << S.latent << ": tokens " << ranges_text(ranges));
+    CHECK(gather_rows(all, ranges, out_row) == run(ranges));
+  }
+}
+
+// MLA attention over the latent cache: a 300-token prompt's queries in one chunk, in parts, and
+// batched after another sequence give every query row the same bits.
+template <shape::mla_attention S>
+void mla_prefill_invariance() {
+  constexpr int kLen = 300, kOther = 77, kWidth = S.latent + S.rope;
+  std::mt19937 rng(S.heads * 53 + S.latent);
+  const int pages = (kLen + S.page_size - 1) / S.page_size, other_pages = (kOther + S.page_size - 1) / S.page_size;
+  DeviceBuffer<uint16_t> cache(random_bf16(static_cast<size_t>(pages + other_pages) * S.page_size * kWidth, rng));
+  const size_t q_row = static_cast<size_t>(S.heads) * kWidth, out_row = static_cast<size_t>(S.heads) * S.latent;
+  const auto host_q = random_bf16((kLen + kOther) * q_row, rng, 0.5f);
+  std::vector<int> table(pages), other_table(pages, 0);
+  std::iota(table.begin(), table.end(), other_pages);
+  for (int p = 0; p < other_pages; ++p) other_table[p] = p;
+  struct Query {
+    bool other;
+    int first, count;
+  };
+  auto run = [&](const std::vector<Query>& queries) {
+    std::vector<int> query_start = {0}, positions, tables;
+    std::vector<uint16_t> rows;
+    int longest = 0;
+    for (const Query& qu : queries) {
+      for (int i = 0; i < qu.count; ++i) {
+        positions.push_back(qu.first + i);
+        const size_t src = (qu.other ? kLen + qu.first + i : qu.first + i) * q_row;
+        rows.insert(rows.end(), host_q.begin() + src, host_q.begin() + src + q_row);
+      }
+      query_start.push_back(query_start.back() + qu.count);
+      const auto& t = qu.other ? other_table : table;
+      tables.insert(tables.end(), t.begin(), t.end());
+      longest = std::max(longest, qu.count);
+    }
+    DeviceBuffer<uint16_t> d_rows(rows), out(static_cast<size_t>(query_start.back()) * out_row);
+    DeviceBuffer<int> d_start(query_start), d_pos(positions), d_tables(tables);
+    out.poison();
+    kiln::mla_attention_prefill<S>(as_bf16(d_rows), as_bf16(cache), as_bf16_mut(out), d_start.get(), d_pos.get(),
+                                   d_tables.get(), pages, static_cast<int>(queries.size()), longest, nullptr);
+    check_launch("mla_attention_prefill");
+    return out.download();
+  };
+  const auto whole = run({{false, 0, kLen}});
+  INFO("mla_attention_prefill heads " << S.heads << " latent " << S.latent << "+" << S.rope << " page " << S.page_size);
+  CHECK(same_bits(whole, run({{false, 250, 50}}), 250, out_row));
+  CHECK(same_bits(whole, run({{false, 63, 111}}), 63, out_row));
+  const auto batched = run({{true, 0, kOther}, {false, 200, 100}});
+  CHECK(std::memcmp(whole.data() + 200 * out_row, batched.data() + kOther * out_row, 100 * out_row * 2) == 0);
+}
+
 }  // namespace
+
+TEST_CASE("DeepSeek-V2's prefill ops give each token the same bits in any chunking and batch", "[invariance]") {
+  if (!quick_run()) {  // under a sanitizer the tiny shapes stand for these (the same paths)
+    moe_prefill_invariance<dsv2lite::kMoeExpertsGateUp, dsv2lite::kMoeExpertsDown>();
+    mla_v_up_invariance<dsv2lite::kMlaVUp>();
+    mla_prefill_invariance<dsv2lite::kMlaAttention>();
+  }
+  moe_prefill_invariance<tiny_ds::kMoeExpertsGateUp, tiny_ds::kMoeExpertsDown>();
+  moe_prefill_invariance<tiny_ds_lite::kMoeExpertsGateUp, tiny_ds_lite::kMoeExpertsDown>();
+  mla_v_up_invariance<tiny_ds::kMlaVUp>();
+  mla_prefill_invariance<tiny_ds::kMlaAttention>();
+}
 
 TEST_CASE("the decode GEMV gives each token the same bits at any batch size", "[invariance]") {
   gemv_invariance<smollm2::kLinearQkvProj>();

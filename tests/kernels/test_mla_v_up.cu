@@ -1,6 +1,6 @@
 // mla_v_up (templates/mla_v_up.cuh) against ref::mla_v_up: each head's latent output lifted by
-// W_UV; streaming at decode (heads of whole 16-row tiles), the tile GEMM above, CUDA cores for rows
-// that are not 16-byte aligned.
+// W_UV; streaming at decode (heads of whole 16-row tiles), the tile GEMM above (and at every T in
+// mla_v_up_prefill), CUDA cores for rows that are not 16-byte aligned.
 #include "runtime/ref/mla.hpp"
 #include "templates/mla_v_up.cuh"
 #include "tests/kernels/kernel_test.hpp"
@@ -16,16 +16,21 @@ void check_v_up(const std::vector<int>& token_counts) {
   for (int tokens : token_counts) {
     const auto o_lat = random_bf16(static_cast<size_t>(tokens) * S.heads * S.latent, rng);
     DeviceBuffer<uint16_t> d_o(o_lat), d_out(static_cast<size_t>(tokens) * S.heads * S.v);
-    d_out.poison();
-    kiln::mla_v_up<S>(as_bf16(d_o), as_bf16(d_w), as_bf16_mut(d_out), tokens, nullptr);
-    const std::string what = "mla_v_up heads " + std::to_string(S.heads) + " latent " + std::to_string(S.latent) +
-                             " v " + std::to_string(S.v) + " tokens " + std::to_string(tokens);
-    check_launch(what);
     std::vector<float> ref(static_cast<size_t>(tokens) * S.heads * S.v);
     ref::mla_v_up(S, bf16_to_f32(o_lat).data(), bf16_to_f32(w_uv).data(), ref.data(), tokens);
-    check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
+    for (const bool prefill : {false, true}) {
+      d_out.poison();
+      (prefill ? kiln::mla_v_up_prefill<S> : kiln::mla_v_up<S>)(as_bf16(d_o), as_bf16(d_w), as_bf16_mut(d_out), tokens,
+                                                               nullptr);
+      const std::string what = std::string(prefill ? "mla_v_up_prefill" : "mla_v_up") + " heads " +
+                               std::to_string(S.heads) + " latent " + std::to_string(S.latent) + " v " +
+                               std::to_string(S.v) + " tokens " + std::to_string(tokens);
+      check_launch(what);
+      check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
+    }
   }
   kiln::mla_v_up<S>(nullptr, as_bf16(d_w), nullptr, 0, nullptr);
+  kiln::mla_v_up_prefill<S>(nullptr, as_bf16(d_w), nullptr, 0, nullptr);
   check_launch("mla_v_up, 0 tokens");
 }
 

@@ -1,6 +1,7 @@
 // moe_down (templates/moe_down.cuh) against ref::moe_down: the chosen experts' down projections,
 // weighted and added into the residual (the added part compared), streaming at decode and as a
-// grouped GEMM above. It reads the buckets moe_gate_up leaves in scratch, so moe_gate_up runs first.
+// grouped GEMM above; moe_down_prefill (the GEMM into per-pair rows, summed per token) at every T.
+// It reads the buckets moe_gate_up leaves in scratch, so moe_gate_up runs first.
 // With expert parallelism, pairs routed to another rank's experts (id -1) add nothing.
 #include "runtime/ref/moe.hpp"
 #include "templates/moe_down.cuh"
@@ -35,28 +36,40 @@ void check_down(const std::vector<int>& token_counts, bool other_ranks = false) 
     d_h.poison();  // moe_gate_up reads it (compute-sanitizer's initcheck: it was never written)
     DeviceBuffer<uint16_t> d_act(act);
     DeviceBuffer<int> d_ids(ids), d_scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<kBuckets>());
-    DeviceBuffer<float> d_weights(weights), d_x(x0);
-    d_scratch.poison();
-    kiln::moe_gate_up<kBuckets>(as_bf16(d_h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(d_gate_up_out),
-                                d_scratch.get(), tokens, nullptr);
-    kiln::moe_down<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(), d_x.get(),
-                      tokens, nullptr);
-    const std::string what = "moe_down experts " + std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " +
-                             std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens) +
-                             (other_ranks ? ", half the pairs another rank's" : "");
-    check_launch(what);
+    DeviceBuffer<float> d_weights(weights), d_pairs(static_cast<size_t>(tokens) * moe_down_pair_floats_per_token<S>());
     std::vector<float> ref = x0;
     const auto mapped = down.reference_ids(ids);
     ref::moe_down(S, bf16_to_f32(act).data(), down.distinct_f.data(), mapped.data(), weights.data(), ref.data(), tokens);
-    const auto got = d_x.download();
-    std::vector<float> ref_added(x0.size()), got_added(x0.size());
-    for (size_t i = 0; i < x0.size(); ++i) {
-      ref_added[i] = ref[i] - x0[i];
-      got_added[i] = got[i] - x0[i];
+    std::vector<float> ref_added(x0.size());
+    for (size_t i = 0; i < x0.size(); ++i) ref_added[i] = ref[i] - x0[i];
+    for (const bool prefill : {false, true}) {
+      DeviceBuffer<float> d_x(x0);
+      d_scratch.poison();
+      d_pairs.poison();  // rows of pairs another rank computes stay poison: never read
+      if (prefill) {
+        kiln::moe_gate_up_prefill<kBuckets>(as_bf16(d_h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(d_gate_up_out),
+                                            d_scratch.get(), tokens, nullptr);
+        kiln::moe_down_prefill<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
+                                  d_pairs.get(), d_x.get(), tokens, nullptr);
+      } else {
+        kiln::moe_gate_up<kBuckets>(as_bf16(d_h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(d_gate_up_out),
+                                    d_scratch.get(), tokens, nullptr);
+        kiln::moe_down<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
+                          d_x.get(), tokens, nullptr);
+      }
+      const std::string what = std::string(prefill ? "moe_down_prefill" : "moe_down") + " experts " +
+                               std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " + std::to_string(S.hidden) +
+                               "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens) +
+                               (other_ranks ? ", half the pairs another rank's" : "");
+      check_launch(what);
+      const auto got = d_x.download();
+      std::vector<float> got_added(x0.size());
+      for (size_t i = 0; i < x0.size(); ++i) got_added[i] = got[i] - x0[i];
+      check_close(what + " (the added part)", ref_added, got_added, 1e-5);
     }
-    check_close(what + " (the added part)", ref_added, got_added, 1e-5);
   }
   kiln::moe_down<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  kiln::moe_down_prefill<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
   check_launch("moe_down, 0 tokens");
 }
 

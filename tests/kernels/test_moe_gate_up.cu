@@ -1,5 +1,6 @@
 // moe_gate_up (templates/moe_gate_up.cuh) against ref::moe_gate_up: each token's chosen experts'
-// gate | up rows, streaming at decode (T <= 64) and as a grouped GEMM above.
+// gate | up rows, streaming at decode (T <= 64) and as a grouped GEMM above; moe_gate_up_prefill
+// (the GEMM at every T).
 #include "runtime/ref/moe.hpp"
 #include "templates/moe_gate_up.cuh"
 #include "tests/kernels/kernel_test.hpp"
@@ -19,19 +20,23 @@ void check_gate_up(const std::vector<int>& token_counts) {
     const auto h = random_bf16(static_cast<size_t>(tokens) * S.hidden, rng);
     DeviceBuffer<uint16_t> d_h(h), d_out(static_cast<size_t>(pairs) * kRows);
     DeviceBuffer<int> d_ids(ids), d_scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<S>());
-    d_out.poison();
-    d_scratch.poison();
-    kiln::moe_gate_up<S>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),
-                         tokens, nullptr);
-    const std::string what = "moe_gate_up experts " + std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " +
-                             std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens);
-    check_launch(what);
     std::vector<float> ref(static_cast<size_t>(pairs) * kRows);
     const auto mapped = gate_up.reference_ids(ids);
     ref::moe_gate_up(S, bf16_to_f32(h).data(), gate_up.distinct_f.data(), mapped.data(), ref.data(), tokens);
-    check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
+    for (const bool prefill : {false, true}) {
+      d_out.poison();
+      d_scratch.poison();
+      (prefill ? kiln::moe_gate_up_prefill<S> : kiln::moe_gate_up<S>)(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(),
+                                                                     as_bf16_mut(d_out), d_scratch.get(), tokens, nullptr);
+      const std::string what = std::string(prefill ? "moe_gate_up_prefill" : "moe_gate_up") + " experts " +
+                               std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " + std::to_string(S.hidden) +
+                               "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens);
+      check_launch(what);
+      check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
+    }
   }
   kiln::moe_gate_up<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
+  kiln::moe_gate_up_prefill<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
   check_launch("moe_gate_up, 0 tokens");
 }
 

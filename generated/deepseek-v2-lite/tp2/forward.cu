@@ -31,6 +31,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* moe_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_gate_up); // [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   bf16* moe_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_act); // [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   int* moe_scratch = reinterpret_cast<int*>(ctx.arena + GpuArena::moe_scratch); // [T, kMoeScratchPerToken] routing scratch
+  float* moe_pairs = reinterpret_cast<float*>(ctx.arena + GpuArena::moe_pairs); // [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   bf16* shared_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
@@ -64,7 +65,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (8 heads over one latent head)
     mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
       cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
@@ -118,7 +119,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (8 heads over one latent head)
     mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
       cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
@@ -148,11 +149,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       cuda::linear<kLinearSharedDownShare>(ctx, shared_act, lw.shared_down, x, T);
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
-    moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
+    moe_experts_gate_up_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
     silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
   }
@@ -232,7 +233,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     mla_attention_decode(q_mla, kv, o_lat, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
     ctx.mark("mla_attention", OpReads::kv_cache, 0);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_decode(o_lat, lw.w_uv, attn, T, stream);
     ctx.mark("mla_v_up", OpReads::weights, 1048576);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
@@ -305,7 +306,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     mla_attention_decode(q_mla, kv, o_lat, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, stream);
     ctx.mark("mla_attention", OpReads::kv_cache, 0);
     // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up(o_lat, lw.w_uv, attn, T, stream);
+    mla_v_up_decode(o_lat, lw.w_uv, attn, T, stream);
     ctx.mark("mla_v_up", OpReads::weights, 1048576);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
@@ -346,13 +347,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 2048, 1408));
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
-    moe_experts_gate_up(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
+    moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     ctx.mark("moe_gate_up", OpReads::experts, 11534336);
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
     silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    moe_experts_down(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 5767168);
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].q_proj.data) : nullptr);

@@ -56,6 +56,7 @@ constexpr int kMoeIntermediateSize = 1536;  // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 3072;       // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 18432; // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 9216;     // one token's chosen experts' act
+constexpr int kMoeTokenDownWidth = 30720;   // one token's chosen experts' weighted down projections (fp32, prefill)
 constexpr int kMoeScratchPerToken = 27;     // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 384; // shared experts, one MLP: n_shared_experts × moe_intermediate_size / kRanks
 constexpr int kSharedGateUpWidth = 768;     // 2 × kSharedIntermediateSize
@@ -176,48 +177,50 @@ struct Weights {
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
 struct GpuArena {
-  static constexpr long long x = 75497472;            // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 155189248;           // bf16 [T, kHiddenSize] normalized hidden state
-  static constexpr long long q = 117440512;           // bf16 [T, kQWidth] q, per head nope | rope
-  static constexpr long long kv_a = 71303168;         // bf16 [T, kKvAWidth] c_kv | k_rope
+  static constexpr long long x = 251658240;           // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 331350016;           // bf16 [T, kHiddenSize] normalized hidden state
+  static constexpr long long q = 71303168;            // bf16 [T, kQWidth] q, per head nope | rope
+  static constexpr long long kv_a = 117440512;        // bf16 [T, kKvAWidth] c_kv | k_rope
   static constexpr long long q_mla = 0;               // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
   static constexpr long long o_lat = 37748736;        // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
-  static constexpr long long attn = 142606336;        // bf16 [T, kAttnOutWidth] attention output, per head
-  static constexpr long long q_a = 176160768;         // bf16 [T, kQLoraRank] q latent
-  static constexpr long long gate_up = 130023424;     // bf16 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 182452224;         // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long attn = 96468992;         // bf16 [T, kAttnOutWidth] attention output, per head
+  static constexpr long long q_a = 104857600;         // bf16 [T, kQLoraRank] q latent
+  static constexpr long long gate_up = 83886080;      // bf16 [T, kGateUpWidth] dense MLP gate | up
+  static constexpr long long act = 111149056;         // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 176381952;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 176431104; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 352542720;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 352591872; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 117440512;     // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 176160768; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 293601280;     // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 352321536; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 3145728;    // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
-  static constexpr long long bytes = 188743680;       // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 352641024;       // for kMaxBatchedTokens tokens
 };
 
 // ---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----
 struct RefArena {
-  static constexpr long long x = 226492416;           // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 268435456;           // fp32 [T, kHiddenSize] normalized hidden state
+  static constexpr long long x = 327155712;           // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 369098752;           // fp32 [T, kHiddenSize] normalized hidden state
   static constexpr long long q = 142606336;           // fp32 [T, kQWidth] q, per head nope | rope
-  static constexpr long long kv_a = 322961408;        // fp32 [T, kKvAWidth] c_kv | k_rope
+  static constexpr long long kv_a = 234881024;        // fp32 [T, kKvAWidth] c_kv | k_rope
   static constexpr long long q_mla = 0;               // fp32 [T, kMlaQueryWidth] per head q_latent | q_rope
   static constexpr long long o_lat = 75497472;        // fp32 [T, kLatentOutWidth] attention output in the latent space, per head
   static constexpr long long attn = 192937984;        // fp32 [T, kAttnOutWidth] attention output, per head
   static constexpr long long q_a = 209715200;         // fp32 [T, kQLoraRank] q latent
   static constexpr long long gate_up = 167772160;     // fp32 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 310378496;         // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long act = 222298112;         // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 310599680;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 310648832; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 411262976;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 411312128; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 150994944;     // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 310378496; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 251658240;     // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 411041792; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 6291456;    // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
-  static constexpr long long bytes = 327680000;       // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 411361280;       // for kMaxBatchedTokens tokens
 };
 
 }  // namespace kiln::models::deepseek_v2::tp8
@@ -288,7 +291,8 @@ void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int to
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
 void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
+void mla_v_up_prefill(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
+void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
@@ -301,9 +305,11 @@ void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int toke
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_5120(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 

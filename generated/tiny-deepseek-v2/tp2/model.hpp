@@ -56,6 +56,7 @@ constexpr int kMoeIntermediateSize = 24;    // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 48;         // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 144;   // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 72;       // one token's chosen experts' act
+constexpr int kMoeTokenDownWidth = 192;     // one token's chosen experts' weighted down projections (fp32, prefill)
 constexpr int kMoeScratchPerToken = 8;      // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 12; // shared experts, one MLP: n_shared_experts × moe_intermediate_size / kRanks
 constexpr int kSharedGateUpWidth = 24;      // 2 × kSharedIntermediateSize
@@ -170,45 +171,47 @@ struct Weights {
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
 struct GpuArena {
-  static constexpr long long x = 73728;               // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 180224;              // bf16 [T, kHiddenSize] normalized hidden state
-  static constexpr long long q = 49152;               // bf16 [T, kQWidth] q, per head nope | rope
-  static constexpr long long kv_a = 270336;           // bf16 [T, kKvAWidth] c_kv | k_rope
-  static constexpr long long q_mla = 139264;          // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
-  static constexpr long long o_lat = 212992;          // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
-  static constexpr long long attn = 290816;           // bf16 [T, kAttnOutWidth] attention output, per head
-  static constexpr long long q_a = 303104;            // bf16 [T, kQLoraRank] q latent
+  static constexpr long long x = 196608;              // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 299008;              // bf16 [T, kHiddenSize] normalized hidden state
+  static constexpr long long q = 122880;              // bf16 [T, kQWidth] q, per head nope | rope
+  static constexpr long long kv_a = 172032;           // bf16 [T, kKvAWidth] c_kv | k_rope
+  static constexpr long long q_mla = 49152;           // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
+  static constexpr long long o_lat = 90112;           // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
+  static constexpr long long attn = 262144;           // bf16 [T, kAttnOutWidth] attention output, per head
+  static constexpr long long q_a = 274432;            // bf16 [T, kQLoraRank] q latent
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 245760;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long act = 147456;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 176128;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 221184;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 339968;       // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 343040;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 139264;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 212992;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 262144;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 331776;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 12288;      // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
-  static constexpr long long bytes = 315392;          // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 346112;          // for kMaxBatchedTokens tokens
 };
 
 // ---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----
 struct RefArena {
-  static constexpr long long x = 221184;              // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 286720;              // fp32 [T, kHiddenSize] normalized hidden state
-  static constexpr long long q = 417792;              // fp32 [T, kQWidth] q, per head nope | rope
-  static constexpr long long kv_a = 180224;           // fp32 [T, kKvAWidth] c_kv | k_rope
+  static constexpr long long x = 270336;              // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 335872;              // fp32 [T, kHiddenSize] normalized hidden state
+  static constexpr long long q = 401408;              // fp32 [T, kQWidth] q, per head nope | rope
+  static constexpr long long kv_a = 499712;           // fp32 [T, kKvAWidth] c_kv | k_rope
   static constexpr long long q_mla = 98304;           // fp32 [T, kMlaQueryWidth] per head q_latent | q_rope
-  static constexpr long long o_lat = 352256;          // fp32 [T, kLatentOutWidth] attention output in the latent space, per head
-  static constexpr long long attn = 516096;           // fp32 [T, kAttnOutWidth] attention output, per head
+  static constexpr long long o_lat = 180224;          // fp32 [T, kLatentOutWidth] attention output in the latent space, per head
+  static constexpr long long attn = 245760;           // fp32 [T, kAttnOutWidth] attention output, per head
   static constexpr long long q_a = 540672;            // fp32 [T, kQLoraRank] q latent
   static constexpr long long gate_up = 0;             // fp32 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 466944;            // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long act = 450560;            // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 360448;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 363520;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 409600;       // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 412672;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 147456;        // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 352256;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 196608;        // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 401408;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 24576;      // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 565248;          // for kMaxBatchedTokens tokens
@@ -282,7 +285,8 @@ void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int to
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
 void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void mla_v_up(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
+void mla_v_up_prefill(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
+void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
@@ -295,9 +299,11 @@ void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int toke
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void moe_experts_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 
