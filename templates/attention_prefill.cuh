@@ -12,28 +12,6 @@
 
 namespace kiln {
 
-namespace detail {
-
-// Whether the current device runs the sm_90a code that every build of the templates carries
-// (compute capability 9.0: H100, H200); other devices run PTX compiled for compute_80 or
-// compute_90, which has no wgmma. Asked once per process (one kind of GPU a process).
-inline bool wgmma_device() {
-#ifdef __CUDACC_RTC__
-  return true;
-#else
-  static const bool hopper = [] {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
-    return major == 9 && minor == 0;
-  }();
-  return hopper;
-#endif
-}
-
-}  // namespace detail
-
 // q of token t, head h at q_rows + t·row + h·head_dim; out [T, heads·head_dim]. Tokens of
 // sequence s are [query_start[s], query_start[s+1]); token t attends to positions
 // 0..positions[t] of its sequence through block_tables[s·max_pages_per_seq + pos / page_size].

@@ -5,7 +5,8 @@
 //                      fixed order: each expert is read from DRAM once and the result is
 //                      deterministic. Larger T: the grouped GEMM, adding into x with fp32 atomics
 //                      (order not fixed; only a decode batch above 64 takes it).
-//   moe_down_prefill   the grouped GEMM at every T, each pair's weighted output stored in `pairs`,
+//   moe_down_prefill   the grouped GEMM at every T (on Hopper: 128 × 256 tiles on wgmma,
+//                      tile_gemm_wgmma.cuh), each pair's weighted output stored in `pairs`,
 //                      then every token's pairs added into x in slot order: the same bits for a
 //                      token whatever else is in its step (a prompt alone, chunked or batched).
 // Shapes whose rows cannot be read 16 bytes at a time stream at every T, in 64-token windows, in
@@ -15,6 +16,7 @@
 #include "templates/blocks/moe_buckets.cuh"
 #include "templates/blocks/stream_rows.cuh"
 #include "templates/blocks/tile_gemm.cuh"
+#include "templates/blocks/tile_gemm_wgmma.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
@@ -261,8 +263,14 @@ void moe_down_prefill(const bf16* act, const bf16* weight, const int* ids, const
   if constexpr (kInter % 8 == 0 && kHidden % 8 == 0) {
     using P = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
     const typename P::Args args{{act, weight, weights, scratch, x}, pairs};
-    const dim3 grid(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens));
-    detail::launch_tile_gemm<P, 128>(args, grid, stream);
+    if (detail::wgmma_device()) {  // 128 × 256 tiles on wgmma (tile_gemm_wgmma.cuh)
+      using W = detail::TileGemmWgmmaShape;
+      const dim3 grid(detail::ceil_div(kHidden, W::kBN), detail::expert_tile_bound<kExperts, kTopK, W::kBM>(tokens));
+      detail::launch_tile_gemm_wgmma<P>(args, grid, stream);
+    } else {
+      const dim3 grid(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens));
+      detail::launch_tile_gemm<P, 128>(args, grid, stream);
+    }
     const long long quads = static_cast<long long>(tokens) * (kHidden / 4);
     KILN_LAUNCH((detail::moe_down_sum_pairs_kernel<kTopK, kHidden>),
                 static_cast<int>(detail::ceil_div_ll(quads, detail::kElementwiseThreads)), detail::kElementwiseThreads, 0,

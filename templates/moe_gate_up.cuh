@@ -3,7 +3,8 @@
 // expert's gate | up rows with the rows of the tokens that chose it:
 //   T <= 64   streaming kernel: a block takes 16·kWN rows of one used expert and the pairs of that
 //             expert (passes of 8 or 16), so each chosen expert is read from DRAM once per call;
-//   larger T  grouped tensor-core GEMM over (expert, 64-pair tile, 128-row tile).
+//   larger T  grouped tensor-core GEMM over (expert, tile of its pairs, tile of the rows): on
+//             Hopper 128 × 256 tiles on wgmma (tile_gemm_wgmma.cuh), elsewhere 64 × 128 on mma.sync.
 // Prefill steps (moe_gate_up_prefill) take the GEMM at every T, so that a token's outputs have the
 // same bits whatever else is in its step (a prompt alone, chunked or batched with others).
 // Shapes whose rows cannot be read 16 bytes at a time (the tiny test models) stream at every T.
@@ -12,6 +13,7 @@
 #include "templates/blocks/moe_buckets.cuh"
 #include "templates/blocks/stream_rows.cuh"
 #include "templates/blocks/tile_gemm.cuh"
+#include "templates/blocks/tile_gemm_wgmma.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
@@ -130,8 +132,14 @@ void moe_gate_up_impl(const bf16* h, const bf16* weight, const int* ids, bf16* o
   if constexpr (kHidden % 8 == 0) {
     if (tokens > stream_below) {
       using P = MoeGateUpGemm<kExperts, kTopK, kHidden, kInter>;
-      const dim3 grid(ceil_div(2 * kInter, 128), expert_tile_bound<kExperts, kTopK>(tokens));
-      launch_tile_gemm<P, 128>(typename P::Args{h, weight, scratch, out}, grid, stream);
+      const typename P::Args args{h, weight, scratch, out};
+      if (wgmma_device()) {
+        const dim3 grid(ceil_div(P::kN, TileGemmWgmmaShape::kBN),
+                        expert_tile_bound<kExperts, kTopK, TileGemmWgmmaShape::kBM>(tokens));
+        launch_tile_gemm_wgmma<P>(args, grid, stream);
+      } else {
+        launch_tile_gemm<P, 128>(args, dim3(ceil_div(P::kN, 128), expert_tile_bound<kExperts, kTopK>(tokens)), stream);
+      }
       return;
     }
   }

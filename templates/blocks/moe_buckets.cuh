@@ -147,15 +147,16 @@ inline void launch_moe_bucket(const int* ids, int* scratch, int tokens, cudaStre
   KILN_LAUNCH(kernel, 1, 1024, kSmem, stream, ids, scratch, tokens * kTopK);
 }
 
-// ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 of its pairs ----
+// ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 (tile_gemm.cuh) or 128
+// (tile_gemm_wgmma.cuh) of its pairs ----
 
-template <int kExperts>
+template <int kExperts, int kTileRows = 64>
 __device__ __forceinline__ bool locate_expert_tile(const int* scratch, int& group, int& m0, int& rows) {
-  const GroupTile tile = locate_group_tile<kExperts>(scratch, blockIdx.y, 64);
+  const GroupTile tile = locate_group_tile<kExperts>(scratch, blockIdx.y, kTileRows);
   if (tile.group < 0) return false;
   group = tile.group;
   m0 = tile.first;
-  rows = min(64, tile.rows - tile.first);
+  rows = min(kTileRows, tile.rows - tile.first);
   return true;
 }
 
@@ -167,6 +168,10 @@ struct ExpertPairTiles {
   __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
     return locate_expert_tile<kExperts>(a.scratch, group, m0, rows);
   }
+  template <int kTileRows, typename Args>
+  __device__ static bool locate_tile(const Args& a, int& group, int& m0, int& rows) {
+    return locate_expert_tile<kExperts, kTileRows>(a.scratch, group, m0, rows);
+  }
   template <typename Args>
   __device__ static int pair(const Args& a, int group, int m) {
     return expert_pairs<kExperts>(a.scratch, group)[m];
@@ -175,11 +180,11 @@ struct ExpertPairTiles {
   __device__ static void prologue(const Args&, int, int, int) {}
 };
 
-// Row tiles of 64 pairs over all experts: at most ceil(pairs / 64) + (experts used) of them.
-template <int kExperts, int kTopK>
+// Row tiles of kTileRows pairs over all experts: at most ceil(pairs / kTileRows) + (experts used).
+template <int kExperts, int kTopK, int kTileRows = 64>
 inline int expert_tile_bound(int tokens) {
   const int pairs = tokens * kTopK;
-  return ceil_div(pairs, 64) + min_int(kExperts, pairs);
+  return ceil_div(pairs, kTileRows) + min_int(kExperts, pairs);
 }
 
 }  // namespace detail

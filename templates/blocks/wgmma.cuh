@@ -1,7 +1,9 @@
 // Warpgroup-level tensor-core primitives of Hopper (sm_90a: wgmma.mma_async), and the mbarriers
-// that pace the copies feeding them, for the prefill attention. A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; one
-// wgmma multiplies 64 rows (warp w of the group: rows 16w..16w+15) by an N-column B held in
-// shared memory, A from registers. The register layouts are mma.sync's (mma.cuh), per warp:
+// that pace the copies feeding them, for the prefill attention and the grouped GEMM. A warpgroup is
+// 4 consecutive warps starting at a warp index divisible by 4; one wgmma multiplies 64 rows (warp w
+// of the group: rows 16w..16w+15) by an N-column B held in shared memory, A from registers
+// (wgmma_bf16) or from shared memory like B (wgmma_bf16_ss). The register layouts are mma.sync's
+// (mma.cuh), per warp:
 //   A (64×16, from registers)  a[0..3] as mma.sync's A fragment of the warp's 16 rows
 //   D (64×N, fp32)             d[4j + 0..1] = D[g][8j + 2q, +1], d[4j + 2..3] = D[g + 8][8j + 2q, +1]
 // so S = Q·Kᵀ's accumulators are P's A fragments once packed to bf16, as in the mma.sync kernel.
@@ -28,6 +30,24 @@ namespace kiln::detail {
 #else
 #define KILN_WGMMA 0
 #endif
+
+// Whether the current device runs the sm_90a code that every build of the templates carries
+// (compute capability 9.0: H100, H200); other devices run PTX compiled for compute_80 or
+// compute_90, which has no wgmma. Asked once per process (one kind of GPU a process).
+inline bool wgmma_device() {
+#ifdef __CUDACC_RTC__
+  return true;
+#else
+  static const bool hopper = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return hopper;
+#endif
+}
 
 constexpr int kSwizzleRowBytes = 128;     // one row of a swizzled area: 64 bf16
 constexpr int kSwizzleGroupBytes = 1024;  // 8 rows: the pattern's period, and the alignment it needs
@@ -174,6 +194,25 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[kN / 2], const unsigned (&
   }
 #else
   __trap();  // never runs: the host launches it on compute capability 9.0 only, which runs the sm_90a code
+#endif
+}
+
+// d (+)= A · B, m64 × 128 × k16, A and B K-major in shared memory (descriptors a, b).
+__device__ __forceinline__ void wgmma_bf16_ss(float (&d)[64], unsigned long long a, unsigned long long b,
+                                              int accumulate) {
+#if KILN_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : KILN_F16(d, 0), KILN_F16(d, 16), KILN_F16(d, 32), KILN_F16(d, 48)
+      : "l"(a), "l"(b), "r"(accumulate));
+#else
+  __trap();  // never runs (as wgmma_bf16)
 #endif
 }
 

@@ -12,6 +12,8 @@
 #include "runtime/weights/quant_repack.hpp"
 #include "templates/attention.cuh"
 #include "templates/linear.cuh"
+#include "templates/moe_down.cuh"
+#include "templates/moe_gate_up.cuh"
 #include "templates/weight_matrix.hpp"
 #include "tests/support/gpu_harness.hpp"
 
@@ -231,6 +233,66 @@ void bench_prefills() {
   bench_prefill<32, 8, 128, 16>(32768);
 }
 
+// The routed experts' prefill GEMMs at a model's shapes: `tokens` tokens routed uniformly at random,
+// moe_gate_up_prefill and moe_down_prefill (wgmma tiles on Hopper) beside the mma.sync tile GEMM
+// launched directly. TFLOP/s count 2 · pairs · N · K.
+template <int kExperts, int kTopK, int kHidden, int kInter>
+void bench_moe_prefill(int tokens) {
+  constexpr shape::moe_gate_up G{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  constexpr shape::moe_down D{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  std::mt19937 rng(kExperts + kHidden);
+  const int pairs = tokens * kTopK;
+  std::vector<int> ids;
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int> order(kExperts);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    ids.insert(ids.end(), order.begin(), order.begin() + kTopK);
+  }
+  DeviceBuffer<uint16_t> gate_up(random_bf16(static_cast<size_t>(kExperts) * 2 * kInter * kHidden, rng, 0.02f));
+  DeviceBuffer<uint16_t> down(random_bf16(static_cast<size_t>(kExperts) * kHidden * kInter, rng, 0.02f));
+  DeviceBuffer<uint16_t> h(random_bf16(static_cast<size_t>(tokens) * kHidden, rng));
+  DeviceBuffer<uint16_t> act(random_bf16(static_cast<size_t>(pairs) * kInter, rng));
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(pairs) * 2 * kInter);
+  DeviceBuffer<int> d_ids(ids), scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<G>());
+  DeviceBuffer<float> weights(std::vector<float>(pairs, 0.5f)), x(random_f32(static_cast<size_t>(tokens) * kHidden, rng));
+  DeviceBuffer<float> pair_out(static_cast<size_t>(pairs) * kHidden);
+  moe_gate_up_prefill<G>(as_bf16(h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(out), scratch.get(), tokens, nullptr);
+  const double up_flop = 2.0 * pairs * 2 * kInter * kHidden, down_flop = 2.0 * pairs * kHidden * kInter;
+  auto row = [&](const char* what, double flop, double us, double mma_us) {
+    std::printf("moe prefill %3d/%d %5d x %5d %-8s tokens %5d %9.2f us %7.1f TFLOP/s   mma.sync %9.2f us %7.1f TFLOP/s\n",
+                kExperts, kTopK, kHidden, kInter, what, tokens, us, flop / us / 1e6, mma_us, flop / mma_us / 1e6);
+    std::fflush(stdout);
+  };
+  // The buckets stay in scratch from the call above; gate_up's time includes its own bucketing.
+  const double up_us = median_us([&](int) {
+    moe_gate_up_prefill<G>(as_bf16(h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(out), scratch.get(), tokens, nullptr);
+  });
+  using UpP = detail::MoeGateUpGemm<kExperts, kTopK, kHidden, kInter>;
+  const double up_mma_us = median_us([&](int) {
+    detail::launch_tile_gemm<UpP, 128>(typename UpP::Args{as_bf16(h), as_bf16(gate_up), scratch.get(), as_bf16_mut(out)},
+                                       dim3(detail::ceil_div(UpP::kN, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens)),
+                                       nullptr);
+  });
+  row("gate_up", up_flop, up_us, up_mma_us);
+  const double down_us = median_us([&](int) {
+    moe_down_prefill<D>(as_bf16(act), as_bf16(down), d_ids.get(), weights.get(), scratch.get(), pair_out.get(), x.get(),
+                        tokens, nullptr);
+  });
+  using DownP = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
+  const double down_mma_us = median_us([&](int) {
+    detail::launch_tile_gemm<DownP, 128>(
+        typename DownP::Args{{as_bf16(act), as_bf16(down), weights.get(), scratch.get(), x.get()}, pair_out.get()},
+        dim3(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens)), nullptr);
+  });
+  row("down", down_flop, down_us, down_mma_us);  // (moe_down_prefill's time includes its per-token sum)
+}
+
+void bench_moe_prefills() {
+  bench_moe_prefill<64, 6, 2048, 1408>(512);  // DeepSeek-V2-Lite
+  bench_moe_prefill<64, 6, 2048, 1408>(2048);
+}
+
 }  // namespace
 }  // namespace kiln::kernel_test
 
@@ -238,15 +300,20 @@ int main(int argc, char** argv) {
   using namespace kiln::kernel_test;
   if (!print_device_or_skip()) return 77;
   // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both);
-  // --prefill-only: only the prefill attention;
+  // --prefill-only: only the prefill attention; --moe-only: only the routed experts' prefill GEMMs;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
-  bool sweep = true, quant_only = false, fp8 = false, prefill_only = false;
+  bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     sweep = sweep && arg != "--no-sweep";
     quant_only = quant_only || arg == "--quant-only";
     fp8 = fp8 || arg == "--fp8";
     prefill_only = prefill_only || arg == "--prefill-only";
+    moe_only = moe_only || arg == "--moe-only";
+  }
+  if (moe_only) {
+    bench_moe_prefills();
+    return 0;
   }
   if (prefill_only) {
     bench_prefills();

@@ -1,0 +1,162 @@
+// The grouped tile GEMM on Hopper's warpgroup tensor cores (sm_90a: wgmma.mma_async), for the
+// routed experts' prefill: C[m, n] = Σ_k A[m, k] · B[n, k] over the rows of one group (an expert's
+// pairs), B [kN][kK] with K-contiguous rows (nn.Linear weights). The problem interface is
+// tile_gemm.cuh's (a_row, b_matrix, store, prologue), with tiles of 128 rows (locate_tile<128>).
+//
+// A block computes 128 rows × 256 columns: two warpgroups of 64 rows, each multiplying its rows by
+// the block's whole B tile (two m64n128k16 products per k16 step, A and B from shared memory). K
+// goes by 64 (one 128-byte swizzled row per tile row) through 4 shared-memory stages that cp.async
+// fills two tiles ahead: every gathered row of A has its own address, which the tensor copy engine
+// cannot take. A warpgroup whose rows are all past the group's end skips its products.
+//
+// Why these sizes: an expert's pairs are few (2,048 tokens × top-6 of 64 experts: ~190 each), so
+// rows per tile are what the tile can reuse B over; 128 × 256 reads 48 KB per 4.2 MFLOP k-tile,
+// which the L2 sustains, where the mma.sync tile_gemm's 64 × 128 reads 24 KB per 1 MFLOP.
+// The same bits for a row whatever other rows share its tile: every output is one warpgroup's
+// accumulation over k in order.
+#pragma once
+
+#include "templates/blocks/mma.cuh"
+#include "templates/blocks/wgmma.cuh"
+#include "templates/common.cuh"
+
+namespace kiln::detail {
+
+struct TileGemmWgmmaShape {
+  static constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kAhead = 2;
+  static constexpr int kThreads = 256;  // two warpgroups
+  static constexpr int kABytes = kBM * kSwizzleRowBytes, kBBytes = kBN * kSwizzleRowBytes;
+  static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kSwizzleGroupBytes;  // + room to align
+  static constexpr int kAPer = kBM * 8 / kThreads, kBPer = kBN * 8 / kThreads;  // 16-byte chunks per thread
+};
+
+template <class P>
+__global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgmma_kernel(const typename P::Args args) {
+  pdl_release_and_wait();
+  using S = TileGemmWgmmaShape;
+  constexpr int kN = P::kN, kK = P::kK, BM = S::kBM, BN = S::kBN, BK = S::kBK;
+  constexpr int kKTiles = ceil_div(kK, BK);
+  static_assert(!P::kBKMajor && kK % 8 == 0, "tile_gemm_wgmma: B [N][K] with rows of whole 16-byte chunks");
+  static_assert(S::kStages >= S::kAhead + 2, "a stage is refilled once every warpgroup's products of it are done");
+
+  int group = 0, m0 = 0, rows = 0;
+  if (!P::template locate_tile<BM>(args, group, m0, rows)) return;  // the same answer in every warp
+  if (blockIdx.x == 0) P::prologue(args, group, m0, rows);
+  const int n0 = blockIdx.x * BN;
+
+  extern __shared__ float4 smem_f4[];
+  // The swizzle pattern repeats every 1024 bytes of address: the tiles start on such a boundary.
+  char* smem = reinterpret_cast<char*>(
+      (reinterpret_cast<unsigned long long>(smem_f4) + kSwizzleGroupBytes - 1) & ~(kSwizzleGroupBytes - 1ull));
+  char* a_s = smem;                          // [kStages][BM rows × 128 bytes]
+  char* b_s = smem + S::kStages * S::kABytes;  // [kStages][BN rows × 128 bytes]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;
+  // The warpgroup's index from lane 0: the compiler then knows it is the same in every lane, and
+  // keeps the wgmma pipeline across the branch on it (`busy`) instead of serializing it.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+
+  // This thread's chunks: 16 bytes at k = 8·kc of rows r0 + 32·i, the k offset moving by BK a tile.
+  // Chunks outside the matrix copy nothing (src-size 0) but still name an address inside it.
+  const int kc = tid % 8, r0 = tid / 8, kc_safe = 8 * kc < kK ? 8 * kc : 0;
+  const bf16* a_src[S::kAPer];
+  bool a_ok[S::kAPer];
+#pragma unroll
+  for (int i = 0; i < S::kAPer; ++i) {
+    const int r = r0 + 32 * i;
+    a_ok[i] = r < rows;
+    a_src[i] = P::a_row(args, group, m0 + (a_ok[i] ? r : 0)) + kc_safe;
+  }
+  const bf16* b_mat = P::b_matrix(args, group);
+  const bf16* b_src[S::kBPer];
+  bool b_ok[S::kBPer];
+#pragma unroll
+  for (int i = 0; i < S::kBPer; ++i) {
+    const int r = r0 + 32 * i;
+    b_ok[i] = n0 + r < kN;
+    b_src[i] = b_mat + static_cast<long long>(b_ok[i] ? n0 + r : 0) * kK + kc_safe;
+  }
+  auto load_tile = [&](int stage, int kt) {
+    const int k0 = kt * BK;
+    const bool k_ok = k0 + 8 * kc < kK;
+    char* a_t = a_s + stage * S::kABytes;
+    char* b_t = b_s + stage * S::kBBytes;
+#pragma unroll
+    for (int i = 0; i < S::kAPer; ++i) {
+      const bool ok = a_ok[i] && k_ok;
+      cp_async_16(a_t + swizzled_offset(BM, r0 + 32 * i, kc), ok ? a_src[i] + k0 : a_src[i], ok);
+    }
+#pragma unroll
+    for (int i = 0; i < S::kBPer; ++i) {
+      const bool ok = b_ok[i] && k_ok;
+      cp_async_16(b_t + swizzled_offset(BN, r0 + 32 * i, kc), ok ? b_src[i] + k0 : b_src[i], ok);
+    }
+  };
+
+  float acc[2][64];  // columns [0, 128) and [128, 256) of the block's tile
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+  const bool busy = wg * 64 < rows;  // this warpgroup has rows in the tile
+
+#pragma unroll
+  for (int s = 0; s < S::kAhead; ++s) {
+    if (s < kKTiles) load_tile(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < kKTiles; ++kt) {
+    cp_async_wait<S::kAhead - 1>();  // tile kt has landed (this thread's copies)
+    fence_proxy_async_shared();      // ... is visible to the tensor cores' reads
+    __syncthreads();                 // ... for every thread's copies; every product of tile kt - 2 is done
+    if (kt + S::kAhead < kKTiles) load_tile((kt + S::kAhead) % S::kStages, kt + S::kAhead);
+    cp_async_commit();
+    if (busy) {
+      const int stage = kt % S::kStages;
+      const unsigned long long a_desc = k_major_descriptor(a_s + stage * S::kABytes + wg * 64 * kSwizzleRowBytes);
+      const unsigned long long b_desc = k_major_descriptor(b_s + stage * S::kBBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const int step = k_major_step_bytes(BM, kk);  // within one swizzled area: kk · 32 bytes
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wgmma_bf16_ss(acc[h], descriptor_plus(a_desc, step),
+                        descriptor_plus(b_desc, h * 128 * kSwizzleRowBytes + step), 1);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // tile kt - 1's products are done: its stage may be refilled after the next barrier
+    }
+  }
+  cp_async_wait<0>();
+  if (!busy) return;
+  wgmma_wait<0>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) wgmma_fence_registers(acc[h]);
+
+  const int m = wg * 64 + (warp % 4) * 16 + g;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int n = n0 + h * 128 + 8 * j + 2 * q;
+      if (n >= kN) continue;
+      if (m < rows) P::store(args, group, m0 + m, n, acc[h][4 * j], acc[h][4 * j + 1], n + 1 < kN);
+      if (m + 8 < rows) P::store(args, group, m0 + m + 8, n, acc[h][4 * j + 2], acc[h][4 * j + 3], n + 1 < kN);
+    }
+  }
+}
+
+// grid: (ceil(kN / 256), row tiles of 128 as the problem's locate_tile<128> reads them). Only on
+// compute capability 9.0 (wgmma_device()).
+template <class P>
+inline void launch_tile_gemm_wgmma(const typename P::Args& args, dim3 grid, cudaStream_t stream) {
+  using S = TileGemmWgmmaShape;
+  constexpr auto kernel = tile_gemm_wgmma_kernel<P>;
+  allow_dynamic_smem_once<kernel, S::kSmemBytes>();
+  KILN_LAUNCH(kernel, grid, S::kThreads, S::kSmemBytes, stream, args);
+}
+
+}  // namespace kiln::detail
