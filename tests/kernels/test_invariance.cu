@@ -85,6 +85,49 @@ void gemm_invariance(cuda::GemmRunner& runner) {
   }
 }
 
+// The attention checks' prefill steps: a `len`-token sequence under test, its pages after those of
+// an `other_len`-token one, and queries given as token ranges of either; q rows come from host_q
+// ([len + other_len][row]: the sequence's rows, then the other's).
+struct InvarianceQuery {
+  bool other;
+  int first, count;
+};
+struct InvarianceStep {
+  std::vector<int> query_start = {0}, positions, tables;
+  std::vector<uint16_t> rows;
+  int longest = 0;
+};
+class TwoSequencePages {
+ public:
+  TwoSequencePages(int len, int other_len, int page_size)
+      : len_(len), pages_((len + page_size - 1) / page_size), other_pages_((other_len + page_size - 1) / page_size),
+        table_(pages_), other_table_(pages_, 0) {
+    std::iota(table_.begin(), table_.end(), other_pages_);
+    for (int p = 0; p < other_pages_; ++p) other_table_[p] = p;
+  }
+  int pages_per_seq() const { return pages_; }
+  int total_pages() const { return pages_ + other_pages_; }
+  InvarianceStep step(const std::vector<InvarianceQuery>& queries, const std::vector<uint16_t>& host_q, size_t row) const {
+    InvarianceStep st;
+    for (const InvarianceQuery& qu : queries) {
+      for (int i = 0; i < qu.count; ++i) {
+        st.positions.push_back(qu.first + i);
+        const size_t src = static_cast<size_t>(qu.other ? len_ + qu.first + i : qu.first + i) * row;
+        st.rows.insert(st.rows.end(), host_q.begin() + src, host_q.begin() + src + row);
+      }
+      st.query_start.push_back(st.query_start.back() + qu.count);
+      const auto& t = qu.other ? other_table_ : table_;
+      st.tables.insert(st.tables.end(), t.begin(), t.end());
+      st.longest = std::max(st.longest, qu.count);
+    }
+    return st;
+  }
+
+ private:
+  int len_, pages_, other_pages_;
+  std::vector<int> table_, other_table_;
+};
+
 // A 300-token sequence's queries in one chunk, in parts (as chunked prefill runs them), and batched
 // after another sequence: every query row comes out the same.
 template <shape::attention S>
@@ -92,40 +135,19 @@ void prefill_attention_invariance() {
   static_assert(S.row == (S.heads + 2 * S.kv_heads) * S.head_dim, "q rows of fused qkv");
   constexpr int kLen = 300, kOther = 77;
   std::mt19937 rng(S.heads * 131 + S.head_dim);
-  const int pages_per_seq = (kLen + S.page_size - 1) / S.page_size;
-  const int other_pages = (kOther + S.page_size - 1) / S.page_size;
+  const TwoSequencePages pages(kLen, kOther, S.page_size);
   const size_t page_elems = static_cast<size_t>(2) * S.kv_heads * S.page_size * S.head_dim;
-  DeviceBuffer<uint16_t> cache(random_bf16(page_elems * (pages_per_seq + other_pages), rng));
+  DeviceBuffer<uint16_t> cache(random_bf16(page_elems * pages.total_pages(), rng));
   const auto host_q = random_bf16(static_cast<size_t>(kLen + kOther) * S.row, rng);
-  std::vector<int> table(pages_per_seq), other_table(pages_per_seq, 0);
-  std::iota(table.begin(), table.end(), other_pages);  // the sequence's pages come after the other's
-  for (int p = 0; p < other_pages; ++p) other_table[p] = p;
-
-  struct Query {
-    bool other;
-    int first, count;
-  };
-  auto run = [&](const std::vector<Query>& queries) {
-    std::vector<int> query_start = {0}, positions, tables;
-    std::vector<uint16_t> rows;
-    int longest = 0;
-    for (const Query& qu : queries) {
-      for (int i = 0; i < qu.count; ++i) {
-        positions.push_back(qu.first + i);
-        const size_t src = static_cast<size_t>(qu.other ? kLen + qu.first + i : qu.first + i) * S.row;
-        rows.insert(rows.end(), host_q.begin() + src, host_q.begin() + src + S.row);
-      }
-      query_start.push_back(query_start.back() + qu.count);
-      const auto& t = qu.other ? other_table : table;
-      tables.insert(tables.end(), t.begin(), t.end());
-      longest = std::max(longest, qu.count);
-    }
-    DeviceBuffer<uint16_t> d_rows(rows);
-    DeviceBuffer<int> d_start(query_start), d_pos(positions), d_tables(tables);
-    DeviceBuffer<uint16_t> out(static_cast<size_t>(query_start.back()) * S.heads * S.head_dim);
+  auto run = [&](const std::vector<InvarianceQuery>& queries) {
+    const InvarianceStep st = pages.step(queries, host_q, S.row);
+    DeviceBuffer<uint16_t> d_rows(st.rows);
+    DeviceBuffer<int> d_start(st.query_start), d_pos(st.positions), d_tables(st.tables);
+    DeviceBuffer<uint16_t> out(static_cast<size_t>(st.query_start.back()) * S.heads * S.head_dim);
     out.poison();
     kiln::attention_prefill<S>(as_bf16(d_rows), as_bf16(cache), as_bf16_mut(out), d_start.get(), d_pos.get(),
-                               d_tables.get(), pages_per_seq, static_cast<int>(queries.size()), longest, nullptr);
+                               d_tables.get(), pages.pages_per_seq(), static_cast<int>(queries.size()), st.longest,
+                               nullptr);
     check_launch("attention_prefill");
     return out.download();
   };
@@ -235,37 +257,18 @@ template <shape::mla_attention S>
 void mla_prefill_invariance() {
   constexpr int kLen = 300, kOther = 77, kWidth = S.latent + S.rope;
   std::mt19937 rng(S.heads * 53 + S.latent);
-  const int pages = (kLen + S.page_size - 1) / S.page_size, other_pages = (kOther + S.page_size - 1) / S.page_size;
-  DeviceBuffer<uint16_t> cache(random_bf16(static_cast<size_t>(pages + other_pages) * S.page_size * kWidth, rng));
+  const TwoSequencePages pages(kLen, kOther, S.page_size);
+  DeviceBuffer<uint16_t> cache(random_bf16(static_cast<size_t>(pages.total_pages()) * S.page_size * kWidth, rng));
   const size_t q_row = static_cast<size_t>(S.heads) * kWidth, out_row = static_cast<size_t>(S.heads) * S.latent;
   const auto host_q = random_bf16((kLen + kOther) * q_row, rng, 0.5f);
-  std::vector<int> table(pages), other_table(pages, 0);
-  std::iota(table.begin(), table.end(), other_pages);
-  for (int p = 0; p < other_pages; ++p) other_table[p] = p;
-  struct Query {
-    bool other;
-    int first, count;
-  };
-  auto run = [&](const std::vector<Query>& queries) {
-    std::vector<int> query_start = {0}, positions, tables;
-    std::vector<uint16_t> rows;
-    int longest = 0;
-    for (const Query& qu : queries) {
-      for (int i = 0; i < qu.count; ++i) {
-        positions.push_back(qu.first + i);
-        const size_t src = (qu.other ? kLen + qu.first + i : qu.first + i) * q_row;
-        rows.insert(rows.end(), host_q.begin() + src, host_q.begin() + src + q_row);
-      }
-      query_start.push_back(query_start.back() + qu.count);
-      const auto& t = qu.other ? other_table : table;
-      tables.insert(tables.end(), t.begin(), t.end());
-      longest = std::max(longest, qu.count);
-    }
-    DeviceBuffer<uint16_t> d_rows(rows), out(static_cast<size_t>(query_start.back()) * out_row);
-    DeviceBuffer<int> d_start(query_start), d_pos(positions), d_tables(tables);
+  auto run = [&](const std::vector<InvarianceQuery>& queries) {
+    const InvarianceStep st = pages.step(queries, host_q, q_row);
+    DeviceBuffer<uint16_t> d_rows(st.rows), out(static_cast<size_t>(st.query_start.back()) * out_row);
+    DeviceBuffer<int> d_start(st.query_start), d_pos(st.positions), d_tables(st.tables);
     out.poison();
     kiln::mla_attention_prefill<S>(as_bf16(d_rows), as_bf16(cache), as_bf16_mut(out), d_start.get(), d_pos.get(),
-                                   d_tables.get(), pages, static_cast<int>(queries.size()), longest, nullptr);
+                                   d_tables.get(), pages.pages_per_seq(), static_cast<int>(queries.size()), st.longest,
+                                   nullptr);
     check_launch("mla_attention_prefill");
     return out.download();
   };
