@@ -6,8 +6,8 @@ all on the same GPU in the same run.
     python3 tools/bench/prefill_bench.py llama-3.2-1b llama-3.1-8b deepseek-v2-lite \
         --tokens 512,2048,8192 [--bin-dir build/bin] [--llama-cpp DIR] [--no-hf] [--out FILE]
 
-kiln: `<bin> --random-weights 1 --prompt-ids <N random ids> --max-tokens 1`, `prefill_s` from
-`--output-format json` (the wall time of the steps that carried prompt tokens: the prompt is cut
+kiln: `<bin> --random-weights 1 --prompts-file <one request: N random ids, max_tokens 1>`,
+`prefill_s` from `--output-format json` (the wall time of the steps that carried prompt tokens: the prompt is cut
 into chunks of the build's max_batched_tokens, and the first token is sampled), the better of two
 processes. A prompt longer than the binary's context (build.max_context, or `--ctx-size`) is
 skipped; a config of the same model built with a longer context goes in as `name=config.yaml`
@@ -20,7 +20,7 @@ dims 192 and 128) + the LM head for the last token only. % of the matmul rate = 
 the bf16 rate measured at the start (8192³ products, bench.py's matmul_rate).
 
 HF: `model(ids, logits_to_keep=1)` under torch.no_grad, bf16, the best of three after one warm-up.
-llama.cpp: `llama-bench -p N -n 0 -fa 1 -ub 2048` on a bf16 GGUF of the same shapes (peer_llama_cpp.py;
+llama.cpp: `llama-bench -p N -n 0 -fa 1 -b 2048 -ub 2048 -r 3` on a bf16 GGUF of the same shapes (peer_llama_cpp.py;
 the families its writer knows), ms = N / avg_ts.
 """
 import argparse
@@ -40,7 +40,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 sys.path.insert(0, os.path.join(ROOT, "tools", "golden"))
-from bench import copy_bandwidth, matmul_rate  # noqa: E402,F401  (one definition of the rates)
+from bench import matmul_rate  # noqa: E402  (bench.py's definition of the rate)
 from hf_model import from_kiln_config, hf_config_dict  # noqa: E402
 
 
