@@ -2,7 +2,7 @@
 // quantized (Q8_0, Q4_0, Q4_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
-// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K blocks in the layout of cpu_matrix_bytes below
+// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it).
 // The loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
 // mix of these formats its file holds, so one build serves every quantization of the model.
@@ -53,10 +53,9 @@ constexpr int kMatrixFormats = 9;
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32;
 }
-// The block formats the fast CPU backend reads (its loader requantizes Q6_K to Q8_0; FP8 is the
-// GPU's only).
+// The block formats the fast CPU backend reads (FP8 is the GPU's only).
 KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
-  return is_block_format(f) && f != MatrixFormat::q6_k && f != MatrixFormat::fp8;
+  return is_block_format(f) && f != MatrixFormat::fp8;
 }
 
 struct GpuMatrix {
@@ -151,20 +150,27 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
 //   4-bit formats: 4 vectors, byte 4·r + i of vector j column 4·j + i in its low nibble and
 //     column 16 + 4·j + i in its high one (the file's 0..15);
 //   Q5_0: then one vector of fifth bits, bit j of byte 4·r + i column 4·j + i's 16;
-//   then the 16 rows' fp16 scales d (Q4_K: fp32 d·sc), then Q4_1's fp16 mins m (Q4_K: fp32
-//   -dmin·m).
+//   Q6_K: the low 4 bits of ggml's 6-bit quants u as the 4-bit formats' nibbles, then two
+//     vectors of high bits, bit j of byte 4·r + i of the first column 4·j + i's 16, of the
+//     second its 32;
+//   then the 16 rows' fp16 scales d (Q4_K: fp32 d·sc; Q6_K: 4 bytes a row, the 16 rows' int8
+//   sub-block scales sc of columns 0..15, those of columns 16..31, then their fp16 d: value =
+//   d·sc · (u - 32)), then Q4_1's fp16 mins m (Q4_K: fp32 -dmin·m).
 // Values, scales and bytes are ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp): decode
 // streams the weights from memory, so the layout adds no byte but the padding rows. Q4_K's
 // 32-value sub-blocks are blocks too, with ggml's own products for scales (6 bits a weight where
-// the file holds 4.5, the price of one kernel for Q4_1 and Q4_K).
+// the file holds 4.5, the price of one kernel for Q4_1 and Q4_K); Q6_K's take 7 where it holds
+// 6.56 (Q8_0 would take 8.5).
 constexpr long long kCpuRowGroup = 16;
 
 KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 512 : 256; }
 // Where a record's scales start, their width, and where its mins start (Q4_1, Q4_K).
 KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
-  return cpu_quant_bytes(f) + (f == MatrixFormat::q5_0 ? 64 : 0);
+  return cpu_quant_bytes(f) + (f == MatrixFormat::q5_0 ? 64 : f == MatrixFormat::q6_k ? 128 : 0);
 }
-KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) { return f == MatrixFormat::q4_k ? 4 : 2; }
+KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) {
+  return f == MatrixFormat::q4_k || f == MatrixFormat::q6_k ? 4 : 2;
+}
 KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) { return f == MatrixFormat::q4_1 || f == MatrixFormat::q4_k; }
 KILN_HOST_DEVICE constexpr long long cpu_mins_at(MatrixFormat f) {
   return cpu_scales_at(f) + kCpuRowGroup * cpu_scale_bytes(f);

@@ -66,18 +66,20 @@ void quantize_activations(const float* x, int64_t k, Q8Block* out) {
     float amax = 0.0f;
     for (int j = 0; j < kQuantBlockValues; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t total = 0;
-    for (int j = 0; j < kQuantBlockValues; ++j) {
-      const float scaled = v[j] * inv;  // |scaled| ≤ 127
-      const float q = round_even(scaled);
-      o.q[j] = static_cast<int8_t>(q);
-      o.lo[j] = static_cast<int8_t>(round_even(128.0f * (scaled - q)));  // |scaled - q| ≤ 1/2: within ±64
-      total += 128 * o.q[j] + o.lo[j];
+    int32_t half[2] = {0, 0};  // the first 16 values' Σ, the last 16's
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 16 * h; j < 16 * h + 16; ++j) {
+        const float scaled = v[j] * inv;  // |scaled| ≤ 127
+        const float q = round_even(scaled);
+        o.q[j] = static_cast<int8_t>(q);
+        o.lo[j] = static_cast<int8_t>(round_even(128.0f * (scaled - q)));  // |scaled - q| ≤ 1/2: within ±64
+        half[h] += 128 * o.q[j] + o.lo[j];
+      }
     }
     o.step = d / 128.0f;
-    o.total = total;
-    o.sum = o.step * static_cast<float>(total);
-    o.unused = 0.0f;
+    o.total = half[0] + half[1];
+    o.sum = o.step * static_cast<float>(o.total);
+    o.total_first = half[0];
   }
 }
 

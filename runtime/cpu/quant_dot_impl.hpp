@@ -32,7 +32,16 @@ constexpr int kBf16DecodeRows = 8;             // one token: 8 sums (run_bf16)
 // The offset of the unsigned quants (value = scale · (u - offset)), folded into the integer sum
 // as -offset · total (quant_dot.hpp).
 template <MatrixFormat F>
-constexpr int kQuantOffset = F == MatrixFormat::q8_0 ? 128 : F == MatrixFormat::q4_0 ? 8 : F == MatrixFormat::q5_0 ? 16 : 0;
+constexpr int kQuantOffset = F == MatrixFormat::q8_0   ? 128
+                             : F == MatrixFormat::q4_0 ? 8
+                             : F == MatrixFormat::q5_0 ? 16
+                             : F == MatrixFormat::q6_k ? 32
+                                                       : 0;
+
+// Q6_K has a scale per 16 values: a block's products are summed per half (columns 0..15 and
+// 16..31), each with its offset's share of the activations' total (quant_dot.hpp).
+template <MatrixFormat F>
+constexpr bool kHalfScales = F == MatrixFormat::q6_k;
 
 // The formats whose unsigned quants are 4-bit (u ≤ 15).
 template <MatrixFormat F>
@@ -73,14 +82,26 @@ inline void unpack(const std::byte* rec, __m512i u[8]) {
       u[j] = _mm512_and_si512(p, mask);
       u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), mask);
     }
-    if constexpr (F == MatrixFormat::q5_0) {  // bit j of each byte is u[j]'s 16: moved to bit 4, or-ed in
-      const __m512i fifth = _mm512_loadu_si512(rec + cpu_quant_bytes(F)), bit4 = _mm512_set1_epi8(0x10);
+    // Q5_0: bit j of each byte is u[j]'s 16: moved to bit 4, or-ed in; Q6_K: so is a second
+    // plane's, to bit 5 (its 32).
+    for (int plane = 0; plane < (F == MatrixFormat::q5_0 ? 1 : F == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+      const __m512i bits = _mm512_loadu_si512(rec + cpu_quant_bytes(F) + 64 * plane);
+      const __m512i to = _mm512_set1_epi8(static_cast<char>(0x10 << plane));
       for (int j = 0; j < 8; ++j) {
-        const __m512i moved = j < 4 ? _mm512_slli_epi16(fifth, 4 - j) : _mm512_srli_epi16(fifth, j - 4);
-        u[j] = _mm512_ternarylogic_epi32(u[j], moved, bit4, 0xF8);  // u | (moved & bit4)
+        const int shift = 4 + plane - j;
+        const __m512i moved = shift >= 0 ? _mm512_slli_epi16(bits, shift) : _mm512_srli_epi16(bits, -shift);
+        u[j] = _mm512_ternarylogic_epi32(u[j], moved, to, 0xF8);  // u | (moved & to)
       }
     }
   }
+}
+
+// Q6_K's 16 rows' scales d·sc of columns 0..15 (half 0) or 16..31 (half 1) of a block record.
+inline __m512 q6_k_scales(const std::byte* rec, int half) {
+  const std::byte* p = rec + cpu_scales_at(MatrixFormat::q6_k);
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * kCpuRowGroup)));
+  const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kCpuRowGroup * half)));
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
 }
 
 // The 16 rows' scales (or mins) at p.
@@ -111,6 +132,25 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
     prefetch_ahead<kBlock>(rec);
     __m512i u[8];
     unpack<F>(rec, u);
+    if constexpr (kHalfScales<F>) {
+      const __m512 scale[2] = {q6_k_scales(rec, 0), q6_k_scales(rec, 1)};
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const Q8Block& xb = x[c * a.act_stride + b];
+        const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
+        __m512 v = _mm512_setzero_ps();
+        for (int h = 0; h < 2; ++h) {
+          __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(-kQuantOffset<F> * totals[h]);
+          for (int j = 4 * h; j < 4 * h + 4; ++j) {
+            hi = _mm512_dpbusd_epi32(hi, u[j], _mm512_set1_epi32(four_at(xb.q + 4 * j)));
+            lo = _mm512_dpbusd_epi32(lo, u[j], _mm512_set1_epi32(four_at(xb.lo + 4 * j)));
+          }
+          v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo)), scale[h], v);
+        }
+        acc[c] = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.step), acc[c]);
+      }
+      continue;
+    }
     const __m512 scale = row_scales<F>(rec + cpu_scales_at(F));
     __m512 min = _mm512_setzero_ps();
     if constexpr (cpu_has_min(F)) min = row_scales<F>(rec + cpu_mins_at(F));
@@ -158,14 +198,23 @@ inline void unpack(const std::byte* rec, int h, __m256i u[8], __m256i signs[8]) 
       u[j] = _mm256_and_si256(p, mask);
       u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
     }
-    if constexpr (F == MatrixFormat::q5_0) {
-      const __m256i fifth = at(cpu_quant_bytes(F)), bit4 = _mm256_set1_epi8(0x10);
+    for (int plane = 0; plane < (F == MatrixFormat::q5_0 ? 1 : F == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+      const __m256i bits = at(cpu_quant_bytes(F) + 64 * plane), to = _mm256_set1_epi8(static_cast<char>(0x10 << plane));
       for (int j = 0; j < 8; ++j) {
-        const __m256i moved = j < 4 ? _mm256_slli_epi16(fifth, 4 - j) : _mm256_srli_epi16(fifth, j - 4);
-        u[j] = _mm256_or_si256(u[j], _mm256_and_si256(moved, bit4));
+        const int shift = 4 + plane - j;
+        const __m256i moved = shift >= 0 ? _mm256_slli_epi16(bits, shift) : _mm256_srli_epi16(bits, -shift);
+        u[j] = _mm256_or_si256(u[j], _mm256_and_si256(moved, to));
       }
     }
   }
+}
+
+// Q6_K's scales d·sc of rows 8h..8h+7, columns 0..15 (half 0) or 16..31 (half 1) of a block record.
+inline __m256 q6_k_scales(const std::byte* rec, int h, int half) {
+  const std::byte* p = rec + cpu_scales_at(MatrixFormat::q6_k);
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * kCpuRowGroup + 16 * h)));
+  const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kCpuRowGroup * half + 8 * h)));
+  return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
 }
 
 template <MatrixFormat F>
@@ -269,9 +318,10 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
 // C tokens against a group's rows 8h..8h+7: the quants unpacked once for the C tokens, then one
 // token's two sums at a time in registers, a block's vpmaddubsw results summed as int16 pairs for
 // kInt16Terms products before they widen (4-bit: 8 · 2 · 15 · 127 = 30,480; Q5_0, u ≤ 31: 4 ·
-// 2 · 31 · 127 = 31,496; Q8_0's |w| ≤ 128 against signed activations: each at once).
+// 2 · 31 · 127 = 31,496; Q6_K, u ≤ 63: 2 · 2 · 63 · 127 = 32,004; Q8_0's |w| ≤ 128 against signed
+// activations: each at once).
 template <MatrixFormat F>
-constexpr int kInt16Terms = F == MatrixFormat::q8_0 ? 1 : F == MatrixFormat::q5_0 ? 4 : 8;
+constexpr int kInt16Terms = F == MatrixFormat::q8_0 ? 1 : F == MatrixFormat::q5_0 ? 4 : F == MatrixFormat::q6_k ? 2 : 8;
 
 template <MatrixFormat F, int C>
 void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
@@ -290,6 +340,29 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
       prefetch_ahead<kBlock>(rec);
       __m256i u[8], signs[8];
       unpack<F>(rec, h, u, signs);
+      if constexpr (kHalfScales<F>) {
+        const __m256 scale[2] = {q6_k_scales(rec, h, 0), q6_k_scales(rec, h, 1)};
+        for (int c = 0; c < C; ++c) {
+          const Q8Block& xb = x[c * a.act_stride + b];
+          const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
+          __m256 v = _mm256_setzero_ps();
+          for (int half = 0; half < 2; ++half) {
+            __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kOffset * totals[half]);
+            for (int j0 = 4 * half; j0 < 4 * half + 4; j0 += kInt16Terms<F>) {
+              __m256i hq = _mm256_setzero_si256(), hl = _mm256_setzero_si256();
+              for (int j = j0; j < j0 + kInt16Terms<F>; ++j) {
+                hq = _mm256_add_epi16(hq, _mm256_maddubs_epi16(u[j], four(xb.q + 4 * j)));
+                hl = _mm256_add_epi16(hl, _mm256_maddubs_epi16(u[j], four(xb.lo + 4 * j)));
+              }
+              hi = _mm256_add_epi32(hi, _mm256_madd_epi16(hq, ones));
+              lo = _mm256_add_epi32(lo, _mm256_madd_epi16(hl, ones));
+            }
+            v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo)), scale[half], v);
+          }
+          acc[c] = _mm256_fmadd_ps(v, _mm256_set1_ps(xb.step), acc[c]);
+        }
+        continue;
+      }
       const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
       for (int c = 0; c < C; ++c) {
         const Q8Block& xb = x[c * a.act_stride + b];
@@ -427,7 +500,9 @@ int32_t quant_at(const std::byte* rec, int64_t lane, int c) {
   const int col = c % 16;
   const auto byte = static_cast<uint8_t>(rec[64 * (col / 4) + 4 * lane + col % 4]);
   int32_t u = c < 16 ? byte & 0x0F : byte >> 4;
-  if constexpr (F == MatrixFormat::q5_0) u |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(F) + 4 * lane + c % 4]) >> (c / 4)) & 1) << 4;
+  for (int plane = 0; plane < (F == MatrixFormat::q5_0 ? 1 : F == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+    u |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(F) + 64 * plane + 4 * lane + c % 4]) >> (c / 4)) & 1) << (4 + plane);
+  }
   return u;
 }
 
@@ -443,6 +518,23 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
       for (int64_t b = 0; b < a.k / kQuantBlockValues; ++b) {
         const std::byte* rec = w + b * kBlock;
         const Q8Block& xb = x[c * a.act_stride + b];
+        if constexpr (kHalfScales<F>) {  // Q6_K: d·sc per half
+          const std::byte* p = rec + cpu_scales_at(F);
+          const float d = f16_at(p + 2 * kCpuRowGroup + 2 * lane);
+          const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
+          float sum = 0.0f;
+          for (int h = 0; h < 2; ++h) {
+            int32_t hi = 0, lo = -kQuantOffset<F> * totals[h];
+            for (int i = 16 * h; i < 16 * h + 16; ++i) {
+              const int32_t u = quant_at<F>(rec, lane, i);
+              hi += u * xb.q[i];
+              lo += u * xb.lo[i];
+            }
+            sum += static_cast<float>(128 * hi + lo) * (d * static_cast<float>(static_cast<int8_t>(p[kCpuRowGroup * h + lane])));
+          }
+          v += sum * xb.step;
+          continue;
+        }
         int32_t hi = 0, lo = -kQuantOffset<F> * xb.total;
         for (int i = 0; i < kQuantBlockValues; ++i) {
           const int32_t u = quant_at<F>(rec, lane, i);
@@ -563,9 +655,9 @@ inline void run(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q4_1: run_blocks<MatrixFormat::q4_1>(a); break;
     case MatrixFormat::q5_0: run_blocks<MatrixFormat::q5_0>(a); break;
     case MatrixFormat::q4_k: run_blocks<MatrixFormat::q4_k>(a); break;
+    case MatrixFormat::q6_k: run_blocks<MatrixFormat::q6_k>(a); break;
     case MatrixFormat::bf16: run_bf16(a); break;
-    case MatrixFormat::q6_k:  // the GPU's only (is_cpu_block_format)
-    case MatrixFormat::fp8:
+    case MatrixFormat::fp8:  // the GPU's only (is_cpu_block_format)
     case MatrixFormat::f32: break;
   }
 }

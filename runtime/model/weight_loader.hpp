@@ -24,8 +24,8 @@ namespace kiln {
 // the file than bf16, and half its bytes). Tensor-parallel slices and F32 / F16 / BF16
 // tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
-// Q4_1, Q5_0 or Q4_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other block
-// types are requantized to Q8_0, and matrices not in blocks are bf16 rows.
+// Q4_1, Q5_0, Q4_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other
+// block types are requantized to Q8_0, and matrices not in blocks are bf16 rows.
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
 // FP8 on the GPU: a matrix an FP8 checkpoint stores in E4M3 keeps its codes and scales where its
 // blocks are 128 columns wide and its pieces whole blocks of 128 rows (the published checkpoints'

@@ -51,7 +51,7 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q4_1: return device == Device::cpu ? std::optional(MatrixFormat::q4_1) : std::nullopt;
     case GgmlType::Q5_0: return device == Device::cpu ? std::optional(MatrixFormat::q5_0) : std::nullopt;
     case GgmlType::Q4_K: return MatrixFormat::q4_k;
-    case GgmlType::Q6_K: return device == Device::gpu ? std::optional(MatrixFormat::q6_k) : std::nullopt;
+    case GgmlType::Q6_K: return MatrixFormat::q6_k;
     default: return std::nullopt;
   }
 }
@@ -200,6 +200,7 @@ namespace {
 // Bytes of a row of k values as the file stores them.
 int64_t ggml_row_bytes(MatrixFormat f, int64_t k) {
   if (f == MatrixFormat::q4_k) return k % 256 == 0 ? k / 256 * 144 : -1;
+  if (f == MatrixFormat::q6_k) return k % 256 == 0 ? k / 256 * 210 : -1;
   const int64_t block = f == MatrixFormat::q8_0 ? 34 : f == MatrixFormat::q4_0 ? 18 : f == MatrixFormat::q4_1 ? 20 : 22;
   return k / kQuantBlockValues * block;
 }
@@ -238,8 +239,15 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
   const int64_t lane = r % kCpuRowGroup, width = cpu_scale_bytes(f);
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
     std::byte* rec = cpu_record(f, matrix, k, r, b);
-    int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else 0..15 / 0..31)
-    if (f == MatrixFormat::q4_k) {
+    int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else 0..15 / 0..31 / 0..63)
+    if (f == MatrixFormat::q6_k) {  // scales: [2][16] int8 sc (columns 0..15, 16..31), then [16] fp16 d
+      const std::byte* super = ggml_row.data() + (b / 8) * 210;
+      const int64_t sub = 2 * (b % 8);  // the super-block's int8 scales, one per 16 values in column order
+      rec[cpu_scales_at(f) + lane] = super[192 + sub];
+      rec[cpu_scales_at(f) + kCpuRowGroup + lane] = super[192 + sub + 1];
+      std::memcpy(rec + cpu_scales_at(f) + 2 * kCpuRowGroup + 2 * lane, super + 208, 2);
+      for (int c = 0; c < kQuantBlockValues; ++c) q[c] = q6k_quant(super, 32 * (b % 8) + c);
+    } else if (f == MatrixFormat::q4_k) {
       const std::byte* super = ggml_row.data() + (b / 8) * 144;
       const SubBlockScale sc = q4_k_sub_block(super, static_cast<size_t>(b % 8));
       const float min = -sc.min;
@@ -268,11 +276,12 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
     for (int c = 0; c < 16; ++c) {
       rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>((q[c] & 0x0F) | ((q[c + 16] & 0x0F) << 4)));
     }
-    if (f == MatrixFormat::q5_0) {
+    // Q5_0's fifth bits; Q6_K's fifth, then sixth (bit j of byte 4·lane + i: column 4j + i).
+    for (int plane = 0; plane < (f == MatrixFormat::q5_0 ? 1 : f == MatrixFormat::q6_k ? 2 : 0); ++plane) {
       for (int i = 0; i < 4; ++i) {
         uint8_t bits = 0;
-        for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((q[4 * j + i] >> 4) & 1) << j);
-        rec[cpu_quant_bytes(f) + 4 * lane + i] = std::byte(bits);
+        for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((q[4 * j + i] >> (4 + plane)) & 1) << j);
+        rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + i] = std::byte(bits);
       }
     }
   }
@@ -281,10 +290,18 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
 float cpu_matrix_value(MatrixFormat f, const std::byte* matrix, int64_t k, int64_t r, int64_t c) {
   const int64_t lane = r % kCpuRowGroup, col = c % kQuantBlockValues, width = cpu_scale_bytes(f);
   const std::byte* rec = cpu_record(f, const_cast<std::byte*>(matrix), k, r, c / kQuantBlockValues);
-  const float scale = cpu_scale(f, rec + cpu_scales_at(f) + width * lane);
   const auto byte = static_cast<uint8_t>(rec[cpu_quant_byte(f, lane, col)]);
-  if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int>(byte) - 128) * scale;
   int q = col < 16 ? byte & 0x0F : byte >> 4;
+  if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
+    for (int plane = 0; plane < 2; ++plane) {
+      q |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + col % 4]) >> (col / 4)) & 1) << (4 + plane);
+    }
+    const auto sc = static_cast<int8_t>(rec[cpu_scales_at(f) + (col / 16) * kCpuRowGroup + lane]);
+    const float d = f16_value(rec + cpu_scales_at(f) + 2 * kCpuRowGroup + 2 * lane);
+    return d * static_cast<float>(sc) * static_cast<float>(q - 32);
+  }
+  const float scale = cpu_scale(f, rec + cpu_scales_at(f) + width * lane);
+  if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int>(byte) - 128) * scale;
   switch (f) {
     case MatrixFormat::q4_0: return static_cast<float>(q - 8) * scale;
     case MatrixFormat::q5_0: {

@@ -17,8 +17,8 @@ namespace kiln {
 enum class Device { cpu, gpu };
 
 // The format that keeps a GGUF type as stored on a device, if there is one: Q8_0, Q4_0, Q4_K and
-// Q6_K on the GPU (repacked, repack_row); Q8_0, Q4_0, Q4_K, Q4_1 and Q5_0 on the fast CPU backend
-// (repack_cpu_row).
+// Q6_K on the GPU (repacked, repack_row); Q8_0, Q4_0, Q4_K, Q6_K, Q4_1 and Q5_0 on the fast CPU
+// backend (repack_cpu_row).
 std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device);
 const char* matrix_format_name(MatrixFormat format);
 

@@ -34,6 +34,7 @@ GgmlType ggml_type_of(MatrixFormat f) {
     case MatrixFormat::q4_0: return GgmlType::Q4_0;
     case MatrixFormat::q4_1: return GgmlType::Q4_1;
     case MatrixFormat::q5_0: return GgmlType::Q5_0;
+    case MatrixFormat::q6_k: return GgmlType::Q6_K;
     default: return GgmlType::Q4_K;
   }
 }
@@ -55,8 +56,9 @@ Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
   }
   const GgmlType type = ggml_type_of(f);
   const size_t block_bytes = ggml_block_bytes(type);
-  std::vector<std::byte> ggml =
-      test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
+  std::vector<std::byte> ggml =  // Q6_K's d comes last: random_gguf_blocks keeps it finite
+      f == MatrixFormat::q6_k ? test::random_gguf_blocks(type, n, k, seed)
+                              : test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
   if (f == MatrixFormat::q4_1 || f == MatrixFormat::q4_k) {  // the random bytes would make any fp16 min: keep it in [-0.1, 0.1)
     std::mt19937 rng(seed + 1);
     std::uniform_real_distribution<float> min(-0.1f, 0.1f);
@@ -116,8 +118,8 @@ std::vector<float> rounded_to_bf16(const std::vector<float>& x) {
   return back;
 }
 
-const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixFormat::q4_1,
-                                 MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::bf16};
+const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0,
+                                 MatrixFormat::q4_k, MatrixFormat::q6_k, MatrixFormat::bf16};
 
 struct Shape {
   int64_t n, k, tokens;
@@ -128,9 +130,10 @@ struct Shape {
 const Shape kShapes[] = {{37, 64, 1},  {64, 576, 1},   {21, 512, 1}, {19, 96, 5},  {40, 256, 9},
                          {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}, {11, 200, 7}, {11, 200, 1}};
 
-// The block formats hold rows of whole blocks (Q4_K of 256 values) only; bf16 any length.
+// The block formats hold rows of whole blocks (Q4_K and Q6_K of 256 values) only; bf16 any length.
 bool fits(MatrixFormat f, const Shape& sh) {
-  return f == MatrixFormat::bf16 || (sh.k % kQuantBlockValues == 0 && (f != MatrixFormat::q4_k || sh.k % 256 == 0));
+  const bool super_blocks = f == MatrixFormat::q4_k || f == MatrixFormat::q6_k;
+  return f == MatrixFormat::bf16 || (sh.k % kQuantBlockValues == 0 && (!super_blocks || sh.k % 256 == 0));
 }
 
 }  // namespace

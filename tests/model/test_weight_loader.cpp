@@ -461,9 +461,11 @@ class Q6kSource final : public kiln::TensorSource {
 
 }  // namespace
 
-// A Q6_K projection keeps its blocks on the GPU with ggml's values; a NaN d (the last two bytes of
-// a Q6_K block, not the first as in the other types) is refused, naming the tensor and the row.
-TEST_CASE("weight loader: the GPU keeps a Q6_K projection's blocks and refuses a NaN d in them", "[weights]") {
+// A Q6_K projection keeps its blocks on the GPU and on the fast CPU backend with ggml's values; a
+// NaN d (the last two bytes of a Q6_K block, not the first as in the other types) is refused,
+// naming the tensor and the row.
+TEST_CASE("weight loader: the GPU and the fast CPU backend keep a Q6_K projection's blocks and refuse a NaN d in them",
+          "[weights]") {
   constexpr int64_t kRows = 4;
   std::vector<WeightSpec> specs = {{"proj", false, 0, 0, {kRows, 256}, 0, {{{.hf_name = "w", .rows = kRows}}}, "", true}};
   ModelDef def;
@@ -486,12 +488,26 @@ TEST_CASE("weight loader: the GPU keeps a Q6_K projection's blocks and refuses a
     }
     CHECK(wrong == 0);
   }
+  {
+    Q6kSource source(kRows, blocks);
+    CountingSink sink;
+    const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::cpu, sink);
+    REQUIRE(w.table.format("proj") == kiln::MatrixFormat::q6_k);
+    const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < 256; ++c) wrong += kiln::cpu_matrix_value(kiln::MatrixFormat::q6_k, matrix, 256, r, c) != values[r * 256 + c];
+    }
+    CHECK(wrong == 0);
+  }
   blocks[2 * 210 + 208] = std::byte{0x00};
   blocks[2 * 210 + 209] = std::byte{0x7E};  // row 2's d: fp16 NaN
-  Q6kSource source(kRows, blocks);
-  CountingSink sink;
-  CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::gpu, sink), "q6k.gguf", "tensor w",
-                   "NaN or infinite scale in block 0", "at row 2", "corrupt");
+  for (const WeightFormat format : {WeightFormat::gpu, WeightFormat::cpu}) {
+    Q6kSource source(kRows, blocks);
+    CountingSink sink;
+    CHECK_KILN_ERROR(kiln::load_weights(def, source, format, sink), "q6k.gguf", "tensor w",
+                     "NaN or infinite scale in block 0", "at row 2", "corrupt");
+  }
 }
 
 namespace {

@@ -64,7 +64,7 @@ TEST_CASE("quant repack: Q8_0, Q4_0 and Q4_K rows keep ggml's values in the GPU 
   check_round_trip(GgmlType::Q6_K, 17, 2048);
   CHECK(matrix_bytes(MatrixFormat::q6_k, 4096, 14336) == 4096LL * 14336 / 256 * 210);
   CHECK(matrix_format_of(GgmlType::Q6_K, Device::gpu) == MatrixFormat::q6_k);
-  CHECK(!matrix_format_of(GgmlType::Q6_K, Device::cpu));  // the CPU requantizes Q6_K to Q8_0
+  CHECK(matrix_format_of(GgmlType::Q6_K, Device::cpu) == MatrixFormat::q6_k);
   CHECK(matrix_bytes(MatrixFormat::q4_0, 4096, 4096) == 4096LL * 4096 / 32 * 18);  // ggml's bytes, no padding
   CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
   CHECK(matrix_bytes(MatrixFormat::q4_k, 4096, 14336) == 4096LL * 14336 / 256 * 144);
@@ -119,7 +119,7 @@ TEST_CASE("quant repack: quantize_q8_0 is ggml's reference quantizer (values wit
 }
 
 TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved, a last group padded", "[weights]") {
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K}) {
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const MatrixFormat f = *matrix_format_of(type, Device::cpu);
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 64}, {16, 96}, {5, 576}, {33, 512}}) {
       if (k % static_cast<int64_t>(ggml_block_size(type)) != 0) continue;
@@ -144,6 +144,7 @@ TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved
   CHECK(cpu_matrix_bytes(MatrixFormat::q5_0, 16, 64) == 16LL * 2 * 22);
   CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 16LL * 3 * 34);               // a padded group
   CHECK(cpu_matrix_bytes(MatrixFormat::q4_k, 16, 256) == 16LL * 8 * 24);             // fp32 scale and min a block
+  CHECK(cpu_matrix_bytes(MatrixFormat::q6_k, 16, 256) == 16LL * 8 * 28);             // 2 int8 sc and fp16 d a block
 }
 
 TEST_CASE("quant repack: a Q6_K lane holds columns 4q..4q+3 and 16+4q..16+4q+3 of each block, high bits apart",
