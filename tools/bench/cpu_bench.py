@@ -150,7 +150,7 @@ def make_files(args):
     gguf = peer_llama_cpp.import_gguf(args.llama_cpp)
     os.makedirs(args.files_dir, exist_ok=True)
     for model in args.make:
-        cfg = peer_llama_cpp.hf_config_dict(os.path.join(peer_llama_cpp.ROOT, "configs", model + ".yaml"))
+        cfg = peer_llama_cpp.model_config(model)
         src = os.path.join(args.files_dir, f"{model}-bf16.gguf")
         peer_llama_cpp.write_gguf(gguf, cfg, src, model)
         print(src)

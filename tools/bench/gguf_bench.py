@@ -57,7 +57,7 @@ def main():
     rows = []
     for model in args.models:
         gguf = peer_llama_cpp.import_gguf(args.llama_cpp)
-        cfg = peer_llama_cpp.hf_config_dict(os.path.join(peer_llama_cpp.ROOT, "configs", model + ".yaml"))
+        cfg = peer_llama_cpp.model_config(model)
         src = os.path.join(args.work, f"{model}-bf16.gguf")
         peer_llama_cpp.write_gguf(gguf, cfg, src, model)
         rng = random.Random(0)

@@ -17,6 +17,7 @@ own headline number, averaged over llama-bench's repetitions. Files are deleted 
 --keep.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -220,20 +221,40 @@ def tail(text, n=3):
     return " | ".join(line for line in text.strip().splitlines()[-n:])
 
 
-def decode_ms(llama_cpp_dir, model_name, quants=(), work=None, ngl=99, keep=False, reps=5):
-    """llama.cpp's tg ms per token on `model_name`'s shapes (configs/<model_name>.yaml or a kiln YAML
-    path): {"bf16": result, "Q4_0": result, ...}, each result as run_bench's or {"error": why} for a
-    quantization that failed. Raises Unsupported for architectures not written here."""
-    cfg_path = model_name if model_name.endswith(".yaml") else os.path.join(ROOT, "configs", model_name + ".yaml")
-    cfg = hf_config_dict(cfg_path)
+def model_config(model_name):
+    """The HF config dict of a kiln model name (configs/<model_name>.yaml) or a kiln YAML path."""
+    path = model_name if model_name.endswith(".yaml") else os.path.join(ROOT, "configs", model_name + ".yaml")
+    return hf_config_dict(path)
+
+
+@contextlib.contextmanager
+def bf16_file(llama_cpp_dir, model_name, tools, work=None, keep=False):
+    """A bf16 GGUF of `model_name`'s shapes in a new directory under `work`: yields (directory,
+    file), removed afterwards unless `keep`. The llama.cpp `tools` are looked up before a file of
+    many GB is written. Raises Unsupported for architectures not written here."""
+    cfg = model_config(model_name)
     check_supported(cfg)
-    for name in ["llama-bench"] + (["llama-quantize"] if quants else []):
-        tool(llama_cpp_dir, name)  # before a file of many GB is written
+    for name in tools:
+        tool(llama_cpp_dir, name)
     gguf = import_gguf(llama_cpp_dir)
     work_dir = tempfile.mkdtemp(prefix="kiln-lcpp-", dir=work)
     try:
         src = os.path.join(work_dir, "model-bf16.gguf")
         write_gguf(gguf, cfg, src, model_name)
+        yield work_dir, src
+    finally:
+        if keep:
+            print(f"kept {work_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def decode_ms(llama_cpp_dir, model_name, quants=(), work=None, ngl=99, keep=False, reps=5):
+    """llama.cpp's tg ms per token on `model_name`'s shapes (configs/<model_name>.yaml or a kiln YAML
+    path): {"bf16": result, "Q4_0": result, ...}, each result as run_bench's or {"error": why} for a
+    quantization that failed. Raises Unsupported for architectures not written here."""
+    tools = ["llama-bench"] + (["llama-quantize"] if quants else [])
+    with bf16_file(llama_cpp_dir, model_name, tools, work, keep) as (work_dir, src):
         out = {"bf16": run_bench(llama_cpp_dir, src, ngl, reps=reps)}
         for q in quants:
             dst = os.path.join(work_dir, f"model-{q}.gguf")
@@ -245,11 +266,6 @@ def decode_ms(llama_cpp_dir, model_name, quants=(), work=None, ngl=99, keep=Fals
             if not keep and os.path.exists(dst):
                 os.unlink(dst)
         return out
-    finally:
-        if keep:
-            print(f"kept {work_dir}", file=sys.stderr)
-        else:
-            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 # Long prompts: llama.cpp's flash attention, and micro-batches of 2,048 tokens (its default of 512
@@ -260,15 +276,7 @@ PREFILL_ARGS = ("-fa", "1", "-b", "2048", "-ub", "2048")
 def prefill_ms(llama_cpp_dir, model_name, lengths, work=None, ngl=99, reps=3):
     """llama.cpp's prefill of each prompt length on `model_name`'s shapes in bf16: {n: ms or why not}
     (prefill_bench.py's column). Raises Unsupported for architectures not written here."""
-    cfg_path = model_name if model_name.endswith(".yaml") else os.path.join(ROOT, "configs", model_name + ".yaml")
-    cfg = hf_config_dict(cfg_path)
-    check_supported(cfg)
-    tool(llama_cpp_dir, "llama-bench")
-    gguf = import_gguf(llama_cpp_dir)
-    work_dir = tempfile.mkdtemp(prefix="kiln-lcpp-", dir=work)
-    try:
-        src = os.path.join(work_dir, "model-bf16.gguf")
-        write_gguf(gguf, cfg, src, model_name)
+    with bf16_file(llama_cpp_dir, model_name, ["llama-bench"], work) as (_, src):
         out = {}
         for n in lengths:
             try:
@@ -276,8 +284,6 @@ def prefill_ms(llama_cpp_dir, model_name, lengths, work=None, ngl=99, reps=3):
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 out[n] = str(e)
         return out
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def main():
@@ -295,8 +301,7 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = ap.parse_args()
     if args.write_only:
-        cfg_path = args.model if args.model.endswith(".yaml") else os.path.join(ROOT, "configs", args.model + ".yaml")
-        n = write_gguf(import_gguf(args.llama_cpp), hf_config_dict(cfg_path), args.write_only, args.model)
+        n = write_gguf(import_gguf(args.llama_cpp), model_config(args.model), args.write_only, args.model)
         print(f"{args.write_only}: {n / 1e9:.3f} GB of tensors")
         return
     if args.prefill:

@@ -200,10 +200,11 @@ def main():
         name, _, config = spec.partition("=")
         config = config or os.path.join(ROOT, "configs", name + ".yaml")
         cfg = hf_config_dict(config)
-        runnable = [n for n in lengths if n + 1 <= max_context(config)]
+        context = max_context(config)
+        runnable = [n for n in lengths if n + 1 <= context]  # the prompt and its one new token
         for n in lengths:
             if n not in runnable:
-                notes.append(f"{name}: {n} tokens skipped, the build's context is {max_context(config)}")
+                notes.append(f"{name}: {n} tokens skipped, the build's context is {context}")
         kiln = {}
         for n in runnable:
             kiln[n] = run_kiln(os.path.join(args.bin_dir, name), prompt_ids(n, cfg["vocab_size"]))
