@@ -42,20 +42,13 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
       return;
     }
   }
-  if constexpr (kHeadDim % 16 == 0 && kRow % 8 == 0) {
-    using Shape = detail::PrefillShape<kHeads, kKvHeads, kHeadDim>;
-    constexpr auto kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
-    detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-    const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
-    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
-    KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, query_start, positions,
-                block_tables, max_pages_per_seq, scale * detail::kLog2e);
+  const detail::PagedKv<kKvHeads, kHeadDim, kPageSize> kv{cache, block_tables, max_pages_per_seq};
+  if constexpr (detail::PrefillShape<kHeads, kKvHeads, kHeadDim>::kSupported && kRow % 8 == 0) {
+    detail::launch_prefill_mma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
+                                                                           num_seqs, max_query_len, scale, stream);
   } else {
-    const long long rows = static_cast<long long>(max_query_len) * kHeads;  // one warp per (token, head)
-    const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, detail::kWarpRowsPerBlock)), num_seqs);
-    auto kernel = detail::attention_prefill_simple_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
-    KILN_LAUNCH(kernel, grid, detail::kWarpRowThreads, 0, stream, q_rows, cache, out, query_start, positions, block_tables,
-                max_pages_per_seq, scale * detail::kLog2e);
+    detail::launch_prefill_simple<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
+                                                                              num_seqs, max_query_len, scale, stream);
   }
 }
 

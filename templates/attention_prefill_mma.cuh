@@ -1,26 +1,30 @@
 // Prefill attention on tensor cores, FlashAttention-2 style (mma.sync m16n8k16, bf16 in, fp32
-// accumulators and online softmax), over the paged KV cache.
+// accumulators and online softmax), over the keys and values of a source (the paged KV cache).
 //
 // A block takes one KV head and 64 "rows", a row being (query token, query head of the group):
 // token-major, so the query heads sharing a KV head share every K/V tile the block loads (GQA).
 // Each of the 4 warps owns 16 rows: it keeps its Q fragments in registers for the whole key loop,
 // computes S = Q·Kᵀ for a tile of 64 keys, updates the running max / sum, and accumulates
 // O += P·V with P taken straight from the S accumulators (their layout is the A operand's).
-// K and V tiles come through shared memory with cp.async, one page lookup per key; loading the
-// next K tile overlaps the softmax and P·V, loading the next V tile overlaps the next Q·Kᵀ.
+// K and V tiles come through shared memory with cp.async from a key/value source
+// (blocks/prefill_kv.cuh: the paged cache, or MLA's keys and values expanded from the latent);
+// loading the next K tile overlaps the softmax and P·V, loading the next V tile overlaps the next
+// Q·Kᵀ.
 // Rows attend to keys 0..positions[token]: tiles wholly below the block's smallest position skip
 // the mask. Scores are in log2 units (scale · log2 e folded into one multiply) for exp2.
 #pragma once
 
-#include "templates/blocks/attention_paging.cuh"
 #include "templates/blocks/mma.cuh"
+#include "templates/blocks/prefill_kv.cuh"
 #include "templates/blocks/prefill_rows.cuh"
 #include "templates/common.cuh"
 
 namespace kiln::detail {
 
-template <int kHeads, int kKvHeads, int kHeadDim>
+// kHeadDim: the width of q and k; kVDim: of v and the output (DeepSeek's 192 and 128).
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim = kHeadDim>
 struct PrefillShape {
+  static constexpr bool kSupported = kHeadDim % 16 == 0 && kVDim % 16 == 0;
   static constexpr int kGroup = kHeads / kKvHeads;
   static constexpr int kBlockM = 64;                  // rows (token, head) per block
   static constexpr int kBlockN = 64;                  // keys per tile
@@ -30,25 +34,27 @@ struct PrefillShape {
                                                       // the 8 rows of an ldmatrix hit distinct banks
   static constexpr int kTileElems = kBlockN * kStride;
   static constexpr int kSmemBytes = 2 * kTileElems * 2;  // K and V tiles; Q passes through the V tile
-  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks of a q or k row
+  static constexpr int kVChunksPerRow = kVDim / 8;    // of a v row
   static constexpr int kKSteps = kHeadDim / 16;       // k16 steps of Q·Kᵀ
-  static constexpr int kDTiles = kHeadDim / 8;        // n8 tiles of O
+  static constexpr int kDTiles = kVDim / 8;           // n8 tiles of O
   static constexpr int kKeyTiles = kBlockN / 8;       // n8 tiles of S
 };
 
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow>
+// out [T, kHeads · kVDim]; Kv: a source of blocks/prefill_kv.cuh.
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 __global__ void __launch_bounds__(128)
-    attention_prefill_mma_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
-                                 bf16* __restrict__ out, const int* __restrict__ query_start,
-                                 const int* __restrict__ positions, const int* __restrict__ block_tables,
-                                 int max_pages_per_seq, float scale_log2) {
+    attention_prefill_mma_kernel(const bf16* __restrict__ q_rows, Kv kv, bf16* __restrict__ out,
+                                 const int* __restrict__ query_start, const int* __restrict__ positions,
+                                 float scale_log2) {
   pdl_release_and_wait();
-  using Shape = PrefillShape<kHeads, kKvHeads, kHeadDim>;
-  using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
+  using Shape = PrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
+  static_assert(Shape::kSupported && kRow % 8 == 0, "attention_prefill_mma: k16 steps and 16-byte aligned q rows");
   constexpr int G = Shape::kGroup, D = kHeadDim, BM = Shape::kBlockM, BN = Shape::kBlockN;
   constexpr int S = Shape::kStride, CPR = Shape::kChunksPerRow;
 
   const int seq = blockIdx.y, kv_head = blockIdx.z;
+  kv.bind(seq);
   const int q_begin = query_start[seq];
   const int rows = (query_start[seq + 1] - q_begin) * G;
   const int tile = gridDim.x - 1 - blockIdx.x;  // the longest (latest) query tiles start first
@@ -70,13 +76,14 @@ __global__ void __launch_bounds__(128)
   int row_pos[2];
   prefill_row_positions<G>(positions, q_begin, rows, tile * BM + warp * 16 + g, max_pos, row_pos);
 
-  const int* pages = block_tables + static_cast<long long>(seq) * max_pages_per_seq;
-  auto load_kv = [&](int key_tile, int kv, bf16* dst) {
-    for (int c = tid; c < BN * CPR; c += Shape::kThreads) {
-      const int r = c / CPR, col = (c % CPR) * 8;
+  // Keys (which = 0) or values (1) of a tile, zero-filled past the end: 0 · garbage could be NaN.
+  auto load_kv = [&](int key_tile, int which, bf16* dst) {
+    const int chunks = which == 0 ? CPR : Shape::kVChunksPerRow;
+    for (int c = tid; c < BN * chunks; c += Shape::kThreads) {
+      const int r = c / chunks, col = (c % chunks) * 8;
       const int key = key_tile * BN + r;
-      const bool valid = key < num_keys;  // zero-filled past the end: 0 · garbage could be NaN
-      const bf16* src = valid ? Layout::vec(cache, pages[key / kPageSize], kv, kv_head, key % kPageSize) + col : cache;
+      const bool valid = key < num_keys;
+      const bf16* src = !valid ? q_rows : which == 0 ? kv.key(kv_head, key, col) : kv.value(kv_head, key, col);
       cp_async_16(dst + r * S + col, src, valid);
     }
   };
@@ -212,7 +219,7 @@ __global__ void __launch_bounds__(128)
     const int row = tile * BM + warp * 16 + g + i * 8;
     if (row < rows) {
       const long long t = q_begin + row / G;
-      bf16* dst = out + t * kHeads * D + (kv_head * G + row % G) * D + 2 * q;
+      bf16* dst = out + t * kHeads * kVDim + (kv_head * G + row % G) * kVDim + 2 * q;
 #pragma unroll
       for (int dt = 0; dt < Shape::kDTiles; ++dt) {
         const unsigned packed = pack_bf16x2(o[dt][2 * i] * inv_l, o[dt][2 * i + 1] * inv_l);
@@ -220,6 +227,19 @@ __global__ void __launch_bounds__(128)
       }
     }
   }
+}
+
+// The launch: one block per 64 (token, head) rows of a sequence and KV head.
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
+void launch_prefill_mma(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
+                        int num_seqs, int max_query_len, float scale, cudaStream_t stream) {
+  using Shape = PrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
+  constexpr auto kernel = attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kVDim, kRow, Kv>;
+  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+  const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
+  const dim3 grid(static_cast<unsigned>(ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
+  KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, kv, out, query_start, positions,
+              scale * kLog2e);
 }
 
 }  // namespace kiln::detail

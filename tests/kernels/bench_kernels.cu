@@ -207,14 +207,10 @@ void bench_prefill(int tokens) {
     kiln::attention_prefill<kShape>(as_bf16(q), as_bf16(cache), as_bf16_mut(out), d_qs.get(), d_pos.get(),
                                     d_table.get(), pages, 1, tokens, nullptr);
   }, 3, reps);
-  using MmaShape = detail::PrefillShape<kHeads, kKvHeads, kHeadDim>;
-  constexpr auto mma_kernel = detail::attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
-  detail::allow_dynamic_smem_once<mma_kernel, MmaShape::kSmemBytes>();
-  const dim3 grid(static_cast<unsigned>(detail::ceil_div(tokens * MmaShape::kGroup, MmaShape::kBlockM)), 1, kKvHeads);
+  const detail::PagedKv<kKvHeads, kHeadDim, kPageSize> kv{as_bf16(cache), d_table.get(), pages};
   const double mma_us = median_us([&](int) {
-    mma_kernel<<<grid, MmaShape::kThreads, MmaShape::kSmemBytes>>>(as_bf16(q), as_bf16(cache), as_bf16_mut(out),
-                                                                   d_qs.get(), d_pos.get(), d_table.get(), pages,
-                                                                   0.125f * detail::kLog2e);
+    detail::launch_prefill_mma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(as_bf16(q), kv, as_bf16_mut(out), d_qs.get(),
+                                                                           d_pos.get(), 1, tokens, 0.125f, nullptr);
   }, 3, reps);
   std::printf(
       "prefill attention %2d/%d x %3d page %2d  tokens %5d %10.2f us %8.1f TFLOP/s   mma.sync %10.2f us %8.1f TFLOP/s\n",

@@ -66,14 +66,10 @@ void check_prefill(const std::vector<std::pair<int, int>>& seqs) {
   DeviceBuffer<int> d_bt(std::vector<int>(step.block_tables.begin(), step.block_tables.end()));
   d_out.poison();
   if constexpr (kMma) {
-    using Shape = detail::PrefillShape<S.heads, S.kv_heads, S.head_dim>;
-    constexpr auto kernel = detail::attention_prefill_mma_kernel<S.heads, S.kv_heads, S.head_dim, S.page_size, S.row>;
-    detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-    const dim3 grid(detail::ceil_div(step.max_query_len() * Shape::kGroup, Shape::kBlockM), step.num_seqs(),
-                    S.kv_heads);
-    kernel<<<grid, Shape::kThreads, Shape::kSmemBytes>>>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(),
-                                                         d_pos.get(), d_bt.get(), step.max_pages_per_seq,
-                                                         S.scale * detail::kLog2e);
+    const detail::PagedKv<S.kv_heads, S.head_dim, S.page_size> kv{as_bf16(d_cache), d_bt.get(), step.max_pages_per_seq};
+    detail::launch_prefill_mma<S.heads, S.kv_heads, S.head_dim, S.head_dim, S.row>(
+        as_bf16(d_q), kv, as_bf16_mut(d_out), d_qs.get(), d_pos.get(), step.num_seqs(), step.max_query_len(), S.scale,
+        nullptr);
   } else {
     kiln::attention_prefill<S>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(), d_pos.get(), d_bt.get(),
                                step.max_pages_per_seq, step.num_seqs(), step.max_query_len(), nullptr);
