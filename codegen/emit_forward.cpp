@@ -66,8 +66,13 @@ void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
   if (op.rank_case == "first") c.line("if (ctx.rank == 0) {");
   if (op.rank_case == "others") c.line("} else {");
   if (!op.rank_case.empty()) c.indent();
-  comment_parts(op, c);
-  if (!op.parts.empty() && phase != Phase::ref) c.comment("(one fused kernel)");
+  // A host call with parts runs an algorithm of its own (MLA's expanded prefill): its own math.
+  if (op.record().call(phase).how == CallHow::host) {
+    c.comment(op.math);
+  } else {
+    comment_parts(op, c);
+    if (!op.parts.empty() && phase != Phase::ref) c.comment("(one fused kernel)");
+  }
   const std::vector<std::string> stmts = op_call(op, g, phase);
   for (const auto& stmt : stmts) c.line(stmt);
   if (phase == Phase::decode && !stmts.empty()) c.line(mark_line(op, g));
@@ -199,11 +204,13 @@ std::string emit_forward_cu(const ModelSpec& spec, const Graph& g) {
   c.line("#include \"runtime/cuda/context.hpp\"");
   if (step_ops) c.line("#include \"runtime/cuda/decode_step_args.hpp\"");
   c.line("#include \"runtime/cuda/gemm.hpp\"");
-  // Ops the host runs on every GPU phase (the collectives) come from their record's header.
+  // Ops the host runs with no kernel of theirs in the other GPU phase (the collectives, MLA's
+  // expanded prefill) come from their record's header.
   std::set<std::string> host_headers;
   for (const Op* op : g.all_ops()) {
     const OpRecord& r = op->record();
-    if (r.call(Phase::prefill).how == CallHow::host && r.call(Phase::decode).how == CallHow::host) {
+    const CallHow prefill = r.call(Phase::prefill).how, decode = r.call(Phase::decode).how;
+    if ((prefill == CallHow::host && decode != CallHow::kernel) || (decode == CallHow::host && prefill != CallHow::kernel)) {
       host_headers.insert(r.template_header);
     }
   }

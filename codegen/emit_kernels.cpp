@@ -51,14 +51,18 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
   }
   // The sizes the generator computed for the templates' scratch and buffers, against the layouts
   // the templates define (a mismatch stops the build, not the kernel).
+  // A fused op whose decode runs its parts (MLA's expanded prefill) has theirs.
   std::set<std::string> ties;
-  for (const Op* op : g.all_ops()) {
-    for (std::string tie : op->record().ties) {
+  auto add_ties = [&](const Op& op, auto&& self) -> void {
+    for (std::string tie : op.record().ties) {
       const size_t at = tie.find("{shape}");
-      if (at != std::string::npos) tie.replace(at, 7, shape_constant(*op));
+      if (at != std::string::npos) tie.replace(at, 7, shape_constant(op));
       ties.insert(tie);
     }
-  }
+    if (op.record().call(Phase::decode).how != CallHow::parts) return;
+    for (const Op& part : op.parts) self(part, self);
+  };
+  for (const Op* op : g.all_ops()) add_ties(*op, add_ties);
   if (!ties.empty()) c.line();
   for (const auto& tie : ties) c.line("static_assert(" + tie + ");");
   if (step_ops) {

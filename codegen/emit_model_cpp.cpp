@@ -1,5 +1,7 @@
 // weights.inc (the weight manifest), model.cpp (the model as the runtime sees it) and main.cpp
 // (the binary's entry point).
+#include <algorithm>
+
 #include "codegen/architecture_fields.hpp"
 #include "codegen/decode_step.hpp"
 #include "codegen/emit.hpp"
@@ -158,6 +160,11 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   if (decode_step_ops(s, g)) {
     field("megakernel_max_batch", "kMegakernelMaxBatch");
     field("step_sync_words", "kStepSyncWords");
+  }
+  const std::vector<const Op*> ops = g.all_ops();
+  if (std::any_of(ops.begin(), ops.end(), [](const Op* op) { return op->kind == OpKind::mla_attention_expanded; })) {
+    // templates/mla_attention_expanded.cuh's MlaExpanded
+    field("gpu_mla_expanded_bytes", "kMlaExpandedKeys * kMlaExpandedValuesPerKey * int64_t{2}");
   }
   c.dedent();
   c.line("},");

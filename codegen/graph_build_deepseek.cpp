@@ -31,6 +31,17 @@ double yarn_scale_factor(const RopeSpec& r) {
   return m * m;
 }
 
+// Whether the GPU prefill expands K and V from the latent cache (templates/mla_attention_expanded.cuh):
+// when a full prefill chunk of new tokens pays for expanding even over the longest cached context,
+// that is when max_batched_tokens passes latent·(nope + v) / (2·latent - nope - v) (DeepSeek-V2:
+// about 171). A fresh prompt pays at any length; decode stays absorbed.
+bool prefill_expands(const ModelSpec& s) {
+  const MlaSpec& a = *s.mla;
+  const int64_t saved_per_pair = 2 * a.kv_lora_rank - a.qk_nope_head_dim - a.v_head_dim;
+  const int64_t per_key = a.kv_lora_rank * (a.qk_nope_head_dim + a.v_head_dim);
+  return saved_per_pair > 0 && s.build.max_batched_tokens * saved_per_pair > per_key;
+}
+
 void define_constants(const ModelSpec& s, Graph& g) {
   const MlaSpec& a = *s.mla;
   const MoeSpec& m = *s.moe;
@@ -78,6 +89,12 @@ void define_constants(const ModelSpec& s, Graph& g) {
   const double scale = yarn_scale_factor(s.rope) / std::sqrt(static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim));
   g.define_real("kAttnScale", scale, "softmax scale: kQkHeadDim^-0.5 × yarn mscale(factor, mscale_all_dim)²");
   define_decode_attention_constants(s, g, "kNumHeads", "kKvLoraRank");
+  if (prefill_expands(s)) {
+    g.define("kMlaExpandedKeys", (s.build.max_context + 7) / 8 * 8,
+             "max_context in multiples of 8: the keys the prefill expands at once (any one sequence's)");
+    g.define("kMlaExpandedValuesPerKey", a.kv_lora_rank + a.qk_rope_head_dim + H * (a.qk_nope_head_dim + a.v_head_dim),
+             "an expanded key's c_kv | k_rope | k_nope of every head | v of every head");
+  }
 }
 
 // One rank's heads of kv_b_proj: `rows` of each of its heads' rows (W_UK's nope rows or W_UV's
@@ -223,26 +240,43 @@ std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
                             " values per token, pages of " + num(s.build.kv_page_size) + ")",
                         {{"kv_a", "kv_a"}}, {{"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"}, {"page_size", "kPageSize"}},
                         "mla_kv_write"));
-  ops.push_back(make_op(OpKind::mla_q_absorb, "self_attn (absorbed W_UK)",
-                        "q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (" + num(a.qk_nope_head_dim) +
-                            " -> " + num(a.kv_lora_rank) + " per head)",
-                        {{"q", "q"}, {"w_uk", "w_uk"}, {"q_mla", "q_mla"}},
-                        {{"heads", "kNumHeads"}, {"nope", "kQkNopeHeadDim"}, {"rope", "kQkRopeHeadDim"}, {"latent", "kKvLoraRank"}},
-                        "mla_q_absorb"));
-  ops.push_back(make_op(OpKind::mla_attention, "self_attn",
-                        "o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · " +
-                            fmt_real(g.constant("kAttnScale").real_value) + " + causal mask) · c_kv   (" + num(Hn) +
-                            " heads over one latent head)",
-                        {{"q_mla", "q_mla"}, {"o_lat", "o_lat"}},
-                        {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"},
-                         {"page_size", "kPageSize"}, {"scale", "kAttnScale"}, {"partition", "kAttnPartition"},
-                         {"max_partitions", "kAttnMaxPartitions"}},
-                        "mla_attention"));
-  ops.push_back(make_op(OpKind::mla_v_up, "self_attn (absorbed W_UV)",
-                        "attn[head] = W_UV[head] · o_latent[head]   (" + num(a.kv_lora_rank) + " -> " +
-                            num(a.v_head_dim) + " per head)",
-                        {{"o_lat", "o_lat"}, {"w_uv", "w_uv"}, {"out", "attn"}},
-                        {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"v", "kVHeadDim"}}, "mla_v_up"));
+  std::vector<Op> core;  // the attention proper: absorbed, or expanded at prefill
+  core.push_back(make_op(OpKind::mla_q_absorb, "self_attn (absorbed W_UK)",
+                         "q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (" + num(a.qk_nope_head_dim) +
+                             " -> " + num(a.kv_lora_rank) + " per head)",
+                         {{"q", "q"}, {"w_uk", "w_uk"}, {"q_mla", "q_mla"}},
+                         {{"heads", "kNumHeads"}, {"nope", "kQkNopeHeadDim"}, {"rope", "kQkRopeHeadDim"}, {"latent", "kKvLoraRank"}},
+                         "mla_q_absorb"));
+  core.push_back(make_op(OpKind::mla_attention, "self_attn",
+                         "o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · " +
+                             fmt_real(g.constant("kAttnScale").real_value) + " + causal mask) · c_kv   (" + num(Hn) +
+                             " heads over one latent head)",
+                         {{"q_mla", "q_mla"}, {"o_lat", "o_lat"}},
+                         {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"rope", "kQkRopeHeadDim"},
+                          {"page_size", "kPageSize"}, {"scale", "kAttnScale"}, {"partition", "kAttnPartition"},
+                          {"max_partitions", "kAttnMaxPartitions"}},
+                         "mla_attention"));
+  core.push_back(make_op(OpKind::mla_v_up, "self_attn (absorbed W_UV)",
+                         "attn[head] = W_UV[head] · o_latent[head]   (" + num(a.kv_lora_rank) + " -> " +
+                             num(a.v_head_dim) + " per head)",
+                         {{"o_lat", "o_lat"}, {"w_uv", "w_uv"}, {"out", "attn"}},
+                         {{"heads", "kNumHeads"}, {"latent", "kKvLoraRank"}, {"v", "kVHeadDim"}}, "mla_v_up"));
+  if (prefill_expands(s)) {
+    Op expanded = make_op(
+        OpKind::mla_attention_expanded, "self_attn",
+        "attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · " + fmt_real(g.constant("kAttnScale").real_value) +
+            " + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded "
+            "from the latent cache, " + num(Hn) + " heads of " + num(a.qk_nope_head_dim + a.qk_rope_head_dim) + " / " +
+            num(a.v_head_dim) + ")",
+        {{"q", "q"}, {"w_uk", "w_uk"}, {"w_uv", "w_uv"}, {"out", "attn"}},
+        {{"heads", "kNumHeads"}, {"nope", "kQkNopeHeadDim"}, {"rope", "kQkRopeHeadDim"}, {"latent", "kKvLoraRank"},
+         {"v", "kVHeadDim"}, {"page_size", "kPageSize"}, {"scale", "kAttnScale"}, {"keys", "kMlaExpandedKeys"}},
+        "mla_attention_expanded");
+    expanded.parts = std::move(core);
+    ops.push_back(std::move(expanded));
+  } else {
+    ops.insert(ops.end(), core.begin(), core.end());
+  }
   add_residual_projection(s, g, ops, "self_attn.o_proj", "o_proj", "attn", "kAttnOutWidth");
   return ops;
 }

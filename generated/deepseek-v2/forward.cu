@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "runtime/cuda/context.hpp"
 #include "runtime/cuda/gemm.hpp"
+#include "runtime/cuda/mla_expanded.hpp"
 
 namespace kiln::models::deepseek_v2 {
 
@@ -19,8 +20,6 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* h = reinterpret_cast<bf16*>(ctx.arena + GpuArena::h);             // [T, kHiddenSize] normalized hidden state
   bf16* q = reinterpret_cast<bf16*>(ctx.arena + GpuArena::q);             // [T, kQWidth] q, per head nope | rope
   bf16* kv_a = reinterpret_cast<bf16*>(ctx.arena + GpuArena::kv_a);       // [T, kKvAWidth] c_kv | k_rope
-  bf16* q_mla = reinterpret_cast<bf16*>(ctx.arena + GpuArena::q_mla);     // [T, kMlaQueryWidth] per head q_latent | q_rope
-  bf16* o_lat = reinterpret_cast<bf16*>(ctx.arena + GpuArena::o_lat);     // [T, kLatentOutWidth] attention output in the latent space, per head
   bf16* attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn);       // [T, kAttnOutWidth] attention output, per head
   bf16* q_a = reinterpret_cast<bf16*>(ctx.arena + GpuArena::q_a);         // [T, kQLoraRank] q latent
   bf16* gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::gate_up); // [T, kGateUpWidth] dense MLP gate | up
@@ -62,12 +61,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     rope_k(kv_a, step.positions, ctx.rope, T, stream);
     // latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)
     mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
-    // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (128 -> 512 per head)
-    mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
-    // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (128 heads over one latent head)
-    mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
-    // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
+    // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.11472138679292612 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 128 heads of 192 / 128)
+    cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 
@@ -106,12 +101,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     rope_k(kv_a, step.positions, ctx.rope, T, stream);
     // latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)
     mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
-    // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (128 -> 512 per head)
-    mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
-    // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.11472138679292612 + causal mask) · c_kv   (128 heads over one latent head)
-    mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
-    // attn[head] = W_UV[head] · o_latent[head]   (512 -> 128 per head)
-    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
+    // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.11472138679292612 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 128 heads of 192 / 128)
+    cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
 

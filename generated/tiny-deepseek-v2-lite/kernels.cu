@@ -65,18 +65,8 @@ void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cuda
 }
 
 // self_attn: o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.2672612419124244 + causal mask) · c_kv   (3 heads over one latent head)
-void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream) {
-  kiln::mla_attention_prefill<kMlaAttention>(q_mla, cache, o_lat, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, stream);
-}
-
-// self_attn: o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.2672612419124244 + causal mask) · c_kv   (3 heads over one latent head)
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream) {
   kiln::mla_attention_decode<kMlaAttention>(q_mla, cache, o_lat, context_len, block_tables, max_pages_per_seq, num_seqs, scratch, stream);
-}
-
-// self_attn (absorbed W_UV): attn[head] = W_UV[head] · o_latent[head]   (24 -> 10 per head)
-void mla_v_up_prefill(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream) {
-  kiln::mla_v_up_prefill<kMlaVUp>(o_lat, w_uv, out, tokens, stream);
 }
 
 // self_attn (absorbed W_UV): attn[head] = W_UV[head] · o_latent[head]   (24 -> 10 per head)

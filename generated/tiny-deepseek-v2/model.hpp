@@ -62,6 +62,8 @@ constexpr float kAttnScale = 0.24609782f;   // softmax scale: kQkHeadDim^-0.5 ×
 constexpr int kAttnPartition = 512;         // build.attention_partition: decode attention tokens per split-KV partition
 constexpr int kAttnMaxPartitions = 1;       // ceil(kMaxContext / kAttnPartition)
 constexpr int kAttnScratchFloats = 1088;    // decode attention partials: kMaxBatch × heads × partitions × (value dims + max + sum)
+constexpr int kMlaExpandedKeys = 512;       // max_context in multiples of 8: the keys the prefill expands at once (any one sequence's)
+constexpr int kMlaExpandedValuesPerKey = 152; // an expanded key's c_kv | k_rope | k_nope of every head | v of every head
 constexpr int kDecodeWeightBytes = 202576;  // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 9216;    // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 1536;  // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (1536)
@@ -88,6 +90,8 @@ constexpr shape::rope kRopeQ{.heads = kNumHeads, .head_stride = kQkHeadDim, .rot
 constexpr shape::rope kRopeK{.heads = kKRopeHeads, .head_stride = kKvAWidth, .rotary_dim = kQkRopeHeadDim, .row = kKvAWidth, .offset = kKvLoraRank, .interleaved = true};
 // past_key_values
 constexpr shape::mla_kv_write kMlaKvWrite{.latent = kKvLoraRank, .rope = kQkRopeHeadDim, .page_size = kPageSize};
+// self_attn
+constexpr shape::mla_attention_expanded kMlaAttentionExpanded{.heads = kNumHeads, .nope = kQkNopeHeadDim, .rope = kQkRopeHeadDim, .latent = kKvLoraRank, .v = kVHeadDim, .page_size = kPageSize, .scale = kAttnScale, .keys = kMlaExpandedKeys};
 // self_attn (absorbed W_UK)
 constexpr shape::mla_q_absorb kMlaQAbsorb{.heads = kNumHeads, .nope = kQkNopeHeadDim, .rope = kQkRopeHeadDim, .latent = kKvLoraRank};
 // self_attn
@@ -268,9 +272,7 @@ void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cud
 void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream);
 void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
-void mla_attention_prefill(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
-void mla_v_up_prefill(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);

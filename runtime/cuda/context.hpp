@@ -30,6 +30,9 @@ struct CudaStep {
   const int* context_len = nullptr;   // [num_seqs]
   const int* block_tables = nullptr;  // [num_seqs × max_pages_per_seq]
   const int* logit_rows = nullptr;    // [num_logits]
+  // The same context lengths on the host (the step's pinned staging memory), for host-side
+  // decisions while the forward is enqueued (mla_expanded.hpp groups sequences by them).
+  const int* host_context_len = nullptr;  // [num_seqs]
 };
 
 struct CudaContext {
@@ -48,6 +51,9 @@ struct CudaContext {
   // padded rows would not fit the step's buffers).
   uint8_t* fp8_inputs = nullptr;
   float* fp8_input_scales = nullptr;
+  // MLA prefill's expanded keys and values (ModelInfo::gpu_mla_expanded_bytes; null: the model
+  // prefills MLA absorbed, or has none).
+  __nv_bfloat16* mla_expanded = nullptr;
   unsigned char* expert_usage = nullptr;  // null, or [num_layers][num_routed_experts] flags (--profile; mapped host memory)
   cudaStream_t stream = nullptr;
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)

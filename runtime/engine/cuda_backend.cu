@@ -133,6 +133,7 @@ class PhaseStaging {
     d.context_len = at(step.context_len);
     d.block_tables = at(step.block_tables);
     d.logit_rows = at(step.logit_rows);
+    d.host_context_len = step.context_len.data();
     return d;
   }
 
@@ -186,6 +187,8 @@ class CudaBackend final : public Backend {
     arena_.resize(m.gpu_arena_bytes);
     arena_.zero(stream_);
     scratch_.resize(m.gpu_scratch_bytes);
+    mla_expanded_.resize(m.gpu_mla_expanded_bytes);
+    mla_expanded_.zero(stream_);  // cuBLASLt writes most of it (see zero())
     decode_counters_.resize(m.gpu_decode_counter_words * 4);
     decode_counters_.zero(stream_);
     const std::vector<float> rope = build_rope_table(m.rope, m.max_context);
@@ -242,6 +245,7 @@ class CudaBackend final : public Backend {
     ctx_.kv_layer_bytes = kv_layer_bytes_;
     ctx_.rope = rope_.get<float>();
     ctx_.scratch = scratch_.get<float>();
+    ctx_.mla_expanded = mla_expanded_.bytes() > 0 ? mla_expanded_.get<__nv_bfloat16>() : nullptr;
     ctx_.decode_counters = decode_counters_.bytes() > 0 ? decode_counters_.get<unsigned>() : nullptr;
     ctx_.gemm = &gemm_;
     ctx_.dequantized = dequantized_.bytes() > 0 ? dequantized_.get<__nv_bfloat16>() : nullptr;
@@ -517,6 +521,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaForward> forward_;
   DeviceBuffer arena_, scratch_, decode_counters_, rope_, kv_, decode_logits_, prefill_logits_;
   DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
+  DeviceBuffer mla_expanded_;  // MLA prefill's expanded keys and values (empty: none)
   DeviceBuffer dequantized_;  // bf16 rows of the largest quantized projection, for prefill (empty: none)
   DeviceBuffer fp8_inputs_, fp8_input_scales_;  // the prefill's inputs in FP8 (empty: no FP8 projection)
   DeviceBuffer timeline_;   // --profile: its stages' times, [stage][block] (start, end)

@@ -157,6 +157,8 @@ struct ModelInfo {
   // sequences run it (0: the model has none), with step_sync_words zeroed counter words on the GPU.
   int32_t megakernel_max_batch = 0;
   int32_t step_sync_words = 0;
+  // CUDA MLA prefill's expanded keys and values (templates/mla_attention_expanded.cuh; 0: none).
+  int64_t gpu_mla_expanded_bytes = 0;
 };
 
 // ---- backends ----

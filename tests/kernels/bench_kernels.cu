@@ -12,6 +12,7 @@
 #include "runtime/weights/quant_repack.hpp"
 #include "templates/attention.cuh"
 #include "templates/linear.cuh"
+#include "templates/mla_attention_expanded.cuh"
 #include "templates/moe_down.cuh"
 #include "templates/moe_gate_up.cuh"
 #include "templates/weight_matrix.hpp"
@@ -219,7 +220,41 @@ void bench_prefill(int tokens) {
   std::fflush(stdout);
 }
 
+// MLA's prefill attention over expanded keys and values (DeepSeek-V2-Lite's heads: q·k over 192,
+// v 128) for one causal prompt, the workspace filled at random; the gather and the two expansion
+// GEMMs (cuBLASLt) are not timed. TFLOP/s count 2 · (192 + 128) · heads per (query, key) pair.
+constexpr shape::mla_attention_expanded kBenchMlaExpanded{.heads = 16, .nope = 128, .rope = 64, .latent = 512,
+                                                          .v = 128, .page_size = 16, .scale = 0.1147f, .keys = 32768};
+
+void bench_mla_expanded(int tokens) {
+  using Workspace = kiln::MlaExpanded<kBenchMlaExpanded>;
+  constexpr int kHeads = kBenchMlaExpanded.heads, kNope = kBenchMlaExpanded.nope, kRope = kBenchMlaExpanded.rope;
+  constexpr int kV = kBenchMlaExpanded.v, kRow = kHeads * (kNope + kRope);
+  std::mt19937 rng(tokens);
+  DeviceBuffer<uint16_t> workspace(random_bf16(static_cast<size_t>(tokens) * Workspace::kValuesPerKey, rng));
+  // The regions of a workspace of `tokens` keys (the kernel reads those rows only).
+  Workspace w(as_bf16_mut(workspace));
+  w.k_rope = w.c_kv + static_cast<size_t>(tokens) * kBenchMlaExpanded.latent;
+  w.k_nope = w.k_rope + static_cast<size_t>(tokens) * kRope;
+  w.v = w.k_nope + static_cast<size_t>(tokens) * kHeads * kNope;
+  std::vector<int> positions(tokens);
+  std::iota(positions.begin(), positions.end(), 0);
+  DeviceBuffer<int> d_pos(positions), d_qs(std::vector<int>{0, tokens}), d_ctx(std::vector<int>{tokens});
+  DeviceBuffer<uint16_t> q(random_bf16(static_cast<size_t>(tokens) * kRow, rng, 0.5f)),
+      out(static_cast<size_t>(tokens) * kHeads * kV);
+  const double flops = 2.0 * (kNope + kRope + kV) * kHeads * (static_cast<double>(tokens) * (tokens + 1) / 2);
+  const double us = median_us([&](int) {
+    kiln::mla_expanded_attention<kBenchMlaExpanded>(as_bf16(q), w, as_bf16_mut(out), d_qs.get(), d_pos.get(),
+                                                    d_ctx.get(), 1, tokens, nullptr);
+  }, 3, tokens >= 16384 ? 5 : 20);
+  std::printf("mla expanded attention %d x %d/%d  tokens %5d %10.2f us %8.1f TFLOP/s\n", kHeads, kNope + kRope, kV,
+              tokens, us, flops / (us * 1e-6) / 1e12);
+  std::fflush(stdout);
+}
+
 void bench_prefills() {
+  bench_mla_expanded(2048);
+  bench_mla_expanded(8192);
   bench_prefill<32, 8, 64, 16>(2048);
   bench_prefill<32, 8, 64, 16>(8192);
   bench_prefill<16, 8, 128, 16>(2048);

@@ -14,6 +14,7 @@ const char* const kInstantiations = R"(
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
 #include "templates/mla_attention.cuh"
+#include "templates/mla_attention_expanded.cuh"
 #include "templates/mla_kv_write.cuh"
 #include "templates/mla_q_absorb.cuh"
 #include "templates/mla_v_up.cuh"
@@ -116,6 +117,17 @@ void mla(const bf16* in, const bf16* w, bf16* out, const int* slots, bf16* cache
   kiln::mla_attention_decode<kV2>(in, cache, out, ctx, bt, 9, 2, scratch, s);
   kiln::mla_attention_decode<kOdd>(in, cache, out, ctx, bt, 9, 2, scratch, s);
   kiln::mla_attention_decode<kTiny>(in, cache, out, ctx, bt, 9, 2, scratch, s);
+  // The expanded prefill's kernels (its GEMMs are cuBLASLt's): DeepSeek-V2's heads, the tiny odd dims.
+  constexpr shape::mla_attention_expanded kV2Expanded{.heads = 128, .nope = 128, .rope = 64, .latent = 512, .v = 128,
+                                                      .page_size = 16, .scale = 0.11f, .keys = 8192};
+  constexpr shape::mla_attention_expanded kTinyExpanded{.heads = 3, .nope = 8, .rope = 6, .latent = 24, .v = 10,
+                                                        .page_size = 5, .scale = 0.27f, .keys = 512};
+  const kiln::MlaExpanded<kV2Expanded> v2(out);
+  const kiln::MlaExpanded<kTinyExpanded> tiny(out);
+  kiln::mla_expand_gather<kV2Expanded>(cache, bt, 9, ctx, 2, 100, v2, s);
+  kiln::mla_expand_gather<kTinyExpanded>(cache, bt, 9, ctx, 2, 100, tiny, s);
+  kiln::mla_expanded_attention<kV2Expanded>(in, v2, out, qs, pos, ctx, 2, 100, s);
+  kiln::mla_expanded_attention<kTinyExpanded>(in, tiny, out, qs, pos, ctx, 2, 100, s);
 }
 
 void experts(const float* logits, int* ids, float* weights, const bf16* h, const bf16* w, bf16* out, int* scratch,

@@ -79,6 +79,7 @@ const ModelDef& model_def() {
         {"norm_topk_prob", "false", false},
         {"routed_scaling_factor", "1", true},
       },
+      .gpu_mla_expanded_bytes = kMlaExpandedKeys * kMlaExpandedValuesPerKey * int64_t{2},
     },
     &kWeights,
     &make_ref_forward,

@@ -5,6 +5,7 @@
 #include "runtime/cuda/context.hpp"
 #include "runtime/cuda/gemm.hpp"
 #include "runtime/cuda/collective_ops.hpp"
+#include "runtime/cuda/mla_expanded.hpp"
 
 namespace kiln::models::tiny_deepseek_v2::tp4 {
 
@@ -20,8 +21,6 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* h = reinterpret_cast<bf16*>(ctx.arena + GpuArena::h);             // [T, kHiddenSize] normalized hidden state
   bf16* q = reinterpret_cast<bf16*>(ctx.arena + GpuArena::q);             // [T, kQWidth] q, per head nope | rope
   bf16* kv_a = reinterpret_cast<bf16*>(ctx.arena + GpuArena::kv_a);       // [T, kKvAWidth] c_kv | k_rope
-  bf16* q_mla = reinterpret_cast<bf16*>(ctx.arena + GpuArena::q_mla);     // [T, kMlaQueryWidth] per head q_latent | q_rope
-  bf16* o_lat = reinterpret_cast<bf16*>(ctx.arena + GpuArena::o_lat);     // [T, kLatentOutWidth] attention output in the latent space, per head
   bf16* attn = reinterpret_cast<bf16*>(ctx.arena + GpuArena::attn);       // [T, kAttnOutWidth] attention output, per head
   bf16* q_a = reinterpret_cast<bf16*>(ctx.arena + GpuArena::q_a);         // [T, kQLoraRank] q latent
   bf16* gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::gate_up); // [T, kGateUpWidth] dense MLP gate | up
@@ -65,12 +64,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     rope_k(kv_a, step.positions, ctx.rope, T, stream);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
     mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
-    // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
-    mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
-    // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.24609782191507457 + causal mask) · c_kv   (1 heads over one latent head)
-    mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
-    // attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
-    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
+    // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.24609782191507457 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 1 heads of 24 / 12)
+    cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     if (ctx.rank == 0) {
       // x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
       cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
@@ -123,12 +118,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     rope_k(kv_a, step.positions, ctx.rope, T, stream);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
     mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
-    // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
-    mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
-    // o_latent = softmax((q_latent·c_kv + q_rope·k_rope) · 0.24609782191507457 + causal mask) · c_kv   (1 heads over one latent head)
-    mla_attention_prefill(q_mla, kv, o_lat, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
-    // attn[head] = W_UV[head] · o_latent[head]   (32 -> 12 per head)
-    mla_v_up_prefill(o_lat, lw.w_uv, attn, T, stream);
+    // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.24609782191507457 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 1 heads of 24 / 12)
+    cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     if (ctx.rank == 0) {
       // x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
       cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
