@@ -29,20 +29,15 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
   static_assert(kHeadDim > 0 && kPageSize > 0, "attention_prefill: sizes must be positive");
   static_assert(kHeads * kHeadDim <= kRow, "attention_prefill: q heads must fit in a row");
   if (num_seqs <= 0 || max_query_len <= 0) return;
+  const detail::PagedKv<kKvHeads, kHeadDim, kPageSize> kv{cache, block_tables, max_pages_per_seq};
   // Tensor cores need k16 steps over the head dim and 16-byte aligned q rows.
-  if constexpr ((kHeadDim == 64 || kHeadDim == 128) && kRow % 8 == 0) {
+  if constexpr (detail::WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>::kSupported && kRow % 8 == 0) {
     if (detail::wgmma_device()) {
-      using Shape = detail::WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>;
-      constexpr auto kernel = detail::attention_prefill_wgmma_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow>;
-      detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-      const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
-      const dim3 grid(static_cast<unsigned>(detail::ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
-      KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, cache, out, query_start,
-                  positions, block_tables, max_pages_per_seq, scale * detail::kLog2e);
+      detail::launch_prefill_wgmma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
+                                                                               num_seqs, max_query_len, scale, stream);
       return;
     }
   }
-  const detail::PagedKv<kKvHeads, kHeadDim, kPageSize> kv{cache, block_tables, max_pages_per_seq};
   if constexpr (detail::PrefillShape<kHeads, kKvHeads, kHeadDim>::kSupported && kRow % 8 == 0) {
     detail::launch_prefill_mma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
                                                                            num_seqs, max_query_len, scale, stream);

@@ -41,6 +41,22 @@ struct PrefillShape {
   static constexpr int kKeyTiles = kBlockN / 8;       // n8 tiles of S
 };
 
+// Keys (kValues false) or values of key tile `key_tile` into `dst` (rows of Shape::kStride), zero-filled
+// past num_keys (0 · garbage could be NaN). A chunk past the end copies nothing from key 0's address,
+// so that no branch goes around the address computation (with one, bench_kernels --prefill-only ran
+// 7% slower; bench/RESULTS.md, 2026-11-28 eleventh session).
+template <bool kValues, class Shape, class Kv>
+__device__ __forceinline__ void load_tile(const Kv& kv, int kv_head, int key_tile, int num_keys, bf16* dst) {
+  constexpr int kChunks = kValues ? Shape::kVChunksPerRow : Shape::kChunksPerRow;
+  for (int c = threadIdx.x; c < Shape::kBlockN * kChunks; c += Shape::kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const int key = key_tile * Shape::kBlockN + r;
+    const bool valid = key < num_keys;
+    const int at = valid ? key : 0;
+    cp_async_16(dst + r * Shape::kStride + col, kValues ? kv.value(kv_head, at, col) : kv.key(kv_head, at, col), valid);
+  }
+}
+
 // out [T, kHeads · kVDim]; Kv: a source of blocks/prefill_kv.cuh.
 template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 __global__ void __launch_bounds__(128)
@@ -76,18 +92,6 @@ __global__ void __launch_bounds__(128)
   int row_pos[2];
   prefill_row_positions<G>(positions, q_begin, rows, tile * BM + warp * 16 + g, max_pos, row_pos);
 
-  // Keys (which = 0) or values (1) of a tile, zero-filled past the end: 0 · garbage could be NaN.
-  auto load_kv = [&](int key_tile, int which, bf16* dst) {
-    const int chunks = which == 0 ? CPR : Shape::kVChunksPerRow;
-    for (int c = tid; c < BN * chunks; c += Shape::kThreads) {
-      const int r = c / chunks, col = (c % chunks) * 8;
-      const int key = key_tile * BN + r;
-      const bool valid = key < num_keys;
-      const bf16* src = !valid ? q_rows : which == 0 ? kv.key(kv_head, key, col) : kv.value(kv_head, key, col);
-      cp_async_16(dst + r * S + col, src, valid);
-    }
-  };
-
   // Q of the block's rows, through the V tile, into registers.
   for (int c = tid; c < BM * CPR; c += Shape::kThreads) {
     const int r = c / CPR, col = (c % CPR) * 8;
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(128)
         valid ? q_rows + static_cast<long long>(q_begin + row / G) * kRow + (kv_head * G + row % G) * D + col : q_rows;
     cp_async_16(v_tile + r * S + col, src, valid);
   }
-  load_kv(0, 0, k_tile);
+  load_tile<false, Shape>(kv, kv_head, 0, num_keys, k_tile);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -107,7 +111,7 @@ __global__ void __launch_bounds__(128)
     ldmatrix_x4(qf[kk], v_tile + (warp * 16 + ((lane / 8) % 2) * 8 + lane % 8) * S + kk * 16 + (lane / 16) * 8);
   }
   __syncthreads();
-  load_kv(0, 1, v_tile);
+  load_tile<true, Shape>(kv, kv_head, 0, num_keys, v_tile);
   cp_async_commit();
 
   float o[Shape::kDTiles][4];
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(128)
       }
     }
     __syncthreads();  // every warp is done with K tile j
-    if (j + 1 < num_tiles) load_kv(j + 1, 0, k_tile);
+    if (j + 1 < num_tiles) load_tile<false, Shape>(kv, kv_head, j + 1, num_keys, k_tile);
     cp_async_commit();
 
     // ---- online softmax over the tile ----
@@ -205,7 +209,7 @@ __global__ void __launch_bounds__(128)
       }
     }
     __syncthreads();  // every warp is done with V tile j
-    if (j + 1 < num_tiles) load_kv(j + 1, 1, v_tile);
+    if (j + 1 < num_tiles) load_tile<true, Shape>(kv, kv_head, j + 1, num_keys, v_tile);
     cp_async_commit();
   }
   cp_async_wait<0>();

@@ -1,4 +1,5 @@
-// Prefill attention on Hopper's warpgroup tensor cores (wgmma, sm_90a), for head dims 64 and 128:
+// Prefill attention on Hopper's warpgroup tensor cores (wgmma, sm_90a), for head dims 64 and 128
+// (and MLA's expanded q·k of 192 with v of 128):
 // attention_prefill_mma.cuh's algorithm (same rows, same masking, the same online softmax in base
 // 2) with each product issued by a warpgroup, its B operand read from shared memory.
 //
@@ -12,22 +13,26 @@
 //   - the online softmax of tile j's scores while the tensor cores still run that P·V, then O's
 //     rescale and P's packing once it has landed.
 // K and V tiles come through three stages of shared memory in the 128-byte swizzle wgmma reads,
-// copied with cp.async from the paged cache (one page lookup per key; a thread copies the same
-// chunk of every 16th or 32nd key), tile j + 1's copies in flight during tile j. Each stage has
-// two mbarriers (its copies have landed; all warps are done with it) in place of block-wide
-// barriers, so the warpgroups are not held in step (load_next says why that pays).
+// copied with cp.async from a key/value source (blocks/prefill_kv.cuh; from the paged cache a
+// thread copies the same chunk of every 16th or 32nd key, one page lookup a key), tile j + 1's
+// copies in flight during tile j. Each stage has two mbarriers (its copies have landed; all warps
+// are done with it) in place of block-wide barriers, so the warpgroups are not held in step
+// (load_next says why that pays).
 #pragma once
 
-#include "templates/blocks/attention_paging.cuh"
 #include "templates/blocks/mma.cuh"
+#include "templates/blocks/prefill_kv.cuh"
 #include "templates/blocks/prefill_rows.cuh"
 #include "templates/blocks/wgmma.cuh"
 #include "templates/common.cuh"
 
 namespace kiln::detail {
 
-template <int kHeads, int kKvHeads, int kHeadDim>
+// kHeadDim: the width of q and k; kVDim: of v and the output.
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim = kHeadDim>
 struct WgmmaPrefillShape {
+  static constexpr bool kSupported =
+      (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192) && (kVDim == 64 || kVDim == 128);
   static constexpr int kGroup = kHeads / kKvHeads;
   static constexpr int kWarpGroups = 2;
   static constexpr int kBlockM = 64 * kWarpGroups;  // rows (token, head) per block
@@ -37,35 +42,37 @@ struct WgmmaPrefillShape {
   // bench/RESULTS.md 2026-11-28): head dim 128 with 128 keys, copies after 380 / 409 (copies first
   // 365 / 388; 64 keys 358 / 383); head dim 64 at 8,192 with 64 keys, copies first 364 (after 275;
   // 128 keys 272-284). A head dim of 64 multiplies for half as long, so copies issued between the
-  // products and the softmax delay it.
-  static constexpr int kBlockN = kHeadDim == 128 ? 128 : 64;
+  // products and the softmax delay it. MLA's 192 / 128 take 64 keys: three stages of 128 fit no more.
+  static constexpr int kBlockN = kHeadDim == 128 && kVDim == 128 ? 128 : 64;
   static constexpr bool kCopiesFirst = kHeadDim == 64;
   static constexpr int kThreads = 128 * kWarpGroups;
   static constexpr int kStages = 3;  // tile j + 1 lands while tile j's scores and tile j - 1's values multiply
-  static constexpr int kChunksPerRow = kHeadDim / 8;                  // 16-byte chunks per row
-  static constexpr int kTileBytes = kBlockN * kHeadDim * 2;           // a K or a V tile
-  static constexpr int kStageBytes = 2 * kTileBytes;                  // K, then V
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;              // Q passes through the last stage
+  static constexpr int kChunksPerRow = kHeadDim / 8;                  // 16-byte chunks of a q or k row
+  static constexpr int kVChunksPerRow = kVDim / 8;                    // of a v row
+  static constexpr int kKTileBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kStageBytes = kKTileBytes + kBlockN * kVDim * 2;  // K, then V
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kQStages = ceil_div(kQBytes, kStageBytes);     // Q passes through the last stages
   static constexpr int kSmemBytes = kStages * kStageBytes + kSwizzleGroupBytes;  // + room to align
   static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q·Kᵀ
   static constexpr int kKeySteps = kBlockN / 16;  // k16 steps of P·V
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma prefill: head dim 64 or 128");
-  static_assert(kQBytes <= kStageBytes, "wgmma prefill: Q must fit in a stage");
 };
 
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow>
-__global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>::kThreads, 1)
-    attention_prefill_wgmma_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
-                                   bf16* __restrict__ out, const int* __restrict__ query_start,
-                                   const int* __restrict__ positions, const int* __restrict__ block_tables,
-                                   int max_pages_per_seq, float scale_log2) {
+// out [T, kHeads · kVDim]; Kv: a source of blocks/prefill_kv.cuh.
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
+__global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>::kThreads, 1)
+    attention_prefill_wgmma_kernel(const bf16* __restrict__ q_rows, Kv kv, bf16* __restrict__ out,
+                                   const int* __restrict__ query_start, const int* __restrict__ positions,
+                                   float scale_log2) {
   pdl_release_and_wait();
-  using Shape = WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>;
-  using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
+  using Shape = WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
+  static_assert(Shape::kSupported, "wgmma prefill: head dim 64, 128 or 192, value dim 64 or 128");
+  static_assert(Shape::kQStages < Shape::kStages, "wgmma prefill: Q must leave stage 0 to tile 0");
   constexpr int G = Shape::kGroup, D = kHeadDim, BM = Shape::kBlockM, BN = Shape::kBlockN;
-  constexpr int CPR = Shape::kChunksPerRow;
+  constexpr int CPR = Shape::kChunksPerRow, VCPR = Shape::kVChunksPerRow;
 
   const int seq = blockIdx.y, kv_head = blockIdx.z;
+  kv.bind(seq);
   const int q_begin = query_start[seq];
   const int rows = (query_start[seq + 1] - q_begin) * G;
   const int tile = gridDim.x - 1 - blockIdx.x;  // the longest (latest) query tiles start first
@@ -97,24 +104,41 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
   int row_pos[2];
   prefill_row_positions<G>(positions, q_begin, rows, tile * BM + warp * 16 + g, max_pos, row_pos);
 
-  // A thread copies the same 16-byte chunk of every kRowStep-th key of a tile, for K and for V: one
-  // page lookup a key, and one swizzled offset (kRowStep is a multiple of 8, the swizzle's period).
-  const int* pages = block_tables + static_cast<long long>(seq) * max_pages_per_seq;
-  constexpr int kRowStep = Shape::kThreads / CPR;
-  static_assert(kRowStep % 8 == 0 && BN % kRowStep == 0, "wgmma prefill: whole swizzle periods a pass");
-  constexpr long long kValueOffset = KvLayout{kKvHeads, kHeadDim, kPageSize}.vec(0, 1, 0, 0);  // V's vector from K's
+  // Keys and values are zero-filled past the end (0 · garbage could be NaN), a chunk there copying
+  // nothing from key 0's address: no branch around the address computation. Rows of equal widths
+  // (dense attention): a thread copies the same 16-byte chunk of every kRowStep-th key of a tile,
+  // for K and for V, with one source lookup a key and one swizzled offset (kRowStep is a multiple of
+  // 8, the swizzle's period). Otherwise K's and V's chunks go in turn over the threads.
+  constexpr bool kSameRows = CPR == VCPR && Shape::kThreads % CPR == 0;
+  constexpr int kRowStep = kSameRows ? Shape::kThreads / CPR : 8;
+  static_assert(!kSameRows || (kRowStep % 8 == 0 && BN % kRowStep == 0), "wgmma prefill: whole swizzle periods a pass");
   const int my_chunk = tid % CPR, my_row = tid / CPR;
   const int my_offset = swizzled_offset(BN, my_row, my_chunk);
   auto load_kv = [&](int key_tile, char* stage) {
+    if constexpr (kSameRows) {
 #pragma unroll
-    for (int r = 0; r < BN; r += kRowStep) {
-      const int key = key_tile * BN + my_row + r;
-      const bool valid = key < num_keys;  // zero-filled past the end: 0 · garbage could be NaN
-      const bf16* k_src =
-          valid ? Layout::vec(cache, pages[key / kPageSize], 0, kv_head, key % kPageSize) + my_chunk * 8 : cache;
-      const bf16* v_src = valid ? k_src + kValueOffset : cache;
-      cp_async_16(stage + my_offset + r * kSwizzleRowBytes, k_src, valid);
-      cp_async_16(stage + Shape::kTileBytes + my_offset + r * kSwizzleRowBytes, v_src, valid);
+      for (int r = 0; r < BN; r += kRowStep) {
+        const int key = key_tile * BN + my_row + r;
+        const bool valid = key < num_keys;
+        const bf16 *k_src, *v_src;
+        kv.key_value(kv_head, valid ? key : 0, my_chunk * 8, k_src, v_src);
+        cp_async_16(stage + my_offset + r * kSwizzleRowBytes, k_src, valid);
+        cp_async_16(stage + Shape::kKTileBytes + my_offset + r * kSwizzleRowBytes, v_src, valid);
+      }
+    } else {
+#pragma unroll
+      for (int c = tid; c < BN * CPR; c += Shape::kThreads) {
+        const int row = c / CPR, chunk = c % CPR, key = key_tile * BN + row;
+        const bool valid = key < num_keys;
+        cp_async_16(stage + swizzled_offset(BN, row, chunk), kv.key(kv_head, valid ? key : 0, chunk * 8), valid);
+      }
+#pragma unroll
+      for (int c = tid; c < BN * VCPR; c += Shape::kThreads) {
+        const int row = c / VCPR, chunk = c % VCPR, key = key_tile * BN + row;
+        const bool valid = key < num_keys;
+        cp_async_16(stage + Shape::kKTileBytes + swizzled_offset(BN, row, chunk),
+                    kv.value(kv_head, valid ? key : 0, chunk * 8), valid);
+      }
     }
   };
   auto stage = [&](int t) { return stages + (t % Shape::kStages) * Shape::kStageBytes; };
@@ -130,9 +154,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
     cp_async_arrive(&full[t % Shape::kStages]);
   };
 
-  // Q of the block's rows, through the last stage (swizzled, so that ldmatrix's rows spread over
+  // Q of the block's rows, through the last stages (swizzled, so that ldmatrix's rows spread over
   // the banks), into registers; tile 0 into stage 0 meanwhile.
-  char* q_stage = stages + (Shape::kStages - 1) * Shape::kStageBytes;
+  char* q_stage = stages + (Shape::kStages - Shape::kQStages) * Shape::kStageBytes;
   for (int c = tid; c < BM * CPR; c += Shape::kThreads) {
     const int r = c / CPR, chunk = c % CPR;
     const int row = tile * BM + r;
@@ -153,19 +177,19 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
     const int r = warp * 16 + ((lane / 8) % 2) * 8 + lane % 8, chunk = kk * 2 + lane / 16;
     ldmatrix_x4(qf[kk], q_stage + swizzled_offset(BM, r, chunk));
   }
-  __syncthreads();  // the last stage is free for tile 2
+  __syncthreads();  // the stages of Q are free for tiles 1 and 2
   load_next(1);
 
-  float o[D / 2];
+  float o[kVDim / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kVDim / 2; ++i) o[i] = 0.0f;
   float s[BN / 2];
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
   unsigned p[Shape::kKeySteps][4];  // P of the last tile softmaxed: bf16 A fragments of P·V
 
   // Descriptors of stage 0's K and V tiles; stage j and step kk are byte offsets from them.
   const unsigned long long k_descriptor = k_major_descriptor(stages);
-  const unsigned long long v_descriptor = mn_major_descriptor(stages + Shape::kTileBytes, BN);
+  const unsigned long long v_descriptor = mn_major_descriptor(stages + Shape::kKTileBytes, BN);
   // S = Q·Kᵀ for the keys of the tile in stage `at`, issued (committed, not waited for).
   auto issue_scores = [&](int at) {
 #pragma unroll
@@ -179,7 +203,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
   auto issue_values = [&](int at) {
 #pragma unroll
     for (int kk = 0; kk < Shape::kKeySteps; ++kk) {
-      wgmma_bf16<D, 1>(o, p[kk], descriptor_plus(v_descriptor, at * Shape::kStageBytes + mn_major_step_bytes(kk)), 1);
+      wgmma_bf16<kVDim, 1>(o, p[kk], descriptor_plus(v_descriptor, at * Shape::kStageBytes + mn_major_step_bytes(kk)),
+                           1);
     }
     wgmma_commit();
   };
@@ -221,7 +246,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
   auto rescale_and_pack = [&](const float (&correction)[2]) {
     if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
+      for (int i = 0; i < kVDim / 2; ++i) o[i] *= correction[(i % 4) / 2];
     }
 #pragma unroll
     for (int kk = 0; kk < Shape::kKeySteps; ++kk) {
@@ -271,14 +296,27 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>:
     const int row = tile * BM + warp * 16 + g + i * 8;
     if (row < rows) {
       const long long t = q_begin + row / G;
-      bf16* dst = out + t * kHeads * D + (kv_head * G + row % G) * D + 2 * q;
+      bf16* dst = out + t * kHeads * kVDim + (kv_head * G + row % G) * kVDim + 2 * q;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
+      for (int dt = 0; dt < kVDim / 8; ++dt) {
         const unsigned packed = pack_bf16x2(o[4 * dt + 2 * i] * inv_l, o[4 * dt + 2 * i + 1] * inv_l);
         *reinterpret_cast<unsigned*>(dst + dt * 8) = packed;
       }
     }
   }
+}
+
+// The launch: one block per 128 (token, head) rows of a sequence and KV head.
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
+void launch_prefill_wgmma(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
+                          int num_seqs, int max_query_len, float scale, cudaStream_t stream) {
+  using Shape = WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
+  constexpr auto kernel = attention_prefill_wgmma_kernel<kHeads, kKvHeads, kHeadDim, kVDim, kRow, Kv>;
+  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+  const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
+  const dim3 grid(static_cast<unsigned>(ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
+  KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, kv, out, query_start, positions,
+              scale * kLog2e);
 }
 
 }  // namespace kiln::detail

@@ -14,12 +14,14 @@
 //                       the context lengths before it)
 //   two GEMMs           k_nope = c_kv · W_UKᵀ, v = c_kv · W_UVᵀ (cuBLASLt), bf16 as HF rounds them
 //   mla_expanded_attention  causal attention per head over [k_nope | k_rope] and v: the dense
-//                       prefill kernels (attention_prefill_mma.cuh, _simple.cuh) over an ExpandedKv
+//                       prefill kernels (attention_prefill_wgmma.cuh on Hopper, _mma.cuh, _simple.cuh)
+//                       over an ExpandedKv
 // A token's result depends on its own sequence's keys only, whatever else shares the step.
 #pragma once
 
 #include "templates/attention_prefill_mma.cuh"
 #include "templates/attention_prefill_simple.cuh"
+#include "templates/attention_prefill_wgmma.cuh"
 #include "templates/common.cuh"
 #include "templates/kv_layout.hpp"
 
@@ -68,6 +70,10 @@ struct ExpandedKv {
   }
   __device__ __forceinline__ const bf16* value(int head, int key, int col) const {
     return v + ((base + key) * kHeads + head) * kV + col;
+  }
+  __device__ __forceinline__ void key_value(int head, int key, int col, const bf16*& k, const bf16*& v_) const {
+    k = this->key(head, key, col);
+    v_ = value(head, key, col);
   }
 };
 
@@ -127,7 +133,15 @@ void mla_expanded_attention(const bf16* q, const MlaExpanded<S>& w, bf16* attn, 
   constexpr int kQk = S.nope + S.rope, kRow = S.heads * kQk;
   const detail::ExpandedKv<S.heads, S.nope, S.rope, S.v> kv{w.k_nope, w.k_rope, w.v, context_len};
   // 16-byte chunks of a key must not straddle k_nope and k_rope.
-  if constexpr (detail::PrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && S.nope % 8 == 0 && kRow % 8 == 0) {
+  constexpr bool kChunks = S.nope % 8 == 0 && kRow % 8 == 0;
+  if constexpr (detail::WgmmaPrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kChunks) {
+    if (detail::wgmma_device()) {
+      detail::launch_prefill_wgmma<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
+                                                                     max_query_len, S.scale, stream);
+      return;
+    }
+  }
+  if constexpr (detail::PrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kChunks) {
     detail::launch_prefill_mma<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
                                                                  max_query_len, S.scale, stream);
   } else {

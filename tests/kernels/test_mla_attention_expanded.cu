@@ -2,10 +2,13 @@
 // MLA attention over keys and values expanded from the paged latent cache, against the absorbed
 // reference chain the decode and the CPU run (ref::mla_q_absorb, ref::mla_attention, ref::mla_v_up).
 // DeepSeek-V2-Lite as generated (tensor cores) and the tiny models' odd head dims (CUDA cores); a
-// workspace of 2,048 keys, so that a step's sequences go in several groups. And batch invariance:
+// workspace of 2,048 keys, so that a step's sequences go in several groups. On Hopper the wgmma
+// kernel runs; the mma.sync kernel other GPUs run is launched directly beside it over the same
+// workspace (steps of one group). And batch invariance:
 // a prompt's rows are the same bits alone, in chunks over its cached keys, and behind other
 // prompts in another group.
 #include <map>
+#include <numeric>
 
 #include "runtime/cuda/mla_expanded.hpp"
 #include "runtime/ref/mla.hpp"
@@ -46,12 +49,14 @@ template <shape::mla_attention_expanded S>
 struct Run {
   PagedStep paged;
   std::vector<uint16_t> cache, q, out;  // out [T, heads × v]
+  std::vector<uint16_t> out_mma;        // the mma.sync kernel's, where asked
 };
 
-// One prefill step over `parts` through cuda::mla_attention_expanded with workspace S.keys.
+// One prefill step over `parts` through cuda::mla_attention_expanded with workspace S.keys; with
+// `mma`, the mma.sync kernel too, over the workspace the step left (its one group).
 template <shape::mla_attention_expanded S>
 Run<S> run_expanded(const std::vector<Prompt<S>>& prompts, const std::vector<Part>& parts, const Weights<S>& w,
-                    cuda::GemmRunner& runner, std::mt19937& rng) {
+                    cuda::GemmRunner& runner, std::mt19937& rng, bool mma = false) {
   constexpr int kWidth = Prompt<S>::kWidth, kQRow = Prompt<S>::kQRow;
   std::vector<std::pair<int, int>> seqs;
   for (const Part& p : parts) seqs.emplace_back(p.cached, p.fresh);
@@ -95,6 +100,18 @@ Run<S> run_expanded(const std::vector<Prompt<S>>& prompts, const std::vector<Par
   cuda::mla_attention_expanded<S>(ctx, as_bf16(d_q), as_bf16(d_uk), as_bf16(d_uv), as_bf16(d_cache),
                                   as_bf16_mut(d_out), d);
   run.out = d_out.download();
+  if constexpr (detail::PrefillShape<S.heads, S.heads, S.nope + S.rope, S.v>::kSupported && S.nope % 8 == 0) {
+    if (mma) {
+      REQUIRE(std::accumulate(step.context_len.begin(), step.context_len.end(), 0) <= S.keys);
+      const MlaExpanded<S> workspace(as_bf16_mut(d_workspace));
+      const detail::ExpandedKv<S.heads, S.nope, S.rope, S.v> kv{workspace.k_nope, workspace.k_rope, workspace.v,
+                                                                 d_ctx.get()};
+      d_out.poison();
+      detail::launch_prefill_mma<S.heads, S.heads, S.nope + S.rope, S.v, kQRow>(
+          as_bf16(d_q), kv, as_bf16_mut(d_out), d_qs.get(), d_pos.get(), d.num_seqs, d.max_query_len, S.scale, nullptr);
+      run.out_mma = d_out.download();
+    }
+  }
   return run;
 }
 
@@ -128,17 +145,19 @@ std::string describe(const std::vector<Part>& parts) {
 }
 
 template <shape::mla_attention_expanded S>
-void check_against_reference(const std::vector<Part>& parts, cuda::GemmRunner& runner) {
+void check_against_reference(const std::vector<Part>& parts, cuda::GemmRunner& runner, bool mma = false) {
   std::mt19937 rng(31000 + S.heads * S.latent + S.keys + static_cast<int>(parts.size()));
   int longest = 0;
   for (const Part& p : parts) longest = std::max(longest, p.cached + p.fresh);
   std::vector<Prompt<S>> prompts;
   for (size_t i = 0; i < parts.size(); ++i) prompts.emplace_back(longest, rng);
   const Weights<S> w(rng);
-  const Run<S> run = run_expanded<S>(prompts, parts, w, runner, rng);
+  const Run<S> run = run_expanded<S>(prompts, parts, w, runner, rng, mma);
   const std::string what = describe<S>(parts);
   check_launch(what);
-  check_close(what, reference<S>(run, w), bf16_to_f32(run.out), kBf16Limit);
+  const std::vector<float> ref = reference<S>(run, w);
+  check_close(what, ref, bf16_to_f32(run.out), kBf16Limit);
+  if (mma) check_close(what + " (mma.sync)", ref, bf16_to_f32(run.out_mma), kBf16Limit);
 }
 
 // Each (prompt, position) row of every run must equal its row in the first run, bit for bit.
@@ -177,8 +196,8 @@ void check_invariance(const std::vector<std::vector<Part>>& runs, cuda::GemmRunn
 TEST_CASE("mla_attention_expanded, prefill against the absorbed reference", "[mla_attention_expanded]") {
   cuda::GemmRunner runner;
   const std::vector<Part> mixed = {{0, 0, 1}, {1, 0, 7}, {2, 0, 300}, {3, 1200, 300}};
-  check_against_reference<dsv2lite::kMlaAttentionExpanded>(mixed, runner);
-  check_against_reference<dsv2lite::kMlaAttentionExpanded>({{0, 0, 2048}}, runner);
+  check_against_reference<dsv2lite::kMlaAttentionExpanded>(mixed, runner, true);
+  check_against_reference<dsv2lite::kMlaAttentionExpanded>({{0, 0, 2048}}, runner, true);
   // Three groups: 1,500 + 300 + 7 keys, then 600 + 1,100, then 1,900.
   check_against_reference<with_keys(dsv2lite::kMlaAttentionExpanded, 2048)>(
       {{0, 1200, 300}, {1, 0, 300}, {2, 0, 7}, {3, 550, 50}, {4, 1000, 100}, {5, 1800, 100}}, runner);
