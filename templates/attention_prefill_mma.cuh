@@ -237,13 +237,9 @@ __global__ void __launch_bounds__(128)
 template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 void launch_prefill_mma(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
                         int num_seqs, int max_query_len, float scale, cudaStream_t stream) {
-  using Shape = PrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
-  constexpr auto kernel = attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kVDim, kRow, Kv>;
-  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-  const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
-  const dim3 grid(static_cast<unsigned>(ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
-  KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, kv, out, query_start, positions,
-              scale * kLog2e);
+  launch_prefill_rows<attention_prefill_mma_kernel<kHeads, kKvHeads, kHeadDim, kVDim, kRow, Kv>,
+                      PrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>, kKvHeads>(
+      q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream);
 }
 
 }  // namespace kiln::detail
