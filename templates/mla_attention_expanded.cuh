@@ -133,15 +133,15 @@ void mla_expanded_attention(const bf16* q, const MlaExpanded<S>& w, bf16* attn, 
   constexpr int kQk = S.nope + S.rope, kRow = S.heads * kQk;
   const detail::ExpandedKv<S.heads, S.nope, S.rope, S.v> kv{w.k_nope, w.k_rope, w.v, context_len};
   // 16-byte chunks of a key must not straddle k_nope and k_rope.
-  constexpr bool kChunks = S.nope % 8 == 0 && kRow % 8 == 0;
-  if constexpr (detail::WgmmaPrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kChunks) {
+  constexpr bool kWholeChunks = S.nope % 8 == 0 && kRow % 8 == 0;
+  if constexpr (detail::WgmmaPrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kWholeChunks) {
     if (detail::wgmma_device()) {
       detail::launch_prefill_wgmma<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
                                                                      max_query_len, S.scale, stream);
       return;
     }
   }
-  if constexpr (detail::PrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kChunks) {
+  if constexpr (detail::PrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kWholeChunks) {
     detail::launch_prefill_mma<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
                                                                  max_query_len, S.scale, stream);
   } else {

@@ -155,6 +155,25 @@ TEST_CASE("the whole-step decode kernel: dense models on one GPU get it, others 
   CHECK_FALSE(ops(rank));
 }
 
+TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full chunk pays (171 tokens)") {
+  // latent·(nope + v) / (2·latent - nope - v) = 512·256 / 768 ≈ 170.7 new tokens a chunk.
+  ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
+  for (const int64_t tokens : {170, 171, 2048}) {
+    INFO("max_batched_tokens " << tokens);
+    spec.build.max_batched_tokens = tokens;
+    const Graph g = build_graph(spec);
+    const std::string forward = emit_forward_cu(spec, g), model = emit_model_cpp(spec, g);
+    const bool expands = tokens > 170;
+    CHECK((forward.find("cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);") !=
+           std::string::npos) == expands);
+    CHECK((forward.find("mla_attention_prefill(q_mla, kv, o_lat,") != std::string::npos) == !expands);
+    CHECK((model.find(".gpu_mla_expanded_bytes = ") != std::string::npos) == expands);
+    // Decode stays absorbed either way; the CPU reference too.
+    CHECK(forward.find("mla_attention_decode(q_mla, kv, o_lat,") != std::string::npos);
+    CHECK(emit_forward_ref(spec, g).find("mla_attention(kMlaAttention,") != std::string::npos);
+  }
+}
+
 TEST_CASE("build.jit_ptx: the model's CMakeLists adds PTX for newer GPUs unless the config turns it off") {
   ModelSpec spec = load_config(kConfigs + "tiny-llama.yaml");
   REQUIRE_FALSE(spec.build.jit_ptx);
