@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "golden"))
 from hf_model import hf_config_dict  # noqa: E402
 
 NEW, DEPTH = 128, 32  # bench.py's shape: 128 new tokens after a 32-token prompt
-ARCH = {"llama": "llama", "qwen3": "qwen3"}  # kiln family (HF model_type) -> llama.cpp architecture
+# kiln family (HF model_type) -> llama.cpp architecture
+ARCH = {"llama": "llama", "qwen3": "qwen3", "deepseek_v2": "deepseek2"}
 
 
 class Unsupported(Exception):
@@ -80,9 +81,10 @@ def llama3_rope_factors(cfg, head_dim):
 
 
 def tensor_plan(gguf, cfg):
-    """[(name, numpy shape (rows = output features), "bf16" | "f32", fixed values or None)] in file order.
-    Matrices are bf16 as in the checkpoints (random); 1-D weights f32 as llama.cpp's converter writes
-    them (norms: ones)."""
+    """[(name, numpy shape (rows = output features), "bf16" | "f32", fixed values, "random" or None)]
+    in file order. Matrices are bf16 as in the checkpoints (random); 1-D weights f32 as llama.cpp's
+    converter writes them (norms: ones); DeepSeek's router f32 and random, so that tokens spread over
+    the experts as kiln's random weights route them."""
     t = lambda kind, bid=None: gguf.TENSOR_NAMES[kind].format(bid=bid) + ".weight"  # noqa: E731
     T = gguf.MODEL_TENSOR
     H, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
@@ -91,6 +93,8 @@ def tensor_plan(gguf, cfg):
     plan = [(t(T.TOKEN_EMBD), (V, H), "bf16", None), (t(T.OUTPUT_NORM), (H,), "f32", None)]
     if not cfg.get("tie_word_embeddings", False):  # tied: llama.cpp projects with token_embd
         plan.append((t(T.OUTPUT), (V, H), "bf16", None))
+    if cfg["model_type"] == "deepseek_v2":
+        return plan + deepseek2_layers(t, T, cfg)
     if cfg.get("rope_scaling"):
         plan.append((t(T.ROPE_FREQS), (hd // 2,), "f32", llama3_rope_factors(cfg, hd)))
     for i in range(cfg["num_hidden_layers"]):
@@ -108,14 +112,90 @@ def tensor_plan(gguf, cfg):
     return plan
 
 
+def deepseek2_layers(t, T, cfg):
+    """DeepSeek-V2's layers as llama.cpp's converter writes them (conversion/deepseek.py): MLA with
+    kv_b_proj split into attn_k_b [heads, kv_lora, nope] (each head's rows transposed) and attn_v_b
+    [heads, v, kv_lora], the routed experts stacked, the router in f32."""
+    H, I, E = cfg["hidden_size"], cfg["intermediate_size"], cfg["n_routed_experts"]
+    nq, q_lora, kv_lora = cfg["num_attention_heads"], cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    im, shared = cfg["moe_intermediate_size"], cfg["n_shared_experts"] * cfg["moe_intermediate_size"]
+    plan = []
+    for i in range(cfg["num_hidden_layers"]):
+        plan.append((t(T.ATTN_NORM, i), (H,), "f32", None))
+        if q_lora:
+            plan += [(t(T.ATTN_Q_A, i), (q_lora, H), "bf16", None), (t(T.ATTN_Q_A_NORM, i), (q_lora,), "f32", None),
+                     (t(T.ATTN_Q_B, i), (nq * (nope + rope), q_lora), "bf16", None)]
+        else:
+            plan.append((t(T.ATTN_Q, i), (nq * (nope + rope), H), "bf16", None))
+        plan += [(t(T.ATTN_KV_A_MQA, i), (kv_lora + rope, H), "bf16", None),
+                 (t(T.ATTN_KV_A_NORM, i), (kv_lora,), "f32", None),
+                 (t(T.ATTN_K_B, i), (nq, kv_lora, nope), "bf16", None),
+                 (t(T.ATTN_V_B, i), (nq, v, kv_lora), "bf16", None),
+                 (t(T.ATTN_OUT, i), (H, nq * v), "bf16", None),
+                 (t(T.FFN_NORM, i), (H,), "f32", None)]
+        if i < cfg["first_k_dense_replace"]:
+            plan += [(t(T.FFN_GATE, i), (I, H), "bf16", None), (t(T.FFN_UP, i), (I, H), "bf16", None),
+                     (t(T.FFN_DOWN, i), (H, I), "bf16", None)]
+            continue
+        plan += [(t(T.FFN_GATE_INP, i), (E, H), "f32", "random"),
+                 (t(T.FFN_GATE_EXP, i), (E, im, H), "bf16", None), (t(T.FFN_UP_EXP, i), (E, im, H), "bf16", None),
+                 (t(T.FFN_DOWN_EXP, i), (E, H, im), "bf16", None)]
+        if shared:
+            plan += [(t(T.FFN_GATE_SHEXP, i), (shared, H), "bf16", None),
+                     (t(T.FFN_UP_SHEXP, i), (shared, H), "bf16", None),
+                     (t(T.FFN_DOWN_SHEXP, i), (H, shared), "bf16", None)]
+    return plan
+
+
+def add_deepseek2_metadata(gguf, w, cfg):
+    """The deepseek2 keys llama.cpp's converter writes (conversion/deepseek.py): MLA as multi-query
+    attention over the latent (one KV head of kv_lora + rope, the per-head sizes in the _mla keys),
+    the experts, and YaRN."""
+    kv_lora, nope, rope = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
+    w.add_head_count_kv(1)
+    w.add_key_length(kv_lora + rope)
+    w.add_value_length(kv_lora)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(cfg["v_head_dim"])
+    w.add_rope_dimension_count(rope)
+    if cfg.get("q_lora_rank"):
+        w.add_q_lora_rank(cfg["q_lora_rank"])
+    w.add_kv_lora_rank(kv_lora)
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    if cfg.get("norm_topk_prob"):
+        w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+    s = cfg.get("rope_scaling")
+    if s:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(s["factor"])
+        w.add_rope_scaling_orig_ctx_len(s["original_max_position_embeddings"])
+        w.add_rope_scaling_yarn_log_mul(0.1 * s["mscale_all_dim"])  # as the converter writes it
+
+
 def check_supported(cfg):
     if cfg["model_type"] not in ARCH:
         raise Unsupported(f"{cfg['model_type']}: this GGUF writer knows {', '.join(ARCH)}")
+    # llama.cpp (src/models/deepseek2.cpp) takes a DeepSeek-V2 without a q latent by its layer count.
+    layers = cfg["num_hidden_layers"]
+    if (cfg["model_type"] == "deepseek_v2" and not cfg.get("q_lora_rank") and layers not in (26, 27)
+            and not (layers == 48 and cfg["vocab_size"] == 128256)):
+        raise Unsupported(f"DeepSeek-V2 without q_lora_rank and {layers} layers: llama.cpp reads that form only "
+                          "at 26 or 27 layers (V2-Lite) or 48 with a 128,256-token vocabulary")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         raise Unsupported("biases are not written")
     scaling = cfg.get("rope_scaling")
-    if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
-        raise Unsupported(f"rope_scaling {scaling}: only llama3 frequency scaling is written")
+    kind = scaling.get("rope_type", scaling.get("type")) if scaling else None
+    if scaling and kind != ("yarn" if cfg["model_type"] == "deepseek_v2" else "llama3"):
+        raise Unsupported(f"rope_scaling {scaling}: only llama3 frequency scaling (DeepSeek-V2: YaRN) is written")
 
 
 def write_gguf(gguf, cfg, path, name, seed=0):
@@ -134,10 +214,13 @@ def write_gguf(gguf, cfg, path, name, seed=0):
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(nq)
-    w.add_head_count_kv(cfg.get("num_key_value_heads", nq))
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    if arch == "deepseek2":
+        add_deepseek2_metadata(gguf, w, cfg)
+    else:
+        w.add_head_count_kv(cfg.get("num_key_value_heads", nq))
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(cfg["vocab_size"])
@@ -158,7 +241,9 @@ def write_gguf(gguf, cfg, path, name, seed=0):
     block = ((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16).astype(np.uint16)  # fp32 -> bf16, round to nearest even
     total = 0
     for _, shape, dtype, values in plan:
-        if values is not None:
+        if isinstance(values, str):  # "random": f32 weights that must not all be equal (a router)
+            data = rng.standard_normal(shape, dtype=np.float32) * 0.02
+        elif values is not None:
             data = values
         elif dtype == "bf16":
             data = np.resize(block, shape)  # the block repeated: one tensor in memory at a time
