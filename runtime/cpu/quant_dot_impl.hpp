@@ -84,7 +84,7 @@ inline void unpack(const std::byte* rec, __m512i u[8]) {
     }
     // Q5_0: bit j of each byte is u[j]'s 16: moved to bit 4, or-ed in; Q6_K: so is a second
     // plane's, to bit 5 (its 32).
-    for (int plane = 0; plane < (F == MatrixFormat::q5_0 ? 1 : F == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+    for (int plane = 0; plane < cpu_high_bit_planes(F); ++plane) {
       const __m512i bits = _mm512_loadu_si512(rec + cpu_quant_bytes(F) + 64 * plane);
       const __m512i to = _mm512_set1_epi8(static_cast<char>(0x10 << plane));
       for (int j = 0; j < 8; ++j) {
@@ -198,7 +198,7 @@ inline void unpack(const std::byte* rec, int h, __m256i u[8], __m256i signs[8]) 
       u[j] = _mm256_and_si256(p, mask);
       u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
     }
-    for (int plane = 0; plane < (F == MatrixFormat::q5_0 ? 1 : F == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+    for (int plane = 0; plane < cpu_high_bit_planes(F); ++plane) {
       const __m256i bits = at(cpu_quant_bytes(F) + 64 * plane), to = _mm256_set1_epi8(static_cast<char>(0x10 << plane));
       for (int j = 0; j < 8; ++j) {
         const int shift = 4 + plane - j;
@@ -500,7 +500,7 @@ int32_t quant_at(const std::byte* rec, int64_t lane, int c) {
   const int col = c % 16;
   const auto byte = static_cast<uint8_t>(rec[64 * (col / 4) + 4 * lane + col % 4]);
   int32_t u = c < 16 ? byte & 0x0F : byte >> 4;
-  for (int plane = 0; plane < (F == MatrixFormat::q5_0 ? 1 : F == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+  for (int plane = 0; plane < cpu_high_bit_planes(F); ++plane) {
     u |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(F) + 64 * plane + 4 * lane + c % 4]) >> (c / 4)) & 1) << (4 + plane);
   }
   return u;

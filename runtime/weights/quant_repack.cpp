@@ -277,7 +277,7 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
       rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>((q[c] & 0x0F) | ((q[c + 16] & 0x0F) << 4)));
     }
     // Q5_0's fifth bits; Q6_K's fifth, then sixth (bit j of byte 4·lane + i: column 4j + i).
-    for (int plane = 0; plane < (f == MatrixFormat::q5_0 ? 1 : f == MatrixFormat::q6_k ? 2 : 0); ++plane) {
+    for (int plane = 0; plane < cpu_high_bit_planes(f); ++plane) {
       for (int i = 0; i < 4; ++i) {
         uint8_t bits = 0;
         for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((q[4 * j + i] >> (4 + plane)) & 1) << j);
