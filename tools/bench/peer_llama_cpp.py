@@ -88,13 +88,13 @@ def tensor_plan(gguf, cfg):
     t = lambda kind, bid=None: gguf.TENSOR_NAMES[kind].format(bid=bid) + ".weight"  # noqa: E731
     T = gguf.MODEL_TENSOR
     H, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
-    nq, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    hd = cfg.get("head_dim") or H // nq
     plan = [(t(T.TOKEN_EMBD), (V, H), "bf16", None), (t(T.OUTPUT_NORM), (H,), "f32", None)]
     if not cfg.get("tie_word_embeddings", False):  # tied: llama.cpp projects with token_embd
         plan.append((t(T.OUTPUT), (V, H), "bf16", None))
     if cfg["model_type"] == "deepseek_v2":
         return plan + deepseek2_layers(t, T, cfg)
+    nq, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or H // nq
     if cfg.get("rope_scaling"):
         plan.append((t(T.ROPE_FREQS), (hd // 2,), "f32", llama3_rope_factors(cfg, hd)))
     for i in range(cfg["num_hidden_layers"]):
@@ -206,7 +206,6 @@ def write_gguf(gguf, cfg, path, name, seed=0):
     check_supported(cfg)
     arch = ARCH[cfg["model_type"]]
     H, nq = cfg["hidden_size"], cfg["num_attention_heads"]
-    hd = cfg.get("head_dim") or H // nq
     w = gguf.GGUFWriter(path, arch)
     w.add_name(name)
     w.add_context_length(cfg["max_position_embeddings"])
@@ -217,6 +216,7 @@ def write_gguf(gguf, cfg, path, name, seed=0):
     if arch == "deepseek2":
         add_deepseek2_metadata(gguf, w, cfg)
     else:
+        hd = cfg.get("head_dim") or H // nq
         w.add_head_count_kv(cfg.get("num_key_value_heads", nq))
         w.add_key_length(hd)
         w.add_value_length(hd)
