@@ -6,6 +6,10 @@
 //                    phases (dense families); saves 0.5-1.7 µs per layer at decode on an H200.
 //   prep_attention   attention_prep + attention: at decode one kernel that also merges the
 //                    split-KV partitions (three launches before); the prefill runs both parts.
+//   moe_gate_up_act  the routed experts' moe_gate_up + silu_mul: at prefill one grouped GEMM
+//                    whose epilogue applies the activation and never writes gate | up
+//                    (DeepSeek-V2-Lite at 2,048 tokens on an H200: 417 -> 391 us a layer); the
+//                    decode runs both parts (its streaming kernels' outputs are few).
 //
 // Folding RMSNorm or silu(gate)·up into the next projection's input load was built and measured
 // too, and lost: every GEMV block recomputes the folded input, which costs more than the launch
@@ -68,14 +72,36 @@ void fuse_prep_attention(std::vector<Op>& ops) {
   }
 }
 
+// moe_gate_up + the silu_mul of its rows -> moe_gate_up_act.
+void fuse_moe_gate_up_act(std::vector<Op>& ops) {
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const Op& gate_up = ops[i];
+    const Op& act = ops[i + 1];
+    if (gate_up.kind != OpKind::moe_gate_up || act.kind != OpKind::silu_mul ||
+        act.args.at("gate_up") != gate_up.args.at("out") || act.shape.at("dim") != gate_up.shape.at("inter")) {
+      continue;
+    }
+    Op fused = make_op(OpKind::moe_gate_up_act, gate_up.label, gate_up.math + "; then " + act.math,
+                       {{"h", gate_up.args.at("h")}, {"weight", gate_up.args.at("weight")}, {"ids", gate_up.args.at("ids")},
+                        {"gate_up", gate_up.args.at("out")}, {"act", act.args.at("act")},
+                        {"scratch", gate_up.args.at("scratch")}},
+                       gate_up.shape, gate_up.kernel + "_act");
+    fused.parts = {gate_up, act};
+    ops.erase(ops.begin() + i, ops.begin() + i + 2);
+    ops.insert(ops.begin() + i, fused);
+  }
+}
+
 }  // namespace
 
 void fuse(Graph& g) {
-  if (g.latent_kv) return;  // MLA writes its latent cache with its own ops
   for (LayerBlock& block : g.blocks) {
     for (auto& [stage, ops] : block.stages) {
-      fuse_attention_prep(ops);
-      fuse_prep_attention(ops);
+      if (!g.latent_kv) {  // MLA writes its latent cache with its own ops
+        fuse_attention_prep(ops);
+        fuse_prep_attention(ops);
+      }
+      fuse_moe_gate_up_act(ops);
     }
   }
 }

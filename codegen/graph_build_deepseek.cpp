@@ -73,7 +73,7 @@ void define_constants(const ModelSpec& s, Graph& g) {
            "one token's chosen experts' gate | up");
   g.define("kMoeTokenActWidth", m.num_experts_per_tok * m.moe_intermediate_size, "one token's chosen experts' act");
   g.define("kMoeTokenDownWidth", m.num_experts_per_tok * s.hidden_size,
-           "one token's chosen experts' weighted down projections (fp32, prefill)");
+           "one token's chosen experts' down projections (bf16, prefill)");
   g.define("kMoeScratchPerToken", m.num_experts_per_tok + m.n_routed_experts / t + 1,
            "int scratch: (token, expert) pairs bucketed by expert, and bucket offsets");
   if (m.n_shared_experts > 0) {
@@ -379,8 +379,8 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
     g.buffers.push_back({"moe_gate_up", Elem::bf16, "kMoeTokenGateUpWidth", "chosen experts' gate | up"});
     g.buffers.push_back({"moe_act", Elem::bf16, "kMoeTokenActWidth", "chosen experts' silu(gate) ⊙ up"});
     g.buffers.push_back({"moe_scratch", Elem::i32, "kMoeScratchPerToken", "routing scratch"});
-    // Prefill only: each pair's output apart, summed per token in slot order (deterministic).
-    g.buffers.push_back({"moe_pairs", Elem::f32, "kMoeTokenDownWidth", "chosen experts' weighted down projections"});
+    // Prefill only: each pair's output apart, weighted and summed per token in slot order (deterministic).
+    g.buffers.push_back({"moe_pairs", Elem::bf16, "kMoeTokenDownWidth", "chosen experts' down projections"});
     if (m.n_shared_experts > 0) {
       g.buffers.push_back({"shared_gate_up", Elem::bf16, "kSharedGateUpWidth", "shared experts' gate | up"});
       g.buffers.push_back({"shared_act", Elem::bf16, "kSharedIntermediateSize", "shared experts' silu(gate) ⊙ up"});

@@ -56,8 +56,12 @@ struct MlaQAbsorbGemm : PerHeadTokenTiles {
   __device__ static const bf16* b_matrix(const Args& a, int group) {
     return a.w_uk + static_cast<long long>(group) * kNope * kLatent;
   }
-  __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
-    store_bf16_pair(a.q_mla + (static_cast<long long>(m) * kHeads + group) * kOut + n, v0, v1, two);
+  using Row = bf16*;
+  __device__ static Row row(const Args& a, int group, int m) {
+    return a.q_mla + (static_cast<long long>(m) * kHeads + group) * kOut;
+  }
+  __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool two) {
+    store_bf16_pair(row + n, v0, v1, two);
   }
   __device__ static void prologue(const Args& a, int group, int m0, int rows) {
     if constexpr (kRope > 0) {

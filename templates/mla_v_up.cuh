@@ -47,8 +47,12 @@ struct MlaVUpGemm : PerHeadTokenTiles {
   __device__ static const bf16* b_matrix(const Args& a, int group) {
     return a.w_uv + static_cast<long long>(group) * kV * kLatent;
   }
-  __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
-    store_bf16_pair(a.out + (static_cast<long long>(m) * kHeads + group) * kV + n, v0, v1, two);
+  using Row = bf16*;
+  __device__ static Row row(const Args& a, int group, int m) {
+    return a.out + (static_cast<long long>(m) * kHeads + group) * kV;
+  }
+  __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool two) {
+    store_bf16_pair(row + n, v0, v1, two);
   }
   __device__ static void prologue(const Args&, int, int, int) {}
 };

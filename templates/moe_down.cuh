@@ -6,9 +6,10 @@
 //                      deterministic. Larger T: the grouped GEMM, adding into x with fp32 atomics
 //                      (order not fixed; only a decode batch above 64 takes it).
 //   moe_down_prefill   the grouped GEMM at every T (on Hopper: 128 × 256 tiles on wgmma,
-//                      tile_gemm_wgmma.cuh), each pair's weighted output stored in `pairs`,
-//                      then every token's pairs added into x in slot order: the same bits for a
-//                      token whatever else is in its step (a prompt alone, chunked or batched).
+//                      tile_gemm_wgmma.cuh), each pair's output stored in `pairs` (bf16, as HF
+//                      rounds each expert's output; half the bytes of fp32), then every token's
+//                      pairs weighted and added into x in slot order: the same bits for a token
+//                      whatever else is in its step (a prompt alone, chunked or batched).
 // Shapes whose rows cannot be read 16 bytes at a time stream at every T, in 64-token windows, in
 // both (deterministic, and a token's sum is the same in any window).
 #pragma once
@@ -157,42 +158,45 @@ struct MoeDownGemm : ExpertPairTiles<kExperts> {
   __device__ static const bf16* b_matrix(const Args& a, int group) {
     return a.weight + static_cast<long long>(group) * kN * kK;
   }
-  __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
+  struct Row {
+    float* out;  // the pair's token's row of x
+    float weight;
+  };
+  __device__ static Row row(const Args& a, int group, int m) {
     const int p = pair(a, group, m);
-    const float w = a.weights[p];
-    float* dst = a.x + static_cast<long long>(p / kTopK) * kHidden + n;
-    atomicAdd(dst, w * v0);
-    if (two) atomicAdd(dst + 1, w * v1);
+    return {a.x + static_cast<long long>(p / kTopK) * kHidden, a.weights[p]};
+  }
+  __device__ static void store(const Args&, const Row& row, int n, float v0, float v1, bool two) {
+    atomicAdd(row.out + n, row.weight * v0);
+    if (two) atomicAdd(row.out + n + 1, row.weight * v1);
   }
 };
 
-// pairs[p, :] = weights[p] · (weight[e] · act[p]) for the pairs p of expert e (fp32, plain stores).
+// pairs[p, :] = weight[e] · act[p] for the pairs p of expert e (bf16, plain stores; weighted when summed).
 template <int kExperts, int kTopK, int kHidden, int kInter>
 struct MoeDownPairsGemm : MoeDownGemm<kExperts, kTopK, kHidden, kInter> {
   using Base = MoeDownGemm<kExperts, kTopK, kHidden, kInter>;
   struct Args : Base::Args {
-    float* pairs;
+    bf16* pairs;
   };
-  __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
-    const int p = Base::pair(a, group, m);
-    const float w = a.weights[p];
-    float* dst = a.pairs + static_cast<long long>(p) * kHidden + n;
-    if (two) {
-      *reinterpret_cast<float2*>(dst) = make_float2(w * v0, w * v1);  // n even, kHidden % 8 == 0
-    } else {
-      dst[0] = w * v0;
-    }
+  using Row = bf16*;
+  __device__ static Row row(const Args& a, int group, int m) {
+    return a.pairs + static_cast<long long>(Base::pair(a, group, m)) * kHidden;
+  }
+  __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool) {
+    // n even, kHidden % 8 == 0: both columns are there, 4-byte aligned
+    *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
   }
 };
 
-// x[t, n] += Σ_j pairs[t · kTopK + j, n] over the slots j whose expert is on this rank (ids >= 0),
-// j ascending. Four columns per thread.
+// x[t, n] += Σ_j weights[t · kTopK + j] · pairs[t · kTopK + j, n] over the slots j whose expert is on
+// this rank (ids >= 0), j ascending, in fp32. Four columns per thread.
 template <int kTopK, int kHidden>
 __global__ void __launch_bounds__(kElementwiseThreads)
-    moe_down_sum_pairs_kernel(const float* __restrict__ pairs, const int* __restrict__ ids, float* __restrict__ x,
-                              long long quads) {
+    moe_down_sum_pairs_kernel(const bf16* __restrict__ pairs, const int* __restrict__ ids,
+                              const float* __restrict__ weights, float* __restrict__ x, long long quads) {
   pdl_release_and_wait();
-  static_assert(kHidden % 4 == 0, "moe_down_sum_pairs: rows of whole float4s");
+  static_assert(kHidden % 4 == 0, "moe_down_sum_pairs: rows of whole 8-byte quads");
   constexpr int kQuads = kHidden / 4;
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= quads) return;
@@ -201,12 +205,15 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int j = 0; j < kTopK; ++j) {
-    if (ids[t * kTopK + j] < 0) continue;  // another rank's expert: not computed here
-    const float4 v = *reinterpret_cast<const float4*>(pairs + (t * kTopK + j) * kHidden + c);
-    sum.x += v.x;
-    sum.y += v.y;
-    sum.z += v.z;
-    sum.w += v.w;
+    const long long p = t * kTopK + j;
+    if (ids[p] < 0) continue;  // another rank's expert: not computed here
+    const float w = weights[p];
+    float v[4];
+    load_bf16<4>(pairs + p * kHidden + c, v);
+    sum.x += w * v[0];
+    sum.y += w * v[1];
+    sum.z += w * v[2];
+    sum.w += w * v[3];
   }
   float4* dst = reinterpret_cast<float4*>(x + t * kHidden + c);
   float4 r = *dst;
@@ -253,28 +260,21 @@ void moe_down(const bf16* act, const bf16* weight, const int* ids, const float* 
 }
 
 // Prefill steps: as moe_down, the same bits for a token at any T (see the top). pairs: [T, top_k,
-// hidden] fp32, written before it is read (moe_down_pair_floats_per_token).
+// hidden] bf16, written before it is read (moe_down_pair_values_per_token).
 template <shape::moe_down S>
 void moe_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
-                      float* pairs, float* x, int tokens, cudaStream_t stream) {
+                      bf16* pairs, float* x, int tokens, cudaStream_t stream) {
   constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
   static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_down: sizes must be positive");
   if (tokens <= 0) return;
   if constexpr (kInter % 8 == 0 && kHidden % 8 == 0) {
     using P = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
     const typename P::Args args{{act, weight, weights, scratch, x}, pairs};
-    if (detail::wgmma_device()) {  // 128 × 256 tiles on wgmma (tile_gemm_wgmma.cuh)
-      using W = detail::TileGemmWgmmaShape;
-      const dim3 grid(detail::ceil_div(kHidden, W::kBN), detail::expert_tile_bound<kExperts, kTopK, W::kBM>(tokens));
-      detail::launch_tile_gemm_wgmma<P>(args, grid, stream);
-    } else {
-      const dim3 grid(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens));
-      detail::launch_tile_gemm<P, 128>(args, grid, stream);
-    }
+    detail::launch_expert_gemm<P, kExperts, kTopK>(args, tokens, stream);
     const long long quads = static_cast<long long>(tokens) * (kHidden / 4);
     KILN_LAUNCH((detail::moe_down_sum_pairs_kernel<kTopK, kHidden>),
                 static_cast<int>(detail::ceil_div_ll(quads, detail::kElementwiseThreads)), detail::kElementwiseThreads, 0,
-                stream, pairs, ids, x, quads);
+                stream, pairs, ids, weights, x, quads);
   } else {
     (void)pairs;
     (void)ids;
@@ -282,9 +282,9 @@ void moe_down_prefill(const bf16* act, const bf16* weight, const int* ids, const
   }
 }
 
-// fp32 values per token of moe_down_prefill's `pairs` (the generator's kMoeTokenDownWidth).
+// bf16 values per token of moe_down_prefill's `pairs` (the generator's kMoeTokenDownWidth).
 template <shape::moe_down S>
-constexpr int moe_down_pair_floats_per_token() {
+constexpr int moe_down_pair_values_per_token() {
   return S.top_k * S.hidden;
 }
 

@@ -7,6 +7,8 @@
 //             Hopper 128 × 256 tiles on wgmma (tile_gemm_wgmma.cuh), elsewhere 64 × 128 on mma.sync.
 // Prefill steps (moe_gate_up_prefill) take the GEMM at every T, so that a token's outputs have the
 // same bits whatever else is in its step (a prompt alone, chunked or batched with others).
+// moe_gate_up_act_prefill is that GEMM with the SwiGLU activation in its epilogue (the fused op
+// moe_gate_up_act, codegen/fuse.cpp): it writes silu(gate) ⊙ up, never the gate | up rows.
 // Shapes whose rows cannot be read 16 bytes at a time (the tiny test models) stream at every T.
 #pragma once
 
@@ -15,6 +17,7 @@
 #include "templates/blocks/tile_gemm.cuh"
 #include "templates/blocks/tile_gemm_wgmma.cuh"
 #include "templates/common.cuh"
+#include "templates/silu_mul.cuh"
 
 namespace kiln {
 
@@ -93,14 +96,54 @@ struct MoeGateUpGemm : ExpertPairTiles<kExperts> {
     const int* scratch;
     bf16* out;
   };
-  __device__ static const bf16* a_row(const Args& a, int group, int m) {
+  template <typename A>  // Args, or MoeGateUpActGemm's
+  __device__ static const bf16* a_row(const A& a, int group, int m) {
     return a.h + static_cast<long long>(pair(a, group, m) / kTopK) * kHidden;
   }
-  __device__ static const bf16* b_matrix(const Args& a, int group) {
+  template <typename A>
+  __device__ static const bf16* b_matrix(const A& a, int group) {
     return a.weight + static_cast<long long>(group) * kN * kK;
   }
-  __device__ static void store(const Args& a, int group, int m, int n, float v0, float v1, bool two) {
-    store_bf16_pair(a.out + static_cast<long long>(pair(a, group, m)) * kN + n, v0, v1, two);
+  using Row = bf16*;
+  __device__ static Row row(const Args& a, int group, int m) {
+    return a.out + static_cast<long long>(pair(a, group, m)) * kN;
+  }
+  __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool two) {
+    if constexpr (kN % 2 == 0) {  // n even: both columns are there, 4-byte aligned
+      *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
+    } else {
+      store_bf16_pair(row + n, v0, v1, two);
+    }
+  }
+};
+
+// act[p] = silu(gate) ⊙ up of weight[e] · h[p / kTopK] for the pairs p of expert e: the gated GEMM
+// (tile_gemm_wgmma.cuh). Gate and up are rounded to bf16 first, as moe_gate_up stores them and
+// silu_mul reads them back: the same bits as the two ops.
+template <int kExperts, int kTopK, int kHidden, int kInter>
+struct MoeGateUpActGemm : MoeGateUpGemm<kExperts, kTopK, kHidden, kInter> {
+  using ExpertPairTiles<kExperts>::pair;
+  static constexpr bool kGated = true;
+  struct Args {
+    const bf16* h;
+    const bf16* weight;
+    const int* scratch;
+    bf16* act;
+  };
+  using Row = bf16*;
+  __device__ static Row row(const Args& a, int group, int m) {
+    return a.act + static_cast<long long>(pair(a, group, m)) * kInter;
+  }
+  __device__ static void store_gated(const Args&, Row row, int n, float gate0, float gate1, float up0, float up1,
+                                     bool two) {
+    auto bf16_rounded = [](float v) { return __bfloat162float(__float2bfloat16_rn(v)); };
+    const float v0 = silu_mul_value(bf16_rounded(gate0), bf16_rounded(up0));
+    const float v1 = silu_mul_value(bf16_rounded(gate1), bf16_rounded(up1));
+    if constexpr (kInter % 2 == 0) {  // n even: both features are there, 4-byte aligned
+      *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
+    } else {
+      store_bf16_pair(row + n, v0, v1, two);
+    }
   }
 };
 
@@ -132,14 +175,7 @@ void moe_gate_up_impl(const bf16* h, const bf16* weight, const int* ids, bf16* o
   if constexpr (kHidden % 8 == 0) {
     if (tokens > stream_below) {
       using P = MoeGateUpGemm<kExperts, kTopK, kHidden, kInter>;
-      const typename P::Args args{h, weight, scratch, out};
-      if (wgmma_device()) {
-        const dim3 grid(ceil_div(P::kN, TileGemmWgmmaShape::kBN),
-                        expert_tile_bound<kExperts, kTopK, TileGemmWgmmaShape::kBM>(tokens));
-        launch_tile_gemm_wgmma<P>(args, grid, stream);
-      } else {
-        launch_tile_gemm<P, 128>(args, dim3(ceil_div(P::kN, 128), expert_tile_bound<kExperts, kTopK>(tokens)), stream);
-      }
+      launch_expert_gemm<P, kExperts, kTopK>(typename P::Args{h, weight, scratch, out}, tokens, stream);
       return;
     }
   }
@@ -161,6 +197,31 @@ template <shape::moe_gate_up S>
 void moe_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens,
                          cudaStream_t stream) {
   detail::moe_gate_up_impl<S>(h, weight, ids, out, scratch, tokens, 0, stream);
+}
+
+// Prefill steps of the fused op moe_gate_up_act: act [T, top_k, inter] = silu(gate) ⊙ up of each
+// token's chosen experts. On Hopper one gated GEMM (gate_up untouched); elsewhere, and for rows
+// that cannot be read 16 bytes at a time, moe_gate_up_prefill into gate_up and then silu_mul (the
+// same bits either way). scratch is left holding the buckets for moe_down.
+template <shape::moe_gate_up_act S>
+void moe_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch,
+                             int tokens, cudaStream_t stream) {
+  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
+  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_gate_up_act: sizes must be positive");
+  if (tokens <= 0) return;
+  if constexpr (kHidden % 8 == 0) {
+    if (detail::wgmma_device()) {
+      detail::launch_moe_bucket<kExperts, kTopK>(ids, scratch, tokens, stream);
+      using P = detail::MoeGateUpActGemm<kExperts, kTopK, kHidden, kInter>;
+      const dim3 grid(detail::tile_gemm_wgmma_column_tiles<P>(),
+                      detail::expert_tile_bound<kExperts, kTopK, detail::TileGemmWgmmaShape::kBM>(tokens));
+      detail::launch_tile_gemm_wgmma<P>(typename P::Args{h, weight, scratch, act}, grid, stream);
+      return;
+    }
+  }
+  constexpr shape::moe_gate_up kGateUp{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  moe_gate_up_prefill<kGateUp>(h, weight, ids, gate_up, scratch, tokens, stream);
+  silu_mul<shape::silu_mul{.dim = kInter}>(gate_up, act, tokens * kTopK, stream);
 }
 
 }  // namespace kiln

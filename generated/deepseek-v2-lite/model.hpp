@@ -50,7 +50,7 @@ constexpr int kMoeIntermediateSize = 1408;  // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 2816;       // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 16896; // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 8448;     // one token's chosen experts' act
-constexpr int kMoeTokenDownWidth = 12288;   // one token's chosen experts' weighted down projections (fp32, prefill)
+constexpr int kMoeTokenDownWidth = 12288;   // one token's chosen experts' down projections (bf16, prefill)
 constexpr int kMoeScratchPerToken = 71;     // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 2816; // shared experts, one MLP: n_shared_experts × moe_intermediate_size
 constexpr int kSharedGateUpWidth = 5632;    // 2 × kSharedIntermediateSize
@@ -105,6 +105,8 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = false, .normalize = false, .scaling = kRoutedScalingFactor, .local_experts = kNumExperts};
+// mlp.experts (gate_up_proj)
+constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (gate_up_proj)
 constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (act_fn)
@@ -163,12 +165,12 @@ struct GpuArena {
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 89653248;          // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 135847936;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 135897088; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 104390656;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 104439808; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 100663296;     // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 135266304; // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_act = 69206016;      // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 103809024; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 23068672;   // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 254279680;       // for kMaxBatchedTokens tokens
@@ -191,7 +193,7 @@ struct RefArena {
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 138412032;     // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   static constexpr long long moe_scratch = 207618048; // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 46137344;   // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 491782144;       // for kMaxBatchedTokens tokens
@@ -267,10 +269,10 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
-void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
 void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);

@@ -44,7 +44,7 @@ constexpr int kMoeIntermediateSize = 20;    // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 40;         // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 80;    // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 40;       // one token's chosen experts' act
-constexpr int kMoeTokenDownWidth = 96;      // one token's chosen experts' weighted down projections (fp32, prefill)
+constexpr int kMoeTokenDownWidth = 96;      // one token's chosen experts' down projections (bf16, prefill)
 constexpr int kMoeScratchPerToken = 9;      // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 40; // shared experts, one MLP: n_shared_experts × moe_intermediate_size
 constexpr int kSharedGateUpWidth = 80;      // 2 × kSharedIntermediateSize
@@ -100,6 +100,8 @@ constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out =
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = false, .normalize = true, .scaling = kRoutedScalingFactor, .local_experts = kNumExperts};
 // mlp.experts (gate_up_proj)
+constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+// mlp.experts (gate_up_proj)
 constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (act_fn)
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
@@ -147,25 +149,25 @@ struct Weights {
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
 struct GpuArena {
-  static constexpr long long x = 98304;               // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 271360;              // bf16 [T, kHiddenSize] normalized hidden state
-  static constexpr long long q = 295936;              // bf16 [T, kQWidth] q, per head nope | rope
-  static constexpr long long kv_a = 81920;            // bf16 [T, kKvAWidth] c_kv | k_rope
-  static constexpr long long q_mla = 147456;          // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
-  static constexpr long long o_lat = 234496;          // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
-  static constexpr long long attn = 317440;           // bf16 [T, kAttnOutWidth] attention output, per head
+  static constexpr long long x = 81920;               // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 254976;              // bf16 [T, kHiddenSize] normalized hidden state
+  static constexpr long long q = 279552;              // bf16 [T, kQWidth] q, per head nope | rope
+  static constexpr long long kv_a = 301056;           // bf16 [T, kKvAWidth] c_kv | k_rope
+  static constexpr long long q_mla = 131072;          // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
+  static constexpr long long o_lat = 218112;          // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
+  static constexpr long long attn = 316416;           // bf16 [T, kAttnOutWidth] attention output, per head
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 193536;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long act = 177152;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 177152;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 179200;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 78848;        // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 131072;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 147456;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 167936;    // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_act = 49152;         // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 69632;     // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 40960;      // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
-  static constexpr long long bytes = 332800;          // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 331776;          // for kMaxBatchedTokens tokens
 };
 
 // ---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----
@@ -185,7 +187,7 @@ struct RefArena {
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 98304;         // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   static constexpr long long moe_scratch = 139264;    // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 81920;      // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 614400;          // for kMaxBatchedTokens tokens
@@ -261,10 +263,10 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
-void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
 void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);

@@ -51,7 +51,7 @@ constexpr int kMoeIntermediateSize = 24;    // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 48;         // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 144;   // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 72;       // one token's chosen experts' act
-constexpr int kMoeTokenDownWidth = 192;     // one token's chosen experts' weighted down projections (fp32, prefill)
+constexpr int kMoeTokenDownWidth = 192;     // one token's chosen experts' down projections (bf16, prefill)
 constexpr int kMoeScratchPerToken = 12;     // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 24; // shared experts, one MLP: n_shared_experts × moe_intermediate_size
 constexpr int kSharedGateUpWidth = 48;      // 2 × kSharedIntermediateSize
@@ -111,6 +111,8 @@ constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out =
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = true, .normalize = false, .scaling = kRoutedScalingFactor, .local_experts = kNumExperts};
 // mlp.experts (gate_up_proj)
+constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+// mlp.experts (gate_up_proj)
 constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (act_fn)
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
@@ -160,26 +162,26 @@ struct Weights {
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
 struct GpuArena {
-  static constexpr long long x = 196608;              // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 425984;              // bf16 [T, kHiddenSize] normalized hidden state
-  static constexpr long long q = 327680;              // bf16 [T, kQWidth] q, per head nope | rope
-  static constexpr long long kv_a = 483328;           // bf16 [T, kKvAWidth] c_kv | k_rope
+  static constexpr long long x = 180224;              // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 409600;              // bf16 [T, kHiddenSize] normalized hidden state
+  static constexpr long long q = 311296;              // bf16 [T, kQWidth] q, per head nope | rope
+  static constexpr long long kv_a = 466944;           // bf16 [T, kKvAWidth] c_kv | k_rope
   static constexpr long long q_mla = 98304;           // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
-  static constexpr long long o_lat = 262144;          // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
-  static constexpr long long attn = 458752;           // bf16 [T, kAttnOutWidth] attention output, per head
-  static constexpr long long q_a = 180224;            // bf16 [T, kQLoraRank] q latent
+  static constexpr long long o_lat = 245760;          // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
+  static constexpr long long attn = 442368;           // bf16 [T, kAttnOutWidth] attention output, per head
+  static constexpr long long q_a = 487424;            // bf16 [T, kQLoraRank] q latent
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 376832;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long act = 360448;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 311296;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 314368;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 147456;       // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 150528;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 262144;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 299008;    // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_act = 98304;         // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 135168;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 24576;      // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
-  static constexpr long long bytes = 503808;          // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 499712;          // for kMaxBatchedTokens tokens
 };
 
 // ---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----
@@ -200,7 +202,7 @@ struct RefArena {
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 196608;        // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   static constexpr long long moe_scratch = 270336;    // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 49152;      // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 933888;          // for kMaxBatchedTokens tokens
@@ -280,10 +282,10 @@ void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream)
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
-void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
 void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);

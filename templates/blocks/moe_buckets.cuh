@@ -7,6 +7,8 @@
 #pragma once
 
 #include "templates/blocks/mma.cuh"
+#include "templates/blocks/tile_gemm.cuh"
+#include "templates/blocks/tile_gemm_wgmma.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
@@ -185,6 +187,19 @@ template <int kExperts, int kTopK, int kTileRows = 64>
 inline int expert_tile_bound(int tokens) {
   const int pairs = tokens * kTopK;
   return ceil_div(pairs, kTileRows) + min_int(kExperts, pairs);
+}
+
+// The grouped GEMM P over the experts' pairs of `tokens` tokens: on Hopper 128 × 256 tiles on wgmma
+// (tile_gemm_wgmma.cuh), elsewhere 64 × 128 on mma.sync (tile_gemm.cuh).
+template <class P, int kExperts, int kTopK>
+inline void launch_expert_gemm(const typename P::Args& args, int tokens, cudaStream_t stream) {
+  static_assert(!kGatedProblem<P>, "launch_expert_gemm: the mma.sync tiles have no gated epilogue");
+  if (wgmma_device()) {
+    const dim3 grid(tile_gemm_wgmma_column_tiles<P>(), expert_tile_bound<kExperts, kTopK, TileGemmWgmmaShape::kBM>(tokens));
+    launch_tile_gemm_wgmma<P>(args, grid, stream);
+  } else {
+    launch_tile_gemm<P, 128>(args, dim3(ceil_div(P::kN, 128), expert_tile_bound<kExperts, kTopK>(tokens)), stream);
+  }
 }
 
 }  // namespace detail

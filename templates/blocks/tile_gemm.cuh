@@ -20,7 +20,9 @@ namespace kiln::detail {
 //   static bool locate(const Args&, int& group, int& m0, int& rows)   block -> group, first row, rows (<= 64)
 //   static const bf16* a_row(const Args&, int group, int m)           row m of the group's A
 //   static const bf16* b_matrix(const Args&, int group)
-//   static void store(const Args&, int group, int m, int n, float v0, float v1, bool two)  C[m, n], C[m, n + 1]
+//   struct Row; static Row row(const Args&, int group, int m)          where row m of C goes, looked up
+//                                                                       once per thread and row
+//   static void store(const Args&, const Row&, int n, float v0, float v1, bool two)  C[m, n], C[m, n + 1]
 //   static void prologue(const Args&, int group, int m0, int rows)     blockIdx.x == 0 blocks, any extra work
 // =====================================================================================
 
@@ -167,13 +169,15 @@ __global__ void __launch_bounds__(TileGemmShape<kBN, P::kBKMajor>::kThreads)
 
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
+    const int m = wm * 32 + mi * 16 + g;
+    const typename P::Row row0 = P::row(args, group, m0 + min(m, rows - 1));
+    const typename P::Row row8 = P::row(args, group, m0 + min(m + 8, rows - 1));
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       const int n = n0 + wn * 32 + ni * 8 + 2 * q;
       if (n >= kN) continue;
-      const int m = wm * 32 + mi * 16 + g;
-      if (m < rows) P::store(args, group, m0 + m, n, acc[mi][ni][0], acc[mi][ni][1], n + 1 < kN);
-      if (m + 8 < rows) P::store(args, group, m0 + m + 8, n, acc[mi][ni][2], acc[mi][ni][3], n + 1 < kN);
+      if (m < rows) P::store(args, row0, n, acc[mi][ni][0], acc[mi][ni][1], n + 1 < kN);
+      if (m + 8 < rows) P::store(args, row8, n, acc[mi][ni][2], acc[mi][ni][3], n + 1 < kN);
     }
   }
 }

@@ -9,6 +9,11 @@
 // fills two tiles ahead: every gathered row of A has its own address, which the tensor copy engine
 // cannot take. A warpgroup whose rows are all past the group's end skips its products.
 //
+// A gated problem (P::kGated, SwiGLU's gate | up rows) has B = [gate rows; up rows], kN / 2 each:
+// the block's 256 columns are gate features [n0, n0 + 128) and the same up features, so each
+// thread holds a feature's gate and up accumulators side by side and the problem's store takes
+// both (store_gated).
+//
 // Why these sizes: an expert's pairs are few (2,048 tokens × top-6 of 64 experts: ~190 each), so
 // rows per tile are what the tile can reuse B over; 128 × 256 reads 48 KB per 4.2 MFLOP k-tile,
 // where the mma.sync tile_gemm's 64 × 128 reads 24 KB per 1 MFLOP (bench_kernels --moe-only,
@@ -29,7 +34,14 @@ struct TileGemmWgmmaShape {
   static constexpr int kABytes = kBM * kSwizzleRowBytes, kBBytes = kBN * kSwizzleRowBytes;
   static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kSwizzleGroupBytes;  // + room to align
   static constexpr int kAPer = kBM * 8 / kThreads, kBPer = kBN * 8 / kThreads;  // 16-byte chunks per thread
+  // Asking B's k-tiles into L2 ahead of the copies (a 128-byte cp.async.bulk.prefetch.L2 per B row,
+  // 3 to 16 tiles ahead) was measured and lost: DeepSeek-V2-Lite's gate_up at 2,048 tokens 358 ->
+  // 640-700 us on an H200 (2026-11-28). ncu there: tensor pipe 50% busy, DRAM 37%, one block a SM.
 };
+
+// Whether P's columns are gate | up halves (see the top).
+template <class P>
+constexpr bool kGatedProblem = requires { requires P::kGated; };
 
 template <class P>
 __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgmma_kernel(const typename P::Args args) {
@@ -37,13 +49,17 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
   using S = TileGemmWgmmaShape;
   constexpr int kN = P::kN, kK = P::kK, BM = S::kBM, BN = S::kBN, BK = S::kBK;
   constexpr int kKTiles = ceil_div(kK, BK);
+  constexpr bool kGated = kGatedProblem<P>;
+  constexpr int kCols = kGated ? kN / 2 : kN;         // output columns (features of each half when gated)
+  constexpr int kBlockCols = kGated ? BN / 2 : BN;  // of them per block
   static_assert(!P::kBKMajor && kK % 8 == 0, "tile_gemm_wgmma: B [N][K] with rows of whole 16-byte chunks");
+  static_assert(!kGated || kN % 2 == 0, "tile_gemm_wgmma: gated B has two halves of kN / 2 rows");
   static_assert(S::kStages >= S::kAhead + 2, "a stage is refilled once every warpgroup's products of it are done");
 
   int group = 0, m0 = 0, rows = 0;
   if (!P::template locate_tile<BM>(args, group, m0, rows)) return;  // the same answer in every warp
   if (blockIdx.x == 0) P::prologue(args, group, m0, rows);
-  const int n0 = blockIdx.x * BN;
+  const int n0 = blockIdx.x * kBlockCols;
 
   extern __shared__ float4 smem_f4[];
   // The swizzle pattern repeats every 1024 bytes of address: the tiles start on such a boundary.
@@ -74,9 +90,11 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
   bool b_ok[S::kBPer];
 #pragma unroll
   for (int i = 0; i < S::kBPer; ++i) {
-    const int r = r0 + 32 * i;
-    b_ok[i] = n0 + r < kN;
-    b_src[i] = b_mat + static_cast<long long>(b_ok[i] ? n0 + r : 0) * kK + kc_safe;
+    const int r = r0 + 32 * i;  // tile row r: B row n0 + r, or gated: feature n0 + r % 128 of half r / 128
+    const int col = kGated ? n0 + r % (BN / 2) : n0 + r;
+    const int b_row = kGated ? (r / (BN / 2)) * kCols + col : col;
+    b_ok[i] = col < kCols;
+    b_src[i] = b_mat + static_cast<long long>(b_ok[i] ? b_row : 0) * kK + kc_safe;
   }
   auto load_tile = [&](int stage, int kt) {
     const int k0 = kt * BK;
@@ -137,21 +155,42 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
 #pragma unroll
   for (int h = 0; h < 2; ++h) wgmma_fence_registers(acc[h]);
 
+  // Each of the thread's two rows is looked up once (a gathered row: two dependent loads).
   const int m = wg * 64 + (warp % 4) * 16 + g;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  const typename P::Row row0 = P::row(args, group, m0 + min(m, rows - 1));
+  const typename P::Row row8 = P::row(args, group, m0 + min(m + 8, rows - 1));
+  if constexpr (kGated) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int n = n0 + h * 128 + 8 * j + 2 * q;
-      if (n >= kN) continue;
-      if (m < rows) P::store(args, group, m0 + m, n, acc[h][4 * j], acc[h][4 * j + 1], n + 1 < kN);
-      if (m + 8 < rows) P::store(args, group, m0 + m + 8, n, acc[h][4 * j + 2], acc[h][4 * j + 3], n + 1 < kN);
+      const int n = n0 + 8 * j + 2 * q;
+      if (n >= kCols) continue;
+      const float* gate = acc[0] + 4 * j;
+      const float* up = acc[1] + 4 * j;
+      if (m < rows) P::store_gated(args, row0, n, gate[0], gate[1], up[0], up[1], n + 1 < kCols);
+      if (m + 8 < rows) P::store_gated(args, row8, n, gate[2], gate[3], up[2], up[3], n + 1 < kCols);
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int n = n0 + h * 128 + 8 * j + 2 * q;
+        if (n >= kN) continue;
+        if (m < rows) P::store(args, row0, n, acc[h][4 * j], acc[h][4 * j + 1], n + 1 < kN);
+        if (m + 8 < rows) P::store(args, row8, n, acc[h][4 * j + 2], acc[h][4 * j + 3], n + 1 < kN);
+      }
     }
   }
 }
 
-// grid: (ceil(kN / 256), row tiles of 128 as the problem's locate_tile<128> reads them). Only on
-// compute capability 9.0 (wgmma_device()).
+// grid: (column tiles of 256, or gated of 128 features: tile_gemm_wgmma_column_tiles; row tiles of
+// 128 as the problem's locate_tile<128> reads them). Only on compute capability 9.0 (wgmma_device()).
+template <class P>
+constexpr int tile_gemm_wgmma_column_tiles() {
+  constexpr int kBN = TileGemmWgmmaShape::kBN;
+  return kGatedProblem<P> ? ceil_div(P::kN / 2, kBN / 2) : ceil_div(P::kN, kBN);
+}
+
 template <class P>
 inline void launch_tile_gemm_wgmma(const typename P::Args& args, dim3 grid, cudaStream_t stream) {
   using S = TileGemmWgmmaShape;

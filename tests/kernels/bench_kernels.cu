@@ -287,7 +287,7 @@ void bench_moe_prefill(int tokens) {
   DeviceBuffer<uint16_t> out(static_cast<size_t>(pairs) * 2 * kInter);
   DeviceBuffer<int> d_ids(ids), scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<G>());
   DeviceBuffer<float> weights(std::vector<float>(pairs, 0.5f)), x(random_f32(static_cast<size_t>(tokens) * kHidden, rng));
-  DeviceBuffer<float> pair_out(static_cast<size_t>(pairs) * kHidden);
+  DeviceBuffer<uint16_t> pair_out(static_cast<size_t>(pairs) * kHidden);
   moe_gate_up_prefill<G>(as_bf16(h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(out), scratch.get(), tokens, nullptr);
   const double up_flop = 2.0 * pairs * 2 * kInter * kHidden, down_flop = 2.0 * pairs * kHidden * kInter;
   auto row = [&](const char* what, double flop, double us, double mma_us) {
@@ -306,14 +306,27 @@ void bench_moe_prefill(int tokens) {
                                        nullptr);
   });
   row("gate_up", up_flop, up_us, up_mma_us);
+  // The fused op (silu(gate) ⊙ up in the epilogue) beside the two ops it replaces.
+  constexpr shape::moe_gate_up_act A{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  const double act_us = median_us([&](int) {
+    moe_gate_up_act_prefill<A>(as_bf16(h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(out), as_bf16_mut(act),
+                               scratch.get(), tokens, nullptr);
+  });
+  const double parts_us = median_us([&](int) {
+    moe_gate_up_prefill<G>(as_bf16(h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(out), scratch.get(), tokens, nullptr);
+    silu_mul<shape::silu_mul{.dim = kInter}>(as_bf16(out), as_bf16_mut(act), pairs, nullptr);
+  });
+  std::printf("moe prefill %3d/%d %5d x %5d gate_up_act tokens %5d %9.2f us %7.1f TFLOP/s   gate_up + silu_mul %9.2f us\n",
+              kExperts, kTopK, kHidden, kInter, tokens, act_us, up_flop / act_us / 1e6, parts_us);
+  std::fflush(stdout);
   const double down_us = median_us([&](int) {
-    moe_down_prefill<D>(as_bf16(act), as_bf16(down), d_ids.get(), weights.get(), scratch.get(), pair_out.get(), x.get(),
+    moe_down_prefill<D>(as_bf16(act), as_bf16(down), d_ids.get(), weights.get(), scratch.get(), as_bf16_mut(pair_out), x.get(),
                         tokens, nullptr);
   });
   using DownP = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
   const double down_mma_us = median_us([&](int) {
     detail::launch_tile_gemm<DownP, 128>(
-        typename DownP::Args{{as_bf16(act), as_bf16(down), weights.get(), scratch.get(), x.get()}, pair_out.get()},
+        typename DownP::Args{{as_bf16(act), as_bf16(down), weights.get(), scratch.get(), x.get()}, as_bf16_mut(pair_out)},
         dim3(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens)), nullptr);
   });
   row("down", down_flop, down_us, down_mma_us);  // (moe_down_prefill's time includes its per-token sum)

@@ -206,7 +206,7 @@ void moe_prefill_invariance() {
     DeviceBuffer<uint16_t> d_h(gather_rows(h, ranges, G.hidden)), d_act(gather_rows(act, ranges, G.top_k * G.inter));
     DeviceBuffer<int> d_ids(t_ids), d_scratch(static_cast<size_t>(tokens) * moe_scratch_ints_per_token<G>());
     DeviceBuffer<float> d_weights(gather_rows(weights, ranges, G.top_k)), d_x(gather_rows(x0, ranges, D.hidden));
-    DeviceBuffer<float> d_pairs(static_cast<size_t>(tokens) * moe_down_pair_floats_per_token<D>());
+    DeviceBuffer<uint16_t> d_pairs(static_cast<size_t>(tokens) * moe_down_pair_values_per_token<D>());
     DeviceBuffer<uint16_t> d_out(static_cast<size_t>(tokens) * G.top_k * pair_row);
     d_scratch.poison();
     d_pairs.poison();
@@ -214,7 +214,7 @@ void moe_prefill_invariance() {
     kiln::moe_gate_up_prefill<G>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),
                                  tokens, nullptr);
     kiln::moe_down_prefill<D>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
-                              d_pairs.get(), d_x.get(), tokens, nullptr);
+                              as_bf16_mut(d_pairs), d_x.get(), tokens, nullptr);
     check_launch("moe prefill");
     return std::pair{d_out.download(), d_x.download()};
   };

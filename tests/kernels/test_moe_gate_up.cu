@@ -1,8 +1,10 @@
 // moe_gate_up (templates/moe_gate_up.cuh) against ref::moe_gate_up: each token's chosen experts'
 // gate | up rows, streaming at decode (T <= 64) and as a grouped GEMM above; moe_gate_up_prefill
-// (the GEMM at every T).
+// (the GEMM at every T); moe_gate_up_act_prefill (the activation in the GEMM's epilogue) against
+// moe_gate_up_prefill + silu_mul, bit for bit.
 #include "runtime/ref/moe.hpp"
 #include "templates/moe_gate_up.cuh"
+#include "templates/silu_mul.cuh"
 #include "tests/kernels/kernel_test.hpp"
 #include "tests/kernels/moe_experts.hpp"
 
@@ -34,15 +36,38 @@ void check_gate_up(const std::vector<int>& token_counts) {
       check_launch(what);
       check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
     }
+    // d_out holds moe_gate_up_prefill's rows: the two ops' answer.
+    constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
+    DeviceBuffer<uint16_t> d_act_parts(static_cast<size_t>(pairs) * S.inter), d_act(static_cast<size_t>(pairs) * S.inter),
+        d_gate_up(static_cast<size_t>(pairs) * kRows);
+    d_act_parts.poison();
+    kiln::silu_mul<shape::silu_mul{.dim = S.inter}>(as_bf16(d_out), as_bf16_mut(d_act_parts), pairs, nullptr);
+    d_act.poison();
+    d_gate_up.poison();
+    d_scratch.poison();
+    kiln::moe_gate_up_act_prefill<A>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_gate_up),
+                                     as_bf16_mut(d_act), d_scratch.get(), tokens, nullptr);
+    const std::string what = "moe_gate_up_act_prefill experts " + std::to_string(S.experts) + "/" +
+                             std::to_string(S.top_k) + " " + std::to_string(S.hidden) + "x" + std::to_string(S.inter) +
+                             " tokens " + std::to_string(tokens);
+    check_launch(what);
+    const auto fused = d_act.download(), parts = d_act_parts.download();
+    size_t differ = 0;
+    for (size_t i = 0; i < parts.size(); ++i) differ += fused[i] != parts[i];
+    INFO(what << ": " << differ << " of " << parts.size() << " values differ from moe_gate_up_prefill + silu_mul");
+    CHECK(differ == 0);
   }
   kiln::moe_gate_up<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
   kiln::moe_gate_up_prefill<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
+  kiln::moe_gate_up_act_prefill<shape::moe_gate_up_act{
+      .experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter}>(
+      nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
   check_launch("moe_gate_up, 0 tokens");
 }
 
 }  // namespace
 
-TEST_CASE("moe_gate_up multiplies each token by its chosen experts", "[moe_gate_up]") {
+TEST_CASE("moe_gate_up multiplies each token by its chosen experts; moe_gate_up_act applies silu(gate) ⊙ up", "[moe_gate_up]") {
   // Under a sanitizer (quick_run) DeepSeek-V2-Lite's shape runs at decode sizes only (the tiny
   // shapes' 300 tokens take the grouped GEMM there) and DeepSeek-V2's (5 GB of experts) not at all:
   // in full they take over 7 minutes there.

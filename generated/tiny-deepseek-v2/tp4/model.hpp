@@ -56,7 +56,7 @@ constexpr int kMoeIntermediateSize = 24;    // moe_intermediate_size
 constexpr int kMoeGateUpWidth = 48;         // an expert's gate | up: 2 × kMoeIntermediateSize
 constexpr int kMoeTokenGateUpWidth = 144;   // one token's chosen experts' gate | up
 constexpr int kMoeTokenActWidth = 72;       // one token's chosen experts' act
-constexpr int kMoeTokenDownWidth = 192;     // one token's chosen experts' weighted down projections (fp32, prefill)
+constexpr int kMoeTokenDownWidth = 192;     // one token's chosen experts' down projections (bf16, prefill)
 constexpr int kMoeScratchPerToken = 6;      // int scratch: (token, expert) pairs bucketed by expert, and bucket offsets
 constexpr int kSharedIntermediateSize = 6;  // shared experts, one MLP: n_shared_experts × moe_intermediate_size / kRanks
 constexpr int kSharedGateUpWidth = 12;      // 2 × kSharedIntermediateSize
@@ -130,6 +130,8 @@ constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermed
 // mlp.shared_experts.down_proj
 constexpr shape::linear kLinearSharedDownShare{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms};
 // mlp.experts (gate_up_proj)
+constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+// mlp.experts (gate_up_proj)
 constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (act_fn)
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
@@ -175,26 +177,26 @@ struct Weights {
 
 // ---- activation arena, GPU: byte offsets planned at codegen (bf16 activations) ----
 struct GpuArena {
-  static constexpr long long x = 196608;              // fp32 [T, kHiddenSize] residual stream
-  static constexpr long long h = 299008;              // bf16 [T, kHiddenSize] normalized hidden state
+  static constexpr long long x = 98304;               // fp32 [T, kHiddenSize] residual stream
+  static constexpr long long h = 200704;              // bf16 [T, kHiddenSize] normalized hidden state
   static constexpr long long q = 81920;               // bf16 [T, kQWidth] q, per head nope | rope
   static constexpr long long kv_a = 24576;            // bf16 [T, kKvAWidth] c_kv | k_rope
   static constexpr long long q_mla = 45056;           // bf16 [T, kMlaQueryWidth] per head q_latent | q_rope
   static constexpr long long o_lat = 65536;           // bf16 [T, kLatentOutWidth] attention output in the latent space, per head
-  static constexpr long long attn = 118784;           // bf16 [T, kAttnOutWidth] attention output, per head
-  static constexpr long long q_a = 94208;             // bf16 [T, kQLoraRank] q latent
+  static constexpr long long attn = 188416;           // bf16 [T, kAttnOutWidth] attention output, per head
+  static constexpr long long q_a = 163840;            // bf16 [T, kQLoraRank] q latent
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
-  static constexpr long long act = 106496;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
+  static constexpr long long act = 176128;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 337920;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 340992;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 239616;       // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 242688;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 262144;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 331776;    // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_act = 163840;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 233472;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 6144;       // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
-  static constexpr long long bytes = 344064;          // for kMaxBatchedTokens tokens
+  static constexpr long long bytes = 245760;          // for kMaxBatchedTokens tokens
 };
 
 // ---- activation arena, CPU reference: byte offsets planned at codegen (fp32) ----
@@ -215,7 +217,7 @@ struct RefArena {
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 196608;        // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   static constexpr long long moe_scratch = 401408;    // int32 [T, kMoeScratchPerToken] routing scratch
-  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' weighted down projections
+  static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 0;      // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 12288;      // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
   static constexpr long long bytes = 413696;          // for kMaxBatchedTokens tokens
@@ -301,10 +303,10 @@ void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int toke
 void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
 void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void moe_experts_gate_up_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
+void moe_experts_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream);
 void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
 void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
