@@ -34,9 +34,12 @@ struct TileGemmWgmmaShape {
   static constexpr int kABytes = kBM * kSwizzleRowBytes, kBBytes = kBN * kSwizzleRowBytes;
   static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kSwizzleGroupBytes;  // + room to align
   static constexpr int kAPer = kBM * 8 / kThreads, kBPer = kBN * 8 / kThreads;  // 16-byte chunks per thread
-  // Asking B's k-tiles into L2 ahead of the copies (a 128-byte cp.async.bulk.prefetch.L2 per B row,
-  // 3 to 16 tiles ahead) was measured and lost: DeepSeek-V2-Lite's gate_up at 2,048 tokens 358 ->
-  // 640-700 us on an H200 (2026-11-28). ncu there: tensor pipe 50% busy, DRAM 37%, one block a SM.
+  // Measured and lost (DeepSeek-V2-Lite's gate_up with SwiGLU at 2,048 tokens on an H200, 2026-11-28;
+  // ncu there: tensor pipe 50% busy, DRAM 37%, one block a SM):
+  // - B's k-tiles asked into L2 ahead of the copies (a 128-byte cp.async.bulk.prefetch.L2 per B
+  //   row, 3 to 16 tiles ahead): 358 -> 640-700 us.
+  // - Copies 3 tiles ahead (every stage but the one being read), each warpgroup waiting for its
+  //   products every tile: 371 -> 412-439 us (1% faster at 512 tokens).
 };
 
 // Whether P's columns are gate | up halves (see the top).
