@@ -5,11 +5,12 @@
 //     prefills the rest of its prompt after prefix-cache hits, often a handful of rows),
 //   - prefill attention whether a prompt's queries run in one chunk or several, alone or batched.
 //   - DeepSeek-V2's prefill ops with a path of their own: the routed experts (moe_gate_up_prefill,
-//     moe_down_prefill), the value up-projection (mla_v_up_prefill) and MLA attention.
+//     moe_gate_up_act_prefill, moe_down_prefill), the value up-projection (mla_v_up_prefill) and MLA attention.
 // Every projection of SmolLM2-135M, Qwen3-0.6B and Llama-3.2-1B, as generated; DeepSeek-V2-Lite's.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "runtime/cuda/gemm.hpp"
 #include "templates/attention.cuh"
@@ -182,8 +183,9 @@ std::string ranges_text(const TokenRanges& ranges) {
   return s;
 }
 
-// The routed experts of a prefill step: each token's gate | up outputs and its residual after the
-// weighted down projections come out the same whatever other tokens the step holds.
+// The routed experts of a prefill step: each token's gate | up outputs, its silu(gate) ⊙ up from the
+// fused op (moe_gate_up_act) and its residual after the weighted down projections come out the
+// same whatever other tokens the step holds.
 template <shape::moe_gate_up G, shape::moe_down D>
 void moe_prefill_invariance() {
   static_assert(G.experts == D.experts && G.top_k == D.top_k && G.hidden == D.hidden && G.inter == D.inter);
@@ -208,22 +210,28 @@ void moe_prefill_invariance() {
     DeviceBuffer<float> d_weights(gather_rows(weights, ranges, G.top_k)), d_x(gather_rows(x0, ranges, D.hidden));
     DeviceBuffer<uint16_t> d_pairs(static_cast<size_t>(tokens) * moe_down_pair_values_per_token<D>());
     DeviceBuffer<uint16_t> d_out(static_cast<size_t>(tokens) * G.top_k * pair_row);
+    DeviceBuffer<uint16_t> d_act_out(static_cast<size_t>(tokens) * G.top_k * G.inter), d_gate_up(d_out.size());
     d_scratch.poison();
     d_pairs.poison();
     d_out.poison();
+    d_act_out.poison();
+    constexpr shape::moe_gate_up_act A{.experts = G.experts, .top_k = G.top_k, .hidden = G.hidden, .inter = G.inter};
+    kiln::moe_gate_up_act_prefill<A>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_gate_up),
+                                     as_bf16_mut(d_act_out), d_scratch.get(), tokens, nullptr);
     kiln::moe_gate_up_prefill<G>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),
                                  tokens, nullptr);
     kiln::moe_down_prefill<D>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
                               as_bf16_mut(d_pairs), d_x.get(), tokens, nullptr);
     check_launch("moe prefill");
-    return std::pair{d_out.download(), d_x.download()};
+    return std::tuple{d_out.download(), d_act_out.download(), d_x.download()};
   };
-  const auto [all_out, all_x] = run({{0, kTokens}});
+  const auto [all_out, all_act, all_x] = run({{0, kTokens}});
   for (const TokenRanges& ranges : kTokenSubsets) {
     INFO("moe prefill experts " << G.experts << "/" << G.top_k << " " << G.hidden << "x" << G.inter << ": tokens "
                                 << ranges_text(ranges) << " as one step");
-    const auto [out, x] = run(ranges);
+    const auto [out, act_out, x] = run(ranges);
     CHECK(gather_rows(all_out, ranges, G.top_k * pair_row) == out);
+    CHECK(gather_rows(all_act, ranges, static_cast<size_t>(G.top_k) * G.inter) == act_out);
     CHECK(std::memcmp(gather_rows(all_x, ranges, D.hidden).data(), x.data(), x.size() * sizeof(float)) == 0);
   }
 }
