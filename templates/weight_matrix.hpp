@@ -164,11 +164,11 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
 constexpr long long kCpuRowGroup = 16;
 
 KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 512 : 256; }
-// Where a record's scales start, their width, and where its mins start (Q4_1, Q4_K).
 // The vectors of high bits after the nibbles (64 bytes each): Q5_0's fifth bits, Q6_K's fifth and sixth.
 KILN_HOST_DEVICE constexpr int cpu_high_bit_planes(MatrixFormat f) {
   return f == MatrixFormat::q5_0 ? 1 : f == MatrixFormat::q6_k ? 2 : 0;
 }
+// Where a record's scales start, their width, and where its mins start (Q4_1, Q4_K).
 KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
   return cpu_quant_bytes(f) + 64 * cpu_high_bit_planes(f);
 }
