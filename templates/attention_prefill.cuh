@@ -12,6 +12,32 @@
 
 namespace kiln {
 
+namespace detail {
+
+// Prefill attention over a key/value source (blocks/prefill_kv.cuh): on Hopper the wgmma kernel,
+// else the mma.sync one, for the head dims each takes and when q rows and keys can be copied 16
+// bytes at a time (kWholeChunks); otherwise the CUDA-core kernel. kHeadDim: q·k; kVDim: v and out.
+template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, bool kWholeChunks, class Kv>
+void launch_prefill(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
+                    int num_seqs, int max_query_len, float scale, cudaStream_t stream) {
+  if constexpr (WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>::kSupported && kWholeChunks) {
+    if (wgmma_device()) {
+      launch_prefill_wgmma<kHeads, kKvHeads, kHeadDim, kVDim, kRow>(q_rows, kv, out, query_start, positions, num_seqs,
+                                                                    max_query_len, scale, stream);
+      return;
+    }
+  }
+  if constexpr (PrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>::kSupported && kWholeChunks) {
+    launch_prefill_mma<kHeads, kKvHeads, kHeadDim, kVDim, kRow>(q_rows, kv, out, query_start, positions, num_seqs,
+                                                                max_query_len, scale, stream);
+  } else {
+    launch_prefill_simple<kHeads, kKvHeads, kHeadDim, kVDim, kRow>(q_rows, kv, out, query_start, positions, num_seqs,
+                                                                   max_query_len, scale, stream);
+  }
+}
+
+}  // namespace detail
+
 // q of token t, head h at q_rows + t·row + h·head_dim; out [T, heads·head_dim]. Tokens of
 // sequence s are [query_start[s], query_start[s+1]); token t attends to positions
 // 0..positions[t] of its sequence through block_tables[s·max_pages_per_seq + pos / page_size].
@@ -30,21 +56,9 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
   static_assert(kHeads * kHeadDim <= kRow, "attention_prefill: q heads must fit in a row");
   if (num_seqs <= 0 || max_query_len <= 0) return;
   const detail::PagedKv<kKvHeads, kHeadDim, kPageSize> kv{cache, block_tables, max_pages_per_seq};
-  // Tensor cores need k16 steps over the head dim and 16-byte aligned q rows.
-  if constexpr (detail::WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim>::kSupported && kRow % 8 == 0) {
-    if (detail::wgmma_device()) {
-      detail::launch_prefill_wgmma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
-                                                                               num_seqs, max_query_len, scale, stream);
-      return;
-    }
-  }
-  if constexpr (detail::PrefillShape<kHeads, kKvHeads, kHeadDim>::kSupported && kRow % 8 == 0) {
-    detail::launch_prefill_mma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
-                                                                           num_seqs, max_query_len, scale, stream);
-  } else {
-    detail::launch_prefill_simple<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(q_rows, kv, out, query_start, positions,
-                                                                              num_seqs, max_query_len, scale, stream);
-  }
+  // Tensor cores need 16-byte aligned q rows (a cache row is a whole number of 16-byte chunks).
+  detail::launch_prefill<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow, kRow % 8 == 0>(
+      q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream);
 }
 
 }  // namespace kiln

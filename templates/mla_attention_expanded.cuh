@@ -14,14 +14,11 @@
 //                       the context lengths before it)
 //   two GEMMs           k_nope = c_kv · W_UKᵀ, v = c_kv · W_UVᵀ (cuBLASLt), bf16 as HF rounds them
 //   mla_expanded_attention  causal attention per head over [k_nope | k_rope] and v: the dense
-//                       prefill kernels (attention_prefill_wgmma.cuh on Hopper, _mma.cuh, _simple.cuh)
-//                       over an ExpandedKv
+//                       prefill kernels (attention_prefill.cuh's launch_prefill) over an ExpandedKv
 // A token's result depends on its own sequence's keys only, whatever else shares the step.
 #pragma once
 
-#include "templates/attention_prefill_mma.cuh"
-#include "templates/attention_prefill_simple.cuh"
-#include "templates/attention_prefill_wgmma.cuh"
+#include "templates/attention_prefill.cuh"
 #include "templates/common.cuh"
 #include "templates/kv_layout.hpp"
 
@@ -134,20 +131,8 @@ void mla_expanded_attention(const bf16* q, const MlaExpanded<S>& w, bf16* attn, 
   const detail::ExpandedKv<S.heads, S.nope, S.rope, S.v> kv{w.k_nope, w.k_rope, w.v, context_len};
   // 16-byte chunks of a key must not straddle k_nope and k_rope.
   constexpr bool kWholeChunks = S.nope % 8 == 0 && kRow % 8 == 0;
-  if constexpr (detail::WgmmaPrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kWholeChunks) {
-    if (detail::wgmma_device()) {
-      detail::launch_prefill_wgmma<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
-                                                                     max_query_len, S.scale, stream);
-      return;
-    }
-  }
-  if constexpr (detail::PrefillShape<S.heads, S.heads, kQk, S.v>::kSupported && kWholeChunks) {
-    detail::launch_prefill_mma<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
-                                                                 max_query_len, S.scale, stream);
-  } else {
-    detail::launch_prefill_simple<S.heads, S.heads, kQk, S.v, kRow>(q, kv, attn, query_start, positions, num_seqs,
-                                                                    max_query_len, S.scale, stream);
-  }
+  detail::launch_prefill<S.heads, S.heads, kQk, S.v, kRow, kWholeChunks>(q, kv, attn, query_start, positions, num_seqs,
+                                                                         max_query_len, S.scale, stream);
 }
 
 }  // namespace kiln
