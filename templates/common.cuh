@@ -15,6 +15,7 @@ typedef struct CUstream_st* cudaStream_t;
 #else
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 #endif
 
@@ -271,16 +272,24 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   }
 }
 
-// Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default), once per
-// process, before its first launch. The kernel is a template argument so that each instantiation
-// keeps its own flag (instantiations often share a function type). Under NVRTC (the compile check)
-// there is nothing to set.
+// Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default) before its
+// first launch on the current device, once per device: the attribute belongs to the function as
+// the current device holds it, so a tensor-parallel process (one thread per GPU) sets it on each
+// GPU (set once per process, the kernels of every GPU but the first failed to launch). The kernel
+// is a template argument so that each instantiation keeps its own flags (instantiations often
+// share a function type). Under NVRTC (the compile check) there is nothing to set.
 template <auto kKernel, int kBytes>
 inline void allow_dynamic_smem_once() {
 #ifndef __CUDACC_RTC__
   if constexpr (kBytes > 48 * 1024) {
-    static const bool done = (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes), true);
-    (void)done;
+    static std::atomic<unsigned long long> devices_done{0};  // bit d: set on device d (< 64)
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return;  // the launch reports it
+    const unsigned long long bit = device < 64 ? 1ull << device : 0;
+    if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
+    if (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess) {
+      devices_done.fetch_or(bit, std::memory_order_relaxed);
+    }
   }
 #endif
 }
