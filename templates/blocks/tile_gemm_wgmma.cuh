@@ -40,6 +40,12 @@ struct TileGemmWgmmaShape {
   //   row, 3 to 16 tiles ahead): 358 -> 640-700 us.
   // - Copies 3 tiles ahead (every stage but the one being read), each warpgroup waiting for its
   //   products every tile: 371 -> 412-439 us (1% faster at 512 tokens).
+  // - An expert's two row tiles paired in a cluster, each block copying half of every B tile into
+  //   both with one TMA multicast, a producer warpgroup ahead of two consumer warpgroups on
+  //   mbarriers (2026-11-28, 13th session; ncu had L2 at 80% of its peak here): 390 -> 590 us, and
+  //   as slow unclustered with each block copying its whole B by TMA (598), so the loss is in that
+  //   pipeline, not in the multicast; not found in the session's device time.
+  // - Rows past a group's end not copied at all (no zero-filling cp.async): 402 -> 424 us.
 };
 
 // Whether P's columns are gate | up halves (see the top).
