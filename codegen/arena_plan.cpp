@@ -26,7 +26,7 @@ ArenaPlan plan_arena(const Graph& graph, int64_t max_tokens, int64_t act_bytes) 
   std::map<std::string, Interval> live;
   int64_t step = 0;
   // A fused op's parts run within its step (a phase may run them one by one): their buffers live there.
-  auto use = [&](const Op& op, auto&& self) -> void {
+  auto use = [&](const Op& op) {
     for (const auto& list : {op.reads(), op.writes()}) {
       for (const auto& name : list) {
         if (name == "logits") continue;  // the caller's output buffer, not in the arena
@@ -35,10 +35,9 @@ ArenaPlan plan_arena(const Graph& graph, int64_t max_tokens, int64_t act_bytes) 
         iv.last = step;
       }
     }
-    for (const Op& part : op.parts) self(part, self);
   };
   for (const Op* op : graph.all_ops()) {
-    use(*op, use);
+    visit_op_and_parts(*op, use);
     ++step;
   }
   // The residual stream is read in every layer after the one that wrote it: it lives throughout.

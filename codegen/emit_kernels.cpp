@@ -53,16 +53,15 @@ std::string emit_kernels_cu(const ModelSpec& spec, const Graph& g) {
   // the templates define (a mismatch stops the build, not the kernel).
   // A fused op whose decode runs its parts (MLA's expanded prefill) has theirs.
   std::set<std::string> ties;
-  auto add_ties = [&](const Op& op, auto&& self) -> void {
+  auto add_ties = [&](const Op& op) {
     for (std::string tie : op.record().ties) {
       const size_t at = tie.find("{shape}");
       if (at != std::string::npos) tie.replace(at, 7, shape_constant(op));
       ties.insert(tie);
     }
-    if (op.record().call(Phase::decode).how != CallHow::parts) return;
-    for (const Op& part : op.parts) self(part, self);
   };
-  for (const Op* op : g.all_ops()) add_ties(*op, add_ties);
+  auto decode_runs_parts = [](const Op& op) { return op.record().call(Phase::decode).how == CallHow::parts; };
+  for (const Op* op : g.all_ops()) visit_op_and_parts(*op, add_ties, decode_runs_parts);
   if (!ties.empty()) c.line();
   for (const auto& tie : ties) c.line("static_assert(" + tie + ");");
   if (step_ops) {

@@ -34,13 +34,12 @@ void emit_constants(const Graph& g, Code& c) {
 void emit_op_shapes(const Graph& g, Code& c) {
   std::map<std::string, std::vector<const Op*>> users;
   std::vector<const Op*> order;
-  auto visit = [&](const Op& op, auto&& self) -> void {
+  auto visit = [&](const Op& op) {
     auto& list = users[op.kernel];
     if (list.empty()) order.push_back(&op);
     list.push_back(&op);
-    for (const Op& part : op.parts) self(part, self);
   };
-  for (const Op* op : g.all_ops()) visit(*op, visit);
+  for (const Op* op : g.all_ops()) visit_op_and_parts(*op, visit);
   for (const Op* op : order) {
     std::string labels;
     std::set<std::string> seen;

@@ -67,6 +67,19 @@ struct Op {
   std::vector<std::string> weights() const;
 };
 
+// Visits `op`, then its fused parts depth first (a part's own parts after it); descend(op) says
+// whether to enter an op's parts (every op's, when left out).
+template <typename OpT, typename F, typename Descend>
+void visit_op_and_parts(OpT& op, F&& f, Descend&& descend) {
+  f(op);
+  if (!descend(op)) return;
+  for (auto& part : op.parts) visit_op_and_parts(part, f, descend);
+}
+template <typename OpT, typename F>
+void visit_op_and_parts(OpT& op, F&& f) {
+  visit_op_and_parts(op, f, [](const Op&) { return true; });
+}
+
 // A run of layers with one structure; the forward loops over [first, last).
 struct LayerBlock {
   std::string name;          // "decoder_layer"

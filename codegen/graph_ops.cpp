@@ -221,17 +221,13 @@ void check_op(const Graph& g, const Op& op) {
 // Visits every op, fused parts included, in graph order.
 template <typename F>
 void for_each_op(Graph& g, F&& f) {
-  auto visit = [&](Op& op, auto&& self) -> void {
-    f(op);
-    for (Op& part : op.parts) self(part, self);
-  };
-  for (auto& op : g.prologue) visit(op, visit);
+  for (auto& op : g.prologue) visit_op_and_parts(op, f);
   for (auto& block : g.blocks) {
     for (auto& [stage, ops] : block.stages) {
-      for (auto& op : ops) visit(op, visit);
+      for (auto& op : ops) visit_op_and_parts(op, f);
     }
   }
-  for (auto& op : g.epilogue) visit(op, visit);
+  for (auto& op : g.epilogue) visit_op_and_parts(op, f);
 }
 
 }  // namespace
