@@ -26,6 +26,9 @@ TEST_CASE("kernels above 48 KiB of shared memory launch on every GPU of the proc
   const auto ids = make_ids(kTokens, S.experts, S.top_k, rng);
   const auto h = random_bf16(static_cast<size_t>(kTokens) * S.hidden, rng);
   const auto weight = random_bf16(static_cast<size_t>(S.experts) * 2 * S.inter * S.hidden, rng, 0.1f);
+  struct BackToDeviceZero {  // the other test cases run on device 0, whatever failed here
+    ~BackToDeviceZero() { cudaSetDevice(0); }
+  } back_to_device_zero;
   std::vector<uint16_t> first;
   for (int d = 0; d < devices; ++d) {
     KILN_CUDA_OK(cudaSetDevice(d));
@@ -49,7 +52,6 @@ TEST_CASE("kernels above 48 KiB of shared memory launch on every GPU of the proc
       }
     }
   }
-  KILN_CUDA_OK(cudaSetDevice(0));
 }
 
 }  // namespace kiln::kernel_test
