@@ -11,7 +11,7 @@
 
 namespace kiln {
 
-// nccl_collective_kernels.cu: out[i] += in[i] for i < count, on `stream`; the launch's error.
+// nccl_collective_kernels.cu: out[i] += in[i] for i < count, on `stream`; that launch's own error.
 cudaError_t nccl_collective_add_into(float* out, const float* in, int64_t count, cudaStream_t stream);
 
 namespace {

@@ -20,8 +20,14 @@ cudaError_t nccl_collective_add_into(float* out, const float* in, int64_t count,
   if (count <= 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, 4096);
-  add_into_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(out, in, count);
-  return cudaGetLastError();
+  // This launch's own error, not the thread's last one: a kernel of the step that failed to launch
+  // before is the step's end check's to report, once every collective of the step is issued (a rank
+  // that stopped here would leave the other ranks' collectives waiting for its part).
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, add_into_kernel, out, in, count);
 }
 
 }  // namespace kiln
