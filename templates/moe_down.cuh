@@ -183,9 +183,8 @@ struct MoeDownPairsGemm : MoeDownGemm<kExperts, kTopK, kHidden, kInter> {
   __device__ static Row row(const Args& a, int group, int m) {
     return a.pairs + static_cast<long long>(Base::pair(a, group, m)) * kHidden;
   }
-  __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool) {
-    // n even, kHidden % 8 == 0: both columns are there, 4-byte aligned
-    *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
+  __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool two) {
+    store_bf16_columns<kHidden>(row, n, v0, v1, two);
   }
 };
 

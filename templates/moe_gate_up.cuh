@@ -96,12 +96,10 @@ struct MoeGateUpGemm : ExpertPairTiles<kExperts> {
     const int* scratch;
     bf16* out;
   };
-  template <typename A>  // Args, or MoeGateUpActGemm's
-  __device__ static const bf16* a_row(const A& a, int group, int m) {
+  __device__ static const bf16* a_row(const Args& a, int group, int m) {
     return a.h + static_cast<long long>(pair(a, group, m) / kTopK) * kHidden;
   }
-  template <typename A>
-  __device__ static const bf16* b_matrix(const A& a, int group) {
+  __device__ static const bf16* b_matrix(const Args& a, int group) {
     return a.weight + static_cast<long long>(group) * kN * kK;
   }
   using Row = bf16*;
@@ -109,41 +107,29 @@ struct MoeGateUpGemm : ExpertPairTiles<kExperts> {
     return a.out + static_cast<long long>(pair(a, group, m)) * kN;
   }
   __device__ static void store(const Args&, Row row, int n, float v0, float v1, bool two) {
-    if constexpr (kN % 2 == 0) {  // n even: both columns are there, 4-byte aligned
-      *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      store_bf16_pair(row + n, v0, v1, two);
-    }
+    store_bf16_columns<kN>(row, n, v0, v1, two);
   }
 };
 
 // act[p] = silu(gate) ⊙ up of weight[e] · h[p / kTopK] for the pairs p of expert e: the gated GEMM
-// (tile_gemm_wgmma.cuh). Gate and up are rounded to bf16 first, as moe_gate_up stores them and
-// silu_mul reads them back: the same bits as the two ops.
+// (tile_gemm_wgmma.cuh), with MoeGateUpGemm's arguments, `out` the act rows [pairs][kInter]. Gate
+// and up are rounded to bf16 first, as moe_gate_up stores them and silu_mul reads them back: the
+// same bits as the two ops.
 template <int kExperts, int kTopK, int kHidden, int kInter>
 struct MoeGateUpActGemm : MoeGateUpGemm<kExperts, kTopK, kHidden, kInter> {
-  using ExpertPairTiles<kExperts>::pair;
+  using Base = MoeGateUpGemm<kExperts, kTopK, kHidden, kInter>;
+  using typename Base::Args;
   static constexpr bool kGated = true;
-  struct Args {
-    const bf16* h;
-    const bf16* weight;
-    const int* scratch;
-    bf16* act;
-  };
   using Row = bf16*;
   __device__ static Row row(const Args& a, int group, int m) {
-    return a.act + static_cast<long long>(pair(a, group, m)) * kInter;
+    return a.out + static_cast<long long>(Base::pair(a, group, m)) * kInter;
   }
   __device__ static void store_gated(const Args&, Row row, int n, float gate0, float gate1, float up0, float up1,
                                      bool two) {
     auto bf16_rounded = [](float v) { return __bfloat162float(__float2bfloat16_rn(v)); };
     const float v0 = silu_mul_value(bf16_rounded(gate0), bf16_rounded(up0));
     const float v1 = silu_mul_value(bf16_rounded(gate1), bf16_rounded(up1));
-    if constexpr (kInter % 2 == 0) {  // n even: both features are there, 4-byte aligned
-      *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      store_bf16_pair(row + n, v0, v1, two);
-    }
+    store_bf16_columns<kInter>(row, n, v0, v1, two);
   }
 };
 
@@ -213,9 +199,7 @@ void moe_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, 
     if (detail::wgmma_device()) {
       detail::launch_moe_bucket<kExperts, kTopK>(ids, scratch, tokens, stream);
       using P = detail::MoeGateUpActGemm<kExperts, kTopK, kHidden, kInter>;
-      const dim3 grid(detail::tile_gemm_wgmma_column_tiles<P>(),
-                      detail::expert_tile_bound<kExperts, kTopK, detail::TileGemmWgmmaShape::kBM>(tokens));
-      detail::launch_tile_gemm_wgmma<P>(typename P::Args{h, weight, scratch, act}, grid, stream);
+      detail::launch_expert_gemm_wgmma<P, kExperts, kTopK>(typename P::Args{h, weight, scratch, act}, tokens, stream);
       return;
     }
   }

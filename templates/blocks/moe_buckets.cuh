@@ -189,14 +189,20 @@ inline int expert_tile_bound(int tokens) {
   return ceil_div(pairs, kTileRows) + min_int(kExperts, pairs);
 }
 
-// The grouped GEMM P over the experts' pairs of `tokens` tokens: on Hopper 128 × 256 tiles on wgmma
-// (tile_gemm_wgmma.cuh), elsewhere 64 × 128 on mma.sync (tile_gemm.cuh).
+// The grouped GEMM P over the experts' pairs of `tokens` tokens on Hopper: 128 × 256 tiles on
+// wgmma (tile_gemm_wgmma.cuh; gated problems too).
+template <class P, int kExperts, int kTopK>
+inline void launch_expert_gemm_wgmma(const typename P::Args& args, int tokens, cudaStream_t stream) {
+  const dim3 grid(tile_gemm_wgmma_column_tiles<P>(), expert_tile_bound<kExperts, kTopK, TileGemmWgmmaShape::kBM>(tokens));
+  launch_tile_gemm_wgmma<P>(args, grid, stream);
+}
+
+// The same on any GPU: elsewhere than on Hopper 64 × 128 tiles on mma.sync (tile_gemm.cuh).
 template <class P, int kExperts, int kTopK>
 inline void launch_expert_gemm(const typename P::Args& args, int tokens, cudaStream_t stream) {
   static_assert(!kGatedProblem<P>, "launch_expert_gemm: the mma.sync tiles have no gated epilogue");
   if (wgmma_device()) {
-    const dim3 grid(tile_gemm_wgmma_column_tiles<P>(), expert_tile_bound<kExperts, kTopK, TileGemmWgmmaShape::kBM>(tokens));
-    launch_tile_gemm_wgmma<P>(args, grid, stream);
+    launch_expert_gemm_wgmma<P, kExperts, kTopK>(args, tokens, stream);
   } else {
     launch_tile_gemm<P, 128>(args, dim3(ceil_div(P::kN, 128), expert_tile_bound<kExperts, kTopK>(tokens)), stream);
   }

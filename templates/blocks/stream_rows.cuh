@@ -112,4 +112,15 @@ __device__ __forceinline__ void store_bf16_pair(bf16* p, float v0, float v1, boo
   }
 }
 
+// Columns n (even) and n + 1 of a row of kCols bf16 values starting 4-byte aligned: with kCols even
+// both are always there and aligned (one store, no check); otherwise store_bf16_pair.
+template <int kCols>
+__device__ __forceinline__ void store_bf16_columns(bf16* row, int n, float v0, float v1, bool two) {
+  if constexpr (kCols % 2 == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(row + n) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    store_bf16_pair(row + n, v0, v1, two);
+  }
+}
+
 }  // namespace kiln::detail
