@@ -51,11 +51,7 @@ void check_gate_up(const std::vector<int>& token_counts) {
                              std::to_string(S.top_k) + " " + std::to_string(S.hidden) + "x" + std::to_string(S.inter) +
                              " tokens " + std::to_string(tokens);
     check_launch(what);
-    const auto fused = d_act.download(), parts = d_act_parts.download();
-    size_t differ = 0;
-    for (size_t i = 0; i < parts.size(); ++i) differ += fused[i] != parts[i];
-    INFO(what << ": " << differ << " of " << parts.size() << " values differ from moe_gate_up_prefill + silu_mul");
-    CHECK(differ == 0);
+    check_same_bits(what, "moe_gate_up_prefill + silu_mul", d_act_parts.download(), d_act.download());
   }
   kiln::moe_gate_up<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
   kiln::moe_gate_up_prefill<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);

@@ -45,10 +45,7 @@ TEST_CASE("kernels above 48 KiB of shared memory launch on every GPU of the proc
       if (d == 0) {
         first = act;
       } else {
-        size_t differ = 0;
-        for (size_t i = 0; i < act.size(); ++i) differ += act[i] != first[i];
-        INFO(what << ": " << differ << " of " << act.size() << " values differ from device 0's");
-        CHECK(differ == 0);
+        check_same_bits(what, "device 0's", first, act);
       }
     }
   }

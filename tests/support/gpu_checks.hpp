@@ -46,4 +46,14 @@ inline void check_untouched(const std::string& what, const std::vector<uint16_t>
   CHECK(moved == 0);
 }
 
+// Two runs that must agree bit for bit (bf16 outputs): `against` names what `got` is compared with.
+inline void check_same_bits(const std::string& what, const std::string& against, const std::vector<uint16_t>& expected,
+                            const std::vector<uint16_t>& got) {
+  REQUIRE(expected.size() == got.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != expected[i];
+  INFO(what << ": " << differ << " of " << got.size() << " values differ from " << against);
+  CHECK(differ == 0);
+}
+
 }  // namespace kiln::kernel_test
