@@ -67,7 +67,7 @@ struct WeightSpec {
 // says which (MatrixFormat::bf16 for every other tensor, and for the reference's fp32 rows).
 class WeightTable {
  public:
-  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format);
+  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format);  // replaces an earlier one
   const void* get(const std::string& name, int64_t layer = -1) const;  // throws when absent
   MatrixFormat format(const std::string& name, int64_t layer = -1) const;
   template <typename T>

@@ -7,8 +7,17 @@ namespace {
 std::string key(const std::string& name, int64_t layer) { return name + "#" + std::to_string(layer); }
 }  // namespace
 
+// A second set of the same tensor replaces the first (the loader's packed bf16 rows).
 void WeightTable::set(const std::string& name, int64_t layer, const void* data, MatrixFormat format) {
-  entries_.push_back({key(name, layer), data, format});
+  const std::string k = key(name, layer);
+  for (Entry& e : entries_) {
+    if (e.key == k) {
+      e.data = data;
+      e.format = format;
+      return;
+    }
+  }
+  entries_.push_back({k, data, format});
 }
 
 const WeightTable::Entry& WeightTable::find(const std::string& name, int64_t layer) const {
