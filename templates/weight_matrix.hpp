@@ -3,7 +3,8 @@
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
-// (runtime/cpu reads it).
+// (runtime/cpu reads it), or bf16 rows packed losslessly in 12 bits a value (bf16_packed, where the
+// CPU's kernel unpacks them: runtime/weights/bf16_pack.hpp).
 // The loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
 // mix of these formats its file holds, so one build serves every quantization of the model.
 //
@@ -47,11 +48,12 @@
 
 namespace kiln {
 
-enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8 };
-constexpr int kMatrixFormats = 9;
+enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8, bf16_packed };
+constexpr int kMatrixFormats = 10;
 
+// The quantized formats (GGUF's blocks, FP8); bf16_packed holds bf16 values, as the file's.
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
-  return f != MatrixFormat::bf16 && f != MatrixFormat::f32;
+  return f != MatrixFormat::bf16 && f != MatrixFormat::f32 && f != MatrixFormat::bf16_packed;
 }
 // The block formats the fast CPU backend reads (FP8 is the GPU's only).
 KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {

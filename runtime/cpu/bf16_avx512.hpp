@@ -11,6 +11,7 @@
 // the same sums in the same order: a token's outputs are the same bits whatever shares its step.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kiln::cpu {
@@ -22,5 +23,15 @@ bool avx512_bf16_available();
 // w bf16 rows of k values. Only where avx512_bf16_available().
 void linear_bf16_avx512(const float* in, const uint16_t* w, int64_t n, int64_t k, float* out, int64_t tokens,
                         bool accumulate);
+
+// Whether the packed bf16 rows (runtime/cpu/bf16_pack.hpp) have a kernel here: the above, and
+// AVX-512 VBMI's byte permutation to unpack the 12-bit codes. Where there is no AMX (whose bf16
+// kernel reads plain rows) the loader packs the fast CPU backend's bf16 projections then.
+bool packed_bf16_available();
+
+// linear_bf16_avx512 of the same values, packed (an [n, k] matrix of bf16_pack.hpp's layout): the
+// same sums in the same order, so the same bits. Only where packed_bf16_available().
+void linear_bf16_packed_avx512(const float* in, const std::byte* w, int64_t n, int64_t k, float* out, int64_t tokens,
+                               bool accumulate);
 
 }  // namespace kiln::cpu

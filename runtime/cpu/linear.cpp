@@ -8,6 +8,7 @@
 #include "runtime/cpu/bf16_amx.hpp"
 #include "runtime/cpu/bf16_avx512.hpp"
 #include "runtime/cpu/quant_dot.hpp"
+#include "runtime/cpu/bf16_pack.hpp"
 
 namespace kiln::cpu {
 
@@ -24,12 +25,16 @@ constexpr int64_t kTokenChunk = 64;
 
 void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* out, int64_t tokens) {
   const int64_t n = s.n, k = s.k;
+  const bool accumulate = s.out == LinearOut::add_f32;
+  // bf16 rows packed in 12 bits (the loader packs only where this kernel runs).
+  if (weight.format == MatrixFormat::bf16_packed && packed_bf16_available() && packable_bf16(n, k)) {
+    return linear_bf16_packed_avx512(in, static_cast<const std::byte*>(weight.data), n, k, out, tokens, accumulate);
+  }
   const bool blocks = is_cpu_block_format(weight.format);
   if ((!blocks && weight.format != MatrixFormat::bf16) || (blocks && k % kQuantBlockValues != 0)) {
     fail("internal: the fast CPU linear has no kernel for a ", static_cast<int>(weight.format), " matrix of [", n,
          ", ", k, "]");
   }
-  const bool accumulate = s.out == LinearOut::add_f32;
   // bf16 rows of an even length on AMX where there is one, for every token count (bf16_amx.hpp).
   if (weight.format == MatrixFormat::bf16 && k % 2 == 0 && amx_bf16_available()) {
     return linear_bf16_amx(in, static_cast<const uint16_t*>(weight.data), n, k, out, tokens, accumulate);

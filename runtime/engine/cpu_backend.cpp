@@ -85,7 +85,8 @@ class CpuBackend final : public Backend {
                    ")";
     info_.weight_bytes = weights_.bytes;
     if (fast) {
-      info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes;
+      info_.decode_weight_bytes = m.decode_weight_bytes - weights_.quantized_bf16_bytes + weights_.quantized_bytes -
+                                  weights_.packed_bf16_saved_bytes;
       info_.weight_formats = weight_formats_text(weights_, "fp32, other projections bf16");
     } else {
       info_.weight_formats = "fp32";

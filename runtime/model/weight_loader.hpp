@@ -25,7 +25,8 @@ namespace kiln {
 // tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
 // Q4_1, Q5_0, Q4_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other
-// block types are requantized to Q8_0, and matrices not in blocks are bf16 rows.
+// block types are requantized to Q8_0, and matrices not in blocks are bf16 rows (a decode step's
+// projections packed in 12 bits a value where the CPU's kernel unpacks them: bf16_pack.hpp).
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
 // FP8 on the GPU: a matrix an FP8 checkpoint stores in E4M3 keeps its codes and scales where its
 // blocks are 128 columns wide and its pieces whole blocks of 128 rows (the published checkpoints'
@@ -92,6 +93,9 @@ struct LoadedWeights {
   int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
   int64_t fp8_at_load = 0;       // of them, FP8 quantized at load (Quantize::fp8, or a checkpoint's other blocks)
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
+  // WeightFormat::cpu: the bf16 projections packed in 12 bits a value (bf16_pack.hpp), and the bytes
+  // a decode step reads less for it.
+  int64_t packed_bf16 = 0, packed_bf16_saved_bytes = 0;
   // Of them, the values of the largest the prefill expands to bf16 rows (its scratch), and the
   // longest row of those it multiplies in FP8 (fp8_gemm_shape: its FP8 inputs' scratch); 0: none.
   int64_t largest_quantized_values = 0;

@@ -11,6 +11,7 @@
 #include "runtime/cpu/attention.hpp"
 #include "runtime/cpu/linear.hpp"
 #include "runtime/model/model_def.hpp"
+#include "runtime/cpu/bf16_pack.hpp"
 #include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/quant_repack.hpp"
 
@@ -70,6 +71,13 @@ void embed(const shape::embed& s, const int32_t* token_ids, CpuMatrix table, flo
       case MatrixFormat::bf16:
         bf16_elements_to_f32(bytes + r * s.dim * 2, std::span<float>(row, static_cast<size_t>(s.dim)));
         break;
+      case MatrixFormat::bf16_packed: {  // the fast CPU backend's, as a tied LM head reads it
+        thread_local std::vector<uint16_t> bits;
+        bits.resize(static_cast<size_t>(s.dim));
+        unpack_bf16_row(bytes, s.vocab, s.dim, r, bits.data());
+        bf16_elements_to_f32(reinterpret_cast<const std::byte*>(bits.data()), std::span<float>(row, bits.size()));
+        break;
+      }
       default:  // the fast CPU backend's blocks (a GGUF file's table, as the tied LM head reads it)
         if (!is_cpu_block_format(table.format)) {
           fail("internal: a ", static_cast<int>(table.format), " embedding table on the CPU (a GPU format)");

@@ -67,6 +67,7 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::q6_k: return "Q6_K";
     case MatrixFormat::fp8: return "FP8";
     case MatrixFormat::f32: return "f32";
+    case MatrixFormat::bf16_packed: return "bf16 (12-bit packed)";
   }
   return "?";
 }

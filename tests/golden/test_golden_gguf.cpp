@@ -18,12 +18,15 @@
 #include "generated/tiny-qwen3/model.hpp"
 #include "generated/tiny-smollm2/model.hpp"
 #include "runtime/core/dtype.hpp"
+#include "runtime/cpu/bf16_amx.hpp"
+#include "runtime/cpu/bf16_avx512.hpp"
 #include "runtime/engine/backend.hpp"
 #include "runtime/model/gguf_source.hpp"
 #include "runtime/model/model_config_check.hpp"
 #include "runtime/model/rope_table.hpp"
 #include "runtime/model/tensor_source.hpp"
 #include "runtime/model/weight_loader.hpp"
+#include "runtime/cpu/bf16_pack.hpp"
 #include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/gguf_to_hf.hpp"
 #include "runtime/weights/quant_repack.hpp"
@@ -37,6 +40,11 @@ using namespace kiln;
 namespace {
 
 using golden::KvB;
+
+// A tied LM head that shares its embedding's matrix (the loader holds it once).
+bool is_tied_to_another(const WeightSpec& spec, int64_t l, const LoadedWeights& w) {
+  return spec.tied_to[0] != '\0' && w.table.get(spec.name, l) == w.table.get(spec.tied_to, l);
+}
 using golden::kF32;
 using golden::kQ4_0;
 using golden::kQ4_1;
@@ -202,13 +210,24 @@ TEST_CASE("the CPU's and the GPU's loads keep a BF16 GGUF file's bf16 rows as th
     for (const WeightFormat format : {WeightFormat::cpu, WeightFormat::gpu}) {
       HostSink sink;
       const LoadedWeights kept = load_weights(*model, *gguf, format, sink);
-      int64_t bf16_matrices = 0;
+      int64_t bf16_matrices = 0, packed = 0;
       for (const WeightSpec& spec : *model->weights) {
         for (int64_t l = spec.per_layer ? spec.layer_first : -1; l < (spec.per_layer ? spec.layer_last : 0); ++l) {
-          if (kept.table.format(spec.name, l) != MatrixFormat::bf16) continue;
-          INFO(origin << ": " << spec.name << " layer " << l);
+          const MatrixFormat f = kept.table.format(spec.name, l);
+          if (f != MatrixFormat::bf16 && f != MatrixFormat::bf16_packed) continue;
+          INFO(origin << ": " << spec.name << " layer " << l << (f == MatrixFormat::bf16_packed ? " (packed)" : ""));
           ++bf16_matrices;
           const auto* bits = static_cast<const uint16_t*>(kept.table.get(spec.name, l));
+          std::vector<uint16_t> unpacked;
+          if (f == MatrixFormat::bf16_packed) {  // the fast CPU backend's (bf16_pack.hpp): the same bits back
+            const int64_t n = spec.shape[0], k = spec.shape[1];
+            unpacked.resize(static_cast<size_t>(n * k));
+            for (int64_t r = 0; r < n; ++r) {
+              unpack_bf16_row(static_cast<const std::byte*>(kept.table.get(spec.name, l)), n, k, r, unpacked.data() + r * k);
+            }
+            bits = unpacked.data();
+            packed += !is_tied_to_another(spec, l, kept);
+          }
           const float* values = f32.table.get_as<float>(spec.name, l);
           std::vector<float> back(static_cast<size_t>(spec.numel()));
           bf16_elements_to_f32(reinterpret_cast<const std::byte*>(bits), back);
@@ -219,6 +238,9 @@ TEST_CASE("the CPU's and the GPU's loads keep a BF16 GGUF file's bf16 rows as th
       }
       INFO(origin << (format == WeightFormat::cpu ? " on the CPU" : " on the GPU"));
       CHECK(bf16_matrices > 0);
+      // The fast CPU backend packs its projections where its kernel unpacks them (not on the GPU).
+      CHECK(packed == (format == WeightFormat::cpu && cpu::packed_bf16_available() && !cpu::amx_bf16_available() ? kept.packed_bf16 : 0));
+      if (format == WeightFormat::cpu && cpu::packed_bf16_available() && !cpu::amx_bf16_available()) CHECK(packed > 0);
     }
   }
 }
