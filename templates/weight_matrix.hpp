@@ -4,7 +4,7 @@
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it), or bf16 rows packed losslessly in 12 bits a value (bf16_packed, where the
-// CPU's kernel unpacks them: runtime/weights/bf16_pack.hpp).
+// CPU's kernel unpacks them: runtime/cpu/bf16_pack.hpp).
 // The loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
 // mix of these formats its file holds, so one build serves every quantization of the model.
 //

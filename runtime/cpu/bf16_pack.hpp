@@ -10,7 +10,7 @@
 //
 // Layout of an [n, k] matrix (n a multiple of kPackedRows, k of 32): row tiles of kPackedRows rows,
 // each tile's k / 32 chunks in column order, a chunk of kPackedChunkBytes:
-//   4 header bytes, one per row of the tile: the block's base exponent b (0..254), or kRawBlock
+//   4 header bytes, one per row of the tile: the block's base exponent b (at most 240), or kRawBlock
 //   4 × 48 bytes, one slot per row: the 32 values' 12-bit codes, two values in 3 bytes (value 2j
 //     in bits 0..11 of bytes 3j, 3j + 1 read little-endian, value 2j + 1 in bits 4..15 of bytes
 //     3j + 1, 3j + 2); code = sign << 11 | e4 << 7 | mantissa, where e4 = 0 keeps the exponent 0
@@ -18,7 +18,7 @@
 // Then the exceptions: the blocks whose nonzero exponents do not lie within b + 1..b + 15 for one b,
 // 64 bytes each (their bf16 values as stored); such a block's header is kRawBlock and its slot
 // begins with its index among the exceptions (uint32). A matrix is packed only where all of that
-// fits in its bf16 bytes (packed_bf16 says), so it takes the allocation of its bf16 rows.
+// fits in its bf16 bytes (pack_bf16 says), so it takes the allocation of its bf16 rows.
 #pragma once
 
 #include <cstddef>

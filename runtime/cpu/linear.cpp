@@ -7,8 +7,8 @@
 #include "runtime/core/parallel.hpp"
 #include "runtime/cpu/bf16_amx.hpp"
 #include "runtime/cpu/bf16_avx512.hpp"
-#include "runtime/cpu/quant_dot.hpp"
 #include "runtime/cpu/bf16_pack.hpp"
+#include "runtime/cpu/quant_dot.hpp"
 
 namespace kiln::cpu {
 

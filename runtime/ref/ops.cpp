@@ -9,9 +9,9 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/parallel.hpp"
 #include "runtime/cpu/attention.hpp"
+#include "runtime/cpu/bf16_pack.hpp"
 #include "runtime/cpu/linear.hpp"
 #include "runtime/model/model_def.hpp"
-#include "runtime/cpu/bf16_pack.hpp"
 #include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/quant_repack.hpp"
 
