@@ -42,7 +42,7 @@ std::vector<uint16_t> make_rows(int64_t n, int64_t k, float scale, uint32_t seed
 
 }  // namespace
 
-TEST_CASE("bf16 packing: every value back as its bits, raw blocks included; a matrix that would not shrink is refused",
+TEST_CASE("bf16 packing: every value back as its bits, raw blocks included, and a matrix that would not shrink refused",
           "[cpu]") {
   if (!cpu::packed_bf16_available()) {
     WARN("no AVX-512 BF16 with VBMI here: bf16 rows are not packed, not tested");

@@ -109,11 +109,11 @@ TEST_CASE("GGUF files of tiny-smollm2 (rows of 144: matrices stay F32 where Q8_0
   check_model(models::tiny_smollm2::model_def());
 }
 
-TEST_CASE("GGUF files of tiny-deepseek-v2 (q LoRA, group-limited routing, YaRN; kv_b split into k_b / v_b) match HF") {
+TEST_CASE("GGUF files of tiny-deepseek-v2 (q LoRA, group-limited routing, YaRN, kv_b split into k_b / v_b) match HF") {
   check_model(models::tiny_deepseek_v2::model_def(), KvB::split);
 }
 
-TEST_CASE("A GGUF file of tiny-deepseek-v2-lite (no q LoRA, greedy routing; kv_b whole, as older files) matches HF") {
+TEST_CASE("A GGUF file of tiny-deepseek-v2-lite (no q LoRA, greedy routing, kv_b whole, as older files) matches HF") {
   check_model(models::tiny_deepseek_v2_lite::model_def(), KvB::whole, /*q8_0=*/false);
 }
 
