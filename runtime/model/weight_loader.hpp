@@ -45,6 +45,9 @@ class WeightSink {
   virtual ~WeightSink() = default;
   virtual std::byte* allocate(int64_t bytes) = 0;
   virtual void write(std::byte* dst, const void* src, int64_t bytes) = 0;
+  // Bytes of the block the loader no longer needs (the tail of a matrix packed into fewer bytes):
+  // a sink may give their memory back, and then says how many bytes it did (they read as zeros).
+  virtual int64_t release(std::byte* /*at*/, int64_t /*bytes*/) { return 0; }
 };
 
 // Host memory (the CPU backends), zeroed, 2 MB aligned and marked for transparent huge pages
@@ -59,6 +62,7 @@ class HostSink final : public WeightSink {
   ~HostSink() override;
   std::byte* allocate(int64_t bytes) override;
   void write(std::byte* dst, const void* src, int64_t bytes) override;
+  int64_t release(std::byte* at, int64_t bytes) override;  // the whole 4 KB pages inside (MADV_DONTNEED)
 
  private:
   std::byte* storage_ = nullptr;
@@ -84,7 +88,7 @@ std::pair<int64_t, int64_t> whole_hf_rows(const WeightSpec& spec, const WeightSo
 
 struct LoadedWeights {
   WeightTable table;
-  int64_t bytes = 0;    // in the backend's format
+  int64_t bytes = 0;    // in the backend's format (less what the sink gave back: HostSink::release)
   int64_t tensors = 0;  // kiln tensors (fused), counting each layer's
   // WeightFormat::gpu and cpu: the projections loaded (every layer's), those kept quantized, their
   // bytes and what they would take in bf16.
