@@ -1,8 +1,10 @@
 #include "runtime/serving/sampler_cpu.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "runtime/core/error.hpp"
 
@@ -27,6 +29,43 @@ KILN_FMA_CLONES uint64_t weight_keys(std::span<const float> x, float max_logit, 
     total += key_mass(keys[i]);
   }
   return total;
+}
+
+// The row's largest logit and the lowest id that holds it, or nullopt where a logit is NaN or
+// infinite. First the largest and the bad bits over 16 running lanes the compiler's vectors take,
+// then the first id equal to it: a branch per logit and a load that waited on the last compare
+// took about 8x as long (Llama-3's 128,256 logits: ~1% of a 1B model's CPU decode step).
+struct Largest {
+  int32_t id;
+  float logit;
+};
+std::optional<Largest> largest_logit(std::span<const float> x) {
+  constexpr size_t kLanes = 16;
+  float top[kLanes];
+  uint32_t bad[kLanes] = {};
+  std::fill(top, top + kLanes, -INFINITY);
+  const auto nonfinite = [](float v) { return (std::bit_cast<uint32_t>(v) & 0x7F800000u) == 0x7F800000u; };
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      const float v = x[i + l];
+      bad[l] |= nonfinite(v);
+      top[l] = v > top[l] ? v : top[l];
+    }
+  }
+  float largest = -INFINITY;
+  uint32_t any_bad = 0;
+  for (size_t l = 0; l < kLanes; ++l) {
+    largest = top[l] > largest ? top[l] : largest;
+    any_bad |= bad[l];
+  }
+  for (; i < x.size(); ++i) {
+    any_bad |= nonfinite(x[i]);
+    largest = x[i] > largest ? x[i] : largest;
+  }
+  if (any_bad) return std::nullopt;
+  const auto at = std::find(x.begin(), x.end(), largest);  // the lowest id wins ties
+  return Largest{static_cast<int32_t>(at - x.begin()), largest};
 }
 
 // Σ exp(x_i - max), for the log-softmax.
@@ -189,12 +228,10 @@ SampleOutput sample_row_cpu(std::span<const float> x, const SamplerRow& row, Sam
     fail("sample_row_cpu: vocabulary size ", vocab, " is outside [1, ", kMaxSamplerVocab, "]");
   }
 
-  int32_t argmax = 0;
-  for (int32_t i = 0; i < vocab; ++i) {
-    if (!std::isfinite(x[i])) return SampleOutput{-1, 0.0f, kSampleBadLogits};
-    if (x[i] > x[argmax]) argmax = i;  // strict: the lowest id wins ties
-  }
-  const float max_logit = x[argmax];
+  const std::optional<Largest> top = largest_logit(x);
+  if (!top) return SampleOutput{-1, 0.0f, kSampleBadLogits};
+  const int32_t argmax = top->id;
+  const float max_logit = top->logit;
 
   SampleOutput out;
   if (row_is_greedy(row)) {
