@@ -8,6 +8,7 @@
 
 #include "runtime/core/parallel.hpp"
 #include "runtime/cpu/bf16_pack.hpp"
+#include "runtime/cpu/token_tiles.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -191,20 +192,20 @@ void tile_at(TileArgs p, int64_t t, int64_t tokens) {
   tile<R, C, false, false>(p);
 }
 
-// R rows against `tokens` tokens: whole tiles of kTokens, then one of the rest.
+// R rows against `tokens` tokens: whole tiles of kTokens, then one of the rest (token_tiles.hpp).
+template <int R>
+struct RowTile {
+  const TileArgs& p;
+  int64_t tokens;
+  template <int C>
+  void run(int64_t t) const {
+    tile_at<R, C>(p, t, tokens);
+  }
+};
+
 template <int R>
 void rows_against(const TileArgs& p, int64_t tokens) {
-  int64_t t = 0;
-  for (; t + kTokens <= tokens; t += kTokens) tile_at<R, kTokens>(p, t, tokens);
-  switch (tokens - t) {
-    case 0: break;
-    case 1: tile_at<R, 1>(p, t, tokens); break;
-    case 2: tile_at<R, 2>(p, t, tokens); break;
-    case 3: tile_at<R, 3>(p, t, tokens); break;
-    case 4: tile_at<R, 4>(p, t, tokens); break;
-    default: tile_at<R, 5>(p, t, tokens); break;
-  }
-  static_assert(kTokens == 6, "the switch above takes the last 1..5 tokens");
+  against_tokens<kTokens>(RowTile<R>{p, tokens}, tokens);
 }
 
 // Token t's k activations rounded to bf16 (nearest even) at x, zero up to padded_k.

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "runtime/cpu/quant_dot.hpp"
+#include "runtime/cpu/token_tiles.hpp"
 
 #if KILN_DOT_SIMD
 #include <immintrin.h>
@@ -571,23 +572,6 @@ void tile_bf16(const DotArgs& a, int64_t r0, int64_t t0) {
 }
 
 #endif
-
-// The last `left` (< kTokens) tokens from t: one tile of exactly that many.
-template <int kTokens, typename Tile, int C = kTokens - 1>
-void tail_tokens(const Tile& tile, int64_t t, int64_t left) {
-  if constexpr (C >= 1) {
-    if (left == C) return tile.template run<C>(t);
-    tail_tokens<kTokens, Tile, C - 1>(tile, t, left);
-  }
-}
-
-// A tile's rows against every token: whole tiles of kTokens, then the rest.
-template <int kTokens, typename Tile>
-void against_tokens(const Tile& tile, int64_t tokens) {
-  int64_t t = 0;
-  for (; t + kTokens <= tokens; t += kTokens) tile.template run<kTokens>(t);
-  tail_tokens<kTokens>(tile, t, tokens - t);
-}
 
 // Tokens a tile of a block format takes (AVX2's tiles keep one token's sums in registers at a
 // time, so more tokens only cost memory for their float sums; Q8_0's 8 quant and 8 sign vectors
