@@ -281,14 +281,22 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
   const auto residual = random_f32(static_cast<size_t>(rows) * S.n, rng, 10.0f);
   const std::vector<float> x = bf16_to_f32(in);
   std::vector<double> xq(x.size());  // the inputs as the GEMM sees them: code · scale
+  const int padded = cuda::fp8_gemm_rows(rows);
+  // The codes and scales quantize_rows_fp8 must write, bit for bit ([padded][k], [k / 128][padded];
+  // padding rows: zero codes, scale 1).
+  std::vector<uint8_t> want_codes(static_cast<size_t>(padded) * S.k, 0);
+  std::vector<float> want_scales(static_cast<size_t>(padded) * S.k / 128, 1.0f);
   for (int t = 0; t < rows; ++t) {
     for (int b = 0; b < S.k / 128; ++b) {
       const float* v = x.data() + static_cast<size_t>(t) * S.k + b * 128;
       float amax = 0.0f;
       for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[i]));
       const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      want_scales[static_cast<size_t>(b) * padded + t] = scale;
       for (int i = 0; i < 128; ++i) {
-        xq[static_cast<size_t>(t) * S.k + b * 128 + i] = static_cast<double>(f8e4m3_to_f32(f32_to_f8e4m3(v[i] / scale))) * scale;
+        const uint8_t code = f32_to_f8e4m3(v[i] / scale);
+        want_codes[static_cast<size_t>(t) * S.k + b * 128 + i] = code;
+        xq[static_cast<size_t>(t) * S.k + b * 128 + i] = static_cast<double>(f8e4m3_to_f32(code)) * scale;
       }
     }
   }
@@ -301,11 +309,12 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
     }
   }
   // Rows padded to a multiple of 4 (quantize_rows.hpp): the buffers hold them, as a step's do.
-  const int padded = cuda::fp8_gemm_rows(rows);
   DeviceBuffer<std::byte> d_matrix(m.matrix);
   DeviceBuffer<uint16_t> d_in(in);
   DeviceBuffer<uint8_t> codes(static_cast<size_t>(padded) * S.k);
   DeviceBuffer<float> scales(static_cast<size_t>(padded) * S.k / 128);
+  codes.poison();
+  scales.poison();
   DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(padded) * S.n);
   d_out.poison();
   if constexpr (S.out == LinearOut::add_f32) {
@@ -320,6 +329,11 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
   cuda::linear<S>(ctx, as_bf16(d_in), GpuMatrix{d_matrix.get(), MatrixFormat::fp8}, reinterpret_cast<Out<S>*>(d_out.get()), rows);
   const std::string what = describe<S>("cuBLASLt FP8", rows);
   check_launch(what);
+  {
+    INFO(what << ": the inputs' FP8 codes and scales");
+    CHECK(codes.download() == want_codes);
+    CHECK(scales.download() == want_scales);
+  }
   std::vector<Stored<S>> got = d_out.download();
   got.resize(static_cast<size_t>(rows) * S.n);
   if constexpr (kBf16Out<S>) {
