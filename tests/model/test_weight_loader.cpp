@@ -689,3 +689,16 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
                      "NaN or infinite scale in block column 1", "at row 0");
   }
 }
+
+TEST_CASE("weight table: a second set of a tensor replaces the first; an absent one is an error naming it", "[weights]") {
+  kiln::WeightTable table;
+  const float a = 1.0f, b = 2.0f;
+  table.set("proj", 3, &a, kiln::MatrixFormat::bf16);
+  table.set("proj", 4, &a, kiln::MatrixFormat::bf16);
+  table.set("proj", 3, &b, kiln::MatrixFormat::bf16_packed);  // as the loader's packing does
+  CHECK(table.get("proj", 3) == &b);
+  CHECK(table.format("proj", 3) == kiln::MatrixFormat::bf16_packed);
+  CHECK(table.get("proj", 4) == &a);
+  CHECK(table.format("proj", 4) == kiln::MatrixFormat::bf16);
+  CHECK_KILN_ERROR(table.get("proj", 5), "weight proj", "of layer 5", "was not loaded");
+}
