@@ -690,7 +690,7 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
   }
 }
 
-TEST_CASE("weight table: a second set of a tensor replaces the first; an absent one is an error naming it", "[weights]") {
+TEST_CASE("weight table: a second set of a tensor replaces the first, and an absent one is an error naming it", "[weights]") {
   kiln::WeightTable table;
   const float a = 1.0f, b = 2.0f;
   table.set("proj", 3, &a, kiln::MatrixFormat::bf16);
