@@ -138,9 +138,7 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their bloc
       const LoadedWeights f32 = load_weights(*model, *gguf, WeightFormat::f32, f32_sink);
       const MatrixFormat want = type == kQ4_0 ? MatrixFormat::q4_0 : MatrixFormat::q8_0;
       const bool requantized = type == kQ4_1;
-      const auto is_tied = [&](const WeightSpec& spec, int64_t l) {
-        return spec.tied_to[0] != '\0' && kept.table.get(spec.name, l) == kept.table.get(spec.tied_to, l);
-      };
+      const auto is_tied = [&](const WeightSpec& spec, int64_t l) { return is_tied_to_another(spec, l, kept); };
       // A lookup table counts as a projection where a tied LM head reads it.
       const auto streamed = [&](const WeightSpec& spec, int64_t l) {
         bool read = spec.matrix && !is_tied(spec, l) && !spec.lookup;
