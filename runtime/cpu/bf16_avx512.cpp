@@ -94,6 +94,20 @@ class Unpacker {
 // 0.85× (its bytes alone would give 0.77×), asking 1 KB ahead 0.83×, 2 KB 0.76×, 4 KB 0.76×.
 constexpr int64_t kPackedPrefetchBytes = 4096;
 
+// The kPackedRows rows of one packed chunk (bf16_pack.hpp) into wv, the chunk kPackedPrefetchBytes
+// ahead asked for: decode's streaming loop and prefill's first token tile.
+__attribute__((always_inline)) inline void unpack_chunk(const Unpacker& unpack, const std::byte* chunk,
+                                                        __m512bh (&wv)[kPackedRows]) {
+#pragma GCC unroll 4
+  for (int64_t ahead = 0; ahead < kPackedChunkBytes; ahead += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(chunk + kPackedPrefetchBytes + ahead), _MM_HINT_T0);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kPackedRows; ++r) {
+    wv[r] = unpack.block(chunk + kPackedRows + r * kPackedSlotBytes, static_cast<uint8_t>(chunk[r]));
+  }
+}
+
 // A tile's operands: rows from w (k values each) against tokens from x (padded_k bf16 values
 // each, zero past k), summed into out[c·n + r] (=, or += with add). Packed rows (bf16_pack.hpp):
 // the first token tile unpacks them from `packed` as it goes and stores them at `unpacked`, where
@@ -117,18 +131,11 @@ template <int R, int C, bool kPrefetch, bool kLast, bool kUnpack>
 __attribute__((always_inline)) inline void chunk(__m512 (&acc)[R][C], const TileArgs& p, int64_t col) {
   const int64_t k = p.k;
   __m512bh wv[R];
-  if constexpr (kUnpack) {  // packed rows: whole chunks (packable_bf16), asked for ahead as decode does
+  if constexpr (kUnpack) {  // packed rows: whole chunks (packable_bf16), kept for the next token tiles
     static_assert(R == kPackedRows && !kLast, "a packed tile is kPackedRows rows of whole chunks");
-    const std::byte* packed = p.packed + col / kChunk * kPackedChunkBytes;
+    unpack_chunk(*p.unpack, p.packed + col / kChunk * kPackedChunkBytes, wv);
 #pragma GCC unroll 4
-    for (int64_t ahead = 0; ahead < kPackedChunkBytes; ahead += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(packed + kPackedPrefetchBytes + ahead), _MM_HINT_T0);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      wv[r] = p.unpack->block(packed + kPackedRows + r * kPackedSlotBytes, static_cast<uint8_t>(packed[r]));
-      _mm512_store_si512(p.unpacked + r * k + col, (__m512i)wv[r]);
-    }
+    for (int r = 0; r < R; ++r) _mm512_store_si512(p.unpacked + r * k + col, (__m512i)wv[r]);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R && !kUnpack; ++r) {
@@ -249,16 +256,11 @@ void packed_one_token(const uint16_t* x, const std::byte* w, int64_t n, int64_t 
 #pragma GCC unroll 4
       for (int r = 0; r < kPackedRows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t c = 0; c < chunks; ++c, chunk += kPackedChunkBytes) {
-#pragma GCC unroll 4
-        for (int64_t ahead = 0; ahead < kPackedChunkBytes; ahead += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(chunk + kPackedPrefetchBytes + ahead), _MM_HINT_T0);
-        }
+        __m512bh wv[kPackedRows];
+        unpack_chunk(unpack, chunk, wv);
         const __m512bh xv = (__m512bh)_mm512_load_si512(x + c * kChunk);
 #pragma GCC unroll 4
-        for (int r = 0; r < kPackedRows; ++r) {
-          const __m512bh wv = unpack.block(chunk + kPackedRows + r * kPackedSlotBytes, static_cast<uint8_t>(chunk[r]));
-          acc[r] = _mm512_dpbf16_ps(acc[r], wv, xv);
-        }
+        for (int r = 0; r < kPackedRows; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], wv[r], xv);
       }
 #pragma GCC unroll 4
       for (int r = 0; r < kPackedRows; ++r) {
