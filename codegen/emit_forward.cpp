@@ -73,6 +73,12 @@ void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
     comment_parts(op, c);
     if (!op.parts.empty() && phase != Phase::ref) c.comment("(one fused kernel)");
   }
+  // The rows' FP8 inputs in their place, where the projection after the op is FP8 (fuse.cpp).
+  for (const ArgSpec* a : op.record().args_of(phase)) {
+    if (a->source != ArgSource::fp8 || op.kind == OpKind::linear || !op.args.count(a->name)) continue;
+    const std::string& weight = op.args.at(a->name);
+    c.comment("(written as " + weight + "'s FP8 inputs instead where " + weight + " is FP8)");
+  }
   const std::vector<std::string> stmts = op_call(op, g, phase);
   for (const auto& stmt : stmts) c.line(stmt);
   if (phase == Phase::decode && !stmts.empty()) c.line(mark_line(op, g));

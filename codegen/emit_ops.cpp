@@ -43,6 +43,7 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
       if (a.name == "expert_usage") return "unsigned char*";
       if (a.name == "rank") return "int";
       fail("internal: ops.def: unknown context field ", a.name);
+    case ArgSource::fp8: return "Fp8Rows";
   }
   fail("internal: unknown argument source");
 }
@@ -71,6 +72,8 @@ std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
     case ArgSource::layer: return "layer";
     case ArgSource::kv: return "kv";
     case ArgSource::ctx: return "ctx." + a.name;
+    case ArgSource::fp8:
+      return op.args.count(a.name) ? "cuda::fp8_inputs_for(ctx, " + weight_expr(g, op.args.at(a.name)) + ")" : "Fp8Rows{}";
     case ArgSource::step:
       if (a.name == "step") return "step";
       if (gpu) return "step." + a.name;

@@ -10,13 +10,20 @@
 //                    whose epilogue applies the activation and never writes gate | up
 //                    (DeepSeek-V2-Lite at 2,048 tokens on an H200: 417 -> 391 us a layer); the
 //                    decode runs both parts (its streaming kernels' outputs are few).
+//   FP8 inputs       an RMSNorm or silu·mul whose rows only the projection after it reads: in the
+//                    prefill it writes them as that projection's FP8 inputs where the matrix is FP8
+//                    (templates/fp8_rows.hpp), so the GEMM skips its own pass over the rows
+//                    (pair_fp8_inputs; not an op of its own: an `fp8` argument of both).
 //
 // Folding RMSNorm or silu(gate)·up into the next projection's input load was built and measured
 // too, and lost: every GEMV block recomputes the folded input, which costs more than the launch
 // it saves (bench/RESULTS.md, 2026-11-21; again for the quantized GEMV, whose blocks copy their
 // token rows into shared memory anyway, 2026-11-27 sixth session: Qwen3-8B FP8 +21% a token, the
 // norm repeated by each of gate_up's 1,536 blocks after the wait for the op before).
+#include <algorithm>
+
 #include "codegen/graph_build.hpp"
+#include "templates/weight_matrix.hpp"
 
 namespace kiln::codegen {
 
@@ -92,6 +99,64 @@ void fuse_moe_gate_up_act(std::vector<Op>& ops) {
   }
 }
 
+// Whether an op in `ops` from `from` on reads `buffer` before one writes it without reading it:
+// `ended` tells whether such a writer was found.
+bool read_before_written(const std::vector<Op*>& ops, size_t from, const std::string& buffer, bool& ended) {
+  for (size_t i = from; i < ops.size() && !ended; ++i) {
+    const auto has = [&](const std::vector<std::string>& names) {
+      return std::find(names.begin(), names.end(), buffer) != names.end();
+    };
+    if (has(ops[i]->reads())) return true;
+    ended = has(ops[i]->writes());
+  }
+  return false;
+}
+
+// The layer block's ops in order, one iteration.
+std::vector<Op*> block_ops(LayerBlock& block) {
+  std::vector<Op*> out;
+  for (auto& stage : block.stages) {
+    for (Op& op : stage.second) out.push_back(&op);
+  }
+  return out;
+}
+
+// Pairs an RMSNorm or silu·mul with the projection right after it (FP8 inputs, above) where the
+// projection has fp8_gemm_shape and reads the op's rows over the same tokens, and no op after it
+// reads those rows before they are written again (in the FP8 case they are never written). Both
+// bind `fp8` to the projection's weight. Tensor-parallel branches (rank_case) stay as they are.
+void pair_fp8_inputs(Graph& g) {
+  for (size_t b = 0; b < g.blocks.size(); ++b) {
+    const std::vector<Op*> body = block_ops(g.blocks[b]);
+    for (size_t i = 0; i + 1 < body.size(); ++i) {
+      Op& op = *body[i];
+      Op& next = *body[i + 1];
+      const bool producer = op.kind == OpKind::rmsnorm || op.kind == OpKind::silu_mul;
+      if (!producer || next.kind != OpKind::linear || !op.rank_case.empty() || !next.rank_case.empty()) continue;
+      const std::string& rows = op.args.at(op.kind == OpKind::rmsnorm ? "out" : "act");
+      if (next.args.at("in") != rows || op.rows != "T" || next.rows != "T") continue;
+      if (!fp8_gemm_shape(g.value(next.shape.at("n")), g.value(next.shape.at("k")))) continue;
+      // After the projection: the rest of the layer; then, unless that wrote the rows, both the
+      // layer's next iteration (up to the op, which writes them) and, after the block's last
+      // layer, the later blocks and the logits.
+      bool ended = false;
+      if (read_before_written(body, i + 2, rows, ended)) continue;
+      if (!ended) {
+        bool wrap_ended = false, read = read_before_written(body, 0, rows, wrap_ended);
+        for (size_t later = b + 1; later < g.blocks.size() && !ended && !read; ++later) {
+          read = read_before_written(block_ops(g.blocks[later]), 0, rows, ended);
+        }
+        std::vector<Op*> epilogue;
+        for (Op& e : g.epilogue) epilogue.push_back(&e);
+        if (read || read_before_written(epilogue, 0, rows, ended)) continue;
+      }
+      const std::string weight = next.args.at("weight");
+      op.args[op.kind == OpKind::rmsnorm ? "out_fp8" : "act_fp8"] = weight;
+      next.args["in_fp8"] = weight;
+    }
+  }
+}
+
 }  // namespace
 
 void fuse(Graph& g) {
@@ -104,6 +169,7 @@ void fuse(Graph& g) {
       fuse_moe_gate_up_act(ops);
     }
   }
+  pair_fp8_inputs(g);
 }
 
 }  // namespace kiln::codegen

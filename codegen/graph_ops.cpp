@@ -191,7 +191,7 @@ void check_op(const Graph& g, const Op& op) {
     if (it == r.args.end()) fail(where, " binds '", name, "', which its record does not have");
     if (is_buffer(it->source)) {
       if (value != "logits") g.buffer(value);  // throws when absent; logits is the caller's output
-    } else if (is_weight(it->source)) {
+    } else if (is_weight(it->source) || it->source == ArgSource::fp8) {
       if (std::none_of(g.weights.begin(), g.weights.end(), [&](const WeightDecl& w) { return w.field == value; })) {
         fail(where, " binds '", name, "' to unknown weight ", value);
       }

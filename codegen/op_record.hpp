@@ -16,7 +16,7 @@ enum class OpKind {
 enum class Phase { prefill, decode, ref };
 constexpr Phase kPhases[] = {Phase::prefill, Phase::decode, Phase::ref};
 
-enum class ArgSource { in, out, inout, weight, weight_opt, matrix, warm, rows, step, kv, ctx, layer };
+enum class ArgSource { in, out, inout, weight, weight_opt, matrix, warm, rows, step, kv, ctx, layer, fp8 };
 
 struct ShapeMember {
   std::string type;  // int, float, bool, LinearOut
@@ -49,10 +49,11 @@ struct OpRecord {
 
   const CallSpec& call(Phase p) const { return calls[static_cast<int>(p)]; }
   std::vector<const ArgSpec*> args_of(Phase p) const;
-  // True when prefill and decode call different template functions (two wrappers).
+  // True when prefill and decode call different template functions, or the same one with
+  // different arguments (two wrappers).
   bool split_phases() const {
     return call(Phase::prefill).how == CallHow::kernel && call(Phase::decode).how == CallHow::kernel &&
-           call(Phase::prefill).function != call(Phase::decode).function;
+           (call(Phase::prefill).function != call(Phase::decode).function || args_of(Phase::prefill) != args_of(Phase::decode));
   }
 };
 

@@ -1,11 +1,43 @@
 // RMSNorm of every row of the fp32 residual stream into bf16 (ref::rmsnorm):
-// out = x / sqrt(mean(x²) + eps) · weight, fp32 math, rounded to bf16 once.
+// out = x / sqrt(mean(x²) + eps) · weight, fp32 math, rounded to bf16 once. In the prefill, where
+// the projection after it multiplies in FP8, the rows go out as that GEMM's FP8 inputs instead
+// (templates/fp8_rows.hpp), made from the same bf16 values.
 #pragma once
 
+#include "templates/blocks/fp8_quantize.cuh"
 #include "templates/blocks/row_norm.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
+
+namespace detail {
+
+// One block per row of `padded`: the rows past `rows` write zero codes with scale 1. A 128-column
+// block of the row is one warp's (4 values a lane).
+template <int kDim, int kVec, int kThreads>
+__global__ void __launch_bounds__(kThreads) rmsnorm_fp8_kernel(const float* __restrict__ x, const bf16* __restrict__ weight,
+                                                               Fp8Rows out, int rows, int padded, float eps) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  static_assert(kDim % kFp8InputBlock == 0 && kVec * 32 == kFp8InputBlock, "rmsnorm_fp8: a warp per 128 columns");
+  float w[kSteps][kVec];
+  load_norm_weight<kDim, kVec, kThreads>(weight, w);
+  pdl_release_and_wait();
+  const int r = blockIdx.x;
+  float y[kSteps][kVec] = {};
+  if (r < rows) {  // the same for the whole block
+    rmsnorm_row<kDim, kVec, kThreads>(x + static_cast<long long>(r) * kDim, w, eps, y);
+  }
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + threadIdx.x) * kVec;
+    if (i < kDim) {  // whole warps (kDim is whole blocks of 128)
+      round_to_bf16<kVec>(y[s]);
+      store_fp8_block_part<kVec>(y[s], out, kDim, padded, r, i);
+    }
+  }
+}
+
+}  // namespace detail
 
 template <shape::rmsnorm S>
 void rmsnorm(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
@@ -14,6 +46,25 @@ void rmsnorm(const float* x, const bf16* weight, bf16* out, int rows, cudaStream
   using Shape = detail::RmsnormShape<S.dim>;
   auto kernel = detail::rmsnorm_kernel<S.dim, Shape::kVec, Shape::kThreads, false>;
   KILN_LAUNCH(kernel, rows, Shape::kThreads, 0, stream, x, nullptr, weight, out, S.eps);
+}
+
+// The prefill's call: the bf16 rows `out`, or, where `out_fp8` is given, those rows' FP8 codes and
+// scales in their place (`out` is then not written).
+template <shape::rmsnorm S>
+void rmsnorm(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream) {
+  // codegen pairs a norm only with an FP8-shaped projection (whole blocks of 512 columns), and
+  // cuda::linear refuses FP8 inputs at any other shape.
+  if constexpr (S.dim % kFp8InputBlock == 0) {
+    if (out_fp8) {
+      if (rows <= 0) return;
+      using Shape = detail::RmsnormShape<S.dim>;
+      auto kernel = detail::rmsnorm_fp8_kernel<S.dim, Shape::kVec, Shape::kThreads>;
+      const int padded = fp8_gemm_rows(rows);
+      KILN_LAUNCH(kernel, padded, Shape::kThreads, 0, stream, x, weight, out_fp8, rows, padded, S.eps);
+      return;
+    }
+  }
+  rmsnorm<S>(x, weight, out, rows, stream);
 }
 
 }  // namespace kiln

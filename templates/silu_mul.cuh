@@ -1,8 +1,11 @@
 // SwiGLU activation: act[t, i] = silu(gate[t, i]) · up[t, i], rows of gate_up = [gate dim | up dim]
 // (ref::silu_mul). fp32 math from the bf16 inputs, rounded once (HF rounds silu(g) to bf16 before
-// the product; we keep fp32, which is closer to the exact value).
+// the product; we keep fp32, which is closer to the exact value). In the prefill, where the
+// projection after it multiplies in FP8, the rows go out as that GEMM's FP8 inputs instead
+// (templates/fp8_rows.hpp), made from the same bf16 values.
 #pragma once
 
+#include "templates/blocks/fp8_quantize.cuh"
 #include "templates/common.cuh"
 
 namespace kiln {
@@ -30,6 +33,32 @@ __global__ void __launch_bounds__(kElementwiseThreads) silu_mul_kernel(const bf1
   store_bf16<kVec>(act + t * kDim + i, out);
 }
 
+// The same over `padded` rows into FP8 codes: the 128 / kVec aligned lanes of a 128-column block
+// share its scale; the rows past `rows` write zero codes with scale 1. `vectors` covers whole rows,
+// so a block's lanes are all in or all out.
+template <int kDim, int kVec>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    silu_mul_fp8_kernel(const bf16* __restrict__ gate_up, Fp8Rows act, int rows, int padded, long long vectors) {
+  static_assert(kDim % kFp8InputBlock == 0 && kFp8InputBlock / kVec <= 32, "silu_mul_fp8: a block within a warp");
+  pdl_release_and_wait();
+  constexpr int kPerRow = kDim / kVec;
+  const long long item = static_cast<long long>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
+  if (item >= vectors) return;
+  const long long t = item / kPerRow;
+  const int i = static_cast<int>(item % kPerRow) * kVec;
+  float out[kVec] = {};
+  if (t < rows) {
+    const bf16* g = gate_up + t * 2 * kDim + i;
+    float gate[kVec], up[kVec];
+    load_bf16<kVec>(g, gate);
+    load_bf16<kVec>(g + kDim, up);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out[j] = silu_mul_value(gate[j], up[j]);
+    round_to_bf16<kVec>(out);
+  }
+  store_fp8_block_part<kVec>(out, act, kDim, padded, t, i);
+}
+
 }  // namespace detail
 
 template <shape::silu_mul S>
@@ -42,6 +71,27 @@ void silu_mul(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
   const int blocks = static_cast<int>(detail::ceil_div_ll(vectors, detail::kElementwiseThreads));
   auto kernel = detail::silu_mul_kernel<kDim, kVec>;
   KILN_LAUNCH(kernel, blocks, detail::kElementwiseThreads, 0, stream, gate_up, act, vectors);
+}
+
+// The prefill's call: the bf16 rows `act`, or, where `act_fp8` is given, those rows' FP8 codes and
+// scales in their place (`act` is then not written).
+template <shape::silu_mul S>
+void silu_mul(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
+  // codegen pairs silu·mul only with an FP8-shaped projection (whole blocks of 512 columns), and
+  // cuda::linear refuses FP8 inputs at any other shape.
+  if constexpr (S.dim % kFp8InputBlock == 0) {
+    if (act_fp8) {
+      if (rows <= 0) return;
+      constexpr int kVec = detail::vec_width(S.dim, 2);
+      const int padded = fp8_gemm_rows(rows);
+      const long long vectors = static_cast<long long>(padded) * (S.dim / kVec);
+      const int blocks = static_cast<int>(detail::ceil_div_ll(vectors, detail::kElementwiseThreads));
+      auto kernel = detail::silu_mul_fp8_kernel<S.dim, kVec>;
+      KILN_LAUNCH(kernel, blocks, detail::kElementwiseThreads, 0, stream, gate_up, act_fp8, rows, padded, vectors);
+      return;
+    }
+  }
+  silu_mul<S>(gate_up, act, rows, stream);
 }
 
 }  // namespace kiln

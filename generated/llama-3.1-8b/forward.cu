@@ -34,9 +34,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.input_layernorm, h, T, stream);
+    // (written as qkv_proj's FP8 inputs instead where qkv_proj is FP8)
+    rmsnorm_4096_prefill(x, lw.input_layernorm, h, cuda::fp8_inputs_for(ctx, lw.qkv_proj), T, stream);
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
-    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
+    cuda::linear<kLinearQkvProj>(ctx, h, cuda::fp8_inputs_for(ctx, lw.qkv_proj), lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     // (one fused kernel)
@@ -44,24 +45,26 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
-    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+    cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.post_attention_layernorm, h, T, stream);
+    // (written as gate_up_proj's FP8 inputs instead where gate_up_proj is FP8)
+    rmsnorm_4096_prefill(x, lw.post_attention_layernorm, h, cuda::fp8_inputs_for(ctx, lw.gate_up_proj), T, stream);
     // gate_up = h[T, 4096] · gate_up_proj[28672, 4096]ᵀ   (gate 14336 | up 14336)
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, cuda::fp8_inputs_for(ctx, lw.gate_up_proj), lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (14336 features)
-    silu_mul_act(gate_up, act, T, stream);
+    // (written as down_proj's FP8 inputs instead where down_proj is FP8)
+    silu_mul_act_prefill(gate_up, act, cuda::fp8_inputs_for(ctx, lw.down_proj), T, stream);
     // x += act[T, 14336] · down_proj[4096, 14336]ᵀ   (residual add fused)
-    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+    cuda::linear<kLinearDownProj>(ctx, act, cuda::fp8_inputs_for(ctx, lw.down_proj), lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 4096] · lm_head[128256, 4096]ᵀ   (fp32)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -89,7 +92,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_4096_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
@@ -106,13 +109,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[28672, 4096]ᵀ   (gate 14336 | up 14336)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 28672, 4096));
     // act = silu(gate) ⊙ up   (14336 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 14336] · down_proj[4096, 14336]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);

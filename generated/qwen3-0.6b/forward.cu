@@ -34,9 +34,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (1024 features)
-    rmsnorm_1024(x, lw.input_layernorm, h, T, stream);
+    // (written as qkv_proj's FP8 inputs instead where qkv_proj is FP8)
+    rmsnorm_1024_prefill(x, lw.input_layernorm, h, cuda::fp8_inputs_for(ctx, lw.qkv_proj), T, stream);
     // qkv = h[T, 1024] · qkv_proj[4096, 1024]ᵀ   (q 2048 | k 1024 | v 1024)
-    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
+    cuda::linear<kLinearQkvProj>(ctx, h, cuda::fp8_inputs_for(ctx, lw.qkv_proj), lw.qkv_proj, qkv, T);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
@@ -45,24 +46,26 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 8 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 2048] · o_proj[1024, 2048]ᵀ   (residual add fused)
-    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+    cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (1024 features)
-    rmsnorm_1024(x, lw.post_attention_layernorm, h, T, stream);
+    // (written as gate_up_proj's FP8 inputs instead where gate_up_proj is FP8)
+    rmsnorm_1024_prefill(x, lw.post_attention_layernorm, h, cuda::fp8_inputs_for(ctx, lw.gate_up_proj), T, stream);
     // gate_up = h[T, 1024] · gate_up_proj[6144, 1024]ᵀ   (gate 3072 | up 3072)
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, cuda::fp8_inputs_for(ctx, lw.gate_up_proj), lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (3072 features)
-    silu_mul_act(gate_up, act, T, stream);
+    // (written as down_proj's FP8 inputs instead where down_proj is FP8)
+    silu_mul_act_prefill(gate_up, act, cuda::fp8_inputs_for(ctx, lw.down_proj), T, stream);
     // x += act[T, 3072] · down_proj[1024, 3072]ᵀ   (residual add fused)
-    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+    cuda::linear<kLinearDownProj>(ctx, act, cuda::fp8_inputs_for(ctx, lw.down_proj), lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_1024(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 1024] · lm_head[151936, 1024]ᵀ   (fp32)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -90,7 +93,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (1024 features)
-    rmsnorm_1024(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_1024_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 2048);
     // qkv = h[T, 1024] · qkv_proj[4096, 1024]ᵀ   (q 2048 | k 1024 | v 1024)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
@@ -108,13 +111,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (1024 features)
-    rmsnorm_1024(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_1024_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 2048);
     // gate_up = h[T, 1024] · gate_up_proj[6144, 1024]ᵀ   (gate 3072 | up 3072)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 6144, 1024));
     // act = silu(gate) ⊙ up   (3072 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 3072] · down_proj[1024, 3072]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);

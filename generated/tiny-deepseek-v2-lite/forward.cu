@@ -43,11 +43,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
-    rmsnorm_48(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_48_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    cuda::linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
@@ -59,17 +59,17 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.2672612419124244 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 3 heads of 14 / 10)
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     // x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
-    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+    cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
-    rmsnorm_48(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_48_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (80 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_prefill(gate_up, act, Fp8Rows{}, T, stream);
     // x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
-    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+    cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -79,11 +79,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
-    rmsnorm_48(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_48_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    cuda::linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
@@ -95,13 +95,13 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.2672612419124244 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 3 heads of 14 / 10)
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     // x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
-    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+    cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
-    rmsnorm_48(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_48_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
-    cuda::linear<kLinearRouter>(ctx, h, lw.router, router_logits, T);
+    cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
@@ -111,18 +111,18 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, lw.shared_gate_up, shared_gate_up, T);
+    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
-    cuda::linear<kLinearSharedDown>(ctx, shared_act, lw.shared_down, x, T);
+    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_48(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 48] · lm_head[384, 48]ᵀ   (fp32)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -161,7 +161,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
-    rmsnorm_48(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_48_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 96);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
@@ -196,13 +196,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
-    rmsnorm_48(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_48_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 96);
     // gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 160, 48));
     // act = silu(gate) ⊙ up   (80 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
@@ -216,7 +216,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
-    rmsnorm_48(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_48_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 96);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
@@ -251,7 +251,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
-    rmsnorm_48(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_48_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 96);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
@@ -263,7 +263,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     ctx.mark("moe_gate_up", OpReads::experts, 3840);
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
-    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act_decode(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
@@ -272,7 +272,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 80, 48));
     // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);

@@ -34,9 +34,9 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
-    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
+    cuda::linear<kLinearQkvProj>(ctx, h, Fp8Rows{}, lw.qkv_proj, qkv, T);
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 32, pages of 5 tokens)
@@ -45,24 +45,24 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (4 query heads share 2 KV heads)
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     // x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
-    cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+    cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // gate_up = h[T, 64] · gate_up_proj[256, 64]ᵀ   (gate 128 | up 128)
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (128 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_prefill(gate_up, act, Fp8Rows{}, T, stream);
     // x += act[T, 128] · down_proj[64, 128]ᵀ   (residual add fused)
-    cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+    cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
   }
 
   // ---- logits ----
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read
@@ -90,7 +90,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
@@ -108,13 +108,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[256, 64]ᵀ   (gate 128 | up 128)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 256, 64));
     // act = silu(gate) ⊙ up   (128 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 128] · down_proj[64, 128]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);

@@ -45,7 +45,7 @@ struct CudaContext {
   cuda::GemmRunner* gemm = nullptr; // prefill projections
   // bf16 rows of the largest projection kept quantized (the prefill GEMM's weight; null: none is)
   __nv_bfloat16* dequantized = nullptr;
-  // The prefill's inputs quantized to FP8 for an FP8 projection (quantize_rows.hpp: codes [tokens, k]
+  // The prefill's inputs quantized to FP8 for an FP8 projection (templates/fp8_rows.hpp: codes [tokens, k]
   // and scales [k / 128, tokens] of the most tokens a step prefills, padded, and the longest such k;
   // null: no projection is FP8, or the step's capacity is no multiple of kFp8GemmRows, so that the
   // padded rows would not fit the step's buffers).

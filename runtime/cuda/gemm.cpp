@@ -155,7 +155,7 @@ struct GemmRunner::State {
     check(cublasLtMatrixLayoutCreate(&p.a, key.in_type(), key.k, key.n, key.k), "cublasLtMatrixLayoutCreate(A)", key, 0);
     if (key.fp8) {
       // The weight's scales per 128 × 128 block ([n / 128][k / 128]: templates/weight_matrix.hpp's
-      // fp8 layout), the input's per 128 columns of a row ([k / 128][rows]: quantize_rows.hpp). Both
+      // fp8 layout), the input's per 128 columns of a row ([k / 128][rows]: templates/fp8_rows.hpp). Both
       // layouts found by a probe against a reference on an H200 (cuBLASLt 13.1). The pointers are
       // set per call (set_scales); the workspace stands in while the plan is chosen.
       const cublasLtMatmulMatrixScale_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;

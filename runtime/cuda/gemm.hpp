@@ -9,9 +9,11 @@
 #include <memory>
 
 #include "codegen/op_shapes.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/cuda/context.hpp"
 #include "runtime/cuda/dequantize_matrix.hpp"
 #include "runtime/cuda/quantize_rows.hpp"
+#include "templates/fp8_rows.hpp"
 #include "templates/weight_matrix.hpp"
 
 namespace kiln::cuda {
@@ -28,7 +30,7 @@ class GemmRunner {
            cudaStream_t stream);
   // The same over E4M3 operands: the weight [n, k] (rows as stored: k bytes apart) with its scales
   // per 128 × 128 block, the input [rows, k] with its scales per 128 columns of a row
-  // (quantize_rows.hpp); n and k as fp8_gemm_shape takes them, rows a multiple of kFp8GemmRows.
+  // (templates/fp8_rows.hpp); n and k as fp8_gemm_shape takes them, rows a multiple of kFp8GemmRows.
   void run_fp8(const uint8_t* in, const float* in_scales, const uint8_t* weight, const float* weight_scales, void* out,
                int rows, int n, int k, LinearOut mode, cudaStream_t stream);
 
@@ -45,28 +47,38 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16
   ctx.gemm->run(in, weight, out, tokens, S.n, S.k, S.out, ctx.stream);
 }
 
+// Where the prefill multiplies `weight` in FP8 (an FP8 matrix, and the step's buffers hold FP8
+// inputs): those inputs' rows, which the op before the projection may write in place of its bf16
+// rows (codegen/fuse.cpp pairs them); empty otherwise. For a projection of fp8_gemm_shape only.
+inline Fp8Rows fp8_inputs_for(const CudaContext& ctx, GpuMatrix weight) {
+  if (weight.format != MatrixFormat::fp8 || ctx.fp8_inputs == nullptr) return {};
+  return {ctx.fp8_inputs, ctx.fp8_input_scales};
+}
+
 // The same over a projection as the generated weights hold it: an FP8 matrix of fp8_gemm_shape
 // multiplies the inputs quantized to FP8 per 128 columns on the tensor cores' FP8 path
-// (quantize_rows.hpp); any other quantized matrix is expanded to bf16 rows in ctx.dequantized
+// (templates/fp8_rows.hpp): `in_fp8` where the op before wrote them (fp8_inputs_for), else
+// quantized from `in` here; any other quantized matrix is expanded to bf16 rows in ctx.dequantized
 // first (the reference's fp32 rows and this bf16 GEMM agree at bf16's precision; the decode GEMV
 // reads the blocks themselves).
 template <shape::linear S, typename Out>
-void linear(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix weight, Out* out, int tokens) {
-  if (weight.format == MatrixFormat::bf16) {
-    linear<S>(ctx, in, static_cast<const __nv_bfloat16*>(weight.data), out, tokens);
-    return;
-  }
+void linear(const CudaContext& ctx, const __nv_bfloat16* in, Fp8Rows in_fp8, GpuMatrix weight, Out* out, int tokens) {
   if constexpr (fp8_gemm_shape(S.n, S.k)) {
-    if (weight.format == MatrixFormat::fp8 && ctx.fp8_inputs != nullptr && tokens > 0) {
+    if (fp8_inputs_for(ctx, weight) && tokens > 0) {
       // The output's rows past `tokens` up to the padded count are written too (with the sums of
       // zero inputs): ctx.fp8_inputs is set where every step's buffers hold those rows.
+      if (!in_fp8) quantize_rows_fp8(in, tokens, S.k, ctx.fp8_inputs, ctx.fp8_input_scales, ctx.stream);
       const auto* matrix = static_cast<const uint8_t*>(weight.data);
-      quantize_rows_fp8(in, tokens, S.k, ctx.fp8_inputs, ctx.fp8_input_scales, ctx.stream);
       ctx.gemm->run_fp8(ctx.fp8_inputs, ctx.fp8_input_scales, matrix,
                         reinterpret_cast<const float*>(matrix + quant_scales_offset(MatrixFormat::fp8, S.n, S.k)), out,
                         fp8_gemm_rows(tokens), S.n, S.k, S.out, ctx.stream);
       return;
     }
+  }
+  if (in_fp8) fail("internal: linear n=", S.n, " k=", S.k, " was given FP8 inputs it does not multiply in FP8");
+  if (weight.format == MatrixFormat::bf16) {
+    linear<S>(ctx, in, static_cast<const __nv_bfloat16*>(weight.data), out, tokens);
+    return;
   }
   dequantize_matrix(weight, S.n, S.k, ctx.dequantized, ctx.stream);
   linear<S>(ctx, in, ctx.dequantized, out, tokens);

@@ -178,10 +178,10 @@ class CudaBackend final : public Backend {
     info_.weight_formats = weight_formats_text(weights_, "bf16");
     if (weights_.largest_quantized_values > 0) dequantized_.resize(weights_.largest_quantized_values * 2);
     const int32_t prefill_tokens = step_capacity(m, StepPhase::prefill).max_tokens;
-    if (weights_.longest_fp8_row > 0 && prefill_tokens % cuda::kFp8GemmRows == 0) {  // the prefill's FP8 inputs (gemm.hpp)
+    if (weights_.longest_fp8_row > 0 && prefill_tokens % kFp8GemmRows == 0) {  // the prefill's FP8 inputs (gemm.hpp)
       const int64_t values = int64_t{prefill_tokens} * weights_.longest_fp8_row;
       fp8_inputs_.resize(values);
-      fp8_input_scales_.resize(values / cuda::kFp8InputBlock * 4);  // [k / 128][tokens] fp32
+      fp8_input_scales_.resize(values / kFp8InputBlock * 4);  // [k / 128][tokens] fp32
     }
 
     arena_.resize(m.gpu_arena_bytes);
@@ -197,8 +197,8 @@ class CudaBackend final : public Backend {
     // Decode graphs write their fixed logits buffer; prefill grows its own for prompt logits.
     decode_logits_.resize(static_cast<int64_t>(m.max_batch) * m.vocab_size * 4);
     decode_logits_.zero(stream_);
-    // Rows padded as the FP8 GEMM writes them (quantize_rows.hpp), for an FP8 LM head.
-    prefill_logits_.resize(static_cast<int64_t>(cuda::fp8_gemm_rows(m.max_batch)) * m.vocab_size * 4);
+    // Rows padded as the FP8 GEMM writes them (templates/fp8_rows.hpp), for an FP8 LM head.
+    prefill_logits_.resize(static_cast<int64_t>(fp8_gemm_rows(m.max_batch)) * m.vocab_size * 4);
     prefill_logits_.zero(stream_);
     sampler_ = std::make_unique<CudaSampler>(m.max_batch);
 
@@ -505,7 +505,7 @@ class CudaBackend final : public Backend {
   }
 
   void ensure_prefill_logits(int32_t rows) {
-    const int64_t bytes = static_cast<int64_t>(cuda::fp8_gemm_rows(rows)) * model_.info.vocab_size * 4;
+    const int64_t bytes = static_cast<int64_t>(fp8_gemm_rows(rows)) * model_.info.vocab_size * 4;
     if (bytes > prefill_logits_.bytes()) {  // prompt logits of a long prompt
       prefill_logits_.resize(bytes);
       prefill_logits_.zero(stream_);

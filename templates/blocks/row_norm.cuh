@@ -41,37 +41,52 @@ __device__ __forceinline__ float rmsnorm_partial_sum_sq(const float* row, unsign
   return sum_sq;
 }
 
+// Thread `threadIdx.x`'s values of the norm's weight, loaded before the wait for the kernel before
+// (no kernel writes them, common.cuh): their load overlaps that kernel's end instead of following
+// the reduction.
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ void load_norm_weight(const bf16* weight, float (&w)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+#pragma unroll
+  for (int s = 0; s < ceil_div(kDim, kThreads * kVec); ++s) {
+    const int i = (s * kThreads + threadIdx.x) * kVec;
+    if (i < kDim) load_bf16<kVec>(weight + i, w[s]);
+  }
+}
+
+// Thread `threadIdx.x`'s values of the normalized row `in` (every thread of the block calls it):
+// y = x · scale · weight in fp32, before the rounding of the output.
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ void rmsnorm_row(const float* in, const float (&w)[ceil_div(kDim, kThreads * kVec)][kVec],
+                                            float eps, float (&y)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  __shared__ float scratch[kThreads / 32];
+  float v[kSteps][kVec];
+  const float sum_sq = rmsnorm_partial_sum_sq<kDim, kVec, kThreads>(in, threadIdx.x, v);
+  const float total = block_sum<kThreads>(sum_sq, scratch);
+  const float scale = rms_scale(total, kDim, eps);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if ((s * kThreads + static_cast<int>(threadIdx.x)) * kVec < kDim) rms_apply<kVec>(v[s], scale, w[s], y[s]);
+  }
+}
+
 // One block per output row; the row stays in registers between the reduction and the scaling.
 template <int kDim, int kVec, int kThreads, bool kIndirect>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restrict__ x, const int* __restrict__ rows,
                                                            const bf16* __restrict__ weight, bf16* __restrict__ out,
                                                            float eps) {
   constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
-  // The norm's weights before the wait for the kernel before (no kernel writes them, common.cuh):
-  // their load overlaps that kernel's end instead of following the reduction.
   float w[kSteps][kVec];
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + threadIdx.x) * kVec;
-    if (i < kDim) load_bf16<kVec>(weight + i, w[s]);
-  }
+  load_norm_weight<kDim, kVec, kThreads>(weight, w);
   pdl_release_and_wait();
-  __shared__ float scratch[kThreads / 32];
   const long long r = blockIdx.x;
-  const float* in = x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim;
-  float v[kSteps][kVec];
-  const float sum_sq = rmsnorm_partial_sum_sq<kDim, kVec, kThreads>(in, threadIdx.x, v);
-  const float total = block_sum<kThreads>(sum_sq, scratch);
-  const float scale = rms_scale(total, kDim, eps);
+  float y[kSteps][kVec];
+  rmsnorm_row<kDim, kVec, kThreads>(x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim, w, eps, y);
   bf16* o = out + r * kDim;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     const int i = (s * kThreads + threadIdx.x) * kVec;
-    if (i < kDim) {
-      float y[kVec];
-      rms_apply<kVec>(v[s], scale, w[s], y);
-      store_bf16<kVec>(o + i, y);
-    }
+    if (i < kDim) store_bf16<kVec>(o + i, y[s]);
   }
 }
 

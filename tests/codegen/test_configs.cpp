@@ -155,6 +155,41 @@ TEST_CASE("the whole-step decode kernel: dense models on one GPU get it, others 
   CHECK_FALSE(ops(rank));
 }
 
+// Which norms and silu·muls write their projection's FP8 inputs in the prefill (fuse.cpp): each
+// projection of FP8 shape whose rows nothing else reads, and no other.
+TEST_CASE("FP8 inputs: a norm or silu·mul writes them for the projection after it, where nothing else reads its rows") {
+  const auto paired = [](const char* config) {
+    const Graph g = build_graph(load_config(kConfigs + config + ".yaml"));
+    std::vector<std::string> out;  // "op arg weight", the first layer block's, in order
+    for (const auto& [stage, ops] : g.blocks.front().stages) {
+      for (const Op& op : ops) {
+        for (const char* arg : {"out_fp8", "act_fp8", "in_fp8"}) {
+          if (op.args.count(arg)) out.push_back(std::string(op_name(op.kind)) + " " + arg + " " + op.args.at(arg));
+        }
+      }
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  const V llama = {"rmsnorm out_fp8 qkv_proj",     "linear in_fp8 qkv_proj", "rmsnorm out_fp8 gate_up_proj",
+                   "linear in_fp8 gate_up_proj", "silu_mul act_fp8 down_proj", "linear in_fp8 down_proj"};
+  CHECK(paired("llama-3.1-8b") == llama);
+  CHECK(paired("qwen3-8b") == llama);
+  CHECK(paired("smollm2-135m").empty());  // 576 columns: no FP8 GEMM shape
+  // DeepSeek-V2-Lite's first (dense) layer: its input norm feeds q_proj and kv_a_proj_with_mqa, and
+  // silu·mul's 10,944 columns are no FP8 GEMM shape; only the MLP's norm pairs.
+  CHECK(paired("deepseek-v2-lite") == V{"rmsnorm out_fp8 gate_up_proj", "linear in_fp8 gate_up_proj"});
+  // Its MoE layers' norm feeds the router, the shared experts and the routed ones, and the shared
+  // experts' silu·mul has 2,816 columns: none pairs.
+  const Graph lite = build_graph(load_config(kConfigs + "deepseek-v2-lite.yaml"));
+  for (const auto& [stage, ops] : lite.blocks.back().stages) {
+    for (const Op& op : ops) {
+      INFO(op.label);
+      CHECK(op.args.count("out_fp8") + op.args.count("act_fp8") + op.args.count("in_fp8") == 0);
+    }
+  }
+}
+
 TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full chunk pays (171 tokens)") {
   // latent·(nope + v) / (2·latent - nope - v) = 512·256 / 768 ≈ 170.7 new tokens a chunk.
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");

@@ -14,6 +14,7 @@
 #include "runtime/weights/dequant.hpp"
 #include "runtime/weights/quant_repack.hpp"
 #include "templates/linear.cuh"
+#include "tests/kernels/fp8_inputs.hpp"
 #include "tests/kernels/kernel_test.hpp"
 #include "tests/weights/test_support.hpp"
 
@@ -271,33 +272,22 @@ TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
 }
 
 // The prefill over an FP8 matrix of whole 128 × 128 blocks (fp8_gemm_shape): the inputs quantized to FP8 per 128
-// columns (quantize_rows.hpp) and cuBLASLt's FP8 GEMM, against the same arithmetic on the CPU (each
-// input's code from f32_to_f8e4m3, every product summed in double).
+// columns (templates/fp8_rows.hpp) and cuBLASLt's FP8 GEMM, against the same arithmetic on the CPU (each
+// input's code from f32_to_f8e4m3, every product summed in double). `written`: the op before wrote the FP8
+// inputs (quantize_rows_fp8 stands in for it) and cuda::linear is given them with no bf16 rows.
 template <shape::linear S>
-void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
+void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written) {
   const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 3 * S.k + rows));
   std::mt19937 rng(12000 + rows + S.n);
   const auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
   const auto residual = random_f32(static_cast<size_t>(rows) * S.n, rng, 10.0f);
-  const std::vector<float> x = bf16_to_f32(in);
-  std::vector<double> xq(x.size());  // the inputs as the GEMM sees them: code · scale
-  const int padded = cuda::fp8_gemm_rows(rows);
-  // The codes and scales quantize_rows_fp8 must write, bit for bit ([padded][k], [k / 128][padded];
-  // padding rows: zero codes, scale 1).
-  std::vector<uint8_t> want_codes(static_cast<size_t>(padded) * S.k, 0);
-  std::vector<float> want_scales(static_cast<size_t>(padded) * S.k / 128, 1.0f);
+  const Fp8Inputs want = expected_fp8_inputs(bf16_to_f32(in), rows, S.k);
+  const int padded = want.padded;
+  std::vector<double> xq(static_cast<size_t>(rows) * S.k);  // the inputs as the GEMM sees them: code · scale
   for (int t = 0; t < rows; ++t) {
-    for (int b = 0; b < S.k / 128; ++b) {
-      const float* v = x.data() + static_cast<size_t>(t) * S.k + b * 128;
-      float amax = 0.0f;
-      for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-      want_scales[static_cast<size_t>(b) * padded + t] = scale;
-      for (int i = 0; i < 128; ++i) {
-        const uint8_t code = f32_to_f8e4m3(v[i] / scale);
-        want_codes[static_cast<size_t>(t) * S.k + b * 128 + i] = code;
-        xq[static_cast<size_t>(t) * S.k + b * 128 + i] = static_cast<double>(f8e4m3_to_f32(code)) * scale;
-      }
+    for (int c = 0; c < S.k; ++c) {
+      const size_t at = static_cast<size_t>(t) * S.k + c;
+      xq[at] = static_cast<double>(f8e4m3_to_f32(want.codes[at])) * want.scales[static_cast<size_t>(c / 128) * padded + t];
     }
   }
   std::vector<float> ref(static_cast<size_t>(rows) * S.n);
@@ -308,13 +298,10 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
       ref[static_cast<size_t>(t) * S.n + r] = static_cast<float>(sum);
     }
   }
-  // Rows padded to a multiple of 4 (quantize_rows.hpp): the buffers hold them, as a step's do.
+  // Rows padded to a multiple of 4 (templates/fp8_rows.hpp): the buffers hold them, as a step's do.
   DeviceBuffer<std::byte> d_matrix(m.matrix);
   DeviceBuffer<uint16_t> d_in(in);
-  DeviceBuffer<uint8_t> codes(static_cast<size_t>(padded) * S.k);
-  DeviceBuffer<float> scales(static_cast<size_t>(padded) * S.k / 128);
-  codes.poison();
-  scales.poison();
+  Fp8InputBuffers inputs(rows, S.k);
   DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(padded) * S.n);
   d_out.poison();
   if constexpr (S.out == LinearOut::add_f32) {
@@ -324,16 +311,20 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
   }
   CudaContext ctx;  // no dequantized scratch: the FP8 path must not expand the matrix
   ctx.gemm = &runner;
-  ctx.fp8_inputs = codes.get();
-  ctx.fp8_input_scales = scales.get();
-  cuda::linear<S>(ctx, as_bf16(d_in), GpuMatrix{d_matrix.get(), MatrixFormat::fp8}, reinterpret_cast<Out<S>*>(d_out.get()), rows);
-  const std::string what = describe<S>("cuBLASLt FP8", rows);
-  check_launch(what);
-  {
-    INFO(what << ": the inputs' FP8 codes and scales");
-    CHECK(codes.download() == want_codes);
-    CHECK(scales.download() == want_scales);
+  ctx.fp8_inputs = inputs.codes.get();
+  ctx.fp8_input_scales = inputs.scales.get();
+  const GpuMatrix matrix{d_matrix.get(), MatrixFormat::fp8};
+  auto* out = reinterpret_cast<Out<S>*>(d_out.get());
+  if (written) {
+    cuda::quantize_rows_fp8(as_bf16(d_in), rows, S.k, inputs.codes.get(), inputs.scales.get(), nullptr);
+    REQUIRE(cuda::fp8_inputs_for(ctx, matrix));
+    cuda::linear<S>(ctx, nullptr, cuda::fp8_inputs_for(ctx, matrix), matrix, out, rows);
+  } else {
+    cuda::linear<S>(ctx, as_bf16(d_in), Fp8Rows{}, matrix, out, rows);
   }
+  const std::string what = describe<S>(written ? "cuBLASLt FP8, inputs written before" : "cuBLASLt FP8", rows);
+  check_launch(what);
+  check_fp8_inputs(what, inputs, want);
   std::vector<Stored<S>> got = d_out.download();
   got.resize(static_cast<size_t>(rows) * S.n);
   if constexpr (kBf16Out<S>) {
@@ -346,10 +337,14 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows) {
 TEST_CASE("linear, prefill: cuBLASLt's FP8 GEMM over FP8 matrices, the inputs quantized per 128 columns", "[linear]") {
   cuda::GemmRunner runner;
   for (int rows : {1, 17, 300}) {
-    check_fp8_gemm<llama1b::kLinearQkvProj>(runner, rows);
-    check_fp8_gemm<llama1b::kLinearDownProj>(runner, rows);
-    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows);
-    check_fp8_gemm<shape::linear{.n = 256, .k = 1536, .out = LinearOut::store_f32, .sms = 132}>(runner, rows);
+    check_fp8_gemm<llama1b::kLinearQkvProj>(runner, rows, false);
+    check_fp8_gemm<llama1b::kLinearDownProj>(runner, rows, false);
+    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, false);
+    check_fp8_gemm<shape::linear{.n = 256, .k = 1536, .out = LinearOut::store_f32, .sms = 132}>(runner, rows, false);
+  }
+  for (int rows : {1, 17}) {
+    check_fp8_gemm<llama1b::kLinearGateUpProj>(runner, rows, true);
+    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, true);
   }
 }
 

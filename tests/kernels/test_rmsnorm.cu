@@ -1,6 +1,7 @@
 // rmsnorm (templates/rmsnorm.cuh) against ref::rmsnorm: every row of the fp32 residual stream.
 #include "runtime/ref/ops.hpp"
 #include "templates/rmsnorm.cuh"
+#include "tests/kernels/fp8_inputs.hpp"
 #include "tests/kernels/kernel_test.hpp"
 
 namespace kiln::kernel_test {
@@ -24,7 +25,37 @@ void check_rmsnorm(int rows) {
   check_launch(what + ", 0 rows");
 }
 
+// The prefill's rmsnorm with FP8 inputs for the projection after it (templates/fp8_rows.hpp): the
+// codes and scales of the bf16 rows the plain kernel writes, bit for bit, padding rows included;
+// the bf16 rows not written.
+template <shape::rmsnorm S>
+void check_rmsnorm_fp8(int rows) {
+  std::mt19937 rng(2100 + S.dim + rows);
+  const auto x = random_f32(static_cast<size_t>(rows) * S.dim, rng, 3.0f);
+  const auto weight = random_bf16(S.dim, rng);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<uint16_t> d_w(weight), d_out(static_cast<size_t>(rows) * S.dim);
+  kiln::rmsnorm<S>(d_x.get(), as_bf16(d_w), as_bf16_mut(d_out), rows, nullptr);
+  const std::string what = "rmsnorm to FP8, dim " + std::to_string(S.dim) + " rows " + std::to_string(rows);
+  check_launch(what + " (bf16 first)");
+  const Fp8Inputs want = expected_fp8_inputs(bf16_to_f32(d_out.download()), rows, S.dim);
+  d_out.poison();
+  const std::vector<uint16_t> poisoned = d_out.download();
+  Fp8InputBuffers got(rows, S.dim);
+  kiln::rmsnorm<S>(d_x.get(), as_bf16(d_w), as_bf16_mut(d_out), got.rows(), rows, nullptr);
+  check_launch(what);
+  check_fp8_inputs(what, got, want);
+  CHECK(d_out.download() == poisoned);
+}
+
 }  // namespace
+
+TEST_CASE("rmsnorm writes FP8 inputs in place of its rows", "[rmsnorm]") {
+  check_rmsnorm_fp8<llama1b::kRmsnorm2048>(1);     // three zero rows of padding
+  check_rmsnorm_fp8<llama1b::kRmsnorm2048>(2048);
+  check_rmsnorm_fp8<qwen06::kRmsnorm1024>(7);
+  check_rmsnorm_fp8<shape::rmsnorm{.dim = 8192, .eps = 1e-5f}>(6);  // two 128-column blocks a warp
+}
 
 TEST_CASE("rmsnorm normalizes every row", "[rmsnorm]") {
   check_rmsnorm<llama1b::kRmsnorm2048>(1);

@@ -46,11 +46,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
-    cuda::linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 8 heads, theta 10000, YaRN scaling)
@@ -63,27 +63,27 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     } else {
       // x = attn[T, 1024] · o_proj[2048, 1024]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProjShare>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_2048_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (5472 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_prefill(gate_up, act, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += act[T, 5472] · down_proj[2048, 5472]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     } else {
       // x = act[T, 5472] · down_proj[2048, 5472]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProjShare>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
@@ -96,11 +96,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
-    cuda::linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 8 heads, theta 10000, YaRN scaling)
@@ -113,31 +113,31 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     } else {
       // x = attn[T, 1024] · o_proj[2048, 1024]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProjShare>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_2048_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
-    cuda::linear<kLinearRouter>(ctx, h, lw.router, router_logits, T);
+    cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1; ids of this rank's 32 experts, -1 for the others')
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     // shared_gate_up = h[T, 2048] · shared_gate_up[2816, 2048]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, lw.shared_gate_up, shared_gate_up, T);
+    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (1408 features)
-    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearSharedDown>(ctx, shared_act, lw.shared_down, x, T);
+      cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
     } else {
       // x = shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearSharedDownShare>(ctx, shared_act, lw.shared_down, x, T);
+      cuda::linear<kLinearSharedDownShare>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
@@ -153,7 +153,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 2048] · lm_head[51200, 2048]ᵀ   (fp32)   (this rank's tokens)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
   // logits[N, 102400] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
 }
@@ -197,7 +197,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
@@ -241,13 +241,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 10944, 2048));
     // act = silu(gate) ⊙ up   (5472 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 5472] · down_proj[2048, 5472]ᵀ   (residual add fused)   (rank 0: its share)
@@ -270,7 +270,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
@@ -314,7 +314,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
@@ -326,7 +326,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 2816, 2048));
     // shared_act = silu(gate) ⊙ up   (1408 features)
-    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (residual add fused)   (rank 0: its share)
@@ -341,7 +341,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     ctx.mark("moe_gate_up", OpReads::experts, 11534336);
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
-    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act_decode(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);

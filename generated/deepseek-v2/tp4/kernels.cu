@@ -25,7 +25,12 @@ void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (5120 features)
-void rmsnorm_5120(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
+void rmsnorm_5120_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm5120>(x, weight, out, out_fp8, rows, stream);
+}
+
+// input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (5120 features)
+void rmsnorm_5120_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
   kiln::rmsnorm<kRmsnorm5120>(x, weight, out, rows, stream);
 }
 
@@ -100,7 +105,12 @@ void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (3072 features)
-void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulAct>(gate_up, act, act_fp8, rows, stream);
+}
+
+// mlp.act_fn: act = silu(gate) ⊙ up   (3072 features)
+void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
 }
 
@@ -130,7 +140,12 @@ void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int toke
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (768 features)
-void silu_mul_shared_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, act_fp8, rows, stream);
+}
+
+// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (768 features)
+void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
 }
 
@@ -155,7 +170,7 @@ void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* id
 }
 
 // mlp.experts (act_fn): moe_act = silu(gate) ⊙ up   (1536 features), for each of a token's 6 chosen experts
-void silu_mul_moe_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+void silu_mul_moe_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulMoeAct>(gate_up, act, rows, stream);
 }
 

@@ -35,9 +35,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.input_layernorm, h, T, stream);
+    // (written as qkv_proj's FP8 inputs instead where qkv_proj is FP8)
+    rmsnorm_4096_prefill(x, lw.input_layernorm, h, cuda::fp8_inputs_for(ctx, lw.qkv_proj), T, stream);
     // qkv = h[T, 4096] · qkv_proj[3072, 4096]ᵀ   (q 2048 | k 512 | v 512)   (this rank's share)
-    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
+    cuda::linear<kLinearQkvProj>(ctx, h, cuda::fp8_inputs_for(ctx, lw.qkv_proj), lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (4 KV heads × 128, pages of 16 tokens)
     // (one fused kernel)
@@ -46,27 +47,28 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     if (ctx.rank == 0) {
       // x += attn[T, 2048] · o_proj[4096, 2048]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     } else {
       // x = attn[T, 2048] · o_proj[4096, 2048]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProjShare>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.post_attention_layernorm, h, T, stream);
+    // (written as gate_up_proj's FP8 inputs instead where gate_up_proj is FP8)
+    rmsnorm_4096_prefill(x, lw.post_attention_layernorm, h, cuda::fp8_inputs_for(ctx, lw.gate_up_proj), T, stream);
     // gate_up = h[T, 4096] · gate_up_proj[14336, 4096]ᵀ   (gate 7168 | up 7168)   (this rank's share)
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, cuda::fp8_inputs_for(ctx, lw.gate_up_proj), lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (7168 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_prefill(gate_up, act, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += act[T, 7168] · down_proj[4096, 7168]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     } else {
       // x = act[T, 7168] · down_proj[4096, 7168]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProjShare>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T);
@@ -76,7 +78,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 4096] · lm_head[64128, 4096]ᵀ   (fp32)   (this rank's tokens)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
   // logits[N, 128256] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
 }
@@ -109,7 +111,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_4096_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[3072, 4096]ᵀ   (q 2048 | k 512 | v 512)   (this rank's share)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
@@ -135,13 +137,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    rmsnorm_4096(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[14336, 4096]ᵀ   (gate 7168 | up 7168)   (this rank's share)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 14336, 4096));
     // act = silu(gate) ⊙ up   (7168 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 7168] · down_proj[4096, 7168]ᵀ   (residual add fused)   (rank 0: its share)

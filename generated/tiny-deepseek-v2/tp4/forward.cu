@@ -47,15 +47,15 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    cuda::linear<kLinearQAProj>(ctx, h, lw.q_a_proj, q_a, T);
+    cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[24, 24]ᵀ   (per head: nope 16 | rope 8)
-    cuda::linear<kLinearQBProj>(ctx, q_a, lw.q_b_proj, q, T);
+    cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 1 heads, theta 10000, YaRN scaling)
@@ -68,27 +68,27 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     if (ctx.rank == 0) {
       // x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     } else {
       // x = attn[T, 12] · o_proj[64, 12]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProjShare>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // gate_up = h[T, 64] · gate_up_proj[48, 64]ᵀ
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (24 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_prefill(gate_up, act, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += act[T, 24] · down_proj[64, 24]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     } else {
       // x = act[T, 24] · down_proj[64, 24]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProjShare>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
@@ -101,15 +101,15 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    cuda::linear<kLinearQAProj>(ctx, h, lw.q_a_proj, q_a, T);
+    cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[24, 24]ᵀ   (per head: nope 16 | rope 8)
-    cuda::linear<kLinearQBProj>(ctx, q_a, lw.q_b_proj, q, T);
+    cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 1 heads, theta 10000, YaRN scaling)
@@ -122,31 +122,31 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     if (ctx.rank == 0) {
       // x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     } else {
       // x = attn[T, 12] · o_proj[64, 12]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProjShare>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-    cuda::linear<kLinearRouter>(ctx, h, lw.router, router_logits, T);
+    cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5; ids of this rank's 2 experts, -1 for the others')
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     // shared_gate_up = h[T, 64] · shared_gate_up[12, 64]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, lw.shared_gate_up, shared_gate_up, T);
+    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (6 features)
-    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += shared_act[T, 6] · shared_down[64, 6]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearSharedDown>(ctx, shared_act, lw.shared_down, x, T);
+      cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
     } else {
       // x = shared_act[T, 6] · shared_down[64, 6]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearSharedDownShare>(ctx, shared_act, lw.shared_down, x, T);
+      cuda::linear<kLinearSharedDownShare>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
@@ -162,7 +162,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 64] · lm_head[128, 64]ᵀ   (fp32)   (this rank's tokens)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
   // logits[N, 512] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
 }
@@ -207,7 +207,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
@@ -257,13 +257,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[48, 64]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 48, 64));
     // act = silu(gate) ⊙ up   (24 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 24] · down_proj[64, 24]ᵀ   (residual add fused)   (rank 0: its share)
@@ -286,7 +286,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
@@ -336,7 +336,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
@@ -348,7 +348,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 12, 64));
     // shared_act = silu(gate) ⊙ up   (6 features)
-    silu_mul_shared_act(shared_gate_up, shared_act, T, stream);
+    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += shared_act[T, 6] · shared_down[64, 6]ᵀ   (residual add fused)   (rank 0: its share)
@@ -363,7 +363,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
     ctx.mark("moe_gate_up", OpReads::experts, 6144);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
-    silu_mul_moe_act(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
+    silu_mul_moe_act_decode(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);

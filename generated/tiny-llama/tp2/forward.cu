@@ -35,9 +35,9 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
     // qkv = h[T, 64] · qkv_proj[64, 64]ᵀ   (q 32 | k 16 | v 16)   (this rank's share)
-    cuda::linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
+    cuda::linear<kLinearQkvProj>(ctx, h, Fp8Rows{}, lw.qkv_proj, qkv, T);
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens)
     // (one fused kernel)
@@ -46,27 +46,27 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
     if (ctx.rank == 0) {
       // x += attn[T, 32] · o_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     } else {
       // x = attn[T, 32] · o_proj[64, 32]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearOProjShare>(ctx, attn, lw.o_proj, x, T);
+      cuda::linear<kLinearOProjShare>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
     // gate_up = h[T, 64] · gate_up_proj[160, 64]ᵀ   (gate 80 | up 80)   (this rank's share)
-    cuda::linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+    cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
     // act = silu(gate) ⊙ up   (80 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_prefill(gate_up, act, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += act[T, 80] · down_proj[64, 80]ᵀ   (residual add fused)   (rank 0: its share)
-      cuda::linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     } else {
       // x = act[T, 80] · down_proj[64, 80]ᵀ   (fp32)   (the other ranks: theirs)
-      cuda::linear<kLinearDownProjShare>(ctx, act, lw.down_proj, x, T);
+      cuda::linear<kLinearDownProjShare>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T);
@@ -76,7 +76,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 64] · lm_head[256, 64]ᵀ   (fp32)   (this rank's tokens)
-  cuda::linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
+  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
   // logits[N, 512] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
 }
@@ -109,7 +109,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[64, 64]ᵀ   (q 32 | k 16 | v 16)   (this rank's share)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
@@ -135,13 +135,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[160, 64]ᵀ   (gate 80 | up 80)   (this rank's share)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 160, 64));
     // act = silu(gate) ⊙ up   (80 features)
-    silu_mul_act(gate_up, act, T, stream);
+    silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 80] · down_proj[64, 80]ᵀ   (residual add fused)   (rank 0: its share)

@@ -19,7 +19,12 @@ void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
-void rmsnorm_64(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
+void rmsnorm_64_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm64>(x, weight, out, out_fp8, rows, stream);
+}
+
+// input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
+void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
   kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
 }
 
@@ -59,7 +64,12 @@ void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (64 features)
-void silu_mul_act(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulAct>(gate_up, act, act_fp8, rows, stream);
+}
+
+// mlp.act_fn: act = silu(gate) ⊙ up   (64 features)
+void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
 }
 

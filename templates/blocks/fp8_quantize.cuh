@@ -1,0 +1,69 @@
+// The arithmetic of an input row's FP8 codes (templates/fp8_rows.hpp), one definition for every
+// kernel that writes them (quantize_rows.cu, rmsnorm.cuh, silu_mul.cuh), so that they write the
+// same bits.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "templates/common.cuh"
+#include "templates/fp8_rows.hpp"
+
+namespace kiln::detail {
+
+// The scale of a block of 128 values whose largest magnitude is amax.
+__device__ __forceinline__ float fp8_input_scale(float amax) { return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f; }
+
+// The largest magnitude over a block held by kLanes aligned lanes of a warp (a power of two up to
+// 32), each with its values' own largest. Only those lanes' bits of the mask need be active.
+template <int kLanes>
+__device__ __forceinline__ float fp8_block_amax(float amax) {
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "fp8_block_amax: a power of two up to 32");
+  constexpr unsigned kGroupMask = kLanes == 32 ? 0xFFFFFFFFu : (1u << kLanes) - 1u;
+  const unsigned mask = kGroupMask << (threadIdx.x % 32 / kLanes * kLanes);
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
+  return amax;
+}
+
+// kVec values -> their codes at `out`, kVec bytes in one store (`out` kVec-byte aligned).
+template <int kVec>
+__device__ __forceinline__ void store_fp8_codes(const float (&v)[kVec], float scale, unsigned char* out) {
+  static_assert(kVec == 4 || kVec == 8 || kVec == 16, "store_fp8_codes: 4, 8 or 16 bytes");
+  unsigned packed[kVec / 4] = {};
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const auto code = static_cast<unsigned>(__nv_cvt_float_to_fp8(__fdiv_rn(v[i], scale), __NV_SATFINITE, __NV_E4M3));
+    packed[i / 4] |= code << (8 * (i % 4));
+  }
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<unsigned*>(out) = packed[0];
+  } else if constexpr (kVec == 8) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(packed[0], packed[1]);
+  } else {
+    *reinterpret_cast<uint4*>(out) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+}
+
+// Values as the unfused op stores them (rounded to bf16), which its FP8 codes are made from.
+template <int kVec>
+__device__ __forceinline__ void round_to_bf16(float (&v)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) v[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
+}
+
+// The values of one 128-column block of row `row` held kVec a lane by the block's 128 / kVec
+// aligned lanes (`col` the first column of this lane's values): their codes and, from the group's
+// first lane, the block's scale. Every lane of the group must call it.
+template <int kVec>
+__device__ __forceinline__ void store_fp8_block_part(const float (&v)[kVec], Fp8Rows out, int k, int padded,
+                                                     long long row, int col) {
+  constexpr int kLanes = kFp8InputBlock / kVec;
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float scale = fp8_input_scale(fp8_block_amax<kLanes>(amax));
+  store_fp8_codes<kVec>(v, scale, out.codes + row * k + col);
+  if (col % kFp8InputBlock == 0) out.scales[static_cast<long long>(col / kFp8InputBlock) * padded + row] = scale;
+}
+
+}  // namespace kiln::detail

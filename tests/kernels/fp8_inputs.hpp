@@ -1,0 +1,63 @@
+// The FP8 inputs of the prefill's FP8 GEMM (templates/fp8_rows.hpp) as every kernel that writes
+// them must, bit for bit (quantize_rows_fp8, and rmsnorm and silu_mul where fused), computed on the
+// CPU with runtime/core/dtype.hpp's E4M3 rounding.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/dtype.hpp"
+#include "templates/fp8_rows.hpp"
+#include "tests/kernels/kernel_test.hpp"
+
+namespace kiln::kernel_test {
+
+struct Fp8Inputs {
+  int padded = 0;
+  std::vector<uint8_t> codes;  // [padded][k]
+  std::vector<float> scales;   // [k / 128][padded]
+};
+
+// From x, rows × k values (bf16 values, as floats).
+inline Fp8Inputs expected_fp8_inputs(const std::vector<float>& x, int rows, int k) {
+  Fp8Inputs want;
+  want.padded = fp8_gemm_rows(rows);
+  want.codes.assign(static_cast<size_t>(want.padded) * k, 0);  // padding rows: zero codes, scale 1
+  want.scales.assign(static_cast<size_t>(want.padded) * k / kFp8InputBlock, 1.0f);
+  for (int t = 0; t < rows; ++t) {
+    for (int b = 0; b < k / kFp8InputBlock; ++b) {
+      const float* v = x.data() + static_cast<size_t>(t) * k + b * kFp8InputBlock;
+      float amax = 0.0f;
+      for (int i = 0; i < kFp8InputBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      want.scales[static_cast<size_t>(b) * want.padded + t] = scale;
+      for (int i = 0; i < kFp8InputBlock; ++i) {
+        want.codes[static_cast<size_t>(t) * k + b * kFp8InputBlock + i] = f32_to_f8e4m3(v[i] / scale);
+      }
+    }
+  }
+  return want;
+}
+
+// Device buffers for them, poisoned, as a step's FP8 input buffers (padded rows included).
+struct Fp8InputBuffers {
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  Fp8InputBuffers(int rows, int k)
+      : codes(static_cast<size_t>(fp8_gemm_rows(rows)) * k), scales(static_cast<size_t>(fp8_gemm_rows(rows)) * k / kFp8InputBlock) {
+    codes.poison();
+    scales.poison();
+  }
+  Fp8Rows rows() { return {codes.get(), scales.get()}; }
+};
+
+inline void check_fp8_inputs(const std::string& what, Fp8InputBuffers& got, const Fp8Inputs& want) {
+  INFO(what << ": the FP8 inputs' codes and scales, bit for bit");
+  CHECK(got.codes.download() == want.codes);
+  CHECK(got.scales.download() == want.scales);
+}
+
+}  // namespace kiln::kernel_test
