@@ -90,10 +90,15 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restri
   }
 }
 
+// At most 256 threads a row, each with kDim / 1,024 16-byte loads in flight (4,096 features: 4): a
+// prefill's thousands of rows are bound by the bytes in flight. 1,024 threads of one load each
+// took 26 µs for 2,048 rows of 4,096 on an H200 (1.85 TB/s); Qwen3-8B's 2,048-token prefill 45.29
+// -> 44.60 ms bf16, 31.95 -> 31.42 FP8 (bench/RESULTS.md, fifteenth session; 512 threads: 44.97 / 31.52).
+constexpr int kRmsnormMaxThreads = 256;
 template <int kDim>
 struct RmsnormShape {
   static constexpr int kVec = min_int(vec_width(kDim, 2), 4);  // fp32 loads of at most 16 bytes
-  static constexpr int kThreads = min_int(1024, round_up(ceil_div(kDim, kVec), 32));
+  static constexpr int kThreads = min_int(kRmsnormMaxThreads, round_up(ceil_div(kDim, kVec), 32));
 };
 
 // Per-head norm geometry (attention_prep.cuh, rmsnorm_inplace.cuh): kLanes lanes per head vector, kVec values per access. Head starts are

@@ -54,7 +54,7 @@ TEST_CASE("rmsnorm writes FP8 inputs in place of its rows", "[rmsnorm]") {
   check_rmsnorm_fp8<llama1b::kRmsnorm2048>(1);     // three zero rows of padding
   check_rmsnorm_fp8<llama1b::kRmsnorm2048>(2048);
   check_rmsnorm_fp8<qwen06::kRmsnorm1024>(7);
-  check_rmsnorm_fp8<shape::rmsnorm{.dim = 8192, .eps = 1e-5f}>(6);  // two 128-column blocks a warp
+  check_rmsnorm_fp8<shape::rmsnorm{.dim = 8192, .eps = 1e-5f}>(6);  // a 128-column block a warp in each of 8 steps
 }
 
 TEST_CASE("rmsnorm normalizes every row", "[rmsnorm]") {
