@@ -15,6 +15,17 @@ namespace detail {
 // silu(gate) · up of one feature, in fp32 (the whole-step decode kernel computes the same value).
 __device__ __forceinline__ float silu_mul_value(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
+// kVec features of row t from feature i.
+template <int kDim, int kVec>
+__device__ __forceinline__ void silu_mul_vector(const bf16* gate_up, long long t, int i, float (&out)[kVec]) {
+  const bf16* g = gate_up + t * 2 * kDim + i;
+  float gate[kVec], up[kVec];
+  load_bf16<kVec>(g, gate);
+  load_bf16<kVec>(g + kDim, up);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) out[j] = silu_mul_value(gate[j], up[j]);
+}
+
 template <int kDim, int kVec>
 __global__ void __launch_bounds__(kElementwiseThreads) silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ act,
                                                        long long vectors) {
@@ -24,12 +35,8 @@ __global__ void __launch_bounds__(kElementwiseThreads) silu_mul_kernel(const bf1
   if (item >= vectors) return;
   const long long t = item / kPerRow;
   const int i = static_cast<int>(item % kPerRow) * kVec;
-  const bf16* g = gate_up + t * 2 * kDim + i;
-  float gate[kVec], up[kVec], out[kVec];
-  load_bf16<kVec>(g, gate);
-  load_bf16<kVec>(g + kDim, up);
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) out[j] = silu_mul_value(gate[j], up[j]);
+  float out[kVec];
+  silu_mul_vector<kDim, kVec>(gate_up, t, i, out);
   store_bf16<kVec>(act + t * kDim + i, out);
 }
 
@@ -48,12 +55,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   const int i = static_cast<int>(item % kPerRow) * kVec;
   float out[kVec] = {};
   if (t < rows) {
-    const bf16* g = gate_up + t * 2 * kDim + i;
-    float gate[kVec], up[kVec];
-    load_bf16<kVec>(g, gate);
-    load_bf16<kVec>(g + kDim, up);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) out[j] = silu_mul_value(gate[j], up[j]);
+    silu_mul_vector<kDim, kVec>(gate_up, t, i, out);
     round_to_bf16<kVec>(out);
   }
   store_fp8_block_part<kVec>(out, act, kDim, padded, t, i);

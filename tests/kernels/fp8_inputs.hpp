@@ -60,4 +60,23 @@ inline void check_fp8_inputs(const std::string& what, Fp8InputBuffers& got, cons
   CHECK(got.scales.download() == want.scales);
 }
 
+// An op's FP8 output against its plain one: `plain()` writes its bf16 rows into `out`, `fused(rows)`
+// the same rows as FP8 inputs in their place. Those must be the bf16 rows' codes and scales, bit for
+// bit (padding rows included), and `out` not written.
+template <typename Plain, typename Fused>
+void check_fp8_output(const std::string& what, int rows, int k, DeviceBuffer<uint16_t>& out, Plain&& plain,
+                      Fused&& fused) {
+  plain();
+  check_launch(what + " (bf16 rows)");
+  const Fp8Inputs want = expected_fp8_inputs(bf16_to_f32(out.download()), rows, k);
+  out.poison();
+  const std::vector<uint16_t> poisoned = out.download();
+  Fp8InputBuffers got(rows, k);
+  fused(got.rows());
+  check_launch(what);
+  check_fp8_inputs(what, got, want);
+  INFO(what << ": the bf16 rows not written");
+  CHECK(out.download() == poisoned);
+}
+
 }  // namespace kiln::kernel_test
