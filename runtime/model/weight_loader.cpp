@@ -179,9 +179,7 @@ class Loader {
     check_unused();
     allocate();
     for (size_t i = 0; i < instances_.size(); ++i) {
-      if (chosen[i].empty()) continue;
-      fill(instances_[i], chosen[i]);
-      if (packs_bf16(instances_[i])) pack_bf16_rows(instances_[i]);
+      if (!chosen[i].empty()) fill(instances_[i], chosen[i]);
     }
     finish();
     return std::move(result_);
@@ -466,7 +464,7 @@ class Loader {
   }
 
   // The filled bf16 rows packed in their place, where that takes fewer bytes (pack_bf16: not where
-  // too many blocks span more binades than 12 bits keep).
+  // too many blocks span more binades than 12 bits keep); fill then enters them in the table.
   void pack_bf16_rows(Instance& inst) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
     std::byte* const rows = block_ + inst.offset;
@@ -477,7 +475,6 @@ class Loader {
     // The rest of the rows' allocation back to the system, past the 16 bytes the kernel's last
     // slot load reads (bf16_avx512.cpp).
     result_.bytes -= sink_.release(rows + bytes + 64, 2 * n * k - bytes - 64);
-    result_.table.set(inst.spec->name, inst.layer, rows, inst.format);
     ++result_.packed_bf16;
     result_.packed_bf16_saved_bytes += 2 * n * k - bytes;
   }
@@ -610,7 +607,7 @@ class Loader {
     }
   }
 
-  void fill(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
+  void fill(Instance& inst, const std::vector<LayoutPiece>& pieces) {
     if (streamed(inst)) ++result_.matrices;
     if (inst.fp8) return fill_fp8(inst, pieces);
     if (is_block_format(inst.format)) return fill_quantized(inst, pieces);
@@ -633,6 +630,7 @@ class Loader {
         }
       }
     }
+    if (packs_bf16(inst)) pack_bf16_rows(inst);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
     ++result_.tensors;
   }

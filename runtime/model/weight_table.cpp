@@ -7,7 +7,7 @@ namespace {
 std::string key(const std::string& name, int64_t layer) { return name + "#" + std::to_string(layer); }
 }  // namespace
 
-// A second set of the same tensor replaces the first (the loader's packed bf16 rows).
+// A second set of the same tensor replaces the first (a lookup would otherwise find the first).
 void WeightTable::set(const std::string& name, int64_t layer, const void* data, MatrixFormat format) {
   const std::string k = key(name, layer);
   for (Entry& e : entries_) {
