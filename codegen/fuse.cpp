@@ -102,10 +102,10 @@ void fuse_moe_gate_up_act(std::vector<Op>& ops) {
 // Whether an op in `ops` from `from` on reads `buffer` before one writes it without reading it:
 // `ended` tells whether such a writer was found.
 bool read_before_written(const std::vector<Op*>& ops, size_t from, const std::string& buffer, bool& ended) {
+  const auto has = [&](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), buffer) != names.end();
+  };
   for (size_t i = from; i < ops.size() && !ended; ++i) {
-    const auto has = [&](const std::vector<std::string>& names) {
-      return std::find(names.begin(), names.end(), buffer) != names.end();
-    };
     if (has(ops[i]->reads())) return true;
     ended = has(ops[i]->writes());
   }
@@ -126,6 +126,8 @@ std::vector<Op*> block_ops(LayerBlock& block) {
 // reads those rows before they are written again (in the FP8 case they are never written). Both
 // bind `fp8` to the projection's weight. Tensor-parallel branches (rank_case) stay as they are.
 void pair_fp8_inputs(Graph& g) {
+  std::vector<Op*> epilogue;
+  for (Op& e : g.epilogue) epilogue.push_back(&e);
   for (size_t b = 0; b < g.blocks.size(); ++b) {
     const std::vector<Op*> body = block_ops(g.blocks[b]);
     for (size_t i = 0; i + 1 < body.size(); ++i) {
@@ -146,8 +148,6 @@ void pair_fp8_inputs(Graph& g) {
         for (size_t later = b + 1; later < g.blocks.size() && !ended && !read; ++later) {
           read = read_before_written(block_ops(g.blocks[later]), 0, rows, ended);
         }
-        std::vector<Op*> epilogue;
-        for (Op& e : g.epilogue) epilogue.push_back(&e);
         if (read || read_before_written(epilogue, 0, rows, ended)) continue;
       }
       const std::string weight = next.args.at("weight");
