@@ -20,15 +20,28 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
 
-// A folder of this process's own (in /dev/shm when there is one: no disk writes per input).
+// A folder of this process's own (in /dev/shm when there is one: no disk writes per input),
+// emptied first and removed at exit: a folder an earlier run with the same process id left (a
+// crash, or a harness killed at its time limit) must not lend its files to this one. A
+// fuzz_config_hf run's config.json once did: fuzz_requests' tokenizer read it beside its
+// tokenizer.json and threw outside the harness's body.
 inline const std::filesystem::path& scratch_dir() {
-  static const std::filesystem::path dir = [] {
-    const std::filesystem::path base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
-    const std::filesystem::path d = base / ("kiln-fuzz-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Scratch {
+    std::filesystem::path dir;
+    Scratch() {
+      const std::filesystem::path base =
+          std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
+      dir = base / ("kiln-fuzz-" + std::to_string(::getpid()));
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+    }
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.dir;
 }
 
 // Writes the input to scratch_dir()/name; returns its path.
