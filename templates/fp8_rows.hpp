@@ -6,8 +6,9 @@
 // (codegen/fuse.cpp), which saves the pass over the rows.
 //
 // Per (row, 128 columns): scale = max |x| / 448 (E4M3's largest finite value; 1 for zeros), code =
-// x / scale rounded to the nearest E4M3 (ties to even), x the bf16 value the unfused op would have
-// written: fused or not, the GEMM sees the same bits (templates/blocks/fp8_quantize.cuh).
+// x · (1 / scale) rounded to the nearest E4M3 (ties to even; the reciprocal and the product each
+// rounded to fp32), x the bf16 value the unfused op would have written: fused or not, the GEMM sees
+// the same bits (templates/blocks/fp8_quantize.cuh).
 #pragma once
 
 #include "templates/host_device.hpp"  // plain C++ (no system includes): NVRTC reads it too

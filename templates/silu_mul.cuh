@@ -12,8 +12,16 @@ namespace kiln {
 
 namespace detail {
 
-// silu(gate) · up of one feature, in fp32 (the whole-step decode kernel computes the same value).
-__device__ __forceinline__ float silu_mul_value(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+// silu(gate) · up of one feature, in fp32 (the whole-step decode kernel and the MoE gate|up GEMM's
+// epilogue compute the same value). The exponential and the division are the hardware's
+// approximations (ex2.approx, rcp.approx: a few ulp of fp32, far inside the bf16 rounding that
+// follows; silu(gate) is -0 once exp(-gate) overflows, as it should be): expf and an IEEE division
+// made the prefill's silu·mul bound by its arithmetic (Qwen3-8B's 2,048 × 12,288 into FP8 inputs
+// 52.3 -> 42.0 µs, with the FP8 codes' products 32.9; into bf16 rows 40.2 -> 38.1: H200,
+// bench/RESULTS.md 2026-11-28 sixteenth session).
+__device__ __forceinline__ float silu_mul_value(float gate, float up) {
+  return __fdividef(gate, 1.0f + __expf(-gate)) * up;
+}
 
 // kVec features of row t from feature i.
 template <int kDim, int kVec>

@@ -34,8 +34,9 @@ inline Fp8Inputs expected_fp8_inputs(const std::vector<float>& x, int rows, int 
       for (int i = 0; i < kFp8InputBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
       const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
       want.scales[static_cast<size_t>(b) * want.padded + t] = scale;
+      const float inverse = 1.0f / scale;
       for (int i = 0; i < kFp8InputBlock; ++i) {
-        want.codes[static_cast<size_t>(t) * k + b * kFp8InputBlock + i] = f32_to_f8e4m3(v[i] / scale);
+        want.codes[static_cast<size_t>(t) * k + b * kFp8InputBlock + i] = f32_to_f8e4m3(v[i] * inverse);
       }
     }
   }
