@@ -3,47 +3,9 @@
 #include <cstdint>
 
 #include "runtime/core/error.hpp"
-#include "templates/blocks/fp8_quantize.cuh"
+#include "templates/quantize_rows.cuh"
 
 namespace kiln::cuda {
-
-namespace {
-
-// Half a warp per (row, block of 128 columns), 8 values a lane in one 16-byte load; a warp takes
-// kSteps pairs of blocks, their loads issued before any is used. One warp per block with 8-byte
-// loads kept too few bytes in flight: 1.55-1.73 TB/s at 2,048 tokens of Qwen3-8B's inputs on an H200
-// (bench/RESULTS.md, fourteenth session).
-template <int kSteps>
-__global__ void __launch_bounds__(256)
-    quantize_rows_fp8_kernel(const __nv_bfloat16* __restrict__ in, int rows, int padded, int k, Fp8Rows out) {
-  const int blocks = k / kFp8InputBlock;
-  const long long tasks = static_cast<long long>(padded) * blocks;
-  const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  uint4 raw[kSteps];
-  int row[kSteps], col[kSteps];  // row -1: the half-warp's task is past the last
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const long long task = (warp * kSteps + s) * 2 + lane / 16;
-    row[s] = task < tasks ? static_cast<int>(task / blocks) : -1;
-    col[s] = static_cast<int>(task % blocks) * kFp8InputBlock + lane % 16 * 8;
-    raw[s] = row[s] >= 0 && row[s] < rows ? *reinterpret_cast<const uint4*>(in + static_cast<long long>(row[s]) * k + col[s])
-                                          : make_uint4(0u, 0u, 0u, 0u);
-  }
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    if (row[s] < 0) continue;  // the whole half-warp, which is all the block's shuffles involve
-    float v[8];
-    detail::unpack_bf16<8>(raw[s], v);
-    detail::store_fp8_block_part<8>(v, out, k, padded, row[s], col[s]);
-  }
-}
-
-// Tasks (row, block) from which a warp takes four pairs (the GPU test's 300 rows of 8,192 columns
-// do; its 17, and 300 of 2,048, take one).
-constexpr long long kManyTasks = 8192;
-
-}  // namespace
 
 void quantize_rows_fp8(const __nv_bfloat16* in, int rows, int k, uint8_t* codes, float* scales, cudaStream_t stream) {
   if (rows <= 0 || k <= 0 || k % kFp8InputBlock != 0) {
@@ -52,20 +14,7 @@ void quantize_rows_fp8(const __nv_bfloat16* in, int rows, int k, uint8_t* codes,
   if (reinterpret_cast<uintptr_t>(in) % 16 != 0) {  // the arena's buffers are 256-byte aligned (codegen)
     fail("internal: quantize_rows_fp8's input is not 16-byte aligned");
   }
-  const int padded = fp8_gemm_rows(rows);
-  const long long tasks = static_cast<long long>(padded) * (k / kFp8InputBlock);
-  // Four pairs of blocks a warp where there are many (a prefill chunk's thousands of rows); one
-  // where there are few, which more warps cover sooner (16 rows of 4,096: 4.9 µs in four, 2.7 in
-  // one, 2.6 in the earlier kernel's one block a warp; 2,048 rows: 13.8 µs in four, 16.3 earlier).
-  const auto launch = [&](auto kernel, int steps) {
-    const long long threads = (tasks + 2 * steps - 1) / (2 * steps) * 32;
-    kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(in, rows, padded, k, Fp8Rows{codes, scales});
-  };
-  if (tasks >= kManyTasks) {
-    launch(quantize_rows_fp8_kernel<4>, 4);
-  } else {
-    launch(quantize_rows_fp8_kernel<1>, 1);
-  }
+  detail::launch_quantize_rows_fp8(in, rows, k, Fp8Rows{codes, scales}, stream);
 }
 
 }  // namespace kiln::cuda
