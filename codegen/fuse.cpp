@@ -10,10 +10,10 @@
 //                    whose epilogue applies the activation and never writes gate | up
 //                    (DeepSeek-V2-Lite at 2,048 tokens on an H200: 417 -> 391 us a layer); the
 //                    decode runs both parts (its streaming kernels' outputs are few).
-//   FP8 inputs       an RMSNorm or silu·mul whose rows only the projection after it reads: in the
-//                    prefill it writes them as that projection's FP8 inputs where the matrix is FP8
-//                    (templates/fp8_rows.hpp), so the GEMM skips its own pass over the rows
-//                    (pair_fp8_inputs; not an op of its own: an `fp8` argument of both).
+//   FP8 inputs       an RMSNorm, silu·mul or attention whose rows only the projection after it
+//                    reads: in the prefill it writes them as that projection's FP8 inputs where the
+//                    matrix is FP8 (templates/fp8_rows.hpp), so the GEMM skips its own pass over
+//                    the rows (pair_fp8_inputs; not an op of its own: an `fp8` argument of both).
 //
 // Folding RMSNorm or silu(gate)·up into the next projection's input load was built and measured
 // too, and lost: every GEMV block recomputes the folded input, which costs more than the launch
@@ -121,21 +121,44 @@ std::vector<Op*> block_ops(LayerBlock& block) {
   return out;
 }
 
-// Pairs an RMSNorm or silu·mul with the projection right after it (FP8 inputs, above) where the
-// projection has fp8_gemm_shape and reads the op's rows over the same tokens, and no op after it
-// reads those rows before they are written again (in the FP8 case they are never written). Both
-// bind `fp8` to the projection's weight. Tensor-parallel branches (rank_case) stay as they are.
+// The op that would write a projection's FP8 inputs in place of its rows, and that argument's
+// name: an RMSNorm, silu·mul or (the prefill runs prep_attention as its parts) the attention;
+// nullptr for any other.
+Op* fp8_producer(Op& op, const char*& arg) {
+  if (op.kind == OpKind::prep_attention && op.record().call(Phase::prefill).how == CallHow::parts) {
+    for (Op& part : op.parts) {
+      if (part.kind == OpKind::attention) return fp8_producer(part, arg);
+    }
+    return nullptr;
+  }
+  switch (op.kind) {
+    case OpKind::rmsnorm: arg = "out_fp8"; return &op;
+    case OpKind::silu_mul: arg = "act_fp8"; return &op;
+    case OpKind::attention: arg = "out_fp8"; return &op;
+    default: return nullptr;
+  }
+}
+
+// The rows an FP8 producer writes.
+const std::string& producer_rows(const Op& op) { return op.args.at(op.kind == OpKind::silu_mul ? "act" : "out"); }
+
+// Pairs an RMSNorm, silu·mul or attention with the projection right after it (FP8 inputs, above)
+// where the projection has fp8_gemm_shape and reads the op's rows over the same tokens, and no op
+// after it reads those rows before they are written again (in the FP8 case they are never
+// written). Both bind `fp8` to the projection's weight. Tensor-parallel branches (rank_case) stay
+// as they are.
 void pair_fp8_inputs(Graph& g) {
   std::vector<Op*> epilogue;
   for (Op& e : g.epilogue) epilogue.push_back(&e);
   for (size_t b = 0; b < g.blocks.size(); ++b) {
     const std::vector<Op*> body = block_ops(g.blocks[b]);
     for (size_t i = 0; i + 1 < body.size(); ++i) {
-      Op& op = *body[i];
+      const char* arg = nullptr;
+      Op* const producer = fp8_producer(*body[i], arg);
       Op& next = *body[i + 1];
-      const bool producer = op.kind == OpKind::rmsnorm || op.kind == OpKind::silu_mul;
-      if (!producer || next.kind != OpKind::linear || !op.rank_case.empty() || !next.rank_case.empty()) continue;
-      const std::string& rows = op.args.at(op.kind == OpKind::rmsnorm ? "out" : "act");
+      if (!producer || next.kind != OpKind::linear || !body[i]->rank_case.empty() || !next.rank_case.empty()) continue;
+      Op& op = *producer;
+      const std::string& rows = producer_rows(op);
       if (next.args.at("in") != rows || op.rows != "T" || next.rows != "T") continue;
       if (!fp8_gemm_shape(g.value(next.shape.at("n")), g.value(next.shape.at("k")))) continue;
       // After the projection: the rest of the layer; then, unless that wrote the rows, both the
@@ -151,7 +174,7 @@ void pair_fp8_inputs(Graph& g) {
         if (read || read_before_written(epilogue, 0, rows, ended)) continue;
       }
       const std::string weight = next.args.at("weight");
-      op.args[op.kind == OpKind::rmsnorm ? "out_fp8" : "act_fp8"] = weight;
+      op.args[arg] = weight;
       next.args["in_fp8"] = weight;
     }
   }

@@ -9,6 +9,8 @@
 #include "templates/attention_prefill_simple.cuh"
 #include "templates/attention_prefill_wgmma.cuh"
 #include "templates/common.cuh"
+#include "templates/fp8_rows.hpp"
+#include "templates/quantize_rows.cuh"
 
 namespace kiln {
 
@@ -43,10 +45,16 @@ void launch_prefill(const bf16* q_rows, const Kv& kv, bf16* out, const int* quer
 // 0..positions[t] of its sequence through block_tables[s·max_pages_per_seq + pos / page_size].
 // GQA: head h reads KV head h / (heads / kv_heads). max_query_len bounds every sequence's
 // new-token count (it sizes the grid).
+//
+// Where `out_fp8` is given (the prefill, codegen/fuse.cpp), the rows of the `tokens` tokens
+// (query_start[num_seqs]) go out as the FP8 inputs of the projection after the attention
+// (templates/fp8_rows.hpp) in place of `out`. The wgmma kernel writes them itself where a head is
+// one block of 128 columns (Qwen3's and Llama-3.1-8B's head dim); otherwise `out` is written and a
+// pass quantizes it, as cuda::linear would have.
 template <shape::attention S>
 void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const int* query_start,
                        const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,
-                       int max_query_len, cudaStream_t stream) {
+                       int max_query_len, Fp8Rows out_fp8, int tokens, cudaStream_t stream) {
   constexpr int kHeads = S.heads, kKvHeads = S.kv_heads, kHeadDim = S.head_dim, kPageSize = S.page_size;
   constexpr int kRow = S.row;
   constexpr float scale = S.scale;
@@ -57,8 +65,40 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
   if (num_seqs <= 0 || max_query_len <= 0) return;
   const detail::PagedKv<kKvHeads, kHeadDim, kPageSize> kv{cache, block_tables, max_pages_per_seq};
   // Tensor cores need 16-byte aligned q rows (a cache row is a whole number of 16-byte chunks).
-  detail::launch_prefill<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow, kRow % 8 == 0>(
+  constexpr bool kWholeChunks = kRow % 8 == 0;
+  // codegen pairs the attention only with an FP8-shaped o_proj (whole blocks of 512 columns), and
+  // cuda::linear refuses FP8 inputs at any other shape.
+  if constexpr ((kHeads * kHeadDim) % kFp8InputBlock == 0) {
+    if (out_fp8) {
+      if (tokens <= 0) return;
+      constexpr int kOut = kHeads * kHeadDim;
+      if constexpr (kHeadDim == kFp8InputBlock && kWholeChunks &&
+                    detail::WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kHeadDim>::kSupported) {
+        if (detail::wgmma_device()) {
+          detail::launch_fp8_padding_rows(tokens, kOut, out_fp8, stream);
+          detail::launch_prefill_wgmma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(
+              q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream, out_fp8,
+              fp8_gemm_rows(tokens));
+          return;
+        }
+      }
+      detail::launch_prefill<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow, kWholeChunks>(
+          q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream);
+      detail::launch_quantize_rows_fp8(out, tokens, kOut, out_fp8, stream);
+      return;
+    }
+  }
+  detail::launch_prefill<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow, kWholeChunks>(
       q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream);
+}
+
+// The same without FP8 inputs.
+template <shape::attention S>
+void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const int* query_start,
+                       const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,
+                       int max_query_len, cudaStream_t stream) {
+  attention_prefill<S>(q_rows, cache, out, query_start, positions, block_tables, max_pages_per_seq, num_seqs,
+                       max_query_len, Fp8Rows{}, 0, stream);
 }
 
 }  // namespace kiln

@@ -20,6 +20,7 @@
 // (load_next says why that pays).
 #pragma once
 
+#include "templates/blocks/fp8_quantize.cuh"
 #include "templates/blocks/mma.cuh"
 #include "templates/blocks/prefill_kv.cuh"
 #include "templates/blocks/prefill_rows.cuh"
@@ -58,12 +59,15 @@ struct WgmmaPrefillShape {
   static constexpr int kKeySteps = kBlockN / 16;  // k16 steps of P·V
 };
 
-// out [T, kHeads · kVDim]; Kv: a source of blocks/prefill_kv.cuh.
+// out [T, kHeads · kVDim]; Kv: a source of blocks/prefill_kv.cuh. Where `out_fp8` is given (kVDim
+// of 128: a head's values are one block of the FP8 inputs' 128 columns), the rows go out as the FP8
+// GEMM's inputs (templates/fp8_rows.hpp, `padded` rows of scales) in place of `out`, from the same
+// bf16 values; their padding rows are not this kernel's.
 template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>::kThreads, 1)
     attention_prefill_wgmma_kernel(const bf16* __restrict__ q_rows, Kv kv, bf16* __restrict__ out,
                                    const int* __restrict__ query_start, const int* __restrict__ positions,
-                                   float scale_log2) {
+                                   float scale_log2, Fp8Rows out_fp8, int padded) {
   pdl_release_and_wait();
   using Shape = WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
   static_assert(Shape::kSupported, "wgmma prefill: head dim 64, 128 or 192, value dim 64 or 128");
@@ -294,6 +298,36 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, 
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     const float inv_l = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
     const int row = tile * BM + warp * 16 + g + i * 8;
+    if constexpr (kVDim == kFp8InputBlock) {
+      if (out_fp8) {  // the same for the whole block
+        // A row's 128 values lie in its quad's 4 lanes (32 each: columns 8·dt + 2q, + 1): their
+        // largest magnitude over the quad is the block's (every lane shuffles, past the rows too).
+        float v[kVDim / 4];
+        float amax = 0.0f;
+#pragma unroll
+        for (int dt = 0; dt < kVDim / 8; ++dt) {
+          v[2 * dt] = o[4 * dt + 2 * i] * inv_l;
+          v[2 * dt + 1] = o[4 * dt + 2 * i + 1] * inv_l;
+        }
+        round_to_bf16<kVDim / 4>(v);
+#pragma unroll
+        for (int j = 0; j < kVDim / 4; ++j) amax = fmaxf(amax, fabsf(v[j]));
+        const float scale = fp8_input_scale(fp8_block_amax<4>(amax));
+        if (row < rows) {
+          const long long t = q_begin + row / G;
+          const int head = kv_head * G + row % G;
+          unsigned char* dst = out_fp8.codes + t * kHeads * kVDim + head * kVDim + 2 * q;
+          const float inverse = __frcp_rn(scale);
+#pragma unroll
+          for (int dt = 0; dt < kVDim / 8; ++dt) {
+            *reinterpret_cast<unsigned short*>(dst + dt * 8) =
+                static_cast<unsigned short>(fp8_code_pair(v[2 * dt], v[2 * dt + 1], inverse));
+          }
+          if (q == 0) out_fp8.scales[static_cast<long long>(head) * padded + t] = scale;
+        }
+        continue;
+      }
+    }
     if (row < rows) {
       const long long t = q_begin + row / G;
       bf16* dst = out + t * kHeads * kVDim + (kv_head * G + row % G) * kVDim + 2 * q;
@@ -306,13 +340,15 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, 
   }
 }
 
-// The launch: one block per 128 (token, head) rows of a sequence and KV head.
+// The launch: one block per 128 (token, head) rows of a sequence and KV head. `out_fp8` (kVDim of
+// 128 only): the FP8 inputs of `padded` rows instead of `out` (the kernel's comment).
 template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 void launch_prefill_wgmma(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
-                          int num_seqs, int max_query_len, float scale, cudaStream_t stream) {
+                          int num_seqs, int max_query_len, float scale, cudaStream_t stream, Fp8Rows out_fp8 = {},
+                          int padded = 0) {
   launch_prefill_rows<attention_prefill_wgmma_kernel<kHeads, kKvHeads, kHeadDim, kVDim, kRow, Kv>,
                       WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>, kKvHeads>(
-      q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream);
+      q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream, out_fp8, padded);
 }
 
 }  // namespace kiln::detail

@@ -42,7 +42,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // (one fused kernel)
     attention_prep(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (9 query heads share 3 KV heads)
-    attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
+    attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, Fp8Rows{}, T, stream);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
     cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
 

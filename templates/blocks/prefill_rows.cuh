@@ -51,14 +51,15 @@ __device__ __forceinline__ void prefill_row_positions(const int* positions, int 
 
 // The launch of a tensor-core prefill kernel (kKernel, of Shape): one block per Shape::kBlockM rows
 // of a sequence and KV head, the last row tiles first (the kernels take blockIdx.x from the end).
-template <auto kKernel, class Shape, int kKvHeads, class Kv>
+// `extra`: the kernel's arguments after the scale, if it has more.
+template <auto kKernel, class Shape, int kKvHeads, class Kv, class... Extra>
 void launch_prefill_rows(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
-                         int num_seqs, int max_query_len, float scale, cudaStream_t stream) {
+                         int num_seqs, int max_query_len, float scale, cudaStream_t stream, Extra... extra) {
   allow_dynamic_smem_once<kKernel, Shape::kSmemBytes>();
   const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
   const dim3 grid(static_cast<unsigned>(ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
   KILN_LAUNCH(kKernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, kv, out, query_start, positions,
-              scale * kLog2e);
+              scale * kLog2e, extra...);
 }
 
 }  // namespace kiln::detail

@@ -155,26 +155,32 @@ TEST_CASE("the whole-step decode kernel: dense models on one GPU get it, others 
   CHECK_FALSE(ops(rank));
 }
 
-// Which norms and silu·muls write their projection's FP8 inputs in the prefill (fuse.cpp): each
-// projection of FP8 shape whose rows nothing else reads, and no other.
-TEST_CASE("FP8 inputs: a norm or silu·mul writes them for the projection after it, where nothing else reads its rows") {
+// Which norms, attentions and silu·muls write their projection's FP8 inputs in the prefill
+// (fuse.cpp): each projection of FP8 shape whose rows nothing else reads, and no other.
+TEST_CASE("FP8 inputs: a norm, attention or silu·mul writes them for the projection after it, where nothing else reads its rows") {
   const auto paired = [](const char* config) {
     const Graph g = build_graph(load_config(kConfigs + config + ".yaml"));
-    std::vector<std::string> out;  // "op arg weight", the first layer block's, in order
+    std::vector<std::string> out;  // "op arg weight", the first layer block's, in order (a fused op's parts)
+    const auto add = [&](const Op& op) {
+      for (const char* arg : {"out_fp8", "act_fp8", "in_fp8"}) {
+        if (op.args.count(arg)) out.push_back(std::string(op_name(op.kind)) + " " + arg + " " + op.args.at(arg));
+      }
+    };
     for (const auto& [stage, ops] : g.blocks.front().stages) {
       for (const Op& op : ops) {
-        for (const char* arg : {"out_fp8", "act_fp8", "in_fp8"}) {
-          if (op.args.count(arg)) out.push_back(std::string(op_name(op.kind)) + " " + arg + " " + op.args.at(arg));
-        }
+        add(op);
+        for (const Op& part : op.parts) add(part);
       }
     }
     return out;
   };
   using V = std::vector<std::string>;
-  const V llama = {"rmsnorm out_fp8 qkv_proj",     "linear in_fp8 qkv_proj", "rmsnorm out_fp8 gate_up_proj",
-                   "linear in_fp8 gate_up_proj", "silu_mul act_fp8 down_proj", "linear in_fp8 down_proj"};
+  const V llama = {"rmsnorm out_fp8 qkv_proj",     "linear in_fp8 qkv_proj",     "attention out_fp8 o_proj",
+                   "linear in_fp8 o_proj",         "rmsnorm out_fp8 gate_up_proj", "linear in_fp8 gate_up_proj",
+                   "silu_mul act_fp8 down_proj",   "linear in_fp8 down_proj"};
   CHECK(paired("llama-3.1-8b") == llama);
   CHECK(paired("qwen3-8b") == llama);
+  CHECK(paired("llama-3.2-1b") == llama);  // head dim 64: the attention's own pass makes them (attention_prefill.cuh)
   CHECK(paired("smollm2-135m").empty());  // 576 columns: no FP8 GEMM shape
   // DeepSeek-V2-Lite's first (dense) layer: its input norm feeds q_proj and kv_a_proj_with_mqa, and
   // silu·mul's 10,944 columns are no FP8 GEMM shape; only the MLP's norm pairs.

@@ -9,6 +9,7 @@
 
 #include "runtime/ref/ops.hpp"
 #include "templates/attention.cuh"
+#include "tests/kernels/fp8_inputs.hpp"
 #include "tests/kernels/kernel_test.hpp"
 
 namespace kiln::kernel_test {
@@ -51,32 +52,65 @@ std::vector<float> reference(const PagedStep& p, const std::vector<uint16_t>& q,
   return ref;
 }
 
+// A prefill step over a cache of random keys and values, on the device.
+template <shape::attention S>
+struct PrefillInputs {
+  PagedStep p;
+  std::vector<uint16_t> cache, q;
+  DeviceBuffer<uint16_t> d_q, d_cache, d_out;
+  DeviceBuffer<int> d_qs, d_pos, d_bt;
+
+  PrefillInputs(const std::vector<std::pair<int, int>>& seqs, std::mt19937 rng)
+      : p(paged_step(seqs, S.page_size, rng)),
+        cache(random_bf16(static_cast<size_t>(p.num_pages) * 2 * S.kv_heads * S.page_size * S.head_dim, rng)),
+        q(random_bf16(static_cast<size_t>(p.step.num_tokens()) * S.row, rng)),
+        d_q(q),
+        d_cache(cache),
+        d_out(static_cast<size_t>(p.step.num_tokens()) * S.heads * S.head_dim),
+        d_qs(std::vector<int>(p.step.query_start.begin(), p.step.query_start.end())),
+        d_pos(std::vector<int>(p.step.positions.begin(), p.step.positions.end())),
+        d_bt(std::vector<int>(p.step.block_tables.begin(), p.step.block_tables.end())) {
+    d_out.poison();
+  }
+  // attention_prefill into d_out, or, given FP8 rows, into those.
+  void run(Fp8Rows out_fp8 = {}) {
+    kiln::attention_prefill<S>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(), d_pos.get(), d_bt.get(),
+                               p.step.max_pages_per_seq, p.step.num_seqs(), p.step.max_query_len(), out_fp8,
+                               p.step.num_tokens(), nullptr);
+  }
+};
+
 // kMma: the mma.sync kernel launched directly, as a GPU without wgmma runs it (attention_prefill
 // chooses the wgmma kernel on Hopper for head dims 64 and 128).
 template <shape::attention S, bool kMma = false>
 void check_prefill(const std::vector<std::pair<int, int>>& seqs) {
-  std::mt19937 rng(9000 + S.heads * S.head_dim + static_cast<int>(seqs.size()));
-  const PagedStep p = paged_step(seqs, S.page_size, rng);
-  const StepBatch& step = p.step;
-  const auto cache = random_bf16(static_cast<size_t>(p.num_pages) * 2 * S.kv_heads * S.page_size * S.head_dim, rng);
-  const auto q = random_bf16(static_cast<size_t>(step.num_tokens()) * S.row, rng);
-  DeviceBuffer<uint16_t> d_q(q), d_cache(cache), d_out(static_cast<size_t>(step.num_tokens()) * S.heads * S.head_dim);
-  DeviceBuffer<int> d_qs(std::vector<int>(step.query_start.begin(), step.query_start.end()));
-  DeviceBuffer<int> d_pos(std::vector<int>(step.positions.begin(), step.positions.end()));
-  DeviceBuffer<int> d_bt(std::vector<int>(step.block_tables.begin(), step.block_tables.end()));
-  d_out.poison();
+  PrefillInputs<S> in(seqs, std::mt19937(9000 + S.heads * S.head_dim + static_cast<int>(seqs.size())));
+  const StepBatch& step = in.p.step;
   if constexpr (kMma) {
-    const detail::PagedKv<S.kv_heads, S.head_dim, S.page_size> kv{as_bf16(d_cache), d_bt.get(), step.max_pages_per_seq};
+    const detail::PagedKv<S.kv_heads, S.head_dim, S.page_size> kv{as_bf16(in.d_cache), in.d_bt.get(),
+                                                                   step.max_pages_per_seq};
     detail::launch_prefill_mma<S.heads, S.kv_heads, S.head_dim, S.head_dim, S.row>(
-        as_bf16(d_q), kv, as_bf16_mut(d_out), d_qs.get(), d_pos.get(), step.num_seqs(), step.max_query_len(), S.scale,
-        nullptr);
+        as_bf16(in.d_q), kv, as_bf16_mut(in.d_out), in.d_qs.get(), in.d_pos.get(), step.num_seqs(),
+        step.max_query_len(), S.scale, nullptr);
   } else {
-    kiln::attention_prefill<S>(as_bf16(d_q), as_bf16(d_cache), as_bf16_mut(d_out), d_qs.get(), d_pos.get(), d_bt.get(),
-                               step.max_pages_per_seq, step.num_seqs(), step.max_query_len(), nullptr);
+    in.run();
   }
   const std::string what = describe<S>(kMma ? "attention_prefill (mma.sync)" : "attention_prefill", seqs);
   check_launch(what);
-  check_close(what, reference<S>(p, q, cache), bf16_to_f32(d_out.download()), kBf16Limit);
+  check_close(what, reference<S>(in.p, in.q, in.cache), bf16_to_f32(in.d_out.download()), kBf16Limit);
+}
+
+// The prefill's rows written as o_proj's FP8 inputs (templates/fp8_rows.hpp): the codes and scales
+// of the bf16 rows the same call writes without them, bit for bit, the padding rows included; the
+// bf16 rows not written where the wgmma kernel writes the codes itself (head dim 128).
+template <shape::attention S>
+void check_prefill_fp8(const std::vector<std::pair<int, int>>& seqs) {
+  PrefillInputs<S> in(seqs, std::mt19937(9100 + S.heads * S.head_dim + static_cast<int>(seqs.size())));
+  const bool direct = S.head_dim == kFp8InputBlock && detail::wgmma_device();
+  check_fp8_output(describe<S>(direct ? "attention_prefill into FP8 inputs" : "attention_prefill, then its FP8 inputs",
+                               seqs),
+                   in.p.step.num_tokens(), S.heads * S.head_dim, in.d_out, [&] { in.run(); },
+                   [&](Fp8Rows rows) { in.run(rows); }, !direct);
 }
 
 template <shape::attention S>
@@ -118,6 +152,17 @@ TEST_CASE("attention, prefill: flat batches of cached and new tokens", "[attenti
   check_prefill<qwen06::kAttention>({{0, 1031}, {517, 300}, {2000, 1}});
   check_prefill<kNoGqa128>({{0, 333}, {64, 64}});
   check_prefill<kPage5x128>({{0, 200}, {99, 130}});
+}
+
+TEST_CASE("attention, prefill: the rows as the FP8 inputs of the projection after it", "[attention]") {
+  // Head dim 128 (Qwen3-0.6B's 16 heads over 8; 10 over 2 with 5-token pages; no GQA): the wgmma
+  // kernel writes them on Hopper; head dim 64 (Llama-3.2-1B) a pass after it. 509 and 205 tokens:
+  // padding rows up to 512 and 208.
+  const std::vector<std::pair<int, int>> mixed = {{0, 300}, {700, 1}, {50, 77}, {0, 1}, {1000, 130}};
+  check_prefill_fp8<qwen06::kAttention>(mixed);
+  check_prefill_fp8<llama1b::kAttention>(mixed);
+  check_prefill_fp8<kPage5x128>({{0, 75}, {99, 130}});
+  check_prefill_fp8<kNoGqa128>({{0, 64}, {64, 64}});
 }
 
 TEST_CASE("attention, prefill: the mma.sync kernel (GPUs without wgmma)", "[attention]") {

@@ -39,8 +39,8 @@ void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int
 }
 
 // self_attn: attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (2 query heads share 1 KV heads)
-void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, cudaStream_t stream) {
-  kiln::attention_prefill<kAttention>(q, cache, out, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, stream);
+void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, Fp8Rows out_fp8, int tokens, cudaStream_t stream) {
+  kiln::attention_prefill<kAttention>(q, cache, out, query_start, positions, block_tables, max_pages_per_seq, num_seqs, max_query_len, out_fp8, tokens, stream);
 }
 
 // self_attn: q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling); then k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens); then attn = softmax(q·kᵀ · 0.25 + causal mask) · v   (2 query heads share 1 KV heads)

@@ -44,7 +44,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // (one fused kernel)
     attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.17677669529663687 + causal mask) · v   (2 query heads share 1 KV heads)
-    attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, stream);
+    attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, Fp8Rows{}, T, stream);
     if (ctx.rank == 0) {
       // x += attn[T, 64] · o_proj[64, 64]ᵀ   (residual add fused)   (rank 0: its share)
       cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
