@@ -62,18 +62,18 @@ template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 __global__ void __launch_bounds__(128)
     attention_prefill_mma_kernel(const bf16* __restrict__ q_rows, Kv kv, bf16* __restrict__ out,
                                  const int* __restrict__ query_start, const int* __restrict__ positions,
-                                 float scale_log2) {
+                                 float scale_log2, bool heads_inner) {
   pdl_release_and_wait();
   using Shape = PrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
   static_assert(Shape::kSupported && kRow % 8 == 0, "attention_prefill_mma: k16 steps and 16-byte aligned q rows");
   constexpr int G = Shape::kGroup, D = kHeadDim, BM = Shape::kBlockM, BN = Shape::kBlockN;
   constexpr int S = Shape::kStride, CPR = Shape::kChunksPerRow;
 
-  const int seq = blockIdx.y, kv_head = blockIdx.z;
+  const PrefillTile block = prefill_tile<kKvHeads>(heads_inner);
+  const int seq = block.seq, kv_head = block.kv_head, tile = block.tile;
   kv.bind(seq);
   const int q_begin = query_start[seq];
   const int rows = (query_start[seq + 1] - q_begin) * G;
-  const int tile = gridDim.x - 1 - blockIdx.x;  // the longest (latest) query tiles start first
   if (tile * BM >= rows) return;
 
   extern __shared__ float4 smem_f4[];

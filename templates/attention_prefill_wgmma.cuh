@@ -67,7 +67,7 @@ template <int kHeads, int kKvHeads, int kHeadDim, int kVDim, int kRow, class Kv>
 __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>::kThreads, 1)
     attention_prefill_wgmma_kernel(const bf16* __restrict__ q_rows, Kv kv, bf16* __restrict__ out,
                                    const int* __restrict__ query_start, const int* __restrict__ positions,
-                                   float scale_log2, Fp8Rows out_fp8, int padded) {
+                                   float scale_log2, bool heads_inner, Fp8Rows out_fp8, int padded) {
   pdl_release_and_wait();
   using Shape = WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kVDim>;
   static_assert(Shape::kSupported, "wgmma prefill: head dim 64, 128 or 192, value dim 64 or 128");
@@ -75,11 +75,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, 
   constexpr int G = Shape::kGroup, D = kHeadDim, BM = Shape::kBlockM, BN = Shape::kBlockN;
   constexpr int CPR = Shape::kChunksPerRow, VCPR = Shape::kVChunksPerRow;
 
-  const int seq = blockIdx.y, kv_head = blockIdx.z;
+  const PrefillTile block = prefill_tile<kKvHeads>(heads_inner);
+  const int seq = block.seq, kv_head = block.kv_head, tile = block.tile;
   kv.bind(seq);
   const int q_begin = query_start[seq];
   const int rows = (query_start[seq + 1] - q_begin) * G;
-  const int tile = gridDim.x - 1 - blockIdx.x;  // the longest (latest) query tiles start first
   if (tile * BM >= rows) return;
 
   extern __shared__ float4 smem_f4[];

@@ -49,17 +49,47 @@ __device__ __forceinline__ void prefill_row_positions(const int* positions, int 
   }
 }
 
+// A block's sequence, KV head and row tile, the tiles counted from the last: the longest (latest)
+// start first. Two orders of the rest (`heads_inner`, launch_prefill_rows's choice):
+//   heads inner: grid (sequences × KV heads, tiles): each tile of every head before the next tile,
+//     close to the longest-first schedule. Where a head has fewer tiles than the GPU has SMs, each
+//     head's tiles in a row left the last heads' longest tiles to start near the end.
+//   heads outer: grid (tiles, sequences × KV heads): a head's tiles in a row, so that the blocks in
+//     flight share the keys and values of one or two heads in L2.
+// bench_kernels --prefill-only on an H200, heads outer / inner (bench/RESULTS.md 2026-11-29):
+// DeepSeek-V2's expanded 16 heads × 192 / 128 at 2,048 tokens (16 tiles a head) 176 / 259 TFLOP/s,
+// at 8,192 (64) 302 / 329; 32 heads over 8 × 128 at 8,192 (256 tiles) 477 / 473 and at 32,768
+// (1,024) 479 / 473; at 2,048 (64 tiles) 311 (the eleventh session's) / 349.
+struct PrefillTile {
+  int seq, kv_head, tile;
+};
+
+template <int kKvHeads>
+__device__ __forceinline__ PrefillTile prefill_tile(bool heads_inner) {
+  const int pair = static_cast<int>(heads_inner ? blockIdx.x : blockIdx.y);
+  const int tiles = static_cast<int>(heads_inner ? gridDim.y : gridDim.x);
+  const int from_last = static_cast<int>(heads_inner ? blockIdx.y : blockIdx.x);
+  return {pair / kKvHeads, pair % kKvHeads, tiles - 1 - from_last};
+}
+
+// Heads inner up to this many row tiles a (sequence, KV head): about the SMs of a GPU.
+constexpr long long kHeadsInnerTiles = 128;
+
 // The launch of a tensor-core prefill kernel (kKernel, of Shape): one block per Shape::kBlockM rows
-// of a sequence and KV head, the last row tiles first (the kernels take blockIdx.x from the end).
-// `extra`: the kernel's arguments after the scale, if it has more.
+// of a sequence and KV head, in prefill_tile's order (a grid's y counts up to 65,535: heads inner
+// only with few tiles; heads outer puts the sequences × KV heads there). `extra`: the kernel's
+// arguments after heads_inner, if it has more.
 template <auto kKernel, class Shape, int kKvHeads, class Kv, class... Extra>
 void launch_prefill_rows(const bf16* q_rows, const Kv& kv, bf16* out, const int* query_start, const int* positions,
                          int num_seqs, int max_query_len, float scale, cudaStream_t stream, Extra... extra) {
   allow_dynamic_smem_once<kKernel, Shape::kSmemBytes>();
   const long long rows = static_cast<long long>(max_query_len) * Shape::kGroup;
-  const dim3 grid(static_cast<unsigned>(ceil_div_ll(rows, Shape::kBlockM)), num_seqs, kKvHeads);
+  const auto tiles = static_cast<unsigned>(ceil_div_ll(rows, Shape::kBlockM));
+  const auto pairs = static_cast<unsigned>(num_seqs * kKvHeads);
+  const bool heads_inner = tiles <= kHeadsInnerTiles;
+  const dim3 grid = heads_inner ? dim3(pairs, tiles) : dim3(tiles, pairs);
   KILN_LAUNCH(kKernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_rows, kv, out, query_start, positions,
-              scale * kLog2e, extra...);
+              scale * kLog2e, heads_inner, extra...);
 }
 
 }  // namespace kiln::detail

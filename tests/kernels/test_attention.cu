@@ -170,6 +170,9 @@ TEST_CASE("attention, prefill: the mma.sync kernel (GPUs without wgmma)", "[atte
   check_prefill<llama1b::kAttention, true>(mixed);
   check_prefill<qwen06::kAttention, true>(mixed);
   check_prefill<kNoGqa, true>({{0, 129}, {200, 64}});
+  // 2,100 tokens of 4 heads a KV head: 132 tiles of 64 rows, past kHeadsInnerTiles, so the blocks
+  // go a head's tiles in a row (prefill_rows.cuh's heads outer; every case above, heads inner).
+  check_prefill<llama1b::kAttention, true>({{0, 2100}, {40, 300}});
 }
 
 TEST_CASE("attention, decode: split-KV partitions and their merge", "[attention]") {
