@@ -29,8 +29,9 @@ __global__ void __launch_bounds__(256)
     const long long task = (warp * kSteps + s) * 2 + lane / 16;
     row[s] = task < tasks ? static_cast<int>(task / blocks) : -1;
     col[s] = static_cast<int>(task % blocks) * kFp8InputBlock + lane % 16 * 8;
-    raw[s] = row[s] >= 0 && row[s] < rows ? *reinterpret_cast<const uint4*>(in + static_cast<long long>(row[s]) * k + col[s])
-                                          : make_uint4(0u, 0u, 0u, 0u);
+    const bool real = row[s] >= 0 && row[s] < rows;
+    raw[s] = real ? *reinterpret_cast<const uint4*>(in + static_cast<long long>(row[s]) * k + col[s])
+                  : make_uint4(0u, 0u, 0u, 0u);
   }
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
@@ -72,7 +73,9 @@ __global__ void __launch_bounds__(kThreads) fp8_padding_rows_kernel(int rows, in
   if (i >= (padded - rows) * chunks) return;
   const int row = rows + i / chunks, chunk = i % chunks;
   *reinterpret_cast<uint4*>(out.codes + static_cast<long long>(row) * k + chunk * 16) = make_uint4(0u, 0u, 0u, 0u);
-  if (chunk * 16 % kFp8InputBlock == 0) out.scales[static_cast<long long>(chunk * 16 / kFp8InputBlock) * padded + row] = 1.0f;
+  if (chunk * 16 % kFp8InputBlock == 0) {
+    out.scales[static_cast<long long>(chunk * 16 / kFp8InputBlock) * padded + row] = 1.0f;
+  }
 }
 
 inline void launch_fp8_padding_rows(int rows, int k, Fp8Rows out, cudaStream_t stream) {
