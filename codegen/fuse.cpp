@@ -121,26 +121,23 @@ std::vector<Op*> block_ops(LayerBlock& block) {
   return out;
 }
 
-// The op that would write a projection's FP8 inputs in place of its rows, and that argument's
-// name: an RMSNorm, silu·mul or (the prefill runs prep_attention as its parts) the attention;
-// nullptr for any other.
-Op* fp8_producer(Op& op, const char*& arg) {
+// The op that would write a projection's FP8 inputs in place of its rows, and the argument that
+// names those rows (its FP8 inputs' argument: that name + "_fp8"): an RMSNorm, silu·mul or (the
+// prefill runs prep_attention as its parts) the attention; nullptr for any other.
+Op* fp8_producer(Op& op, std::string& rows_arg) {
   if (op.kind == OpKind::prep_attention && op.record().call(Phase::prefill).how == CallHow::parts) {
     for (Op& part : op.parts) {
-      if (part.kind == OpKind::attention) return fp8_producer(part, arg);
+      if (part.kind == OpKind::attention) return fp8_producer(part, rows_arg);
     }
     return nullptr;
   }
   switch (op.kind) {
-    case OpKind::rmsnorm: arg = "out_fp8"; return &op;
-    case OpKind::silu_mul: arg = "act_fp8"; return &op;
-    case OpKind::attention: arg = "out_fp8"; return &op;
+    case OpKind::rmsnorm:
+    case OpKind::attention: rows_arg = "out"; return &op;
+    case OpKind::silu_mul: rows_arg = "act"; return &op;
     default: return nullptr;
   }
 }
-
-// The rows an FP8 producer writes.
-const std::string& producer_rows(const Op& op) { return op.args.at(op.kind == OpKind::silu_mul ? "act" : "out"); }
 
 // Pairs an RMSNorm, silu·mul or attention with the projection right after it (FP8 inputs, above)
 // where the projection has fp8_gemm_shape and reads the op's rows over the same tokens, and no op
@@ -153,12 +150,12 @@ void pair_fp8_inputs(Graph& g) {
   for (size_t b = 0; b < g.blocks.size(); ++b) {
     const std::vector<Op*> body = block_ops(g.blocks[b]);
     for (size_t i = 0; i + 1 < body.size(); ++i) {
-      const char* arg = nullptr;
-      Op* const producer = fp8_producer(*body[i], arg);
+      std::string rows_arg;
+      Op* const producer = fp8_producer(*body[i], rows_arg);
       Op& next = *body[i + 1];
       if (!producer || next.kind != OpKind::linear || !body[i]->rank_case.empty() || !next.rank_case.empty()) continue;
       Op& op = *producer;
-      const std::string& rows = producer_rows(op);
+      const std::string& rows = op.args.at(rows_arg);
       if (next.args.at("in") != rows || op.rows != "T" || next.rows != "T") continue;
       if (!fp8_gemm_shape(g.value(next.shape.at("n")), g.value(next.shape.at("k")))) continue;
       // After the projection: the rest of the layer; then, unless that wrote the rows, both the
@@ -174,7 +171,7 @@ void pair_fp8_inputs(Graph& g) {
         if (read || read_before_written(epilogue, 0, rows, ended)) continue;
       }
       const std::string weight = next.args.at("weight");
-      op.args[arg] = weight;
+      op.args[rows_arg + "_fp8"] = weight;
       next.args["in_fp8"] = weight;
     }
   }
