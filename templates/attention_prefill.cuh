@@ -49,8 +49,9 @@ void launch_prefill(const bf16* q_rows, const Kv& kv, bf16* out, const int* quer
 // Where `out_fp8` is given (the prefill, codegen/fuse.cpp), the rows of the `tokens` tokens
 // (query_start[num_seqs]) go out as the FP8 inputs of the projection after the attention
 // (templates/fp8_rows.hpp) in place of `out`. The wgmma kernel writes them itself where a head is
-// one block of 128 columns (Qwen3's and Llama-3.1-8B's head dim); otherwise `out` is written and a
-// pass quantizes it, as cuda::linear would have.
+// one block of 128 columns (Qwen3's and Llama-3.1-8B's head dim) and the scales are per 128
+// columns; otherwise (a row's scale spans every head, which no block of the kernel sees) `out` is
+// written and a pass quantizes it, as cuda::linear would have.
 template <shape::attention S>
 void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const int* query_start,
                        const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,
@@ -74,7 +75,7 @@ void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const i
       constexpr int kOut = kHeads * kHeadDim;
       if constexpr (kHeadDim == kFp8InputBlock && kWholeChunks &&
                     detail::WgmmaPrefillShape<kHeads, kKvHeads, kHeadDim, kHeadDim>::kSupported) {
-        if (detail::wgmma_device()) {
+        if (detail::wgmma_device() && !out_fp8.row_scale) {
           detail::launch_fp8_padding_rows(tokens, kOut, out_fp8, stream);
           detail::launch_prefill_wgmma<kHeads, kKvHeads, kHeadDim, kHeadDim, kRow>(
               q_rows, kv, out, query_start, positions, num_seqs, max_query_len, scale, stream, out_fp8,

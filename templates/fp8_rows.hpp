@@ -9,6 +9,15 @@
 // x · (1 / scale) rounded to the nearest E4M3 (ties to even; the reciprocal and the product each
 // rounded to fp32), x the bf16 value the unfused op would have written: fused or not, the GEMM sees
 // the same bits (templates/blocks/fp8_quantize.cuh).
+//
+// Or per row (`row_scale`): one scale per token, max |x| over the whole row / 448, written in each
+// of the row's 128-column slots. That is the form of matrices quantized at load with one scale
+// (--quantize fp8, as vLLM's online FP8 does): cuBLASLt then multiplies per output channel × per
+// token (OUTER_VEC), 7% faster than its block-scaled kernel over Qwen3-8B's 2,048-token prefill on
+// an H200 (bench/RESULTS.md, eighteenth session), and reads the slots of the first 128 columns as
+// its vector of per-token scales. E4M3 is a float format: a value's relative rounding error is the
+// same under any scale while it stays within the 2^-6..448 normal range, which one scale for a
+// whole row (or matrix) moves only for values below about 2^-15 of the largest.
 #pragma once
 
 #include "templates/host_device.hpp"  // plain C++ (no system includes): NVRTC reads it too
@@ -29,6 +38,7 @@ KILN_HOST_DEVICE constexpr int fp8_gemm_rows(int rows) { return (rows + kFp8Gemm
 struct Fp8Rows {
   unsigned char* codes = nullptr;
   float* scales = nullptr;
+  bool row_scale = false;  // one scale per row (above), else one per 128 columns
   KILN_HOST_DEVICE explicit operator bool() const { return codes != nullptr; }
 };
 

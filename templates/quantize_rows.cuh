@@ -42,6 +42,54 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The same with one scale per row (Fp8Rows::row_scale): a block of kQuantizeRowThreads per row of
+// `padded`, 8 values a thread per 16-byte load. Up to kRowCached loads a thread stay in registers
+// between the row's largest value and its codes (rows up to 16,384 columns); the rest of a longer
+// row is read again. (A template so that each translation unit may hold it.)
+constexpr int kQuantizeRowThreads = 256;
+template <int kRowCached>
+__global__ void __launch_bounds__(kQuantizeRowThreads)
+    quantize_rows_fp8_row_scale_kernel(const bf16* __restrict__ in, int rows, int padded, int k, Fp8Rows out) {
+  pdl_release_and_wait();
+  const long long r = blockIdx.x;
+  const int vectors = k / 8;
+  const bool real = r < rows;  // the same for the whole block
+  const bf16* row = in + r * k;
+  uint4 raw[kRowCached];
+#pragma unroll
+  for (int c = 0; c < kRowCached; ++c) {
+    const int v = c * kQuantizeRowThreads + static_cast<int>(threadIdx.x);
+    raw[c] = real && v < vectors ? *reinterpret_cast<const uint4*>(row + v * 8) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  float amax = 0.0f, values[8];
+#pragma unroll
+  for (int c = 0; c < kRowCached; ++c) {
+    unpack_bf16<8>(raw[c], values);
+    amax = fmaxf(amax, fp8_amax<8>(values));
+  }
+  for (int v = kRowCached * kQuantizeRowThreads + static_cast<int>(threadIdx.x); real && v < vectors; v += kQuantizeRowThreads) {
+    unpack_bf16<8>(*reinterpret_cast<const uint4*>(row + v * 8), values);
+    amax = fmaxf(amax, fp8_amax<8>(values));
+  }
+  __shared__ float scratch[kQuantizeRowThreads / 32];
+  const float scale = fp8_row_scale<kQuantizeRowThreads>(amax, scratch);
+  unsigned char* codes = out.codes + r * k;
+#pragma unroll
+  for (int c = 0; c < kRowCached; ++c) {
+    const int v = c * kQuantizeRowThreads + static_cast<int>(threadIdx.x);
+    if (v < vectors) {
+      unpack_bf16<8>(raw[c], values);
+      store_fp8_codes<8>(values, scale, codes + v * 8);
+    }
+  }
+  for (int v = kRowCached * kQuantizeRowThreads + static_cast<int>(threadIdx.x); v < vectors; v += kQuantizeRowThreads) {
+    const uint4 again = real ? *reinterpret_cast<const uint4*>(row + v * 8) : make_uint4(0u, 0u, 0u, 0u);
+    unpack_bf16<8>(again, values);
+    store_fp8_codes<8>(values, scale, codes + v * 8);
+  }
+  store_fp8_row_scale<kQuantizeRowThreads>(scale, out, k, padded, r);
+}
+
 // Tasks (row, block) from which a warp takes four pairs (the GPU test's 300 rows of 8,192 columns
 // do; its 17, and 300 of 2,048, take one).
 constexpr long long kManyQuantizeTasks = 8192;
@@ -49,6 +97,10 @@ constexpr long long kManyQuantizeTasks = 8192;
 // rows × k bf16 (k a multiple of 128, `in` 16-byte aligned) -> `out`'s fp8_gemm_rows(rows) rows.
 inline void launch_quantize_rows_fp8(const bf16* in, int rows, int k, Fp8Rows out, cudaStream_t stream) {
   const int padded = fp8_gemm_rows(rows);
+  if (out.row_scale) {
+    KILN_LAUNCH(quantize_rows_fp8_row_scale_kernel<8>, padded, kQuantizeRowThreads, 0, stream, in, rows, padded, k, out);
+    return;
+  }
   const long long tasks = static_cast<long long>(padded) * (k / kFp8InputBlock);
   // Four pairs of blocks a warp where there are many (a prefill chunk's thousands of rows); one
   // where there are few, which more warps cover sooner (16 rows of 4,096: 4.9 µs in four, 2.7 in

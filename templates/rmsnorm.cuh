@@ -13,8 +13,9 @@ namespace kiln {
 namespace detail {
 
 // One block per row of `padded`: the rows past `rows` write zero codes with scale 1. A 128-column
-// block of the row is one warp's (4 values a lane).
-template <int kDim, int kVec, int kThreads>
+// block of the row is one warp's (4 values a lane); with kRowScale the whole block's values share
+// one scale (templates/fp8_rows.hpp).
+template <int kDim, int kVec, int kThreads, bool kRowScale>
 __global__ void __launch_bounds__(kThreads) rmsnorm_fp8_kernel(const float* __restrict__ x, const bf16* __restrict__ weight,
                                                                Fp8Rows out, int rows, int padded, float eps) {
   constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
@@ -27,12 +28,26 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fp8_kernel(const float* __re
   if (r < rows) {  // the same for the whole block
     rmsnorm_row<kDim, kVec, kThreads>(x + static_cast<long long>(r) * kDim, w, eps, y);
   }
+  float amax = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + threadIdx.x) * kVec;
-    if (i < kDim) {  // whole warps (kDim is whole blocks of 128)
-      round_to_bf16<kVec>(y[s]);
-      store_fp8_block_part<kVec>(y[s], out, kDim, padded, r, i);
+    round_to_bf16<kVec>(y[s]);
+    amax = fmaxf(amax, fp8_amax<kVec>(y[s]));  // zeros past kDim
+  }
+  if constexpr (kRowScale) {
+    __shared__ float scratch[kThreads / 32];
+    const float scale = fp8_row_scale<kThreads>(amax, scratch);
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = (s * kThreads + threadIdx.x) * kVec;
+      if (i < kDim) store_fp8_codes<kVec>(y[s], scale, out.codes + static_cast<long long>(r) * kDim + i);
+    }
+    store_fp8_row_scale<kThreads>(scale, out, kDim, padded, r);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = (s * kThreads + threadIdx.x) * kVec;
+      if (i < kDim) store_fp8_block_part<kVec>(y[s], out, kDim, padded, r, i);  // whole warps (kDim is whole blocks of 128)
     }
   }
 }
@@ -58,7 +73,8 @@ void rmsnorm(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int
     if (out_fp8) {
       if (rows <= 0) return;
       using Shape = detail::RmsnormShape<S.dim>;
-      auto kernel = detail::rmsnorm_fp8_kernel<S.dim, Shape::kVec, Shape::kThreads>;
+      auto kernel = out_fp8.row_scale ? detail::rmsnorm_fp8_kernel<S.dim, Shape::kVec, Shape::kThreads, true>
+                                      : detail::rmsnorm_fp8_kernel<S.dim, Shape::kVec, Shape::kThreads, false>;
       const int padded = fp8_gemm_rows(rows);
       KILN_LAUNCH(kernel, padded, Shape::kThreads, 0, stream, x, weight, out_fp8, rows, padded, S.eps);
       return;

@@ -63,6 +63,10 @@ KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
 struct GpuMatrix {
   const void* data = nullptr;
   MatrixFormat format = MatrixFormat::bf16;
+  // FP8 quantized at load with one scale for the whole matrix (every block's scale holds it too):
+  // that scale, which the prefill's per-token FP8 GEMM takes from the host (runtime/cuda/gemm.hpp);
+  // 0 for every other matrix.
+  float fp8_scale = 0.0f;
 };
 
 struct CpuMatrix {

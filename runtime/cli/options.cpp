@@ -198,8 +198,8 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
                "launch each kernel plainly, after the one before has ended, instead of as a programmatic "
                "dependent that starts during its last blocks (to measure what that buys)");
   app.add_option("--quantize", o.quantize,
-                 "fp8: quantize every matrix (projections, LM head, embedding table) to FP8 E4M3 at load, a scale "
-                 "per 128 rows × 128 columns (one GPU, or --backend ref to compare with; an FP8 checkpoint needs no "
+                 "fp8: quantize every matrix (projections, LM head, embedding table) to FP8 E4M3 at load, one scale "
+                 "a matrix (one GPU, or --backend ref to compare with; an FP8 checkpoint needs no "
                  "flag)")
       ->check(CLI::IsMember({"none", "fp8"}))->capture_default_str();
   app.add_flag("--profile", o.profile,

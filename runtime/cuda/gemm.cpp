@@ -10,6 +10,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -38,18 +39,23 @@ const char* mode_name(LinearOut mode) {
   return "unknown";
 }
 
+// The longest weight (n) an FP8 GEMM with per-token scales takes: the length of the vector of
+// ones that stands for its per-channel scales (Llama-3.1-70B's gate|up is 57,344).
+constexpr int kMaxOuterN = 1 << 18;
+
 // Operand alignments are part of the key: cuBLASLt picks kernels by them. fp8: E4M3 operands with
-// block scales (run_fp8), else bf16.
+// block scales (run_fp8), else bf16; fp8_outer: E4M3 with one scale per weight and per token.
 struct ShapeKey {
   int n, k;
   LinearOut mode;
   uint32_t align_in, align_weight, align_out;
   bool fp8 = false;
+  bool fp8_outer = false;
   bool operator<(const ShapeKey& o) const {
-    return std::tie(n, k, mode, align_in, align_weight, align_out, fp8) <
-           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.fp8);
+    return std::tie(n, k, mode, align_in, align_weight, align_out, fp8, fp8_outer) <
+           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.fp8, o.fp8_outer);
   }
-  cudaDataType_t in_type() const { return fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
+  cudaDataType_t in_type() const { return fp8 || fp8_outer ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
   cudaDataType_t out_type() const { return mode == LinearOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 };
 
@@ -113,6 +119,9 @@ struct ShapePlan {
 struct GemmRunner::State {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
+  // kMaxOuterN ones: the per-channel scales of the per-token FP8 GEMMs (cuBLASLt wants the vector
+  // aligned: 4 bytes past an alignment it returned NOT_SUPPORTED).
+  float* ones = nullptr;
   std::map<ShapeKey, ShapePlan> plans;
 
   // The plan of a shape and the layouts of a row count, built on first use. The first use of a
@@ -153,7 +162,19 @@ struct GemmRunner::State {
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose),
           "cublasLtMatmulDescSetAttribute(TRANSB)", key, 0);
     check(cublasLtMatrixLayoutCreate(&p.a, key.in_type(), key.k, key.n, key.k), "cublasLtMatrixLayoutCreate(A)", key, 0);
-    if (key.fp8) {
+    if (key.fp8_outer) {
+      // One scale for the whole weight and one per token: cuBLASLt's per-channel × per-token
+      // (OUTER_VEC) kernel, with the channels' vector all ones and the weight's scale as alpha (from
+      // the host: with alpha a device pointer the same GEMM ran 14% slower). cuBLASLt 13.1 has no
+      // kernel for a scalar weight scale beside per-token ones, nor for per-token ones beside 128 ×
+      // 128 blocks (probed on an H200, bench/RESULTS.md eighteenth session).
+      const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode),
+            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)", key, 0);
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode),
+            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)", key, 0);
+      set_scales(key, p, ones, static_cast<const float*>(workspace));
+    } else if (key.fp8) {
       // The weight's scales per 128 × 128 block ([n / 128][k / 128]: templates/weight_matrix.hpp's
       // fp8 layout), the input's per 128 columns of a row ([k / 128][rows]: templates/fp8_rows.hpp). Both
       // layouts found by a probe against a reference on an H200 (cuBLASLt 13.1). The pointers are
@@ -190,7 +211,7 @@ struct GemmRunner::State {
     }
     for (const auto& candidate : candidates) {
       bool runs_everywhere = true;
-      for (int rows : key.fp8 ? std::span<const int>(kFp8ProbeRows) : std::span<const int>(kProbeRows)) {
+      for (int rows : key.fp8 || key.fp8_outer ? std::span<const int>(kFp8ProbeRows) : std::span<const int>(kProbeRows)) {
         const RowLayouts probe(key, rows);
         cublasLtMatmulHeuristicResult_t r{};
         runs_everywhere = cublasLtMatmulAlgoCheck(handle, op, a, probe.b, probe.d, probe.d, &candidate.algo, &r) ==
@@ -252,10 +273,20 @@ GemmRunner::GemmRunner() : state_(std::make_unique<State>()) {
     cublasLtDestroy(state_->handle);
     fail("cudaMalloc of the 32 MiB cuBLASLt workspace failed: ", cudaGetErrorString(status));
   }
+  const std::vector<float> ones(kMaxOuterN, 1.0f);
+  cudaError_t made = cudaMalloc(&state_->ones, ones.size() * 4);
+  if (made == cudaSuccess) made = cudaMemcpy(state_->ones, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
+  if (made != cudaSuccess) {
+    cudaFree(state_->ones);
+    cudaFree(state_->workspace);
+    cublasLtDestroy(state_->handle);
+    fail("cudaMalloc of the FP8 GEMM's scale vector failed: ", cudaGetErrorString(made));
+  }
 }
 
 GemmRunner::~GemmRunner() {
   state_->plans.clear();
+  cudaFree(state_->ones);
   cudaFree(state_->workspace);
   cublasLtDestroy(state_->handle);
 }
@@ -275,17 +306,22 @@ void GemmRunner::run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void*
 }
 
 void GemmRunner::run_fp8(const uint8_t* in, const float* in_scales, const uint8_t* weight, const float* weight_scales,
-                         void* out, int rows, int n, int k, LinearOut mode, cudaStream_t stream) {
+                         float weight_scale, void* out, int rows, int n, int k, LinearOut mode, cudaStream_t stream) {
   if (rows == 0) return;
   if (rows < 0 || rows % kFp8GemmRows != 0 || n <= 0 || k <= 0 || !fp8_gemm_shape(n, k)) {
     fail("gemm_fp8: expected rows a multiple of ", kFp8GemmRows, ", n a multiple of 128 and k of 512; got rows=", rows,
          " n=", n, " k=", k);
   }
+  const bool per_token = weight_scale > 0.0f;
+  if (per_token && n > kMaxOuterN) {
+    fail("gemm_fp8: a weight of one scale takes n <= ", kMaxOuterN, " (got n=", n, ", k=", k, ")");
+  }
   ShapeKey key{n, k, mode, alignment_of(in), alignment_of(weight), alignment_of(out)};
-  key.fp8 = true;
+  key.fp8 = !per_token;
+  key.fp8_outer = per_token;
   const auto [p, l] = state_->plan(key, rows);
-  state_->set_scales(key, p, weight_scales, in_scales);
-  const float alpha = 1.0f;
+  state_->set_scales(key, p, per_token ? state_->ones : weight_scales, in_scales);
+  const float alpha = per_token ? weight_scale : 1.0f;
   check(cublasLtMatmul(state_->handle, p.op, &alpha, weight, p.a, in, l.b, &p.beta, out, l.d, out, l.d, &p.algo,
                        state_->workspace, kWorkspaceBytes, stream),
         "cublasLtMatmul (FP8)", key, rows);

@@ -31,8 +31,11 @@ class GemmRunner {
   // The same over E4M3 operands: the weight [n, k] (rows as stored: k bytes apart) with its scales
   // per 128 × 128 block, the input [rows, k] with its scales per 128 columns of a row
   // (templates/fp8_rows.hpp); n and k as fp8_gemm_shape takes them, rows a multiple of kFp8GemmRows.
-  void run_fp8(const uint8_t* in, const float* in_scales, const uint8_t* weight, const float* weight_scales, void* out,
-               int rows, int n, int k, LinearOut mode, cudaStream_t stream);
+  // weight_scale > 0: the weight has that one scale (GpuMatrix::fp8_scale; weight_scales is not
+  // read) and each input row's slots hold the row's one scale (those of its first 128 columns are
+  // read): cuBLASLt's per-token GEMM.
+  void run_fp8(const uint8_t* in, const float* in_scales, const uint8_t* weight, const float* weight_scales,
+               float weight_scale, void* out, int rows, int n, int k, LinearOut mode, cudaStream_t stream);
 
  private:
   struct State;
@@ -50,9 +53,10 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16
 // Where the prefill multiplies `weight` in FP8 (an FP8 matrix, and the step's buffers hold FP8
 // inputs): those inputs' rows, which the op before the projection may write in place of its bf16
 // rows (codegen/fuse.cpp pairs them); empty otherwise. For a projection of fp8_gemm_shape only.
+// Scaled per row where the matrix has one scale (GpuMatrix::fp8_scale), else per 128 columns.
 inline Fp8Rows fp8_inputs_for(const CudaContext& ctx, GpuMatrix weight) {
   if (weight.format != MatrixFormat::fp8 || ctx.fp8_inputs == nullptr) return {};
-  return {ctx.fp8_inputs, ctx.fp8_input_scales};
+  return {ctx.fp8_inputs, ctx.fp8_input_scales, weight.fp8_scale > 0.0f};
 }
 
 // The same over a projection as the generated weights hold it: an FP8 matrix of fp8_gemm_shape
@@ -64,14 +68,19 @@ inline Fp8Rows fp8_inputs_for(const CudaContext& ctx, GpuMatrix weight) {
 template <shape::linear S, typename Out>
 void linear(const CudaContext& ctx, const __nv_bfloat16* in, Fp8Rows in_fp8, GpuMatrix weight, Out* out, int tokens) {
   if constexpr (fp8_gemm_shape(S.n, S.k)) {
-    if (fp8_inputs_for(ctx, weight) && tokens > 0) {
+    const Fp8Rows rows = fp8_inputs_for(ctx, weight);
+    if (rows && tokens > 0) {
       // The output's rows past `tokens` up to the padded count are written too (with the sums of
       // zero inputs): ctx.fp8_inputs is set where every step's buffers hold those rows.
-      if (!in_fp8) quantize_rows_fp8(in, tokens, S.k, ctx.fp8_inputs, ctx.fp8_input_scales, ctx.stream);
+      if (!in_fp8) {
+        quantize_rows_fp8(in, tokens, S.k, rows, ctx.stream);
+      } else if (in_fp8.row_scale != rows.row_scale) {
+        fail("internal: linear n=", S.n, " k=", S.k, " was given FP8 inputs of the other scaling");
+      }
       const auto* matrix = static_cast<const uint8_t*>(weight.data);
-      ctx.gemm->run_fp8(ctx.fp8_inputs, ctx.fp8_input_scales, matrix,
-                        reinterpret_cast<const float*>(matrix + quant_scales_offset(MatrixFormat::fp8, S.n, S.k)), out,
-                        fp8_gemm_rows(tokens), S.n, S.k, S.out, ctx.stream);
+      ctx.gemm->run_fp8(rows.codes, rows.scales, matrix,
+                        reinterpret_cast<const float*>(matrix + quant_scales_offset(MatrixFormat::fp8, S.n, S.k)),
+                        weight.fp8_scale, out, fp8_gemm_rows(tokens), S.n, S.k, S.out, ctx.stream);
       return;
     }
   }

@@ -67,7 +67,8 @@ struct WeightSpec {
 // says which (MatrixFormat::bf16 for every other tensor, and for the reference's fp32 rows).
 class WeightTable {
  public:
-  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format);  // replaces an earlier one
+  // Replaces an earlier one. fp8_scale: GpuMatrix's (an FP8 matrix of one scale), else 0.
+  void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format, float fp8_scale = 0.0f);
   const void* get(const std::string& name, int64_t layer = -1) const;  // throws when absent
   MatrixFormat format(const std::string& name, int64_t layer = -1) const;
   template <typename T>
@@ -77,7 +78,10 @@ class WeightTable {
   // A projection as the generated Weights<T> holds it (templates/weight_matrix.hpp).
   template <typename T>
   Matrix<T> get_matrix(const std::string& name, int64_t layer = -1) const {
-    return Matrix<T>{get(name, layer), format(name, layer)};
+    const Entry& e = find(name, layer);
+    Matrix<T> m{e.data, e.format};
+    if constexpr (requires { m.fp8_scale; }) m.fp8_scale = e.fp8_scale;
+    return m;
   }
 
  private:
@@ -85,6 +89,7 @@ class WeightTable {
     std::string key;  // "name#layer"
     const void* data;
     MatrixFormat format;
+    float fp8_scale;
   };
   const Entry& find(const std::string& name, int64_t layer) const;
   std::vector<Entry> entries_;

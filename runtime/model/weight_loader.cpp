@@ -447,10 +447,11 @@ class Loader {
     std::string error_;
   };
 
-  // The staged bytes of a matrix filled in staging_blocks_ to its place, and the table's entry.
-  void write_staged(const Instance& inst, int64_t bytes) {
+  // The staged bytes of a matrix filled in staging_blocks_ to its place, and the table's entry
+  // (fp8_scale: WeightTable::set's).
+  void write_staged(const Instance& inst, int64_t bytes, float fp8_scale = 0.0f) {
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
-    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format);
+    result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format, fp8_scale);
     ++result_.tensors;
   }
 
@@ -524,8 +525,12 @@ class Loader {
   }
 
   // A matrix of FP8 values, 128-row block by block (blocks over the cores): each block's codes and
-  // scales as the checkpoint stores them (fp8_as_stored), or quantized from its values
-  // (quantize_fp8); then kept in the GPU's layout, or (the reference backend) as their f32 values.
+  // scales as the checkpoint stores them (fp8_as_stored), or quantized from its values with one
+  // scale for the whole matrix (fp8_tensor_scale; the prefill then multiplies per token:
+  // templates/fp8_rows.hpp), the values read once and held meanwhile (staging_values_), so that a
+  // checkpoint is read from disk once; then kept in the GPU's layout, or (the reference backend) as
+  // their f32 values. (Qwen3-8B's random weights load in 12.5 s so on an H200 host, 9.4 s with a
+  // scale per 128 × 128 block read once, 11 s read twice: bench/RESULTS.md, eighteenth session.)
   void fill_fp8(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1], scale_cols = fp8_scale_cols(k);
     const bool gpu = format_ == WeightFormat::gpu;
@@ -534,23 +539,38 @@ class Loader {
     const std::vector<StackedRow> rows = stacked_rows(pieces);
     FirstBadRow bad;
     const int64_t blocks = (n + kFp8BlockRows - 1) / kFp8BlockRows;
+    float tensor_scale = 0.0f;
+    if (inst.fp8_at_load) {
+      staging_values_.resize(static_cast<size_t>(n * k));
+      std::vector<float> block_amax(static_cast<size_t>(blocks), 0.0f);
+      parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          float amax = 0.0f;
+          for (int64_t r = t * kFp8BlockRows; r < std::min(n, (t + 1) * kFp8BlockRows); ++r) {
+            const StackedRow& row = rows[static_cast<size_t>(r)];
+            float* v = staging_values_.data() + r * k;
+            source_->read_rows(row.piece->hf_name, row.hf_row, 1, v);
+            for (int64_t c = 0; c < k; ++c) {
+              if (!std::isfinite(v[c])) return bad.note(row, std::string("holds ") + (std::isnan(v[c]) ? "NaN" : "Inf") + " in column " + std::to_string(c));
+              amax = std::max(amax, std::fabs(v[c]));
+            }
+          }
+          block_amax[static_cast<size_t>(t)] = amax;
+        }
+      });
+      bad.fail_if_any(*source_);
+      tensor_scale = fp8_tensor_scale(*std::max_element(block_amax.begin(), block_amax.end()));
+    }
     parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> values, scales(static_cast<size_t>(scale_cols));
+      std::vector<float> scales(static_cast<size_t>(scale_cols));
       std::vector<uint8_t> codes;
       for (int64_t t = begin; t < end; ++t) {
         const int64_t r0 = t * kFp8BlockRows, count = std::min<int64_t>(kFp8BlockRows, n - r0);
         codes.resize(static_cast<size_t>(count * k));
         if (inst.fp8_at_load) {
-          values.resize(static_cast<size_t>(count * k));
-          for (int64_t i = 0; i < count; ++i) {
-            const StackedRow& row = rows[static_cast<size_t>(r0 + i)];
-            float* v = values.data() + i * k;
-            source_->read_rows(row.piece->hf_name, row.hf_row, 1, v);
-            for (int64_t c = 0; c < k; ++c) {
-              if (!std::isfinite(v[c])) return bad.note(row, std::string("holds ") + (std::isnan(v[c]) ? "NaN" : "Inf") + " in column " + std::to_string(c));
-            }
-          }
-          quantize_fp8(values, count, k, codes, scales);
+          quantize_fp8(std::span<const float>(staging_values_.data() + r0 * k, static_cast<size_t>(count * k)), tensor_scale,
+                       codes);
+          std::fill(scales.begin(), scales.end(), tensor_scale);
         } else {  // as stored: the block lies in one piece and one of its blocks of rows
           const StackedRow& first = rows[static_cast<size_t>(r0)];
           const int64_t block_rows = source_->fp8_blocks(first.piece->hf_name)->rows;
@@ -582,7 +602,7 @@ class Loader {
       }
     });
     bad.fail_if_any(*source_);
-    write_staged(inst, bytes);
+    write_staged(inst, bytes, gpu ? tensor_scale : 0.0f);
     if (!gpu) return;
     result_.fp8_at_load += inst.fp8_at_load && streamed(inst);
     record_blocks(inst, bytes);
@@ -728,6 +748,7 @@ class Loader {
   std::vector<float> staging_f32_;
   std::vector<uint16_t> staging_bf16_;
   std::vector<std::byte> staging_blocks_;
+  std::vector<float> staging_values_;  // a matrix quantized to FP8 at load, as read (fill_fp8)
   LoadedWeights result_;
 };
 

@@ -30,12 +30,13 @@ namespace kiln {
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
 // FP8 on the GPU: a matrix an FP8 checkpoint stores in E4M3 keeps its codes and scales where its
 // blocks are 128 columns wide and its pieces whole blocks of 128 rows (the published checkpoints'
-// 128 × 128 blocks are); else, and under Quantize::fp8, it is quantized to FP8 at load. Neither
+// 128 × 128 blocks are); else, and under Quantize::fp8, it is quantized to FP8 at load, one scale for
+// the whole matrix. Neither
 // applies to routed experts or tensor-parallel slices (bf16).
 enum class WeightFormat { f32, bf16, gpu, cpu };
 
 // --quantize: fp8 quantizes every matrix (projections, LM head, embedding table) to FP8 at load
-// (128 × 128 blocks, quantize_fp8) on the GPU; the reference backend (f32) then computes with the
+// (one scale a matrix, quantize_fp8, kept in the 128 × 128 blocks' layout) on the GPU; the reference backend (f32) then computes with the
 // same values (code × scale), to compare with. The fast CPU backend has no FP8 kernels.
 enum class Quantize { none, fp8 };
 

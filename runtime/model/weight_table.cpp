@@ -8,16 +8,17 @@ std::string key(const std::string& name, int64_t layer) { return name + "#" + st
 }  // namespace
 
 // A second set of the same tensor replaces the first (a lookup would otherwise find the first).
-void WeightTable::set(const std::string& name, int64_t layer, const void* data, MatrixFormat format) {
+void WeightTable::set(const std::string& name, int64_t layer, const void* data, MatrixFormat format, float fp8_scale) {
   const std::string k = key(name, layer);
   for (Entry& e : entries_) {
     if (e.key == k) {
       e.data = data;
       e.format = format;
+      e.fp8_scale = fp8_scale;
       return;
     }
   }
-  entries_.push_back({k, data, format});
+  entries_.push_back({k, data, format, fp8_scale});
 }
 
 const WeightTable::Entry& WeightTable::find(const std::string& name, int64_t layer) const {

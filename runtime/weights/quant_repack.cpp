@@ -352,26 +352,16 @@ void set_fp8_scale(std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t j
   std::memcpy(matrix + fp8_scale_at(n, k, r, j), &scale, 4);
 }
 
-void quantize_fp8(std::span<const float> values, int64_t rows, int64_t k, std::span<uint8_t> codes,
-                  std::span<float> scales) {
-  const int64_t blocks = fp8_scale_cols(k);
-  if (static_cast<int64_t>(values.size()) != rows * k || codes.size() != values.size() ||
-      static_cast<int64_t>(scales.size()) != blocks) {
-    fail("internal: quantize_fp8 of ", values.size(), " values as ", rows, " rows of ", k);
-  }
+float fp8_tensor_scale(float amax) {
   constexpr float kLargest = 448.0f;
-  for (int64_t j = 0; j < blocks; ++j) {
-    const int64_t c0 = j * kFp8BlockCols, c1 = std::min<int64_t>(k, c0 + kFp8BlockCols);
-    float amax = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(values[r * k + c]));
-    }
-    const float scale = amax > 0.0f ? amax / kLargest : 1.0f;
-    scales[j] = scale;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = c0; c < c1; ++c) codes[r * k + c] = f32_to_f8e4m3(values[r * k + c] / scale);
-    }
+  return amax > 0.0f ? amax / kLargest : 1.0f;
+}
+
+void quantize_fp8(std::span<const float> values, float scale, std::span<uint8_t> codes) {
+  if (codes.size() != values.size() || !(scale > 0.0f) || !std::isfinite(scale)) {
+    fail("internal: quantize_fp8 of ", values.size(), " values into ", codes.size(), " codes with scale ", scale);
   }
+  for (size_t i = 0; i < values.size(); ++i) codes[i] = f32_to_f8e4m3(values[i] / scale);
 }
 
 float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c) {

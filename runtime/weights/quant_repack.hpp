@@ -46,11 +46,13 @@ void quantize_q8_0(std::span<const float> x, std::span<std::byte> out);
 void repack_fp8_row(std::span<const uint8_t> codes, int64_t n, int64_t k, int64_t r, std::byte* matrix);
 void set_fp8_scale(std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t j, float scale);
 
-// E4M3 codes of `rows` rows of k values (row-major) with one scale per 128 columns over all of them
-// (max |x| / 448, E4M3's largest, so that the largest value maps to 448; 1 for a block of zeros):
-// --quantize fp8, and FP8 checkpoints whose blocks the GPU's 128 × 128 cannot take as stored.
-void quantize_fp8(std::span<const float> values, int64_t rows, int64_t k, std::span<uint8_t> codes,
-                  std::span<float> scales);
+// FP8 quantized at load (--quantize fp8, and FP8 checkpoints whose blocks the GPU's 128 × 128 cannot
+// take as stored): one scale for the whole matrix, max |x| / 448 (E4M3's largest, so that the
+// largest value maps to 448; 1 for a matrix of zeros), as vLLM's online FP8 does, which lets the
+// prefill's GEMM run per token (templates/fp8_rows.hpp). Each code is x / scale rounded to the
+// nearest E4M3 (values.size() == codes.size()).
+float fp8_tensor_scale(float amax);
+void quantize_fp8(std::span<const float> values, float scale, std::span<uint8_t> codes);
 
 // Value (r, c) of a repacked matrix as the GEMV computes with it: quant · scale (tests).
 float matrix_value(MatrixFormat format, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t c);

@@ -1,6 +1,6 @@
 // The arithmetic of an input row's FP8 codes (templates/fp8_rows.hpp), one definition for every
-// kernel that writes them (quantize_rows.cu, rmsnorm.cuh, silu_mul.cuh), so that they write the
-// same bits.
+// kernel that writes them (quantize_rows.cuh, rmsnorm.cuh, silu_mul.cuh, the wgmma prefill
+// attention), so that they write the same bits.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -22,6 +22,15 @@ __device__ __forceinline__ float fp8_block_amax(float amax) {
   const unsigned mask = kGroupMask << (threadIdx.x % 32 / kLanes * kLanes);
 #pragma unroll
   for (int o = kLanes / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
+  return amax;
+}
+
+// The largest magnitude of kVec values.
+template <int kVec>
+__device__ __forceinline__ float fp8_amax(const float (&v)[kVec]) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(v[i]));
   return amax;
 }
 
@@ -66,12 +75,34 @@ template <int kVec>
 __device__ __forceinline__ void store_fp8_block_part(const float (&v)[kVec], Fp8Rows out, int k, int padded,
                                                      long long row, int col) {
   constexpr int kLanes = kFp8InputBlock / kVec;
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  const float scale = fp8_input_scale(fp8_block_amax<kLanes>(amax));
+  const float scale = fp8_input_scale(fp8_block_amax<kLanes>(fp8_amax<kVec>(v)));
   store_fp8_codes<kVec>(v, scale, out.codes + row * k + col);
   if (col % kFp8InputBlock == 0) out.scales[static_cast<long long>(col / kFp8InputBlock) * padded + row] = scale;
+}
+
+// Row scales (Fp8Rows::row_scale): a block of kThreads threads holds the row, each thread the largest
+// magnitude of its own values in `amax`; every thread gets the row's scale. `scratch` holds
+// kThreads / 32 floats; the call ends with the block synchronized so scratch can be reused.
+template <int kThreads>
+__device__ __forceinline__ float fp8_row_scale(float amax, float* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "fp8_row_scale: whole warps, at most 1024 threads");
+  amax = warp_max(amax);
+  if constexpr (kThreads > 32) {
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) amax = fmaxf(amax, scratch[w]);
+    __syncthreads();
+  }
+  return fp8_input_scale(amax);
+}
+
+// The row's scale into each of its k / 128 slots, by the block's kThreads threads.
+template <int kThreads>
+__device__ __forceinline__ void store_fp8_row_scale(float scale, Fp8Rows out, int k, int padded, long long row) {
+  for (int j = static_cast<int>(threadIdx.x); j < k / kFp8InputBlock; j += kThreads) {
+    out.scales[static_cast<long long>(j) * padded + row] = scale;
+  }
 }
 
 }  // namespace kiln::detail

@@ -21,17 +21,22 @@ struct Fp8Inputs {
   std::vector<float> scales;   // [k / 128][padded]
 };
 
-// From x, rows × k values (bf16 values, as floats).
-inline Fp8Inputs expected_fp8_inputs(const std::vector<float>& x, int rows, int k) {
+// From x, rows × k values (bf16 values, as floats): per 128 columns, or (row_scale) one scale a row
+// in each of its 128-column slots.
+inline Fp8Inputs expected_fp8_inputs(const std::vector<float>& x, int rows, int k, bool row_scale = false) {
   Fp8Inputs want;
   want.padded = fp8_gemm_rows(rows);
   want.codes.assign(static_cast<size_t>(want.padded) * k, 0);  // padding rows: zero codes, scale 1
   want.scales.assign(static_cast<size_t>(want.padded) * k / kFp8InputBlock, 1.0f);
   for (int t = 0; t < rows; ++t) {
+    const float* row = x.data() + static_cast<size_t>(t) * k;
+    float row_amax = 0.0f;
+    for (int i = 0; i < k; ++i) row_amax = std::max(row_amax, std::fabs(row[i]));
     for (int b = 0; b < k / kFp8InputBlock; ++b) {
-      const float* v = x.data() + static_cast<size_t>(t) * k + b * kFp8InputBlock;
+      const float* v = row + b * kFp8InputBlock;
       float amax = 0.0f;
       for (int i = 0; i < kFp8InputBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
+      if (row_scale) amax = row_amax;
       const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
       want.scales[static_cast<size_t>(b) * want.padded + t] = scale;
       const float inverse = 1.0f / scale;
@@ -52,7 +57,7 @@ struct Fp8InputBuffers {
     codes.poison();
     scales.poison();
   }
-  Fp8Rows rows() { return {codes.get(), scales.get()}; }
+  Fp8Rows rows(bool row_scale = false) { return {codes.get(), scales.get(), row_scale}; }
 };
 
 inline void check_fp8_inputs(const std::string& what, Fp8InputBuffers& got, const Fp8Inputs& want) {
@@ -62,24 +67,29 @@ inline void check_fp8_inputs(const std::string& what, Fp8InputBuffers& got, cons
 }
 
 // An op's FP8 output against its plain one: `plain()` writes its bf16 rows into `out`, `fused(rows)`
-// the same rows as FP8 inputs in their place. Those must be the bf16 rows' codes and scales, bit for
-// bit (padding rows included), and `out` not written (unless `stages_in_out`: the op writes its
-// rows there first and quantizes them after).
+// the same rows as FP8 inputs in their place, scaled per 128 columns and then per row. Those must be
+// the bf16 rows' codes and scales, bit for bit (padding rows included), and `out` not written
+// (unless the op writes its rows there first and quantizes them after: `stages_blocks` /
+// `stages_rows` for each scaling).
 template <typename Plain, typename Fused>
 void check_fp8_output(const std::string& what, int rows, int k, DeviceBuffer<uint16_t>& out, Plain&& plain,
-                      Fused&& fused, bool stages_in_out = false) {
+                      Fused&& fused, bool stages_blocks = false, bool stages_rows = false) {
   plain();
   check_launch(what + " (bf16 rows)");
-  const Fp8Inputs want = expected_fp8_inputs(bf16_to_f32(out.download()), rows, k);
-  out.poison();
-  const std::vector<uint16_t> poisoned = out.download();
-  Fp8InputBuffers got(rows, k);
-  fused(got.rows());
-  check_launch(what);
-  check_fp8_inputs(what, got, want);
-  if (stages_in_out) return;
-  INFO(what << ": the bf16 rows not written");
-  CHECK(out.download() == poisoned);
+  const std::vector<float> values = bf16_to_f32(out.download());
+  for (const bool row_scale : {false, true}) {
+    const std::string which = what + (row_scale ? ", a scale a row" : ", a scale per 128 columns");
+    const Fp8Inputs want = expected_fp8_inputs(values, rows, k, row_scale);
+    out.poison();
+    const std::vector<uint16_t> poisoned = out.download();
+    Fp8InputBuffers got(rows, k);
+    fused(got.rows(row_scale));
+    check_launch(which);
+    check_fp8_inputs(which, got, want);
+    if (row_scale ? stages_rows : stages_blocks) continue;
+    INFO(which << ": the bf16 rows not written");
+    CHECK(out.download() == poisoned);
+  }
 }
 
 }  // namespace kiln::kernel_test

@@ -102,7 +102,8 @@ void check_prefill(const std::vector<std::pair<int, int>>& seqs) {
 
 // The prefill's rows written as o_proj's FP8 inputs (templates/fp8_rows.hpp): the codes and scales
 // of the bf16 rows the same call writes without them, bit for bit, the padding rows included; the
-// bf16 rows not written where the wgmma kernel writes the codes itself (head dim 128).
+// bf16 rows not written where the wgmma kernel writes the codes itself (head dim 128, a scale per
+// 128 columns).
 template <shape::attention S>
 void check_prefill_fp8(const std::vector<std::pair<int, int>>& seqs) {
   PrefillInputs<S> in(seqs, std::mt19937(9100 + S.heads * S.head_dim + static_cast<int>(seqs.size())));
@@ -110,7 +111,7 @@ void check_prefill_fp8(const std::vector<std::pair<int, int>>& seqs) {
   check_fp8_output(describe<S>(direct ? "attention_prefill into FP8 inputs" : "attention_prefill, then its FP8 inputs",
                                seqs),
                    in.p.step.num_tokens(), S.heads * S.head_dim, in.d_out, [&] { in.run(); },
-                   [&](Fp8Rows rows) { in.run(rows); }, !direct);
+                   [&](Fp8Rows rows) { in.run(rows); }, !direct, true);
 }
 
 template <shape::attention S>

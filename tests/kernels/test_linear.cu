@@ -275,13 +275,20 @@ TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
 // columns (templates/fp8_rows.hpp) and cuBLASLt's FP8 GEMM, against the same arithmetic on the CPU (each
 // input's code from f32_to_f8e4m3, every product summed in double). `written`: the op before wrote the FP8
 // inputs (quantize_rows_fp8 stands in for it) and cuda::linear is given them with no bf16 rows.
+// `row_scale`: a matrix of one scale, the inputs scaled per row, and cuBLASLt's per-token GEMM.
 template <shape::linear S>
-void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written) {
-  const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 3 * S.k + rows));
+void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written, bool row_scale = false) {
+  const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 3 * S.k + rows), row_scale);
   std::mt19937 rng(12000 + rows + S.n);
-  const auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
+  auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
+  if (row_scale && rows > 1) {  // blocks of a row far apart in size: a row's scale is not its blocks'
+    for (int c = 0; c < 128; ++c) {
+      uint16_t& v = in[static_cast<size_t>(S.k) + c];
+      v = kiln::f32_to_bf16(64.0f * kiln::bf16_to_f32(v));
+    }
+  }
   const auto residual = random_f32(static_cast<size_t>(rows) * S.n, rng, 10.0f);
-  const Fp8Inputs want = expected_fp8_inputs(bf16_to_f32(in), rows, S.k);
+  const Fp8Inputs want = expected_fp8_inputs(bf16_to_f32(in), rows, S.k, row_scale);
   const int padded = want.padded;
   std::vector<double> xq(static_cast<size_t>(rows) * S.k);  // the inputs as the GEMM sees them: code · scale
   for (int t = 0; t < rows; ++t) {
@@ -313,16 +320,19 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written) {
   ctx.gemm = &runner;
   ctx.fp8_inputs = inputs.codes.get();
   ctx.fp8_input_scales = inputs.scales.get();
-  const GpuMatrix matrix{d_matrix.get(), MatrixFormat::fp8};
+  const GpuMatrix matrix{d_matrix.get(), MatrixFormat::fp8, row_scale ? m.one_scale : 0.0f};
   auto* out = reinterpret_cast<Out<S>*>(d_out.get());
   if (written) {
-    cuda::quantize_rows_fp8(as_bf16(d_in), rows, S.k, inputs.codes.get(), inputs.scales.get(), nullptr);
+    cuda::quantize_rows_fp8(as_bf16(d_in), rows, S.k, inputs.rows(row_scale), nullptr);
     REQUIRE(cuda::fp8_inputs_for(ctx, matrix));
+    REQUIRE(cuda::fp8_inputs_for(ctx, matrix).row_scale == row_scale);
     cuda::linear<S>(ctx, nullptr, cuda::fp8_inputs_for(ctx, matrix), matrix, out, rows);
   } else {
     cuda::linear<S>(ctx, as_bf16(d_in), Fp8Rows{}, matrix, out, rows);
   }
-  const std::string what = describe<S>(written ? "cuBLASLt FP8, inputs written before" : "cuBLASLt FP8", rows);
+  const std::string path = std::string(written ? "cuBLASLt FP8, inputs written before" : "cuBLASLt FP8") +
+                           (row_scale ? ", per token" : ", per 128 columns");
+  const std::string what = describe<S>(path.c_str(), rows);
   check_launch(what);
   check_fp8_inputs(what, inputs, want);
   std::vector<Stored<S>> got = d_out.download();
@@ -345,6 +355,22 @@ TEST_CASE("linear, prefill: cuBLASLt's FP8 GEMM over FP8 matrices, the inputs qu
   for (int rows : {1, 17}) {
     check_fp8_gemm<llama1b::kLinearGateUpProj>(runner, rows, true);
     check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, true);
+  }
+}
+
+TEST_CASE("linear, prefill: cuBLASLt's per-token FP8 GEMM over matrices of one scale", "[linear]") {
+  cuda::GemmRunner runner;
+  for (int rows : {1, 17, 300}) {
+    check_fp8_gemm<llama1b::kLinearQkvProj>(runner, rows, false, true);
+    check_fp8_gemm<llama1b::kLinearDownProj>(runner, rows, false, true);
+    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, false, true);
+    check_fp8_gemm<shape::linear{.n = 256, .k = 1536, .out = LinearOut::store_f32, .sms = 132}>(runner, rows, false, true);
+    // Rows past 16,384 columns (quantize_rows reads their ends twice).
+    check_fp8_gemm<shape::linear{.n = 128, .k = 20480, .out = LinearOut::store_bf16, .sms = 132}>(runner, rows, true, true);
+  }
+  for (int rows : {1, 17}) {
+    check_fp8_gemm<llama1b::kLinearGateUpProj>(runner, rows, true, true);
+    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, true, true);
   }
 }
 

@@ -618,6 +618,8 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
     const auto [sink, w] = load(m->def, source, WeightFormat::gpu);
     REQUIRE(w.table.format("proj") == MatrixFormat::fp8);
     CHECK(w.fp8_at_load == 0);
+    // Block scales: the prefill's inputs then per 128 columns, beside the blocks.
+    CHECK(w.table.get_matrix<uint16_t>("proj").fp8_scale == 0.0f);
     CHECK(w.quantized_bytes == kiln::matrix_bytes(MatrixFormat::fp8, kFp8Rows, 256));
     CHECK(w.quantized_bytes == kFp8Rows * 256 + 2 * 2 * 4);  // the codes, and 2 × 2 blocks' scales
     const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
@@ -648,22 +650,27 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
       CHECK(w.fp8_at_load == 1);
       CHECK(kiln::weight_formats_text(w, "bf16").find("(1 quantized to FP8 at load)") != std::string::npos);
       const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
-      float block_max[2][2] = {};
+      float amax = 0.0f;
       for (int64_t r = 0; r < kFp8Rows; ++r) {
-        for (int64_t c = 0; c < 256; ++c) {
-          float& m_rc = block_max[r / 128][c / 128];
-          m_rc = std::max(m_rc, std::fabs(source_value(source, tensors, split, r, c)));
-        }
+        for (int64_t c = 0; c < 256; ++c) amax = std::max(amax, std::fabs(source_value(source, tensors, split, r, c)));
       }
-      int64_t far = 0;
+      CHECK(w.table.get_matrix<uint16_t>("proj").fp8_scale == amax / 448.0f);
+      int64_t far = 0, other_scale = 0;
       for (int64_t r = 0; r < kFp8Rows; ++r) {
         for (int64_t c = 0; c < 256; ++c) {
           const float x = source_value(source, tensors, split, r, c), v = kiln::matrix_value(MatrixFormat::fp8, matrix, kFp8Rows, 256, r, c);
           // E4M3 keeps 4 significant bits: half a step is 1/16 of the value, or (below 2^-6 of the
-          // scale) half the smallest step, scale · 2^-10; the scale being the block's max / 448.
-          far += std::fabs(v - x) > 1.001f * std::max(std::fabs(x) / 16, block_max[r / 128][c / 128] / 448 * 0x1p-10f);
+          // scale) half the smallest step, scale · 2^-10; the scale being the matrix's max / 448.
+          far += std::fabs(v - x) > 1.001f * std::max(std::fabs(x) / 16, amax / 448 * 0x1p-10f);
         }
       }
+      // One scale for the whole matrix: every block's.
+      for (int64_t b = 0; b < 4; ++b) {
+        float scale;
+        std::memcpy(&scale, matrix + kiln::quant_scales_offset(MatrixFormat::fp8, kFp8Rows, 256) + b * 4, 4);
+        other_scale += scale != amax / 448.0f;
+      }
+      CHECK(other_scale == 0);
       CHECK(far == 0);
     }
   }
@@ -673,6 +680,7 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
     const auto [sink, w] = load(m->def, *random, WeightFormat::gpu, kiln::Quantize::fp8);
     CHECK(w.table.format("proj") == MatrixFormat::fp8);
     CHECK(w.fp8_at_load == 1);
+    CHECK(w.table.get_matrix<uint16_t>("proj").fp8_scale > 0.0f);
     CHECK_KILN_ERROR(load(m->def, *random, WeightFormat::cpu, kiln::Quantize::fp8), "--quantize fp8", "fast CPU backend");
     CHECK_KILN_ERROR(load(m->def, *random, WeightFormat::bf16, kiln::Quantize::fp8), "--quantize fp8", "tensor-parallel");
   }

@@ -207,27 +207,31 @@ TEST_CASE("quant repack: FP8 rows stay as they are, a scale per 128 × 128 block
   CHECK(wrong == 0);
 }
 
-TEST_CASE("quant repack: quantize_fp8 maps each 128 columns' largest value to ±448, the rest to the nearest code", "[weights]") {
+TEST_CASE("quant repack: quantize_fp8 maps the matrix's largest value to ±448, the rest to the nearest code", "[weights]") {
   constexpr int64_t rows = 3, k = 160;
   std::vector<float> x(rows * k);
   for (int64_t i = 0; i < rows * k; ++i) x[i] = std::sin(static_cast<float>(i)) * (i % k < 128 ? 0.02f : 5.0f);
   for (int64_t c = 128; c < k; ++c) x[1 * k + c] = 0.0f;
-  x[2 * k + 5] = -0.5f;  // block 0's largest
+  x[2 * k + 5] = -7.5f;  // the largest
+  float amax = 0.0f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float scale = fp8_tensor_scale(amax);
+  CHECK(scale == 7.5f / 448.0f);
   std::vector<uint8_t> codes(x.size());
-  std::vector<float> scales(2);
-  quantize_fp8(x, rows, k, codes, scales);
-  CHECK(scales[0] == 0.5f / 448.0f);
+  quantize_fp8(x, scale, codes);
   CHECK(codes[2 * k + 5] == 0xFE);  // -448
+  int small_nonzero = 0;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       INFO("row " << r << " column " << c);
-      CHECK(codes[r * k + c] == f32_to_f8e4m3(x[r * k + c] / scales[c / 128]));
+      CHECK(codes[r * k + c] == f32_to_f8e4m3(x[r * k + c] / scale));
+      small_nonzero += c < 128 && (codes[r * k + c] & 0x7F) != 0;
     }
   }
-  std::vector<float> zeros(2 * 128, 0.0f);
-  std::vector<uint8_t> zero_codes(zeros.size(), 0xAA);
-  std::vector<float> zero_scale(1);
-  quantize_fp8(zeros, 2, 128, zero_codes, zero_scale);
-  CHECK(zero_scale[0] == 1.0f);
+  CHECK(small_nonzero > 300);  // values 375 times smaller than the largest keep their codes
+  CHECK(fp8_tensor_scale(0.0f) == 1.0f);
+  std::vector<uint8_t> zero_codes(4, 0xAA);
+  quantize_fp8(std::vector<float>(4, 0.0f), 1.0f, zero_codes);
   CHECK(std::all_of(zero_codes.begin(), zero_codes.end(), [](uint8_t v) { return v == 0; }));
+  CHECK_THROWS_WITH(quantize_fp8(std::vector<float>(4, 1.0f), 0.0f, zero_codes), Catch::Contains("scale 0"));
 }

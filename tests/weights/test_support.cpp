@@ -97,13 +97,17 @@ uint8_t random_finite_e4m3(std::mt19937& rng) {
   return v;
 }
 
-Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed) {
+Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed, bool one_scale) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> exponent(-12.0f, -4.0f);
   Fp8Matrix m{std::vector<std::byte>(static_cast<size_t>(matrix_bytes(MatrixFormat::fp8, n, k)), std::byte{0}),
               std::vector<float>(static_cast<size_t>(n * k))};
   std::vector<float> scales(static_cast<size_t>((n + kFp8BlockRows - 1) / kFp8BlockRows * fp8_scale_cols(k)));
   for (float& s : scales) s = std::exp2(exponent(rng));
+  if (one_scale) {
+    std::fill(scales.begin(), scales.end(), scales[0]);
+    m.one_scale = scales[0];
+  }
   std::vector<uint8_t> codes(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {

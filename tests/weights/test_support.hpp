@@ -106,12 +106,14 @@ uint8_t random_finite_e4m3(std::mt19937& rng);
 
 // An [n, k] matrix in the GPU's FP8 layout (repack_fp8_row / set_fp8_scale) with random codes (every
 // finite E4M3 code: zeros, subnormals, ±448) and per-block scales spread over [2^-12, 2^-4), and the
-// values it holds (code · scale), the same for the same seed.
+// values it holds (code · scale), the same for the same seed. `one_scale`: every block's scale the
+// same (a matrix quantized at load, quant_repack.hpp's quantize_fp8).
 struct Fp8Matrix {
   std::vector<std::byte> matrix;
   std::vector<float> values;
+  float one_scale = 0.0f;  // with `one_scale`: that scale
 };
-Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed);
+Fp8Matrix random_fp8_matrix(int64_t n, int64_t k, uint32_t seed, bool one_scale = false);
 
 // A GGUF image with knobs for every field, so each test breaks exactly one thing.
 // GGUF tensor type ids as a crafted file stores them (GgufBuilder::tensor's type argument).
