@@ -165,7 +165,7 @@ struct GemmRunner::State {
     if (key.fp8_outer) {
       // One scale for the whole weight and one per token: cuBLASLt's per-channel × per-token
       // (OUTER_VEC) kernel, with the channels' vector all ones and the weight's scale as alpha (from
-      // the host: with alpha a device pointer the same GEMM ran 14% slower). cuBLASLt 13.1 has no
+      // the host: with alpha a device pointer the same GEMM ran 16% slower). cuBLASLt 13.1 has no
       // kernel for a scalar weight scale beside per-token ones, nor for per-token ones beside 128 ×
       // 128 blocks (probed on an H200, bench/RESULTS.md eighteenth session).
       const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;

@@ -529,8 +529,10 @@ class Loader {
   // scale for the whole matrix (fp8_tensor_scale; the prefill then multiplies per token:
   // templates/fp8_rows.hpp), the values read once and held meanwhile (staging_values_), so that a
   // checkpoint is read from disk once; then kept in the GPU's layout, or (the reference backend) as
-  // their f32 values. (Qwen3-8B's random weights load in 12.5 s so on an H200 host, 9.4 s with a
-  // scale per 128 × 128 block read once, 11 s read twice: bench/RESULTS.md, eighteenth session.)
+  // their f32 values. Each block's largest value is kept in a local until the block's end: stored
+  // at every value into the shared vector (neighbouring blocks' slots share a cache line), Qwen3-8B's
+  // random weights took 12.5 s to load instead of 9.3 on an H200 host (bench/RESULTS.md, eighteenth
+  // session).
   void fill_fp8(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1], scale_cols = fp8_scale_cols(k);
     const bool gpu = format_ == WeightFormat::gpu;

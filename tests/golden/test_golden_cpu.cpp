@@ -56,6 +56,22 @@ TEST_CASE("every tiny model on the fast CPU backend agrees with HF under the top
   }
 }
 
+// --quantize fp8 quantizes every matrix with one scale (quant_repack.hpp's quantize_fp8); the
+// reference computes with those values, as the GPU's FP8 is tested against (test_golden_gpu, which
+// also checks that these models' matrices are FP8; tiny-deepseek-v2-lite's rows of 48 values take
+// none).
+TEST_CASE("quantizing to FP8 (--quantize fp8) on the reference backend keeps HF's greedy tokens under the top-5 rule", "[golden]") {
+  for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                            &models::tiny_smollm2::model_def(), &models::tiny_deepseek_v2::model_def()}) {
+    const golden::Fixture fixture = golden::load_fixture(m->info.name);
+    const auto source = open_safetensors_source(fixture.dir);
+    BackendOptions options;
+    options.quantize = Quantize::fp8;
+    const auto backend = make_ref_backend(*m, WeightOrigin{source.get(), 0}, options);
+    check_prompts(*m, *backend, fixture.prompts, "--quantize fp8 (reference) vs HF");
+  }
+}
+
 TEST_CASE("GGUF files in Q8_0, Q4_0 and Q4_1 run from their blocks on the fast CPU backend like the reference",
           "[golden]") {
   for (const uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1}) {
