@@ -73,7 +73,9 @@ std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
     case ArgSource::kv: return "kv";
     case ArgSource::ctx: return "ctx." + a.name;
     case ArgSource::fp8:
-      return op.args.count(a.name) ? "cuda::fp8_inputs_for(ctx, " + weight_expr(g, op.args.at(a.name)) + ")" : "Fp8Rows{}";
+      if (!op.args.count(a.name)) return "Fp8Rows{}";
+      return std::string(op.fp8_per_head ? "cuda::fp8_head_inputs_for(ctx, " : "cuda::fp8_inputs_for(ctx, ") +
+             weight_expr(g, op.args.at(a.name)) + ")";
     case ArgSource::step:
       if (a.name == "step") return "step";
       if (gpu) return "step." + a.name;

@@ -173,6 +173,7 @@ void pair_fp8_inputs(Graph& g) {
       const std::string weight = next.args.at("weight");
       op.args[rows_arg + "_fp8"] = weight;
       next.args["in_fp8"] = weight;
+      op.fp8_per_head = next.fp8_per_head = op.kind == OpKind::attention;
     }
   }
 }

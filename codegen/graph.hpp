@@ -59,6 +59,9 @@ struct Op {
   // them one by one, the CUDA forward runs one kernel.
   std::vector<Op> parts;
   std::string kernel;    // its wrapper's name in kernels.cu; ops with the same rendered call share one
+  // FP8 inputs (pair_fp8_inputs) written by an op that sees a row one head at a time (the
+  // attention), so scaled per 128 columns whatever the matrix's scale: set on it and its projection.
+  bool fp8_per_head = false;
 
   const OpRecord& record() const { return codegen::record(kind); }
   // Buffers (in the record's argument order) and weight fields bound to its arguments.

@@ -50,8 +50,9 @@ void launch_prefill(const bf16* q_rows, const Kv& kv, bf16* out, const int* quer
 // (query_start[num_seqs]) go out as the FP8 inputs of the projection after the attention
 // (templates/fp8_rows.hpp) in place of `out`. The wgmma kernel writes them itself where a head is
 // one block of 128 columns (Qwen3's and Llama-3.1-8B's head dim) and the scales are per 128
-// columns; otherwise (a row's scale spans every head, which no block of the kernel sees) `out` is
-// written and a pass quantizes it, as cuda::linear would have.
+// columns (the generated prefill asks for those: cuda::fp8_head_inputs_for); otherwise (a row's
+// scale spans every head, which no block of the kernel sees) `out` is written and a pass quantizes
+// it, as cuda::linear would have.
 template <shape::attention S>
 void attention_prefill(const bf16* q_rows, const bf16* cache, bf16* out, const int* query_start,
                        const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs,

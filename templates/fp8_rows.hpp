@@ -15,7 +15,8 @@
 // (--quantize fp8, as vLLM's online FP8 does): cuBLASLt then multiplies per output channel × per
 // token (OUTER_VEC), 7% faster than its block-scaled kernel over Qwen3-8B's 2,048-token prefill on
 // an H200 (bench/RESULTS.md, eighteenth session), and reads the slots of the first 128 columns as
-// its vector of per-token scales. E4M3 is a float format: a value's relative rounding error is the
+// its vector of per-token scales. The attention, which sees a row one head at a time, writes its
+// projection's inputs per 128 columns even then (runtime/cuda/gemm.hpp's fp8_head_inputs_for). E4M3 is a float format: a value's relative rounding error is the
 // same under any scale while it stays within the 2^-6..448 normal range, which one scale for a
 // whole row (or matrix) moves only for values below about 2^-15 of the largest.
 #pragma once

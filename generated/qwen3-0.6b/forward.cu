@@ -45,9 +45,9 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     attention_prep(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (16 query heads share 8 KV heads)
     // (written as o_proj's FP8 inputs instead where o_proj is FP8)
-    attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, cuda::fp8_inputs_for(ctx, lw.o_proj), T, stream);
+    attention_prefill(qkv, kv, attn, step.query_start, step.positions, step.block_tables, step.max_pages_per_seq, step.num_seqs, step.max_query_len, cuda::fp8_head_inputs_for(ctx, lw.o_proj), T, stream);
     // x += attn[T, 2048] · o_proj[1024, 2048]ᵀ   (residual add fused)
-    cuda::linear<kLinearOProj>(ctx, attn, cuda::fp8_inputs_for(ctx, lw.o_proj), lw.o_proj, x, T);
+    cuda::linear<kLinearOProj>(ctx, attn, cuda::fp8_head_inputs_for(ctx, lw.o_proj), lw.o_proj, x, T);
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (1024 features)

@@ -163,7 +163,9 @@ TEST_CASE("FP8 inputs: a norm, attention or silu·mul writes them for the projec
     std::vector<std::string> out;  // "op arg weight", the first layer block's, in order (a fused op's parts)
     const auto add = [&](const Op& op) {
       for (const char* arg : {"out_fp8", "act_fp8", "in_fp8"}) {
-        if (op.args.count(arg)) out.push_back(std::string(op_name(op.kind)) + " " + arg + " " + op.args.at(arg));
+        if (op.args.count(arg)) {
+          out.push_back(std::string(op_name(op.kind)) + " " + arg + " " + op.args.at(arg) + (op.fp8_per_head ? " per head" : ""));
+        }
       }
     };
     for (const auto& [stage, ops] : g.blocks.front().stages) {
@@ -175,8 +177,9 @@ TEST_CASE("FP8 inputs: a norm, attention or silu·mul writes them for the projec
     return out;
   };
   using V = std::vector<std::string>;
-  const V llama = {"rmsnorm out_fp8 qkv_proj",     "linear in_fp8 qkv_proj",     "attention out_fp8 o_proj",
-                   "linear in_fp8 o_proj",         "rmsnorm out_fp8 gate_up_proj", "linear in_fp8 gate_up_proj",
+  // The attention sees a row one head at a time: its pair's inputs are scaled per 128 columns.
+  const V llama = {"rmsnorm out_fp8 qkv_proj",     "linear in_fp8 qkv_proj",     "attention out_fp8 o_proj per head",
+                   "linear in_fp8 o_proj per head", "rmsnorm out_fp8 gate_up_proj", "linear in_fp8 gate_up_proj",
                    "silu_mul act_fp8 down_proj",   "linear in_fp8 down_proj"};
   CHECK(paired("llama-3.1-8b") == llama);
   CHECK(paired("qwen3-8b") == llama);

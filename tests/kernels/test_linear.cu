@@ -276,9 +276,12 @@ TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
 // input's code from f32_to_f8e4m3, every product summed in double). `written`: the op before wrote the FP8
 // inputs (quantize_rows_fp8 stands in for it) and cuda::linear is given them with no bf16 rows.
 // `row_scale`: a matrix of one scale, the inputs scaled per row, and cuBLASLt's per-token GEMM.
+// `head_inputs` (with `written`): a matrix of one scale given inputs per 128 columns, as the
+// attention writes them (fp8_head_inputs_for), on the block-scaled GEMM.
 template <shape::linear S>
-void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written, bool row_scale = false) {
-  const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 3 * S.k + rows), row_scale);
+void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written, bool row_scale = false, bool head_inputs = false) {
+  const bool one_scale = row_scale || head_inputs;
+  const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 3 * S.k + rows), one_scale);
   std::mt19937 rng(12000 + rows + S.n);
   auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
   if (row_scale && rows > 1) {  // blocks of a row far apart in size: a row's scale is not its blocks'
@@ -320,18 +323,19 @@ void check_fp8_gemm(cuda::GemmRunner& runner, int rows, bool written, bool row_s
   ctx.gemm = &runner;
   ctx.fp8_inputs = inputs.codes.get();
   ctx.fp8_input_scales = inputs.scales.get();
-  const GpuMatrix matrix{d_matrix.get(), MatrixFormat::fp8, row_scale ? m.one_scale : 0.0f};
+  const GpuMatrix matrix{d_matrix.get(), MatrixFormat::fp8, one_scale ? m.one_scale : 0.0f};
   auto* out = reinterpret_cast<Out<S>*>(d_out.get());
   if (written) {
     cuda::quantize_rows_fp8(as_bf16(d_in), rows, S.k, inputs.rows(row_scale), nullptr);
-    REQUIRE(cuda::fp8_inputs_for(ctx, matrix));
-    REQUIRE(cuda::fp8_inputs_for(ctx, matrix).row_scale == row_scale);
-    cuda::linear<S>(ctx, nullptr, cuda::fp8_inputs_for(ctx, matrix), matrix, out, rows);
+    const Fp8Rows given = head_inputs ? cuda::fp8_head_inputs_for(ctx, matrix) : cuda::fp8_inputs_for(ctx, matrix);
+    REQUIRE(given);
+    REQUIRE(given.row_scale == row_scale);
+    cuda::linear<S>(ctx, nullptr, given, matrix, out, rows);
   } else {
     cuda::linear<S>(ctx, as_bf16(d_in), Fp8Rows{}, matrix, out, rows);
   }
   const std::string path = std::string(written ? "cuBLASLt FP8, inputs written before" : "cuBLASLt FP8") +
-                           (row_scale ? ", per token" : ", per 128 columns");
+                           (row_scale ? ", per token" : ", per 128 columns") + (one_scale ? ", one weight scale" : "");
   const std::string what = describe<S>(path.c_str(), rows);
   check_launch(what);
   check_fp8_inputs(what, inputs, want);
@@ -371,6 +375,11 @@ TEST_CASE("linear, prefill: cuBLASLt's per-token FP8 GEMM over matrices of one s
   for (int rows : {1, 17}) {
     check_fp8_gemm<llama1b::kLinearGateUpProj>(runner, rows, true, true);
     check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, true, true);
+  }
+  // Inputs per 128 columns, as the attention writes them, for a matrix of one scale: the block GEMM.
+  for (int rows : {1, 17, 300}) {
+    check_fp8_gemm<llama1b::kLinearOProj>(runner, rows, true, false, true);
+    check_fp8_gemm<shape::linear{.n = 384, .k = 512, .out = LinearOut::add_f32, .sms = 132}>(runner, rows, true, false, true);
   }
 }
 
