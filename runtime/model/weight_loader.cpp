@@ -527,12 +527,12 @@ class Loader {
   // A matrix of FP8 values, 128-row block by block (blocks over the cores): each block's codes and
   // scales as the checkpoint stores them (fp8_as_stored), or quantized from its values with one
   // scale for the whole matrix (fp8_tensor_scale; the prefill then multiplies per token:
-  // templates/fp8_rows.hpp), the values read once and held meanwhile (staging_values_), so that a
-  // checkpoint is read from disk once; then kept in the GPU's layout, or (the reference backend) as
-  // their f32 values. Each block's largest value is kept in a local until the block's end: stored
-  // at every value into the shared vector (neighbouring blocks' slots share a cache line), Qwen3-8B's
-  // random weights took 12.5 s to load instead of 9.3 on an H200 host (bench/RESULTS.md, eighteenth
-  // session).
+  // templates/fp8_rows.hpp), the values read once and held meanwhile (staging_values_: the largest
+  // matrix's fp32 values, 2.5 GB for Qwen3-8B's LM head), so that a checkpoint is read from disk
+  // once; then kept in the GPU's layout, or (the reference backend) as their f32 values. Each
+  // block's largest value is kept in a local until the block's end: stored at every value into the
+  // shared vector (neighbouring blocks' slots share a cache line), Qwen3-8B's random weights took
+  // 12.5 s to load instead of 9.3 on an H200 host (bench/RESULTS.md, eighteenth session).
   void fill_fp8(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1], scale_cols = fp8_scale_cols(k);
     const bool gpu = format_ == WeightFormat::gpu;
