@@ -695,6 +695,15 @@ TEST_CASE("weight loader: FP8 checkpoints and --quantize fp8 on the GPU", "[weig
     tensors["a"].scales[1] = NAN;
     CHECK_KILN_ERROR(load(m->def, Fp8Source(128, 128, tensors), WeightFormat::gpu), "fp8 checkpoint", "tensor a",
                      "NaN or infinite scale in block column 1", "at row 0");
+    // Blocks 64 columns wide are quantized at load from their values (one scale for the matrix):
+    // a NaN scale makes NaN values, refused before the matrix's scale is taken from them.
+    std::map<std::string, Fp8Source::Tensor> narrow = {{"a", random_fp8_tensor(128, 256, 128, 64, 1)},
+                                                       {"b", random_fp8_tensor(128, 256, 128, 64, 2)}};
+    narrow["b"].scales[1] = NAN;
+    CHECK_KILN_ERROR(load(m->def, Fp8Source(128, 64, narrow), WeightFormat::gpu), "fp8 checkpoint", "tensor b",
+                     "holds NaN in column 64", "at row 0", "corrupt");
+    CHECK_KILN_ERROR(load(m->def, Fp8Source(128, 64, narrow), WeightFormat::f32, kiln::Quantize::fp8), "tensor b",
+                     "holds NaN in column 64");
   }
 }
 
