@@ -272,6 +272,28 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   }
 }
 
+// Whether a block on the current device may opt in to `bytes` of shared memory (Hopper: 227 KB;
+// A100: 163 KB; sm_86/89: 99 KB), read once per device. Kernels sized for Hopper ask first and keep
+// a smaller path elsewhere. Under NVRTC (the compile check): true.
+inline bool device_smem_fits(int bytes) {
+#ifndef __CUDACC_RTC__
+  static std::atomic<int> optin[64] = {};  // per device: bytes + 1, 0 while unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
+  int known = optin[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
+    known = value + 1;
+    optin[device].store(known, std::memory_order_relaxed);
+  }
+  return bytes <= known - 1;
+#else
+  (void)bytes;
+  return true;
+#endif
+}
+
 // Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default) before its
 // first launch on the current device, once per device: the attribute belongs to the function as
 // the current device holds it, so a tensor-parallel process (one thread per GPU) sets it on each

@@ -255,6 +255,13 @@ inline void launch_gemv_input(const Input& input, const bf16* weight, typename L
 
 }  // namespace detail
 
+}  // namespace kiln
+
+// The batched GEMV (passes of 9+ tokens), which needs the definitions above.
+#include "templates/gemv_batched.cuh"
+
+namespace kiln {
+
 // Decode scratch floats linear<S> takes for up to max_batch tokens (the generator's
 // kDecodeScratchFloats covers it; kernels.cu asserts so).
 template <shape::linear S>
@@ -263,10 +270,12 @@ constexpr long long linear_scratch_floats(int max_batch) {
 }
 
 // out is bf16* for LinearOut::store_bf16, float* otherwise. Any token count: passes of up to
-// kStreamPassTokens tokens, each reading the weights once; passes of kGemvWideTokenTiles token tiles
-// or more take the wide plan where it pays (GemvPlan::wide), whose partial sums go through
-// `scratch` (linear_scratch_floats).
-// Either plan gives every token the same bits.
+// kStreamPassTokens tokens, each reading the weights once; passes of two token tiles or more
+// (9+ tokens) on shapes whose narrow plan has a block for every SM take the batched GEMV
+// (gemv_batched.cuh) where the GPU's shared memory holds its stages; others of kGemvWideTokenTiles
+// token tiles or more take the wide plan where it pays (GemvPlan::wide), whose partial sums go
+// through `scratch` (linear_scratch_floats).
+// Every path gives every token the same bits.
 template <shape::linear S>
 void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
             float* scratch, cudaStream_t stream) {
@@ -279,6 +288,13 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
     auto* y = out + static_cast<long long>(done) * kN;
     detail::with_token_tiles(n, [&](auto tiles) {
       constexpr int kTiles = decltype(tiles)::value;
+      if constexpr (detail::use_batched_gemv<kN, kK, S.sms, kTiles>()) {
+        if (detail::device_smem_fits(detail::BatchedGemvShape<kN, kK, S.sms, kTiles>::kSmemBytes)) {
+          detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles>(in + static_cast<long long>(done) * kK, weight, y,
+                                                                  n, stream);
+          return;
+        }
+      }
       constexpr bool kWide = gemv_plan(kN, kK, S.sms).wide && kTiles >= detail::kGemvWideTokenTiles;
       using Shape = detail::GemvShape<kN, kK, S.sms, kTiles, kWide>;
       detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream);

@@ -154,6 +154,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
                "r"(valid ? 16 : 0));
 }
 
+// The same for data read once (a GEMV's weights): a 256-byte L2 fetch, so that the row's next
+// chunks (the copies of later rounds) find it in L2, as load_streaming_16's loads do.
+__device__ __forceinline__ void cp_async_16_streaming(void* smem, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int kPending>

@@ -95,6 +95,79 @@ void bench_gemv_shape(bool sweep) {
   }
 }
 
+template <int kN, int kK, int kTiles, int kTilesPerWarp, int kBlockWarps, int kStages>
+void bench_gemv_batched_variant(const GemvData<kN, kK>& data, int tokens) {
+  using Shape = detail::BatchedGemvShape<kN, kK, kSms, kTiles, kTilesPerWarp, kBlockWarps, kStages>;
+  const double us = median_us([&](int i) {
+    detail::launch_gemv_batched<kN, kK, LinearOut::store_f32, kSms, kTiles, Shape>(as_bf16(data.in), data.weight(i),
+                                                                                   data.out.get(), tokens, nullptr);
+  });
+  char variant[64];
+  std::snprintf(variant, sizeof variant, "batched tw %d w %d st %d (%d blk)", kTilesPerWarp, Shape::kWarps,
+                Shape::kStages, Shape::kRowBlocks);
+  print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us, data.bytes(tokens));
+}
+
+// Other geometries of the batched GEMV beside the chosen one.
+template <int kN, int kK, int kTiles>
+void bench_gemv_batched_variants(const GemvData<kN, kK>& data, int tokens) {
+  bench_gemv_batched_variant<kN, kK, kTiles, 2, 16, 0>(data, tokens);
+  bench_gemv_batched_variant<kN, kK, kTiles, 1, 16, 0>(data, tokens);
+  bench_gemv_batched_variant<kN, kK, kTiles, 1, 24, 0>(data, tokens);
+}
+
+// A batch's GEMV (9-64 tokens): the per-token-count kernel linear<> takes (the batched GEMV where
+// it applies) beside the narrow / wide plan's kernel, which gives the same bits.
+template <int kN, int kK, int kTiles>
+void bench_gemv_batch(const GemvData<kN, kK>& data, int tokens) {
+  const std::string shape = std::to_string(kK) + " -> " + std::to_string(kN);
+  constexpr bool kWide = gemv_plan(kN, kK, kSms).wide && kTiles >= detail::kGemvWideTokenTiles;
+  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kWide>;
+  const double plain_us = median_us([&](int i) {
+    detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)},
+                                                                   data.weight(i), data.out.get(), data.scratch.get(),
+                                                                   tokens, nullptr);
+  });
+  print_gemv_row(shape, kWide ? "wide plan" : "narrow plan", tokens, plain_us, data.bytes(tokens));
+  const double us = median_us([&](int i) {
+    kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
+        as_bf16(data.in), data.weight(i), data.out.get(), tokens, data.scratch.get(), nullptr);
+  });
+  if constexpr (!detail::use_batched_gemv<kN, kK, kSms, kTiles>()) {
+    print_gemv_row(shape, "default (same)", tokens, us, data.bytes(tokens));
+  } else {
+    using Batched = detail::BatchedGemvShape<kN, kK, kSms, kTiles>;
+    char chosen[64];
+    std::snprintf(chosen, sizeof chosen, "batched: tw %d w %d st %d", Batched::kTilesPerWarp, Batched::kWarps,
+                  Batched::kStages);
+    print_gemv_row(shape, chosen, tokens, us, data.bytes(tokens));
+    bench_gemv_batched_variants<kN, kK, kTiles>(data, tokens);
+  }
+}
+
+// For ncu (--ncu-batched): the narrow / wide plan's kernel and the batched one at 64 tokens, once each.
+template <int kN, int kK>
+void run_gemv_batch_once() {
+  GemvData<kN, kK> data;
+  constexpr int kTiles = 8;
+  constexpr bool kWide = gemv_plan(kN, kK, kSms).wide;
+  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kWide>;
+  detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)},
+                                                                 data.weight(0), data.out.get(), data.scratch.get(), 64,
+                                                                 nullptr);
+  detail::launch_gemv_batched<kN, kK, LinearOut::store_f32, kSms, kTiles>(as_bf16(data.in), data.weight(1),
+                                                                          data.out.get(), 64, nullptr);
+  KILN_CUDA_OK(cudaDeviceSynchronize());
+}
+
+template <int kN, int kK>
+void bench_gemv_batches() {
+  GemvData<kN, kK> data;
+  bench_gemv_batch<kN, kK, 2>(data, 16);
+  bench_gemv_batch<kN, kK, 4>(data, 32);
+  bench_gemv_batch<kN, kK, 8>(data, 64);
+}
+
 // The GEMV over Q4_0 / Q8_0 / Q4_K / Q6_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, each launch alone; then for one token "chained", back to back in a CUDA graph
 // (each launch overlapping the end of the one before, as a decode step's do), and with `sweep`
@@ -346,7 +419,8 @@ int main(int argc, char** argv) {
   // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both);
   // --prefill-only: only the prefill attention; --moe-only: only the routed experts' prefill GEMMs;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
-  bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false;
+  // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
+  bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     sweep = sweep && arg != "--no-sweep";
@@ -354,6 +428,13 @@ int main(int argc, char** argv) {
     fp8 = fp8 || arg == "--fp8";
     prefill_only = prefill_only || arg == "--prefill-only";
     moe_only = moe_only || arg == "--moe-only";
+    batched = batched || arg == "--batched";
+    if (arg == "--ncu-batched") {
+      run_gemv_batch_once<4096, 4096>();
+      run_gemv_batch_once<28672, 4096>();
+      run_gemv_batch_once<6144, 4096>();
+      return 0;
+    }
   }
   if (moe_only) {
     bench_moe_prefills();
@@ -366,6 +447,19 @@ int main(int argc, char** argv) {
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
+  if (batched) {
+    bench_gemv_batches<6144, 4096>();
+    bench_gemv_batches<4096, 4096>();
+    bench_gemv_batches<28672, 4096>();
+    bench_gemv_batches<4096, 14336>();
+    bench_gemv_batches<128256, 4096>();
+    bench_gemv_batches<3072, 2048>();
+    bench_gemv_batches<2048, 2048>();
+    bench_gemv_batches<16384, 2048>();
+    bench_gemv_batches<2048, 8192>();
+    bench_gemv_batches<128256, 2048>();
+    return 0;
+  }
   if (fp8) {  // Qwen3-8B's qkv, o, gate_up, down and LM head
     bench_quant_shape<6144, 4096, kiln::MatrixFormat::fp8>(sweep);
     bench_quant_shape<4096, 4096, kiln::MatrixFormat::fp8>(sweep);

@@ -316,6 +316,8 @@ TEST_CASE("the decode GEMV gives each token the same bits at any batch size", "[
   gemv_invariance<llama1b::kLinearQkvProj>();
   gemv_invariance<llama1b::kLinearDownProj>();
   gemv_invariance<shape::linear{.n = 200, .k = 144, .out = LinearOut::add_f32, .sms = 132}>();  // odd
+  // The batched GEMV (9+ tokens, a block for every SM) at a partial row tile and a partial stage.
+  gemv_invariance<shape::linear{.n = 4200, .k = 264, .out = LinearOut::store_bf16, .sms = 132}>();
 }
 
 TEST_CASE("cuBLASLt gives each row the same bits at any row count", "[invariance]") {

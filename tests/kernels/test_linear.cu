@@ -267,6 +267,9 @@ TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
   check_gemv<shape::linear{.n = 17, .k = 30, .out = LinearOut::store_bf16, .sms = 132}>(odd);
   check_gemv<shape::linear{.n = 5, .k = 7, .out = LinearOut::store_f32, .sms = 132}>(odd);
   check_gemv<tiny_qwen3::kLinearDownProj>(odd);
+  // The batched GEMV's shapes (a block for every SM): a partial row tile, a partial stage of steps.
+  check_gemv<shape::linear{.n = 4200, .k = 264, .out = LinearOut::add_f32, .sms = 132}>(odd);
+  check_gemv<shape::linear{.n = 2120, .k = 1000, .out = LinearOut::store_bf16, .sms = 132}>({9, 33, 64});
   // Another target's SM count only changes the split.
   check_gemv<shape::linear{.n = 3072, .k = 2048, .out = LinearOut::store_bf16, .sms = 108}>({1, 33});
 }

@@ -1,0 +1,246 @@
+// The decode GEMV for a batch (passes of 9 to 64 tokens): the same sums as linear.cuh's narrow
+// plan, bit for bit, arranged so that the weights stream at a batch's token count. linear.cuh
+// includes it after the definitions it uses (LinearOutType, store_linear_out).
+//
+// Why: at 64 tokens a warp of the plain GEMV reads 4 KB of inputs per 1 KB of weights (16 rows ×
+// 32 columns against 64 tokens × 32 columns), each warp of a block at columns of its own, so the
+// inputs came from L2 once per 16 rows and outran the weights; and with 32 accumulators and a
+// group of inputs in flight a thread's registers left room for few warps, so little weight data was
+// in flight (bench/RESULTS.md, 2026-11-24: projections at 1.1-1.7 TB/s at batch 64).
+//
+// Here a block runs in rounds, one column step of every warp a round, and copies each round's
+// weights and token rows into shared memory with cp.async, kStages rounds in flight (no registers
+// held for them): the weights each lane's own chunks, read back by that lane; the token rows once
+// for every row tile of the block, a round trip for all of them. A warp owns one or two row tiles
+// of one column split (two: each input it reads serves 32 rows); how many, and how many warps a
+// block, is chosen from the shape so that the SMs get even shares (batched_gemv_block).
+//
+// Bits: the warp for (row tile, split wk) sums the column steps wk, wk + kWarpsK, ... in order with
+// the same mma (mma_row_chunk: the same lane layout and k permutation), and the splits are added in
+// split order from 0.0f, as sum_column_splits does: the plan's split depends on the shape only.
+#pragma once
+
+#include "templates/blocks/mma.cuh"
+#include "templates/common.cuh"
+#include "templates/gemv_plan.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+// A block's geometry: row tiles a warp (1 or 2) and warps a block (each holding one row group's
+// split; all kWarpsK splits of a row group in the block).
+struct BatchedGemvBlock {
+  int tiles_per_warp;
+  int warps;
+};
+
+// The geometry whose busiest SM streams the fewest row tiles (blocks spread evenly, all resident at
+// once), then the one with more warps an SM, then two tiles a warp (each input read serves 32
+// rows). Measured at 64 tokens on an H200 (bench_kernels --batched, 2026-11-29): Llama-3.1-8B's
+// o_proj (256 tiles) 22.3 µs at 1 × 16 warps (2 tiles a block, one an SM) against 33.4 at 2 × 16
+// (4 tiles a block, half the SMs idle); its qkv (384 tiles) 34.3 at 2 × 16 against 39.5 at 1 × 16
+// (two waves), where 1 × 24 (3 tiles a block: 128 blocks) gives every SM 3.
+constexpr BatchedGemvBlock batched_gemv_block(int row_tiles, int warps_k, int sms) {
+  constexpr BatchedGemvBlock kCandidates[] = {{2, 16}, {1, 16}, {1, 24}, {2, 8}};
+  BatchedGemvBlock best{0, 0};
+  long long best_tiles = 0, best_warps = 0;
+  for (const BatchedGemvBlock c : kCandidates) {
+    if (c.warps % warps_k != 0) continue;  // row groups of whole splits (use_batched_gemv: warps_k <= 8)
+    const int tiles = c.warps / warps_k * c.tiles_per_warp;
+    const int blocks = (row_tiles + tiles - 1) / tiles;
+    const int per_sm = (blocks + sms - 1) / sms;            // blocks on the busiest SM
+    const int resident = c.warps <= 8 ? 2 : 1;              // 16 warps an SM (128 registers a thread)
+    const long long busiest = static_cast<long long>(per_sm) * tiles;
+    const long long warps_per_sm = static_cast<long long>(per_sm < resident ? per_sm : resident) * c.warps;
+    const bool better = best.warps == 0 || busiest < best_tiles ||
+                        (busiest == best_tiles && (warps_per_sm > best_warps ||
+                                                   (warps_per_sm == best_warps && c.tiles_per_warp > best.tiles_per_warp)));
+    if (better) best = c, best_tiles = busiest, best_warps = warps_per_sm;
+  }
+  return best;
+}
+
+template <int kN, int kK, int kSMs, int kTokenTiles, int kTilesPerWarpSet = 0, int kBlockWarps = 0, int kStagesSet = 0>
+struct BatchedGemvShape {
+  static constexpr GemvPlan kPlan = gemv_plan(kN, kK, kSMs);
+  static constexpr int kSteps = kPlan.steps;
+  static constexpr int kRowTiles = kPlan.row_tiles;
+  static constexpr int kWarpsK = kPlan.warps_k;  // the sum order's split
+  static constexpr BatchedGemvBlock kBlock = batched_gemv_block(kRowTiles, kWarpsK, kSMs);
+  static constexpr int kTilesPerWarp = kTilesPerWarpSet > 0 ? kTilesPerWarpSet : kBlock.tiles_per_warp;
+  // Warps a block: all the splits of kWarpsN row groups.
+  static constexpr int kWarpsN = max_int(1, (kBlockWarps > 0 ? kBlockWarps : kBlock.warps) / kWarpsK);
+  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockTiles = kWarpsN * kTilesPerWarp;
+  static constexpr int kRowBlocks = ceil_div(kRowTiles, kBlockTiles);
+  // A stage is one round: one column step of every warp (kWarpsK steps), its weights (each lane's
+  // 16-byte chunks where the lane reads them back) and the token rows at those columns.
+  static constexpr int kRounds = ceil_div(kSteps, kWarpsK);
+  static constexpr int kTokenTileCount = kTokenTiles;
+  static constexpr int kTokens = kTokenTiles * 8;
+  static constexpr int kWarpWeightBytes = kTilesPerWarp * 2 * 32 * 16;  // [tile][row g | g + 8][lane]
+  static constexpr int kWeightBytes = kWarps * kWarpWeightBytes;
+  // A token's row of a stage, padded so that its length is an odd multiple of 64 bytes: lanes g
+  // and g + 1 (two tokens) of a quarter warp then read the two halves of the banks.
+  static constexpr int kRowBytes = kWarpsK * 64 + ((kWarpsK * 64) % 128 == 0 ? 64 : 0);
+  static constexpr int kStageBytes = kWeightBytes + kTokens * kRowBytes;
+  // Blocks an SM holds (16 warps an SM: 128 registers a thread), and stages in flight: as many as
+  // fit in their share of its 227 KB of shared memory, at most 6.
+  static constexpr int kBlocksPerSm = kWarps <= 8 ? 2 : 1;
+  static constexpr int kStages =
+      kStagesSet > 0 ? kStagesSet : max_int(2, min_int(6, 220 * 1024 / kBlocksPerSm / kStageBytes));
+  static constexpr int kPartialBytes = kBlockTiles * kWarpsK * 128 * 4;  // the splits' sums, one token tile
+  static constexpr int kSmemBytes = max_int(kStages * kStageBytes, kPartialBytes);
+  static_assert(kWarpsK <= 8 && kWarps % kWarpsK == 0, "batched GEMV: row groups of at most 8 splits");
+  static_assert(kK % 8 == 0, "batched GEMV: rows of whole 16-byte chunks");
+};
+
+// Whether a pass of kTokenTiles token tiles takes the batched GEMV: two tiles or more, rows of
+// 16-byte chunks, and a narrow plan with a block for every SM (shapes with fewer row tiles keep
+// the wide plan, whose blocks split the columns).
+template <int kN, int kK, int kSMs, int kTokenTiles>
+constexpr bool use_batched_gemv() {
+  constexpr GemvPlan p = gemv_plan(kN, kK, kSMs);
+  return kTokenTiles >= 2 && kK % 8 == 0 && p.blocks >= kSMs && p.warps_k <= 8;
+}
+
+template <int kN, int kK, LinearOut kOut, typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
+    gemv_batched_kernel(const bf16* __restrict__ in, const bf16* __restrict__ weight,
+                        typename LinearOutType<kOut>::type* __restrict__ out, int tokens) {
+  constexpr int T = Shape::kTokenTileCount, WK = Shape::kWarpsK, TW = Shape::kTilesPerWarp;
+  constexpr int R = Shape::kRounds, S = Shape::kStages;
+  extern __shared__ uint4 smem_u4[];
+  char* smem = reinterpret_cast<char*>(smem_u4);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wn = warp / WK, wk = warp % WK;
+  const int g = lane / 4, q = lane % 4;
+  const int first_tile = blockIdx.x * Shape::kBlockTiles + wn * TW;
+
+  // Rows g and g + 8 of each of the warp's row tiles. A tile past the matrix (the last block's)
+  // reads tile 0's rows and is never stored; where kN is not whole tiles, rows past it read zeros.
+  const bf16* w[TW];
+  bool w_ok[TW][2];
+#pragma unroll
+  for (int t = 0; t < TW; ++t) {
+    const int tile = first_tile + t < Shape::kRowTiles ? first_tile + t : 0;
+    const int row = tile * 16 + g;
+    w[t] = weight + static_cast<long long>(row) * kK;
+    w_ok[t][0] = kN % 16 == 0 || row < kN;
+    w_ok[t][1] = kN % 16 == 0 || row + 8 < kN;
+  }
+  // Round r's weights: this lane's chunks of its rows at the warp's step r·WK + wk (zeros past kK).
+  auto copy_weights = [&](int r) {
+    char* dst = smem + (r % S) * Shape::kStageBytes + warp * Shape::kWarpWeightBytes + lane * 16;
+    const int step = r * WK + wk;
+    const int col = min(step, Shape::kSteps - 1) * 32 + q * 8;
+    const bool in_row = step < Shape::kSteps && col < kK;
+#pragma unroll
+    for (int t = 0; t < TW; ++t) {
+      const bf16* row1 = kN % 16 == 0 || w_ok[t][1] ? w[t] + 8 * kK : w[t];
+      cp_async_16_streaming(dst + (t * 2) * 512, w[t] + min(col, kK - 8), in_row && w_ok[t][0]);
+      cp_async_16_streaming(dst + (t * 2 + 1) * 512, row1 + min(col, kK - 8), in_row && w_ok[t][1]);
+    }
+  };
+  // Round r's token rows: columns [r·WK·32, (r + 1)·WK·32), zeros past kK and past `tokens` (those
+  // columns of the mma are never stored).
+  auto copy_inputs = [&](int r) {
+    char* dst = smem + (r % S) * Shape::kStageBytes + Shape::kWeightBytes;
+    constexpr int kChunks = WK * 4;  // 16-byte chunks of a token's row in a stage
+    for (int i = threadIdx.x; i < Shape::kTokens * kChunks; i += Shape::kThreads) {
+      const int t = i / kChunks, c = i % kChunks;
+      const int col = r * WK * 32 + c * 8;
+      const bool valid = t < tokens && col < kK;
+      cp_async_16(dst + t * Shape::kRowBytes + c * 16, valid ? in + static_cast<long long>(t) * kK + col : in, valid);
+    }
+  };
+
+  float acc[TW][T][4];
+#pragma unroll
+  for (int t = 0; t < TW; ++t)
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[t][j][c] = 0.0f;
+
+  // The first S - 1 rounds' weights are requested before the wait (no kernel writes weights), their
+  // inputs after it; a round's copies are one commit group after that (S - 2 newer ones pending).
+#pragma unroll
+  for (int r = 0; r < S - 1; ++r) {
+    if (r < R) copy_weights(r);
+    cp_async_commit();
+  }
+  pdl_release_and_wait();
+#pragma unroll
+  for (int r = 0; r < S - 1; ++r) {
+    if (r < R) copy_inputs(r);
+    cp_async_commit();
+  }
+
+#pragma unroll 1
+  for (int r = 0; r < R; ++r) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // round r is in for every thread; every warp is done with round r - 1's stage
+    if (r + S - 1 < R) {
+      copy_weights(r + S - 1);
+      copy_inputs(r + S - 1);
+    }
+    cp_async_commit();
+    if (r * WK + wk >= Shape::kSteps) continue;  // the last round: past this warp's steps
+    const char* stage = smem + (r % S) * Shape::kStageBytes;
+    const char* mine = stage + warp * Shape::kWarpWeightBytes + lane * 16;
+    uint4 a[TW][2];
+#pragma unroll
+    for (int t = 0; t < TW; ++t) {
+      a[t][0] = *reinterpret_cast<const uint4*>(mine + (t * 2) * 512);
+      a[t][1] = *reinterpret_cast<const uint4*>(mine + (t * 2 + 1) * 512);
+    }
+    const char* x = stage + Shape::kWeightBytes + g * Shape::kRowBytes + (wk * 32 + q * 8) * 2;
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      const uint4 b = *reinterpret_cast<const uint4*>(x + j * 8 * Shape::kRowBytes);
+#pragma unroll
+      for (int t = 0; t < TW; ++t) mma_row_chunk(acc[t][j], a[t][0], a[t][1], b);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages' space becomes the splits' sums
+
+  // Per token tile: every warp's sums into shared memory, then each output the sum of its splits
+  // in split order (sum_column_splits' order).
+  float(*partial)[128] = reinterpret_cast<float(*)[128]>(smem);  // [block tile · WK + wk][lane · 4 + c]
+#pragma unroll
+  for (int j = 0; j < T; ++j) {
+#pragma unroll
+    for (int t = 0; t < TW; ++t)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) partial[(wn * TW + t) * WK + wk][lane * 4 + c] = acc[t][j][c];
+    __syncthreads();
+    for (int i = threadIdx.x; i < Shape::kBlockTiles * 128; i += Shape::kThreads) {
+      const int bt = i / 128, token = (i / 16) % 8, r = i % 16;
+      const int src_lane = (r % 8) * 4 + token / 2, src_c = (r / 8) * 2 + token % 2;
+      float v = 0.0f;
+#pragma unroll
+      for (int k = 0; k < WK; ++k) v += partial[bt * WK + k][src_lane * 4 + src_c];
+      const int n = (blockIdx.x * Shape::kBlockTiles + bt) * 16 + r, tok = j * 8 + token;
+      if (n < kN && tok < tokens) store_linear_out<kOut>(out + static_cast<long long>(tok) * kN + n, v);
+    }
+    __syncthreads();
+  }
+}
+
+// One pass of at most 8 · kTokenTiles tokens.
+template <int kN, int kK, LinearOut kOut, int kSMs, int kTokenTiles, typename Shape = BatchedGemvShape<kN, kK, kSMs, kTokenTiles>>
+inline void launch_gemv_batched(const bf16* in, const bf16* weight, typename LinearOutType<kOut>::type* out,
+                                int tokens, cudaStream_t stream) {
+  constexpr auto kernel = gemv_batched_kernel<kN, kK, kOut, Shape>;
+  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks), Shape::kThreads, Shape::kSmemBytes, stream, in, weight, out, tokens);
+}
+
+}  // namespace detail
+
+}  // namespace kiln
