@@ -93,7 +93,7 @@ struct BatchedGemvShape {
       kStagesSet > 0 ? kStagesSet : max_int(2, min_int(6, 220 * 1024 / kBlocksPerSm / kStageBytes));
   static constexpr int kPartialBytes = kBlockTiles * kWarpsK * 128 * 4;  // the splits' sums, one token tile
   static constexpr int kSmemBytes = max_int(kStages * kStageBytes, kPartialBytes);
-  static_assert(kWarpsK <= 8 && kWarps % kWarpsK == 0, "batched GEMV: row groups of at most 8 splits");
+  static_assert(kWarpsK <= 16 && kWarps % kWarpsK == 0, "batched GEMV: row groups of at most 16 splits");
   static_assert(kK % 8 == 0, "batched GEMV: rows of whole 16-byte chunks");
 };
 
@@ -132,29 +132,48 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
     w_ok[t][0] = kN % 16 == 0 || row < kN;
     w_ok[t][1] = kN % 16 == 0 || row + 8 < kN;
   }
-  // Round r's weights: this lane's chunks of its rows at the warp's step r·WK + wk (zeros past kK).
-  auto copy_weights = [&](int r) {
-    char* dst = smem + (r % S) * Shape::kStageBytes + warp * Shape::kWarpWeightBytes + lane * 16;
+  // Round r's weights: this lane's chunks of its rows at the warp's step r·WK + wk; nothing past
+  // its last step (the warp skips that round). Past kK (rows not whole steps): zeros.
+  const int lane_col = wk * 32 + q * 8;
+  auto copy_weights = [&](int r, char* stage) {
     const int step = r * WK + wk;
-    const int col = min(step, Shape::kSteps - 1) * 32 + q * 8;
-    const bool in_row = step < Shape::kSteps && col < kK;
+    if (step >= Shape::kSteps) return;
+    char* dst = stage + warp * Shape::kWarpWeightBytes + lane * 16;
+    const int col = r * WK * 32 + lane_col;
+    const bool in_row = kK % 32 == 0 || col < kK;
+    const int at = kK % 32 == 0 ? col : min(col, kK - 8);
 #pragma unroll
     for (int t = 0; t < TW; ++t) {
       const bf16* row1 = kN % 16 == 0 || w_ok[t][1] ? w[t] + 8 * kK : w[t];
-      cp_async_16_streaming(dst + (t * 2) * 512, w[t] + min(col, kK - 8), in_row && w_ok[t][0]);
-      cp_async_16_streaming(dst + (t * 2 + 1) * 512, row1 + min(col, kK - 8), in_row && w_ok[t][1]);
+      cp_async_16_streaming(dst + (t * 2) * 512, w[t] + at, in_row && w_ok[t][0]);
+      cp_async_16_streaming(dst + (t * 2 + 1) * 512, row1 + at, in_row && w_ok[t][1]);
     }
   };
-  // Round r's token rows: columns [r·WK·32, (r + 1)·WK·32), zeros past kK and past `tokens` (those
-  // columns of the mma are never stored).
-  auto copy_inputs = [&](int r) {
-    char* dst = smem + (r % S) * Shape::kStageBytes + Shape::kWeightBytes;
-    constexpr int kChunks = WK * 4;  // 16-byte chunks of a token's row in a stage
-    for (int i = threadIdx.x; i < Shape::kTokens * kChunks; i += Shape::kThreads) {
-      const int t = i / kChunks, c = i % kChunks;
-      const int col = r * WK * 32 + c * 8;
-      const bool valid = t < tokens && col < kK;
-      cp_async_16(dst + t * Shape::kRowBytes + c * 16, valid ? in + static_cast<long long>(t) * kK + col : in, valid);
+  // Round r's token rows: columns [r·WK·32, (r + 1)·WK·32), zeros past `tokens` (those columns of
+  // the mma are never stored) and past kK. A thread's chunks are the same every round but for the
+  // column: their offsets are worked out once.
+  constexpr int kChunks = WK * 4;  // 16-byte chunks of a token's row in a stage
+  constexpr int kCopies = Shape::kTokens * kChunks;
+  constexpr int kPerThread = ceil_div(kCopies, Shape::kThreads);
+  // dst_off -1: no chunk (the last threads, where the copies do not divide evenly); src_off -1: a
+  // token past `tokens` (zeros).
+  int src_off[kPerThread], dst_off[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = threadIdx.x + k * Shape::kThreads;
+    const int t = i / kChunks, c = i % kChunks;
+    dst_off[k] = i < kCopies ? Shape::kWeightBytes + t * Shape::kRowBytes + c * 16 : -1;
+    src_off[k] = t < tokens ? t * kK + c * 8 : -1;
+  }
+  auto copy_inputs = [&](int r, char* stage) {
+    const int col0 = r * WK * 32;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      if (kCopies % Shape::kThreads != 0 && dst_off[k] < 0) continue;
+      const bool whole = kK % (WK * 32) == 0 || col0 + WK * 32 <= kK;  // no column of the round past kK
+      const int c8 = (dst_off[k] - Shape::kWeightBytes) % Shape::kRowBytes / 2;
+      const bool valid = src_off[k] >= 0 && (whole || col0 + c8 < kK);
+      cp_async_16(stage + dst_off[k], valid ? in + (src_off[k] + col0) : in, valid);
     }
   };
 
@@ -170,35 +189,40 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   // inputs after it; a round's copies are one commit group after that (S - 2 newer ones pending).
 #pragma unroll
   for (int r = 0; r < S - 1; ++r) {
-    if (r < R) copy_weights(r);
+    if (r < R) copy_weights(r, smem + r * Shape::kStageBytes);
     cp_async_commit();
   }
   pdl_release_and_wait();
 #pragma unroll
   for (int r = 0; r < S - 1; ++r) {
-    if (r < R) copy_inputs(r);
+    if (r < R) copy_inputs(r, smem + r * Shape::kStageBytes);
     cp_async_commit();
   }
 
+  char* stage = smem;                                    // round r's
+  char* refill = smem + (S - 1) * Shape::kStageBytes;    // round r + S - 1's: the stage of round r - 1
+  char* const last = smem + (S - 1) * Shape::kStageBytes;
 #pragma unroll 1
   for (int r = 0; r < R; ++r) {
     cp_async_wait<S - 2>();
     __syncthreads();  // round r is in for every thread; every warp is done with round r - 1's stage
     if (r + S - 1 < R) {
-      copy_weights(r + S - 1);
-      copy_inputs(r + S - 1);
+      copy_weights(r + S - 1, refill);
+      copy_inputs(r + S - 1, refill);
     }
     cp_async_commit();
+    const char* here = stage;
+    refill = stage;
+    stage = stage == last ? smem : stage + Shape::kStageBytes;
     if (r * WK + wk >= Shape::kSteps) continue;  // the last round: past this warp's steps
-    const char* stage = smem + (r % S) * Shape::kStageBytes;
-    const char* mine = stage + warp * Shape::kWarpWeightBytes + lane * 16;
+    const char* mine = here + warp * Shape::kWarpWeightBytes + lane * 16;
     uint4 a[TW][2];
 #pragma unroll
     for (int t = 0; t < TW; ++t) {
       a[t][0] = *reinterpret_cast<const uint4*>(mine + (t * 2) * 512);
       a[t][1] = *reinterpret_cast<const uint4*>(mine + (t * 2 + 1) * 512);
     }
-    const char* x = stage + Shape::kWeightBytes + g * Shape::kRowBytes + (wk * 32 + q * 8) * 2;
+    const char* x = here + Shape::kWeightBytes + g * Shape::kRowBytes + lane_col * 2;
 #pragma unroll
     for (int j = 0; j < T; ++j) {
       const uint4 b = *reinterpret_cast<const uint4*>(x + j * 8 * Shape::kRowBytes);

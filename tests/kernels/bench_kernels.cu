@@ -135,6 +135,9 @@ void bench_gemv_batch(const GemvData<kN, kK>& data, int tokens) {
   });
   if constexpr (!detail::use_batched_gemv<kN, kK, kSms, kTiles>()) {
     print_gemv_row(shape, "default (same)", tokens, us, data.bytes(tokens));
+    // Fewer row tiles than SMs: one tile a block, every split in it (the wide plan splits them
+    // over blocks instead).
+    if constexpr (gemv_plan(kN, kK, kSms).warps_k == 16) bench_gemv_batched_variant<kN, kK, kTiles, 1, 16, 0>(data, tokens);
   } else {
     using Batched = detail::BatchedGemvShape<kN, kK, kSms, kTiles>;
     char chosen[64];
