@@ -136,17 +136,17 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   // its last step (the warp skips that round). Past kK (rows not whole steps): zeros.
   const int lane_col = wk * 32 + q * 8;
   auto copy_weights = [&](int r, char* stage) {
-    const int step = r * WK + wk;
-    if (step >= Shape::kSteps) return;
-    char* dst = stage + warp * Shape::kWarpWeightBytes + lane * 16;
-    const int col = r * WK * 32 + lane_col;
-    const bool in_row = kK % 32 == 0 || col < kK;
-    const int at = kK % 32 == 0 ? col : min(col, kK - 8);
+    if (r * WK + wk < Shape::kSteps) {
+      char* dst = stage + warp * Shape::kWarpWeightBytes + lane * 16;
+      const int col = r * WK * 32 + lane_col;
+      const bool in_row = kK % 32 == 0 || col < kK;
+      const int at = kK % 32 == 0 ? col : min(col, kK - 8);
 #pragma unroll
-    for (int t = 0; t < TW; ++t) {
-      const bf16* row1 = kN % 16 == 0 || w_ok[t][1] ? w[t] + 8 * kK : w[t];
-      cp_async_16_streaming(dst + (t * 2) * 512, w[t] + at, in_row && w_ok[t][0]);
-      cp_async_16_streaming(dst + (t * 2 + 1) * 512, row1 + at, in_row && w_ok[t][1]);
+      for (int t = 0; t < TW; ++t) {
+        const bf16* row1 = kN % 16 == 0 || w_ok[t][1] ? w[t] + 8 * kK : w[t];
+        cp_async_16_streaming(dst + (t * 2) * 512, w[t] + at, in_row && w_ok[t][0]);
+        cp_async_16_streaming(dst + (t * 2 + 1) * 512, row1 + at, in_row && w_ok[t][1]);
+      }
     }
   };
   // Round r's token rows: columns [r·WK·32, (r + 1)·WK·32), zeros past `tokens` (those columns of
