@@ -37,10 +37,11 @@ struct BatchedGemvBlock {
 
 // The geometry whose busiest SM streams the fewest row tiles (blocks spread evenly, all resident at
 // once), then the one with more warps an SM, then two tiles a warp (each input read serves 32
-// rows). Measured at 64 tokens on an H200 (bench_kernels --batched, 2026-11-29): Llama-3.1-8B's
-// o_proj (256 tiles) 22.3 µs at 1 × 16 warps (2 tiles a block, one an SM) against 33.4 at 2 × 16
-// (4 tiles a block, half the SMs idle); its qkv (384 tiles) 34.3 at 2 × 16 against 39.5 at 1 × 16
-// (two waves), where 1 × 24 (3 tiles a block: 128 blocks) gives every SM 3.
+// rows). Measured at 64 tokens on an H200 (bench_kernels --batched, 2026-11-29 nineteenth session):
+// Llama-3.1-8B's o_proj (256 tiles) 22.0 µs at 1 × 16 warps (2 tiles a block, a block an SM)
+// against 33.1 at 2 × 16 (4 tiles a block, half the SMs idle); its qkv (384 tiles) 27.8 at 1 × 24
+// (3 tiles a block, 128 blocks: 3 an SM) against 34.0 at 2 × 16 (96 blocks) and 39.2 at 1 × 16
+// (192 blocks: two waves).
 constexpr BatchedGemvBlock batched_gemv_block(int row_tiles, int warps_k, int sms) {
   constexpr BatchedGemvBlock kCandidates[] = {{2, 16}, {1, 16}, {1, 24}, {2, 8}};
   BatchedGemvBlock best{0, 0};
