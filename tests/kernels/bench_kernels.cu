@@ -116,19 +116,26 @@ void bench_gemv_batched_variants(const GemvData<kN, kK>& data, int tokens) {
   bench_gemv_batched_variant<kN, kK, kTiles, 1, 24, 0>(data, tokens);
 }
 
+// The narrow / wide plan's kernel for a pass of kTiles token tiles, on weight copy i: what linear<>
+// took before the batched GEMV (the same bits).
+template <int kN, int kK, int kTiles>
+constexpr bool kPlainWide = gemv_plan(kN, kK, kSms).wide && kTiles >= detail::kGemvWideTokenTiles;
+
+template <int kN, int kK, int kTiles>
+void launch_plain_gemv(const GemvData<kN, kK>& data, int i, int tokens) {
+  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kPlainWide<kN, kK, kTiles>>;
+  detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)},
+                                                                 data.weight(i), data.out.get(), data.scratch.get(),
+                                                                 tokens, nullptr);
+}
+
 // A batch's GEMV (9-64 tokens): the per-token-count kernel linear<> takes (the batched GEMV where
 // it applies) beside the narrow / wide plan's kernel, which gives the same bits.
 template <int kN, int kK, int kTiles>
 void bench_gemv_batch(const GemvData<kN, kK>& data, int tokens) {
   const std::string shape = std::to_string(kK) + " -> " + std::to_string(kN);
-  constexpr bool kWide = gemv_plan(kN, kK, kSms).wide && kTiles >= detail::kGemvWideTokenTiles;
-  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kWide>;
-  const double plain_us = median_us([&](int i) {
-    detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)},
-                                                                   data.weight(i), data.out.get(), data.scratch.get(),
-                                                                   tokens, nullptr);
-  });
-  print_gemv_row(shape, kWide ? "wide plan" : "narrow plan", tokens, plain_us, data.bytes(tokens));
+  const double plain_us = median_us([&](int i) { launch_plain_gemv<kN, kK, kTiles>(data, i, tokens); });
+  print_gemv_row(shape, kPlainWide<kN, kK, kTiles> ? "wide plan" : "narrow plan", tokens, plain_us, data.bytes(tokens));
   const double us = median_us([&](int i) {
     kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
         as_bf16(data.in), data.weight(i), data.out.get(), tokens, data.scratch.get(), nullptr);
@@ -153,11 +160,7 @@ template <int kN, int kK>
 void run_gemv_batch_once() {
   GemvData<kN, kK> data;
   constexpr int kTiles = 8;
-  constexpr bool kWide = gemv_plan(kN, kK, kSms).wide;
-  using Shape = detail::GemvShape<kN, kK, kSms, kTiles, kWide>;
-  detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(detail::Bf16Input<kK, Shape::kVec>{as_bf16(data.in)},
-                                                                 data.weight(0), data.out.get(), data.scratch.get(), 64,
-                                                                 nullptr);
+  launch_plain_gemv<kN, kK, kTiles>(data, 0, 64);
   detail::launch_gemv_batched<kN, kK, LinearOut::store_f32, kSms, kTiles>(as_bf16(data.in), data.weight(1),
                                                                           data.out.get(), 64, nullptr);
   KILN_CUDA_OK(cudaDeviceSynchronize());
