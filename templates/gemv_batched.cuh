@@ -92,7 +92,11 @@ struct BatchedGemvShape {
   static constexpr int kBlocksPerSm = kWarps <= 8 ? 2 : 1;
   static constexpr int kStages =
       kStagesSet > 0 ? kStagesSet : max_int(2, min_int(6, 220 * 1024 / kBlocksPerSm / kStageBytes));
-  static constexpr int kPartialBytes = kBlockTiles * kWarpsK * 128 * 4;  // the splits' sums, one token tile
+  // The splits' sums of kEpilogueTiles token tiles at once, in the stages' space (one token tile
+  // where not even two fit): the fewer the passes, the fewer the barriers.
+  static constexpr int kTilePartialBytes = kBlockTiles * kWarpsK * 128 * 4;
+  static constexpr int kEpilogueTiles = max_int(1, min_int(kTokenTiles, kStages * kStageBytes / kTilePartialBytes));
+  static constexpr int kPartialBytes = kEpilogueTiles * kTilePartialBytes;
   static constexpr int kSmemBytes = max_int(kStages * kStageBytes, kPartialBytes);
   static_assert(kWarpsK <= 16 && kWarps % kWarpsK == 0, "batched GEMV: row groups of at most 16 splits");
   static_assert(kK % 8 == 0, "batched GEMV: rows of whole 16-byte chunks");
@@ -234,23 +238,29 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   cp_async_wait<0>();
   __syncthreads();  // the stages' space becomes the splits' sums
 
-  // Per token tile: every warp's sums into shared memory, then each output the sum of its splits
-  // in split order (sum_column_splits' order).
-  float(*partial)[128] = reinterpret_cast<float(*)[128]>(smem);  // [block tile · WK + wk][lane · 4 + c]
+  // kEpilogueTiles token tiles a pass: every warp's sums into shared memory, then each output the
+  // sum of its splits in split order (sum_column_splits' order).
+  constexpr int J = Shape::kEpilogueTiles, BT = Shape::kBlockTiles;
+  float(*partial)[128] = reinterpret_cast<float(*)[128]>(smem);  // [(tile jj · BT + block tile) · WK + wk][lane · 4 + c]
 #pragma unroll
-  for (int j = 0; j < T; ++j) {
+  for (int j0 = 0; j0 < T; j0 += J) {
 #pragma unroll
-    for (int t = 0; t < TW; ++t)
+    for (int jj = 0; jj < J; ++jj) {
+      if (j0 + jj < T) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) partial[(wn * TW + t) * WK + wk][lane * 4 + c] = acc[t][j][c];
+        for (int t = 0; t < TW; ++t)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) partial[(jj * BT + wn * TW + t) * WK + wk][lane * 4 + c] = acc[t][j0 + jj][c];
+      }
+    }
     __syncthreads();
-    for (int i = threadIdx.x; i < Shape::kBlockTiles * 128; i += Shape::kThreads) {
-      const int bt = i / 128, token = (i / 16) % 8, r = i % 16;
+    for (int i = threadIdx.x; i < J * BT * 128; i += Shape::kThreads) {
+      const int jj = i / (BT * 128), bt = i / 128 % BT, token = (i / 16) % 8, r = i % 16;
       const int src_lane = (r % 8) * 4 + token / 2, src_c = (r / 8) * 2 + token % 2;
       float v = 0.0f;
 #pragma unroll
-      for (int k = 0; k < WK; ++k) v += partial[bt * WK + k][src_lane * 4 + src_c];
-      const int n = (blockIdx.x * Shape::kBlockTiles + bt) * 16 + r, tok = j * 8 + token;
+      for (int k = 0; k < WK; ++k) v += partial[(jj * BT + bt) * WK + k][src_lane * 4 + src_c];
+      const int n = (blockIdx.x * BT + bt) * 16 + r, tok = (j0 + jj) * 8 + token;
       if (n < kN && tok < tokens) store_linear_out<kOut>(out + static_cast<long long>(tok) * kN + n, v);
     }
     __syncthreads();
