@@ -294,6 +294,32 @@ inline bool device_smem_fits(int bytes) {
 #endif
 }
 
+// How many blocks of kKernel (kThreads threads, kBytes of dynamic shared memory, its limit already
+// raised) the current device holds at once over all its SMs, read once per device; 0 when unknown.
+// Kernels whose grid would otherwise be mostly blocks with nothing to do size it from this.
+// Under NVRTC (the compile check): 0.
+template <auto kKernel, int kThreads, int kBytes>
+inline int device_resident_blocks() {
+#ifndef __CUDACC_RTC__
+  static std::atomic<int> known[64] = {};  // per device: blocks + 1, 0 while unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 0;
+  int blocks = known[device].load(std::memory_order_relaxed) - 1;
+  if (blocks < 0) {
+    int per_sm = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, kBytes) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 0;
+    }
+    blocks = per_sm * sms;
+    known[device].store(blocks + 1, std::memory_order_relaxed);
+  }
+  return blocks;
+#else
+  return 0;
+#endif
+}
+
 // Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default) before its
 // first launch on the current device, once per device: the attribute belongs to the function as
 // the current device holds it, so a tensor-parallel process (one thread per GPU) sets it on each

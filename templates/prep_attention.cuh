@@ -2,15 +2,25 @@
 // after the other; the decode runs this kernel alone, where the per-op path launched three (prep,
 // the split-KV partitions, their merge) in a chain whose every link costs a launch's latency.
 //
-// Grid: sequence × KV head × partition, as attention_decode's. A block
-//   - before its wait for qkv_proj (PDL), loads its partition's page ids and its warps' first keys
-//     and values of the earlier tokens (DecodePartition::begin);
+// Grid: sequence × KV head × launched partition slots (`launched`, at most max_partitions). Block z
+// of a (sequence, KV head) takes its partitions z, z + launched, z + 2·launched, … in turn. The
+// kernel launched a block for every partition the model's context allows, most of them with
+// nothing to do at short contexts: 64 sequences of a Llama-3.1-8B built with 64-token partitions
+// (128 a sequence) took 9.48 ms a decode step that way, 7.50 with the slots sized (bench/RESULTS.md,
+// 2026-11-29 twentieth session; at the default 16 partitions the empty blocks cost nothing
+// measurable). The host sizes `launched` so that the grid fits on the GPU at once
+// (prep_attention_launched_parts); a partition computes the same bits whichever block runs it.
+// A block
+//   - before its wait for qkv_proj (PDL), loads its first partition's page ids and its warps' first
+//     keys and values of the earlier tokens (DecodePartition::begin);
 //   - prepares its KV head's query heads (Qwen3's per-head norm, RoPE) into shared memory, and, when
-//     its partition holds the new token, that token's k and v into the cache (attention_prep's
+//     it holds the partition with the new token, that token's k and v into the cache (attention_prep's
 //     prep_head_vector: q is not written back, nothing after the decode reads it);
-//   - attends (DecodePartition::finish, the new token's key and value read back from the cache);
-//   - when the sequence spans several partitions, counts itself done for its (sequence, KV head),
-//     and the last block to finish merges the partitions of its query heads (split_kv_merge_row).
+//   - attends each of its partitions (DecodePartition::finish, the new token's key and value read
+//     back from the cache);
+//   - when the sequence spans several partitions, counts its partitions done for its (sequence, KV
+//     head), and the block that completes the count merges the partitions of its query heads
+//     (split_kv_merge_row).
 // The whole-step decode kernel (decode_step.cuh) runs the same three device functions, so a
 // sequence gets the same bits either way, and the same as attention_prep + attention_decode.
 //
@@ -59,11 +69,13 @@ __global__ void __launch_bounds__(
   bf16* staged = reinterpret_cast<bf16*>(smem + Shape::kAttnBytes + Shape::kQBytes);
   __shared__ bool merges;
 
-  const int seq = blockIdx.x, kv_head = blockIdx.y, part = blockIdx.z, tid = threadIdx.x;
+  const int seq = blockIdx.x, kv_head = blockIdx.y, launched = gridDim.z, tid = threadIdx.x;
   // Before the wait for the kernel before (qkv_proj): what no kernel of the step writes, which was
-  // in place before that kernel started (common.cuh) — the step's arrays, the partition's page ids,
-  // and the keys and values of the earlier tokens; so these loads overlap the projection's end.
+  // in place before that kernel started (common.cuh) — the step's arrays, the first partition's
+  // page ids, and the keys and values of the earlier tokens; so these loads overlap the projection's end.
   const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);
+  int part = blockIdx.z;
+  const bool holds_new = (parts - 1) % launched == part;  // the partition with the new token is ours
   DecodePartition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions> attention;
   const bool attends = attention.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part,
                                        part == parts - 1, attn_smem, tid, [] { __syncthreads(); });
@@ -71,8 +83,8 @@ __global__ void __launch_bounds__(
   // Partition 0 runs even for an empty context (its output: zeros, as attention_decode's).
   if (!attends) return;
 
-  // The group's q heads, and k and v of the new token in the partition that holds it.
-  const int vectors = G + (part == parts - 1 ? 2 : 0);
+  // The group's q heads, and k and v of the new token in the block that holds its partition.
+  const int vectors = G + (holds_new ? 2 : 0);
   const int group = tid / Prep::kLanes, lane = tid % Prep::kLanes;
   for (int v0 = 0; v0 < vectors; v0 += Shape::kPrepGroups) {
     const int i = v0 + group;
@@ -83,16 +95,26 @@ __global__ void __launch_bounds__(
     __syncwarp();
   }
   __syncthreads();  // the q heads and the new k and v (read back from the cache below) are in place
-  attention.finish(q_group, cache, out, scale_log2, scratch, seq, kv_head, part, attn_smem, tid,
-                   [] { __syncthreads(); });
+  unsigned done = 0;
+  for (;;) {
+    attention.finish(q_group, cache, out, scale_log2, scratch, seq, kv_head, part, attn_smem, tid,
+                     [] { __syncthreads(); });
+    ++done;
+    part += launched;
+    if (part >= parts) break;
+    __syncthreads();  // finish's reads of shared memory are done before begin's page ids land there
+    // The cache holds the new token by now (written above, before a barrier): nothing to skip.
+    attention.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part, false, attn_smem, tid,
+                    [] { __syncthreads(); });
+  }
   if (parts <= 1) return;  // finished in place (uniform over the block)
 
-  // The partition's slots are written; the last of the sequence's blocks for this KV head merges.
+  // The partitions' slots are written; the block whose partitions complete the count merges.
   __threadfence();
   __syncthreads();
   if (tid == 0) {
     unsigned* counter = counters + seq * kKvHeads + kv_head;
-    merges = atomicAdd(counter, 1u) == static_cast<unsigned>(parts - 1);
+    merges = atomicAdd(counter, done) + done == static_cast<unsigned>(parts);
     if (merges) *counter = 0;  // every block of this (sequence, KV head) has counted
   }
   __syncthreads();
@@ -113,13 +135,27 @@ constexpr long long prep_attention_scratch_floats(int max_batch) {
   return split_kv_scratch_floats(static_cast<long long>(max_batch) * S.heads, S.max_partitions, S.head_dim);
 }
 
+// Partition slots prep_attention launches per (sequence, KV head) for num_seqs sequences on a GPU
+// that holds `resident` of its blocks at once: as many as fit beside the others (all, when they
+// do; at least 1, at most max_partitions; all when resident is unknown, 0). A function of the batch
+// size alone, so a CUDA graph captured for a bucket stays right for any context lengths.
+template <shape::prep_attention S>
+constexpr int prep_attention_launched_parts(int num_seqs, int resident) {
+  if (resident <= 0) return S.max_partitions;
+  const long long pairs = static_cast<long long>(num_seqs) * S.kv_heads;
+  const long long fit = resident / pairs;
+  return fit < 1 ? 1 : fit > S.max_partitions ? S.max_partitions : static_cast<int>(fit);
+}
+
 // One token per sequence: sequence s's token is row s of qkv (positions[s], slot_mapping[s]), and
 // it attends to context_len[s] cached keys, its own included. out [num_seqs, heads · head_dim];
 // scratch: prep_attention_scratch_floats(num_seqs); counters: num_seqs × kv_heads words, zero.
+// launched_parts: the grid's partition slots (tests); 0 sizes them from the GPU.
 template <shape::prep_attention S>
 void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope,
                     const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables,
-                    int max_pages_per_seq, int num_seqs, float* scratch, unsigned* counters, cudaStream_t stream) {
+                    int max_pages_per_seq, int num_seqs, float* scratch, unsigned* counters, cudaStream_t stream,
+                    int launched_parts = 0) {
   static_assert(S.heads > 0 && S.kv_heads > 0 && S.heads % S.kv_heads == 0,
                 "prep_attention: query heads must be a multiple of KV heads");
   static_assert(S.head_dim > 0 && S.head_dim % 2 == 0 && S.page_size > 0 && S.partition > 0 && S.max_partitions > 0,
@@ -131,9 +167,14 @@ void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, con
   constexpr auto kernel = detail::prep_attention_decode_kernel<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size,
                                                                S.qk_norm, S.partition, S.max_partitions>;
   detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-  KILN_LAUNCH(kernel, dim3(num_seqs, S.kv_heads, S.max_partitions), Shape::kThreads, Shape::kSmemBytes, stream, qkv,
-              q_norm, k_norm, S.eps, positions, rope, slot_mapping, cache, out, context_len, block_tables,
-              max_pages_per_seq, S.scale * detail::kLog2e, scratch, counters);
+  const int launched =
+      launched_parts > 0
+          ? detail::min_int(launched_parts, S.max_partitions)
+          : prep_attention_launched_parts<S>(num_seqs,
+                                             detail::device_resident_blocks<kernel, Shape::kThreads, Shape::kSmemBytes>());
+  KILN_LAUNCH(kernel, dim3(num_seqs, S.kv_heads, launched), Shape::kThreads, Shape::kSmemBytes, stream, qkv, q_norm,
+              k_norm, S.eps, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
+              S.scale * detail::kLog2e, scratch, counters);
 }
 
 }  // namespace kiln

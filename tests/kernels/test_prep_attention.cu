@@ -3,7 +3,8 @@
 // device functions in the same order, so the outputs and the cache must match bit for bit (a
 // sequence's tokens must not depend on which path ran them). Contexts span several partitions (the
 // merge by the last block), the kernel runs twice on the same counters (the merging block zeroes
-// them again), and a batch of 64 sequences runs at the models' own partitions.
+// them again), with its grid sized from the GPU and with fewer partition slots than partitions
+// (a block attends several in turn), and a batch of 64 sequences runs at the models' own partitions.
 #include <algorithm>
 
 #include "runtime/model/rope_table.hpp"
@@ -76,17 +77,20 @@ void check_prep_attention(const std::vector<int>& contexts) {
                            std::to_string(S.partition) + " contexts " + seq_list(seqs);
   check_launch(what + ": the parts");
 
-  // Fused, twice on the same counters.
+  // Fused, twice on the same counters; with the grid sized from the GPU (launched 0), and with
+  // fewer partition slots than partitions (a block attends several, in turn).
   DeviceBuffer<uint16_t> d_qkv(qkv), d_cache(cache), d_out(out_elems);
   DeviceBuffer<float> d_scratch(scratch);
   DeviceBuffer<unsigned> d_counters(std::vector<unsigned>(static_cast<size_t>(num_seqs) * S.kv_heads, 0u));
   d_scratch.poison();
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < 6; ++run) {
+    const int launched = run < 2 ? 0 : run < 4 ? 1 : 3;
     d_out.poison();
     kiln::prep_attention<S>(as_bf16(d_qkv), qn, kn, d_pos.get(), d_table.get(), d_slots.get(), as_bf16_mut(d_cache),
                             as_bf16_mut(d_out), d_ctx.get(), d_bt.get(), step.max_pages_per_seq, num_seqs,
-                            d_scratch.get(), d_counters.get(), nullptr);
-    const std::string this_run = what + (run == 0 ? ", first launch" : ", second launch");
+                            d_scratch.get(), d_counters.get(), nullptr, launched);
+    const std::string this_run = what + ", partition slots " + (launched == 0 ? std::string("from the GPU") : std::to_string(launched)) +
+                                 (run % 2 == 0 ? ", first launch" : ", second launch");
     check_launch(this_run);
     long long out_differ = 0, cache_differ = 0;
     const bool out_same = same_bits(parts_out.download(), d_out.download(), out_differ);
