@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   // kEpilogueTiles token tiles a pass: every warp's sums into shared memory, then each output the
   // sum of its splits in split order (sum_column_splits' order).
   constexpr int J = Shape::kEpilogueTiles, BT = Shape::kBlockTiles;
-  float(*partial)[128] = reinterpret_cast<float(*)[128]>(smem);  // [(tile jj · BT + block tile) · WK + wk][lane · 4 + c]
+  // [(token tile jj · BT + block tile) · WK + wk][lane · 4 + c]
+  float(*partial)[128] = reinterpret_cast<float(*)[128]>(smem);
 #pragma unroll
   for (int j0 = 0; j0 < T; j0 += J) {
 #pragma unroll

@@ -89,8 +89,9 @@ void check_prep_attention(const std::vector<int>& contexts) {
     kiln::prep_attention<S>(as_bf16(d_qkv), qn, kn, d_pos.get(), d_table.get(), d_slots.get(), as_bf16_mut(d_cache),
                             as_bf16_mut(d_out), d_ctx.get(), d_bt.get(), step.max_pages_per_seq, num_seqs,
                             d_scratch.get(), d_counters.get(), nullptr, launched);
-    const std::string this_run = what + ", partition slots " + (launched == 0 ? std::string("from the GPU") : std::to_string(launched)) +
-                                 (run % 2 == 0 ? ", first launch" : ", second launch");
+    const std::string slots = launched == 0 ? std::string("from the GPU") : std::to_string(launched);
+    const std::string this_run =
+        what + ", partition slots " + slots + (run % 2 == 0 ? ", first launch" : ", second launch");
     check_launch(this_run);
     long long out_differ = 0, cache_differ = 0;
     const bool out_same = same_bits(parts_out.download(), d_out.download(), out_differ);
