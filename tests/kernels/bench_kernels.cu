@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/rope_table.hpp"
 #include "runtime/weights/quant_repack.hpp"
 #include "templates/attention.cuh"
 #include "templates/linear.cuh"
 #include "templates/mla_attention_expanded.cuh"
 #include "templates/moe_down.cuh"
 #include "templates/moe_gate_up.cuh"
+#include "templates/prep_attention.cuh"
 #include "templates/weight_matrix.hpp"
 #include "tests/support/gpu_harness.hpp"
 
@@ -263,6 +265,66 @@ void bench_decode(int batch, int context) {
   std::fflush(stdout);
 }
 
+// The decode's attention op, prep_attention (q's RoPE, the new token's k and v into the cache,
+// split-KV attention, the merge), for a batch of equal contexts, rotating over layer caches beyond
+// L2: the grid's partition slots sized from the GPU (as the decode runs it) and a block for every
+// partition (as before the slots were sized). Bytes: the keys and values read.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
+void bench_prep_attention(int batch, int context) {
+  constexpr int kRow = (kHeads + 2 * kKvHeads) * kHeadDim;
+  constexpr shape::prep_attention kShape{.heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim, .row = kRow,
+                                         .page_size = kPageSize, .qk_norm = false, .eps = 1e-5f, .scale = 0.125f,
+                                         .partition = kPartition, .max_partitions = kMaxPartitions};
+  std::mt19937 rng(batch * 7 + context);
+  const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
+  const size_t layer_elems = static_cast<size_t>(batch) * pages_per_seq * 2 * kKvHeads * kPageSize * kHeadDim;
+  const int layers = copies_beyond_l2(layer_elems * 2);
+  DeviceBuffer<uint16_t> cache(layer_elems * layers);
+  KILN_CUDA_OK(cudaMemset(cache.get(), 0x3c, cache.size() * 2));  // finite bf16 values
+  std::vector<int> tables(static_cast<size_t>(batch) * pages_per_seq);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  // Each sequence's new token at position context - 1, in its last page.
+  std::vector<int> slots(batch);
+  for (int s = 0; s < batch; ++s) {
+    const int pos = context - 1;
+    slots[s] = tables[static_cast<size_t>(s) * pages_per_seq + pos / kPageSize] * kPageSize + pos % kPageSize;
+  }
+  DeviceBuffer<int> d_tables(tables), d_ctx(std::vector<int>(batch, context)),
+      d_pos(std::vector<int>(batch, context - 1)), d_slots(slots);
+  DeviceBuffer<float> d_rope(build_rope_table(RopeInfo{.theta = 500000.0, .rotary_dim = kHeadDim}, context));
+  DeviceBuffer<uint16_t> qkv(random_bf16(static_cast<size_t>(batch) * kRow, rng)),
+      out(static_cast<size_t>(batch) * kHeads * kHeadDim);
+  DeviceBuffer<float> scratch(static_cast<size_t>(prep_attention_scratch_floats<kShape>(batch)));
+  DeviceBuffer<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(batch) * kKvHeads, 0u));
+  const double bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
+  for (const int launched : {0, kMaxPartitions}) {
+    const double us = median_us([&](int i) {
+      kiln::prep_attention<kShape>(as_bf16(qkv), nullptr, nullptr, d_pos.get(), d_rope.get(), d_slots.get(),
+                                   as_bf16_mut(cache) + layer_elems * (i % layers), as_bf16_mut(out), d_ctx.get(),
+                                   d_tables.get(), pages_per_seq, batch, scratch.get(), counters.get(), nullptr,
+                                   launched);
+    });
+    const double gbps = bytes / (us * 1e-6) / 1e9;
+    std::printf("prep_attention %2d/%d x %3d part %4d slots %-6s batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
+                kHeads, kKvHeads, kHeadDim, kPartition, launched == 0 ? "gpu" : "all", batch, context, us, gbps,
+                100.0 * gbps / g_copy_gbps);
+  }
+  std::fflush(stdout);
+}
+
+// Llama-3.1-8B's and Llama-3.2-1B's decode attention (--decode-attention): batch 1, 8 and 64 at a
+// short context (a chat's first replies) and at longer ones.
+void bench_prep_attentions() {
+  for (const int batch : {1, 8, 64}) {
+    for (const int context : {96, 1024, 8000}) {
+      if (batch * context > 64 * 1024) continue;  // the caches beyond L2 stay within memory
+      bench_prep_attention<32, 8, 128, 16, 512, 16>(batch, context);
+      bench_prep_attention<32, 8, 64, 16, 512, 16>(batch, context);
+    }
+  }
+}
+
 // Prefill attention of one causal prompt: the kernel attention_prefill chooses, and, beside it, the
 // mma.sync kernel (the pre-Hopper path) launched directly.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize>
@@ -426,7 +488,9 @@ int main(int argc, char** argv) {
   // --prefill-only: only the prefill attention; --moe-only: only the routed experts' prefill GEMMs;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
+  // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
   bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
+  bool decode_attention = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     sweep = sweep && arg != "--no-sweep";
@@ -435,6 +499,7 @@ int main(int argc, char** argv) {
     prefill_only = prefill_only || arg == "--prefill-only";
     moe_only = moe_only || arg == "--moe-only";
     batched = batched || arg == "--batched";
+    decode_attention = decode_attention || arg == "--decode-attention";
     if (arg == "--ncu-batched") {
       run_gemv_batch_once<4096, 4096>();
       run_gemv_batch_once<28672, 4096>();
@@ -452,6 +517,10 @@ int main(int argc, char** argv) {
   }
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
+  if (decode_attention) {
+    bench_prep_attentions();
+    return 0;
+  }
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
   if (batched) {
     bench_gemv_batches<6144, 4096>();
