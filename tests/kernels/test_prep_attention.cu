@@ -107,6 +107,14 @@ void check_prep_attention(const std::vector<int>& contexts) {
 
 }  // namespace
 
+// The grid's partition slots (checked as the tests build, GPU or not): all of them where the GPU
+// holds them beside the other pairs, at least one, all where the GPU's count is unknown.
+constexpr shape::prep_attention kSlotsShape = llama1b::kPrepAttention;  // 8 KV heads, 16 partitions
+static_assert(prep_attention_launched_parts<kSlotsShape>(1, 264) == kSlotsShape.max_partitions);
+static_assert(prep_attention_launched_parts<kSlotsShape>(8, 264) == 264 / (8 * kSlotsShape.kv_heads));
+static_assert(prep_attention_launched_parts<kSlotsShape>(64, 264) == 1);
+static_assert(prep_attention_launched_parts<kSlotsShape>(64, 0) == kSlotsShape.max_partitions);
+
 TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for bit", "[attention]") {
   const std::vector<int> contexts = {1, 7, 200, 1500};
   check_prep_attention<with_partitions(llama1b::kPrepAttention, 64, 32)>(contexts);
