@@ -234,20 +234,44 @@ void bench_quant_shape(bool sweep) {
   bench_quant_variant<kN, kK, F, 1, 1, 32, 1, SH>(matrices, bytes, copies, in, out, 1);  // 1024 threads a block
 }
 
+// The paged KV caches of a decode step's batch of equal contexts, one copy a layer, as many layers
+// as it takes to read beyond L2 (rotate with layer(i)); the pages of each sequence shuffled.
+struct DecodeCaches {
+  int pages_per_seq;
+  size_t layer_elems;
+  int layers;
+  DeviceBuffer<uint16_t> cache;
+  std::vector<int> tables;  // [batch][pages_per_seq] page ids
+  DeviceBuffer<int> d_tables, d_ctx;
+  double kv_bytes;          // the keys and values a step reads
+
+  DecodeCaches(int batch, int context, int kv_heads, int head_dim, int page_size, std::mt19937& rng)
+      : pages_per_seq((context + page_size - 1) / page_size),
+        layer_elems(static_cast<size_t>(batch) * pages_per_seq * 2 * kv_heads * page_size * head_dim),
+        layers(copies_beyond_l2(layer_elems * 2)),
+        cache(layer_elems * layers),
+        tables(shuffled_pages(static_cast<size_t>(batch) * pages_per_seq, rng)),
+        d_tables(tables),
+        d_ctx(std::vector<int>(batch, context)),
+        kv_bytes(2.0 * batch * context * kv_heads * head_dim * 2) {
+    KILN_CUDA_OK(cudaMemset(cache.get(), 0x3c, cache.size() * 2));  // finite bf16 values
+  }
+  __nv_bfloat16* layer(int i) { return as_bf16_mut(cache) + layer_elems * (i % layers); }
+
+  static std::vector<int> shuffled_pages(size_t count, std::mt19937& rng) {
+    std::vector<int> ids(count);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    return ids;
+  }
+};
+
 // Decode attention of a batch of equal contexts, rotating over layer caches beyond L2.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
 void bench_decode(int batch, int context) {
   constexpr int kRow = (kHeads + 2 * kKvHeads) * kHeadDim;
   std::mt19937 rng(batch + context);
-  const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
-  const size_t layer_elems = static_cast<size_t>(batch) * pages_per_seq * 2 * kKvHeads * kPageSize * kHeadDim;
-  const int layers = copies_beyond_l2(layer_elems * 2);
-  DeviceBuffer<uint16_t> cache(layer_elems * layers);
-  KILN_CUDA_OK(cudaMemset(cache.get(), 0x3c, cache.size() * 2));  // finite bf16 values
-  std::vector<int> tables(static_cast<size_t>(batch) * pages_per_seq);
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), rng);
-  DeviceBuffer<int> d_tables(tables), d_ctx(std::vector<int>(batch, context));
+  DecodeCaches kv(batch, context, kKvHeads, kHeadDim, kPageSize, rng);
   DeviceBuffer<uint16_t> q(random_bf16(static_cast<size_t>(batch) * kRow, rng)),
       out(static_cast<size_t>(batch) * kHeads * kHeadDim);
   constexpr shape::attention kShape{.heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim, .page_size = kPageSize,
@@ -255,11 +279,10 @@ void bench_decode(int batch, int context) {
                                     .max_partitions = kMaxPartitions};
   DeviceBuffer<float> scratch(static_cast<size_t>(attention_decode_scratch_floats<kShape>(batch)));
   const double us = median_us([&](int i) {
-    kiln::attention_decode<kShape>(as_bf16(q), as_bf16(cache) + layer_elems * (i % layers), as_bf16_mut(out),
-                                   d_ctx.get(), d_tables.get(), pages_per_seq, batch, scratch.get(), nullptr);
+    kiln::attention_decode<kShape>(as_bf16(q), kv.layer(i), as_bf16_mut(out), kv.d_ctx.get(), kv.d_tables.get(),
+                                   kv.pages_per_seq, batch, scratch.get(), nullptr);
   });
-  const double bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
-  const double gbps = bytes / (us * 1e-6) / 1e9;
+  const double gbps = kv.kv_bytes / (us * 1e-6) / 1e9;
   std::printf("decode attention %2d/%d x %3d page %2d part %4d  batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
               kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, batch, context, us, gbps, 100.0 * gbps / g_copy_gbps);
   std::fflush(stdout);
@@ -276,36 +299,26 @@ void bench_prep_attention(int batch, int context) {
                                          .page_size = kPageSize, .qk_norm = false, .eps = 1e-5f, .scale = 0.125f,
                                          .partition = kPartition, .max_partitions = kMaxPartitions};
   std::mt19937 rng(batch * 7 + context);
-  const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
-  const size_t layer_elems = static_cast<size_t>(batch) * pages_per_seq * 2 * kKvHeads * kPageSize * kHeadDim;
-  const int layers = copies_beyond_l2(layer_elems * 2);
-  DeviceBuffer<uint16_t> cache(layer_elems * layers);
-  KILN_CUDA_OK(cudaMemset(cache.get(), 0x3c, cache.size() * 2));  // finite bf16 values
-  std::vector<int> tables(static_cast<size_t>(batch) * pages_per_seq);
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), rng);
+  DecodeCaches kv(batch, context, kKvHeads, kHeadDim, kPageSize, rng);
   // Each sequence's new token at position context - 1, in its last page.
+  const int pos = context - 1;
   std::vector<int> slots(batch);
   for (int s = 0; s < batch; ++s) {
-    const int pos = context - 1;
-    slots[s] = tables[static_cast<size_t>(s) * pages_per_seq + pos / kPageSize] * kPageSize + pos % kPageSize;
+    slots[s] = kv.tables[static_cast<size_t>(s) * kv.pages_per_seq + pos / kPageSize] * kPageSize + pos % kPageSize;
   }
-  DeviceBuffer<int> d_tables(tables), d_ctx(std::vector<int>(batch, context)),
-      d_pos(std::vector<int>(batch, context - 1)), d_slots(slots);
+  DeviceBuffer<int> d_pos(std::vector<int>(batch, pos)), d_slots(slots);
   DeviceBuffer<float> d_rope(build_rope_table(RopeInfo{.theta = 500000.0, .rotary_dim = kHeadDim}, context));
   DeviceBuffer<uint16_t> qkv(random_bf16(static_cast<size_t>(batch) * kRow, rng)),
       out(static_cast<size_t>(batch) * kHeads * kHeadDim);
   DeviceBuffer<float> scratch(static_cast<size_t>(prep_attention_scratch_floats<kShape>(batch)));
   DeviceBuffer<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(batch) * kKvHeads, 0u));
-  const double bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
   for (const int launched : {0, kMaxPartitions}) {
     const double us = median_us([&](int i) {
       kiln::prep_attention<kShape>(as_bf16(qkv), nullptr, nullptr, d_pos.get(), d_rope.get(), d_slots.get(),
-                                   as_bf16_mut(cache) + layer_elems * (i % layers), as_bf16_mut(out), d_ctx.get(),
-                                   d_tables.get(), pages_per_seq, batch, scratch.get(), counters.get(), nullptr,
-                                   launched);
+                                   kv.layer(i), as_bf16_mut(out), kv.d_ctx.get(), kv.d_tables.get(),
+                                   kv.pages_per_seq, batch, scratch.get(), counters.get(), nullptr, launched);
     });
-    const double gbps = bytes / (us * 1e-6) / 1e9;
+    const double gbps = kv.kv_bytes / (us * 1e-6) / 1e9;
     std::printf("prep_attention %2d/%d x %3d part %4d slots %-6s batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
                 kHeads, kKvHeads, kHeadDim, kPartition, launched == 0 ? "gpu" : "all", batch, context, us, gbps,
                 100.0 * gbps / g_copy_gbps);
