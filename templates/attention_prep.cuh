@@ -33,16 +33,23 @@ __device__ __forceinline__ void load_cos_sin(const float2* from, float2 (&cs)[kV
   }
 }
 
+// Position pos's row of the RoPE table [pos][head_dim / 2] of (cos, sin) pairs.
+template <int kHeadDim>
+__device__ __forceinline__ const float2* rope_row(const float* table, int pos) {
+  return reinterpret_cast<const float2*>(table) + static_cast<long long>(pos) * (kHeadDim / 2);
+}
+
 // One head vector `vector` (q heads, then k heads, then v heads) of token t, by the kLanes lanes of
 // its group (lane: 0..kLanes-1; `head`: the group's kHeadDim staging values in shared memory). A q
-// head goes to q_out (nullptr: nowhere), k and v to the token's cache slot. `valid` must be
-// uniform over the group; every lane of the warp calls it (it shuffles and syncs the warp).
+// head goes to q_out (nullptr: nowhere), k and v to the token's cache slot. cos_sin: the token's
+// row of the RoPE table (rope_row: kHeadDim / 2 (cos, sin) pairs), in global or shared memory.
+// `valid` must be uniform over the group; every lane of the warp calls it (it shuffles and syncs the warp).
 // attention_prep_kernel runs it for every vector of every token; the whole-step decode kernel
 // (decode_step.cuh) runs it for the vectors of one KV head's group, so both compute the same bits.
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kVec, int kLanes>
 __device__ __forceinline__ void prep_head_vector(const bf16* qkv, bf16* q_out, const bf16* q_norm, const bf16* k_norm,
-                                                 float eps, const int* positions, const float* table,
-                                                 const int* slot_mapping, bf16* cache, long long t, int vector,
+                                                 float eps, const float2* cos_sin, const int* slot_mapping,
+                                                 bf16* cache, long long t, int vector,
                                                  bool valid, int lane, bf16* head) {
   constexpr int kSteps = ceil_div(kHeadDim, kLanes * kVec);
   constexpr int kHalf = kHeadDim / 2;
@@ -103,7 +110,6 @@ __device__ __forceinline__ void prep_head_vector(const bf16* qkv, bf16* q_out, c
   // rope's two expressions, one per element.
   bf16* out = is_q ? q_out : dst;
   if (!valid || is_v || out == nullptr) return;
-  const float2* cos_sin = reinterpret_cast<const float2*>(table) + static_cast<long long>(positions[t]) * kHalf;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     const int i = (s * kLanes + lane) * kVec;
@@ -163,8 +169,8 @@ __global__ void __launch_bounds__(128)
   const long long t = valid ? item / kVectors : 0;
   const int vector = valid ? static_cast<int>(item % kVectors) : 0;
   prep_head_vector<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kQkNorm, kVec, kLanes>(
-      qkv, qkv + t * kRow + vector * kHeadDim, q_norm, k_norm, eps, positions, table, slot_mapping, cache, t, vector,
-      valid, threadIdx.x % kLanes, staged[threadIdx.x / kLanes]);
+      qkv, qkv + t * kRow + vector * kHeadDim, q_norm, k_norm, eps, rope_row<kHeadDim>(table, positions[t]),
+      slot_mapping, cache, t, vector, valid, threadIdx.x % kLanes, staged[threadIdx.x / kLanes]);
 }
 
 }  // namespace detail

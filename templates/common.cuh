@@ -320,6 +320,22 @@ inline int device_resident_blocks() {
 #endif
 }
 
+// Whether kKernel's build keeps anything in local memory (spilled registers, a stack frame): a
+// build bounded to fewer registers than it wants is used only where it keeps them all. Read once
+// (the build is the same on every device of the process). Under NVRTC: true.
+template <auto kKernel>
+inline bool kernel_spills() {
+#ifndef __CUDACC_RTC__
+  static const bool spills = [] {
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, kKernel) != cudaSuccess || attributes.localSizeBytes > 0;
+  }();
+  return spills;
+#else
+  return true;
+#endif
+}
+
 // Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default) before its
 // first launch on the current device, once per device: the attribute belongs to the function as
 // the current device holds it, so a tensor-parallel process (one thread per GPU) sets it on each

@@ -509,8 +509,8 @@ __global__ void __launch_bounds__(StepPlan<Step>::kThreads, 1)
           const int vector = i < G ? kv_head * G + i : i == G ? kHeads + kv_head : kHeads + kKvHeads + kv_head;
           prep_head_vector<kHeads, kKvHeads, D, S.prep.row, S.prep.page_size, S.prep.qk_norm, Plan::Prep::kVec,
                            Plan::Prep::kLanes>(a.qkv, q_group + (i < G ? i : 0) * D, lw.q_norm, lw.k_norm,
-                                               S.prep.eps, a.positions, a.rope, a.slot_mapping, cache, seq, vector,
-                                               i < vectors, lane, staged + group * D);
+                                               S.prep.eps, rope_row<D>(a.rope, a.positions[seq]), a.slot_mapping,
+                                               cache, seq, vector, i < vectors, lane, staged + group * D);
           __syncwarp();
         }
         half_sync();

@@ -11,8 +11,9 @@
 // measurable). The host sizes `launched` so that the grid fits on the GPU at once
 // (prep_attention_launched_parts); a partition computes the same bits whichever block runs it.
 // A block
-//   - before its wait for qkv_proj (PDL), loads its first partition's page ids and its warps' first
-//     keys and values of the earlier tokens (DecodePartition::begin);
+//   - before its wait for qkv_proj (PDL), loads the new token's RoPE row into shared memory, its
+//     first partition's page ids and its warps' first keys and values of the earlier tokens
+//     (DecodePartition::begin);
 //   - prepares its KV head's query heads (Qwen3's per-head norm, RoPE) into shared memory, and, when
 //     it holds the partition with the new token, that token's k and v into the cache (attention_prep's
 //     prep_head_vector: q is not written back, nothing after the decode reads it);
@@ -43,17 +44,23 @@ struct PrepAttentionShape {
   using Prep = HeadNormShape<kHeadDim, kRow>;
   static constexpr int kThreads = Attn::kThreads;
   static constexpr int kPrepGroups = kThreads / Prep::kLanes;  // head vectors prepared at once
-  // Shared memory: the attention's, then the group's q heads, then the prep's staging rows; the
-  // merge's factors (a float per partition, and one) reuse it from the start.
+  // Shared memory: the attention's, then the group's q heads, then the prep's staging rows, then
+  // the RoPE row; the merge's factors (a float per partition, and one) reuse it from the start.
   static constexpr int kAttnBytes = round_up(Attn::kSmemBytes, 16);
   static constexpr int kQBytes = round_up(kGroup * kHeadDim * 2, 16);
   static constexpr int kStagedBytes = round_up(kPrepGroups * kHeadDim * 2, 16);
-  static constexpr int kSmemBytes = max_int(kAttnBytes + kQBytes + kStagedBytes, round_up((kMaxPartitions + 1) * 4, 16));
+  static constexpr int kRopeBytes = round_up(kHeadDim / 2 * 8, 16);  // (cos, sin) float pairs
+  static constexpr int kSmemBytes =
+      max_int(kAttnBytes + kQBytes + kStagedBytes + kRopeBytes, round_up((kMaxPartitions + 1) * 4, 16));
 };
 
-template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kPartition, int kMaxPartitions>
+// kMinBlocksPerSm: the blocks an SM its registers are bounded for (2), or 0: unbounded (no
+// .minnctapersm; the build as it was before there were two). prep_attention chooses.
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kPartition,
+          int kMaxPartitions, int kMinBlocksPerSm>
 __global__ void __launch_bounds__(
-    PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>::kThreads)
+    PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>::kThreads,
+    kMinBlocksPerSm)
     prep_attention_decode_kernel(const bf16* __restrict__ qkv, const bf16* __restrict__ q_norm,
                                  const bf16* __restrict__ k_norm, float eps, const int* __restrict__ positions,
                                  const float* __restrict__ rope, const int* __restrict__ slot_mapping, bf16* cache,
@@ -67,6 +74,7 @@ __global__ void __launch_bounds__(
   float* attn_smem = reinterpret_cast<float*>(smem);
   bf16* q_group = reinterpret_cast<bf16*>(smem + Shape::kAttnBytes);
   bf16* staged = reinterpret_cast<bf16*>(smem + Shape::kAttnBytes + Shape::kQBytes);
+  float2* rope_pairs = reinterpret_cast<float2*>(smem + Shape::kAttnBytes + Shape::kQBytes + Shape::kStagedBytes);
   __shared__ bool merges;
 
   const int seq = blockIdx.x, kv_head = blockIdx.y, launched = gridDim.z, tid = threadIdx.x;
@@ -75,6 +83,10 @@ __global__ void __launch_bounds__(
   // page ids, and the keys and values of the earlier tokens; so these loads overlap the projection's end.
   const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);
   int part = blockIdx.z;
+  // The RoPE row, two dependent loads taken off the chain after the wait (positions, then the
+  // row); begin()'s barrier publishes it (a block that attends nothing reads none of it).
+  const float2* row = rope_row<D>(rope, positions[seq]);
+  for (int i = tid; i < D / 2; i += Shape::kThreads) rope_pairs[i] = row[i];
   const bool holds_new = (parts - 1) % launched == part;  // the partition with the new token is ours
   DecodePartition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions> attention;
   const bool attends = attention.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part,
@@ -90,7 +102,7 @@ __global__ void __launch_bounds__(
     const int i = v0 + group;
     const int vector = i < G ? kv_head * G + i : i == G ? kHeads + kv_head : kHeads + kKvHeads + kv_head;
     prep_head_vector<kHeads, kKvHeads, D, kRow, kPageSize, kQkNorm, Prep::kVec, Prep::kLanes>(
-        qkv, q_group + (i < G ? i : 0) * D, q_norm, k_norm, eps, positions, rope, slot_mapping, cache, seq, vector,
+        qkv, q_group + (i < G ? i : 0) * D, q_norm, k_norm, eps, rope_pairs, slot_mapping, cache, seq, vector,
         i < vectors, lane, staged + group * D);
     __syncwarp();
   }
@@ -147,34 +159,79 @@ constexpr int prep_attention_launched_parts(int num_seqs, int resident) {
   return fit < 1 ? 1 : fit > S.max_partitions ? S.max_partitions : static_cast<int>(fit);
 }
 
+// Blocks an SM prep_attention's kernel is built for, for num_seqs sequences on a GPU that holds
+// `resident_one` blocks of the one-an-SM build (140-151 registers at Llama's and Qwen3's heads):
+// that build while it holds every partition of the batch at once (a block's chain of loads is
+// shortest with its registers unbounded), the two-an-SM build (128 registers) beyond, where the
+// batch's blocks come in waves. Llama-3.1-8B's heads (H200, bench_kernels --decode-attention): 64
+// sequences took 31.1 µs a layer at 96 tokens of context and 191 at 1,024 one an SM, 22.6 and 125
+// two; 8 sequences at 8,000, 168 and 116. Its decode step at 64 requests 6.91 → 6.64 ms; at 8
+// short ones 4.26 → 4.30, the bounded build's longer chain a block (bench/RESULTS.md 2026-11-29,
+// twenty-first session).
+template <shape::prep_attention S>
+constexpr int prep_attention_blocks_per_sm(int num_seqs, int resident_one) {
+  if (resident_one <= 0) return 1;
+  return static_cast<long long>(num_seqs) * S.kv_heads * S.max_partitions <= resident_one ? 1 : 2;
+}
+
+namespace detail {
+
+template <shape::prep_attention S, int kMinBlocksPerSm>
+constexpr auto prep_attention_kernel =
+    prep_attention_decode_kernel<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.qk_norm, S.partition,
+                                 S.max_partitions, kMinBlocksPerSm>;
+
+template <shape::prep_attention S>
+using PrepAttentionShapeOf =
+    PrepAttentionShape<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.partition, S.max_partitions>;
+
+template <shape::prep_attention S, int kMinBlocksPerSm>
+void launch_prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions,
+                           const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len,
+                           const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch,
+                           unsigned* counters, cudaStream_t stream, int launched_parts) {
+  using Shape = PrepAttentionShapeOf<S>;
+  constexpr auto kernel = prep_attention_kernel<S, kMinBlocksPerSm>;
+  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+  const int launched = launched_parts > 0 ? min_int(launched_parts, S.max_partitions)
+                                           : prep_attention_launched_parts<S>(
+                                                 num_seqs, device_resident_blocks<kernel, Shape::kThreads,
+                                                                                  Shape::kSmemBytes>());
+  KILN_LAUNCH(kernel, dim3(num_seqs, S.kv_heads, launched), Shape::kThreads, Shape::kSmemBytes, stream, qkv, q_norm,
+              k_norm, S.eps, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
+              S.scale * kLog2e, scratch, counters);
+}
+
+}  // namespace detail
+
 // One token per sequence: sequence s's token is row s of qkv (positions[s], slot_mapping[s]), and
 // it attends to context_len[s] cached keys, its own included. out [num_seqs, heads · head_dim];
 // scratch: prep_attention_scratch_floats(num_seqs); counters: num_seqs × kv_heads words, zero.
-// launched_parts: the grid's partition slots (tests); 0 sizes them from the GPU.
+// Tests pin the grid: launched_parts, its partition slots (0: sized from the GPU), blocks_per_sm,
+// the kernel's build (1 or 2; 0: prep_attention_blocks_per_sm, where the two-an-SM build spills
+// nothing).
 template <shape::prep_attention S>
 void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope,
                     const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables,
                     int max_pages_per_seq, int num_seqs, float* scratch, unsigned* counters, cudaStream_t stream,
-                    int launched_parts = 0) {
+                    int launched_parts = 0, int blocks_per_sm = 0) {
   static_assert(S.heads > 0 && S.kv_heads > 0 && S.heads % S.kv_heads == 0,
                 "prep_attention: query heads must be a multiple of KV heads");
   static_assert(S.head_dim > 0 && S.head_dim % 2 == 0 && S.page_size > 0 && S.partition > 0 && S.max_partitions > 0,
                 "prep_attention: sizes must be positive, the head dim even");
   static_assert((S.heads + 2 * S.kv_heads) * S.head_dim <= S.row, "prep_attention: q, k and v heads must fit in a row");
-  using Shape =
-      detail::PrepAttentionShape<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.partition, S.max_partitions>;
+  using Shape = detail::PrepAttentionShapeOf<S>;
   if (num_seqs <= 0) return;
-  constexpr auto kernel = detail::prep_attention_decode_kernel<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size,
-                                                               S.qk_norm, S.partition, S.max_partitions>;
-  detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-  const int launched =
-      launched_parts > 0
-          ? detail::min_int(launched_parts, S.max_partitions)
-          : prep_attention_launched_parts<S>(num_seqs,
-                                             detail::device_resident_blocks<kernel, Shape::kThreads, Shape::kSmemBytes>());
-  KILN_LAUNCH(kernel, dim3(num_seqs, S.kv_heads, launched), Shape::kThreads, Shape::kSmemBytes, stream, qkv, q_norm,
-              k_norm, S.eps, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
-              S.scale * detail::kLog2e, scratch, counters);
+  if (blocks_per_sm <= 0) {
+    constexpr auto one = detail::prep_attention_kernel<S, 0>;
+    blocks_per_sm = detail::kernel_spills<detail::prep_attention_kernel<S, 2>>()
+                        ? 1
+                        : prep_attention_blocks_per_sm<S>(
+                              num_seqs, detail::device_resident_blocks<one, Shape::kThreads, Shape::kSmemBytes>());
+  }
+  const auto launch = blocks_per_sm == 1 ? detail::launch_prep_attention<S, 0> : detail::launch_prep_attention<S, 2>;
+  launch(qkv, q_norm, k_norm, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
+         num_seqs, scratch, counters, stream, launched_parts);
 }
 
 }  // namespace kiln

@@ -77,21 +77,24 @@ void check_prep_attention(const std::vector<int>& contexts) {
                            std::to_string(S.partition) + " contexts " + seq_list(seqs);
   check_launch(what + ": the parts");
 
-  // Fused, twice on the same counters; with the grid sized from the GPU (launched 0), and with
-  // fewer partition slots than partitions (a block attends several, in turn).
+  // Fused, twice on the same counters: with the grid as the decode launches it (slots and build
+  // chosen from the GPU), with fewer partition slots than partitions (a block attends several, in
+  // turn), and with each build of the kernel (one and two blocks an SM) forced.
   DeviceBuffer<uint16_t> d_qkv(qkv), d_cache(cache), d_out(out_elems);
   DeviceBuffer<float> d_scratch(scratch);
   DeviceBuffer<unsigned> d_counters(std::vector<unsigned>(static_cast<size_t>(num_seqs) * S.kv_heads, 0u));
   d_scratch.poison();
-  for (int run = 0; run < 6; ++run) {
-    const int launched = run < 2 ? 0 : run < 4 ? 1 : 3;
+  constexpr int kGrids[][2] = {{0, 0}, {1, 1}, {3, 2}, {0, 2}};  // {partition slots, blocks an SM}; 0: chosen
+  for (int run = 0; run < 8; ++run) {
+    const int launched = kGrids[run / 2][0], blocks_per_sm = kGrids[run / 2][1];
     d_out.poison();
     kiln::prep_attention<S>(as_bf16(d_qkv), qn, kn, d_pos.get(), d_table.get(), d_slots.get(), as_bf16_mut(d_cache),
                             as_bf16_mut(d_out), d_ctx.get(), d_bt.get(), step.max_pages_per_seq, num_seqs,
-                            d_scratch.get(), d_counters.get(), nullptr, launched);
+                            d_scratch.get(), d_counters.get(), nullptr, launched, blocks_per_sm);
     const std::string slots = launched == 0 ? std::string("from the GPU") : std::to_string(launched);
-    const std::string this_run =
-        what + ", partition slots " + slots + (run % 2 == 0 ? ", first launch" : ", second launch");
+    const std::string build = blocks_per_sm == 0 ? std::string("chosen") : std::to_string(blocks_per_sm) + " an SM";
+    const std::string this_run = what + ", partition slots " + slots + ", build " + build +
+                                 (run % 2 == 0 ? ", first launch" : ", second launch");
     check_launch(this_run);
     long long out_differ = 0, cache_differ = 0;
     const bool out_same = same_bits(parts_out.download(), d_out.download(), out_differ);
@@ -114,6 +117,12 @@ static_assert(prep_attention_launched_parts<kSlotsShape>(1, 264) == kSlotsShape.
 static_assert(prep_attention_launched_parts<kSlotsShape>(8, 264) == 264 / (8 * kSlotsShape.kv_heads));
 static_assert(prep_attention_launched_parts<kSlotsShape>(64, 264) == 1);
 static_assert(prep_attention_launched_parts<kSlotsShape>(64, 0) == kSlotsShape.max_partitions);
+// The build: one block an SM while that holds every partition of the batch (8 × 16 of one
+// sequence), two beyond; one where the GPU's count is unknown.
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(1, 132) == 1);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(2, 132) == 2);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 132) == 2);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 0) == 1);
 
 TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for bit", "[attention]") {
   const std::vector<int> contexts = {1, 7, 200, 1500};
