@@ -272,22 +272,35 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   }
 }
 
+#ifndef __CUDACC_RTC__
+// A value of the current device read once per device (64 at most) and kept in `known` (value + 1;
+// 0 while unknown): read(device) returns it, or a negative value when the read failed (asked
+// again next time). -1 when the device is unknown or the read failed.
+template <typename Read>
+inline int per_device_once(std::atomic<int> (&known)[64], Read&& read) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return -1;
+  int value = known[device].load(std::memory_order_relaxed) - 1;
+  if (value < 0) {
+    value = read(device);
+    if (value < 0) return -1;
+    known[device].store(value + 1, std::memory_order_relaxed);
+  }
+  return value;
+}
+#endif
+
 // Whether a block on the current device may opt in to `bytes` of shared memory (Hopper: 227 KB;
 // A100: 163 KB; sm_86/89: 99 KB), read once per device. Kernels sized for Hopper ask first and keep
 // a smaller path elsewhere. Under NVRTC (the compile check): true.
 inline bool device_smem_fits(int bytes) {
 #ifndef __CUDACC_RTC__
-  static std::atomic<int> optin[64] = {};  // per device: bytes + 1, 0 while unknown
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
-  int known = optin[device].load(std::memory_order_relaxed);
-  if (known == 0) {
+  static std::atomic<int> optin[64] = {};
+  const int limit = per_device_once(optin, [](int device) {
     int value = 0;
-    if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
-    known = value + 1;
-    optin[device].store(known, std::memory_order_relaxed);
-  }
-  return bytes <= known - 1;
+    return cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess ? value : -1;
+  });
+  return limit >= 0 && bytes <= limit;
 #else
   (void)bytes;
   return true;
@@ -301,20 +314,16 @@ inline bool device_smem_fits(int bytes) {
 template <auto kKernel, int kThreads, int kBytes>
 inline int device_resident_blocks() {
 #ifndef __CUDACC_RTC__
-  static std::atomic<int> known[64] = {};  // per device: blocks + 1, 0 while unknown
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 0;
-  int blocks = known[device].load(std::memory_order_relaxed) - 1;
-  if (blocks < 0) {
+  static std::atomic<int> known[64] = {};
+  const int blocks = per_device_once(known, [](int device) {
     int per_sm = 0, sms = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, kBytes) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 0;
+      return -1;
     }
-    blocks = per_sm * sms;
-    known[device].store(blocks + 1, std::memory_order_relaxed);
-  }
-  return blocks;
+    return per_sm * sms;
+  });
+  return blocks < 0 ? 0 : blocks;
 #else
   return 0;
 #endif
