@@ -43,19 +43,23 @@ const char* mode_name(LinearOut mode) {
 // ones that stands for its per-channel scales (Llama-3.1-70B's gate|up is 57,344).
 constexpr int kMaxOuterN = 1 << 18;
 
-// Operand alignments are part of the key: cuBLASLt picks kernels by them. fp8: E4M3 operands with
-// block scales (run_fp8), else bf16; fp8_outer: E4M3 with one scale per weight and per token.
+// The operands a GEMM takes: bf16 (run); E4M3 with block scales, the weight's per 128 × 128 and the
+// input's per 128 columns of a row (run_fp8 with scale tensors); E4M3 with one scale per weight and
+// one per token (run_fp8 with a weight scale).
+enum class GemmOperands { bf16, fp8_blocks, fp8_per_token };
+
+// Operand alignments are part of the key: cuBLASLt picks kernels by them.
 struct ShapeKey {
   int n, k;
   LinearOut mode;
   uint32_t align_in, align_weight, align_out;
-  bool fp8 = false;
-  bool fp8_outer = false;
+  GemmOperands operands = GemmOperands::bf16;
   bool operator<(const ShapeKey& o) const {
-    return std::tie(n, k, mode, align_in, align_weight, align_out, fp8, fp8_outer) <
-           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.fp8, o.fp8_outer);
+    return std::tie(n, k, mode, align_in, align_weight, align_out, operands) <
+           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.operands);
   }
-  cudaDataType_t in_type() const { return fp8 || fp8_outer ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
+  bool fp8() const { return operands != GemmOperands::bf16; }
+  cudaDataType_t in_type() const { return fp8() ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
   cudaDataType_t out_type() const { return mode == LinearOut::store_bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 };
 
@@ -162,7 +166,7 @@ struct GemmRunner::State {
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose),
           "cublasLtMatmulDescSetAttribute(TRANSB)", key, 0);
     check(cublasLtMatrixLayoutCreate(&p.a, key.in_type(), key.k, key.n, key.k), "cublasLtMatrixLayoutCreate(A)", key, 0);
-    if (key.fp8_outer) {
+    if (key.operands == GemmOperands::fp8_per_token) {
       // One scale for the whole weight and one per token: cuBLASLt's per-channel × per-token
       // (OUTER_VEC) kernel, with the channels' vector all ones and the weight's scale as alpha (from
       // the host: with alpha a device pointer the same GEMM ran 16% slower). cuBLASLt 13.1 has no
@@ -174,7 +178,7 @@ struct GemmRunner::State {
       check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode),
             "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)", key, 0);
       set_scales(key, p, ones, static_cast<const float*>(workspace));
-    } else if (key.fp8) {
+    } else if (key.operands == GemmOperands::fp8_blocks) {
       // The weight's scales per 128 × 128 block ([n / 128][k / 128]: templates/weight_matrix.hpp's
       // fp8 layout), the input's per 128 columns of a row ([k / 128][rows]: templates/fp8_rows.hpp). Both
       // layouts found by a probe against a reference on an H200 (cuBLASLt 13.1). The pointers are
@@ -211,7 +215,7 @@ struct GemmRunner::State {
     }
     for (const auto& candidate : candidates) {
       bool runs_everywhere = true;
-      for (int rows : key.fp8 || key.fp8_outer ? std::span<const int>(kFp8ProbeRows) : std::span<const int>(kProbeRows)) {
+      for (int rows : key.fp8() ? std::span<const int>(kFp8ProbeRows) : std::span<const int>(kProbeRows)) {
         const RowLayouts probe(key, rows);
         cublasLtMatmulHeuristicResult_t r{};
         runs_everywhere = cublasLtMatmulAlgoCheck(handle, op, a, probe.b, probe.d, probe.d, &candidate.algo, &r) ==
@@ -317,8 +321,7 @@ void GemmRunner::run_fp8(const uint8_t* in, const float* in_scales, const uint8_
     fail("gemm_fp8: a weight of one scale takes n <= ", kMaxOuterN, " (got n=", n, ", k=", k, ")");
   }
   ShapeKey key{n, k, mode, alignment_of(in), alignment_of(weight), alignment_of(out)};
-  key.fp8 = !per_token;
-  key.fp8_outer = per_token;
+  key.operands = per_token ? GemmOperands::fp8_per_token : GemmOperands::fp8_blocks;
   const auto [p, l] = state_->plan(key, rows);
   state_->set_scales(key, p, per_token ? state_->ones : weight_scales, in_scales);
   const float alpha = per_token ? weight_scale : 1.0f;
