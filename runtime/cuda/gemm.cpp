@@ -21,7 +21,8 @@
 
 namespace kiln::cuda {
 
-namespace {
+// Named, not anonymous: GemmRunner::State (a member of an exported class) holds a map of these.
+namespace gemm_plans {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // The row count the shared per-shape algorithm is chosen for (a full prefill chunk, where speed
@@ -118,7 +119,9 @@ struct ShapePlan {
   }
 };
 
-}  // namespace
+}  // namespace gemm_plans
+
+using namespace gemm_plans;
 
 struct GemmRunner::State {
   cublasLtHandle_t handle = nullptr;
