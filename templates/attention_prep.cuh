@@ -43,7 +43,8 @@ __device__ __forceinline__ const float2* rope_row(const float* table, int pos) {
 // its group (lane: 0..kLanes-1; `head`: the group's kHeadDim staging values in shared memory). A q
 // head goes to q_out (nullptr: nowhere), k and v to the token's cache slot. cos_sin: the token's
 // row of the RoPE table (rope_row: kHeadDim / 2 (cos, sin) pairs), in global or shared memory.
-// `valid` must be uniform over the group; every lane of the warp calls it (it shuffles and syncs the warp).
+// `valid` must be uniform over the group; every lane of the warp calls it (it shuffles and syncs
+// the warp).
 // attention_prep_kernel runs it for every vector of every token; the whole-step decode kernel
 // (decode_step.cuh) runs it for the vectors of one KV head's group, so both compute the same bits.
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kVec, int kLanes>
