@@ -160,7 +160,7 @@ constexpr int prep_attention_launched_parts(int num_seqs, int resident) {
 }
 
 // Blocks an SM prep_attention's kernel is built for, for num_seqs sequences on a GPU that holds
-// `resident_one` blocks of the one-an-SM build (140-151 registers at Llama's and Qwen3's heads):
+// `resident_one` blocks of the one-an-SM build (137-150 registers at Llama's and Qwen3-8B's heads):
 // that build while it holds every partition of the batch at once (a block's chain of loads is
 // shortest with its registers unbounded), the two-an-SM build (128 registers) beyond, where the
 // batch's blocks come in waves. Llama-3.1-8B's heads (H200, bench_kernels --decode-attention): 64
