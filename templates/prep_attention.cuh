@@ -185,6 +185,16 @@ template <shape::prep_attention S>
 using PrepAttentionShapeOf =
     PrepAttentionShape<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.partition, S.max_partitions>;
 
+// Blocks of build kMinBlocksPerSm the current GPU holds at once, its shared-memory limit raised
+// first (the occupancy query counts with the limit the function has; 0 when unknown).
+template <shape::prep_attention S, int kMinBlocksPerSm>
+int prep_attention_resident_blocks() {
+  using Shape = PrepAttentionShapeOf<S>;
+  constexpr auto kernel = prep_attention_kernel<S, kMinBlocksPerSm>;
+  allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+  return device_resident_blocks<kernel, Shape::kThreads, Shape::kSmemBytes>();
+}
+
 template <shape::prep_attention S, int kMinBlocksPerSm>
 void launch_prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions,
                            const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len,
@@ -195,8 +205,7 @@ void launch_prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_no
   allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
   const int launched = launched_parts > 0 ? min_int(launched_parts, S.max_partitions)
                                            : prep_attention_launched_parts<S>(
-                                                 num_seqs, device_resident_blocks<kernel, Shape::kThreads,
-                                                                                  Shape::kSmemBytes>());
+                                                 num_seqs, prep_attention_resident_blocks<S, kMinBlocksPerSm>());
   KILN_LAUNCH(kernel, dim3(num_seqs, S.kv_heads, launched), Shape::kThreads, Shape::kSmemBytes, stream, qkv, q_norm,
               k_norm, S.eps, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
               S.scale * kLog2e, scratch, counters);
@@ -220,14 +229,11 @@ void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, con
   static_assert(S.head_dim > 0 && S.head_dim % 2 == 0 && S.page_size > 0 && S.partition > 0 && S.max_partitions > 0,
                 "prep_attention: sizes must be positive, the head dim even");
   static_assert((S.heads + 2 * S.kv_heads) * S.head_dim <= S.row, "prep_attention: q, k and v heads must fit in a row");
-  using Shape = detail::PrepAttentionShapeOf<S>;
   if (num_seqs <= 0) return;
   if (blocks_per_sm <= 0) {
-    constexpr auto one = detail::prep_attention_kernel<S, 0>;
     blocks_per_sm = detail::kernel_spills<detail::prep_attention_kernel<S, 2>>()
                         ? 1
-                        : prep_attention_blocks_per_sm<S>(
-                              num_seqs, detail::device_resident_blocks<one, Shape::kThreads, Shape::kSmemBytes>());
+                        : prep_attention_blocks_per_sm<S>(num_seqs, detail::prep_attention_resident_blocks<S, 0>());
   }
   const auto launch = blocks_per_sm == 1 ? detail::launch_prep_attention<S, 0> : detail::launch_prep_attention<S, 2>;
   launch(qkv, q_norm, k_norm, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
