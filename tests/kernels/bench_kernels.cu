@@ -290,8 +290,9 @@ void bench_decode(int batch, int context) {
 
 // The decode's attention op, prep_attention (q's RoPE, the new token's k and v into the cache,
 // split-KV attention, the merge), for a batch of equal contexts, rotating over layer caches beyond
-// L2: the grid's partition slots sized from the GPU (as the decode runs it) and a block for every
-// partition (as before the slots were sized). Bytes: the keys and values read.
+// L2, the grid's partition slots sized from the GPU (as the decode runs it): the build the decode
+// chooses, and each build forced (one block an SM, registers unbounded; two, 128 registers).
+// Bytes: the keys and values read.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
 void bench_prep_attention(int batch, int context) {
   constexpr int kRow = (kHeads + 2 * kKvHeads) * kHeadDim;
@@ -312,16 +313,16 @@ void bench_prep_attention(int batch, int context) {
       out(static_cast<size_t>(batch) * kHeads * kHeadDim);
   DeviceBuffer<float> scratch(static_cast<size_t>(prep_attention_scratch_floats<kShape>(batch)));
   DeviceBuffer<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(batch) * kKvHeads, 0u));
-  for (const int launched : {0, kMaxPartitions}) {
+  for (const int blocks_per_sm : {0, 1, 2}) {
     const double us = median_us([&](int i) {
       kiln::prep_attention<kShape>(as_bf16(qkv), nullptr, nullptr, d_pos.get(), d_rope.get(), d_slots.get(),
                                    kv.layer(i), as_bf16_mut(out), kv.d_ctx.get(), kv.d_tables.get(),
-                                   kv.pages_per_seq, batch, scratch.get(), counters.get(), nullptr, launched);
+                                   kv.pages_per_seq, batch, scratch.get(), counters.get(), nullptr, 0, blocks_per_sm);
     });
     const double gbps = kv.kv_bytes / (us * 1e-6) / 1e9;
-    std::printf("prep_attention %2d/%d x %3d part %4d slots %-6s batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
-                kHeads, kKvHeads, kHeadDim, kPartition, launched == 0 ? "gpu" : "all", batch, context, us, gbps,
-                100.0 * gbps / g_copy_gbps);
+    const char* build = blocks_per_sm == 0 ? "chosen" : blocks_per_sm == 1 ? "1 an SM" : "2 an SM";
+    std::printf("prep_attention %2d/%d x %3d part %4d build %-7s batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
+                kHeads, kKvHeads, kHeadDim, kPartition, build, batch, context, us, gbps, 100.0 * gbps / g_copy_gbps);
   }
   std::fflush(stdout);
 }
