@@ -5,7 +5,9 @@
 //
 // Every output is the same float sum whatever the token count (batch invariance): warp split wk of
 // a row tile sums the column steps (32 columns each) wk, wk + warps_k, wk + 2·warps_k, ... in that
-// order, and the warps_k splits are added in split order. Two plans arrange those same sums:
+// order, and the warps_k splits are added in split order. (Each split a contiguous range of steps
+// instead was measured on an H200: Llama-3.1-8B's gate_up and down 5-7% slower at one token, its
+// batched GEMVs 7-25% slower at 64; bench/RESULTS.md 2026-12-01.) Two plans arrange those same sums:
 //  - narrow (few tokens): a block holds all warps_k splits of warps_n row tiles and adds them in
 //    shared memory;
 //  - wide (many tokens, shapes where it pays: `wide` below): a block holds wide_warps_n row tiles — so that the warps reading the same
