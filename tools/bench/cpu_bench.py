@@ -27,7 +27,8 @@ engine's runs of a file. --rounds N measures each file N times, the two engines 
 kiln, llama.cpp, kiln, ...), and reports each engine's median over the rounds and the median of the
 rounds' own ratios: the machine's memory bandwidth moves from minute to minute with its neighbours
 (40 to 57 GB/s read within an hour on 2026-11-28), a bandwidth-bound decode with it, and a ratio of
-two runs minutes apart measures that as much as the engines.
+two runs minutes apart measures that as much as the engines. The table's first line gives that
+bandwidth before and after (read_bandwidth.cpp, built with g++; --no-read-bandwidth leaves it out).
 
     python3 tools/bench/cpu_bench.py --llama-cpp DIR --make llama-3.2-1b --quant Q4_0 --files-dir D
 
@@ -43,6 +44,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -124,6 +126,29 @@ def load():
     """1-minute load average, before and after: the machine may be shared, and 2 cores are easily disturbed."""
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
+
+
+def read_bandwidth_tool(threads):
+    """A callable that measures the machine's memory read bandwidth for `threads` threads in GB/s
+    (tools/bench/read_bandwidth.cpp: 1 GiB a thread, built once with the host's g++; None where it
+    cannot be built or run): the floor of a memory-bound decode, which moves from minute to minute on a shared
+    machine, so the table says what it was before and after."""
+    out = os.path.join(tempfile.mkdtemp(prefix="kiln-bench-"), "read_bandwidth")
+    source = os.path.join(BENCH, "read_bandwidth.cpp")
+    try:
+        subprocess.run(["g++", "-O3", "-march=native", "-pthread", source, "-o", out], check=True, capture_output=True,
+                       timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"cpu_bench: read_bandwidth.cpp not built ({e}); the table leaves the bandwidth out", file=sys.stderr)
+        return lambda: None
+
+    def measure_once():
+        try:
+            text = subprocess.run([out, str(threads)], check=True, capture_output=True, text=True, timeout=300).stdout
+            return float(text.split("GB/s")[0].split(":")[-1])  # "2 threads: 50.2 GB/s read (...)"
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+    return measure_once
 
 
 def busy(window=3.0):
@@ -234,6 +259,8 @@ def main():
     ap.add_argument("--wait-idle", type=int, default=0, metavar="S",
                     help="before each engine's runs of a file, wait up to S seconds for the CPUs to be 90%% idle")
     ap.add_argument("--json", metavar="OUT", help="also write the raw numbers here")
+    ap.add_argument("--no-read-bandwidth", action="store_true",
+                    help="do not measure the memory read bandwidth before and after (read_bandwidth.cpp)")
     ap.add_argument("--make", action="append", default=[], metavar="MODEL",
                     help="only write MODEL's random-weight bf16 GGUF (+ --quant) into --files-dir")
     ap.add_argument("--quant", default="", help="with --make: llama-quantize types, comma list")
@@ -249,6 +276,8 @@ def main():
         ap.error(f"--kiln names files not given: {', '.join(sorted(unknown))}")
     gguf = peer_llama_cpp.import_gguf(args.llama_cpp) if binaries else None
     rows, load_before = [], load()
+    bandwidth = (lambda: None) if args.no_read_bandwidth else read_bandwidth_tool(args.threads)
+    bandwidth_before = bandwidth()
     tests = [f"tg{TG}"] + [f"pp{n}" for n in PROMPTS]
     for path in args.files:
         rounds = [measure(args, gguf, path, binaries.get(path)) for _ in range(args.rounds)]
@@ -258,8 +287,12 @@ def main():
     what = "best repetition" if args.rounds == 1 else (
         f"median of {args.rounds} alternating rounds of each engine's best repetition; "
         "ratios: median of the rounds' ratios")
+    load_after, bandwidth_after = load(), bandwidth()
+    read = "" if bandwidth_before is None or bandwidth_after is None else (
+        f"; read bandwidth ({args.threads} threads, read_bandwidth.cpp) {bandwidth_before:.1f} GB/s before, "
+        f"{bandwidth_after:.1f} after")
     lines = [f"tokens/s ({what}), {args.threads} threads; kiln --backend {args.backend} {args.kiln_args}".rstrip() +
-             f"; load average {load_before:.2f} before, {load():.2f} after", "",
+             f"; load average {load_before:.2f} before, {load_after:.2f} after" + read, "",
              "| file | " + " | ".join(f"llama.cpp {t}" for t in tests) + " | " +
              " | ".join(f"kiln {t}" for t in tests) + " | " + " | ".join(f"kiln/llama.cpp {t}" for t in tests) +
              " | kiln device |",
