@@ -20,10 +20,11 @@
 // units at bits 0, 16 and 32; the swizzle mode at bits 62-63 (1: 128 bytes).
 //
 // Bits: a wgmma k16 step sums like mma.sync m16n8k16 (measured on an H200, bench/RESULTS.md
-// 2026-12-01): given the same 16 columns in a k16 step, in any order of its slots, the two give the
-// same fp32 results; which columns share a step changes them. So a wgmma kernel gives mma.cuh's
-// GEMV bits (mma_row_chunk: columns 8q..8q+3 of each lane's chunk in one step, 8q+4..8q+7 in the
-// next) only if its B tile groups the columns the same way.
+// 2026-12-01): given the same 16 columns in a k16 step the two give the same fp32 results (and
+// mma.sync's did not change with the order of the columns in its slots); which columns share a
+// step changes them. So a wgmma kernel gives mma.cuh's GEMV bits (mma_row_chunk: columns 8q..8q+3
+// of each lane's chunk in one step, 8q+4..8q+7 in the next) only if its B tile groups the columns
+// the same way.
 #pragma once
 
 #include "templates/common.cuh"
