@@ -130,10 +130,12 @@ def load():
 
 def read_bandwidth_tool(threads):
     """A callable that measures the machine's memory read bandwidth for `threads` threads in GB/s
-    (tools/bench/read_bandwidth.cpp: 1 GiB a thread, built once with the host's g++; None where it
-    cannot be built or run): the floor of a memory-bound decode, which moves from minute to minute on a shared
-    machine, so the table says what it was before and after."""
-    out = os.path.join(tempfile.mkdtemp(prefix="kiln-bench-"), "read_bandwidth")
+    (tools/bench/read_bandwidth.cpp: 1 GiB a thread, built once with the host's g++ into a directory
+    removed when the callable goes; None where it cannot be built or run): the floor of a
+    memory-bound decode, which moves from minute to minute on a shared machine, so the table says
+    what it was before and after."""
+    build_dir = tempfile.TemporaryDirectory(prefix="kiln-bench-")
+    out = os.path.join(build_dir.name, "read_bandwidth")
     source = os.path.join(BENCH, "read_bandwidth.cpp")
     try:
         subprocess.run(["g++", "-O3", "-march=native", "-pthread", source, "-o", out], check=True, capture_output=True,
@@ -142,7 +144,7 @@ def read_bandwidth_tool(threads):
         print(f"cpu_bench: read_bandwidth.cpp not built ({e}); the table leaves the bandwidth out", file=sys.stderr)
         return lambda: None
 
-    def measure_once():
+    def measure_once(_keep=build_dir):  # the binary's directory lives as long as this function
         try:
             text = subprocess.run([out, str(threads)], check=True, capture_output=True, text=True, timeout=300).stdout
             return float(text.split("GB/s")[0].split(":")[-1])  # "2 threads: 50.2 GB/s read (...)"
