@@ -244,9 +244,7 @@ def main():
         plot_rows.append((m, {"kiln": ms, "floor": floor, **({"baseline": base} if args.baseline_bin_dir else {}),
                               **{c: v for c, v in cells.items() if v is not None}}))
         if r.get("decode_ops"):
-            ops.append(f"- {m}: " + ", ".join(
-                f"{o['op']} {o['ms_per_step']:.3f} ms ({o['bytes_per_step'] / 1e6:.1f} MB, {o['gb_per_s']:.0f} GB/s)"
-                for o in r["decode_ops"]))
+            ops.append(ops_line(m, r["decode_ops"]))
         if r.get("decode_stages"):
             stages.append(f"- {m}: " + ", ".join(
                 f"{st['stage']} {st['ms_per_step']:.3f} ms ({st['wait_ms_per_step']:.3f} waiting, {st['gb_per_s']:.0f} GB/s)"
@@ -260,6 +258,13 @@ def main():
     if args.plot:
         from bench_plot import plot
         plot(plot_rows, args.plot, lines[0])
+
+
+def ops_line(label, decode_ops):
+    """One line of kiln's per-op decode profile (`--profile`'s decode_ops): ms per step, bytes, GB/s."""
+    return f"- {label}: " + ", ".join(
+        f"{o['op']} {o['ms_per_step']:.3f} ms ({o['bytes_per_step'] / 1e6:.1f} MB, {o['gb_per_s']:.0f} GB/s)"
+        for o in decode_ops)
 
 
 def write_report(path, lines, stages, ops, notes):

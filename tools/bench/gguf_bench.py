@@ -25,7 +25,7 @@ import sys
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 import peer_llama_cpp  # noqa: E402
-from bench import PROMPT, NEW, copy_bandwidth  # noqa: E402
+from bench import PROMPT, NEW, copy_bandwidth, ops_line  # noqa: E402
 
 PREFILL = 512  # the prompt of the prefill columns (llama-bench pp512)
 
@@ -46,9 +46,9 @@ def file_step_bytes(gguf, path, model_type):
     return total
 
 
-def run_kiln(binary, path, ids, new_tokens=NEW, reps=2, key="decode_ms_per_step"):
+def run_kiln(binary, path, ids, new_tokens=NEW, reps=2, key="decode_ms_per_step", extra=()):
     cmd = [binary, "-m", path, "--backend", "cuda", "--prompt-ids", ",".join(map(str, ids)), "--max-tokens",
-           str(new_tokens), "--temperature", "0", "--ignore-eos", "--output-format", "json"]
+           str(new_tokens), "--temperature", "0", "--ignore-eos", "--output-format", "json", *extra]
     runs = []
     for _ in range(reps):
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -68,6 +68,8 @@ def main():
     ap.add_argument("--baseline-bin-dir", help="kiln binaries of another build, run on the same files in the same "
                     "run (a change measured against its parent)")
     ap.add_argument("--keep", action="store_true", help="keep the quantized files in --work")
+    ap.add_argument("--profile", action="store_true", help="one more kiln run per file with --profile: its "
+                    "per-op decode times under the table (that run's own step time is not used)")
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -94,6 +96,9 @@ def main():
                 row.update(kiln_ms=t["decode_ms_per_step"], bytes=b["total"], formats=k["memory"]["weight_formats"],
                            weight_bytes=k["memory"]["weight_bytes"], load_s=t["load_s"])
                 row["floor_ms"] = b["total"] / bw * 1e3
+                if args.profile:
+                    prof = run_kiln(os.path.join(args.bin_dir, model), path, ids, reps=1, extra=["--profile"])
+                    row["decode_ops"] = prof.get("decode_ops")
                 if args.baseline_bin_dir:
                     base = run_kiln(os.path.join(args.baseline_bin_dir, model), path, ids)
                     row["baseline_ms"] = base["timings"]["decode_ms_per_step"]
@@ -130,6 +135,9 @@ def main():
             if args.baseline_bin_dir:
                 cells += [f"{r['baseline_ms']:.3f}", f"{100 * (r['kiln_ms'] / r['baseline_ms'] - 1):+.1f}%"]
         lines.append("| " + " | ".join(cells) + " |")
+    ops = [ops_line(f"{r['model']} {r['file']}", r["decode_ops"]) for r in rows if r.get("decode_ops")]
+    if ops:
+        lines += ["", "Decode per op (kiln --profile; ms per step, bytes read, GB/s):"] + ops
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
