@@ -503,10 +503,13 @@ int main(int argc, char** argv) {
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
+  // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K): only that format's quantized GEMVs (a short device call).
   bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
   bool decode_attention = false;
+  std::string format;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--format" && i + 1 < argc) format = argv[++i];
     sweep = sweep && arg != "--no-sweep";
     quant_only = quant_only || arg == "--quant-only";
     fp8 = fp8 || arg == "--fp8";
@@ -563,24 +566,40 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Llama-3.1-8B's projections (qkv, o, gate_up, down), Llama-3.2-1B's gate_up and SmolLM2's qkv.
-  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_0>(sweep);
-  bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_0>(sweep);
-  bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_0>(sweep);
-  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_0>(sweep);
-  bench_quant_shape<16384, 2048, kiln::MatrixFormat::q4_0>(sweep);
-  bench_quant_shape<960, 576, kiln::MatrixFormat::q4_0>(false);
-  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q8_0>(sweep);
-  bench_quant_shape<28672, 4096, kiln::MatrixFormat::q8_0>(sweep);
-  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q8_0>(sweep);
-  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_k>(sweep);
-  bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_k>(false);
-  bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_k>(sweep);
-  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_k>(sweep);
-  bench_quant_shape<6144, 4096, kiln::MatrixFormat::q6_k>(sweep);
-  bench_quant_shape<4096, 14336, kiln::MatrixFormat::q6_k>(sweep);
-  bench_quant_shape<128256, 4096, kiln::MatrixFormat::q6_k>(false);  // Llama-3.1-8B's LM head
-  bench_quant_shape<128256, 4096, kiln::MatrixFormat::q8_0>(false);  // as the loader held it before
-  if (quant_only) return 0;
+  const auto want = [&](kiln::MatrixFormat f) { return format.empty() || format == matrix_format_name(f); };
+  if (!format.empty() && !want(kiln::MatrixFormat::q4_0) && !want(kiln::MatrixFormat::q8_0) &&
+      !want(kiln::MatrixFormat::q4_k) && !want(kiln::MatrixFormat::q6_k)) {
+    std::fprintf(stderr, "bench_kernels: --format %s: expected Q4_0, Q8_0, Q4_K or Q6_K\n", format.c_str());
+    return 2;
+  }
+  if (want(kiln::MatrixFormat::q4_0)) {
+    bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_0>(sweep);
+    bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_0>(sweep);
+    bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_0>(sweep);
+    bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_0>(sweep);
+    bench_quant_shape<16384, 2048, kiln::MatrixFormat::q4_0>(sweep);
+    bench_quant_shape<960, 576, kiln::MatrixFormat::q4_0>(false);
+  }
+  if (want(kiln::MatrixFormat::q8_0)) {
+    bench_quant_shape<6144, 4096, kiln::MatrixFormat::q8_0>(sweep);
+    bench_quant_shape<28672, 4096, kiln::MatrixFormat::q8_0>(sweep);
+    bench_quant_shape<4096, 14336, kiln::MatrixFormat::q8_0>(sweep);
+  }
+  if (want(kiln::MatrixFormat::q4_k)) {
+    bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_k>(sweep);
+    bench_quant_shape<4096, 4096, kiln::MatrixFormat::q4_k>(false);
+    bench_quant_shape<28672, 4096, kiln::MatrixFormat::q4_k>(sweep);
+    bench_quant_shape<4096, 14336, kiln::MatrixFormat::q4_k>(sweep);
+  }
+  if (want(kiln::MatrixFormat::q6_k)) {
+    bench_quant_shape<6144, 4096, kiln::MatrixFormat::q6_k>(sweep);
+    bench_quant_shape<4096, 14336, kiln::MatrixFormat::q6_k>(sweep);
+    bench_quant_shape<128256, 4096, kiln::MatrixFormat::q6_k>(false);  // Llama-3.1-8B's LM head
+  }
+  if (want(kiln::MatrixFormat::q8_0)) {
+    bench_quant_shape<128256, 4096, kiln::MatrixFormat::q8_0>(false);  // as the loader held it before
+  }
+  if (quant_only || !format.empty()) return 0;
   bench_gemv_shape<8192, 2048, true>(sweep);
   bench_gemv_shape<2048, 8192, true>(sweep);
   bench_gemv_shape<1536, 576, true>(sweep);
