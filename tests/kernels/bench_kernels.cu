@@ -567,8 +567,9 @@ int main(int argc, char** argv) {
   }
   // Llama-3.1-8B's projections (qkv, o, gate_up, down), Llama-3.2-1B's gate_up and SmolLM2's qkv.
   const auto want = [&](kiln::MatrixFormat f) { return format.empty() || format == matrix_format_name(f); };
-  if (!format.empty() && !want(kiln::MatrixFormat::q4_0) && !want(kiln::MatrixFormat::q8_0) &&
-      !want(kiln::MatrixFormat::q4_k) && !want(kiln::MatrixFormat::q6_k)) {
+  const kiln::MatrixFormat benched[] = {kiln::MatrixFormat::q4_0, kiln::MatrixFormat::q8_0, kiln::MatrixFormat::q4_k,
+                                        kiln::MatrixFormat::q6_k};
+  if (!format.empty() && std::none_of(std::begin(benched), std::end(benched), want)) {
     std::fprintf(stderr, "bench_kernels: --format %s: expected Q4_0, Q8_0, Q4_K or Q6_K\n", format.c_str());
     return 2;
   }
@@ -584,6 +585,7 @@ int main(int argc, char** argv) {
     bench_quant_shape<6144, 4096, kiln::MatrixFormat::q8_0>(sweep);
     bench_quant_shape<28672, 4096, kiln::MatrixFormat::q8_0>(sweep);
     bench_quant_shape<4096, 14336, kiln::MatrixFormat::q8_0>(sweep);
+    bench_quant_shape<128256, 4096, kiln::MatrixFormat::q8_0>(false);  // the LM head as the loader held it before
   }
   if (want(kiln::MatrixFormat::q4_k)) {
     bench_quant_shape<6144, 4096, kiln::MatrixFormat::q4_k>(sweep);
@@ -595,9 +597,6 @@ int main(int argc, char** argv) {
     bench_quant_shape<6144, 4096, kiln::MatrixFormat::q6_k>(sweep);
     bench_quant_shape<4096, 14336, kiln::MatrixFormat::q6_k>(sweep);
     bench_quant_shape<128256, 4096, kiln::MatrixFormat::q6_k>(false);  // Llama-3.1-8B's LM head
-  }
-  if (want(kiln::MatrixFormat::q8_0)) {
-    bench_quant_shape<128256, 4096, kiln::MatrixFormat::q8_0>(false);  // as the loader held it before
   }
   if (quant_only || !format.empty()) return 0;
   bench_gemv_shape<8192, 2048, true>(sweep);
