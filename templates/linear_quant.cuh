@@ -84,6 +84,20 @@ struct QuantGemvShape {
   // -> 46.9). Rows of more groups (down_proj's) kept the second one live through the wait in 70
   // registers instead of 56, one block of 512 threads an SM: 20% slower.
   static constexpr bool kEarlySecond = ceil_div(kSteps, kWarpsK * kUnroll) <= 4;
+  // Whether a warp's loop over its groups is unrolled (3 to 8 of them). Rolled, each group took
+  // ~60 instructions besides its arithmetic: the copy of the next group's registers into the
+  // current one's, and the next request's address rebuilt from the thread index (ptxas
+  // rematerializes it). Q4_K's gate_up 28672×4096 took 261 instructions a group rolled, ~200
+  // unrolled. One token, chained (H200, 2026-12-02; bench/RESULTS.md), µs rolled -> unrolled: Q4_K
+  // qkv 6144×4096 7.90 -> 7.48, o 7.32 -> 6.77, gate_up 31.09 -> 27.16, down 4096×14336 15.00 ->
+  // 14.56; Q6_K down 17.49 -> 16.33, the 128256-row LM head 153.6 -> 139.2 (Q4_0's down 10.49 ->
+  // 10.94, the one that lost). Not with two groups (ptxas fits 64 registers and spills:
+  // Llama-3.2-1B's Q4_K qkv 3072×2048 3.22 -> 4.40), nor where 512-thread blocks keep two groups
+  // live (kEarlySecond: the same, 2048×8192 6.50 -> 8.70), nor past 8 (Q8_0's down 4096×14336,
+  // 14 groups, rolled by two: 81 registers instead of 58, one block an SM, 17.37 -> 21.03).
+  static constexpr int kWarpGroups = ceil_div(kSteps, kWarpsK * kUnroll);
+  static constexpr bool kUnrolledGroups =
+      kWarpGroups >= 3 && kWarpGroups <= 8 && !(kEarlySecond && kWarpsN * kWarpsK > 8);
   // A group's inputs for every token tile are loaded before its first mma when that fits in
   // registers (few tiles); with more, each block's inputs just before its mmas.
   static constexpr bool kGroupInputs = kTokenTiles <= 2;
@@ -263,7 +277,29 @@ __global__ void __launch_bounds__(Shape::kThreads)
     }
     __syncthreads();
   }
-  if constexpr (Shape::kEarlySecond) {
+  if constexpr (Shape::kUnrolledGroups) {
+    // Unrolled: group i of the warp (column step wk + i · kStride) is multiplied from buffer
+    // i % 2, so the two buffers take turns with no copy from one to the other, and each request's
+    // address is the warp's first plus a constant. With kEarlySecond the buffer just multiplied
+    // takes group i + 2; otherwise group i + 1 is requested into the other buffer just before
+    // group i is multiplied.
+    auto group = [&](int i, Group& mine, Group& other) {
+      const int s = wk + i * kStride;
+      if (s >= kSteps) return false;
+      if constexpr (Shape::kEarlySecond) {
+        multiply(s, mine);
+        if (s + 2 * kStride < kSteps) load(s + 2 * kStride, mine);
+      } else {
+        if (s + kStride < kSteps) load(s + kStride, other);
+        multiply(s, mine);
+      }
+      return true;
+    };
+#pragma unroll
+    for (int i = 0; i < Shape::kWarpGroups; i += 2) {
+      if (!group(i, current, next) || !group(i + 1, next, current)) break;
+    }
+  } else if constexpr (Shape::kEarlySecond) {
 #pragma unroll 1
     for (int s = wk; s < kSteps; s += kStride) {
       multiply(s, current);
