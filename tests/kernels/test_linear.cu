@@ -206,6 +206,9 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the p
     check_quant_gemv<tiny_qwen3::kLinearDownProj>(t, counts);
     check_quant_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(t, counts);
     check_quant_gemv<shape::linear{.n = 1000, .k = 64, .out = LinearOut::add_f32, .sms = 108}>(t, counts);
+    // Rows of 4096 (Llama-3.1-8B's qkv, o and gate_up): a warp's four groups requested at once
+    // (QuantGemvShape::kAllInFlight), the last row tile partial.
+    check_quant_gemv<shape::linear{.n = 6008, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(t, {1, 3, 9});
   }
   // Q4_K: rows of whole 256-value super-blocks (two groups each; k = 256 is one super-block, so
   // every warp's steps alternate between the two halves of the packed scales).
@@ -236,6 +239,7 @@ TEST_CASE("linear, decode: the GEMV over FP8 codes with 128 × 128 block scales,
   check_fp8_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(counts);  // a partial block each way, half a group of padding
   check_fp8_gemv<shape::linear{.n = 1000, .k = 64, .out = LinearOut::add_f32, .sms = 108}>(counts);
   check_fp8_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>({1, 8, 33});
+  check_fp8_gemv<shape::linear{.n = 6008, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>({1, 3, 9});
 }
 
 TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linear]") {
