@@ -94,10 +94,13 @@ struct QuantGemvShape {
   // 10.94, the one that lost). Not with two groups (ptxas fits 64 registers and spills:
   // Llama-3.2-1B's Q4_K qkv 3072×2048 3.22 -> 4.40), nor where 512-thread blocks keep two groups
   // live (kEarlySecond: the same, 2048×8192 6.50 -> 8.70), nor past 8 (Q8_0's down 4096×14336,
-  // 14 groups, rolled by two: 81 registers instead of 58, one block an SM, 17.37 -> 21.03).
+  // 14 groups, rolled by two: 81 registers instead of 58, one block an SM, 17.37 -> 21.03), nor
+  // Q4_0's one-ahead loops (its down_proj, above; Llama-3.1-8B Q4_0 1.858 -> 1.883 ms a token):
+  // its groups have no header to decode, the fewest instructions, and the copies cost it least.
   static constexpr int kWarpGroups = ceil_div(kSteps, kWarpsK * kUnroll);
-  static constexpr bool kUnrolledGroups =
-      kWarpGroups >= 3 && kWarpGroups <= 8 && !(kEarlySecond && kWarpsN * kWarpsK > 8);
+  static constexpr bool kUnrolledGroups = kWarpGroups >= 3 && kWarpGroups <= 8 &&
+                                          !(kEarlySecond && kWarpsN * kWarpsK > 8) &&
+                                          (kEarlySecond || F != MatrixFormat::q4_0);
   // A group's inputs for every token tile are loaded before its first mma when that fits in
   // registers (few tiles); with more, each block's inputs just before its mmas.
   static constexpr bool kGroupInputs = kTokenTiles <= 2;
