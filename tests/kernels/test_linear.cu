@@ -219,6 +219,8 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the p
   check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k4, counts);
   check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k4, counts);
   check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k4, {1, 8, 33});
+  // Rows of 4096: four groups a warp, its loop unrolled (QuantGemvShape::kUnrolledGroups).
+  check_quant_gemv<shape::linear{.n = 1000, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(k4, {1, 3, 9});
   // Q6_K: the same super-blocks, a scale per 16 columns, the quants' high bits in their own area.
   const GgmlType k6 = GgmlType::Q6_K;
   check_quant_gemv<llama1b::kLinearQkvProj>(k6, counts);
@@ -227,6 +229,7 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the p
   check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k6, counts);
   check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k6, counts);
   check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 8, 33});
+  check_quant_gemv<shape::linear{.n = 1000, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 3, 9});
 }
 
 TEST_CASE("linear, decode: the GEMV over FP8 codes with 128 × 128 block scales, the prefill's bf16 rows from them", "[linear]") {
