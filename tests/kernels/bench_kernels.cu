@@ -17,6 +17,8 @@
 #include "templates/moe_down.cuh"
 #include "templates/moe_gate_up.cuh"
 #include "templates/prep_attention.cuh"
+#include "templates/rmsnorm.cuh"
+#include "templates/silu_mul.cuh"
 #include "templates/weight_matrix.hpp"
 #include "tests/support/gpu_harness.hpp"
 
@@ -492,6 +494,70 @@ void bench_moe_prefills() {
   bench_moe_prefill<64, 6, 2048, 1408>(2048);
 }
 
+// One Llama-3.1-8B decoder layer at one token, chained in a CUDA graph (each op overlapping the
+// end of the one before, as in a decode step), its matrices in format F rotating beyond L2: the four
+// GEMVs alone, then with the two RMSNorms and silu·mul between them (the attention left out), and
+// the RMSNorm + qkv and silu·mul + down pairs against the GEMV alone. What the small kernels add
+// is what folding them into the GEMVs could save.
+template <MatrixFormat F>
+void bench_layer_chain() {
+  constexpr shape::rmsnorm kNorm{.dim = 4096, .eps = 1e-5f};
+  constexpr shape::silu_mul kSilu{.dim = 14336};
+  constexpr shape::linear kQkv{.n = 6144, .k = 4096, .out = LinearOut::store_bf16, .sms = kSms};
+  constexpr shape::linear kO{.n = 4096, .k = 4096, .out = LinearOut::add_f32, .sms = kSms};
+  constexpr shape::linear kGateUp{.n = 28672, .k = 4096, .out = LinearOut::store_bf16, .sms = kSms};
+  constexpr shape::linear kDown{.n = 4096, .k = 14336, .out = LinearOut::add_f32, .sms = kSms};
+  struct Rotating {  // a matrix's copies beyond L2, every byte 0x11 (finite scales)
+    long long bytes;
+    int copies;
+    DeviceBuffer<std::byte> data;
+    Rotating(int n, int k)
+        : bytes((matrix_bytes(F, n, k) + 255) / 256 * 256),
+          copies(copies_beyond_l2(static_cast<size_t>(bytes))),
+          data(static_cast<size_t>(bytes) * copies) {
+      KILN_CUDA_OK(cudaMemset(data.get(), 0x11, data.size()));
+    }
+    GpuMatrix at(int i) const { return GpuMatrix{data.get() + (i % copies) * bytes, F}; }
+  };
+  const Rotating qkv(6144, 4096), o(4096, 4096), gate_up(28672, 4096), down(4096, 14336);
+  std::mt19937 rng(F == MatrixFormat::q8_0 ? 8 : 4);
+  DeviceBuffer<float> x(random_f32(4096, rng));
+  DeviceBuffer<uint16_t> gamma(random_bf16(4096, rng)), h(random_bf16(4096, rng)), qkv_out(6144),
+      attn(random_bf16(4096, rng)), gate_up_out(random_bf16(28672, rng)), act(random_bf16(14336, rng));
+  const auto norm = [&](cudaStream_t st) { rmsnorm<kNorm>(x.get(), as_bf16(gamma), as_bf16_mut(h), 1, st); };
+  const auto silu = [&](cudaStream_t st) { silu_mul<kSilu>(as_bf16(gate_up_out), as_bf16_mut(act), 1, st); };
+  const auto qkv_op = [&](int i, cudaStream_t st) {
+    linear<kQkv>(as_bf16(h), qkv.at(i), as_bf16_mut(qkv_out), 1, nullptr, st);
+  };
+  const auto down_op = [&](int i, cudaStream_t st) { linear<kDown>(as_bf16(act), down.at(i), x.get(), 1, nullptr, st); };
+  const auto layer = [&](int i, cudaStream_t st, bool small_ops) {
+    if (small_ops) norm(st);
+    qkv_op(i, st);
+    linear<kO>(as_bf16(attn), o.at(i), x.get(), 1, nullptr, st);
+    if (small_ops) norm(st);
+    linear<kGateUp>(as_bf16(h), gate_up.at(i), as_bf16_mut(gate_up_out), 1, nullptr, st);
+    if (small_ops) silu(st);
+    down_op(i, st);
+  };
+  const double gemvs = graph_us([&](int i, cudaStream_t st) { layer(i, st, false); });
+  const double all = graph_us([&](int i, cudaStream_t st) { layer(i, st, true); });
+  const double qkv_alone = graph_us([&](int i, cudaStream_t st) { qkv_op(i, st); });
+  const double norm_qkv = graph_us([&](int i, cudaStream_t st) {
+    norm(st);
+    qkv_op(i, st);
+  });
+  const double down_alone = graph_us([&](int i, cudaStream_t st) { down_op(i, st); });
+  const double silu_down = graph_us([&](int i, cudaStream_t st) {
+    silu(st);
+    down_op(i, st);
+  });
+  std::printf("%s layer chain: GEMVs %.2f us, with RMSNorms and silu_mul %.2f (+%.2f); RMSNorm + qkv %.2f against "
+              "%.2f (+%.2f); silu_mul + down %.2f against %.2f (+%.2f)\n",
+              matrix_format_name(F), gemvs, all, all - gemvs, norm_qkv, qkv_alone, norm_qkv - qkv_alone, silu_down,
+              down_alone, silu_down - down_alone);
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace kiln::kernel_test
 
@@ -504,6 +570,8 @@ int main(int argc, char** argv) {
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
   // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K): only that format's quantized GEMVs (a short device call).
+  // --layer-chain: a Llama-3.1-8B layer's Q8_0 and Q4_K GEMVs chained with and without its small
+  // kernels (bench_layer_chain).
   bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
   bool decode_attention = false;
   std::string format;
@@ -517,6 +585,11 @@ int main(int argc, char** argv) {
     moe_only = moe_only || arg == "--moe-only";
     batched = batched || arg == "--batched";
     decode_attention = decode_attention || arg == "--decode-attention";
+    if (arg == "--layer-chain") {
+      bench_layer_chain<kiln::MatrixFormat::q8_0>();
+      bench_layer_chain<kiln::MatrixFormat::q4_k>();
+      return 0;
+    }
     if (arg == "--ncu-batched") {
       run_gemv_batch_once<4096, 4096>();
       run_gemv_batch_once<28672, 4096>();
