@@ -97,8 +97,10 @@ struct QuantGemvShape {
   // 14 groups, rolled by two: 81 registers instead of 58, one block an SM, 17.37 -> 21.03), nor
   // Q4_0's one-ahead loops (its down_proj, above; Llama-3.1-8B Q4_0 1.858 -> 1.883 ms a token):
   // its groups have no header to decode, the fewest instructions, and the copies cost it least.
+  // One token tile only, the case measured: with more, ptxas gave the unrolled loop fewer registers
+  // up to four tiles but spilled more at six and eight (Q4_K's down_proj: 224 bytes against 32).
   static constexpr int kWarpGroups = ceil_div(kSteps, kWarpsK * kUnroll);
-  static constexpr bool kUnrolledGroups = kWarpGroups >= 3 && kWarpGroups <= 8 &&
+  static constexpr bool kUnrolledGroups = kTokenTiles == 1 && kWarpGroups >= 3 && kWarpGroups <= 8 &&
                                           !(kEarlySecond && kWarpsN * kWarpsK > 8) &&
                                           (kEarlySecond || F != MatrixFormat::q4_0);
   // A group's inputs for every token tile are loaded before its first mma when that fits in
