@@ -78,12 +78,13 @@ struct QuantGemvShape {
       kTokenTiles == 1 && kK >= 4096 && kSteps == 4 * kWarpsK &&
       (F == MatrixFormat::q4_0 || F == MatrixFormat::q8_0 || F == MatrixFormat::fp8);
   static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : kAllInFlight ? 4 : 1;
+  static constexpr int kWarpGroups = ceil_div(kSteps, kWarpsK * kUnroll);  // a warp's groups at most
   // Whether a warp requests its first two groups before the PDL wait, not only its first: where it
   // has at most 4, the second was a round trip to HBM after the wait on the critical path (H100,
   // 2026-11-27: Llama-3.2-1B's Q4_0 gate_up 12.4 -> 11.2 µs, 8B Q8_0 qkv 16.0 -> 15.0, gate_up 49.3
   // -> 46.9). Rows of more groups (down_proj's) kept the second one live through the wait in 70
   // registers instead of 56, one block of 512 threads an SM: 20% slower.
-  static constexpr bool kEarlySecond = ceil_div(kSteps, kWarpsK * kUnroll) <= 4;
+  static constexpr bool kEarlySecond = kWarpGroups <= 4;
   // Whether a warp's loop over its groups is unrolled (3 to 8 of them). Rolled, each group took
   // ~60 instructions besides its arithmetic: the copy of the next group's registers into the
   // current one's, and the next request's address rebuilt from the thread index (ptxas
@@ -99,7 +100,6 @@ struct QuantGemvShape {
   // its groups have no header to decode, the fewest instructions, and the copies cost it least.
   // One token tile only, the case measured: with more, ptxas gave the unrolled loop fewer registers
   // up to four tiles but spilled more at six and eight (Q4_K's down_proj: 224 bytes against 32).
-  static constexpr int kWarpGroups = ceil_div(kSteps, kWarpsK * kUnroll);
   static constexpr bool kUnrolledGroups = kTokenTiles == 1 && kWarpGroups >= 3 && kWarpGroups <= 8 &&
                                           !(kEarlySecond && kWarpsN * kWarpsK > 8) &&
                                           (kEarlySecond || F != MatrixFormat::q4_0);
