@@ -178,32 +178,46 @@ void bench_gemv_batches() {
   bench_gemv_batch<kN, kK, 8>(data, 64);
 }
 
+// An [n, k] matrix in format F as copies beyond L2 (matrix i % copies for launch i), every byte 0x11:
+// quants of every nibble, scales 0x1111 (finite).
+template <MatrixFormat F>
+struct RotatingQuantMatrix {
+  long long bytes;  // one copy's, 256-byte aligned
+  int copies;
+  DeviceBuffer<std::byte> data;
+  RotatingQuantMatrix(int n, int k)
+      : bytes((matrix_bytes(F, n, k) + 255) / 256 * 256),
+        copies(copies_beyond_l2(static_cast<size_t>(bytes))),
+        data(static_cast<size_t>(bytes) * copies) {
+    KILN_CUDA_OK(cudaMemset(data.get(), 0x11, data.size()));
+  }
+  const std::byte* raw(int i) const { return data.get() + (i % copies) * bytes; }
+  GpuMatrix at(int i) const { return GpuMatrix{raw(i), F}; }
+};
+
 // The GEMV over Q4_0 / Q8_0 / Q4_K / Q6_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, each launch alone; then for one token "chained", back to back in a CUDA graph
 // (each launch overlapping the end of the one before, as a decode step's do), and with `sweep`
 // other splits and unrolls, chained too. Bytes: the matrix's (ggml's bytes) plus the inputs and
 // outputs.
 template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll, int kShared = -1>
-void bench_quant_variant(const DeviceBuffer<std::byte>& matrices, long long matrix_bytes_, int copies,
-                         const DeviceBuffer<uint16_t>& in, DeviceBuffer<float>& out, int tokens) {
+void bench_quant_variant(const RotatingQuantMatrix<F>& matrix, const DeviceBuffer<uint16_t>& in,
+                         DeviceBuffer<float>& out, int tokens) {
   using Shape = detail::QuantGemvShape<kN, kK, F, kSms, kTiles, kWarpsN, kWarpsK, kUnroll, kShared>;
   const double us = graph_us([&](int i, cudaStream_t stream) {
     detail::launch_gemv_quant<kN, kK, LinearOut::store_f32, F, Shape>(
-        as_bf16(in), matrices.get() + (i % copies) * matrix_bytes_, out.get(), tokens, stream);
+        as_bf16(in), matrix.raw(i), out.get(), tokens, stream);
   });
   char variant[64];
   std::snprintf(variant, sizeof variant, "%s wn %d wk %d u %d %s", matrix_format_name(F), Shape::kWarpsN,
                 Shape::kWarpsK, Shape::kUnroll, Shape::kSharedInput ? "shared" : "global");
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us,
-                 matrix_bytes_ + tokens * (kK * 2.0 + kN * 4.0));
+                 matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
 }
 
 template <int kN, int kK, MatrixFormat F>
 void bench_quant_shape(bool sweep) {
-  const long long bytes = (matrix_bytes(F, kN, kK) + 255) / 256 * 256;
-  const int copies = copies_beyond_l2(static_cast<size_t>(bytes));
-  DeviceBuffer<std::byte> matrices(static_cast<size_t>(bytes) * copies);
-  KILN_CUDA_OK(cudaMemset(matrices.get(), 0x11, matrices.size()));  // quants of every nibble; scales 0x1111 (finite)
+  const RotatingQuantMatrix<F> matrix(kN, kK);
   std::mt19937 rng(kN + kK);
   DeviceBuffer<uint16_t> in(random_bf16(static_cast<size_t>(64) * kK, rng));
   DeviceBuffer<float> out(static_cast<size_t>(64) * kN);
@@ -211,14 +225,14 @@ void bench_quant_shape(bool sweep) {
   for (int tokens : {1, 4, 16, 64}) {
     const double us = median_us([&](int i) {
       kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
-          as_bf16(in), GpuMatrix{matrices.get() + (i % copies) * bytes, F}, out.get(), tokens, nullptr, nullptr);
+          as_bf16(in), matrix.at(i), out.get(), tokens, nullptr, nullptr);
     });
     print_gemv_row(shape, std::string(matrix_format_name(F)) + " default", tokens, us,
                    matrix_bytes(F, kN, kK) + tokens * (kK * 2.0 + kN * 4.0));
   }
   const double chained = graph_us([&](int i, cudaStream_t stream) {
     kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
-        as_bf16(in), GpuMatrix{matrices.get() + (i % copies) * bytes, F}, out.get(), 1, nullptr, stream);
+        as_bf16(in), matrix.at(i), out.get(), 1, nullptr, stream);
   });
   print_gemv_row(shape, std::string(matrix_format_name(F)) + " chained", 1, chained,
                  matrix_bytes(F, kN, kK) + kK * 2.0 + kN * 4.0);
@@ -226,14 +240,14 @@ void bench_quant_shape(bool sweep) {
   using Default = detail::QuantGemvShape<kN, kK, F, kSms, 1>;
   constexpr int WK = Default::kWarpsK;               // the default split
   constexpr int SH = Default::kWholeGroups ? 1 : 0;  // shared inputs where it can
-  bench_quant_variant<kN, kK, F, 1, 1, WK, 1, 0>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, WK, 1, SH>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, WK, 2, SH>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, WK, 4, SH>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, WK / 2, 2, SH>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 16, 1, SH>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 16, 2, SH>(matrices, bytes, copies, in, out, 1);
-  bench_quant_variant<kN, kK, F, 1, 1, 32, 1, SH>(matrices, bytes, copies, in, out, 1);  // 1024 threads a block
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 1, 0>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 1, SH>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 2, SH>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK, 4, SH>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, WK / 2, 2, SH>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 16, 1, SH>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 16, 2, SH>(matrix, in, out, 1);
+  bench_quant_variant<kN, kK, F, 1, 1, 32, 1, SH>(matrix, in, out, 1);  // 1024 threads a block
 }
 
 // The paged KV caches of a decode step's batch of equal contexts, one copy a layer, as many layers
@@ -507,19 +521,7 @@ void bench_layer_chain() {
   constexpr shape::linear kO{.n = 4096, .k = 4096, .out = LinearOut::add_f32, .sms = kSms};
   constexpr shape::linear kGateUp{.n = 28672, .k = 4096, .out = LinearOut::store_bf16, .sms = kSms};
   constexpr shape::linear kDown{.n = 4096, .k = 14336, .out = LinearOut::add_f32, .sms = kSms};
-  struct Rotating {  // a matrix's copies beyond L2, every byte 0x11 (finite scales)
-    long long bytes;
-    int copies;
-    DeviceBuffer<std::byte> data;
-    Rotating(int n, int k)
-        : bytes((matrix_bytes(F, n, k) + 255) / 256 * 256),
-          copies(copies_beyond_l2(static_cast<size_t>(bytes))),
-          data(static_cast<size_t>(bytes) * copies) {
-      KILN_CUDA_OK(cudaMemset(data.get(), 0x11, data.size()));
-    }
-    GpuMatrix at(int i) const { return GpuMatrix{data.get() + (i % copies) * bytes, F}; }
-  };
-  const Rotating qkv(6144, 4096), o(4096, 4096), gate_up(28672, 4096), down(4096, 14336);
+  const RotatingQuantMatrix<F> qkv(6144, 4096), o(4096, 4096), gate_up(28672, 4096), down(4096, 14336);
   std::mt19937 rng(F == MatrixFormat::q8_0 ? 8 : 4);
   DeviceBuffer<float> x(random_f32(4096, rng));
   DeviceBuffer<uint16_t> gamma(random_bf16(4096, rng)), h(random_bf16(4096, rng)), qkv_out(6144),
@@ -529,7 +531,9 @@ void bench_layer_chain() {
   const auto qkv_op = [&](int i, cudaStream_t st) {
     linear<kQkv>(as_bf16(h), qkv.at(i), as_bf16_mut(qkv_out), 1, nullptr, st);
   };
-  const auto down_op = [&](int i, cudaStream_t st) { linear<kDown>(as_bf16(act), down.at(i), x.get(), 1, nullptr, st); };
+  const auto down_op = [&](int i, cudaStream_t st) {
+    linear<kDown>(as_bf16(act), down.at(i), x.get(), 1, nullptr, st);
+  };
   const auto layer = [&](int i, cudaStream_t st, bool small_ops) {
     if (small_ops) norm(st);
     qkv_op(i, st);
