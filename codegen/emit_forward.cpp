@@ -15,8 +15,8 @@ namespace {
 
 // The decode's mark after an op (CudaContext::mark, --profile's per-op timeline): the op's family
 // and what it reads, in bytes from the shapes; a matrix in the bytes of the format the loader kept
-// it in (a GGUF file's blocks: matrix_bytes), read when the step runs; the embedding lookup reads
-// one row of its table per token.
+// it in (a GGUF file's blocks, both parts of one in two formats: matrix_bytes of the GpuMatrix),
+// read when the step runs; the embedding lookup reads one row of its table per token.
 std::string mark_line(const Op& op, const Graph& g) {
   const std::vector<std::string> weights = op.weights();
   const bool named_by_weight = !weights.empty() && (op.kind == OpKind::linear || op.kind == OpKind::rmsnorm ||
@@ -29,7 +29,7 @@ std::string mark_line(const Op& op, const Graph& g) {
   for (const std::string& field : weights) {
     const WeightDecl& w = g.weight(field);
     if (w.matrix && w.experts == 0 && w.shape.size() == 2) {
-      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ".format, " +
+      matrices.push_back("kiln::matrix_bytes(" + weight_expr(g, field) + ", " +
                          std::to_string(lookup ? 1 : w.shape[0]) + ", " + std::to_string(w.shape[1]) + ")");
       continue;
     }

@@ -69,7 +69,8 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
   }
   if (!detail.empty()) math += "   " + detail;
   Op op = make_op(OpKind::linear, label, math, {{"in", in}, {"weight", weight}, {"out", out}},
-                  {{"n", n}, {"k", k}, {"out", linear_out_name(result)}, {"sms", "kTargetSms"}}, "linear_" + weight);
+                  {{"n", n}, {"k", k}, {"out", linear_out_name(result)}, {"sms", "kTargetSms"}, {"stacked", "false"}},
+                  "linear_" + weight);
   op.rows = rows;
   return op;
 }
@@ -256,6 +257,19 @@ void mark_matrix_weights(Graph& g) {
     w.matrix = it != matrix.end() && it->second;
     w.lookup = w.matrix && lookup.at(w.field);
   }
+  // A linear op's `stacked`: its matrix is stacked from tensors of its own (q | k | v, gate | up),
+  // which a GGUF file may store in two block formats (GpuMatrix::split). A rank's slices are bf16.
+  for_each_op(g, [&](Op& op) {
+    if (op.kind != OpKind::linear) return;
+    const WeightDecl& w = g.weight(op.args.at("weight"));
+    bool stacked = false;
+    for (const auto& layout : w.layouts) {
+      bool sliced = false;
+      for (const WeightSource& s : layout) sliced |= s.hf_rows > 0;
+      stacked |= w.matrix && w.experts == 0 && layout.size() > 1 && !sliced;
+    }
+    op.shape.at("stacked") = stacked ? "true" : "false";
+  });
 }
 
 // Ops whose calls render the same (same op, same shape text) share one kernel wrapper and shape

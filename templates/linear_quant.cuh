@@ -127,208 +127,70 @@ struct QuantGemvShape {
 // 48 KB a block has without opting in.
 constexpr int kMaxSharedInputBytes = 32 * 1024;
 
-// Block blockIdx.x: row tiles blockIdx.x · kWarpsN + wn, each with all kWarpsK column splits,
-// summed in shared memory in split order (linear.cuh's narrow plan).
-template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape>
+// A matrix's row count: known at compile time for a whole matrix (kN: the layout's offsets and the
+// last row are constants, as ptxas best schedules them; with the count a kernel argument, Q4_K's
+// 4096×14336 GEMV had 16 spill loads and stores instead of 4), at run time for a part of a
+// GpuMatrix in two formats (GpuMatrix::split, chosen by the file).
+template <int kRows>
+struct FixedRows {
+  __host__ __device__ constexpr operator int() const { return kRows; }
+};
+struct RuntimeRows {
+  int value;
+  __host__ __device__ constexpr operator int() const { return value; }
+};
+
+// An [rows, kK] matrix's outputs (rows: FixedRows<kN>, or a part's RuntimeRows): row block
+// blockIdx.x (gemv_quant_body.inc), tokens kN apart in `out`.
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape, typename Rows>
 __global__ void __launch_bounds__(Shape::kThreads)
     gemv_quant_kernel(const bf16* __restrict__ in, const unsigned char* __restrict__ matrix,
-                      typename LinearOutType<kOut>::type* __restrict__ out, int tokens) {
-  using Q = QuantValues<F>;
-  constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK, G = Shape::kGroupBlocks;
-  constexpr int kSteps = Shape::kSteps;
-  __shared__ float partial[Shape::kWarpsN * WK][128];
+                      typename LinearOutType<kOut>::type* __restrict__ out, int tokens, Rows rows) {
+  __shared__ float partial[Shape::kWarpsN * Shape::kWarpsK][128];
+  const int block = blockIdx.x;
+  const auto wait = [] { pdl_release_and_wait(); };
+#include "templates/gemv_quant_body.inc"
+}
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wn = warp / WK, wk = warp % WK;
-  const int g = lane / 4, q = lane % 4;
-  const int tile = blockIdx.x * Shape::kWarpsN + wn;
-  // Rows past kN compute on row kN - 1; their outputs are never stored (mma rows are independent).
-  const long long r0 = min(tile * 16 + g, kN - 1), r1 = min(tile * 16 + g + 8, kN - 1);
-  const unsigned char* w0 = matrix + r0 * kSteps * kQuantGroupBytes + q * 16;
-  const unsigned char* w1 = matrix + r1 * kSteps * kQuantGroupBytes + q * 16;
-  const auto s0 = Q::row(matrix, kN, kK, r0), s1 = Q::row(matrix, kN, kK, r1);
-  const unsigned char* h0 = nullptr;  // Q6_K: the rows' high bits
-  const unsigned char* h1 = nullptr;
-  if constexpr (Q::kHighBits) h0 = Q::high_row(matrix, kN, kK, r0, q), h1 = Q::high_row(matrix, kN, kK, r1, q);
-
-  extern __shared__ uint4 shared_rows[];  // the token rows, when Shape::kSharedInput
-  const bf16* x_rows[T];  // token rows past `tokens` repeat the last one; their outputs are not stored
-#pragma unroll
-  for (int j = 0; j < T; ++j) {
-    const int t = min_int(j * 8 + g, tokens - 1);
-    const char* shared_row = reinterpret_cast<const char*>(shared_rows) + t * Shape::kSharedRowBytes;
-    x_rows[j] = Shape::kSharedInput ? reinterpret_cast<const bf16*>(shared_row) : in + static_cast<long long>(t) * kK;
-  }
-  float acc[T][4];
-#pragma unroll
-  for (int j = 0; j < T; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-
-  struct Group {
-    uint4 w0[U], w1[U];
-    typename Q::High e0[U], e1[U];
-    typename Q::Scales d0[U], d1[U];
-  };
-  auto load = [&](int s, Group& grp) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int step = min_int(s + u * WK, kSteps - 1);  // a step past the row is loaded, not used
-      grp.w0[u] = load_streaming_16(w0 + static_cast<long long>(step) * kQuantGroupBytes);
-      grp.w1[u] = load_streaming_16(w1 + static_cast<long long>(step) * kQuantGroupBytes);
-      if constexpr (Q::kHighBits) {
-        grp.e0[u] = load_streaming_8(h0 + static_cast<long long>(step) * kQ6kHighGroupBytes);
-        grp.e1[u] = load_streaming_8(h1 + static_cast<long long>(step) * kQ6kHighGroupBytes);
-      }
-      grp.d0[u] = Q::load_scales(s0, step);
-      grp.d1[u] = Q::load_scales(s1, step);
-    }
-  };
-  auto multiply = [&](int s, const Group& grp) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int step = s + u * WK;
-      if (step >= kSteps) break;
-      // Only a padding block (past kK) reads zeros: every token row is a real one (x_rows).
-      auto input = [&](int b, int j) {
-        if constexpr (Q::kHalfScales) {  // Q6_K: the lane's columns 4q..4q+3 and 16+4q..16+4q+3
-          static_assert(Shape::kWholeGroups, "quantized GEMV: Q6_K rows are whole super-blocks");
-          const int col = (step * G + b) * 32 + q * 4;
-          const uint2 lo = Shape::kSharedInput ? *reinterpret_cast<const uint2*>(x_rows[j] + col)
-                                               : __ldg(reinterpret_cast<const uint2*>(x_rows[j] + col));
-          const uint2 hi = Shape::kSharedInput ? *reinterpret_cast<const uint2*>(x_rows[j] + col + 16)
-                                               : __ldg(reinterpret_cast<const uint2*>(x_rows[j] + col + 16));
-          return make_uint4(lo.x, lo.y, hi.x, hi.y);
-        } else {
-          const int col = step * G * 32 + Q::lane_column(b, q);
-          if constexpr (Shape::kSharedInput) return *reinterpret_cast<const uint4*>(x_rows[j] + col);
-          if constexpr (Shape::kWholeGroups) return __ldg(reinterpret_cast<const uint4*>(x_rows[j] + col));
-          return load_row_chunk<kK, Shape::kVec, RowLoad::read_only>(x_rows[j], col, true);
-        }
-      };
-      constexpr int SB = Q::kHalfScales ? 2 : 1;  // scales a block
-      BlockScale scales0[G * SB], scales1[G * SB];  // rows g and g + 8
-      Q::group_scales(grp.d0[u], step, scales0);
-      Q::group_scales(grp.d1[u], step, scales1);
-      constexpr int XB = Shape::kGroupInputs ? G : 1;  // blocks whose inputs are held at once
-      uint4 x[XB][T];
-      if constexpr (Shape::kGroupInputs) {
-#pragma unroll
-        for (int b = 0; b < G; ++b)
-#pragma unroll
-          for (int j = 0; j < T; ++j) x[b][j] = input(b, j);
-      }
-#pragma unroll
-      for (int b = 0; b < G; ++b) {
-        if constexpr (!Shape::kGroupInputs) {
-#pragma unroll
-          for (int j = 0; j < T; ++j) x[0][j] = input(b, j);
-        }
-        const uint4 a0 = block_values<Q>(grp.w0[u], grp.e0[u], b), a1 = block_values<Q>(grp.w1[u], grp.e1[u], b);
-        if constexpr (Q::kHalfScales) {  // each k16 mma's sum times its own sub-block scale
-#pragma unroll
-          for (int j = 0; j < T; ++j) {
-            float lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_row_halves(lo, hi, a0, a1, x[Shape::kGroupInputs ? b : 0][j]);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const BlockScale* s = c < 2 ? scales0 : scales1;
-              acc[j][c] = fmaf(s[2 * b + 1].d, hi[c], fmaf(s[2 * b].d, lo[c], acc[j][c]));
-            }
-          }
-          continue;
-        }
-        const BlockScale d0 = scales0[b], d1 = scales1[b];
-#pragma unroll
-        for (int j = 0; j < T; ++j) {
-          const uint4& xb = x[Shape::kGroupInputs ? b : 0][j];
-          float block_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma_row_chunk(block_sum, a0, a1, xb);
-          acc[j][0] = fmaf(d0.d, block_sum[0], acc[j][0]);
-          acc[j][1] = fmaf(d0.d, block_sum[1], acc[j][1]);
-          acc[j][2] = fmaf(d1.d, block_sum[2], acc[j][2]);
-          acc[j][3] = fmaf(d1.d, block_sum[3], acc[j][3]);
-          if constexpr (Q::kHasMin) {
-            // Σx of the block for tokens 2q and 2q + 1 (rows g and g + 8 alike): weights of ones.
-            constexpr unsigned kOnes = 0x3F803F80u;  // bf16 1.0 twice
-            const uint4 ones = make_uint4(kOnes, kOnes, kOnes, kOnes);
-            float x_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_row_chunk(x_sum, ones, ones, xb);
-            const float m0 = Q::gemv_offset(d0), m1 = Q::gemv_offset(d1);
-            acc[j][0] = fmaf(-m0, x_sum[0], acc[j][0]);
-            acc[j][1] = fmaf(-m0, x_sum[1], acc[j][1]);
-            acc[j][2] = fmaf(-m1, x_sum[2], acc[j][2]);
-            acc[j][3] = fmaf(-m1, x_sum[3], acc[j][3]);
-          }
-        }
-      }
-    }
-  };
-
-  // The warp's first group (Shape::kEarlySecond: its first two) is requested before the wait
-  // (weights only: no kernel writes them); then each group while the one before it is multiplied.
-  constexpr int kStride = WK * U;  // column steps from one group of the warp to its next
-  Group current, next;
-  if (wk < kSteps) load(wk, current);
-  if (Shape::kEarlySecond && wk + kStride < kSteps) load(wk + kStride, next);
-  pdl_release_and_wait();
-  if constexpr (Shape::kSharedInput) {
-    static_assert(Shape::kWholeGroups, "quantized GEMV: shared token rows are whole groups (16-byte chunks)");
-    constexpr int kChunks = kK / 8;  // 16-byte chunks of a row
-    for (int i = threadIdx.x; i < tokens * kChunks; i += Shape::kThreads) {
-      const int t = i / kChunks, c = i % kChunks;
-      shared_rows[(t * Shape::kSharedRowBytes) / 16 + c] =
-          __ldg(reinterpret_cast<const uint4*>(in + static_cast<long long>(t) * kK) + c);
-    }
-    __syncthreads();
-  }
-  if constexpr (Shape::kUnrolledGroups) {
-    // Unrolled: group i of the warp (column step wk + i · kStride) is multiplied from buffer
-    // i % 2, so the two buffers take turns with no copy from one to the other, and each request's
-    // address is the warp's first plus a constant. With kEarlySecond the buffer just multiplied
-    // takes group i + 2; otherwise group i + 1 is requested into the other buffer just before
-    // group i is multiplied.
-    auto group = [&](int i, Group& mine, Group& other) {
-      const int s = wk + i * kStride;
-      if (s >= kSteps) return false;
-      if constexpr (Shape::kEarlySecond) {
-        multiply(s, mine);
-        if (s + 2 * kStride < kSteps) load(s + 2 * kStride, mine);
-      } else {
-        if (s + kStride < kSteps) load(s + kStride, other);
-        multiply(s, mine);
-      }
-      return true;
-    };
-#pragma unroll
-    for (int i = 0; i < Shape::kWarpGroups; i += 2) {
-      if (!group(i, current, next) || !group(i + 1, next, current)) break;
-    }
-  } else if constexpr (Shape::kEarlySecond) {
-#pragma unroll 1
-    for (int s = wk; s < kSteps; s += kStride) {
-      multiply(s, current);
-      if (s + kStride >= kSteps) break;
-      current = next;
-      if (s + 2 * kStride < kSteps) load(s + 2 * kStride, next);
-    }
+// Row blocks of a GpuMatrix in two formats in one launch (GpuMatrix::split): the first
+// ceil(split / 16) blocks compute its rows [0, split) in format F0, the others its tail in F1, so
+// that the tail's few blocks (a Q4_K_M file's v rows: 1024 of 6144) run beside the head's rather
+// than after them. Shapes of the same threads and shared token rows (the block is launched with
+// one of each). At least 768 threads an SM (two blocks at 512 threads): at most 85 registers a
+// thread, 64 at 512, about what ptxas gives each part's kernel alone. Left to itself it gave this
+// one 64 at 256 threads and spilled 40 bytes: Llama-3.1-8B's qkv as a Q4_K_M file holds it (Q4_K |
+// Q6_K at row 5120, one token, chained; bench_kernels --two-formats, H200, 2026-12-02) took 9.37
+// µs so, 8.02 with 80 registers (16 bytes spilled), against 7.51 all Q4_K and 9.39 all Q8_0.
+template <int kThreads>
+constexpr int kPartsMinBlocks = 768 / kThreads > 2 ? 768 / kThreads : 2;
+template <int kN, int kK, LinearOut kOut, MatrixFormat F0, typename Shape0, MatrixFormat F1, typename Shape1,
+          int kMinBlocks = kPartsMinBlocks<Shape0::kThreads>>
+__global__ void __launch_bounds__(Shape0::kThreads, kMinBlocks)
+    gemv_quant_parts_kernel(const bf16* __restrict__ in, const unsigned char* __restrict__ head,
+                            const unsigned char* __restrict__ tail,
+                            typename LinearOutType<kOut>::type* __restrict__ all_out, int tokens, int split) {
+  static_assert(Shape0::kThreads == Shape1::kThreads && Shape0::kWarpsN == 1 && Shape1::kWarpsN == 1 &&
+                    Shape0::kSharedInput == Shape1::kSharedInput,
+                "quantized GEMV in two parts: both parts' blocks must be alike");
+  __shared__ float partial[Shape0::kWarpsK > Shape1::kWarpsK ? Shape0::kWarpsK : Shape1::kWarpsK][128];
+  const int head_blocks = ceil_div(split, 16);
+  const auto wait = [] { pdl_release_and_wait(); };
+  if (static_cast<int>(blockIdx.x) < head_blocks) {
+    constexpr MatrixFormat F = F0;
+    using Shape = Shape0;
+    const unsigned char* __restrict__ const matrix = head;
+    auto* __restrict__ const out = all_out;
+    const RuntimeRows rows{split};
+    const int block = blockIdx.x;
+#include "templates/gemv_quant_body.inc"
   } else {
-#pragma unroll 1
-    for (int s = wk; s < kSteps; s += kStride) {
-      const bool more = s + kStride < kSteps;
-      if (more) load(s + kStride, next);
-      multiply(s, current);
-      if (more) current = next;
-    }
-  }
-
-#pragma unroll
-  for (int j = 0; j < T; ++j) {
-    sum_column_splits<Shape::kWarpsN, WK, Shape::kThreads>(partial, acc[j], [&](int block_row, int token, float v) {
-      const int n = blockIdx.x * Shape::kWarpsN * 16 + block_row;
-      const int t = j * 8 + token;
-      if (n < kN && t < tokens) store_linear_out<kOut>(out + static_cast<long long>(t) * kN + n, v);
-    });
+    constexpr MatrixFormat F = F1;
+    using Shape = Shape1;
+    const unsigned char* __restrict__ const matrix = tail;
+    auto* __restrict__ const out = all_out + split;
+    const RuntimeRows rows{kN - split};
+    const int block = blockIdx.x - head_blocks;
+#include "templates/gemv_quant_body.inc"
   }
 }
 
@@ -354,78 +216,181 @@ __global__ void __launch_bounds__(256)
   });
 }
 
-// One pass of at most 8 · Shape::kTokenTileCount tokens.
-template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape>
+// One pass of at most 8 · Shape::kTokenTileCount tokens over an [rows, kK] matrix (rows: kN, or
+// the part of a GpuMatrix in two formats that `out` starts at).
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape, typename Rows = FixedRows<kN>>
 inline void launch_gemv_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
-                              cudaStream_t stream) {
-  constexpr auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape>;
+                              cudaStream_t stream, Rows rows = {}) {
+  constexpr auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape, Rows>;
   const int smem = Shape::kSharedInput ? tokens * Shape::kSharedRowBytes : 0;
-  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks), Shape::kThreads, smem, stream, in,
-              static_cast<const unsigned char*>(matrix), out, tokens);
+  KILN_LAUNCH(kernel, dim3(ceil_div(int{rows}, 16 * Shape::kWarpsN)), Shape::kThreads, smem, stream, in,
+              static_cast<const unsigned char*>(matrix), out, tokens, rows);
 }
 
-template <int kN, int kK, LinearOut kOut, MatrixFormat F, int kSMs>
+// The GEMV's shape for a pass of kTiles token tiles, its token rows in shared memory (kShared) or
+// read from global memory.
+template <int kN, int kK, MatrixFormat F, int kSMs, int kTiles, bool kShared>
+using QuantPassShape = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, kShared ? 1 : 0>;
+
+// Whether a pass of `tokens` reads its token rows from shared memory: where they are whole groups
+// and fit. The same sums either way (only where the inputs are read from differs). FP8 rows longer
+// than 4096 values read theirs from global memory: Qwen3-8B's down_proj 4096×12288 took 16.3 µs
+// so, 17.6 from shared memory (H200, chained, 2026-11-27 fifth session), where Q4_0's down_proj
+// gains from shared memory (1.8× fewer weight bytes a value: the copy is more of its time).
+template <int kK, MatrixFormat F>
+using SharedRowsOf = QuantGemvShape<1, kK, F, 1, 1, 0, 0, 0, 1>;  // a row's bytes and groups: no other sizes
+template <int kK, MatrixFormat F>
+constexpr bool can_share_input() {
+  return SharedRowsOf<kK, F>::kWholeGroups && !(F == MatrixFormat::fp8 && kK > 4096);
+}
+template <int kK, MatrixFormat F>
+bool shared_input_pass(int tokens) {
+  return can_share_input<kK, F>() && tokens * SharedRowsOf<kK, F>::kSharedRowBytes <= kMaxSharedInputBytes;
+}
+
+// The GEMV over an [rows, kK] matrix in format F, outputs kN apart: passes of up to 64 tokens.
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, int kSMs, typename Rows = FixedRows<kN>>
 void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, Rows rows = {}) {
   for (int done = 0; done < tokens; done += kStreamPassTokens) {
     const int n = min_int(kStreamPassTokens, tokens - done);
     with_token_tiles(n, [&](auto tiles) {
       constexpr int kTiles = decltype(tiles)::value;
       const bf16* x = in + static_cast<long long>(done) * kK;
       auto* y = out + static_cast<long long>(done) * kN;
-      // The same sums either way (only where the inputs are read from differs). FP8 rows longer
-      // than 4096 values read theirs from global memory: Qwen3-8B's down_proj 4096×12288 took 16.3
-      // µs so, 17.6 from shared memory (H200, chained, 2026-11-27 fifth session), where Q4_0's
-      // down_proj gains from shared memory (1.8× fewer weight bytes a value: the copy is more of its time).
-      using Shared = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, 1>;
-      using Global = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, 0>;
-      if constexpr (Shared::kWholeGroups && !(F == MatrixFormat::fp8 && kK > 4096)) {
-        if (n * Shared::kSharedRowBytes <= kMaxSharedInputBytes) {
-          launch_gemv_quant<kN, kK, kOut, F, Shared>(x, matrix, y, n, stream);
+      if constexpr (can_share_input<kK, F>()) {
+        if (shared_input_pass<kK, F>(n)) {
+          launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kN, kK, F, kSMs, kTiles, true>>(x, matrix, y, n, stream,
+                                                                                           rows);
           return;
         }
       }
-      launch_gemv_quant<kN, kK, kOut, F, Global>(x, matrix, y, n, stream);
+      launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kN, kK, F, kSMs, kTiles, false>>(x, matrix, y, n, stream, rows);
     });
   }
+}
+
+// A format or a choice as a type, for the launchers' generic lambdas (no <type_traits> under NVRTC).
+template <MatrixFormat F>
+struct FormatConstant {
+  static constexpr MatrixFormat value = F;
+};
+template <bool B>
+struct BoolConstant {
+  static constexpr bool value = B;
+};
+
+// The block formats the GEMV reads at rows of kK values (fn(FormatConstant<F>{}) for f): Q8_0, Q4_0
+// and FP8 at whole 32-value blocks, Q4_K and Q6_K at whole 256-value super-blocks. false for any
+// other (bf16 rows; the CPU's formats, which the GPU's loader never keeps). kParts: a part of a
+// matrix in two formats, which are GGUF block formats only (FP8 matrices are FP8 throughout), so
+// that no FP8 part kernel is instantiated.
+template <int kK, bool kParts = false, typename Fn>
+bool with_gemv_format(MatrixFormat f, Fn&& fn) {
+  if constexpr (kK % kQuantBlockValues == 0) {
+    switch (f) {
+      case MatrixFormat::q8_0: fn(FormatConstant<MatrixFormat::q8_0>{}); return true;
+      case MatrixFormat::q4_0: fn(FormatConstant<MatrixFormat::q4_0>{}); return true;
+      case MatrixFormat::fp8:
+        if constexpr (!kParts) {
+          fn(FormatConstant<MatrixFormat::fp8>{});
+          return true;
+        }
+        return false;
+      case MatrixFormat::q4_k:
+        if constexpr (kK % kQ4kSuperValues == 0) {
+          fn(FormatConstant<MatrixFormat::q4_k>{});
+          return true;
+        }
+        return false;
+      case MatrixFormat::q6_k:
+        if constexpr (kK % kQ4kSuperValues == 0) {
+          fn(FormatConstant<MatrixFormat::q6_k>{});
+          return true;
+        }
+        return false;
+      default: return false;
+    }
+  }
+  return false;
+}
+
+// One token tile over a GpuMatrix in two formats in one launch (gemv_quant_parts_kernel), where
+// both parts' blocks are alike; false where they are not (then each part takes its own launch).
+// The token rows come from shared memory where both parts' would, else from global memory for
+// both: the same sums either way.
+template <int kN, int kK, LinearOut kOut, MatrixFormat F0, MatrixFormat F1, int kSMs>
+bool launch_gemv_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutType<kOut>::type* out, int tokens,
+                             cudaStream_t stream) {
+  if constexpr (F0 == F1 || QuantPassShape<kN, kK, F0, kSMs, 1, false>::kThreads !=
+                                QuantPassShape<kN, kK, F1, kSMs, 1, false>::kThreads) {
+    return false;
+  } else {
+    const auto launch = [&](auto shared) {
+      constexpr bool kShared = decltype(shared)::value;
+      using Shape0 = QuantPassShape<kN, kK, F0, kSMs, 1, kShared>;
+      using Shape1 = QuantPassShape<kN, kK, F1, kSMs, 1, kShared>;
+      constexpr auto kernel = gemv_quant_parts_kernel<kN, kK, kOut, F0, Shape0, F1, Shape1>;
+      const int blocks = ceil_div(w.split, 16) + ceil_div(kN - w.split, 16);
+      KILN_LAUNCH(kernel, dim3(blocks), Shape0::kThreads, kShared ? tokens * Shape0::kSharedRowBytes : 0, stream, in,
+                  static_cast<const unsigned char*>(w.data), static_cast<const unsigned char*>(w.tail), out, tokens,
+                  w.split);
+    };
+    if constexpr (can_share_input<kK, F0>() && can_share_input<kK, F1>()) {
+      if (shared_input_pass<kK, F0>(tokens) && shared_input_pass<kK, F1>(tokens)) {
+        launch(BoolConstant<true>{});
+        return true;
+      }
+    }
+    launch(BoolConstant<false>{});
+    return true;
+  }
+}
+
+// The GEMV over a GpuMatrix in two formats (GpuMatrix::split): rows [0, split) and the tail each
+// as a matrix of their own, their outputs side by side in `out`; in one launch for a pass of one
+// token tile (decode) where both parts' blocks are alike.
+template <shape::linear S>
+void linear_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutType<S.out>::type* out, int tokens,
+                        cudaStream_t stream) {
+  if (tokens <= 8) {
+    bool done = false;
+    with_gemv_format<S.k, true>(w.format, [&](auto f0) {
+      with_gemv_format<S.k, true>(w.tail_format, [&](auto f1) {
+        done = launch_gemv_quant_parts<S.n, S.k, S.out, decltype(f0)::value, decltype(f1)::value, S.sms>(in, w, out,
+                                                                                                          tokens, stream);
+      });
+    });
+    if (done) return;
+  }
+  with_gemv_format<S.k, true>(w.format, [&](auto f) {
+    linear_quant<S.n, S.k, S.out, decltype(f)::value, S.sms>(in, w.data, out, tokens, stream, RuntimeRows{w.split});
+  });
+  with_gemv_format<S.k, true>(w.tail_format, [&](auto f) {
+    linear_quant<S.n, S.k, S.out, decltype(f)::value, S.sms>(in, w.tail, out + w.split, tokens, stream,
+                                                             RuntimeRows{S.n - w.split});
+  });
 }
 
 }  // namespace detail
 
 // The decode linear op over any GpuMatrix: passes of up to 64 tokens, each reading the weights once.
+// Only a weight stacked from pieces (shape::linear::stacked: q | k | v, gate | up) may be in two
+// formats (the loader splits no other: runtime/model/weight_loader.cpp), so only its op
+// instantiates linear_quant_parts' kernels.
 template <shape::linear S>
 void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
             float* scratch, cudaStream_t stream) {
-  if constexpr (S.k % kQuantBlockValues == 0) {  // a GGUF block format holds whole blocks of a row
-    switch (weight.format) {
-      case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K, Q6_K and FP8 only
-      case MatrixFormat::q5_0:
-      case MatrixFormat::f32: break;
-      case MatrixFormat::fp8:
-        detail::linear_quant<S.n, S.k, S.out, MatrixFormat::fp8, S.sms>(in, weight.data, out, tokens, stream);
-        return;
-      case MatrixFormat::q4_k:
-        if constexpr (S.k % kQ4kSuperValues == 0) {  // a Q4_K row is whole super-blocks
-          detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q4_k, S.sms>(in, weight.data, out, tokens, stream);
-          return;
-        }
-        break;
-      case MatrixFormat::q6_k:
-        if constexpr (S.k % kQ4kSuperValues == 0) {  // so is a Q6_K row
-          detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q6_k, S.sms>(in, weight.data, out, tokens, stream);
-          return;
-        }
-        break;
-      case MatrixFormat::q8_0:
-        detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q8_0, S.sms>(in, weight.data, out, tokens, stream);
-        return;
-      case MatrixFormat::q4_0:
-        detail::linear_quant<S.n, S.k, S.out, MatrixFormat::q4_0, S.sms>(in, weight.data, out, tokens, stream);
-        return;
+  if constexpr (S.stacked) {
+    if (weight.split > 0) {
+      detail::linear_quant_parts<S>(in, weight, out, tokens, stream);
+      return;
     }
   }
-  linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
+  const bool quantized = detail::with_gemv_format<S.k>(weight.format, [&](auto f) {
+    detail::linear_quant<S.n, S.k, S.out, decltype(f)::value, S.sms>(in, weight.data, out, tokens, stream);
+  });
+  if (!quantized) linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
 }
 
 }  // namespace kiln

@@ -67,6 +67,13 @@ struct GpuMatrix {
   // that scale, which the prefill's per-token FP8 GEMM takes from the host (runtime/cuda/gemm.hpp);
   // 0 for every other matrix.
   float fp8_scale = 0.0f;
+  // A matrix stacked from pieces a GGUF file stores in two block formats (a Q4_K_M file's
+  // qkv_proj: q and k in Q4_K, v in Q6_K in some layers): rows [0, split) are an [split, k] matrix
+  // at `data` in `format`, rows [split, n) an [n - split, k] one at `tail` in `tail_format`, each
+  // in its format's layout below, so that both keep the file's bytes. split 0: one matrix.
+  int split = 0;
+  const void* tail = nullptr;
+  MatrixFormat tail_format = MatrixFormat::bf16;
 };
 
 struct CpuMatrix {
@@ -146,6 +153,12 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
   if (f == MatrixFormat::fp8) return quant_scales_offset(f, n, k) + fp8_scale_count(n, k) * 4;
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
+}
+
+// ... and a GpuMatrix of n rows, both its parts where it has two (a decode step reads them all).
+KILN_HOST_DEVICE constexpr long long matrix_bytes(const GpuMatrix& m, long long n, long long k) {
+  if (m.split == 0) return matrix_bytes(m.format, n, k);
+  return matrix_bytes(m.format, m.split, k) + matrix_bytes(m.tail_format, n - m.split, k);
 }
 
 // The fast CPU backend's layout of a block format: rows in groups of 16 (the last group padded

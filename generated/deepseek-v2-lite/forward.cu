@@ -153,7 +153,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 2048])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 2048));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 2048));
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
@@ -166,10 +166,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj.format, 3072, 2048));
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 3072, 2048));
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 2048));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -193,7 +193,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 2097152);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 2048));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 2048));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
@@ -201,13 +201,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[21888, 2048]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 21888, 2048));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 21888, 2048));
     // act = silu(gate) ⊙ up   (10944 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 10944] · down_proj[2048, 10944]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 2048, 10944));
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 10944));
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -221,10 +221,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj.format, 3072, 2048));
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 3072, 2048));
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 2048));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -248,7 +248,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 2097152);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 2048));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 2048));
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
@@ -256,7 +256,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
-    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router.format, 64, 2048));
+    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 64, 2048));
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
@@ -271,13 +271,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("moe_down", OpReads::experts, 5767168);
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 5632, 2048));
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 5632, 2048));
     // shared_act = silu(gate) ⊙ up   (2816 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 2816] · shared_down[2048, 2816]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 2048, 2816));
+    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 2048, 2816));
   }
 
   // ---- logits ----
@@ -286,7 +286,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 4096);
   // logits = h[N, 2048] · lm_head[102400, 2048]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 102400, 2048));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 102400, 2048));
 }
 
 class CudaModel final : public CudaForward {

@@ -165,7 +165,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 5120])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 5120));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 5120));
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
@@ -178,16 +178,16 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 10240);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
-    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj.format, 1536, 5120));
+    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 3072);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj.format, 24576, 1536));
+    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 24576, 1536));
     // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 5120));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -211,7 +211,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 16777216);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 5120, 16384));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 5120, 16384));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
@@ -219,13 +219,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // gate_up = h[T, 5120] · gate_up_proj[24576, 5120]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 24576, 5120));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 24576, 5120));
     // act = silu(gate) ⊙ up   (12288 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 12288] · down_proj[5120, 12288]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 5120, 12288));
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 5120, 12288));
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -239,16 +239,16 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 10240);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
-    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj.format, 1536, 5120));
+    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 3072);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj.format, 24576, 1536));
+    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 24576, 1536));
     // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 5120));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -272,7 +272,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 16777216);
     // x += attn[T, 16384] · o_proj[5120, 16384]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 5120, 16384));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 5120, 16384));
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
@@ -280,7 +280,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
-    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router.format, 160, 5120));
+    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 160, 5120));
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
@@ -295,13 +295,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("moe_down", OpReads::experts, 15728640);
     // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 6144, 5120));
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 6144, 5120));
     // shared_act = silu(gate) ⊙ up   (3072 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 5120, 3072));
+    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 5120, 3072));
   }
 
   // ---- logits ----
@@ -310,7 +310,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 10240);
   // logits = h[N, 5120] · lm_head[102400, 5120]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 102400, 5120));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 102400, 5120));
 }
 
 class CudaModel final : public CudaForward {

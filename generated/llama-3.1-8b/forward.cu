@@ -84,7 +84,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 4096])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 4096));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 4096));
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -97,7 +97,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
-    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 6144, 4096));
+    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 6144, 4096));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (8 KV heads × 128, pages of 16 tokens)
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (32 query heads share 8 KV heads)
@@ -106,7 +106,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 4096, 4096));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 4096, 4096));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
@@ -114,13 +114,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[28672, 4096]ᵀ   (gate 14336 | up 14336)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 28672, 4096));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 28672, 4096));
     // act = silu(gate) ⊙ up   (14336 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 14336] · down_proj[4096, 14336]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 4096, 14336));
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 4096, 14336));
   }
 
   // ---- logits ----
@@ -129,7 +129,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 8192);
   // logits = h[N, 4096] · lm_head[128256, 4096]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 128256, 4096));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 128256, 4096));
 }
 
 // The weights as the whole-step kernel takes them (bound once).

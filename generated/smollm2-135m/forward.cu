@@ -80,7 +80,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 576])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 576));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 576));
 
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
@@ -93,7 +93,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 1152);
     // qkv = h[T, 576] · qkv_proj[960, 576]ᵀ   (q 576 | k 192 | v 192)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
-    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 960, 576));
+    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 960, 576));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 100000)
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 64, pages of 16 tokens)
     // attn = softmax(q·kᵀ · 0.125 + causal mask) · v   (9 query heads share 3 KV heads)
@@ -102,7 +102,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 576] · o_proj[576, 576]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 576, 576));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 576, 576));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (576 features)
@@ -110,13 +110,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 1152);
     // gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 3072, 576));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 3072, 576));
     // act = silu(gate) ⊙ up   (1536 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 1536] · down_proj[576, 1536]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 576, 1536));
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 576, 1536));
   }
 
   // ---- logits ----
@@ -125,7 +125,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 1152);
   // logits = h[N, 576] · lm_head[49152, 576]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 49152, 576));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 49152, 576));
 }
 
 // The weights as the whole-step kernel takes them (bound once).

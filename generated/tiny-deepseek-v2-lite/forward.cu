@@ -152,7 +152,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 48])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 48));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 48));
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
@@ -165,10 +165,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 96);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj.format, 42, 48));
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 42, 48));
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 30, 48));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 30, 48));
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 48);
@@ -192,7 +192,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 1440);
     // x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 48, 30));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 48, 30));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
@@ -200,13 +200,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 96);
     // gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 160, 48));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 160, 48));
     // act = silu(gate) ⊙ up   (80 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 48, 80));
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 48, 80));
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -220,10 +220,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 96);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj.format, 42, 48));
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 42, 48));
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 30, 48));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 30, 48));
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 48);
@@ -247,7 +247,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 1440);
     // x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 48, 30));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 48, 30));
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
@@ -255,7 +255,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 96);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
-    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router.format, 6, 48));
+    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 6, 48));
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
@@ -270,13 +270,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("moe_down", OpReads::experts, 1920);
     // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 80, 48));
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 80, 48));
     // shared_act = silu(gate) ⊙ up   (40 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 48, 40));
+    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 48, 40));
   }
 
   // ---- logits ----
@@ -285,7 +285,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 96);
   // logits = h[N, 48] · lm_head[384, 48]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 384, 48));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 384, 48));
 }
 
 class CudaModel final : public CudaForward {

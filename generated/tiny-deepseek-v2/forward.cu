@@ -162,7 +162,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 64));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 64));
 
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
@@ -175,16 +175,16 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
-    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj.format, 24, 64));
+    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 24, 64));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 48);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj.format, 96, 24));
+    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 96, 24));
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 40, 64));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 64);
@@ -208,7 +208,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 3072);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 64, 48));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 48));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
@@ -216,13 +216,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 192, 64));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 192, 64));
     // act = silu(gate) ⊙ up   (96 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 64, 96));
+    ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 96));
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -236,16 +236,16 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
-    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj.format, 24, 64));
+    ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 24, 64));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 48);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj.format, 96, 24));
+    ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 96, 24));
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 40, 64));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 64);
@@ -269,7 +269,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 3072);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
     linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 64, 48));
+    ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 48));
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
@@ -277,7 +277,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
-    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router.format, 8, 64));
+    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 8, 64));
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
@@ -292,13 +292,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("moe_down", OpReads::experts, 3072);
     // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 48, 64));
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 48, 64));
     // shared_act = silu(gate) ⊙ up   (24 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 64, 24));
+    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 64, 24));
   }
 
   // ---- logits ----
@@ -307,7 +307,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 512, 64));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 512, 64));
 }
 
 class CudaModel final : public CudaForward {

@@ -10,6 +10,12 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
     fail("internal: dequantize_matrix of [", n, ", ", k, "] (k must be whole blocks of ", kQuantBlockValues,
          ", out set)");
   }
+  if (matrix.split > 0) {  // two parts (GpuMatrix::split): each its rows
+    dequantize_matrix(GpuMatrix{matrix.data, matrix.format}, matrix.split, k, out, stream);
+    dequantize_matrix(GpuMatrix{matrix.tail, matrix.tail_format}, n - matrix.split, k,
+                      out + static_cast<long long>(matrix.split) * k, stream);
+    return;
+  }
   const auto* data = static_cast<const unsigned char*>(matrix.data);
   const long long chunks = static_cast<long long>(n) * quant_row_groups(matrix.format, k) * 4;
   const unsigned blocks = static_cast<unsigned>((chunks + 255) / 256);

@@ -9,7 +9,8 @@
 
 namespace kiln::cuda {
 
-// out: [n, k] bf16 (16-byte aligned), each value quant · scale rounded once.
+// out: [n, k] bf16 (16-byte aligned), each value quant · scale rounded once; a matrix in two parts
+// (GpuMatrix::split) gives its first part's rows, then its second's.
 void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -69,6 +69,9 @@ class WeightTable {
  public:
   // Replaces an earlier one. fp8_scale: GpuMatrix's (an FP8 matrix of one scale), else 0.
   void set(const std::string& name, int64_t layer, const void* data, MatrixFormat format, float fp8_scale = 0.0f);
+  // A projection set before whose rows from `split` on are a second matrix at `tail` in
+  // `tail_format` (GpuMatrix::split).
+  void set_tail(const std::string& name, int64_t layer, int64_t split, const void* tail, MatrixFormat tail_format);
   const void* get(const std::string& name, int64_t layer = -1) const;  // throws when absent
   MatrixFormat format(const std::string& name, int64_t layer = -1) const;
   template <typename T>
@@ -81,6 +84,13 @@ class WeightTable {
     const Entry& e = find(name, layer);
     Matrix<T> m{e.data, e.format};
     if constexpr (requires { m.fp8_scale; }) m.fp8_scale = e.fp8_scale;
+    if constexpr (requires { m.split; }) {
+      m.split = static_cast<int>(e.split);
+      m.tail = e.tail;
+      m.tail_format = e.tail_format;
+    } else if (e.split > 0) {
+      fail("internal: weight ", name, " of layer ", layer, " is in two formats, which only the GPU reads");
+    }
     return m;
   }
 
@@ -90,6 +100,9 @@ class WeightTable {
     const void* data;
     MatrixFormat format;
     float fp8_scale;
+    int64_t split = 0;  // set_tail's
+    const void* tail = nullptr;
+    MatrixFormat tail_format = MatrixFormat::bf16;
   };
   const Entry& find(const std::string& name, int64_t layer) const;
   std::vector<Entry> entries_;

@@ -100,8 +100,13 @@ struct Instance {
   int64_t layer;
   int64_t offset = 0;  // bytes into the block
   MatrixFormat format = MatrixFormat::bf16;  // f32 / bf16 values, or a projection's blocks (kept_format)
+  // A projection kept in two block formats (GpuMatrix::split): rows from `split` on are a matrix of
+  // their own in tail_format, `tail_offset` bytes past the first part's start. split 0: one format.
+  int64_t split = 0;
+  MatrixFormat tail_format = MatrixFormat::bf16;
+  int64_t tail_offset = 0;
   bool own_copy = false;     // a tied projection with its own copy of its target, in its own format
-  bool requantized = false;  // kept as Q8_0 requantized from other block types (kept_format)
+  bool requantized = false;  // some of its pieces kept as Q8_0 requantized from other block types (kept_format)
   bool fp8 = false;          // FP8 values: kept as format fp8 (GPU), or their f32 values (Quantize::fp8 on f32)
   bool fp8_at_load = false;  // of those, quantized at load rather than kept as the checkpoint stores them
   std::string key() const { return layer < 0 ? spec->name : std::string(spec->name) + " of layer " + std::to_string(layer); }
@@ -140,6 +145,8 @@ class Loader {
     for (Instance& inst : instances_) {
       if (is_tied(inst)) continue;
       inst.offset = total;
+      // A second part starts 256-byte aligned, as every matrix does.
+      if (inst.split > 0) inst.tail_offset = (matrix_bytes(inst.format, inst.split, inst.spec->shape[1]) + 255) / 256 * 256;
       const int64_t bytes = is_block_format(inst.format) ? blocks_bytes(inst)
                                                           : inst.spec->numel() * (inst.format == MatrixFormat::f32 ? 4 : 2);
       total += (bytes + 255) / 256 * 256;
@@ -311,26 +318,44 @@ class Loader {
   // The format a tensor keeps (weight_loader.hpp): plain_ for all but the projections (gpu, cpu);
   // a projection keeps its GGUF blocks when every piece is stored in the same block type the
   // device reads; Q8_0 requantized from the file's blocks when they are other block types or
-  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights).
+  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights). On the GPU,
+  // pieces in two formats one after the other (a Q4_K_M file's q and k in Q4_K, v in Q6_K) keep
+  // both, the matrix in two parts (GpuMatrix::split; a piece in a block type the GPU does not read
+  // counts as Q8_0, requantized); three runs or more are Q8_0 throughout.
   MatrixFormat kept_format(Instance& inst, const std::vector<LayoutPiece>& pieces) const {
     const WeightSpec& spec = *inst.spec;
     inst.requantized = false;
+    inst.split = 0;
     inst.fp8 = fp8_values(inst, pieces);
     inst.fp8_at_load = inst.fp8 && !fp8_as_stored(pieces);
     if (inst.fp8) return format_ == WeightFormat::gpu ? MatrixFormat::fp8 : plain_;
     const bool keeps = format_ == WeightFormat::gpu || format_ == WeightFormat::cpu;
     if (!keeps || !whole_matrix(spec, pieces)) return plain_;
     if (spec.shape[1] % kQuantBlockValues != 0) return MatrixFormat::bf16;
-    std::optional<MatrixFormat> kept;
+    // Runs of pieces of one format: (format, rows).
+    std::vector<std::pair<MatrixFormat, int64_t>> runs;
     for (const LayoutPiece& p : pieces) {
       if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
       const std::optional<GgmlType> type = source_->block_type(p.hf_name);
       if (!type || ggml_block_size(*type) == 1 || !can_dequantize(*type)) return MatrixFormat::bf16;
       const std::optional<MatrixFormat> f = matrix_format_of(*type, device());
-      inst.requantized |= !f || (kept && *kept != *f);
-      kept = f;
+      inst.requantized |= !f;
+      const MatrixFormat kept = f.value_or(MatrixFormat::q8_0);
+      const int64_t rows = p.source->rows * p.source->groups;
+      if (runs.empty() || runs.back().first != kept) {
+        runs.emplace_back(kept, rows);
+      } else {
+        runs.back().second += rows;
+      }
     }
-    return inst.requantized ? MatrixFormat::q8_0 : *kept;
+    if (runs.size() == 1) return runs[0].first;
+    if (runs.size() == 2 && device() == Device::gpu) {
+      inst.split = runs[0].second;
+      inst.tail_format = runs[1].first;
+      return runs[0].first;
+    }
+    inst.requantized = true;
+    return MatrixFormat::q8_0;
   }
 
   // A matrix that may keep blocks: one 2-D matrix (not a stack of experts) read from the checkpoint.
@@ -374,12 +399,14 @@ class Loader {
   Device device() const { return format_ == WeightFormat::gpu ? Device::gpu : Device::cpu; }
   int64_t blocks_bytes(const Instance& inst) const {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
+    if (inst.split > 0) return inst.tail_offset + matrix_bytes(inst.tail_format, n - inst.split, k);
     return device() == Device::gpu ? matrix_bytes(inst.format, n, k) : cpu_matrix_bytes(inst.format, n, k);
   }
 
   // A projection in its GGUF blocks: each HF row's stored bytes repacked for the device
-  // (quant_repack.hpp), the pieces' rows stacked as fill() stacks them; a piece of another block
-  // type is dequantized and requantized to the kept format (Q8_0). Rows are independent, so they go
+  // (quant_repack.hpp), the pieces' rows stacked as fill() stacks them (rows from inst.split on into
+  // the second part); a piece of another block type is dequantized and requantized to its part's
+  // format (Q8_0). Rows are independent, so they go
   // over the cores (an 8B model's requantization is minutes on one); the first bad row found is
   // reported.
   void fill_quantized(const Instance& inst, const std::vector<LayoutPiece>& pieces) {
@@ -398,12 +425,16 @@ class Loader {
         const StackedRow& row = rows[static_cast<size_t>(i)];
         const GgmlType type = types[static_cast<size_t>(row.piece - pieces.data())];
         const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
-        const bool as_stored = matrix_format_of(type, device()) == inst.format;
+        const bool tail = inst.split > 0 && i >= inst.split;
+        const MatrixFormat format = tail ? inst.tail_format : inst.format;
+        const bool as_stored = matrix_format_of(type, device()) == format;
         const std::string why = as_stored ? bad_scale(type, stored) : requantize(type, stored, values, requantized);
         if (!why.empty()) return bad.note(row, why);
         const std::span<const std::byte> blocks = as_stored ? stored : std::span<const std::byte>(requantized);
-        if (gpu) {
-          repack_row(inst.format, blocks, n, k, i, staging_blocks_.data());
+        if (tail) {
+          repack_row(format, blocks, n - inst.split, k, i - inst.split, staging_blocks_.data() + inst.tail_offset);
+        } else if (gpu) {
+          repack_row(format, blocks, inst.split > 0 ? inst.split : n, k, i, staging_blocks_.data());
         } else {
           repack_cpu_row(inst.format, blocks, k, i, staging_blocks_.data());
         }
@@ -452,6 +483,10 @@ class Loader {
   void write_staged(const Instance& inst, int64_t bytes, float fp8_scale = 0.0f) {
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format, fp8_scale);
+    if (inst.split > 0) {
+      result_.table.set_tail(inst.spec->name, inst.layer, inst.split, block_ + inst.offset + inst.tail_offset,
+                             inst.tail_format);
+    }
     ++result_.tensors;
   }
 
@@ -620,6 +655,7 @@ class Loader {
     ++result_.quantized;
     ++result_.quantized_as[static_cast<int>(inst.format)];
     result_.requantized += inst.requantized;
+    result_.two_formats += inst.split > 0;
     result_.quantized_bytes += bytes;
     result_.quantized_bf16_bytes += n * k * 2;
     if (inst.format == MatrixFormat::fp8 && fp8_gemm_shape(n, k)) {
@@ -768,6 +804,7 @@ std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }
+  if (w.two_formats > 0) text += " (" + std::to_string(w.two_formats) + " of them with rows in a second format)";
   if (w.requantized > 0) text += " (" + std::to_string(w.requantized) + " requantized from other block types)";
   if (w.fp8_at_load > 0) text += " (" + std::to_string(w.fp8_at_load) + " quantized to FP8 at load)";
   text += std::string(w.quantized > 0 ? " of " : " none of ") + std::to_string(w.matrices) + " projections";

@@ -21,8 +21,9 @@ namespace kiln {
 // GGUF file stores in blocks: those in a format the GPU reads as stored (Q8_0, Q4_0, Q4_K, Q6_K:
 // templates/weight_matrix.hpp) keep their blocks; those in other block types (the other K-quants,
 // Q4_1, Q5_0, Q5_1), or fused from pieces of different types, are requantized to Q8_0 (closer to
-// the file than bf16, and half its bytes). Tensor-parallel slices and F32 / F16 / BF16
-// tensors are bf16.
+// the file than bf16, and half its bytes), but where pieces of two formats follow each other (a
+// Q4_K_M file's qkv_proj: q and k Q4_K, v Q6_K): those keep both, in two parts (GpuMatrix::split).
+// Tensor-parallel slices and F32 / F16 / BF16 tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
 // Q4_1, Q5_0, Q4_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), other
 // block types are requantized to Q8_0, and matrices not in blocks are bf16 rows (a decode step's
@@ -95,7 +96,8 @@ struct LoadedWeights {
   // bytes and what they would take in bf16.
   int64_t matrices = 0, quantized = 0;
   int64_t quantized_as[kMatrixFormats] = {};  // of them, per MatrixFormat (indexed by its value)
-  int64_t requantized = 0;       // of them, Q8_0 requantized from other block types
+  int64_t requantized = 0;       // of them, with Q8_0 requantized from other block types
+  int64_t two_formats = 0;       // of them, in two formats (GpuMatrix::split; counted in the first's quantized_as)
   int64_t fp8_at_load = 0;       // of them, FP8 quantized at load (Quantize::fp8, or a checkpoint's other blocks)
   int64_t quantized_bytes = 0, quantized_bf16_bytes = 0;
   // WeightFormat::cpu: the bf16 projections packed in 12 bits a value (bf16_pack.hpp), and the bytes

@@ -12,13 +12,23 @@ void WeightTable::set(const std::string& name, int64_t layer, const void* data, 
   const std::string k = key(name, layer);
   for (Entry& e : entries_) {
     if (e.key == k) {
-      e.data = data;
-      e.format = format;
-      e.fp8_scale = fp8_scale;
+      e = Entry{k, data, format, fp8_scale};
       return;
     }
   }
   entries_.push_back({k, data, format, fp8_scale});
+}
+
+void WeightTable::set_tail(const std::string& name, int64_t layer, int64_t split, const void* tail,
+                           MatrixFormat tail_format) {
+  for (Entry& e : entries_) {
+    if (e.key != key(name, layer)) continue;
+    e.split = split;
+    e.tail = tail;
+    e.tail_format = tail_format;
+    return;
+  }
+  fail("internal: set_tail of weight ", name, " of layer ", layer, ", not set before");
 }
 
 const WeightTable::Entry& WeightTable::find(const std::string& name, int64_t layer) const {

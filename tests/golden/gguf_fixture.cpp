@@ -172,8 +172,9 @@ std::pair<Tensor, Tensor> split_kv_b(const std::string& layer, const std::vector
 
 }  // namespace
 
-std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource& hf, uint32_t type,
-                                       float rope_freqs_scale, KvB kv_b) {
+std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource& hf, uint32_t all_type,
+                                       float rope_freqs_scale, KvB kv_b,
+                                       const std::map<std::string, uint32_t>& types_by_suffix) {
   const ModelInfo& m = model.info;
   const bool deepseek = std::string(m.family) == "deepseek_v2";
   const std::string arch = deepseek ? "deepseek2" : m.family;
@@ -263,6 +264,10 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
   for (auto& [name, t] : stacked) tensors.push_back(std::move(t));
   for (Tensor& t : tensors) {
     const int64_t cols = t.shape.back();
+    uint32_t type = all_type;
+    for (const auto& [suffix, other] : types_by_suffix) {
+      if (t.name.ends_with(suffix)) type = other;
+    }
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());
     if (type == kBF16 && t.shape.size() >= 2) {
       std::vector<uint16_t> bits(t.values.size());

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,11 @@ enum class KvB { whole, split };
 // The fixture's weights (read from its safetensors, `hf`) as a GGUF image of `type` (kF32, kQ8_0,
 // kQ4_0, kQ4_1 or kBF16). `rope_freqs_scale` multiplies llama3's rope_freqs.weight (0: the tensor is left out), so
 // tests can make a file whose frequency scaling is not the model's. `kv_b`: DeepSeek-V2's layout.
+// `types_by_suffix`: matrices whose GGUF name ends with a key take that type instead, as
+// llama-quantize's mixes do (a Q4_K_M file's attn_v in Q6_K in some layers).
 std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource& hf, uint32_t type,
-                                       float rope_freqs_scale = 1.0f, KvB kv_b = KvB::split);
+                                       float rope_freqs_scale = 1.0f, KvB kv_b = KvB::split,
+                                       const std::map<std::string, uint32_t>& types_by_suffix = {});
 
 // A field of the config the model was generated from (ModelInfo::config_fields).
 std::string config_field(const ModelInfo& m, const std::string& name);

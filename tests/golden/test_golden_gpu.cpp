@@ -165,12 +165,17 @@ void check_against_reference(const ModelDef& model, const golden::Fixture& fixtu
 // A GGUF file whose matrices are Q8_0, Q4_0 or Q4_1 (the golden fixture quantized as llama-quantize
 // does): on CUDA its projections keep their blocks (linear_quant.cuh; Q4_1's requantized to Q8_0)
 // where the CPU reference dequantizes them to fp32 at load.
-void check_quantized_gguf(const ModelDef& model, uint32_t type) {
+// `mix`: GGUF names' suffixes stored in another type (golden::fixture_as_gguf), as llama-quantize's
+// mixes store them; "+mix" in the label.
+void check_quantized_gguf(const ModelDef& model, uint32_t type, const std::map<std::string, uint32_t>& mix = {}) {
   const golden::Fixture fixture = golden::load_fixture(model.info.name);
   const auto hf = open_safetensors_source(fixture.dir);
-  const char* type_name = type == golden::kQ8_0 ? "Q8_0" : type == golden::kQ4_0 ? "Q4_0" : "Q4_1 (as Q8_0)";
+  const std::string type_name = std::string(type == golden::kQ8_0   ? "Q8_0"
+                                            : type == golden::kQ4_0 ? "Q4_0"
+                                                                    : "Q4_1 (as Q8_0)") +
+                                (mix.empty() ? "" : "+mix");
   const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
-  const std::vector<std::byte> image = golden::fixture_as_gguf(model, *hf, type);  // the file views it
+  const std::vector<std::byte> image = golden::fixture_as_gguf(model, *hf, type, 1.0f, golden::KvB::split, mix);
   const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model.info);
   const auto cpu = make_ref_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
   const auto cuda = make_cuda_backend(model, WeightOrigin{gguf.get(), 0}, BackendOptions{});
@@ -178,7 +183,8 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type) {
   INFO(origin << ": " << info.weight_formats);
   CHECK(info.weight_formats.find("GGUF blocks") != std::string::npos);
   CHECK(info.decode_weight_bytes < model.info.decode_weight_bytes);
-  check_against_reference(model, fixture, *cpu, *cuda, std::string(type_name) + " GGUF", false);
+  if (!mix.empty()) CHECK(info.weight_formats.find("with rows in a second format") != std::string::npos);
+  check_against_reference(model, fixture, *cpu, *cuda, type_name + " GGUF", false);
 }
 
 // --quantize fp8: on CUDA every matrix (projections, LM head, embedding table; not the routed
@@ -214,6 +220,15 @@ TEST_CASE("GGUF files in Q8_0 and Q4_0 decode from their blocks on CUDA and agre
                               &models::tiny_deepseek_v2::model_def()}) {
       check_quantized_gguf(*m, type);
     }
+  }
+}
+
+// A Q4_0 file whose v and up projections are Q8_0: qkv_proj and gate_up_proj in two parts on CUDA
+// (GpuMatrix::split), in one launch or two as the parts' blocks allow.
+TEST_CASE("a GGUF file mixing block types in its stacked weights decodes from both on CUDA", "[golden]") {
+  for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
+                            &models::tiny_deepseek_v2::model_def()}) {
+    check_quantized_gguf(*m, golden::kQ4_0, {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ8_0}});
   }
 }
 

@@ -195,6 +195,75 @@ struct RotatingQuantMatrix {
   GpuMatrix at(int i) const { return GpuMatrix{raw(i), F}; }
 };
 
+// An [n, k] matrix in two formats (GpuMatrix::split: rows [0, split) in F0, the rest in F1) as
+// copies beyond L2, every byte 0x11 as RotatingQuantMatrix's.
+template <MatrixFormat F0, MatrixFormat F1>
+struct RotatingTwoFormatMatrix {
+  int split;
+  long long head_bytes, bytes;  // the first part's (256-byte aligned), one copy's
+  int copies;
+  DeviceBuffer<std::byte> data;
+  RotatingTwoFormatMatrix(int n, int k, int split_row)
+      : split(split_row),
+        head_bytes((matrix_bytes(F0, split_row, k) + 255) / 256 * 256),
+        bytes(head_bytes + (matrix_bytes(F1, n - split_row, k) + 255) / 256 * 256),
+        copies(copies_beyond_l2(static_cast<size_t>(bytes))),
+        data(static_cast<size_t>(bytes) * copies) {
+    KILN_CUDA_OK(cudaMemset(data.get(), 0x11, data.size()));
+  }
+  GpuMatrix at(int i) const {
+    const std::byte* raw = data.get() + (i % copies) * bytes;
+    return GpuMatrix{.data = raw, .format = F0, .split = split, .tail = raw + head_bytes, .tail_format = F1};
+  }
+};
+
+// Llama-3.1-8B's qkv_proj 6144×4096 at one token, chained (graph_us), as a Q4_K_M file holds it in
+// 16 of its 32 layers (q and k Q4_K, v Q6_K): its two formats in one launch (the op), the same two
+// parts in two launches, the whole matrix requantized to Q8_0 (what the loader kept before), and
+// all of it Q4_K (a bound).
+void bench_two_formats() {
+  constexpr int kN = 6144, kK = 4096, kSplit = 5120;
+  constexpr shape::linear kQkv{.n = kN, .k = kK, .out = LinearOut::store_bf16, .sms = kSms, .stacked = true};
+  const RotatingTwoFormatMatrix<MatrixFormat::q4_k, MatrixFormat::q6_k> parts(kN, kK, kSplit);
+  const RotatingQuantMatrix<MatrixFormat::q8_0> q8(kN, kK);
+  const RotatingQuantMatrix<MatrixFormat::q4_k> q4k(kN, kK);
+  std::mt19937 rng(kN);
+  DeviceBuffer<uint16_t> in(random_bf16(kK, rng)), out(kN);
+  const double one = graph_us([&](int i, cudaStream_t st) {
+    linear<kQkv>(as_bf16(in), parts.at(i), as_bf16_mut(out), 1, nullptr, st);
+  });
+  const double two = graph_us([&](int i, cudaStream_t st) {
+    const GpuMatrix m = parts.at(i);
+    detail::linear_quant<kN, kK, LinearOut::store_bf16, MatrixFormat::q4_k, kSms>(
+        as_bf16(in), m.data, as_bf16_mut(out), 1, st, detail::RuntimeRows{kSplit});
+    detail::linear_quant<kN, kK, LinearOut::store_bf16, MatrixFormat::q6_k, kSms>(
+        as_bf16(in), m.tail, as_bf16_mut(out) + kSplit, 1, st, detail::RuntimeRows{kN - kSplit});
+  });
+  // The one launch left to ptxas (it chose 4 blocks an SM, 64 registers, and spilled).
+  const double one_free = graph_us([&](int i, cudaStream_t st) {
+    using S0 = detail::QuantPassShape<kN, kK, MatrixFormat::q4_k, kSms, 1, true>;
+    using S1 = detail::QuantPassShape<kN, kK, MatrixFormat::q6_k, kSms, 1, true>;
+    constexpr auto kernel =
+        detail::gemv_quant_parts_kernel<kN, kK, LinearOut::store_bf16, MatrixFormat::q4_k, S0, MatrixFormat::q6_k, S1, 0>;
+    const GpuMatrix m = parts.at(i);
+    KILN_LAUNCH(kernel, dim3(kN / 16), S0::kThreads, S0::kSharedRowBytes, st, as_bf16(in),
+                static_cast<const unsigned char*>(m.data), static_cast<const unsigned char*>(m.tail), as_bf16_mut(out), 1,
+                kSplit);
+  });
+  const double q8_0 = graph_us([&](int i, cudaStream_t st) {
+    linear<kQkv>(as_bf16(in), q8.at(i), as_bf16_mut(out), 1, nullptr, st);
+  });
+  const double q4_k = graph_us([&](int i, cudaStream_t st) {
+    linear<kQkv>(as_bf16(in), q4k.at(i), as_bf16_mut(out), 1, nullptr, st);
+  });
+  const double parts_bytes = matrix_bytes(parts.at(0), kN, kK);
+  std::printf("qkv 6144x4096 Q4_K | Q6_K at row 5120 (%.1f MB): one launch %.2f us (%.0f GB/s), left to ptxas "
+              "%.2f, two launches %.2f; all Q8_0 (%.1f MB) %.2f; all Q4_K (%.1f MB) %.2f\n",
+              parts_bytes / 1e6, one, parts_bytes / one / 1e3, one_free, two,
+              matrix_bytes(MatrixFormat::q8_0, kN, kK) / 1e6, q8_0, matrix_bytes(MatrixFormat::q4_k, kN, kK) / 1e6, q4_k);
+  std::fflush(stdout);
+}
+
 // The GEMV over Q4_0 / Q8_0 / Q4_K / Q6_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, each launch alone; then for one token "chained", back to back in a CUDA graph
 // (each launch overlapping the end of the one before, as a decode step's do), and with `sweep`
@@ -576,6 +645,7 @@ int main(int argc, char** argv) {
   // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K): only that format's quantized GEMVs (a short device call).
   // --layer-chain: a Llama-3.1-8B layer's Q8_0 and Q4_K GEMVs chained with and without its small
   // kernels (bench_layer_chain).
+  // --two-formats: Llama-3.1-8B's qkv in a Q4_K_M file's two formats, one launch or two (bench_two_formats).
   bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
   bool decode_attention = false;
   std::string format;
@@ -589,6 +659,10 @@ int main(int argc, char** argv) {
     moe_only = moe_only || arg == "--moe-only";
     batched = batched || arg == "--batched";
     decode_attention = decode_attention || arg == "--decode-attention";
+    if (arg == "--two-formats") {
+      bench_two_formats();
+      return 0;
+    }
     if (arg == "--layer-chain") {
       bench_layer_chain<kiln::MatrixFormat::q8_0>();
       bench_layer_chain<kiln::MatrixFormat::q4_k>();

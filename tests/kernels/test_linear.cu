@@ -119,15 +119,13 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
   CHECK(nans == 0);
 }
 
-// The GEMV over a matrix kept in blocks (templates/linear_quant.cuh: `name`, format f, `matrix` in
-// its GPU layout) against ref::linear on the values it holds (`weight`); every token's output must
-// not depend on the token count (the first tokens of every count equal the count-1 run bit for
-// bit); dequantize_matrix must give each value rounded once to bf16.
+// The GEMV over a matrix kept in blocks (templates/linear_quant.cuh: `name`, `gpu` in device
+// memory) against ref::linear on the values it holds (`weight`); every token's output must not
+// depend on the token count (the first tokens of every count equal the count-1 run bit for bit);
+// dequantize_matrix must give each value rounded once to bf16.
 template <shape::linear S>
-void check_matrix_gemv(const std::string& name, MatrixFormat f, const std::vector<std::byte>& matrix,
-                       const std::vector<float>& weight, const std::vector<int>& token_counts) {
-  DeviceBuffer<std::byte> d_matrix(matrix);  // cudaMalloc: 256-byte aligned, as the loader places matrices
-  const GpuMatrix gpu{d_matrix.get(), f};
+void check_matrix_gemv(const std::string& name, const GpuMatrix& gpu, const std::vector<float>& weight,
+                       const std::vector<int>& token_counts) {
   std::mt19937 rng(9000 + S.n + S.k);
   const int most = *std::max_element(token_counts.begin(), token_counts.end());
   const auto in = random_bf16(static_cast<size_t>(most) * S.k, rng);
@@ -171,26 +169,59 @@ void check_matrix_gemv(const std::string& name, MatrixFormat f, const std::vecto
   CHECK(wrong == 0);
 }
 
+// Random [n, k] blocks of a GGUF block type in the GPU's layout (`matrix`) and ggml's values of them.
+struct QuantMatrix {
+  MatrixFormat format;
+  std::vector<std::byte> matrix;
+  std::vector<float> values;
+};
+QuantMatrix random_quant_matrix(GgmlType type, int n, int k, uint32_t seed) {
+  QuantMatrix m{*matrix_format_of(type, Device::gpu), {}, std::vector<float>(static_cast<size_t>(n) * k)};
+  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, n, k, seed);
+  dequantize(type, blocks, m.values);
+  m.matrix.assign(static_cast<size_t>(matrix_bytes(m.format, n, k)), std::byte{0});
+  const size_t row_bytes = ggml_tensor_bytes(type, k);
+  for (int r = 0; r < n; ++r) {
+    repack_row(m.format, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), n, k, r, m.matrix.data());
+  }
+  return m;
+}
+
 // ... over a GGUF block type, against ggml's dequantized values.
 template <shape::linear S>
 void check_quant_gemv(GgmlType type, const std::vector<int>& token_counts) {
-  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
-  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
-  std::vector<float> weight(static_cast<size_t>(S.n) * S.k);
-  dequantize(type, blocks, weight);
-  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, S.n, S.k)), std::byte{0});
-  const size_t row_bytes = ggml_tensor_bytes(type, S.k);
-  for (int r = 0; r < S.n; ++r) {
-    repack_row(f, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), S.n, S.k, r, matrix.data());
-  }
-  check_matrix_gemv<S>(std::string(ggml_type_name(type)), f, matrix, weight, token_counts);
+  const QuantMatrix m = random_quant_matrix(type, S.n, S.k, static_cast<uint32_t>(S.n + 7 * S.k));
+  DeviceBuffer<std::byte> d_matrix(m.matrix);  // cudaMalloc: 256-byte aligned, as the loader places matrices
+  check_matrix_gemv<S>(std::string(ggml_type_name(type)), GpuMatrix{d_matrix.get(), m.format}, m.values, token_counts);
+}
+
+// ... over a matrix in two formats (GpuMatrix::split: a Q4_K_M file's qkv_proj, q and k in Q4_K
+// and v in Q6_K): rows [0, split) of `head`, the rest of `tail`, the second part 256-byte aligned
+// after the first, as the loader places them.
+template <shape::linear S>
+void check_two_format_gemv(GgmlType head, GgmlType tail, int split, const std::vector<int>& token_counts) {
+  const QuantMatrix h = random_quant_matrix(head, split, S.k, static_cast<uint32_t>(split + 3 * S.k));
+  const QuantMatrix t = random_quant_matrix(tail, S.n - split, S.k, static_cast<uint32_t>(S.n + 11 * S.k));
+  const size_t tail_offset = (h.matrix.size() + 255) / 256 * 256;
+  std::vector<std::byte> both(tail_offset + t.matrix.size(), std::byte{0});
+  std::copy(h.matrix.begin(), h.matrix.end(), both.begin());
+  std::copy(t.matrix.begin(), t.matrix.end(), both.begin() + static_cast<long>(tail_offset));
+  std::vector<float> values = h.values;
+  values.insert(values.end(), t.values.begin(), t.values.end());
+  DeviceBuffer<std::byte> d_matrix(both);
+  const GpuMatrix gpu{.data = d_matrix.get(), .format = h.format, .split = split,
+                      .tail = d_matrix.get() + tail_offset, .tail_format = t.format};
+  const std::string name =
+      std::string(ggml_type_name(head)) + " | " + std::string(ggml_type_name(tail)) + " at row " + std::to_string(split);
+  check_matrix_gemv<S>(name, gpu, values, token_counts);
 }
 
 // ... over FP8 codes (every finite one, subnormals included) with their 128 × 128 blocks' scales.
 template <shape::linear S>
 void check_fp8_gemv(const std::vector<int>& token_counts) {
   const test::Fp8Matrix m = test::random_fp8_matrix(S.n, S.k, static_cast<uint32_t>(S.n + 5 * S.k));
-  check_matrix_gemv<S>("FP8", MatrixFormat::fp8, m.matrix, m.values, token_counts);
+  DeviceBuffer<std::byte> d_matrix(m.matrix);
+  check_matrix_gemv<S>("FP8", GpuMatrix{d_matrix.get(), MatrixFormat::fp8}, m.values, token_counts);
 }
 
 }  // namespace
@@ -230,6 +261,22 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the p
   check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k6, counts);
   check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 8, 33});
   check_quant_gemv<shape::linear{.n = 1000, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 3, 9});
+}
+
+// Where the pieces of a stacked weight come in two formats: one launch for both parts at up to 8
+// tokens where the parts' blocks are alike (Q4_K and Q6_K, Q4_0 and Q4_K: the same groups a row),
+// one launch each otherwise (Q8_0 has twice the groups, so twice the warps at rows of 4096) and for
+// more tokens; the split at a row tile's edge or inside one, the tail shorter or longer than a tile.
+TEST_CASE("linear, decode: the GEMV over a matrix in two block formats, the prefill's bf16 rows from it", "[linear]") {
+  const std::vector<int> counts = {1, 3, 8, 9, 70};
+  constexpr shape::linear kQkv8b{.n = 6144, .k = 4096, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
+  check_two_format_gemv<kQkv8b>(GgmlType::Q4_K, GgmlType::Q6_K, 5120, counts);  // a Q4_K_M file's qkv_proj
+  check_two_format_gemv<kQkv8b>(GgmlType::Q8_0, GgmlType::Q6_K, 4096, counts);  // Q5_K_M's (Q5_K requantized)
+  constexpr shape::linear kOdd{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108, .stacked = true};
+  check_two_format_gemv<kOdd>(GgmlType::Q4_0, GgmlType::Q4_K, 997, counts);
+  check_two_format_gemv<kOdd>(GgmlType::Q6_K, GgmlType::Q8_0, 40, counts);
+  constexpr shape::linear kSmall{.n = 200, .k = 64, .out = LinearOut::store_f32, .sms = 132, .stacked = true};
+  check_two_format_gemv<kSmall>(GgmlType::Q4_0, GgmlType::Q8_0, 64, counts);  // Q4_0 pads its group: global inputs
 }
 
 TEST_CASE("linear, decode: the GEMV over FP8 codes with 128 × 128 block scales, the prefill's bf16 rows from them", "[linear]") {

@@ -185,7 +185,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (this rank's 25600 of 102400 rows; 0 for the other ranks' tokens)
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 2048));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 2048));
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
   cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
@@ -201,10 +201,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj.format, 768, 2048));
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 768, 2048));
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 2048));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -229,11 +229,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     if (ctx.rank == 0) {
       // x += attn[T, 512] · o_proj[2048, 512]ᵀ   (residual add fused)   (rank 0: its share)
       linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 512));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 512));
     } else {
       // x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 512));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 512));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, static_cast<const bf16*>(lw.gate_up_proj.data));
@@ -245,18 +245,18 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[5472, 2048]ᵀ
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 5472, 2048));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 5472, 2048));
     // act = silu(gate) ⊙ up   (2736 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 2736] · down_proj[2048, 2736]ᵀ   (residual add fused)   (rank 0: its share)
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 2048, 2736));
+      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 2736));
     } else {
       // x = act[T, 2736] · down_proj[2048, 2736]ᵀ   (fp32)   (the other ranks: theirs)
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
-      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 2048, 2736));
+      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 2736));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].q_proj.data) : nullptr);
@@ -274,10 +274,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj.format, 768, 2048));
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 768, 2048));
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa.format, 576, 2048));
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     ctx.mark("kv_a_layernorm", OpReads::weights, 1024);
@@ -302,11 +302,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     if (ctx.rank == 0) {
       // x += attn[T, 512] · o_proj[2048, 512]ᵀ   (residual add fused)   (rank 0: its share)
       linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 512));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 512));
     } else {
       // x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 2048, 512));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 512));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmSharedGateUp>(ctx, x, T, static_cast<const bf16*>(lw.shared_gate_up.data));
@@ -318,24 +318,24 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
-    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router.format, 64, 2048));
+    ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 64, 2048));
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1; ids of this rank's 16 experts, -1 for the others')
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // shared_gate_up = h[T, 2048] · shared_gate_up[1408, 2048]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up.format, 1408, 2048));
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 1408, 2048));
     // shared_act = silu(gate) ⊙ up   (704 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += shared_act[T, 704] · shared_down[2048, 704]ᵀ   (residual add fused)   (rank 0: its share)
       linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-      ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 2048, 704));
+      ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 2048, 704));
     } else {
       // x = shared_act[T, 704] · shared_down[2048, 704]ᵀ   (fp32)   (the other ranks: theirs)
       linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-      ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down.format, 2048, 704));
+      ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 2048, 704));
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
     moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
@@ -357,7 +357,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 4096);
   // logits = h[N, 2048] · lm_head[25600, 2048]ᵀ   (fp32)   (this rank's tokens)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 25600, 2048));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 25600, 2048));
   // logits[N, 102400] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
   ctx.mark("all_gather", OpReads::weights, 0);

@@ -99,7 +99,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (this rank's 32064 of 128256 rows; 0 for the other ranks' tokens)
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 4096));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 4096));
   // x = Σ over the 4 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
   cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
@@ -115,7 +115,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[1536, 4096]ᵀ   (q 1024 | k 256 | v 256)   (this rank's share)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
-    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 1536, 4096));
+    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 1536, 4096));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (2 KV heads × 128, pages of 16 tokens)
     // attn = softmax(q·kᵀ · 0.08838834764831843 + causal mask) · v   (8 query heads share 2 KV heads)
@@ -125,11 +125,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[4096, 1024]ᵀ   (residual add fused)   (rank 0: its share)
       linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 4096, 1024));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 4096, 1024));
     } else {
       // x = attn[T, 1024] · o_proj[4096, 1024]ᵀ   (fp32)   (the other ranks: theirs)
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 4096, 1024));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 4096, 1024));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmGateUpProj>(ctx, x, T, static_cast<const bf16*>(lw.gate_up_proj.data));
@@ -141,18 +141,18 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[7168, 4096]ᵀ   (gate 3584 | up 3584)   (this rank's share)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 7168, 4096));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 7168, 4096));
     // act = silu(gate) ⊙ up   (3584 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 3584] · down_proj[4096, 3584]ᵀ   (residual add fused)   (rank 0: its share)
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 4096, 3584));
+      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 4096, 3584));
     } else {
       // x = act[T, 3584] · down_proj[4096, 3584]ᵀ   (fp32)   (the other ranks: theirs)
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
-      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 4096, 3584));
+      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 4096, 3584));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextQkvProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].qkv_proj.data) : nullptr);
@@ -165,7 +165,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 8192);
   // logits = h[N, 4096] · lm_head[32064, 4096]ᵀ   (fp32)   (this rank's tokens)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 32064, 4096));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 32064, 4096));
   // logits[N, 128256] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
   ctx.mark("all_gather", OpReads::weights, 0);

@@ -98,7 +98,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
   // x = embed_tokens[token_ids]   (this rank's 256 of 512 rows; 0 for the other ranks' tokens)
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
-  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens.format, 1, 64));
+  ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 64));
   // x = Σ over the 2 ranks of x   (all-reduce in place; each token's row from the rank that holds it)
   cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
   ctx.mark("all_reduce", OpReads::weights, 0);
@@ -114,7 +114,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[128, 64]ᵀ   (q 64 | k 32 | v 32)   (this rank's share)
     linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
-    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj.format, 128, 64));
+    ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 128, 64));
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
     // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 32, pages of 5 tokens)
@@ -125,11 +125,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     if (ctx.rank == 0) {
       // x += attn[T, 64] · o_proj[64, 64]ᵀ   (residual add fused)   (rank 0: its share)
       linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 64, 64));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 64));
     } else {
       // x = attn[T, 64] · o_proj[64, 64]ᵀ   (fp32)   (the other ranks: theirs)
       linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
-      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj.format, 64, 64));
+      ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 64));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
@@ -141,18 +141,18 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[128, 64]ᵀ   (gate 64 | up 64)   (this rank's share)
     linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj.format, 128, 64));
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 128, 64));
     // act = silu(gate) ⊙ up   (64 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 64] · down_proj[64, 64]ᵀ   (residual add fused)   (rank 0: its share)
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
-      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 64, 64));
+      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 64));
     } else {
       // x = act[T, 64] · down_proj[64, 64]ᵀ   (fp32)   (the other ranks: theirs)
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
-      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj.format, 64, 64));
+      ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 64));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
     cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);
@@ -165,7 +165,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[256, 64]ᵀ   (fp32)   (this rank's tokens)
   linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
-  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head.format, 256, 64));
+  ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 256, 64));
   // logits[N, 512] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
   ctx.mark("all_gather", OpReads::weights, 0);
