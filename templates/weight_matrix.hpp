@@ -70,7 +70,8 @@ struct GpuMatrix {
   // A matrix stacked from pieces a GGUF file stores in two block formats (a Q4_K_M file's
   // qkv_proj: q and k in Q4_K, v in Q6_K in some layers): rows [0, split) are an [split, k] matrix
   // at `data` in `format`, rows [split, n) an [n - split, k] one at `tail` in `tail_format`, each
-  // in its format's layout below, so that both keep the file's bytes. split 0: one matrix.
+  // in its format's layout below, so that both keep the file's bytes. split 0: one matrix. The
+  // fast CPU backend's CpuMatrix has the same fields.
   int split = 0;
   const void* tail = nullptr;
   MatrixFormat tail_format = MatrixFormat::bf16;
@@ -79,6 +80,10 @@ struct GpuMatrix {
 struct CpuMatrix {
   const void* data = nullptr;
   MatrixFormat format = MatrixFormat::f32;
+  // Two block formats, as GpuMatrix's (the fast CPU backend's layout for each part).
+  int split = 0;
+  const void* tail = nullptr;
+  MatrixFormat tail_format = MatrixFormat::f32;
 };
 
 // The field type of a projection weight in a generated Weights<T>: a CpuMatrix on the CPU (T is

@@ -31,9 +31,10 @@ void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* ou
     return linear_bf16_packed_avx512(in, static_cast<const std::byte*>(weight.data), n, k, out, tokens, accumulate);
   }
   const bool blocks = is_cpu_block_format(weight.format);
-  if ((!blocks && weight.format != MatrixFormat::bf16) || (blocks && k % kQuantBlockValues != 0)) {
+  const bool parts_ok = weight.split == 0 || (blocks && is_cpu_block_format(weight.tail_format) && weight.split < n);
+  if ((!blocks && weight.format != MatrixFormat::bf16) || (blocks && k % kQuantBlockValues != 0) || !parts_ok) {
     fail("internal: the fast CPU linear has no kernel for a ", static_cast<int>(weight.format), " matrix of [", n,
-         ", ", k, "]");
+         ", ", k, "] (split at row ", weight.split, ")");
   }
   // bf16 rows of an even length on AMX where there is one, for every token count (bf16_amx.hpp).
   if (weight.format == MatrixFormat::bf16 && k % 2 == 0 && amx_bf16_available()) {
@@ -57,25 +58,32 @@ void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* ou
     x = q;
   }
   const int64_t x_elem = blocks ? static_cast<int64_t>(sizeof(Q8Block)) : 4;
-  // Bytes from one row tile to the next: a group of 16 rows, or 16 bf16 rows.
-  const int64_t tile_bytes = cpu_matrix_bytes(weight.format, kRowTile, k);
   const DotKernel kernel = dot_kernel();
-  parallel_for((n + kRowTile - 1) / kRowTile, 1, [&](int64_t begin, int64_t end) {
-    const int64_t r0 = begin * kRowTile, r1 = std::min(n, end * kRowTile);
-    for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
-      const DotArgs args{static_cast<const std::byte*>(weight.data) + begin * tile_bytes,
-                         blocks ? tile_bytes : 2 * k,
-                         r1 - r0,
-                         static_cast<const char*>(x) + t0 * x_stride * x_elem,
-                         x_stride,
-                         std::min(kTokenChunk, tokens - t0),
-                         k,
-                         out + t0 * n + r0,
-                         n,
-                         accumulate};
-      kernel(weight.format, args);
-    }
-  });
+  // Rows [row0, row0 + rows) of the output from a matrix of that many rows in `format` at `data`.
+  const auto rows_of = [&](const void* data, MatrixFormat format, int64_t row0, int64_t rows) {
+    // Bytes from one row tile to the next: a group of 16 rows, or 16 bf16 rows.
+    const int64_t tile_bytes = cpu_matrix_bytes(format, kRowTile, k);
+    parallel_for((rows + kRowTile - 1) / kRowTile, 1, [&](int64_t begin, int64_t end) {
+      const int64_t r0 = begin * kRowTile, r1 = std::min(rows, end * kRowTile);
+      for (int64_t t0 = 0; t0 < tokens; t0 += kTokenChunk) {
+        const DotArgs args{static_cast<const std::byte*>(data) + begin * tile_bytes,
+                           blocks ? tile_bytes : 2 * k,
+                           r1 - r0,
+                           static_cast<const char*>(x) + t0 * x_stride * x_elem,
+                           x_stride,
+                           std::min(kTokenChunk, tokens - t0),
+                           k,
+                           out + t0 * n + row0 + r0,
+                           n,
+                           accumulate};
+        kernel(format, args);
+      }
+    });
+  };
+  if (weight.split == 0) return rows_of(weight.data, weight.format, 0, n);
+  // Two block formats (CpuMatrix::split): each part over the threads in turn, the same activations.
+  rows_of(weight.data, weight.format, 0, weight.split);
+  rows_of(weight.tail, weight.tail_format, weight.split, n - weight.split);
 }
 
 const char* bf16_isa_suffix() {

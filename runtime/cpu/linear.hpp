@@ -1,6 +1,7 @@
 // The projection op of the fast CPU backend: out[t, :] (= or +=, by s.out) in[t, :] · weight[n, k]ᵀ
-// over a weight in a stored format (bf16 rows, the block formats of weight_matrix.hpp), its rows split
-// over the pool's threads (runtime/core/parallel.hpp). Block formats take the activations
+// over a weight in a stored format (bf16 rows, the block formats of weight_matrix.hpp, or two of
+// those in two parts: CpuMatrix::split), its rows split over the pool's threads
+// (runtime/core/parallel.hpp). Block formats take the activations
 // quantized per 32 values in two 8-bit parts (quant_dot.hpp); bf16 rows run on AMX where the
 // processor has it (bf16_amx.hpp), else on AVX-512 BF16 (bf16_avx512.hpp), else as fp32 products
 // (quant_dot.hpp).

@@ -84,13 +84,9 @@ class WeightTable {
     const Entry& e = find(name, layer);
     Matrix<T> m{e.data, e.format};
     if constexpr (requires { m.fp8_scale; }) m.fp8_scale = e.fp8_scale;
-    if constexpr (requires { m.split; }) {
-      m.split = static_cast<int>(e.split);
-      m.tail = e.tail;
-      m.tail_format = e.tail_format;
-    } else if (e.split > 0) {
-      fail("internal: weight ", name, " of layer ", layer, " is in two formats, which only the GPU reads");
-    }
+    m.split = static_cast<int>(e.split);
+    m.tail = e.tail;
+    m.tail_format = e.tail_format;
     return m;
   }
 

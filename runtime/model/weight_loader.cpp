@@ -146,7 +146,7 @@ class Loader {
       if (is_tied(inst)) continue;
       inst.offset = total;
       // A second part starts 256-byte aligned, as every matrix does.
-      if (inst.split > 0) inst.tail_offset = (matrix_bytes(inst.format, inst.split, inst.spec->shape[1]) + 255) / 256 * 256;
+      if (inst.split > 0) inst.tail_offset = (part_bytes(inst.format, inst.split, inst.spec->shape[1]) + 255) / 256 * 256;
       const int64_t bytes = is_block_format(inst.format) ? blocks_bytes(inst)
                                                           : inst.spec->numel() * (inst.format == MatrixFormat::f32 ? 4 : 2);
       total += (bytes + 255) / 256 * 256;
@@ -318,10 +318,9 @@ class Loader {
   // The format a tensor keeps (weight_loader.hpp): plain_ for all but the projections (gpu, cpu);
   // a projection keeps its GGUF blocks when every piece is stored in the same block type the
   // device reads; Q8_0 requantized from the file's blocks when they are other block types or
-  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights). On the GPU,
-  // pieces in two formats one after the other (a Q4_K_M file's q and k in Q4_K, v in Q6_K) keep
-  // both, the matrix in two parts (GpuMatrix::split; a piece in a block type the GPU does not read
-  // counts as Q8_0, requantized); three runs or more are Q8_0 throughout.
+  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights). But in two formats one after the other (a Q4_K_M file's q and k in Q4_K, v in Q6_K) keep
+  // both, the matrix in two parts (GpuMatrix::split, CpuMatrix's alike; a piece in a block type the
+  // device does not read counts as Q8_0, requantized); three runs or more are Q8_0 throughout.
   MatrixFormat kept_format(Instance& inst, const std::vector<LayoutPiece>& pieces) const {
     const WeightSpec& spec = *inst.spec;
     inst.requantized = false;
@@ -349,7 +348,7 @@ class Loader {
       }
     }
     if (runs.size() == 1) return runs[0].first;
-    if (runs.size() == 2 && device() == Device::gpu) {
+    if (runs.size() == 2) {
       inst.split = runs[0].second;
       inst.tail_format = runs[1].first;
       return runs[0].first;
@@ -397,10 +396,13 @@ class Loader {
   // The device whose block layout the projections keep (gpu or cpu formats), and the bytes of a
   // projection kept in blocks in it.
   Device device() const { return format_ == WeightFormat::gpu ? Device::gpu : Device::cpu; }
+  int64_t part_bytes(MatrixFormat format, int64_t rows, int64_t k) const {
+    return device() == Device::gpu ? matrix_bytes(format, rows, k) : cpu_matrix_bytes(format, rows, k);
+  }
   int64_t blocks_bytes(const Instance& inst) const {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
-    if (inst.split > 0) return inst.tail_offset + matrix_bytes(inst.tail_format, n - inst.split, k);
-    return device() == Device::gpu ? matrix_bytes(inst.format, n, k) : cpu_matrix_bytes(inst.format, n, k);
+    if (inst.split > 0) return inst.tail_offset + part_bytes(inst.tail_format, n - inst.split, k);
+    return part_bytes(inst.format, n, k);
   }
 
   // A projection in its GGUF blocks: each HF row's stored bytes repacked for the device
@@ -431,12 +433,13 @@ class Loader {
         const std::string why = as_stored ? bad_scale(type, stored) : requantize(type, stored, values, requantized);
         if (!why.empty()) return bad.note(row, why);
         const std::span<const std::byte> blocks = as_stored ? stored : std::span<const std::byte>(requantized);
-        if (tail) {
-          repack_row(format, blocks, n - inst.split, k, i - inst.split, staging_blocks_.data() + inst.tail_offset);
-        } else if (gpu) {
-          repack_row(format, blocks, inst.split > 0 ? inst.split : n, k, i, staging_blocks_.data());
+        // Row i of its part, the part's rows and start (the second part's past the first's).
+        const int64_t r = tail ? i - inst.split : i, part_rows = tail ? n - inst.split : inst.split > 0 ? inst.split : n;
+        std::byte* const part = staging_blocks_.data() + (tail ? inst.tail_offset : 0);
+        if (gpu) {
+          repack_row(format, blocks, part_rows, k, r, part);
         } else {
-          repack_cpu_row(inst.format, blocks, k, i, staging_blocks_.data());
+          repack_cpu_row(format, blocks, k, r, part);
         }
       }
     });

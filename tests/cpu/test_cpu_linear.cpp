@@ -194,6 +194,35 @@ TEST_CASE("cpu kernels: cpu::linear over the thread pool stores and accumulates 
   }
 }
 
+// A matrix in two block formats (CpuMatrix::split: rows [0, split) in one, the rest in another,
+// each part in its own layout), split inside a row group and at its edge, as a GGUF file's mixed
+// qkv_proj loads: each part's rows as that format alone gives them.
+TEST_CASE("cpu kernels: cpu::linear over a matrix in two block formats", "[cpu]") {
+  struct Case {
+    MatrixFormat head, tail;
+    int64_t n, k, split, tokens;
+  };
+  const Case cases[] = {{MatrixFormat::q4_k, MatrixFormat::q6_k, 96, 256, 64, 1},
+                        {MatrixFormat::q5_0, MatrixFormat::q8_0, 50, 576, 37, 3},
+                        {MatrixFormat::q4_0, MatrixFormat::q4_1, 40, 64, 16, 70}};
+  for (const Case& c : cases) {
+    INFO(static_cast<int>(c.head) << " | " << static_cast<int>(c.tail) << " [" << c.n << ", " << c.k << "] at row "
+                                  << c.split << " × " << c.tokens << " tokens");
+    const Weights head = make_weights(c.head, c.split, c.k, 5), tail = make_weights(c.tail, c.n - c.split, c.k, 6);
+    std::vector<float> values = head.values;
+    values.insert(values.end(), tail.values.begin(), tail.values.end());
+    const std::vector<float> x = make_inputs(c.tokens, c.k, 3);
+    const shape::linear s{.n = static_cast<int>(c.n), .k = static_cast<int>(c.k), .out = LinearOut::store_f32};
+    std::vector<float> expect(static_cast<size_t>(c.tokens * c.n), 0.0f);
+    ref::linear(s, x.data(), values.data(), expect.data(), c.tokens);
+    std::vector<float> got(expect.size(), NAN);  // poisoned: every output must be written
+    const CpuMatrix m{.data = head.stored.data(), .format = c.head, .split = static_cast<int>(c.split),
+                      .tail = tail.stored.data(), .tail_format = c.tail};
+    ref::linear(s, x.data(), m, got.data(), c.tokens);
+    CHECK(nmse(expect, got) <= std::max(linear_limit(c.head), linear_limit(c.tail)));
+  }
+}
+
 TEST_CASE("cpu kernels: the fp32 reference keeps its own loop for fp32 rows", "[cpu]") {
   const std::vector<float> w = make_inputs(5, 8, 1), x = make_inputs(2, 8, 2);
   const shape::linear s{.n = 5, .k = 8, .out = LinearOut::store_f32};

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <map>
 
 #include "generated/tiny-deepseek-v2-lite/model.hpp"
 #include "generated/tiny-deepseek-v2/model.hpp"
@@ -72,22 +73,29 @@ TEST_CASE("quantizing to FP8 (--quantize fp8) on the reference backend keeps HF'
   }
 }
 
-TEST_CASE("GGUF files in Q8_0, Q4_0 and Q4_1 run from their blocks on the fast CPU backend like the reference",
+// kQ4_1 + 1 below: a Q4_0 file whose attn_v and ffn_up are Q8_0, so that qkv_proj and gate_up_proj
+// are in two block formats (CpuMatrix::split).
+TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1 and a mix run from their blocks on the fast CPU backend like the reference",
           "[golden]") {
-  for (const uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1}) {
+  constexpr uint32_t kMix = golden::kQ4_1 + 1;
+  for (const uint32_t variant : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1, kMix}) {
     for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
                               &models::tiny_deepseek_v2::model_def()}) {
       const golden::Fixture fixture = golden::load_fixture(m->info.name);
       const auto hf = open_safetensors_source(fixture.dir);
+      const uint32_t type = variant == kMix ? golden::kQ4_0 : variant;
       const char* name = type == golden::kQ8_0 ? "Q8_0" : type == golden::kQ4_0 ? "Q4_0" : "Q4_1";
-      const std::string origin = std::string(m->info.name) + "-" + name + ".gguf";
-      const std::vector<std::byte> image = golden::fixture_as_gguf(*m, *hf, type);  // the file views it
+      const std::string origin = std::string(m->info.name) + "-" + name + (variant == kMix ? "+mix" : "") + ".gguf";
+      const std::map<std::string, uint32_t> mix = {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ8_0}};
+      const std::vector<std::byte> image =  // the file views it
+          golden::fixture_as_gguf(*m, *hf, type, 1.0f, golden::KvB::split, variant == kMix ? mix : decltype(mix){});
       const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), m->info);
       const auto reference = make_ref_backend(*m, WeightOrigin{gguf.get(), 0}, BackendOptions{});
       const auto fast = make_cpu_backend(*m, WeightOrigin{gguf.get(), 0}, BackendOptions{});
       const BackendInfo& info = fast->info();
       INFO(origin << ": " << info.weight_formats);
       CHECK(info.weight_formats.find(std::string(name) + " for ") != std::string::npos);
+      if (variant == kMix) CHECK(info.weight_formats.find("with rows in a second format") != std::string::npos);
       CHECK(info.decode_weight_bytes < m->info.decode_weight_bytes);
       std::vector<golden::Prompt> prompts;
       for (const golden::Prompt& p : fixture.prompts) {

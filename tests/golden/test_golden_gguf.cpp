@@ -192,10 +192,10 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their bloc
 }
 
 // A file whose stacked weights' pieces come in two block types, as llama-quantize's mixes store
-// them (a Q4_K_M file's q and k in Q4_K, v in Q6_K): on the GPU, pieces of two types one after the
-// other keep both, the matrix in two parts (GpuMatrix::split), each holding the file's values; the
-// bytes are both parts'. Three runs of types, and the fast CPU backend's load, requantize to Q8_0.
-TEST_CASE("the GPU's load keeps a stacked weight's pieces of two block types as two parts") {
+// them (a Q4_K_M file's q and k in Q4_K, v in Q6_K): on the GPU and the fast CPU backend, pieces
+// of two types one after the other keep both, the matrix in two parts (GpuMatrix::split,
+// CpuMatrix's), each holding the file's values. Three runs of types requantize to Q8_0.
+TEST_CASE("the GPU's and the CPU's loads keep a stacked weight's pieces of two block types as two parts") {
   const ModelDef& model = models::tiny_llama::model_def();
   const ModelInfo& m = model.info;
   const auto hf = open_safetensors_source(golden::load_fixture(m.name).dir);
@@ -205,46 +205,47 @@ TEST_CASE("the GPU's load keeps a stacked weight's pieces of two block types as 
     return load_weights(model, *gguf, format, sink);
   };
   const std::map<std::string, uint32_t> v_up_q8 = {{"attn_v.weight", kQ8_0}, {"ffn_up.weight", kQ8_0}};
-  HostSink gpu_sink, f32_sink, cpu_sink, runs_sink;
-  const LoadedWeights kept = load(v_up_q8, WeightFormat::gpu, gpu_sink);
+  HostSink f32_sink, runs_sink;
   const LoadedWeights f32 = load(v_up_q8, WeightFormat::f32, f32_sink);
-  INFO(weight_formats_text(kept, "bf16"));
   const int64_t qk_rows = (m.num_attention_heads + m.num_key_value_heads) * m.head_dim;
-  for (const auto& [name, split] : {std::pair<std::string, int64_t>{"layers.{L}.qkv_proj", qk_rows},
-                                    std::pair<std::string, int64_t>{"layers.{L}.gate_up_proj", m.intermediate_size}}) {
-    const WeightSpec* spec = nullptr;
-    for (const WeightSpec& w : *model.weights) spec = w.name == name ? &w : spec;
-    REQUIRE(spec != nullptr);
-    const int64_t n = spec->shape[0], k = spec->shape[1];
-    for (int64_t l = spec->layer_first; l < spec->layer_last; ++l) {
-      INFO(name << " layer " << l);
-      const GpuMatrix g = kept.table.get_matrix<uint16_t>(name, l);
-      CHECK(g.format == MatrixFormat::q4_0);
-      CHECK(g.split == split);
-      CHECK(g.tail_format == MatrixFormat::q8_0);
-      REQUIRE(g.tail != nullptr);
-      const float* values = f32.table.get_as<float>(name, l);
-      int64_t wrong = 0;
-      for (int64_t r = 0; r < n; ++r) {
-        for (int64_t c = 0; c < k; ++c) {
-          const float v = r < split ? matrix_value(g.format, static_cast<const std::byte*>(g.data), split, k, r, c)
-                                    : matrix_value(g.tail_format, static_cast<const std::byte*>(g.tail), n - split, k,
-                                                   r - split, c);
-          wrong += v != values[r * k + c];
+  for (const WeightFormat format : {WeightFormat::gpu, WeightFormat::cpu}) {
+    const bool gpu = format == WeightFormat::gpu;
+    HostSink sink;
+    const LoadedWeights kept = load(v_up_q8, format, sink);
+    INFO((gpu ? "GPU: " : "CPU: ") << weight_formats_text(kept, "bf16"));
+    for (const auto& [name, split] : {std::pair<std::string, int64_t>{"layers.{L}.qkv_proj", qk_rows},
+                                      std::pair<std::string, int64_t>{"layers.{L}.gate_up_proj", m.intermediate_size}}) {
+      const WeightSpec* spec = nullptr;
+      for (const WeightSpec& w : *model.weights) spec = w.name == name ? &w : spec;
+      REQUIRE(spec != nullptr);
+      const int64_t n = spec->shape[0], k = spec->shape[1];
+      for (int64_t l = spec->layer_first; l < spec->layer_last; ++l) {
+        INFO(name << " layer " << l);
+        const GpuMatrix g = kept.table.get_matrix<uint16_t>(name, l);  // CpuMatrix's fields alike
+        CHECK(g.format == MatrixFormat::q4_0);
+        CHECK(g.split == split);
+        CHECK(g.tail_format == MatrixFormat::q8_0);
+        REQUIRE(g.tail != nullptr);
+        const auto value = [&](MatrixFormat f, const void* part, int64_t rows, int64_t r, int64_t c) {
+          const auto* bytes = static_cast<const std::byte*>(part);
+          return gpu ? matrix_value(f, bytes, rows, k, r, c) : cpu_matrix_value(f, bytes, k, r, c);
+        };
+        const float* values = f32.table.get_as<float>(name, l);
+        int64_t wrong = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t c = 0; c < k; ++c) {
+            const float v = r < split ? value(g.format, g.data, split, r, c) : value(g.tail_format, g.tail, n - split, r - split, c);
+            wrong += v != values[r * k + c];
+          }
         }
+        CHECK(wrong == 0);
       }
-      CHECK(wrong == 0);
     }
+    CHECK(kept.two_formats == 2 * m.num_layers);
+    CHECK(kept.requantized == 0);
+    CHECK(weight_formats_text(kept, "bf16").find("with rows in a second format") != std::string::npos);
   }
-  CHECK(kept.two_formats == 2 * m.num_layers);
-  CHECK(kept.requantized == 0);
-  CHECK(weight_formats_text(kept, "bf16").find("with rows in a second format") != std::string::npos);
-  // The fast CPU backend reads one format a matrix: the mixed ones requantized to Q8_0.
-  const LoadedWeights cpu = load(v_up_q8, WeightFormat::cpu, cpu_sink);
-  CHECK(cpu.table.format("layers.{L}.qkv_proj", 0) == MatrixFormat::q8_0);
-  CHECK(cpu.two_formats == 0);
-  CHECK(cpu.requantized == 2 * m.num_layers);
-  // q Q4_0, k Q8_0, v Q4_0: three runs, requantized to Q8_0 on the GPU too.
+  // q Q4_0, k Q8_0, v Q4_0: three runs, requantized to Q8_0.
   const LoadedWeights runs = load({{"attn_k.weight", kQ8_0}}, WeightFormat::gpu, runs_sink);
   CHECK(runs.table.format("layers.{L}.qkv_proj", 0) == MatrixFormat::q8_0);
   CHECK(runs.table.get_matrix<uint16_t>("layers.{L}.qkv_proj", 0).split == 0);
