@@ -318,9 +318,10 @@ class Loader {
   // The format a tensor keeps (weight_loader.hpp): plain_ for all but the projections (gpu, cpu);
   // a projection keeps its GGUF blocks when every piece is stored in the same block type the
   // device reads; Q8_0 requantized from the file's blocks when they are other block types or
-  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights). But in two formats one after the other (a Q4_K_M file's q and k in Q4_K, v in Q6_K) keep
-  // both, the matrix in two parts (GpuMatrix::split, CpuMatrix's alike; a piece in a block type the
-  // device does not read counts as Q8_0, requantized); three runs or more are Q8_0 throughout.
+  // mixed; bf16 rows when any piece is not in blocks (F32, F16, BF16, random weights). But pieces
+  // in two formats one after the other (a Q4_K_M file's q and k in Q4_K, v in Q6_K) keep both, the
+  // matrix in two parts (GpuMatrix::split, CpuMatrix's alike; a piece in a block type the device
+  // does not read counts as Q8_0, requantized); three runs or more are Q8_0 throughout.
   MatrixFormat kept_format(Instance& inst, const std::vector<LayoutPiece>& pieces) const {
     const WeightSpec& spec = *inst.spec;
     inst.requantized = false;
