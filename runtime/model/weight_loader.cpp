@@ -101,10 +101,9 @@ struct Instance {
   int64_t offset = 0;  // bytes into the block
   MatrixFormat format = MatrixFormat::bf16;  // f32 / bf16 values, or a projection's blocks (kept_format)
   // A projection kept in two block formats (GpuMatrix::split): rows from `split` on are a matrix of
-  // their own in tail_format, `tail_offset` bytes past the first part's start. split 0: one format.
+  // their own in tail_format (Loader::tail_offset). split 0: one format.
   int64_t split = 0;
   MatrixFormat tail_format = MatrixFormat::bf16;
-  int64_t tail_offset = 0;
   bool own_copy = false;     // a tied projection with its own copy of its target, in its own format
   bool requantized = false;  // some of its pieces kept as Q8_0 requantized from other block types (kept_format)
   bool fp8 = false;          // FP8 values: kept as format fp8 (GPU), or their f32 values (Quantize::fp8 on f32)
@@ -145,8 +144,6 @@ class Loader {
     for (Instance& inst : instances_) {
       if (is_tied(inst)) continue;
       inst.offset = total;
-      // A second part starts 256-byte aligned, as every matrix does.
-      if (inst.split > 0) inst.tail_offset = (part_bytes(inst.format, inst.split, inst.spec->shape[1]) + 255) / 256 * 256;
       const int64_t bytes = is_block_format(inst.format) ? blocks_bytes(inst)
                                                           : inst.spec->numel() * (inst.format == MatrixFormat::f32 ? 4 : 2);
       total += (bytes + 255) / 256 * 256;
@@ -400,9 +397,14 @@ class Loader {
   int64_t part_bytes(MatrixFormat format, int64_t rows, int64_t k) const {
     return device() == Device::gpu ? matrix_bytes(format, rows, k) : cpu_matrix_bytes(format, rows, k);
   }
+  // Bytes from a matrix in two formats' start to its second part's: the first part's, 256-byte
+  // aligned as every matrix is.
+  int64_t tail_offset(const Instance& inst) const {
+    return (part_bytes(inst.format, inst.split, inst.spec->shape[1]) + 255) / 256 * 256;
+  }
   int64_t blocks_bytes(const Instance& inst) const {
     const int64_t n = inst.spec->shape[0], k = inst.spec->shape[1];
-    if (inst.split > 0) return inst.tail_offset + part_bytes(inst.tail_format, n - inst.split, k);
+    if (inst.split > 0) return tail_offset(inst) + part_bytes(inst.tail_format, n - inst.split, k);
     return part_bytes(inst.format, n, k);
   }
 
@@ -421,6 +423,9 @@ class Loader {
     for (const LayoutPiece& p : pieces) types.push_back(*source_->block_type(p.hf_name));
     const std::vector<StackedRow> rows = stacked_rows(pieces);
     FirstBadRow bad;
+    // The first part's rows (all of them for one format), and where the second part starts.
+    const int64_t head_rows = inst.split > 0 ? inst.split : n;
+    std::byte* const tail_at = staging_blocks_.data() + (inst.split > 0 ? tail_offset(inst) : 0);
     parallel_for(static_cast<int64_t>(rows.size()), 16, [&](int64_t begin, int64_t end) {
       std::vector<float> values;
       std::vector<std::byte> requantized;
@@ -428,17 +433,17 @@ class Loader {
         const StackedRow& row = rows[static_cast<size_t>(i)];
         const GgmlType type = types[static_cast<size_t>(row.piece - pieces.data())];
         const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
-        const bool tail = inst.split > 0 && i >= inst.split;
+        const bool tail = i >= head_rows;
         const MatrixFormat format = tail ? inst.tail_format : inst.format;
         const bool as_stored = matrix_format_of(type, device()) == format;
         const std::string why = as_stored ? bad_scale(type, stored) : requantize(type, stored, values, requantized);
         if (!why.empty()) return bad.note(row, why);
         const std::span<const std::byte> blocks = as_stored ? stored : std::span<const std::byte>(requantized);
-        // Row i of its part, the part's rows and start (the second part's past the first's).
-        const int64_t r = tail ? i - inst.split : i, part_rows = tail ? n - inst.split : inst.split > 0 ? inst.split : n;
-        std::byte* const part = staging_blocks_.data() + (tail ? inst.tail_offset : 0);
+        // Row i of its part, in the part's layout.
+        const int64_t r = tail ? i - head_rows : i;
+        std::byte* const part = tail ? tail_at : staging_blocks_.data();
         if (gpu) {
-          repack_row(format, blocks, part_rows, k, r, part);
+          repack_row(format, blocks, tail ? n - head_rows : head_rows, k, r, part);
         } else {
           repack_cpu_row(format, blocks, k, r, part);
         }
@@ -488,7 +493,7 @@ class Loader {
     sink_.write(block_ + inst.offset, staging_blocks_.data(), bytes);
     result_.table.set(inst.spec->name, inst.layer, block_ + inst.offset, inst.format, fp8_scale);
     if (inst.split > 0) {
-      result_.table.set_tail(inst.spec->name, inst.layer, inst.split, block_ + inst.offset + inst.tail_offset,
+      result_.table.set_tail(inst.spec->name, inst.layer, inst.split, block_ + inst.offset + tail_offset(inst),
                              inst.tail_format);
     }
     ++result_.tensors;

@@ -21,8 +21,9 @@ void WeightTable::set(const std::string& name, int64_t layer, const void* data, 
 
 void WeightTable::set_tail(const std::string& name, int64_t layer, int64_t split, const void* tail,
                            MatrixFormat tail_format) {
+  const std::string k = key(name, layer);
   for (Entry& e : entries_) {
-    if (e.key != key(name, layer)) continue;
+    if (e.key != k) continue;
     e.split = split;
     e.tail = tail;
     e.tail_format = tail_format;
