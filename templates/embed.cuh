@@ -1,5 +1,5 @@
 // Token embedding lookup: x[t, :] = table[token_ids[t], :] as fp32 (the residual stream). The
-// table is a GpuMatrix: bf16 rows, or a GGUF file's Q8_0 / Q4_0 / Q4_K / Q6_K blocks as the loader keeps
+// table is a GpuMatrix: bf16 rows, or a GGUF file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks as the loader keeps
 // them (weight_matrix.hpp), decoded to ggml's values (quant_values.cuh); a tied LM head reads the
 // same matrix, so the GPU holds the file's bytes once.
 // Tensor parallelism splits the vocabulary: rank r holds rows [r·vocab, (r+1)·vocab) of the whole
@@ -90,8 +90,6 @@ void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens
   if constexpr (S.dim % kQuantBlockValues == 0) {
     switch (table.format) {
       case MatrixFormat::bf16:
-      case MatrixFormat::q4_1:  // CPU formats: the GPU's loader keeps bf16, Q8_0, Q4_0, Q4_K, Q6_K and FP8 only
-      case MatrixFormat::q5_0:
       case MatrixFormat::f32: break;
       case MatrixFormat::fp8:
         detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::fp8>(token_ids, table.data, x, rank * S.vocab, tokens,
@@ -103,6 +101,14 @@ void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens
         return;
       case MatrixFormat::q4_0:
         detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_0>(token_ids, table.data, x, rank * S.vocab,
+                                                                       tokens, stream);
+        return;
+      case MatrixFormat::q4_1:
+        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_1>(token_ids, table.data, x, rank * S.vocab,
+                                                                       tokens, stream);
+        return;
+      case MatrixFormat::q5_0:
+        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q5_0>(token_ids, table.data, x, rank * S.vocab,
                                                                        tokens, stream);
         return;
       case MatrixFormat::q4_k:

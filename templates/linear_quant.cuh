@@ -1,5 +1,5 @@
 // The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0,
-// Q4_K and Q6_K matrices kept as the GGUF file stores them, and FP8 ones, take the GEMV below,
+// Q4_1, Q5_0, Q4_K and Q6_K matrices kept as the GGUF file stores them, and FP8 ones, take the GEMV below,
 // which dequantizes in registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
 //
 // The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
@@ -8,7 +8,9 @@
 // needs at most 8 significant bits); a block's two k16 mmas sum into fresh accumulators, which the
 // block's scale then multiplies into the running sum. So the decode computes with the file's
 // values, not bf16 roundings of them, and every output is the same sum whatever the token count
-// (the plan's column split is the bf16 GEMV's, by groups). A Q4_K sub-block's values are
+// (the plan's column split is the bf16 GEMV's, by groups). Q5_0's quants u - 16 take their fifth
+// bits from a second area. Q4_1's values n · d + m are summed as Q4_K's below (its min for dmin·m,
+// with the sign turned). A Q4_K sub-block's values are
 // d·sc · n - dmin·m: the mma sums (128 + n)·x (QuantValues<q4_k>::pair), a second one (all-ones
 // weights) the block's Σx for each token, and the block adds d·sc · Σ(128 + n)·x - (dmin·m +
 // 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
@@ -280,8 +282,8 @@ struct BoolConstant {
   static constexpr bool value = B;
 };
 
-// The block formats the GEMV reads at rows of kK values (fn(FormatConstant<F>{}) for f): Q8_0, Q4_0
-// and FP8 at whole 32-value blocks, Q4_K and Q6_K at whole 256-value super-blocks. false for any
+// The block formats the GEMV reads at rows of kK values (fn(FormatConstant<F>{}) for f): Q8_0, Q4_0,
+// Q4_1, Q5_0 and FP8 at whole 32-value blocks, Q4_K and Q6_K at whole 256-value super-blocks. false for any
 // other (bf16 rows; the CPU's formats, which the GPU's loader never keeps). kParts: a part of a
 // matrix in two formats, which are GGUF block formats only (FP8 matrices are FP8 throughout), so
 // that no FP8 part kernel is instantiated.
@@ -291,6 +293,8 @@ bool with_gemv_format(MatrixFormat f, Fn&& fn) {
     switch (f) {
       case MatrixFormat::q8_0: fn(FormatConstant<MatrixFormat::q8_0>{}); return true;
       case MatrixFormat::q4_0: fn(FormatConstant<MatrixFormat::q4_0>{}); return true;
+      case MatrixFormat::q4_1: fn(FormatConstant<MatrixFormat::q4_1>{}); return true;
+      case MatrixFormat::q5_0: fn(FormatConstant<MatrixFormat::q5_0>{}); return true;
       case MatrixFormat::fp8:
         if constexpr (!kParts) {
           fn(FormatConstant<MatrixFormat::fp8>{});

@@ -7,6 +7,7 @@
 
 #include <cuda_fp16.h>
 
+#include "templates/blocks/mma.cuh"
 #include "templates/common.cuh"
 #include "templates/weight_matrix.hpp"
 
@@ -37,30 +38,54 @@ __device__ __forceinline__ float half_bits_to_float(unsigned short bits) { retur
 template <MatrixFormat F>
 struct QuantValues;
 
-// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_K).
+// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_1 and Q4_K).
 struct BlockScale {
   float d, m;
 };
 
-// What the formats but Q6_K share: a block's quants are all in the lane's 16 group bytes (no high
-// bits area), and one scale covers its 32 columns, the lane's 8q..8q+7.
+// What the formats but Q6_K share: one scale covers a block's 32 columns, the lane's 8q..8q+7;
+// and but for Q5_0 a block's quants are all in the lane's 16 group bytes (no high bits area).
 struct WholeBlocks {
   static constexpr bool kHighBits = false;
   static constexpr bool kHalfScales = false;
-  struct High {};  // nothing: the high bits of Q6_K's quants
+  struct High {};  // nothing: the high bits of Q5_0's and Q6_K's quants
   // The first of the 8 columns lane q holds of block b, from the group's first column.
   __device__ static __forceinline__ int lane_column(int b, int q) { return b * kQuantBlockValues + q * 8; }
 };
 
-// The fp16 scales of Q8_0 / Q4_0: row r's of an [n, k] matrix, then group `step`'s G of them.
+// The fp16 scales of Q8_0 / Q4_0 / Q5_0: row r's of an [n, k] matrix, then group `step`'s G of them.
 template <MatrixFormat F>
 struct Fp16BlockScales : WholeBlocks {
   static constexpr bool kHasMin = false;
   __device__ static __forceinline__ const unsigned short* row(const unsigned char* matrix, long long n, long long k,
                                                               long long r) {
-    return reinterpret_cast<const unsigned short*>(matrix + quant_scales_offset(F, n, k)) +
+    return reinterpret_cast<const unsigned short*>(matrix + quant_block_scales_offset(F, n, k)) +
            r * quant_row_groups(F, k) * quant_group_blocks(F);
   }
+};
+
+// Q4_0's nibble words (weight_matrix.hpp) as the exact bf16 values 128 + n, pair p of a word at a
+// time, and a lane's four blocks of them (Q4_1, Q4_K): the mma sums (128 + n)·x, and the block's
+// offset, applied with Σx (kHasMin), takes 128·d·Σx off with the min. Saves the subtraction per
+// pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the offset (fp32: a
+// relative error near 1e-6, against bf16 inputs).
+struct Offset128Nibbles {
+  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
+    return masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
+    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
+  }
+  // The quants as the exact bf16 values n (dequantize_matrix).
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
+    const uint4 v = block(raw, b);
+    constexpr unsigned k128 = 0x43004300u;
+    return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
+  }
+  // The GEMV's block offset: quants enter its mma as 128 + n (pair), so the min it subtracts with Σx
+  // is m + 128·d (BlockScale's m: value = n · d - m).
+  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
 };
 
 template <>
@@ -111,27 +136,68 @@ struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<MatrixFormat::q4_0> {
   }
 };
 
+// Q4_1: Q4_0's nibbles as 128 + n, and a min per block: value = n · d + m, so BlockScale's m is -m.
 template <>
-struct QuantValues<MatrixFormat::q4_k> : WholeBlocks {
+struct QuantValues<MatrixFormat::q4_1> : WholeBlocks, Offset128Nibbles {
+  static constexpr bool kHasMin = true;
+  using Scales = uint4;  // the group's 4 (fp16 d | fp16 m << 16) of a row
+  __device__ static __forceinline__ const uint4* row(const unsigned char* matrix, long long n, long long k, long long r) {
+    return reinterpret_cast<const uint4*>(matrix + quant_block_scales_offset(MatrixFormat::q4_1, n, k)) +
+           r * quant_row_groups(MatrixFormat::q4_1, k);
+  }
+  __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step); }
+  __device__ static __forceinline__ void group_scales(const Scales& s, int /*step*/, BlockScale (&out)[4]) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const unsigned w = b == 0 ? s.x : b == 1 ? s.y : b == 2 ? s.z : s.w;
+      out[b] = {half_bits_to_float(static_cast<unsigned short>(w & 0xFFFFu)),
+                -half_bits_to_float(static_cast<unsigned short>(w >> 16))};
+    }
+  }
+};
+
+// Q5_0: Q4_0's nibbles with a fifth bit from the high bits area (weight_matrix.hpp), u - 16 as exact
+// bf16 values; Q4_0's fp16 scales after that area.
+template <>
+struct QuantValues<MatrixFormat::q5_0> : Fp16BlockScales<MatrixFormat::q5_0> {
+  static constexpr bool kHighBits = true;
+  using High = unsigned;  // a lane's fifth bits of its group: 8 a block
+  static constexpr int kHighGroupBytes = kQ5HighGroupBytes;
+  using Scales = uint2;  // the group's 4 fp16 scales of a row
+  __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
+                                                                  long long r, int q) {
+    return matrix + quant_scales_offset(MatrixFormat::q5_0, n, k) +
+           r * quant_row_groups(MatrixFormat::q5_0, k) * kQ5HighGroupBytes + q * 4;
+  }
+  __device__ static __forceinline__ High load_high(const unsigned char* p) { return load_streaming_4(p); }
+  // Nibble pair p of block b's word w with the pair's fifth bits from h (at bits 4b + p and 16 + 4b
+  // + p) as the exact bf16 values u - 16: (128 + u) - 144.
+  template <int p, int b>
+  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
+    constexpr int kShift = 4 * b + p - 4;  // the fifth bits to bit 4 of each half
+    const unsigned high = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    return bf16x2_sub(masked_or(high, 0x00100010u, masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u)), 0x43104310u);
+  }
+  template <int b>
+  __device__ static __forceinline__ uint4 pairs(unsigned w, unsigned h) {
+    return make_uint4(pair<0, b>(w, h), pair<1, b>(w, h), pair<2, b>(w, h), pair<3, b>(w, h));
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, const High& h, int b) {
+    return b == 0 ? pairs<0>(raw.x, h) : b == 1 ? pairs<1>(raw.y, h) : b == 2 ? pairs<2>(raw.z, h) : pairs<3>(raw.w, h);
+  }
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
+    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
+  }
+  __device__ static __forceinline__ void group_scales(Scales s, int step, BlockScale (&out)[4]) {
+    QuantValues<MatrixFormat::q4_0>::group_scales(s, step, out);
+  }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles {
   static constexpr bool kHasMin = true;
   using Scales = uint4;  // the super-block's header: fp16 d | fp16 dmin << 16, then 12 bytes of scales
-  // Nibble pair p of a word as the exact bf16 values 128 + n: the mma sums (128 + n)·x, and the
-  // block's offset, applied with Σx, takes 128·d·Σx off with the min (group_scales' m). Saves the
-  // subtraction per pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the
-  // offset (fp32: a relative error near 1e-6, against bf16 inputs).
-  __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
-    return masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u);
-  }
-  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
-    const unsigned w = b == 0 ? raw.x : b == 1 ? raw.y : b == 2 ? raw.z : raw.w;
-    return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
-  }
-  // The quants as the exact bf16 values n (dequantize_matrix).
-  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
-    const uint4 v = block(raw, b);
-    constexpr unsigned k128 = 0x43004300u;
-    return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
-  }
+  // Offset128Nibbles: the block's offset takes 128·d·sc·Σx off with the min (group_scales' m).
   __device__ static __forceinline__ const uint4* row(const unsigned char* matrix, long long n, long long k, long long r) {
     return reinterpret_cast<const uint4*>(matrix + quant_scales_offset(MatrixFormat::q4_k, n, k)) + r * (k / kQ4kSuperValues);
   }
@@ -151,9 +217,6 @@ struct QuantValues<MatrixFormat::q4_k> : WholeBlocks {
       out[b] = {scale, __fmul_rn(dmin, byte_as_float(m, b))};
     }
   }
-  // The GEMV's block offset: quants enter its mma as 128 + n (pair), so the min it subtracts with Σx
-  // is dmin·m + 128·d·sc.
-  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
   // Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
   // add: the integer-to-float conversion runs at a quarter of the rate, and this is per sub-block).
   __device__ static __forceinline__ float byte_as_float(unsigned w, int b) {
@@ -167,6 +230,7 @@ struct QuantValues<MatrixFormat::q6_k> {
   static constexpr bool kHighBits = true;   // a second area holds the quants' high 2 bits
   static constexpr bool kHalfScales = true;  // a scale per 16 columns: one per k16 mma of a block
   using High = uint2;                        // a lane's high bits of its group: 16 bits a block
+  static constexpr int kHighGroupBytes = kQ6kHighGroupBytes;
   struct Scales {
     uint2 sc;          // the group's 8 int8 sub-block scales (its super-block's half)
     unsigned short d;  // the super-block's fp16 d
@@ -186,6 +250,7 @@ struct QuantValues<MatrixFormat::q6_k> {
     return matrix + quant_scales_offset(MatrixFormat::q6_k, n, k) + r * quant_row_groups(MatrixFormat::q6_k, k) *
                                                                         kQ6kHighGroupBytes + q * 8;
   }
+  __device__ static __forceinline__ High load_high(const unsigned char* p) { return load_streaming_8(p); }
   __device__ static __forceinline__ Scales load_scales(const Row& row, int step) {
     return {__ldg(row.sc + step), __ldg(row.d + step / 2)};
   }
@@ -289,7 +354,7 @@ __device__ __forceinline__ void decode_chunk(const unsigned char* __restrict__ m
   const uint4 raw = __ldg(reinterpret_cast<const uint4*>(matrix + (r * groups + s) * kQuantGroupBytes + q * 16));
   typename Q::High high{};
   if constexpr (Q::kHighBits) {
-    high = __ldg(reinterpret_cast<const uint2*>(Q::high_row(matrix, n, k, r, q) + s * kQ6kHighGroupBytes));
+    high = __ldg(reinterpret_cast<const typename Q::High*>(Q::high_row(matrix, n, k, r, q) + s * Q::kHighGroupBytes));
   }
   const typename Q::Scales d = Q::load_scales(Q::row(matrix, n, k, r), static_cast<int>(s));
   BlockScale scales[G * kScalesPerBlock];

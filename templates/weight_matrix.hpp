@@ -1,5 +1,5 @@
 // A projection weight as a backend holds it. On the GPU: bf16 rows, a GGUF block format kept
-// quantized (Q8_0, Q4_0, Q4_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
+// quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
@@ -18,6 +18,9 @@
 //                            value = (nibble - 8) · scale) are columns 8q + 2p at bits 4p..4p+3
 //                            and 8q + 2p + 1 at bits 16 + 4p..16 + 4p + 3 (p = 0..3), so that
 //                            (word >> 4p) & 0x000F000F is the pair (8q + 2p, 8q + 2p + 1)
+//   q4_1 (4 blocks a group)  as q4_0 (nibbles 0..15, value = nibble · d + m)
+//   q5_0 (4 blocks a group)  as q4_0 with the low 4 bits of ggml's 5-bit quants u (value =
+//                            (u - 16) · d); their fifth bits are a second area
 //   q4_k (4 blocks a group)  as q4_0, the blocks being the 32-value sub-blocks of ggml's 256-value
 //                            super-blocks (nibbles 0..15, value = d·sc · nibble - dmin·m): a
 //                            super-block is two groups
@@ -30,7 +33,10 @@
 //   fp8 (2 blocks a group)   the E4M3 codes row-major (row r at r · groups · 64 bytes): lane q
 //                            holds the group's columns 16q..16q+15, its "block" b the 8 of them
 //                            from 16q + 8b, so that cuBLASLt's FP8 GEMM reads the rows as they are
-// Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_k [n][k / 256] 16-byte
+// Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_1 the same of (fp16 d, fp16 m)
+// pairs; q5_0 first its fifth bits [n][groups] 16 bytes (lane q's 4: block b's column 8q + 2p at
+// bit 4b + p, 8q + 2p + 1 at 16 + 4b + p, so that a shift puts pair p's two at the bits above its
+// nibbles, as Q6_K's), then q4_0's fp16 scales; q4_k [n][k / 256] 16-byte
 // headers, each the first 16 bytes of ggml's block_q4_K as stored (fp16 d, fp16 dmin, the 12 bytes
 // of 6-bit sub-block scales and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
 // 16 bits a block, block 2i + e in word i with pair p's first column at bits 8e + 2p and its
@@ -103,13 +109,17 @@ constexpr int kQuantBlockValues = 32;  // values per block (ggml's QK8_0, QK4_0)
 constexpr int kQuantGroupBytes = 64;   // quant bytes of one row's group: 4 lanes × 16 bytes
 
 KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
-  return f == MatrixFormat::q4_0 || f == MatrixFormat::q4_k || f == MatrixFormat::q6_k ? 4 : 2;
+  return f == MatrixFormat::q4_0 || f == MatrixFormat::q4_1 || f == MatrixFormat::q5_0 || f == MatrixFormat::q4_k ||
+                 f == MatrixFormat::q6_k
+             ? 4
+             : 2;
 }
 
 constexpr int kQ4kSuperValues = 256;  // values of a Q4_K / Q6_K super-block (ggml's QK_K)
 constexpr int kQ4kHeaderBytes = 16;   // its d, dmin and packed sub-block scales
 constexpr int kQ6kHighGroupBytes = 32;  // a Q6_K row's high bits of one group: 4 lanes × 8 bytes
 constexpr int kQ6kScaleBytes = 16;      // a Q6_K super-block's int8 sub-block scales
+constexpr int kQ5HighGroupBytes = 16;   // a Q5_0 row's fifth bits of one group: 4 lanes × 4 bytes
 
 // Groups per row of k values.
 KILN_HOST_DEVICE constexpr long long quant_row_groups(MatrixFormat f, long long k) {
@@ -129,6 +139,14 @@ KILN_HOST_DEVICE constexpr long long q6k_scales_offset(long long n, long long k)
 KILN_HOST_DEVICE constexpr long long q6k_d_offset(long long n, long long k) {
   return q6k_scales_offset(n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
 }
+
+// Where the fp16 block scales of Q8_0, Q4_0, Q4_1 (with their mins) and Q5_0 start: after Q5_0's
+// fifth bits, else where the quants end.
+KILN_HOST_DEVICE constexpr long long quant_block_scales_offset(MatrixFormat f, long long n, long long k) {
+  return quant_scales_offset(f, n, k) + (f == MatrixFormat::q5_0 ? n * quant_row_groups(f, k) * kQ5HighGroupBytes : 0);
+}
+// Bytes a block's scale takes there: Q4_1's min comes with its d.
+KILN_HOST_DEVICE constexpr int quant_block_scale_bytes(MatrixFormat f) { return f == MatrixFormat::q4_1 ? 4 : 2; }
 
 // FP8's scale blocks (rows × columns), and the scales of an [n, k] matrix: they start at
 // quant_scales_offset, block row (r / 128)'s (k + 127) / 128 of them one after another.
@@ -157,7 +175,7 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
   if (f == MatrixFormat::q4_k) return quant_scales_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
   if (f == MatrixFormat::fp8) return quant_scales_offset(f, n, k) + fp8_scale_count(n, k) * 4;
-  return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * 2;
+  return quant_block_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * quant_block_scale_bytes(f);
 }
 
 // ... and a GpuMatrix of n rows, both its parts where it has two (a decode step reads them all).

@@ -21,8 +21,6 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
   const unsigned blocks = static_cast<unsigned>((chunks + 255) / 256);
   switch (matrix.format) {
     case MatrixFormat::bf16:
-    case MatrixFormat::q4_1:
-    case MatrixFormat::q5_0:
     case MatrixFormat::f32: fail("internal: dequantize_matrix of a ", static_cast<int>(matrix.format), " matrix on the GPU");
     case MatrixFormat::fp8:
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::fp8><<<blocks, 256, 0, stream>>>(data, out, n, k);
@@ -32,6 +30,12 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
       break;
     case MatrixFormat::q4_0:
       kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
+    case MatrixFormat::q4_1:
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_1><<<blocks, 256, 0, stream>>>(data, out, n, k);
+      break;
+    case MatrixFormat::q5_0:
+      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q5_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
       break;
     case MatrixFormat::q4_k:
       if (k % kQ4kSuperValues != 0) fail("internal: dequantize_matrix of a Q4_K matrix of rows of ", k, " values");

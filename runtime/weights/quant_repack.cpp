@@ -14,14 +14,15 @@ namespace kiln {
 
 namespace {
 
-constexpr int64_t kScaleBytes = 2;  // fp16 d, first in every Q8_0 / Q4_0 block
-
-int64_t block_bytes(MatrixFormat f) { return kScaleBytes + (f == MatrixFormat::q8_0 ? 32 : 16); }
+// A 32-value ggml block of Q8_0, Q4_0, Q4_1 or Q5_0: fp16 d first, then Q4_1's fp16 m or Q5_0's
+// 32 fifth bits, then the quants.
+int64_t quants_at(MatrixFormat f) { return f == MatrixFormat::q4_1 ? 4 : f == MatrixFormat::q5_0 ? 6 : 2; }
+int64_t block_bytes(MatrixFormat f) { return quants_at(f) + (f == MatrixFormat::q8_0 ? 32 : 16); }
 
 // Where block b's quants for lane q start in row r, and where its scale is.
 struct BlockPlace {
   int64_t lane_bytes;  // offset of lane q's 16 bytes of the block's group, from the matrix start
-  int64_t scale;       // offset of the block's fp16 scale (Q4_K: of its super-block's 16-byte header)
+  int64_t scale;       // offset of the block's fp16 scale (Q4_1: and min; Q4_K: of its super-block's 16-byte header)
 };
 
 BlockPlace place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
@@ -29,9 +30,18 @@ BlockPlace place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int
   const int64_t group = b / g;
   const int64_t scale = f == MatrixFormat::q4_k
                             ? (r * (k / kQ4kSuperValues) + b / 8) * kQ4kHeaderBytes
-                            : (r * groups * g + b) * kScaleBytes;
+                            : quant_block_scales_offset(f, n, k) - quant_scales_offset(f, n, k) +
+                                  (r * groups * g + b) * quant_block_scale_bytes(f);
   return {(r * groups + group) * kQuantGroupBytes + q * 16, quant_scales_offset(f, n, k) + scale};
 }
+
+// Where lane q's word of Q5_0 fifth bits for row r's group of block b is (weight_matrix.hpp), and
+// the bit of the block's column 8q + i in it: pair p = i / 2 at 4 (b % 4) + p, its second column 16 higher.
+int64_t q5_high_word(int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
+  const MatrixFormat f = MatrixFormat::q5_0;
+  return quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ5HighGroupBytes + q * 4;
+}
+int q5_high_shift(int64_t b, int64_t i) { return static_cast<int>(4 * (b % 4) + i / 2 + 16 * (i % 2)); }
 
 uint8_t nibble(const std::byte* qs, int64_t c) {  // ggml Q4_0: column c < 16 low nibble of qs[c], else high of qs[c - 16]
   const auto v = static_cast<uint8_t>(qs[c % 16]);
@@ -48,8 +58,8 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
   switch (type) {
     case GgmlType::Q8_0: return MatrixFormat::q8_0;
     case GgmlType::Q4_0: return MatrixFormat::q4_0;
-    case GgmlType::Q4_1: return device == Device::cpu ? std::optional(MatrixFormat::q4_1) : std::nullopt;
-    case GgmlType::Q5_0: return device == Device::cpu ? std::optional(MatrixFormat::q5_0) : std::nullopt;
+    case GgmlType::Q4_1: return MatrixFormat::q4_1;
+    case GgmlType::Q5_0: return MatrixFormat::q5_0;
     case GgmlType::Q4_K: return MatrixFormat::q4_k;
     case GgmlType::Q6_K: return MatrixFormat::q6_k;
     default: return std::nullopt;
@@ -172,7 +182,9 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
                 std::byte* matrix) {
   if (f == MatrixFormat::q4_k) return repack_q4_k_row(ggml_row, n, k, r, matrix);
   if (f == MatrixFormat::q6_k) return repack_q6_k_row(ggml_row, n, k, r, matrix);
-  if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0) fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
+  if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0 && f != MatrixFormat::q4_1 && f != MatrixFormat::q5_0) {
+    fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
+  }
   const int64_t blocks = k / kQuantBlockValues;
   if (k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != blocks * block_bytes(f) || r < 0 ||
       r >= n) {
@@ -181,17 +193,24 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
   }
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* block = ggml_row.data() + b * block_bytes(f);
-    const std::byte* qs = block + kScaleBytes;
+    const std::byte* qs = block + quants_at(f);
     const int64_t in_group = b % quant_group_blocks(f);
     for (int64_t q = 0; q < 4; ++q) {
       const BlockPlace p = place(f, n, k, r, b, q);
-      if (q == 0) std::memcpy(matrix + p.scale, block, kScaleBytes);
+      if (q == 0) std::memcpy(matrix + p.scale, block, static_cast<size_t>(quant_block_scale_bytes(f)));  // d (and m)
       if (f == MatrixFormat::q8_0) {
         std::memcpy(matrix + p.lane_bytes + in_group * 8, qs + q * 8, 8);
         continue;
       }
       const uint32_t word = lane_word(q, [&](int64_t c) { return nibble(qs, c); });
       std::memcpy(matrix + p.lane_bytes + in_group * 4, &word, 4);  // little-endian, as the GPU reads it
+      if (f == MatrixFormat::q5_0) {  // ggml's qh: bit c is column c's fifth bit
+        uint32_t qh, high;
+        std::memcpy(&qh, block + 2, 4);
+        std::memcpy(&high, matrix + q5_high_word(n, k, r, b, q), 4);
+        for (int64_t i = 0; i < 8; ++i) high |= ((qh >> (8 * q + i)) & 1u) << q5_high_shift(b, i);
+        std::memcpy(matrix + q5_high_word(n, k, r, b, q), &high, 4);
+      }
     }
   }
 }
@@ -399,7 +418,14 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
   }
   uint32_t word;
   std::memcpy(&word, matrix + p.lane_bytes + in_group * 4, 4);
-  return static_cast<float>(static_cast<int>((word >> q4_shift(i)) & 0x0F) - 8) * scale;
+  const int nib = static_cast<int>((word >> q4_shift(i)) & 0x0F);
+  if (f == MatrixFormat::q4_1) return static_cast<float>(nib) * scale + f16_value(matrix + p.scale + 2);  // n · d + m
+  if (f == MatrixFormat::q5_0) {  // (u - 16) · d
+    uint32_t high;
+    std::memcpy(&high, matrix + q5_high_word(n, k, r, b, q), 4);
+    return static_cast<float>((nib | static_cast<int>(((high >> q5_high_shift(b, i)) & 1) << 4)) - 16) * scale;
+  }
+  return static_cast<float>(nib - 8) * scale;
 }
 
 }  // namespace kiln

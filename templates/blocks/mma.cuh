@@ -93,6 +93,13 @@ __device__ __forceinline__ uint2 load_streaming_8(const void* p) {
   return r;
 }
 
+// 4 bytes read once, as load_streaming_16 (Q5_0's fifth bits).
+__device__ __forceinline__ unsigned load_streaming_4(const void* p) {
+  unsigned r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(r) : "l"(p));
+  return r;
+}
+
 // 8 consecutive bf16 of `row` from column `col` (a lane's chunk) as four bf16x2 registers; a chunk
 // that is not `valid` or lies at or past kK reads as zeros. The 16-byte path is branch-free (the
 // address is clamped, the value selected) so that the compiler keeps all loads of an unrolled

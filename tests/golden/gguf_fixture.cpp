@@ -73,19 +73,24 @@ std::vector<std::byte> quantize_q4_1(const std::vector<float>& x) {
   return out;
 }
 
+// The first of the 32 values from b of largest magnitude, with its sign (ggml's Q4_0 / Q5_0 "max").
+float signed_amax(const std::vector<float>& x, size_t b) {
+  float amax = 0, max = 0;
+  for (size_t j = 0; j < 32; ++j) {
+    if (std::fabs(x[b + j]) > amax) {
+      amax = std::fabs(x[b + j]);
+      max = x[b + j];
+    }
+  }
+  return max;
+}
+
 // ggml's quantize_row_q4_0_ref: per 32 values the one of largest magnitude, m, gives d = m / -8,
 // q = min(15, (int)(x / d + 8.5)) (0..15, value (q - 8) · d), d stored as f16.
 std::vector<std::byte> quantize_q4_0(const std::vector<float>& x) {
   std::vector<std::byte> out;
   for (size_t b = 0; b < x.size(); b += 32) {
-    float amax = 0, max = 0;
-    for (size_t j = 0; j < 32; ++j) {
-      if (std::fabs(x[b + j]) > amax) {
-        amax = std::fabs(x[b + j]);
-        max = x[b + j];
-      }
-    }
-    const float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const float d = signed_amax(x, b) / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
     const uint16_t h = f32_to_f16(d);
     out.push_back(std::byte(h & 0xff));
     out.push_back(std::byte(h >> 8));
@@ -93,6 +98,24 @@ std::vector<std::byte> quantize_q4_0(const std::vector<float>& x) {
       const auto q = [&](size_t i) { return static_cast<uint8_t>(std::min(15, static_cast<int>(x[b + i] * id + 8.5f))); };
       out.push_back(std::byte(static_cast<uint8_t>(q(j) | q(j + 16) << 4)));
     }
+  }
+  return out;
+}
+
+// ggml's quantize_row_q5_0_ref: as Q4_0 with d = m / -16 and q = min(31, (int8)(x / d + 16.5)) (0..31,
+// value (q - 16) · d); the fifth bits of values j and j + 16 are bits j and j + 16 of qh.
+std::vector<std::byte> quantize_q5_0(const std::vector<float>& x) {
+  std::vector<std::byte> out;
+  for (size_t b = 0; b < x.size(); b += 32) {
+    const float d = signed_amax(x, b) / -16.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_f16(d);
+    out.push_back(std::byte(h & 0xff));
+    out.push_back(std::byte(h >> 8));
+    const auto q = [&](size_t i) { return std::min(31, static_cast<int>(static_cast<int8_t>(x[b + i] * id + 16.5f))); };
+    uint32_t qh = 0;
+    for (size_t j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q(j) >> 4) & 1) << j;
+    for (int i = 0; i < 4; ++i) out.push_back(std::byte(static_cast<uint8_t>(qh >> (8 * i))));
+    for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>((q(j) & 0x0F) | (q(j + 16) & 0x0F) << 4)));
   }
   return out;
 }
@@ -280,6 +303,7 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
              !quantize           ? test::to_bytes(t.values)
              : type == kQ8_0     ? quantize_q8_0(t.values)
              : type == kQ4_1     ? quantize_q4_1(t.values)
+             : type == kQ5_0     ? quantize_q5_0(t.values)
                                  : quantize_q4_0(t.values));
   }
   if (m.rope.kind == RopeKind::llama3 && rope_freqs_scale != 0) {

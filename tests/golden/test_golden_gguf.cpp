@@ -117,13 +117,34 @@ TEST_CASE("A GGUF file of tiny-deepseek-v2-lite (no q LoRA, greedy routing, kv_b
   check_model(models::tiny_deepseek_v2_lite::model_def(), KvB::whole, /*q8_0=*/false);
 }
 
+namespace {
+
+// The values of an [n, k] matrix in the GPU's layout in format f that are not `values` (the fp32
+// load's): exactly, or, `requantized` to Q8_0 from other blocks, within half a Q8_0 step (plus the
+// fp16 rounding of the step).
+int64_t values_off(MatrixFormat f, const std::byte* blocks, int64_t n, int64_t k, const float* values, bool requantized) {
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c0 = 0; c0 < k; c0 += 32) {
+      float amax = 0;  // the Q8_0 step is amax / 127
+      for (int64_t c = c0; c < c0 + 32; ++c) amax = std::max(amax, std::fabs(values[r * k + c]));
+      // Half a step, plus the step's fp16 rounding (2^-11 of it) times the largest quant (127).
+      const float limit = requantized ? (0.5f + 127.0f / 2048) * amax / 127 * 1.001f : 0.0f;
+      for (int64_t c = c0; c < c0 + 32; ++c) {
+        wrong += !(std::fabs(matrix_value(f, blocks, n, k, r, c) - values[r * k + c]) <= limit);
+      }
+    }
+  }
+  return wrong;
+}
+
+}  // namespace
+
 // What the CUDA backend loads (WeightFormat::gpu), checked on the host: every matrix (projection or
-// embedding table) a Q4_0 or Q8_0 file stores in whole blocks keeps them, holding exactly the values
-// the fp32 load dequantizes (a tied LM head shares the embedding's); a Q4_1 file's are requantized
-// to Q8_0, each value within half a Q8_0 step (plus the fp16 rounding of the step) of the file's;
-// everything else (norms, rows of 144 values, MLA's kv_b, routed experts) is bf16. The counts are
+// embedding table) a Q4_0, Q4_1 or Q8_0 file stores in whole blocks keeps them, holding exactly the
+// values the fp32 load dequantizes (a tied LM head shares the embedding's); everything else (norms, rows of 144 values, MLA's kv_b, routed experts) is bf16. The counts are
 // of the matrices a decode step reads whole: an untied embedding table is not one of them.
-TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their blocks, with ggml's values") {
+TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 / Q4_1 matrices in their blocks, with ggml's values") {
   for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_smollm2::model_def(),
                                 &models::tiny_deepseek_v2::model_def()}) {
     const golden::Fixture fixture = golden::load_fixture(model->info.name);
@@ -136,8 +157,7 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their bloc
       HostSink gpu_sink, f32_sink;
       const LoadedWeights kept = load_weights(*model, *gguf, WeightFormat::gpu, gpu_sink);
       const LoadedWeights f32 = load_weights(*model, *gguf, WeightFormat::f32, f32_sink);
-      const MatrixFormat want = type == kQ4_0 ? MatrixFormat::q4_0 : MatrixFormat::q8_0;
-      const bool requantized = type == kQ4_1;
+      const MatrixFormat want = type == kQ4_0 ? MatrixFormat::q4_0 : type == kQ4_1 ? MatrixFormat::q4_1 : MatrixFormat::q8_0;
       const auto is_tied = [&](const WeightSpec& spec, int64_t l) { return is_tied_to_another(spec, l, kept); };
       // A lookup table counts as a projection where a tied LM head reads it.
       const auto streamed = [&](const WeightSpec& spec, int64_t l) {
@@ -163,20 +183,7 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their bloc
           lookups += spec.lookup;
           untied_lookups += spec.lookup && !streamed(spec, l);
           const auto* blocks = static_cast<const std::byte*>(kept.table.get(spec.name, l));
-          const float* values = f32.table.get_as<float>(spec.name, l);
-          int64_t wrong = 0;
-          for (int64_t r = 0; r < n; ++r) {
-            for (int64_t c0 = 0; c0 < k; c0 += 32) {
-              float amax = 0;  // the Q8_0 step is amax / 127
-              for (int64_t c = c0; c < c0 + 32; ++c) amax = std::max(amax, std::fabs(values[r * k + c]));
-              // Half a step, plus the step's fp16 rounding (2^-11 of it) times the largest quant (127).
-              const float limit = requantized ? (0.5f + 127.0f / 2048) * amax / 127 * 1.001f : 0.0f;
-              for (int64_t c = c0; c < c0 + 32; ++c) {
-                wrong += !(std::fabs(matrix_value(f, blocks, n, k, r, c) - values[r * k + c]) <= limit);
-              }
-            }
-          }
-          CHECK(wrong == 0);
+          CHECK(values_off(f, blocks, n, k, f32.table.get_as<float>(spec.name, l), false) == 0);
         }
       }
       INFO(origin);
@@ -184,7 +191,7 @@ TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 matrices in their bloc
       CHECK(lookups == (model->info.hidden_size % 32 == 0 ? 1 : 0));  // the embedding table keeps its blocks too
       CHECK(kept.lookup_blocks == (untied_lookups > 0 ? std::optional(want) : std::nullopt));
       CHECK(kept.quantized == quantized);
-      CHECK(kept.requantized == (requantized ? quantized : 0));
+      CHECK(kept.requantized == 0);
       CHECK(kept.matrices == matrices);
       CHECK(kept.quantized_bytes < kept.quantized_bf16_bytes);
     }
@@ -246,11 +253,17 @@ TEST_CASE("the GPU's and the CPU's loads keep a stacked weight's pieces of two b
     CHECK(weight_formats_text(kept, "bf16").find("with rows in a second format") != std::string::npos);
   }
   // q Q4_0, k Q8_0, v Q4_0: three runs, requantized to Q8_0.
-  const LoadedWeights runs = load({{"attn_k.weight", kQ8_0}}, WeightFormat::gpu, runs_sink);
+  const std::map<std::string, uint32_t> k_q8 = {{"attn_k.weight", kQ8_0}};
+  const LoadedWeights runs = load(k_q8, WeightFormat::gpu, runs_sink);
   CHECK(runs.table.format("layers.{L}.qkv_proj", 0) == MatrixFormat::q8_0);
   CHECK(runs.table.get_matrix<uint16_t>("layers.{L}.qkv_proj", 0).split == 0);
   CHECK(runs.requantized == m.num_layers);
   CHECK(runs.two_formats == 0);
+  HostSink runs_f32_sink;
+  const LoadedWeights runs_f32 = load(k_q8, WeightFormat::f32, runs_f32_sink);
+  const int64_t qkv_rows = qk_rows + m.num_key_value_heads * m.head_dim;
+  CHECK(values_off(MatrixFormat::q8_0, static_cast<const std::byte*>(runs.table.get("layers.{L}.qkv_proj", 1)), qkv_rows,
+                   m.hidden_size, runs_f32.table.get_as<float>("layers.{L}.qkv_proj", 1), true) == 0);
 }
 
 // A BF16 file on the fast CPU backend (WeightFormat::cpu) and the GPU (WeightFormat::gpu, checked on
@@ -306,10 +319,23 @@ TEST_CASE("the CPU's and the GPU's loads keep a BF16 GGUF file's bf16 rows as th
 }
 
 // A NaN block scale in a projection: the GPU's load names the tensor and the row, kept in its blocks
-// (Q8_0) or requantized (Q4_1: the dequantized values are checked).
+// (Q8_0, Q4_1) or requantized (a qkv_proj of three runs of types: the dequantized values are checked).
 TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming the tensor") {
   const ModelDef& model = models::tiny_llama::model_def();
   const auto hf = open_safetensors_source(golden::load_fixture(model.info.name).dir);
+  {
+    std::vector<std::byte> image = fixture_as_gguf(model, *hf, kQ4_0, 1.0f, KvB::split, {{"attn_k.weight", kQ8_0}});
+    const GgufFile clean = GgufFile::parse(image, "x.gguf");
+    const GgufTensor* t = clean.find_tensor("blk.1.attn_q.weight");
+    REQUIRE(t != nullptr);
+    const size_t at = static_cast<size_t>(t->bytes.data() - image.data()) + 2 * ggml_block_bytes(t->type);
+    image[at] = std::byte{0x00};
+    image[at + 1] = std::byte{0x7E};  // fp16 NaN
+    const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, "x.gguf")), model.info);
+    HostSink sink;
+    CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::gpu, sink), "x.gguf",
+                     "model.layers.1.self_attn.q_proj.weight", "NaN", "corrupt");
+  }
   for (const uint32_t type : {kQ8_0, kQ4_1}) {
     std::vector<std::byte> image = fixture_as_gguf(model, *hf, type);
     const GgufFile clean = GgufFile::parse(image, "x.gguf");
@@ -322,8 +348,7 @@ TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming
     HostSink sink;
     INFO(ggml_type_name(t->type));
     CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::gpu, sink), "x.gguf",
-                     "model.layers.1.mlp.down_proj.weight", type == kQ8_0 ? "NaN or infinite scale in block 2" : "NaN",
-                     "at row 0", "corrupt");
+                     "model.layers.1.mlp.down_proj.weight", "NaN or infinite scale in block 2", "at row 0", "corrupt");
   }
 }
 

@@ -163,8 +163,8 @@ void check_against_reference(const ModelDef& model, const golden::Fixture& fixtu
 }
 
 // A GGUF file whose matrices are Q8_0, Q4_0 or Q4_1 (the golden fixture quantized as llama-quantize
-// does): on CUDA its projections keep their blocks (linear_quant.cuh; Q4_1's requantized to Q8_0)
-// where the CPU reference dequantizes them to fp32 at load.
+// does): on CUDA its projections keep their blocks (linear_quant.cuh) where the CPU reference
+// dequantizes them to fp32 at load.
 // `mix`: GGUF names' suffixes stored in another type (golden::fixture_as_gguf), as llama-quantize's
 // mixes store them; "+mix" in the label.
 void check_quantized_gguf(const ModelDef& model, uint32_t type, const std::map<std::string, uint32_t>& mix = {}) {
@@ -172,7 +172,8 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type, const std::map<s
   const auto hf = open_safetensors_source(fixture.dir);
   const std::string type_name = std::string(type == golden::kQ8_0   ? "Q8_0"
                                             : type == golden::kQ4_0 ? "Q4_0"
-                                                                    : "Q4_1 (as Q8_0)") +
+                                            : type == golden::kQ4_1 ? "Q4_1"
+                                                                    : "Q5_0") +
                                 (mix.empty() ? "" : "+mix");
   const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
   const std::vector<std::byte> image = golden::fixture_as_gguf(model, *hf, type, 1.0f, golden::KvB::split, mix);
@@ -213,9 +214,9 @@ TEST_CASE("--quantize fp8 decodes FP8 on CUDA and agrees with the reference's FP
   }
 }
 
-TEST_CASE("GGUF files in Q8_0 and Q4_0 decode from their blocks on CUDA and agree with the CPU reference", "[golden]") {
-  // Q4_1 has no GEMV of its own: its projections are requantized to Q8_0 (the CPU reads them exactly).
-  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1}) {
+TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1 and Q5_0 decode from their blocks on CUDA and agree with the CPU reference",
+          "[golden]") {
+  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1, golden::kQ5_0}) {
     for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
                               &models::tiny_deepseek_v2::model_def()}) {
       check_quantized_gguf(*m, type);
@@ -224,11 +225,14 @@ TEST_CASE("GGUF files in Q8_0 and Q4_0 decode from their blocks on CUDA and agre
 }
 
 // A Q4_0 file whose v and up projections are Q8_0: qkv_proj and gate_up_proj in two parts on CUDA
-// (GpuMatrix::split), in one launch or two as the parts' blocks allow.
+// (GpuMatrix::split), in one launch or two as the parts' blocks allow; and a Q5_0 file whose v is
+// Q8_0 and up Q4_1, whose gate_up (Q5_0 | Q4_1) takes one launch.
 TEST_CASE("a GGUF file mixing block types in its stacked weights decodes from both on CUDA", "[golden]") {
   for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
                             &models::tiny_deepseek_v2::model_def()}) {
     check_quantized_gguf(*m, golden::kQ4_0, {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ8_0}});
+    // As a Q4_K_M file of a model whose rows take no K-quants (SmolLM2's): q and k Q5_0, v Q8_0.
+    check_quantized_gguf(*m, golden::kQ5_0, {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ4_1}});
   }
 }
 

@@ -106,11 +106,11 @@ TEST_CASE("embed copies table rows into the fp32 residual stream", "[embed]") {
   check_embed<shape::embed{.vocab = 1000, .dim = 200}>(300, 3, 4);
 }
 
-TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_K and Q6_K blocks to ggml's values", "[embed]") {
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K blocks to ggml's values", "[embed]") {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0}) {
     check_embed_blocks<llama1b::kEmbedTokens>(t, 1);
     check_embed_blocks<llama1b::kEmbedTokens>(t, 300);
-    check_embed_blocks<smollm2::kEmbedTokens>(t, 37);  // 18 blocks a row: Q4_0 pads its last group
+    check_embed_blocks<smollm2::kEmbedTokens>(t, 37);  // 18 blocks a row: 4-block groups pad the last
     check_embed_blocks<shape::embed{.vocab = 1000, .dim = 96}>(t, 40, 1, 2);
   }
   check_embed_blocks<llama1b::kEmbedTokens>(GgmlType::Q4_K, 1);

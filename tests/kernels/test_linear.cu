@@ -226,13 +226,15 @@ void check_fp8_gemv(const std::vector<int>& token_counts) {
 
 }  // namespace
 
-TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_K and Q6_K blocks, the prefill's bf16 rows from them", "[linear]") {
+TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K blocks, the prefill's bf16 rows from them",
+          "[linear]") {
   const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+  // Q4_1: Q4_0's nibbles with a min (summed as Q4_K's, with Σx); Q5_0: a fifth bit apart.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0}) {
     check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
     check_quant_gemv<llama1b::kLinearDownProj>(t, {1, 16, 64});
     check_quant_gemv<llama1b::kLinearLmHead>(t, {1, 9});
-    check_quant_gemv<smollm2::kLinearQkvProj>(t, counts);  // 18 blocks a row: Q4_0 pads its last group
+    check_quant_gemv<smollm2::kLinearQkvProj>(t, counts);  // 18 blocks a row: 4-block groups pad the last
     check_quant_gemv<smollm2::kLinearOProj>(t, {1, 33});
     check_quant_gemv<tiny_qwen3::kLinearDownProj>(t, counts);
     check_quant_gemv<shape::linear{.n = 40, .k = 96, .out = LinearOut::store_f32, .sms = 132}>(t, counts);
@@ -277,6 +279,17 @@ TEST_CASE("linear, decode: the GEMV over a matrix in two block formats, the pref
   check_two_format_gemv<kOdd>(GgmlType::Q6_K, GgmlType::Q8_0, 40, counts);
   constexpr shape::linear kSmall{.n = 200, .k = 64, .out = LinearOut::store_f32, .sms = 132, .stacked = true};
   check_two_format_gemv<kSmall>(GgmlType::Q4_0, GgmlType::Q8_0, 64, counts);  // Q4_0 pads its group: global inputs
+  // SmolLM2's qkv_proj in its Q4_K_M file (rows of 576 take no K-quants): q and k Q5_0, v Q8_0.
+  constexpr shape::linear kSmolQkv{.n = 960, .k = 576, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
+  check_two_format_gemv<kSmolQkv>(GgmlType::Q5_0, GgmlType::Q8_0, 768, counts);
+  check_two_format_gemv<kOdd>(GgmlType::Q4_1, GgmlType::Q5_0, 500, counts);  // alike: one launch
+  check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q4_1, 100, counts);  // one padded group a row: one launch
+  check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q8_0, 160, counts);
+  // tiny-deepseek-v2's dense gate_up (gate Q5_0, up Q4_1) and tiny-llama's qkv (q, k Q5_0, v Q8_0).
+  constexpr shape::linear kTinyGateUp{.n = 192, .k = 64, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
+  check_two_format_gemv<kTinyGateUp>(GgmlType::Q5_0, GgmlType::Q4_1, 96, counts);
+  constexpr shape::linear kTinyQkv{.n = 128, .k = 64, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
+  check_two_format_gemv<kTinyQkv>(GgmlType::Q5_0, GgmlType::Q8_0, 96, counts);
 }
 
 TEST_CASE("linear, decode: the GEMV over FP8 codes with 128 × 128 block scales, the prefill's bf16 rows from them", "[linear]") {

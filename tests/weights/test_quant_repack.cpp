@@ -1,7 +1,7 @@
 // The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
-// value of a repacked Q8_0 / Q4_0 / Q4_K / Q6_K matrix is ggml's dequantized value, rows whose block
-// count is not a multiple of the group's are padded with zeros, and one Q4_0 word and Q6_K's lane
-// columns are checked bit by bit.
+// value of a repacked Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K matrix is ggml's dequantized value, rows
+// whose block count is not a multiple of the group's are padded with zeros, and one Q4_0 word, Q5_0's
+// fifth bits and Q6_K's lane columns are checked bit by bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,10 +38,12 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
   if (f == MatrixFormat::q4_k || f == MatrixFormat::q6_k) return;  // whole super-blocks: no padding
   // The padding blocks of the last group (k / 32 not a multiple of the group's blocks) stay zero.
   const int64_t blocks = k / 32, padded = quant_row_groups(f, k) * quant_group_blocks(f);
+  const int64_t width = quant_block_scale_bytes(f);  // d, and Q4_1's m
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = blocks; b < padded; ++b) {
-      uint16_t scale;
-      std::memcpy(&scale, matrix.data() + quant_scales_offset(f, n, k) + (r * padded + b) * 2, 2);
+      uint32_t scale = 0;
+      std::memcpy(&scale, matrix.data() + quant_block_scales_offset(f, n, k) + (r * padded + b) * width,
+                  static_cast<size_t>(width));
       CHECK(scale == 0);
     }
   }
@@ -49,8 +51,8 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
 
 }  // namespace
 
-TEST_CASE("quant repack: Q8_0, Q4_0 and Q4_K rows keep ggml's values in the GPU layout", "[weights]") {
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K rows keep ggml's values in the GPU layout", "[weights]") {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0}) {
     check_round_trip(type, 1, 32);    // one block: a group padded
     check_round_trip(type, 3, 96);    // 3 blocks: Q8_0 pads 1, Q4_0 pads 1
     check_round_trip(type, 5, 576);   // SmolLM2's hidden size: 18 blocks (Q4_0 pads 2)
@@ -71,8 +73,12 @@ TEST_CASE("quant repack: Q8_0, Q4_0 and Q4_K rows keep ggml's values in the GPU 
   CHECK(matrix_format_of(GgmlType::Q4_K, Device::gpu) == MatrixFormat::q4_k);
   CHECK(!matrix_format_of(GgmlType::Q5_K, Device::cpu));
   CHECK(matrix_format_of(GgmlType::Q4_K, Device::cpu) == MatrixFormat::q4_k);
-  CHECK(!matrix_format_of(GgmlType::Q4_1, Device::gpu));  // the GPU requantizes Q4_1 to Q8_0
+  CHECK(matrix_bytes(MatrixFormat::q4_1, 576, 1536) == 576LL * 1536 / 32 * 20);
+  CHECK(matrix_bytes(MatrixFormat::q5_0, 576, 1536) == 576LL * 1536 / 32 * 22);
+  CHECK(matrix_format_of(GgmlType::Q4_1, Device::gpu) == MatrixFormat::q4_1);
   CHECK(matrix_format_of(GgmlType::Q4_1, Device::cpu) == MatrixFormat::q4_1);
+  CHECK(matrix_format_of(GgmlType::Q5_0, Device::gpu) == MatrixFormat::q5_0);
+  CHECK(!matrix_format_of(GgmlType::Q5_1, Device::gpu));  // requantized to Q8_0
 }
 
 TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {
@@ -91,6 +97,37 @@ TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8
       const auto nibble = [](int c) { return c < 16 ? c : 15 - (c - 16); };
       CHECK(((word >> (4 * p)) & 0xF) == static_cast<uint32_t>(nibble(c0)));
       CHECK(((word >> (16 + 4 * p)) & 0xF) == static_cast<uint32_t>(nibble(c1)));
+    }
+  }
+}
+
+TEST_CASE("quant repack: Q5_0's fifth bits of block b: lane q's word, column 8q + 2p at bit 4b + p, 8q + 2p + 1 at 16 + 4b + p",
+          "[weights]") {
+  // One row of four blocks (one group), d = 1.0, nibbles 0; block b's fifth bits: column c set
+  // where (c + b) % 3 == 0.
+  std::vector<std::byte> row(4 * 22, std::byte{0});
+  const uint16_t one = f32_to_f16(1.0f);
+  const auto set = [](int b, int c) { return (c + b) % 3 == 0; };
+  for (int b = 0; b < 4; ++b) {
+    std::memcpy(row.data() + 22 * b, &one, 2);
+    uint32_t qh = 0;
+    for (int c = 0; c < 32; ++c) qh |= static_cast<uint32_t>(set(b, c)) << c;
+    std::memcpy(row.data() + 22 * b + 2, &qh, 4);
+  }
+  const MatrixFormat f = MatrixFormat::q5_0;
+  std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, 1, 128)), std::byte{0});
+  repack_row(f, row, 1, 128, 0, matrix.data());
+  for (int q = 0; q < 4; ++q) {
+    uint32_t word;
+    std::memcpy(&word, matrix.data() + quant_scales_offset(f, 1, 128) + q * 4, 4);
+    for (int b = 0; b < 4; ++b) {
+      for (int p = 0; p < 4; ++p) {
+        const int c0 = 8 * q + 2 * p;
+        INFO("lane " << q << " block " << b << " pair " << p);
+        CHECK(((word >> (4 * b + p)) & 1) == static_cast<uint32_t>(set(b, c0)));
+        CHECK(((word >> (16 + 4 * b + p)) & 1) == static_cast<uint32_t>(set(b, c0 + 1)));
+        CHECK(matrix_value(f, matrix.data(), 1, 128, 0, 32 * b + c0) == (set(b, c0) ? 0.0f : -16.0f));
+      }
     }
   }
 }

@@ -97,8 +97,9 @@ std::vector<std::byte> random_scaled_blocks(size_t block_bytes, int64_t rows, in
                                             int64_t block_values = 32);
 
 // random_scaled_blocks for a GGUF block type: its block size, a finite fp16 min where the type
-// has one after d (Q4_1, Q4_K: 0.01, random bytes there could be NaN), and Q6_K's d (its last two
-// bytes) finite too.
+// has one after d (random bytes there could be NaN: Q4_1's m = -d · u for u in [0, 16), a block's
+// values spanning zero as ggml's quantizer makes them; Q4_K's dmin 0.01), and Q6_K's d (its last
+// two bytes) finite too.
 std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k, uint32_t seed);
 
 // A random E4M3 code of any finite value (zeros, subnormals, ±448; not NaN, 0x7F / 0xFF).
