@@ -93,6 +93,29 @@ __device__ __forceinline__ uint2 load_streaming_8(const void* p) {
   return r;
 }
 
+// Activations a kernel before this one in the step wrote, read after the PDL wait: coherent loads
+// (ld.global), never the non-coherent path (ld.global.nc, __ldg). A .nc load promises that nothing
+// writes its data while the kernel runs, which PDL breaks (the kernel before may still run until
+// the wait returns), and ptxas acts on the promise: it moved a quantized GEMV's __ldg of its input
+// rows above griddepcontrol.wait (Q5_0 | Q4_1 parts of tiny-deepseek-v2's gate_up, sm_90a, CUDA
+// 13.0; the PTX had them after it), so in a CUDA graph the GEMV read the RMSNorm's output before it
+// was written. Volatile, so that the compiler keeps them after the wait's asm too.
+__device__ __forceinline__ uint4 load_after_wait_16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ uint2 load_after_wait_8(const void* p) {
+  uint2 r;
+  asm volatile("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ unsigned short load_after_wait_2(const void* p) {
+  unsigned short r;
+  asm volatile("ld.global.u16 %0, [%1];\n" : "=h"(r) : "l"(p));
+  return r;
+}
+
 // 4 bytes read once, as load_streaming_16 (Q5_0's fifth bits).
 __device__ __forceinline__ unsigned load_streaming_4(const void* p) {
   unsigned r;
@@ -106,18 +129,21 @@ __device__ __forceinline__ unsigned load_streaming_4(const void* p) {
 // group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
 // aligned: kK % kVec == 0, so no vector straddles kK. How it loads:
 //   streaming  weights read once (no L1 allocation)
-//   read_only  activations written by an earlier kernel (the read-only path)
+//   read_only  activations written by an earlier kernel (the read-only path; see load_after_wait_16
+//              for why a kernel running under PDL may see stale values through it)
+//   after_wait activations written by an earlier kernel, coherent (load_after_wait_16)
 //   plain      values written earlier in the same kernel, by other blocks or into shared memory
 //              (the whole-step decode kernel's inputs), which the read-only path must not serve
-enum class RowLoad { streaming, read_only, plain };
+enum class RowLoad { streaming, read_only, after_wait, plain };
 
 template <int kK, int kVec, RowLoad kLoad>
 __device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool valid) {
   if constexpr (kVec == 8) {
     const bf16* p = row + min(col, kK - 8);
-    const uint4 r = kLoad == RowLoad::streaming ? load_streaming_16(p)
-                    : kLoad == RowLoad::read_only ? __ldg(reinterpret_cast<const uint4*>(p))
-                                                  : *reinterpret_cast<const uint4*>(p);
+    const uint4 r = kLoad == RowLoad::streaming    ? load_streaming_16(p)
+                    : kLoad == RowLoad::read_only  ? __ldg(reinterpret_cast<const uint4*>(p))
+                    : kLoad == RowLoad::after_wait ? load_after_wait_16(p)
+                                                   : *reinterpret_cast<const uint4*>(p);
     const bool keep = valid && col < kK;
     return make_uint4(keep ? r.x : 0u, keep ? r.y : 0u, keep ? r.z : 0u, keep ? r.w : 0u);
   } else {
@@ -129,7 +155,11 @@ __device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool v
     for (int v = 0; v < 8; v += kVec) {
       if (col + v < kK) {
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) e[v + i] = kLoad == RowLoad::plain ? src[col + v + i] : __ldg(src + col + v + i);
+        for (int i = 0; i < kVec; ++i) {
+          e[v + i] = kLoad == RowLoad::plain        ? src[col + v + i]
+                     : kLoad == RowLoad::after_wait ? load_after_wait_2(src + col + v + i)
+                                                    : __ldg(src + col + v + i);
+        }
       }
     }
     return r;
