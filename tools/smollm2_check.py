@@ -5,8 +5,9 @@ weights (issue 6). Run on the GPU machine:
     python3 tools/smollm2_check.py SmolLM2-135M-Instruct.Q4_1.gguf --work /tmp/smol
 
 kiln answers 5 chat prompts from the GGUF (greedy, 64 tokens); tools/gguf-to-hf writes the
-dequantized weights as an HF checkpoint, which HF transformers runs in bf16 (the rounding kiln
-applies at load) on the exact prompt ids kiln's tokenizer and chat template produced. Tokens must
+dequantized weights as an HF checkpoint, which HF transformers runs in bf16 (the rounding kiln's
+GPU prefill applies to the rows it multiplies; its decode reads the Q4_1 blocks, the file's own
+values) on the exact prompt ids kiln's tokenizer and chat template produced. Tokens must
 match, or where they first differ each side's token must be in the other's top-5. HF in fp32 (on
 the bf16-rounded weights, and on the exact dequantized weights against kiln's fp32 CPU backend)
 shows which side bf16 rounding moves. Then the natural answers (stopping at the end of turn) on the
@@ -54,8 +55,8 @@ def main():
     from transformers import AutoModelForCausalLM
 
     # Three HF references: bf16 (HF's own bf16 inference: weights and activations in bf16), fp32
-    # compute on the bf16-rounded weights kiln's GPU backend uses, and fp32 on the exact dequantized
-    # weights kiln's CPU backend uses.
+    # compute on the bf16-rounded weights kiln's GPU prefill uses, and fp32 on the exact dequantized
+    # weights (kiln's GPU decode and CPU backends compute with those).
     hf_bf16 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).cuda().eval()
     hf_fp32_bf16w = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).float().cuda().eval()
     hf_fp32 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).cuda().eval()
