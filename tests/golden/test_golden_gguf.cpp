@@ -142,7 +142,8 @@ int64_t values_off(MatrixFormat f, const std::byte* blocks, int64_t n, int64_t k
 
 // What the CUDA backend loads (WeightFormat::gpu), checked on the host: every matrix (projection or
 // embedding table) a Q4_0, Q4_1 or Q8_0 file stores in whole blocks keeps them, holding exactly the
-// values the fp32 load dequantizes (a tied LM head shares the embedding's); everything else (norms, rows of 144 values, MLA's kv_b, routed experts) is bf16. The counts are
+// values the fp32 load dequantizes (a tied LM head shares the embedding's); everything else
+// (norms, rows of 144 values, MLA's kv_b, routed experts) is bf16. The counts are
 // of the matrices a decode step reads whole: an untied embedding table is not one of them.
 TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 / Q4_1 matrices in their blocks, with ggml's values") {
   for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_smollm2::model_def(),
