@@ -48,20 +48,19 @@ namespace detail {
 // the warps it could hold). Groups through a shared-memory ring filled by cp.async, so that more
 // are in flight without registers, were slower still (H200, 2026-11-27: gate_up 37.3-47.5 µs with
 // 2-8 in flight; the copies and shared reads kept the L1TEX pipe 71% busy). The split is the same
-// for every token count (it fixes each output's sum order). The last four parameters override (0,
-// -1: automatic); the benchmark uses them.
-template <int kN, int kK, MatrixFormat F, int kSMs, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0,
-          int kUnrollSet = 0, int kSharedInputSet = -1>
+// for every token count (it fixes each output's sum order). It depends on the row length alone:
+// the grid is one block per 16 · kWarpsN rows, whatever their count (launch_gemv_quant). The last
+// four parameters override (0, -1: automatic); the benchmark uses them.
+template <int kK, MatrixFormat F, int kTokenTiles, int kWarpsNSet = 0, int kWarpsKSet = 0, int kUnrollSet = 0,
+          int kSharedInputSet = -1>
 struct QuantGemvShape {
   static_assert(kK % kQuantBlockValues == 0, "quantized GEMV: k must be whole blocks");
   static constexpr int kGroupBlocks = quant_group_blocks(F);
   static constexpr int kSteps = static_cast<int>(quant_row_groups(F, kK));
-  static constexpr GemvPlan kPlan = gemv_plan(kN, kSteps * 32, kSMs);
   static constexpr int kTokenTileCount = kTokenTiles;
   static constexpr bool kLongRows = kSteps >= 64;
   static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : 1;
   static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(kLongRows ? 16 : 8, kSteps);
-  static constexpr int kRowBlocks = ceil_div(kPlan.row_tiles, kWarpsN);
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
   // Groups in flight per warp: one, but where a warp's share of a row of 4096 values or more is
   // exactly 4 groups of Q4_0 or Q8_0 (few registers a group; Q4_K's headers take more) in a
@@ -231,8 +230,8 @@ inline void launch_gemv_quant(const bf16* in, const void* matrix, typename Linea
 
 // The GEMV's shape for a pass of kTiles token tiles, its token rows in shared memory (kShared) or
 // read from global memory.
-template <int kN, int kK, MatrixFormat F, int kSMs, int kTiles, bool kShared>
-using QuantPassShape = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, kShared ? 1 : 0>;
+template <int kK, MatrixFormat F, int kTiles, bool kShared>
+using QuantPassShape = QuantGemvShape<kK, F, kTiles, 0, 0, 0, kShared ? 1 : 0>;
 
 // Whether a pass of `tokens` reads its token rows from shared memory: where they are whole groups
 // and fit. The same sums either way (only where the inputs are read from differs). FP8 rows longer
@@ -240,7 +239,7 @@ using QuantPassShape = QuantGemvShape<kN, kK, F, kSMs, kTiles, 0, 0, 0, kShared 
 // so, 17.6 from shared memory (H200, chained, 2026-11-27 fifth session), where Q4_0's down_proj
 // gains from shared memory (1.8× fewer weight bytes a value: the copy is more of its time).
 template <int kK, MatrixFormat F>
-using SharedRowsOf = QuantGemvShape<1, kK, F, 1, 1, 0, 0, 0, 1>;  // a row's bytes and groups: no other sizes
+using SharedRowsOf = QuantPassShape<kK, F, 1, true>;  // a row's bytes and groups
 template <int kK, MatrixFormat F>
 constexpr bool can_share_input() {
   return SharedRowsOf<kK, F>::kWholeGroups && !(F == MatrixFormat::fp8 && kK > 4096);
@@ -251,7 +250,7 @@ bool shared_input_pass(int tokens) {
 }
 
 // The GEMV over an [rows, kK] matrix in format F, outputs kN apart: passes of up to 64 tokens.
-template <int kN, int kK, LinearOut kOut, MatrixFormat F, int kSMs, typename Rows = FixedRows<kN>>
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Rows = FixedRows<kN>>
 void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
                   cudaStream_t stream, Rows rows = {}) {
   for (int done = 0; done < tokens; done += kStreamPassTokens) {
@@ -262,12 +261,11 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
       auto* y = out + static_cast<long long>(done) * kN;
       if constexpr (can_share_input<kK, F>()) {
         if (shared_input_pass<kK, F>(n)) {
-          launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kN, kK, F, kSMs, kTiles, true>>(x, matrix, y, n, stream,
-                                                                                           rows);
+          launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, true>>(x, matrix, y, n, stream, rows);
           return;
         }
       }
-      launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kN, kK, F, kSMs, kTiles, false>>(x, matrix, y, n, stream, rows);
+      launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, false>>(x, matrix, y, n, stream, rows);
     });
   }
 }
@@ -323,17 +321,16 @@ bool with_gemv_format(MatrixFormat f, Fn&& fn) {
 // both parts' blocks are alike; false where they are not (then each part takes its own launch).
 // The token rows come from shared memory where both parts' would, else from global memory for
 // both: the same sums either way.
-template <int kN, int kK, LinearOut kOut, MatrixFormat F0, MatrixFormat F1, int kSMs>
+template <int kN, int kK, LinearOut kOut, MatrixFormat F0, MatrixFormat F1>
 bool launch_gemv_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutType<kOut>::type* out, int tokens,
                              cudaStream_t stream) {
-  if constexpr (F0 == F1 || QuantPassShape<kN, kK, F0, kSMs, 1, false>::kThreads !=
-                                QuantPassShape<kN, kK, F1, kSMs, 1, false>::kThreads) {
+  if constexpr (F0 == F1 || QuantPassShape<kK, F0, 1, false>::kThreads != QuantPassShape<kK, F1, 1, false>::kThreads) {
     return false;
   } else {
     const auto launch = [&](auto shared) {
       constexpr bool kShared = decltype(shared)::value;
-      using Shape0 = QuantPassShape<kN, kK, F0, kSMs, 1, kShared>;
-      using Shape1 = QuantPassShape<kN, kK, F1, kSMs, 1, kShared>;
+      using Shape0 = QuantPassShape<kK, F0, 1, kShared>;
+      using Shape1 = QuantPassShape<kK, F1, 1, kShared>;
       constexpr auto kernel = gemv_quant_parts_kernel<kN, kK, kOut, F0, Shape0, F1, Shape1>;
       const int blocks = ceil_div(w.split, 16) + ceil_div(kN - w.split, 16);
       KILN_LAUNCH(kernel, dim3(blocks), Shape0::kThreads, kShared ? tokens * Shape0::kSharedRowBytes : 0, stream, in,
@@ -361,18 +358,17 @@ void linear_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutTy
     bool done = false;
     with_gemv_format<S.k, true>(w.format, [&](auto f0) {
       with_gemv_format<S.k, true>(w.tail_format, [&](auto f1) {
-        done = launch_gemv_quant_parts<S.n, S.k, S.out, decltype(f0)::value, decltype(f1)::value, S.sms>(in, w, out,
-                                                                                                          tokens, stream);
+        done = launch_gemv_quant_parts<S.n, S.k, S.out, decltype(f0)::value, decltype(f1)::value>(in, w, out, tokens,
+                                                                                                   stream);
       });
     });
     if (done) return;
   }
   with_gemv_format<S.k, true>(w.format, [&](auto f) {
-    linear_quant<S.n, S.k, S.out, decltype(f)::value, S.sms>(in, w.data, out, tokens, stream, RuntimeRows{w.split});
+    linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, w.data, out, tokens, stream, RuntimeRows{w.split});
   });
   with_gemv_format<S.k, true>(w.tail_format, [&](auto f) {
-    linear_quant<S.n, S.k, S.out, decltype(f)::value, S.sms>(in, w.tail, out + w.split, tokens, stream,
-                                                             RuntimeRows{S.n - w.split});
+    linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, w.tail, out + w.split, tokens, stream, RuntimeRows{S.n - w.split});
   });
 }
 
@@ -392,7 +388,7 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
     }
   }
   const bool quantized = detail::with_gemv_format<S.k>(weight.format, [&](auto f) {
-    detail::linear_quant<S.n, S.k, S.out, decltype(f)::value, S.sms>(in, weight.data, out, tokens, stream);
+    detail::linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, weight.data, out, tokens, stream);
   });
   if (!quantized) linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
 }

@@ -64,6 +64,22 @@ struct Fp16BlockScales : WholeBlocks {
   }
 };
 
+// ... of Q4_0 / Q5_0, whose groups are 4 blocks: a group's 4 fp16 scales in one 8-byte load.
+template <MatrixFormat F>
+struct Fp16GroupOf4Scales : Fp16BlockScales<F> {
+  using Scales = uint2;  // the group's 4 fp16 scales of a row
+  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
+    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
+  }
+  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[4]) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const unsigned w = b < 2 ? s.x : s.y;
+      out[b] = {half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16)), 0.0f};
+    }
+  }
+};
+
 // Q4_0's nibble words (weight_matrix.hpp) as the exact bf16 values 128 + n, pair p of a word at a
 // time, and a lane's four blocks of them (Q4_1, Q4_K): the mma sums (128 + n)·x, and the block's
 // offset, applied with Σx (kHasMin), takes 128·d·Σx off with the min. Saves the subtraction per
@@ -113,8 +129,7 @@ struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<MatrixFormat::q8_0> {
 };
 
 template <>
-struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<MatrixFormat::q4_0> {
-  using Scales = uint2;  // the group's 4 fp16 scales of a row
+struct QuantValues<MatrixFormat::q4_0> : Fp16GroupOf4Scales<MatrixFormat::q4_0> {
   // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
     return bf16x2_sub(masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u), 0x43084308u);
@@ -124,16 +139,6 @@ struct QuantValues<MatrixFormat::q4_0> : Fp16BlockScales<MatrixFormat::q4_0> {
     return make_uint4(pair(w, 0), pair(w, 1), pair(w, 2), pair(w, 3));
   }
   __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
-  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
-    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
-  }
-  __device__ static __forceinline__ void group_scales(Scales s, int /*step*/, BlockScale (&out)[4]) {
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const unsigned w = b < 2 ? s.x : s.y;
-      out[b] = {half_bits_to_float(static_cast<unsigned short>(b % 2 == 0 ? w & 0xFFFFu : w >> 16)), 0.0f};
-    }
-  }
 };
 
 // Q4_1: Q4_0's nibbles as 128 + n, and a min per block: value = n · d + m, so BlockScale's m is -m.
@@ -157,13 +162,12 @@ struct QuantValues<MatrixFormat::q4_1> : WholeBlocks, Offset128Nibbles {
 };
 
 // Q5_0: Q4_0's nibbles with a fifth bit from the high bits area (weight_matrix.hpp), u - 16 as exact
-// bf16 values; Q4_0's fp16 scales after that area.
+// bf16 values; Q4_0's fp16 scales after that area (Fp16GroupOf4Scales).
 template <>
-struct QuantValues<MatrixFormat::q5_0> : Fp16BlockScales<MatrixFormat::q5_0> {
+struct QuantValues<MatrixFormat::q5_0> : Fp16GroupOf4Scales<MatrixFormat::q5_0> {
   static constexpr bool kHighBits = true;
   using High = unsigned;  // a lane's fifth bits of its group: 8 a block
   static constexpr int kHighGroupBytes = kQ5HighGroupBytes;
-  using Scales = uint2;  // the group's 4 fp16 scales of a row
   __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
                                                                   long long r, int q) {
     return matrix + quant_scales_offset(MatrixFormat::q5_0, n, k) +
@@ -184,12 +188,6 @@ struct QuantValues<MatrixFormat::q5_0> : Fp16BlockScales<MatrixFormat::q5_0> {
   }
   __device__ static __forceinline__ uint4 block(const uint4& raw, const High& h, int b) {
     return b == 0 ? pairs<0>(raw.x, h) : b == 1 ? pairs<1>(raw.y, h) : b == 2 ? pairs<2>(raw.z, h) : pairs<3>(raw.w, h);
-  }
-  __device__ static __forceinline__ Scales load_scales(const unsigned short* row, int step) {
-    return __ldg(reinterpret_cast<const uint2*>(row + step * 4));
-  }
-  __device__ static __forceinline__ void group_scales(Scales s, int step, BlockScale (&out)[4]) {
-    QuantValues<MatrixFormat::q4_0>::group_scales(s, step, out);
   }
 };
 

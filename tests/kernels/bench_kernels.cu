@@ -234,15 +234,15 @@ void bench_two_formats() {
   });
   const double two = graph_us([&](int i, cudaStream_t st) {
     const GpuMatrix m = parts.at(i);
-    detail::linear_quant<kN, kK, LinearOut::store_bf16, MatrixFormat::q4_k, kSms>(
+    detail::linear_quant<kN, kK, LinearOut::store_bf16, MatrixFormat::q4_k>(
         as_bf16(in), m.data, as_bf16_mut(out), 1, st, detail::RuntimeRows{kSplit});
-    detail::linear_quant<kN, kK, LinearOut::store_bf16, MatrixFormat::q6_k, kSms>(
+    detail::linear_quant<kN, kK, LinearOut::store_bf16, MatrixFormat::q6_k>(
         as_bf16(in), m.tail, as_bf16_mut(out) + kSplit, 1, st, detail::RuntimeRows{kN - kSplit});
   });
   // The one launch left to ptxas (it chose 4 blocks an SM, 64 registers, and spilled).
   const double one_free = graph_us([&](int i, cudaStream_t st) {
-    using S0 = detail::QuantPassShape<kN, kK, MatrixFormat::q4_k, kSms, 1, true>;
-    using S1 = detail::QuantPassShape<kN, kK, MatrixFormat::q6_k, kSms, 1, true>;
+    using S0 = detail::QuantPassShape<kK, MatrixFormat::q4_k, 1, true>;
+    using S1 = detail::QuantPassShape<kK, MatrixFormat::q6_k, 1, true>;
     constexpr auto kernel =
         detail::gemv_quant_parts_kernel<kN, kK, LinearOut::store_bf16, MatrixFormat::q4_k, S0, MatrixFormat::q6_k, S1, 0>;
     const GpuMatrix m = parts.at(i);
@@ -272,7 +272,7 @@ void bench_two_formats() {
 template <int kN, int kK, MatrixFormat F, int kTiles, int kWarpsN, int kWarpsK, int kUnroll, int kShared = -1>
 void bench_quant_variant(const RotatingQuantMatrix<F>& matrix, const DeviceBuffer<uint16_t>& in,
                          DeviceBuffer<float>& out, int tokens) {
-  using Shape = detail::QuantGemvShape<kN, kK, F, kSms, kTiles, kWarpsN, kWarpsK, kUnroll, kShared>;
+  using Shape = detail::QuantGemvShape<kK, F, kTiles, kWarpsN, kWarpsK, kUnroll, kShared>;
   const double us = graph_us([&](int i, cudaStream_t stream) {
     detail::launch_gemv_quant<kN, kK, LinearOut::store_f32, F, Shape>(
         as_bf16(in), matrix.raw(i), out.get(), tokens, stream);
@@ -306,7 +306,7 @@ void bench_quant_shape(bool sweep) {
   print_gemv_row(shape, std::string(matrix_format_name(F)) + " chained", 1, chained,
                  matrix_bytes(F, kN, kK) + kK * 2.0 + kN * 4.0);
   if (!sweep) return;
-  using Default = detail::QuantGemvShape<kN, kK, F, kSms, 1>;
+  using Default = detail::QuantGemvShape<kK, F, 1>;
   constexpr int WK = Default::kWarpsK;               // the default split
   constexpr int SH = Default::kWholeGroups ? 1 : 0;  // shared inputs where it can
   bench_quant_variant<kN, kK, F, 1, 1, WK, 1, 0>(matrix, in, out, 1);
