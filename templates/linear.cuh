@@ -101,7 +101,7 @@ struct Bf16Input {
     for (int j = 0; j < kTiles; ++j) rows[j] = in + static_cast<long long>(min_int(j * 8 + g, tokens - 1)) * kK;
   }
   __device__ __forceinline__ Raw fetch(Row row, int col, bool valid) const {
-    return load_row_chunk<kK, kVec, RowLoad::read_only>(row, col, valid);
+    return load_row_chunk<kK, kVec, RowLoad::after_wait>(row, col, valid);
   }
   __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
 };

@@ -129,19 +129,17 @@ __device__ __forceinline__ unsigned load_streaming_4(const void* p) {
 // group in flight; `row` must point at a real row. Narrower loads (kK % 8 != 0) keep every access
 // aligned: kK % kVec == 0, so no vector straddles kK. How it loads:
 //   streaming  weights read once (no L1 allocation)
-//   read_only  activations written by an earlier kernel (the read-only path; see load_after_wait_16
-//              for why a kernel running under PDL may see stale values through it)
-//   after_wait activations written by an earlier kernel, coherent (load_after_wait_16)
+//   after_wait activations written by an earlier kernel, coherent (load_after_wait_16 says why never
+//              the read-only path)
 //   plain      values written earlier in the same kernel, by other blocks or into shared memory
 //              (the whole-step decode kernel's inputs), which the read-only path must not serve
-enum class RowLoad { streaming, read_only, after_wait, plain };
+enum class RowLoad { streaming, after_wait, plain };
 
 template <int kK, int kVec, RowLoad kLoad>
 __device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool valid) {
   if constexpr (kVec == 8) {
     const bf16* p = row + min(col, kK - 8);
     const uint4 r = kLoad == RowLoad::streaming    ? load_streaming_16(p)
-                    : kLoad == RowLoad::read_only  ? __ldg(reinterpret_cast<const uint4*>(p))
                     : kLoad == RowLoad::after_wait ? load_after_wait_16(p)
                                                    : *reinterpret_cast<const uint4*>(p);
     const bool keep = valid && col < kK;
@@ -158,7 +156,7 @@ __device__ __forceinline__ uint4 load_row_chunk(const bf16* row, int col, bool v
         for (int i = 0; i < kVec; ++i) {
           e[v + i] = kLoad == RowLoad::plain        ? src[col + v + i]
                      : kLoad == RowLoad::after_wait ? load_after_wait_2(src + col + v + i)
-                                                    : __ldg(src + col + v + i);
+                                                    : __ldg(src + col + v + i);  // streaming: weights
         }
       }
     }

@@ -44,7 +44,7 @@ struct Rows16 {
         grp.a1[u] = load_row_chunk<kK, kVec, RowLoad::streaming>(w1, col, step_ok && ok1);
 #pragma unroll
         for (int j = 0; j < kTT; ++j) {
-          grp.b[u][j] = load_row_chunk<kK, kVec, RowLoad::read_only>(x[j], col, step_ok && x_ok[j]);
+          grp.b[u][j] = load_row_chunk<kK, kVec, RowLoad::after_wait>(x[j], col, step_ok && x_ok[j]);
         }
       }
     };
