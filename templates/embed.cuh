@@ -1,5 +1,5 @@
 // Token embedding lookup: x[t, :] = table[token_ids[t], :] as fp32 (the residual stream). The
-// table is a GpuMatrix: bf16 rows, or a GGUF file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks as the loader keeps
+// table is a GpuMatrix: bf16 rows, or a GGUF file's blocks as the loader keeps
 // them (weight_matrix.hpp), decoded to ggml's values (quant_values.cuh); a tied LM head reads the
 // same matrix, so the GPU holds the file's bytes once.
 // Tensor parallelism splits the vocabulary: rank r holds rows [r·vocab, (r+1)·vocab) of the whole
@@ -83,50 +83,14 @@ void embed(const int* token_ids, const bf16* table, float* x, int rank, int toke
 }
 
 // The same over a GpuMatrix: bf16 rows, or a table the loader kept in a GGUF block format (rows of
-// whole blocks; Q4_K, Q6_K: whole super-blocks) or in FP8.
+// whole blocks; the K-quants: whole super-blocks) or in FP8.
 template <shape::embed S>
 void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   if (tokens <= 0) return;
-  if constexpr (S.dim % kQuantBlockValues == 0) {
-    switch (table.format) {
-      case MatrixFormat::bf16:
-      case MatrixFormat::f32: break;
-      case MatrixFormat::fp8:
-        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::fp8>(token_ids, table.data, x, rank * S.vocab, tokens,
-                                                                      stream);
-        return;
-      case MatrixFormat::q8_0:
-        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q8_0>(token_ids, table.data, x, rank * S.vocab,
-                                                                       tokens, stream);
-        return;
-      case MatrixFormat::q4_0:
-        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_0>(token_ids, table.data, x, rank * S.vocab,
-                                                                       tokens, stream);
-        return;
-      case MatrixFormat::q4_1:
-        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_1>(token_ids, table.data, x, rank * S.vocab,
-                                                                       tokens, stream);
-        return;
-      case MatrixFormat::q5_0:
-        detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q5_0>(token_ids, table.data, x, rank * S.vocab,
-                                                                       tokens, stream);
-        return;
-      case MatrixFormat::q4_k:
-        if constexpr (S.dim % kQ4kSuperValues == 0) {
-          detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q4_k>(token_ids, table.data, x, rank * S.vocab,
-                                                                         tokens, stream);
-          return;
-        }
-        break;
-      case MatrixFormat::q6_k:
-        if constexpr (S.dim % kQ4kSuperValues == 0) {
-          detail::launch_embed_quant<S.vocab, S.dim, MatrixFormat::q6_k>(token_ids, table.data, x, rank * S.vocab,
-                                                                         tokens, stream);
-          return;
-        }
-        break;
-    }
-  }
+  const bool blocks = detail::with_block_format<S.dim>(table.format, [&](auto f) {
+    detail::launch_embed_quant<S.vocab, S.dim, decltype(f)::value>(token_ids, table.data, x, rank * S.vocab, tokens, stream);
+  });
+  if (blocks) return;
   embed<S>(token_ids, static_cast<const bf16*>(table.data), x, rank, tokens, stream);
 }
 

@@ -1,5 +1,5 @@
 // The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0,
-// Q4_1, Q5_0, Q4_K and Q6_K matrices kept as the GGUF file stores them, and FP8 ones, take the GEMV below,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matrices kept as the GGUF file stores them, and FP8 ones, take the GEMV below,
 // which dequantizes in registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
 //
 // The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
@@ -8,9 +8,10 @@
 // needs at most 8 significant bits); a block's two k16 mmas sum into fresh accumulators, which the
 // block's scale then multiplies into the running sum. So the decode computes with the file's
 // values, not bf16 roundings of them, and every output is the same sum whatever the token count
-// (the plan's column split is the bf16 GEMV's, by groups). Q5_0's quants u - 16 take their fifth
-// bits from a second area. Q4_1's values n · d + m are summed as Q4_K's below (its min for dmin·m,
-// with the sign turned). A Q4_K sub-block's values are
+// (the plan's column split is the bf16 GEMV's, by groups). The 5-bit formats' quants take their
+// fifth bits from a second area (Q5_0's as u - 16; Q5_1's and Q5_K's as 128 + u, as Q4_1's and
+// Q4_K's are 128 + n). Q4_1's values n · d + m are summed as Q4_K's below (its min for dmin·m, with
+// the sign turned). A Q4_K sub-block's values are
 // d·sc · n - dmin·m: the mma sums (128 + n)·x (QuantValues<q4_k>::pair), a second one (all-ones
 // weights) the block's Σx for each token, and the block adds d·sc · Σ(128 + n)·x - (dmin·m +
 // 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
@@ -60,6 +61,10 @@ struct QuantGemvShape {
   static constexpr int kTokenTileCount = kTokenTiles;
   static constexpr bool kLongRows = kSteps >= 64;
   static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : 1;
+  // (Half the splits with two groups a request, for the K-quants at rows of 4096 or more, won
+  // chained, one token: Q4_K gate_up 28672×4096 29.94 -> 26.30 µs, Q5_K down 4096×14336 22.49 ->
+  // 18.54; but lost in the decode step: Llama-3.1-8B Q4_K_M 2.51 -> 2.57 ms a token, Q5_K_M 2.98 ->
+  // 3.19; H200, 2026-12-02 twenty-seventh session, bench/RESULTS.md.)
   static constexpr int kWarpsK = kWarpsKSet > 0 ? kWarpsKSet : min_int(kLongRows ? 16 : 8, kSteps);
   static constexpr int kThreads = kWarpsN * kWarpsK * 32;
   // Groups in flight per warp: one, but where a warp's share of a row of 4096 values or more is
@@ -270,53 +275,6 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
   }
 }
 
-// A format or a choice as a type, for the launchers' generic lambdas (no <type_traits> under NVRTC).
-template <MatrixFormat F>
-struct FormatConstant {
-  static constexpr MatrixFormat value = F;
-};
-template <bool B>
-struct BoolConstant {
-  static constexpr bool value = B;
-};
-
-// The block formats the GEMV reads at rows of kK values (fn(FormatConstant<F>{}) for f): Q8_0, Q4_0,
-// Q4_1, Q5_0 and FP8 at whole 32-value blocks, Q4_K and Q6_K at whole 256-value super-blocks. false for any
-// other (bf16 rows; the CPU's formats, which the GPU's loader never keeps). kParts: a part of a
-// matrix in two formats, which are GGUF block formats only (FP8 matrices are FP8 throughout), so
-// that no FP8 part kernel is instantiated.
-template <int kK, bool kParts = false, typename Fn>
-bool with_gemv_format(MatrixFormat f, Fn&& fn) {
-  if constexpr (kK % kQuantBlockValues == 0) {
-    switch (f) {
-      case MatrixFormat::q8_0: fn(FormatConstant<MatrixFormat::q8_0>{}); return true;
-      case MatrixFormat::q4_0: fn(FormatConstant<MatrixFormat::q4_0>{}); return true;
-      case MatrixFormat::q4_1: fn(FormatConstant<MatrixFormat::q4_1>{}); return true;
-      case MatrixFormat::q5_0: fn(FormatConstant<MatrixFormat::q5_0>{}); return true;
-      case MatrixFormat::fp8:
-        if constexpr (!kParts) {
-          fn(FormatConstant<MatrixFormat::fp8>{});
-          return true;
-        }
-        return false;
-      case MatrixFormat::q4_k:
-        if constexpr (kK % kQ4kSuperValues == 0) {
-          fn(FormatConstant<MatrixFormat::q4_k>{});
-          return true;
-        }
-        return false;
-      case MatrixFormat::q6_k:
-        if constexpr (kK % kQ4kSuperValues == 0) {
-          fn(FormatConstant<MatrixFormat::q6_k>{});
-          return true;
-        }
-        return false;
-      default: return false;
-    }
-  }
-  return false;
-}
-
 // One token tile over a GpuMatrix in two formats in one launch (gemv_quant_parts_kernel), where
 // both parts' blocks are alike; false where they are not (then each part takes its own launch).
 // The token rows come from shared memory where both parts' would, else from global memory for
@@ -356,18 +314,18 @@ void linear_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutTy
                         cudaStream_t stream) {
   if (tokens <= 8) {
     bool done = false;
-    with_gemv_format<S.k, true>(w.format, [&](auto f0) {
-      with_gemv_format<S.k, true>(w.tail_format, [&](auto f1) {
+    with_block_format<S.k, true>(w.format, [&](auto f0) {
+      with_block_format<S.k, true>(w.tail_format, [&](auto f1) {
         done = launch_gemv_quant_parts<S.n, S.k, S.out, decltype(f0)::value, decltype(f1)::value>(in, w, out, tokens,
                                                                                                    stream);
       });
     });
     if (done) return;
   }
-  with_gemv_format<S.k, true>(w.format, [&](auto f) {
+  with_block_format<S.k, true>(w.format, [&](auto f) {
     linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, w.data, out, tokens, stream, RuntimeRows{w.split});
   });
-  with_gemv_format<S.k, true>(w.tail_format, [&](auto f) {
+  with_block_format<S.k, true>(w.tail_format, [&](auto f) {
     linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, w.tail, out + w.split, tokens, stream, RuntimeRows{S.n - w.split});
   });
 }
@@ -387,7 +345,7 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
       return;
     }
   }
-  const bool quantized = detail::with_gemv_format<S.k>(weight.format, [&](auto f) {
+  const bool quantized = detail::with_block_format<S.k>(weight.format, [&](auto f) {
     detail::linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, weight.data, out, tokens, stream);
   });
   if (!quantized) linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);

@@ -38,17 +38,18 @@ __device__ __forceinline__ float half_bits_to_float(unsigned short bits) { retur
 template <MatrixFormat F>
 struct QuantValues;
 
-// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_1 and Q4_K).
+// A block's multiplier and offset: value = quant · d - m (m = 0 but for Q4_1, Q5_1, Q4_K and Q5_K).
 struct BlockScale {
   float d, m;
 };
 
 // What the formats but Q6_K share: one scale covers a block's 32 columns, the lane's 8q..8q+7;
-// and but for Q5_0 a block's quants are all in the lane's 16 group bytes (no high bits area).
+// and but for the 5-bit ones a block's quants are all in the lane's 16 group bytes (no high bits
+// area: those redeclare kHighBits and High).
 struct WholeBlocks {
   static constexpr bool kHighBits = false;
   static constexpr bool kHalfScales = false;
-  struct High {};  // nothing: the high bits of Q5_0's and Q6_K's quants
+  struct High {};  // nothing: the high bits of Q5_0's, Q5_1's, Q5_K's and Q6_K's quants
   // The first of the 8 columns lane q holds of block b, from the group's first column.
   __device__ static __forceinline__ int lane_column(int b, int q) { return b * kQuantBlockValues + q * 8; }
 };
@@ -59,7 +60,7 @@ struct Fp16BlockScales : WholeBlocks {
   static constexpr bool kHasMin = false;
   __device__ static __forceinline__ const unsigned short* row(const unsigned char* matrix, long long n, long long k,
                                                               long long r) {
-    return reinterpret_cast<const unsigned short*>(matrix + quant_block_scales_offset(F, n, k)) +
+    return reinterpret_cast<const unsigned short*>(matrix + quant_after_high_offset(F, n, k)) +
            r * quant_row_groups(F, k) * quant_group_blocks(F);
   }
 };
@@ -80,12 +81,19 @@ struct Fp16GroupOf4Scales : Fp16BlockScales<F> {
   }
 };
 
-// Q4_0's nibble words (weight_matrix.hpp) as the exact bf16 values 128 + n, pair p of a word at a
-// time, and a lane's four blocks of them (Q4_1, Q4_K): the mma sums (128 + n)·x, and the block's
-// offset, applied with Σx (kHasMin), takes 128·d·Σx off with the min. Saves the subtraction per
-// pair that Q4_0 makes, at the cost of a sum 16 times larger than Σn·x before the offset (fp32: a
-// relative error near 1e-6, against bf16 inputs).
-struct Offset128Nibbles {
+// Quants that enter the GEMV's mma as the exact bf16 values 128 + n (Q4_1, Q5_1, Q4_K, Q5_K): the
+// mma sums (128 + n)·x, and the block's offset, applied with Σx (kHasMin), takes 128·d·Σx off with
+// the min. Saves the subtraction per pair that Q4_0 makes, at the cost of a sum 16 (5-bit: 32)
+// times larger than Σn·x before the offset (fp32: a relative error near 1e-6, against bf16 inputs).
+struct Offset128 {
+  // The GEMV's block offset: the min it subtracts with Σx is m + 128·d (BlockScale's m: value =
+  // n · d - m).
+  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
+};
+
+// Q4_0's nibble words (weight_matrix.hpp) as 128 + n (Offset128), pair p of a word at a time, and
+// a lane's four blocks of them (Q4_1, Q4_K).
+struct Offset128Nibbles : Offset128 {
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
     return masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u);
   }
@@ -95,13 +103,44 @@ struct Offset128Nibbles {
   }
   // The quants as the exact bf16 values n (dequantize_matrix).
   __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
-    const uint4 v = block(raw, b);
-    constexpr unsigned k128 = 0x43004300u;
-    return make_uint4(bf16x2_sub(v.x, k128), bf16x2_sub(v.y, k128), bf16x2_sub(v.z, k128), bf16x2_sub(v.w, k128));
+    return minus(block(raw, b), 0x43004300u);
   }
-  // The GEMV's block offset: quants enter its mma as 128 + n (pair), so the min it subtracts with Σx
-  // is m + 128·d (BlockScale's m: value = n · d - m).
-  __device__ static __forceinline__ float gemv_offset(const BlockScale& s) { return fmaf(128.0f, s.d, s.m); }
+  // Each bf16 value of v less the bf16 c of both halves.
+  __device__ static __forceinline__ uint4 minus(const uint4& v, unsigned c) {
+    return make_uint4(bf16x2_sub(v.x, c), bf16x2_sub(v.y, c), bf16x2_sub(v.z, c), bf16x2_sub(v.w, c));
+  }
+};
+
+// The fifth bits of Q5_0, Q5_1 and Q5_K (weight_matrix.hpp's area after the quants): a lane's 4
+// bytes of a group, and its nibble words with them as the exact bf16 values 128 + u.
+template <MatrixFormat F>
+struct FifthBits : Offset128 {
+  static constexpr int kHighGroupBytes = kQ5HighGroupBytes;
+  __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
+                                                                  long long r, int q) {
+    return matrix + quant_scales_offset(F, n, k) + r * quant_row_groups(F, k) * kQ5HighGroupBytes + q * 4;
+  }
+  __device__ static __forceinline__ unsigned load_high(const unsigned char* p) { return load_streaming_4(p); }
+  // Nibble pair p of block b's word w with the pair's fifth bits from h (at bits 4b + p and 16 + 4b
+  // + p) as 128 + u.
+  template <int p, int b>
+  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
+    constexpr int kShift = 4 * b + p - 4;  // the fifth bits to bit 4 of each half
+    const unsigned high = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    return masked_or(high, 0x00100010u, masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u));
+  }
+  template <int b>
+  __device__ static __forceinline__ uint4 pairs(unsigned w, unsigned h) {
+    return make_uint4(pair<0, b>(w, h), pair<1, b>(w, h), pair<2, b>(w, h), pair<3, b>(w, h));
+  }
+  // Block b of a lane's group as 128 + u.
+  __device__ static __forceinline__ uint4 offset_block(const uint4& raw, unsigned h, int b) {
+    return b == 0 ? pairs<0>(raw.x, h) : b == 1 ? pairs<1>(raw.y, h) : b == 2 ? pairs<2>(raw.z, h) : pairs<3>(raw.w, h);
+  }
+  // ... and as the exact bf16 values u (dequantize_matrix): (128 + u) - 128.
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, unsigned h, int b) {
+    return Offset128Nibbles::minus(offset_block(raw, h, b), 0x43004300u);
+  }
 };
 
 template <>
@@ -141,14 +180,14 @@ struct QuantValues<MatrixFormat::q4_0> : Fp16GroupOf4Scales<MatrixFormat::q4_0> 
   __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
 };
 
-// Q4_1: Q4_0's nibbles as 128 + n, and a min per block: value = n · d + m, so BlockScale's m is -m.
-template <>
-struct QuantValues<MatrixFormat::q4_1> : WholeBlocks, Offset128Nibbles {
+// The (fp16 d, fp16 m) pairs of Q4_1 / Q5_1, a min per block: value = quant · d + m, so
+// BlockScale's m is -m.
+template <MatrixFormat F>
+struct Fp16PairScales {
   static constexpr bool kHasMin = true;
   using Scales = uint4;  // the group's 4 (fp16 d | fp16 m << 16) of a row
   __device__ static __forceinline__ const uint4* row(const unsigned char* matrix, long long n, long long k, long long r) {
-    return reinterpret_cast<const uint4*>(matrix + quant_block_scales_offset(MatrixFormat::q4_1, n, k)) +
-           r * quant_row_groups(MatrixFormat::q4_1, k);
+    return reinterpret_cast<const uint4*>(matrix + quant_after_high_offset(F, n, k)) + r * quant_row_groups(F, k);
   }
   __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step); }
   __device__ static __forceinline__ void group_scales(const Scales& s, int /*step*/, BlockScale (&out)[4]) {
@@ -161,43 +200,39 @@ struct QuantValues<MatrixFormat::q4_1> : WholeBlocks, Offset128Nibbles {
   }
 };
 
-// Q5_0: Q4_0's nibbles with a fifth bit from the high bits area (weight_matrix.hpp), u - 16 as exact
-// bf16 values; Q4_0's fp16 scales after that area (Fp16GroupOf4Scales).
+// Q4_1: Q4_0's nibbles as 128 + n.
 template <>
-struct QuantValues<MatrixFormat::q5_0> : Fp16GroupOf4Scales<MatrixFormat::q5_0> {
+struct QuantValues<MatrixFormat::q4_1> : WholeBlocks, Offset128Nibbles, Fp16PairScales<MatrixFormat::q4_1> {};
+
+// Q5_0: Q4_0's nibbles with a fifth bit (FifthBits) as the exact bf16 values u - 16: (128 + u) -
+// 144; Q4_0's fp16 scales after the fifth bits (Fp16GroupOf4Scales).
+template <>
+struct QuantValues<MatrixFormat::q5_0> : Fp16GroupOf4Scales<MatrixFormat::q5_0>, FifthBits<MatrixFormat::q5_0> {
   static constexpr bool kHighBits = true;
   using High = unsigned;  // a lane's fifth bits of its group: 8 a block
-  static constexpr int kHighGroupBytes = kQ5HighGroupBytes;
-  __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
-                                                                  long long r, int q) {
-    return matrix + quant_scales_offset(MatrixFormat::q5_0, n, k) +
-           r * quant_row_groups(MatrixFormat::q5_0, k) * kQ5HighGroupBytes + q * 4;
+  __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) {
+    return Offset128Nibbles::minus(offset_block(raw, h, b), 0x43104310u);
   }
-  __device__ static __forceinline__ High load_high(const unsigned char* p) { return load_streaming_4(p); }
-  // Nibble pair p of block b's word w with the pair's fifth bits from h (at bits 4b + p and 16 + 4b
-  // + p) as the exact bf16 values u - 16: (128 + u) - 144.
-  template <int p, int b>
-  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
-    constexpr int kShift = 4 * b + p - 4;  // the fifth bits to bit 4 of each half
-    const unsigned high = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
-    return bf16x2_sub(masked_or(high, 0x00100010u, masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u)), 0x43104310u);
-  }
-  template <int b>
-  __device__ static __forceinline__ uint4 pairs(unsigned w, unsigned h) {
-    return make_uint4(pair<0, b>(w, h), pair<1, b>(w, h), pair<2, b>(w, h), pair<3, b>(w, h));
-  }
-  __device__ static __forceinline__ uint4 block(const uint4& raw, const High& h, int b) {
-    return b == 0 ? pairs<0>(raw.x, h) : b == 1 ? pairs<1>(raw.y, h) : b == 2 ? pairs<2>(raw.z, h) : pairs<3>(raw.w, h);
-  }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, High h, int b) { return block(raw, h, b); }
 };
 
+// Q5_1: Q4_1's pairs of scales, its quants 128 + u (FifthBits) as Q4_1's are 128 + n.
 template <>
-struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles {
+struct QuantValues<MatrixFormat::q5_1> : WholeBlocks, Fp16PairScales<MatrixFormat::q5_1>, FifthBits<MatrixFormat::q5_1> {
+  static constexpr bool kHighBits = true;
+  using High = unsigned;
+  __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) { return offset_block(raw, h, b); }
+};
+
+// The 16-byte super-block headers of Q4_K / Q5_K: a scale and a min per 32-value sub-block (a
+// block), under the super-block's d and dmin. With quants as 128 + n (Offset128), the block's
+// offset takes 128·d·sc·Σx off with the min (group_scales' m).
+template <MatrixFormat F>
+struct SuperBlockHeaderScales {
   static constexpr bool kHasMin = true;
   using Scales = uint4;  // the super-block's header: fp16 d | fp16 dmin << 16, then 12 bytes of scales
-  // Offset128Nibbles: the block's offset takes 128·d·sc·Σx off with the min (group_scales' m).
   __device__ static __forceinline__ const uint4* row(const unsigned char* matrix, long long n, long long k, long long r) {
-    return reinterpret_cast<const uint4*>(matrix + quant_scales_offset(MatrixFormat::q4_k, n, k)) + r * (k / kQ4kSuperValues);
+    return reinterpret_cast<const uint4*>(matrix + quant_after_high_offset(F, n, k)) + r * (k / kQ4kSuperValues);
   }
   __device__ static __forceinline__ Scales load_scales(const uint4* row, int step) { return __ldg(row + step / 2); }
   // Group `step` holds sub-blocks 4h..4h+3 of its super-block (h = step % 2); ggml's get_scale_min_k4
@@ -223,6 +258,17 @@ struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles {
 };
 
 template <>
+struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles, SuperBlockHeaderScales<MatrixFormat::q4_k> {};
+
+// Q5_K: Q4_K's headers, its quants 128 + u (FifthBits) as Q4_K's are 128 + n.
+template <>
+struct QuantValues<MatrixFormat::q5_k> : WholeBlocks, SuperBlockHeaderScales<MatrixFormat::q5_k>, FifthBits<MatrixFormat::q5_k> {
+  static constexpr bool kHighBits = true;
+  using High = unsigned;
+  __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) { return offset_block(raw, h, b); }
+};
+
+template <>
 struct QuantValues<MatrixFormat::q6_k> {
   static constexpr bool kHasMin = false;
   static constexpr bool kHighBits = true;   // a second area holds the quants' high 2 bits
@@ -239,7 +285,7 @@ struct QuantValues<MatrixFormat::q6_k> {
   };
   __device__ static __forceinline__ Row row(const unsigned char* matrix, long long n, long long k, long long r) {
     const long long supers = k / kQ4kSuperValues;
-    return {reinterpret_cast<const uint2*>(matrix + q6k_scales_offset(n, k)) + r * supers * 2,
+    return {reinterpret_cast<const uint2*>(matrix + quant_after_high_offset(MatrixFormat::q6_k, n, k)) + r * supers * 2,
             reinterpret_cast<const unsigned short*>(matrix + q6k_d_offset(n, k)) + r * supers};
   }
   // Lane q's high bits of row r's group `step`.
@@ -270,6 +316,7 @@ struct QuantValues<MatrixFormat::q6_k> {
     const unsigned h = b < 2 ? high.x : high.y;
     return b % 2 == 0 ? pairs<0>(w, h) : pairs<1>(w, h);
   }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, const High& high, int b) { return block(raw, high, b); }
   // The group's 8 sub-block scales d · sc (ggml's dequantize_row_q6_K multiplies d by sc first):
   // block b's columns 0..15 take out[2b], 16..31 out[2b + 1]. (Each byte as 2^23 + 128 + sc less
   // 2^23 + 128, Q4_K's way around the integer-to-float conversion, was slower: H200, the 8B LM
@@ -323,18 +370,59 @@ struct QuantValues<MatrixFormat::fp8> : WholeBlocks {
   __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) { return block(raw, b); }
 };
 
-// A format's block b of a lane's group bytes (and, Q6_K, high bits) as 8 bf16 values in pairs: as
-// the GEMV's mma takes them, or (kExact) as the exact quants (Q4_K's differ; Q6_K's are u - 32
-// either way).
+// A format's block b of a lane's group bytes (and, the 5- and 6-bit formats, high bits) as 8 bf16
+// values in pairs: as the GEMV's mma takes them, or (kExact) as the exact quants (those with a min
+// differ: 128 + n in the mma; Q5_0's are u - 16 and Q6_K's u - 32 either way).
 template <typename Q, bool kExact = false>
 __device__ __forceinline__ uint4 block_values(const uint4& raw, const typename Q::High& high, int b) {
   if constexpr (Q::kHighBits) {
+    if constexpr (kExact) return Q::exact_block(raw, high, b);
     return Q::block(raw, high, b);
   } else if constexpr (kExact) {
     return Q::exact_block(raw, b);
   } else {
     return Q::block(raw, b);
   }
+}
+
+// A format or a choice as a type, for the launchers' generic lambdas (no <type_traits> under NVRTC).
+template <MatrixFormat F>
+struct FormatConstant {
+  static constexpr MatrixFormat value = F;
+};
+template <bool B>
+struct BoolConstant {
+  static constexpr bool value = B;
+};
+
+// fn(FormatConstant<F>{}) for the block format f, and true, where rows of kK values are whole
+// blocks of it (32 values; Q4_K, Q5_K and Q6_K: 256-value super-blocks); false for any other (bf16
+// rows; the CPU's formats, which the GPU's loader never keeps) and for rows it does not cut whole,
+// so that no kernel is instantiated for them. kK = 0: rows of any length, which the caller checks.
+// kParts: a part of a matrix in two formats, which are GGUF block formats only (FP8 matrices are
+// FP8 throughout), so that no FP8 part kernel is instantiated.
+template <int kK, bool kParts = false, typename Fn>
+bool with_block_format(MatrixFormat f, Fn&& fn) {
+  if constexpr (kK % kQuantBlockValues == 0) {
+    const auto whole = [&](auto format, auto allowed) {
+      if constexpr (decltype(allowed)::value) fn(format);
+      return decltype(allowed)::value;
+    };
+    constexpr bool kSupers = kK % kQ4kSuperValues == 0;
+    switch (f) {
+      case MatrixFormat::q8_0: return whole(FormatConstant<MatrixFormat::q8_0>{}, BoolConstant<true>{});
+      case MatrixFormat::q4_0: return whole(FormatConstant<MatrixFormat::q4_0>{}, BoolConstant<true>{});
+      case MatrixFormat::q4_1: return whole(FormatConstant<MatrixFormat::q4_1>{}, BoolConstant<true>{});
+      case MatrixFormat::q5_0: return whole(FormatConstant<MatrixFormat::q5_0>{}, BoolConstant<true>{});
+      case MatrixFormat::q5_1: return whole(FormatConstant<MatrixFormat::q5_1>{}, BoolConstant<true>{});
+      case MatrixFormat::fp8: return whole(FormatConstant<MatrixFormat::fp8>{}, BoolConstant<!kParts>{});
+      case MatrixFormat::q4_k: return whole(FormatConstant<MatrixFormat::q4_k>{}, BoolConstant<kSupers>{});
+      case MatrixFormat::q5_k: return whole(FormatConstant<MatrixFormat::q5_k>{}, BoolConstant<kSupers>{});
+      case MatrixFormat::q6_k: return whole(FormatConstant<MatrixFormat::q6_k>{}, BoolConstant<kSupers>{});
+      default: return false;
+    }
+  }
+  return false;
 }
 
 // The values of lane chunk (row r, group s, lane q) of a quantized [n, k] matrix in format F:

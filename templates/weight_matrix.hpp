@@ -1,5 +1,5 @@
 // A projection weight as a backend holds it. On the GPU: bf16 rows, a GGUF block format kept
-// quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
+// quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
@@ -21,9 +21,12 @@
 //   q4_1 (4 blocks a group)  as q4_0 (nibbles 0..15, value = nibble · d + m)
 //   q5_0 (4 blocks a group)  as q4_0 with the low 4 bits of ggml's 5-bit quants u (value =
 //                            (u - 16) · d); their fifth bits are a second area
+//   q5_1 (4 blocks a group)  as q5_0 (value = u · d + m)
 //   q4_k (4 blocks a group)  as q4_0, the blocks being the 32-value sub-blocks of ggml's 256-value
 //                            super-blocks (nibbles 0..15, value = d·sc · nibble - dmin·m): a
 //                            super-block is two groups
+//   q5_k (4 blocks a group)  as q4_k with the low 4 bits of ggml's 5-bit quants u (value =
+//                            d·sc · u - dmin·m); their fifth bits are a second area, as q5_0's
 //   q6_k (4 blocks a group)  as q4_k, with the low 4 bits of ggml's 6-bit quants u (value =
 //                            d·sc · (u - 32), a scale sc per 16 columns), but lane q holds columns
 //                            4q..4q+3 and 16+4q..16+4q+3 of each block: pair p = (c, c + 1) with
@@ -34,11 +37,12 @@
 //                            holds the group's columns 16q..16q+15, its "block" b the 8 of them
 //                            from 16q + 8b, so that cuBLASLt's FP8 GEMM reads the rows as they are
 // Then the scales: q8_0 / q4_0 [n][groups · kGroupBlocks] fp16; q4_1 the same of (fp16 d, fp16 m)
-// pairs; q5_0 first its fifth bits [n][groups] 16 bytes (lane q's 4: block b's column 8q + 2p at
-// bit 4b + p, 8q + 2p + 1 at 16 + 4b + p, so that a shift puts pair p's two at the bits above its
-// nibbles, as Q6_K's), then q4_0's fp16 scales; q4_k [n][k / 256] 16-byte
-// headers, each the first 16 bytes of ggml's block_q4_K as stored (fp16 d, fp16 dmin, the 12 bytes
-// of 6-bit sub-block scales and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
+// pairs; q5_0, q5_1 and q5_k first their fifth bits [n][groups] 16 bytes (lane q's 4: block b's
+// column 8q + 2p at bit 4b + p, 8q + 2p + 1 at 16 + 4b + p, so that a shift puts pair p's two at
+// the bits above its nibbles, as Q6_K's), then q5_0 q4_0's fp16 scales, q5_1 q4_1's pairs and
+// q5_k q4_k's headers; q4_k [n][k / 256] 16-byte headers, each the first 16 bytes of ggml's
+// block_q4_K (or block_q5_K) as stored (fp16 d, fp16 dmin, the 12 bytes of 6-bit sub-block scales
+// and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
 // 16 bits a block, block 2i + e in word i with pair p's first column at bits 8e + 2p and its
 // second at 16 + 8e + 2p), then [n][k / 256] 16 int8 sub-block scales (ggml's, in column order)
 // and [n][k / 256] fp16 d; fp8 [ceil(n / 128)][ceil(k / 128)] fp32 scales, one per block of 128
@@ -54,16 +58,17 @@
 
 namespace kiln {
 
-enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8, bf16_packed };
-constexpr int kMatrixFormats = 10;
+enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8, bf16_packed, q5_1, q5_k };
+constexpr int kMatrixFormats = 12;
 
 // The quantized formats (GGUF's blocks, FP8); bf16_packed holds bf16 values, as the file's.
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32 && f != MatrixFormat::bf16_packed;
 }
-// The block formats the fast CPU backend reads (FP8 is the GPU's only).
+// The block formats the fast CPU backend reads (FP8, Q5_1 and Q5_K are the GPU's only: the CPU
+// requantizes Q5_1 and Q5_K to Q8_0).
 KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
-  return is_block_format(f) && f != MatrixFormat::fp8;
+  return is_block_format(f) && f != MatrixFormat::fp8 && f != MatrixFormat::q5_1 && f != MatrixFormat::q5_k;
 }
 
 struct GpuMatrix {
@@ -108,18 +113,23 @@ using Matrix = typename MatrixOf<T>::type;
 constexpr int kQuantBlockValues = 32;  // values per block (ggml's QK8_0, QK4_0)
 constexpr int kQuantGroupBytes = 64;   // quant bytes of one row's group: 4 lanes × 16 bytes
 
-KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
-  return f == MatrixFormat::q4_0 || f == MatrixFormat::q4_1 || f == MatrixFormat::q5_0 || f == MatrixFormat::q4_k ||
-                 f == MatrixFormat::q6_k
-             ? 4
-             : 2;
+KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) { return f == MatrixFormat::q8_0 || f == MatrixFormat::fp8 ? 2 : 4; }
+
+// The formats of ggml's 256-value super-blocks, whose scales are per 32 (Q4_K, Q5_K) or 16 values
+// (Q6_K) under a super-block's d.
+KILN_HOST_DEVICE constexpr bool is_k_quant(MatrixFormat f) {
+  return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k || f == MatrixFormat::q6_k;
+}
+// The formats of 5-bit quants: a 4-bit nibble each where Q4_0 / Q4_K keep it, the fifth bits apart.
+KILN_HOST_DEVICE constexpr bool has_fifth_bits(MatrixFormat f) {
+  return f == MatrixFormat::q5_0 || f == MatrixFormat::q5_1 || f == MatrixFormat::q5_k;
 }
 
-constexpr int kQ4kSuperValues = 256;  // values of a Q4_K / Q6_K super-block (ggml's QK_K)
-constexpr int kQ4kHeaderBytes = 16;   // its d, dmin and packed sub-block scales
+constexpr int kQ4kSuperValues = 256;  // values of a Q4_K / Q5_K / Q6_K super-block (ggml's QK_K)
+constexpr int kQ4kHeaderBytes = 16;   // Q4_K's and Q5_K's d, dmin and packed sub-block scales
 constexpr int kQ6kHighGroupBytes = 32;  // a Q6_K row's high bits of one group: 4 lanes × 8 bytes
 constexpr int kQ6kScaleBytes = 16;      // a Q6_K super-block's int8 sub-block scales
-constexpr int kQ5HighGroupBytes = 16;   // a Q5_0 row's fifth bits of one group: 4 lanes × 4 bytes
+constexpr int kQ5HighGroupBytes = 16;   // a Q5_0 / Q5_1 / Q5_K row's fifth bits of one group: 4 lanes × 4 bytes
 
 // Groups per row of k values.
 KILN_HOST_DEVICE constexpr long long quant_row_groups(MatrixFormat f, long long k) {
@@ -132,21 +142,21 @@ KILN_HOST_DEVICE constexpr long long quant_scales_offset(MatrixFormat f, long lo
   return n * quant_row_groups(f, k) * kQuantGroupBytes;
 }
 
-// Q6_K's areas after its high bits (which start at quant_scales_offset): the sub-block scales, then d.
-KILN_HOST_DEVICE constexpr long long q6k_scales_offset(long long n, long long k) {
-  return quant_scales_offset(MatrixFormat::q6_k, n, k) + n * quant_row_groups(MatrixFormat::q6_k, k) * kQ6kHighGroupBytes;
+// Where the areas after the quants' high bits (which start at quant_scales_offset) begin: the fp16
+// block scales of Q8_0, Q4_0, Q4_1 (with their mins), Q5_0 and Q5_1; Q4_K's and Q5_K's headers;
+// Q6_K's sub-block scales (then its d).
+KILN_HOST_DEVICE constexpr long long quant_after_high_offset(MatrixFormat f, long long n, long long k) {
+  const int high = has_fifth_bits(f) ? kQ5HighGroupBytes : f == MatrixFormat::q6_k ? kQ6kHighGroupBytes : 0;
+  return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * high;
 }
 KILN_HOST_DEVICE constexpr long long q6k_d_offset(long long n, long long k) {
-  return q6k_scales_offset(n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
+  return quant_after_high_offset(MatrixFormat::q6_k, n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
 }
 
-// Where the fp16 block scales of Q8_0, Q4_0, Q4_1 (with their mins) and Q5_0 start: after Q5_0's
-// fifth bits, else where the quants end.
-KILN_HOST_DEVICE constexpr long long quant_block_scales_offset(MatrixFormat f, long long n, long long k) {
-  return quant_scales_offset(f, n, k) + (f == MatrixFormat::q5_0 ? n * quant_row_groups(f, k) * kQ5HighGroupBytes : 0);
+// Bytes a block's scale takes there: Q4_1's and Q5_1's min comes with its d.
+KILN_HOST_DEVICE constexpr int quant_block_scale_bytes(MatrixFormat f) {
+  return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 ? 4 : 2;
 }
-// Bytes a block's scale takes there: Q4_1's min comes with its d.
-KILN_HOST_DEVICE constexpr int quant_block_scale_bytes(MatrixFormat f) { return f == MatrixFormat::q4_1 ? 4 : 2; }
 
 // FP8's scale blocks (rows × columns), and the scales of an [n, k] matrix: they start at
 // quant_scales_offset, block row (r / 128)'s (k + 127) / 128 of them one after another.
@@ -172,10 +182,12 @@ KILN_HOST_DEVICE constexpr long long fp8_row_bytes(long long k) {
 // Bytes an [n, k] matrix takes on the GPU in format f.
 KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::bf16) return n * k * 2;
-  if (f == MatrixFormat::q4_k) return quant_scales_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
+  if (f == MatrixFormat::q4_k || f == MatrixFormat::q5_k) {
+    return quant_after_high_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
+  }
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
   if (f == MatrixFormat::fp8) return quant_scales_offset(f, n, k) + fp8_scale_count(n, k) * 4;
-  return quant_block_scales_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * quant_block_scale_bytes(f);
+  return quant_after_high_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * quant_block_scale_bytes(f);
 }
 
 // ... and a GpuMatrix of n rows, both its parts where it has two (a decode step reads them all).

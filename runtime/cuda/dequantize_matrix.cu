@@ -19,33 +19,13 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
   const auto* data = static_cast<const unsigned char*>(matrix.data);
   const long long chunks = static_cast<long long>(n) * quant_row_groups(matrix.format, k) * 4;
   const unsigned blocks = static_cast<unsigned>((chunks + 255) / 256);
-  switch (matrix.format) {
-    case MatrixFormat::bf16:
-    case MatrixFormat::f32: fail("internal: dequantize_matrix of a ", static_cast<int>(matrix.format), " matrix on the GPU");
-    case MatrixFormat::fp8:
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::fp8><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
-    case MatrixFormat::q8_0:
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q8_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
-    case MatrixFormat::q4_0:
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
-    case MatrixFormat::q4_1:
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_1><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
-    case MatrixFormat::q5_0:
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q5_0><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
-    case MatrixFormat::q4_k:
-      if (k % kQ4kSuperValues != 0) fail("internal: dequantize_matrix of a Q4_K matrix of rows of ", k, " values");
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q4_k><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
-    case MatrixFormat::q6_k:
-      if (k % kQ4kSuperValues != 0) fail("internal: dequantize_matrix of a Q6_K matrix of rows of ", k, " values");
-      kiln::detail::dequantize_matrix_kernel<MatrixFormat::q6_k><<<blocks, 256, 0, stream>>>(data, out, n, k);
-      break;
+  if (is_k_quant(matrix.format) && k % kQ4kSuperValues != 0) {
+    fail("internal: dequantize_matrix of a K-quant matrix (format ", static_cast<int>(matrix.format), ") of rows of ", k, " values");
   }
+  const bool known = kiln::detail::with_block_format<0>(matrix.format, [&](auto f) {
+    kiln::detail::dequantize_matrix_kernel<decltype(f)::value><<<blocks, 256, 0, stream>>>(data, out, n, k);
+  });
+  if (!known) fail("internal: dequantize_matrix of a ", static_cast<int>(matrix.format), " matrix on the GPU");
 }
 
 }  // namespace kiln::cuda

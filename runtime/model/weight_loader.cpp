@@ -540,7 +540,8 @@ class Loader {
   // finite.
   static std::string bad_scale(GgmlType type, std::span<const std::byte> stored) {
     const size_t block_bytes = ggml_block_bytes(type);
-    const size_t halves = type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? 2 : 1;  // d (and min)
+    const size_t halves =  // d (and min)
+        type == GgmlType::Q4_1 || type == GgmlType::Q5_1 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ? 2 : 1;
     const size_t first = type == GgmlType::Q6_K ? block_bytes - 2 : 0;
     for (size_t b = 0; b * block_bytes < stored.size(); ++b) {
       for (size_t h = 0; h < halves; ++h) {
@@ -808,8 +809,8 @@ std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
   if (w.quantized == 0 && !w.lookup_blocks) return packed + rest;
   const bool fp8 = w.quantized_as[static_cast<int>(MatrixFormat::fp8)] > 0 || w.lookup_blocks == MatrixFormat::fp8;
   std::string text = fp8 && w.quantized == w.quantized_as[static_cast<int>(MatrixFormat::fp8)] ? "blocks:" : "GGUF blocks:";
-  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q4_k, MatrixFormat::q6_k,
-                         MatrixFormat::q8_0, MatrixFormat::fp8}) {
+  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q5_1, MatrixFormat::q4_k,
+                         MatrixFormat::q5_k, MatrixFormat::q6_k, MatrixFormat::q8_0, MatrixFormat::fp8}) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }

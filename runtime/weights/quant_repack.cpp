@@ -14,31 +14,32 @@ namespace kiln {
 
 namespace {
 
-// A 32-value ggml block of Q8_0, Q4_0, Q4_1 or Q5_0: fp16 d first, then Q4_1's fp16 m or Q5_0's
-// 32 fifth bits, then the quants.
-int64_t quants_at(MatrixFormat f) { return f == MatrixFormat::q4_1 ? 4 : f == MatrixFormat::q5_0 ? 6 : 2; }
+// A 32-value ggml block of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1: fp16 d first, then Q4_1's and Q5_1's
+// fp16 m, then Q5_0's and Q5_1's 32 fifth bits, then the quants.
+int64_t mins_bytes(MatrixFormat f) { return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 ? 2 : 0; }
+int64_t quants_at(MatrixFormat f) { return 2 + mins_bytes(f) + (has_fifth_bits(f) ? 4 : 0); }
 int64_t block_bytes(MatrixFormat f) { return quants_at(f) + (f == MatrixFormat::q8_0 ? 32 : 16); }
 
 // Where block b's quants for lane q start in row r, and where its scale is.
 struct BlockPlace {
   int64_t lane_bytes;  // offset of lane q's 16 bytes of the block's group, from the matrix start
-  int64_t scale;       // offset of the block's fp16 scale (Q4_1: and min; Q4_K: of its super-block's 16-byte header)
+  int64_t scale;       // offset of the block's fp16 scale (Q4_1, Q5_1: and min; Q4_K, Q5_K: of its super-block's 16-byte header)
 };
+
+bool has_super_headers(MatrixFormat f) { return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k; }
 
 BlockPlace place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
   const int64_t g = quant_group_blocks(f), groups = quant_row_groups(f, k);
   const int64_t group = b / g;
-  const int64_t scale = f == MatrixFormat::q4_k
-                            ? (r * (k / kQ4kSuperValues) + b / 8) * kQ4kHeaderBytes
-                            : quant_block_scales_offset(f, n, k) - quant_scales_offset(f, n, k) +
-                                  (r * groups * g + b) * quant_block_scale_bytes(f);
-  return {(r * groups + group) * kQuantGroupBytes + q * 16, quant_scales_offset(f, n, k) + scale};
+  const int64_t scale = has_super_headers(f) ? (r * (k / kQ4kSuperValues) + b / 8) * kQ4kHeaderBytes
+                                             : (r * groups * g + b) * quant_block_scale_bytes(f);
+  return {(r * groups + group) * kQuantGroupBytes + q * 16, quant_after_high_offset(f, n, k) + scale};
 }
 
-// Where lane q's word of Q5_0 fifth bits for row r's group of block b is (weight_matrix.hpp), and
-// the bit of the block's column 8q + i in it: pair p = i / 2 at 4 (b % 4) + p, its second column 16 higher.
-int64_t q5_high_word(int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
-  const MatrixFormat f = MatrixFormat::q5_0;
+// Where lane q's word of fifth bits (Q5_0, Q5_1, Q5_K) for row r's group of block b is
+// (weight_matrix.hpp), and the bit of the block's column 8q + i in it: pair p = i / 2 at 4 (b % 4)
+// + p, its second column 16 higher.
+int64_t q5_high_word(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
   return quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ5HighGroupBytes + q * 4;
 }
 int q5_high_shift(int64_t b, int64_t i) { return static_cast<int>(4 * (b % 4) + i / 2 + 16 * (i % 2)); }
@@ -52,6 +53,24 @@ uint8_t nibble(const std::byte* qs, int64_t c) {  // ggml Q4_0: column c < 16 lo
 // second column 16 bits higher.
 int q4_shift(int64_t i) { return static_cast<int>(4 * (i / 2) + 16 * (i % 2)); }
 
+// Block b of row r's fifth bits into their area, fifth(c) being column c's (0 or 1).
+template <typename Fifth>
+void put_fifth_bits(MatrixFormat f, std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t b, Fifth&& fifth) {
+  for (int64_t q = 0; q < 4; ++q) {
+    uint32_t high;
+    std::memcpy(&high, matrix + q5_high_word(f, n, k, r, b, q), 4);
+    for (int64_t i = 0; i < 8; ++i) high |= static_cast<uint32_t>(fifth(8 * q + i)) << q5_high_shift(b, i);
+    std::memcpy(matrix + q5_high_word(f, n, k, r, b, q), &high, 4);  // little-endian, as the GPU reads it
+  }
+}
+
+// Column 8q + i's fifth bit of block b of row r.
+int fifth_bit(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q, int64_t i) {
+  uint32_t high;
+  std::memcpy(&high, matrix + q5_high_word(f, n, k, r, b, q), 4);
+  return static_cast<int>((high >> q5_high_shift(b, i)) & 1);
+}
+
 }  // namespace
 
 std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
@@ -62,6 +81,8 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q5_0: return MatrixFormat::q5_0;
     case GgmlType::Q4_K: return MatrixFormat::q4_k;
     case GgmlType::Q6_K: return MatrixFormat::q6_k;
+    case GgmlType::Q5_1: return device == Device::gpu ? std::optional(MatrixFormat::q5_1) : std::nullopt;
+    case GgmlType::Q5_K: return device == Device::gpu ? std::optional(MatrixFormat::q5_k) : std::nullopt;
     default: return std::nullopt;
   }
 }
@@ -73,7 +94,9 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::q4_0: return "Q4_0";
     case MatrixFormat::q4_1: return "Q4_1";
     case MatrixFormat::q5_0: return "Q5_0";
+    case MatrixFormat::q5_1: return "Q5_1";
     case MatrixFormat::q4_k: return "Q4_K";
+    case MatrixFormat::q5_k: return "Q5_K";
     case MatrixFormat::q6_k: return "Q6_K";
     case MatrixFormat::fp8: return "FP8";
     case MatrixFormat::f32: return "f32";
@@ -103,18 +126,25 @@ int64_t super_blocks(GgmlType type, std::span<const std::byte> ggml_row, int64_t
   return supers;
 }
 
-// A Q4_K row: each super-block's 16-byte header (d, dmin, packed scales) into the scales area as
-// stored, its 8 sub-blocks as blocks of 4-bit quants (ggml's qs: sub-block 2i in the low nibbles of
-// bytes 32i..32i+31, sub-block 2i + 1 in their high nibbles).
-void repack_q4_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
-  const int64_t super_bytes = ggml_block_bytes(GgmlType::Q4_K), supers = super_blocks(GgmlType::Q4_K, ggml_row, n, k, r);
-  const MatrixFormat f = MatrixFormat::q4_k;
+// A Q4_K or Q5_K row: each super-block's 16-byte header (d, dmin, packed scales) into the scales
+// area as stored, its 8 sub-blocks as blocks of 4-bit quants (ggml's qs: sub-block 2i in the low
+// nibbles of bytes 32i..32i+31, sub-block 2i + 1 in their high nibbles); Q5_K's qh (32 bytes after
+// the header: bit j of byte c is sub-block j's column c's fifth bit) into the fifth bits' area.
+void repack_super_header_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
+                             std::byte* matrix) {
+  const GgmlType type = f == MatrixFormat::q5_k ? GgmlType::Q5_K : GgmlType::Q4_K;
+  const int64_t super_bytes = ggml_block_bytes(type), supers = super_blocks(type, ggml_row, n, k, r);
+  const int64_t qh_bytes = f == MatrixFormat::q5_k ? 32 : 0;
   for (int64_t sb = 0; sb < supers; ++sb) {
     const std::byte* super = ggml_row.data() + sb * super_bytes;
     std::memcpy(matrix + place(f, n, k, r, sb * 8, 0).scale, super, kQ4kHeaderBytes);
     for (int64_t j = 0; j < 8; ++j) {
-      const std::byte* qs = super + kQ4kHeaderBytes + 32 * (j / 2);
+      const std::byte* qs = super + kQ4kHeaderBytes + qh_bytes + 32 * (j / 2);
       const int64_t b = sb * 8 + j;
+      if (qh_bytes > 0) {
+        const std::byte* qh = super + kQ4kHeaderBytes;
+        put_fifth_bits(f, matrix, n, k, r, b, [&](int64_t c) { return (static_cast<uint8_t>(qh[c]) >> j) & 1; });
+      }
       for (int64_t q = 0; q < 4; ++q) {
         const uint32_t word = lane_word(q, [&](int64_t c) {
           const auto v = static_cast<uint8_t>(qs[c]);
@@ -157,7 +187,7 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
   const int64_t super_bytes = ggml_block_bytes(GgmlType::Q6_K), supers = super_blocks(GgmlType::Q6_K, ggml_row, n, k, r);
   for (int64_t sb = 0; sb < supers; ++sb) {
     const std::byte* super = ggml_row.data() + sb * super_bytes;
-    std::memcpy(matrix + q6k_scales_offset(n, k) + (r * supers + sb) * kQ6kScaleBytes, super + 192, kQ6kScaleBytes);
+    std::memcpy(matrix + quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + sb) * kQ6kScaleBytes, super + 192, kQ6kScaleBytes);
     std::memcpy(matrix + q6k_d_offset(n, k) + (r * supers + sb) * 2, super + 208, 2);
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t b = sb * 8 + j;
@@ -180,9 +210,10 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
 
 void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
                 std::byte* matrix) {
-  if (f == MatrixFormat::q4_k) return repack_q4_k_row(ggml_row, n, k, r, matrix);
+  if (has_super_headers(f)) return repack_super_header_row(f, ggml_row, n, k, r, matrix);
   if (f == MatrixFormat::q6_k) return repack_q6_k_row(ggml_row, n, k, r, matrix);
-  if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0 && f != MatrixFormat::q4_1 && f != MatrixFormat::q5_0) {
+  if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0 && f != MatrixFormat::q4_1 && f != MatrixFormat::q5_0 &&
+      f != MatrixFormat::q5_1) {
     fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
   }
   const int64_t blocks = k / kQuantBlockValues;
@@ -204,13 +235,11 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
       }
       const uint32_t word = lane_word(q, [&](int64_t c) { return nibble(qs, c); });
       std::memcpy(matrix + p.lane_bytes + in_group * 4, &word, 4);  // little-endian, as the GPU reads it
-      if (f == MatrixFormat::q5_0) {  // ggml's qh: bit c is column c's fifth bit
-        uint32_t qh, high;
-        std::memcpy(&qh, block + 2, 4);
-        std::memcpy(&high, matrix + q5_high_word(n, k, r, b, q), 4);
-        for (int64_t i = 0; i < 8; ++i) high |= ((qh >> (8 * q + i)) & 1u) << q5_high_shift(b, i);
-        std::memcpy(matrix + q5_high_word(n, k, r, b, q), &high, 4);
-      }
+    }
+    if (has_fifth_bits(f)) {  // ggml's qh, before the quants: bit c is column c's fifth bit
+      uint32_t qh;
+      std::memcpy(&qh, qs - 4, 4);
+      put_fifth_bits(f, matrix, n, k, r, b, [&](int64_t c) { return (qh >> c) & 1u; });
     }
   }
 }
@@ -284,7 +313,7 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
       if (f == MatrixFormat::q4_1) std::memcpy(rec + cpu_mins_at(f) + width * lane, block + 2, 2);  // fp16 m
       uint32_t fifth = 0;                                                                            // Q5_0's qh
       if (f == MatrixFormat::q5_0) std::memcpy(&fifth, block + 2, 4);
-      const std::byte* qs = block + (f == MatrixFormat::q4_1 ? 4 : f == MatrixFormat::q5_0 ? 6 : 2);
+      const std::byte* qs = block + quants_at(f);
       for (int c = 0; c < kQuantBlockValues; ++c) {
         q[c] = f == MatrixFormat::q8_0 ? static_cast<int8_t>(qs[c]) : nibble(qs, c) | (((fifth >> c) & 1) << 4);
       }
@@ -397,18 +426,19 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
     std::memcpy(&lo, matrix + at.lo_word, 4);
     std::memcpy(&hi, matrix + at.hi_word, 4);
     const int u = static_cast<int>(((lo >> at.lo_shift) & 0x0F) | (((hi >> at.hi_shift) & 3) << 4));
-    const auto sc = static_cast<int8_t>(matrix[q6k_scales_offset(n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16]);
+    const auto sc = static_cast<int8_t>(matrix[quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16]);
     float d = 0.0f;
     f16_elements_to_f32(matrix + q6k_d_offset(n, k) + (r * supers + c / 256) * 2, std::span<float>(&d, 1));
     return d * static_cast<float>(sc) * static_cast<float>(u - 32);
   }
   const int64_t b = c / kQuantBlockValues, q = (c % kQuantBlockValues) / 8, i = c % 8;
   const BlockPlace p = place(f, n, k, r, b, q);
-  if (f == MatrixFormat::q4_k) {  // d·sc · nibble - dmin·m, as ggml's dequantize_row_q4_K
+  const int fifth = has_fifth_bits(f) ? fifth_bit(f, matrix, n, k, r, b, q, i) << 4 : 0;
+  if (has_super_headers(f)) {  // d·sc · u - dmin·m, as ggml's dequantize_row_q4_K / _q5_K
     const SubBlockScale s = q4_k_sub_block(matrix + p.scale, static_cast<size_t>(b % 8));
     uint32_t word;
     std::memcpy(&word, matrix + p.lane_bytes + (b % 4) * 4, 4);
-    return s.scale * static_cast<float>((word >> q4_shift(i)) & 0x0F) - s.min;
+    return s.scale * static_cast<float>(((word >> q4_shift(i)) & 0x0F) | fifth) - s.min;
   }
   float scale = 0.0f;
   f16_elements_to_f32(matrix + p.scale, std::span<float>(&scale, 1));
@@ -418,14 +448,9 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
   }
   uint32_t word;
   std::memcpy(&word, matrix + p.lane_bytes + in_group * 4, 4);
-  const int nib = static_cast<int>((word >> q4_shift(i)) & 0x0F);
-  if (f == MatrixFormat::q4_1) return static_cast<float>(nib) * scale + f16_value(matrix + p.scale + 2);  // n · d + m
-  if (f == MatrixFormat::q5_0) {  // (u - 16) · d
-    uint32_t high;
-    std::memcpy(&high, matrix + q5_high_word(n, k, r, b, q), 4);
-    return static_cast<float>((nib | static_cast<int>(((high >> q5_high_shift(b, i)) & 1) << 4)) - 16) * scale;
-  }
-  return static_cast<float>(nib - 8) * scale;
+  const int u = static_cast<int>((word >> q4_shift(i)) & 0x0F) | fifth;
+  if (mins_bytes(f) > 0) return static_cast<float>(u) * scale + f16_value(matrix + p.scale + 2);  // u · d + m
+  return static_cast<float>(u - (f == MatrixFormat::q5_0 ? 16 : 8)) * scale;
 }
 
 }  // namespace kiln

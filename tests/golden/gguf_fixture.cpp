@@ -54,21 +54,28 @@ std::vector<std::byte> quantize_q8_0(const std::vector<float>& x) {
   return out;
 }
 
-// ggml's quantize_row_q4_1_ref: per 32 values d = (max - min) / 15, q = min(15, (int8)((x - min) / d
-// + 0.5)) (0..15, value q · d + min), d and min stored as f16.
-std::vector<std::byte> quantize_q4_1(const std::vector<float>& x) {
+// ggml's quantize_row_q4_1_ref (bits 4) and quantize_row_q5_1_ref (bits 5): per 32 values d = (max -
+// min) / (2^bits - 1), q = (x - min) / d + 0.5 truncated (Q4_1: at most 15; value q · d + min), d and
+// min stored as f16; Q5_1's fifth bits of values j and j + 16 then as bits j and j + 16 of qh.
+std::vector<std::byte> quantize_with_min(const std::vector<float>& x, int bits) {
+  const int top = (1 << bits) - 1;
   std::vector<std::byte> out;
   for (size_t b = 0; b < x.size(); b += 32) {
     const auto [lo, hi] = std::minmax_element(x.begin() + b, x.begin() + b + 32);
-    const float min = *lo, d = (*hi - min) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const float min = *lo, d = (*hi - min) / static_cast<float>(top), id = d != 0 ? 1.0f / d : 0.0f;
     for (const uint16_t h : {f32_to_f16(d), f32_to_f16(min)}) {
       out.push_back(std::byte(h & 0xff));
       out.push_back(std::byte(h >> 8));
     }
     const auto q = [&](size_t i) {
-      return static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>((x[b + i] - min) * id + 0.5f))));
+      return std::min(top, static_cast<int>(static_cast<uint8_t>(static_cast<int8_t>((x[b + i] - min) * id + 0.5f))));
     };
-    for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>(q(j) | q(j + 16) << 4)));
+    if (bits == 5) {
+      uint32_t qh = 0;
+      for (size_t j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q(j) >> 4) & 1) << j;
+      for (int i = 0; i < 4; ++i) out.push_back(std::byte(static_cast<uint8_t>(qh >> (8 * i))));
+    }
+    for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>((q(j) & 0x0F) | (q(j + 16) & 0x0F) << 4)));
   }
   return out;
 }
@@ -302,7 +309,8 @@ std::vector<std::byte> fixture_as_gguf(const ModelDef& model, const TensorSource
     g.tensor(t.name, std::move(ne), quantize ? type : kF32,
              !quantize           ? test::to_bytes(t.values)
              : type == kQ8_0     ? quantize_q8_0(t.values)
-             : type == kQ4_1     ? quantize_q4_1(t.values)
+             : type == kQ4_1     ? quantize_with_min(t.values, 4)
+             : type == kQ5_1     ? quantize_with_min(t.values, 5)
              : type == kQ5_0     ? quantize_q5_0(t.values)
                                  : quantize_q4_0(t.values));
   }

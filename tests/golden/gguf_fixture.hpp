@@ -18,12 +18,12 @@
 
 namespace kiln::golden {
 
-constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ8_0 = 8, kBF16 = 30;  // GGUF type ids
+constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kBF16 = 30;  // GGUF type ids
 
 enum class KvB { whole, split };
 
 // The fixture's weights (read from its safetensors, `hf`) as a GGUF image of `type` (kF32, kQ8_0,
-// kQ4_0, kQ4_1, kQ5_0 or kBF16). `rope_freqs_scale` multiplies llama3's rope_freqs.weight (0: the tensor is left out), so
+// kQ4_0, kQ4_1, kQ5_0, kQ5_1 or kBF16). `rope_freqs_scale` multiplies llama3's rope_freqs.weight (0: the tensor is left out), so
 // tests can make a file whose frequency scaling is not the model's. `kv_b`: DeepSeek-V2's layout.
 // `types_by_suffix`: matrices whose GGUF name ends with a key take that type instead, as
 // llama-quantize's mixes do (a Q4_K_M file's attn_v in Q6_K in some layers).

@@ -141,24 +141,26 @@ int64_t values_off(MatrixFormat f, const std::byte* blocks, int64_t n, int64_t k
 }  // namespace
 
 // What the CUDA backend loads (WeightFormat::gpu), checked on the host: every matrix (projection or
-// embedding table) a Q4_0, Q4_1 or Q8_0 file stores in whole blocks keeps them, holding exactly the
+// embedding table) a Q4_0, Q4_1, Q5_1 or Q8_0 file stores in whole blocks keeps them, holding exactly the
 // values the fp32 load dequantizes (a tied LM head shares the embedding's); everything else
 // (norms, rows of 144 values, MLA's kv_b, routed experts) is bf16. The counts are
 // of the matrices a decode step reads whole: an untied embedding table is not one of them.
-TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 / Q4_1 matrices in their blocks, with ggml's values") {
+TEST_CASE("the GPU's load keeps a GGUF file's Q8_0 / Q4_0 / Q4_1 / Q5_1 matrices in their blocks, with ggml's values") {
   for (const ModelDef* model : {&models::tiny_llama::model_def(), &models::tiny_smollm2::model_def(),
                                 &models::tiny_deepseek_v2::model_def()}) {
     const golden::Fixture fixture = golden::load_fixture(model->info.name);
     const auto hf = open_safetensors_source(fixture.dir);
-    for (const uint32_t type : {kQ8_0, kQ4_0, kQ4_1}) {
-      const std::string origin =
-          std::string(model->info.name) + (type == kQ8_0 ? "-Q8_0" : type == kQ4_0 ? "-Q4_0" : "-Q4_1") + ".gguf";
+    for (const uint32_t type : {kQ8_0, kQ4_0, kQ4_1, golden::kQ5_1}) {
+      const MatrixFormat want = type == kQ4_0   ? MatrixFormat::q4_0
+                                : type == kQ4_1 ? MatrixFormat::q4_1
+                                : type == kQ8_0 ? MatrixFormat::q8_0
+                                                : MatrixFormat::q5_1;
+      const std::string origin = std::string(model->info.name) + "-" + matrix_format_name(want) + ".gguf";
       const std::vector<std::byte> image = fixture_as_gguf(*model, *hf, type);  // the file views it
       const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, origin)), model->info);
       HostSink gpu_sink, f32_sink;
       const LoadedWeights kept = load_weights(*model, *gguf, WeightFormat::gpu, gpu_sink);
       const LoadedWeights f32 = load_weights(*model, *gguf, WeightFormat::f32, f32_sink);
-      const MatrixFormat want = type == kQ4_0 ? MatrixFormat::q4_0 : type == kQ4_1 ? MatrixFormat::q4_1 : MatrixFormat::q8_0;
       const auto is_tied = [&](const WeightSpec& spec, int64_t l) { return is_tied_to_another(spec, l, kept); };
       // A lookup table counts as a projection where a tied LM head reads it.
       const auto streamed = [&](const WeightSpec& spec, int64_t l) {

@@ -162,7 +162,7 @@ void check_against_reference(const ModelDef& model, const golden::Fixture& fixtu
   }
 }
 
-// A GGUF file whose matrices are Q8_0, Q4_0 or Q4_1 (the golden fixture quantized as llama-quantize
+// A GGUF file whose matrices are Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 (the golden fixture quantized as llama-quantize
 // does): on CUDA its projections keep their blocks (linear_quant.cuh) where the CPU reference
 // dequantizes them to fp32 at load.
 // `mix`: GGUF names' suffixes stored in another type (golden::fixture_as_gguf), as llama-quantize's
@@ -173,6 +173,7 @@ void check_quantized_gguf(const ModelDef& model, uint32_t type, const std::map<s
   const std::string type_name = std::string(type == golden::kQ8_0   ? "Q8_0"
                                             : type == golden::kQ4_0 ? "Q4_0"
                                             : type == golden::kQ4_1 ? "Q4_1"
+                                            : type == golden::kQ5_1 ? "Q5_1"
                                                                     : "Q5_0") +
                                 (mix.empty() ? "" : "+mix");
   const std::string origin = std::string(model.info.name) + "-" + type_name + ".gguf";
@@ -214,9 +215,9 @@ TEST_CASE("--quantize fp8 decodes FP8 on CUDA and agrees with the reference's FP
   }
 }
 
-TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1 and Q5_0 decode from their blocks on CUDA and agree with the CPU reference",
+TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 decode from their blocks on CUDA and agree with the CPU reference",
           "[golden]") {
-  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1, golden::kQ5_0}) {
+  for (uint32_t type : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1, golden::kQ5_0, golden::kQ5_1}) {
     for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
                               &models::tiny_deepseek_v2::model_def()}) {
       check_quantized_gguf(*m, type);
@@ -234,6 +235,7 @@ TEST_CASE("a GGUF file mixing block types in its stacked weights decodes from bo
     check_quantized_gguf(*m, golden::kQ4_0, {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ8_0}});
     // As a Q4_K_M file of a model whose rows take no K-quants (SmolLM2's): q and k Q5_0, v Q8_0.
     check_quantized_gguf(*m, golden::kQ5_0, {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ4_1}});
+    check_quantized_gguf(*m, golden::kQ5_1, {{"attn_v.weight", golden::kQ5_0}, {"ffn_up.weight", golden::kQ8_0}});
   }
 }
 

@@ -226,11 +226,12 @@ void check_fp8_gemv(const std::vector<int>& token_counts) {
 
 }  // namespace
 
-TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K blocks, the prefill's bf16 rows from them",
+TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks, the prefill's bf16 "
+          "rows from them",
           "[linear]") {
   const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
-  // Q4_1: Q4_0's nibbles with a min (summed as Q4_K's, with Σx); Q5_0: a fifth bit apart.
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0}) {
+  // Q4_1: Q4_0's nibbles with a min (summed as Q4_K's, with Σx); Q5_0: a fifth bit apart; Q5_1 both.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
     check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
     check_quant_gemv<llama1b::kLinearDownProj>(t, {1, 16, 64});
     check_quant_gemv<llama1b::kLinearLmHead>(t, {1, 9});
@@ -243,26 +244,19 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K b
     // (QuantGemvShape::kAllInFlight), the last row tile partial.
     check_quant_gemv<shape::linear{.n = 6008, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(t, {1, 3, 9});
   }
-  // Q4_K: rows of whole 256-value super-blocks (two groups each; k = 256 is one super-block, so
-  // every warp's steps alternate between the two halves of the packed scales).
-  const GgmlType k4 = GgmlType::Q4_K;
-  check_quant_gemv<llama1b::kLinearQkvProj>(k4, counts);
-  check_quant_gemv<llama1b::kLinearDownProj>(k4, {1, 16, 64});
-  check_quant_gemv<llama1b::kLinearLmHead>(k4, {1, 9});
-  check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k4, counts);
-  check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k4, counts);
-  check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k4, {1, 8, 33});
-  // Rows of 4096: four groups a warp, its loop unrolled (QuantGemvShape::kUnrolledGroups).
-  check_quant_gemv<shape::linear{.n = 1000, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(k4, {1, 3, 9});
-  // Q6_K: the same super-blocks, a scale per 16 columns, the quants' high bits in their own area.
-  const GgmlType k6 = GgmlType::Q6_K;
-  check_quant_gemv<llama1b::kLinearQkvProj>(k6, counts);
-  check_quant_gemv<llama1b::kLinearDownProj>(k6, {1, 16, 64});
-  check_quant_gemv<llama1b::kLinearLmHead>(k6, {1, 9});
-  check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(k6, counts);
-  check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(k6, counts);
-  check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 8, 33});
-  check_quant_gemv<shape::linear{.n = 1000, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(k6, {1, 3, 9});
+  // Q4_K, Q5_K, Q6_K: rows of whole 256-value super-blocks (two groups each; k = 256 is one
+  // super-block, so every warp's steps alternate between the two halves of the packed scales; Q6_K
+  // takes a scale per 16 columns, the quants' high bits in their own area).
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
+    check_quant_gemv<llama1b::kLinearDownProj>(t, {1, 16, 64});
+    check_quant_gemv<llama1b::kLinearLmHead>(t, {1, 9});
+    check_quant_gemv<shape::linear{.n = 40, .k = 256, .out = LinearOut::store_f32, .sms = 132}>(t, counts);
+    check_quant_gemv<shape::linear{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108}>(t, counts);
+    check_quant_gemv<shape::linear{.n = 200, .k = 14336, .out = LinearOut::store_bf16, .sms = 132}>(t, {1, 8, 33});
+    // Rows of 4096: four groups a warp, its loop unrolled (QuantGemvShape::kUnrolledGroups).
+    check_quant_gemv<shape::linear{.n = 1000, .k = 4096, .out = LinearOut::store_bf16, .sms = 132}>(t, {1, 3, 9});
+  }
 }
 
 // Where the pieces of a stacked weight come in two formats: one launch for both parts at up to 8
@@ -273,7 +267,8 @@ TEST_CASE("linear, decode: the GEMV over a matrix in two block formats, the pref
   const std::vector<int> counts = {1, 3, 8, 9, 70};
   constexpr shape::linear kQkv8b{.n = 6144, .k = 4096, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
   check_two_format_gemv<kQkv8b>(GgmlType::Q4_K, GgmlType::Q6_K, 5120, counts);  // a Q4_K_M file's qkv_proj
-  check_two_format_gemv<kQkv8b>(GgmlType::Q8_0, GgmlType::Q6_K, 4096, counts);  // Q5_K_M's (Q5_K requantized)
+  check_two_format_gemv<kQkv8b>(GgmlType::Q5_K, GgmlType::Q6_K, 5120, counts);  // a Q5_K_M file's
+  check_two_format_gemv<kQkv8b>(GgmlType::Q8_0, GgmlType::Q6_K, 4096, counts);  // a Q3_K_M file's (Q3_K requantized)
   constexpr shape::linear kOdd{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108, .stacked = true};
   check_two_format_gemv<kOdd>(GgmlType::Q4_0, GgmlType::Q4_K, 997, counts);
   check_two_format_gemv<kOdd>(GgmlType::Q6_K, GgmlType::Q8_0, 40, counts);
@@ -285,6 +280,8 @@ TEST_CASE("linear, decode: the GEMV over a matrix in two block formats, the pref
   check_two_format_gemv<kOdd>(GgmlType::Q4_1, GgmlType::Q5_0, 500, counts);  // alike: one launch
   check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q4_1, 100, counts);  // one padded group a row: one launch
   check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q8_0, 160, counts);
+  check_two_format_gemv<kOdd>(GgmlType::Q5_1, GgmlType::Q5_K, 300, counts);
+  check_two_format_gemv<kSmall>(GgmlType::Q5_1, GgmlType::Q5_0, 100, counts);
   // tiny-deepseek-v2's dense gate_up (gate Q5_0, up Q4_1) and tiny-llama's qkv (q, k Q5_0, v Q8_0).
   constexpr shape::linear kTinyGateUp{.n = 192, .k = 64, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
   check_two_format_gemv<kTinyGateUp>(GgmlType::Q5_0, GgmlType::Q4_1, 96, counts);

@@ -1,7 +1,8 @@
 // The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
-// value of a repacked Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K matrix is ggml's dequantized value, rows
-// whose block count is not a multiple of the group's are padded with zeros, and one Q4_0 word, Q5_0's
-// fifth bits and Q6_K's lane columns are checked bit by bit.
+// value of a repacked Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K matrix is ggml's
+// dequantized value, rows whose block count is not a multiple of the group's are padded with
+// zeros, and one Q4_0 word, the fifth bits of Q5_0 and Q5_K and Q6_K's lane columns are checked bit
+// by bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,14 +36,14 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
     for (int64_t c = 0; c < k; ++c) mismatches += matrix_value(f, matrix.data(), n, k, r, c) != expect[r * k + c];
   }
   CHECK(mismatches == 0);
-  if (f == MatrixFormat::q4_k || f == MatrixFormat::q6_k) return;  // whole super-blocks: no padding
+  if (is_k_quant(f)) return;  // whole super-blocks: no padding
   // The padding blocks of the last group (k / 32 not a multiple of the group's blocks) stay zero.
   const int64_t blocks = k / 32, padded = quant_row_groups(f, k) * quant_group_blocks(f);
-  const int64_t width = quant_block_scale_bytes(f);  // d, and Q4_1's m
+  const int64_t width = quant_block_scale_bytes(f);  // d, and Q4_1's and Q5_1's m
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = blocks; b < padded; ++b) {
       uint32_t scale = 0;
-      std::memcpy(&scale, matrix.data() + quant_block_scales_offset(f, n, k) + (r * padded + b) * width,
+      std::memcpy(&scale, matrix.data() + quant_after_high_offset(f, n, k) + (r * padded + b) * width,
                   static_cast<size_t>(width));
       CHECK(scale == 0);
     }
@@ -51,8 +52,9 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
 
 }  // namespace
 
-TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K rows keep ggml's values in the GPU layout", "[weights]") {
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0}) {
+TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K rows keep ggml's values in the GPU layout",
+          "[weights]") {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
     check_round_trip(type, 1, 32);    // one block: a group padded
     check_round_trip(type, 3, 96);    // 3 blocks: Q8_0 pads 1, Q4_0 pads 1
     check_round_trip(type, 5, 576);   // SmolLM2's hidden size: 18 blocks (Q4_0 pads 2)
@@ -61,6 +63,9 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K rows keep ggml's 
   check_round_trip(GgmlType::Q4_K, 1, 256);  // one super-block: both halves of its packed scales
   check_round_trip(GgmlType::Q4_K, 7, 1536);
   check_round_trip(GgmlType::Q4_K, 17, 2048);
+  check_round_trip(GgmlType::Q5_K, 1, 256);
+  check_round_trip(GgmlType::Q5_K, 7, 1536);
+  check_round_trip(GgmlType::Q5_K, 17, 2048);
   check_round_trip(GgmlType::Q6_K, 1, 256);
   check_round_trip(GgmlType::Q6_K, 7, 1536);  // 6 super-blocks: 12 groups
   check_round_trip(GgmlType::Q6_K, 17, 2048);
@@ -78,7 +83,12 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K rows keep ggml's 
   CHECK(matrix_format_of(GgmlType::Q4_1, Device::gpu) == MatrixFormat::q4_1);
   CHECK(matrix_format_of(GgmlType::Q4_1, Device::cpu) == MatrixFormat::q4_1);
   CHECK(matrix_format_of(GgmlType::Q5_0, Device::gpu) == MatrixFormat::q5_0);
-  CHECK(!matrix_format_of(GgmlType::Q5_1, Device::gpu));  // requantized to Q8_0
+  CHECK(matrix_bytes(MatrixFormat::q5_1, 576, 1536) == 576LL * 1536 / 32 * 24);
+  CHECK(matrix_bytes(MatrixFormat::q5_k, 4096, 14336) == 4096LL * 14336 / 256 * 176);
+  CHECK(matrix_format_of(GgmlType::Q5_1, Device::gpu) == MatrixFormat::q5_1);
+  CHECK(matrix_format_of(GgmlType::Q5_K, Device::gpu) == MatrixFormat::q5_k);
+  CHECK(!matrix_format_of(GgmlType::Q5_1, Device::cpu));  // requantized to Q8_0 there
+  CHECK(!matrix_format_of(GgmlType::Q3_K, Device::gpu));
 }
 
 TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {

@@ -79,15 +79,17 @@ std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k
   const size_t block_bytes = ggml_block_bytes(type);
   std::vector<std::byte> out =
       random_scaled_blocks(block_bytes, rows, k, seed, static_cast<int64_t>(ggml_block_size(type)));
-  if (type == GgmlType::Q4_1) {  // m = -d · u, u in [0, 16) from the random byte there: a block's values span zero
+  if (type == GgmlType::Q4_1 || type == GgmlType::Q5_1) {
+    // m = -d · u, u in [0, 16) (Q5_1: [0, 32)) from the random byte there: a block's values span zero
+    const float per_byte = type == GgmlType::Q4_1 ? 1.0f / 16.0f : 1.0f / 8.0f;
     for (size_t b = 0; b < out.size(); b += block_bytes) {
       uint16_t d;
       std::memcpy(&d, out.data() + b, 2);
-      const uint16_t m = f32_to_f16(-f16_to_f32(d) * static_cast<float>(static_cast<uint8_t>(out[b + 2])) / 16.0f);
+      const uint16_t m = f32_to_f16(-f16_to_f32(d) * static_cast<float>(static_cast<uint8_t>(out[b + 2])) * per_byte);
       std::memcpy(out.data() + b + 2, &m, 2);
     }
   }
-  if (type == GgmlType::Q4_K) {
+  if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) {
     for (size_t b = 0; b < out.size(); b += block_bytes) {
       out[b + 2] = std::byte{0x1F};  // dmin: fp16 0.0100 (0x211F); the sub-blocks' 6-bit mins vary
       out[b + 3] = std::byte{0x21};
