@@ -88,7 +88,8 @@ template <shape::embed S>
 void embed(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream) {
   if (tokens <= 0) return;
   const bool blocks = detail::with_block_format<S.dim>(table.format, [&](auto f) {
-    detail::launch_embed_quant<S.vocab, S.dim, decltype(f)::value>(token_ids, table.data, x, rank * S.vocab, tokens, stream);
+    detail::launch_embed_quant<S.vocab, S.dim, decltype(f)::value>(token_ids, table.data, x, rank * S.vocab, tokens,
+                                                                   stream);
   });
   if (blocks) return;
   embed<S>(token_ids, static_cast<const bf16*>(table.data), x, rank, tokens, stream);

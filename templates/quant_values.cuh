@@ -218,7 +218,9 @@ struct QuantValues<MatrixFormat::q5_0> : Fp16GroupOf4Scales<MatrixFormat::q5_0>,
 
 // Q5_1: Q4_1's pairs of scales, its quants 128 + u (FifthBits) as Q4_1's are 128 + n.
 template <>
-struct QuantValues<MatrixFormat::q5_1> : WholeBlocks, Fp16PairScales<MatrixFormat::q5_1>, FifthBits<MatrixFormat::q5_1> {
+struct QuantValues<MatrixFormat::q5_1> : WholeBlocks,
+                                         Fp16PairScales<MatrixFormat::q5_1>,
+                                         FifthBits<MatrixFormat::q5_1> {
   static constexpr bool kHighBits = true;
   using High = unsigned;
   __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) { return offset_block(raw, h, b); }
@@ -262,7 +264,9 @@ struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles, SuperBlo
 
 // Q5_K: Q4_K's headers, its quants 128 + u (FifthBits) as Q4_K's are 128 + n.
 template <>
-struct QuantValues<MatrixFormat::q5_k> : WholeBlocks, SuperBlockHeaderScales<MatrixFormat::q5_k>, FifthBits<MatrixFormat::q5_k> {
+struct QuantValues<MatrixFormat::q5_k> : WholeBlocks,
+                                         SuperBlockHeaderScales<MatrixFormat::q5_k>,
+                                         FifthBits<MatrixFormat::q5_k> {
   static constexpr bool kHighBits = true;
   using High = unsigned;
   __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) { return offset_block(raw, h, b); }
@@ -316,7 +320,9 @@ struct QuantValues<MatrixFormat::q6_k> {
     const unsigned h = b < 2 ? high.x : high.y;
     return b % 2 == 0 ? pairs<0>(w, h) : pairs<1>(w, h);
   }
-  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, const High& high, int b) { return block(raw, high, b); }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, const High& high, int b) {
+    return block(raw, high, b);
+  }
   // The group's 8 sub-block scales d · sc (ggml's dequantize_row_q6_K multiplies d by sc first):
   // block b's columns 0..15 take out[2b], 16..31 out[2b + 1]. (Each byte as 2^23 + 128 + sc less
   // 2^23 + 128, Q4_K's way around the integer-to-float conversion, was slower: H200, the 8B LM

@@ -113,7 +113,9 @@ using Matrix = typename MatrixOf<T>::type;
 constexpr int kQuantBlockValues = 32;  // values per block (ggml's QK8_0, QK4_0)
 constexpr int kQuantGroupBytes = 64;   // quant bytes of one row's group: 4 lanes × 16 bytes
 
-KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) { return f == MatrixFormat::q8_0 || f == MatrixFormat::fp8 ? 2 : 4; }
+KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
+  return f == MatrixFormat::q8_0 || f == MatrixFormat::fp8 ? 2 : 4;
+}
 
 // The formats of ggml's 256-value super-blocks, whose scales are per 32 (Q4_K, Q5_K) or 16 values
 // (Q6_K) under a super-block's d.
@@ -187,7 +189,8 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
   }
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
   if (f == MatrixFormat::fp8) return quant_scales_offset(f, n, k) + fp8_scale_count(n, k) * 4;
-  return quant_after_high_offset(f, n, k) + n * quant_row_groups(f, k) * quant_group_blocks(f) * quant_block_scale_bytes(f);
+  return quant_after_high_offset(f, n, k) +
+         n * quant_row_groups(f, k) * quant_group_blocks(f) * quant_block_scale_bytes(f);
 }
 
 // ... and a GpuMatrix of n rows, both its parts where it has two (a decode step reads them all).

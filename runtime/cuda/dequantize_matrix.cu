@@ -20,7 +20,8 @@ void dequantize_matrix(GpuMatrix matrix, int n, int k, __nv_bfloat16* out, cudaS
   const long long chunks = static_cast<long long>(n) * quant_row_groups(matrix.format, k) * 4;
   const unsigned blocks = static_cast<unsigned>((chunks + 255) / 256);
   if (is_k_quant(matrix.format) && k % kQ4kSuperValues != 0) {
-    fail("internal: dequantize_matrix of a K-quant matrix (format ", static_cast<int>(matrix.format), ") of rows of ", k, " values");
+    fail("internal: dequantize_matrix of a K-quant matrix (format ", static_cast<int>(matrix.format), ") of rows of ", k,
+         " values");
   }
   const bool known = kiln::detail::with_block_format<0>(matrix.format, [&](auto f) {
     kiln::detail::dequantize_matrix_kernel<decltype(f)::value><<<blocks, 256, 0, stream>>>(data, out, n, k);

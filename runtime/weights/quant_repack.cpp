@@ -23,7 +23,8 @@ int64_t block_bytes(MatrixFormat f) { return quants_at(f) + (f == MatrixFormat::
 // Where block b's quants for lane q start in row r, and where its scale is.
 struct BlockPlace {
   int64_t lane_bytes;  // offset of lane q's 16 bytes of the block's group, from the matrix start
-  int64_t scale;       // offset of the block's fp16 scale (Q4_1, Q5_1: and min; Q4_K, Q5_K: of its super-block's 16-byte header)
+  int64_t scale;       // offset of the block's fp16 scale (Q4_1, Q5_1: and min; Q4_K, Q5_K: of its
+                       // super-block's 16-byte header)
 };
 
 bool has_super_headers(MatrixFormat f) { return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k; }
@@ -65,7 +66,8 @@ void put_fifth_bits(MatrixFormat f, std::byte* matrix, int64_t n, int64_t k, int
 }
 
 // Column 8q + i's fifth bit of block b of row r.
-int fifth_bit(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q, int64_t i) {
+int fifth_bit(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q,
+              int64_t i) {
   uint32_t high;
   std::memcpy(&high, matrix + q5_high_word(f, n, k, r, b, q), 4);
   return static_cast<int>((high >> q5_high_shift(b, i)) & 1);
@@ -187,7 +189,8 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
   const int64_t super_bytes = ggml_block_bytes(GgmlType::Q6_K), supers = super_blocks(GgmlType::Q6_K, ggml_row, n, k, r);
   for (int64_t sb = 0; sb < supers; ++sb) {
     const std::byte* super = ggml_row.data() + sb * super_bytes;
-    std::memcpy(matrix + quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + sb) * kQ6kScaleBytes, super + 192, kQ6kScaleBytes);
+    std::memcpy(matrix + quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + sb) * kQ6kScaleBytes,
+                super + 192, kQ6kScaleBytes);
     std::memcpy(matrix + q6k_d_offset(n, k) + (r * supers + sb) * 2, super + 208, 2);
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t b = sb * 8 + j;
@@ -426,7 +429,9 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
     std::memcpy(&lo, matrix + at.lo_word, 4);
     std::memcpy(&hi, matrix + at.hi_word, 4);
     const int u = static_cast<int>(((lo >> at.lo_shift) & 0x0F) | (((hi >> at.hi_shift) & 3) << 4));
-    const auto sc = static_cast<int8_t>(matrix[quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16]);
+    const int64_t sc_at =
+        quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16;
+    const auto sc = static_cast<int8_t>(matrix[sc_at]);
     float d = 0.0f;
     f16_elements_to_f32(matrix + q6k_d_offset(n, k) + (r * supers + c / 256) * 2, std::span<float>(&d, 1));
     return d * static_cast<float>(sc) * static_cast<float>(u - 32);
