@@ -198,11 +198,14 @@ def check_supported(cfg):
         raise Unsupported(f"rope_scaling {scaling}: only llama3 frequency scaling (DeepSeek-V2: YaRN) is written")
 
 
-def write_gguf(gguf, cfg, path, name, seed=0):
+def write_gguf(gguf, cfg, path, name, seed=0, distinct=False):
     """A GGUF of cfg's shapes with random bf16 weights: metadata as llama.cpp's converter writes it
     for this architecture, no tokenizer (tokenizer.ggml.model "none" + vocab_size: llama.cpp then
     makes vocab_size dummy tokens; llama-bench feeds random ids and never detokenizes).
-    Weights are tiles of one random 8 MiB block, written one tensor at a time. Returns the bytes written."""
+    Weights are tiles of one random 8 MiB block, written one tensor at a time. Returns the bytes written.
+    The tiles repeat rows (an 8B's LM head every 1024 rows), so that five or more tokens share the
+    top logit exactly and greedy picks among them by rounding: `distinct` rotates each tile by a
+    random offset, so that no two rows are alike (for comparing two engines' or backends' tokens)."""
     check_supported(cfg)
     arch = ARCH[cfg["model_type"]]
     H, nq = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -245,6 +248,8 @@ def write_gguf(gguf, cfg, path, name, seed=0):
             data = rng.standard_normal(shape, dtype=np.float32) * 0.02
         elif values is not None:
             data = values
+        elif dtype == "bf16" and distinct:
+            data = rotated_tiles(block, shape, rng)
         elif dtype == "bf16":
             data = np.resize(block, shape)  # the block repeated: one tensor in memory at a time
         else:
@@ -254,6 +259,16 @@ def write_gguf(gguf, cfg, path, name, seed=0):
         del data
     w.close()
     return total
+
+
+def rotated_tiles(block, shape, rng):
+    """`block` repeated to fill `shape`, each repetition rotated by its own random offset."""
+    n = math.prod(shape)
+    out = np.empty(n, dtype=block.dtype)
+    for start in range(0, n, block.size):
+        count = min(block.size, n - start)
+        out[start:start + count] = np.roll(block, int(rng.integers(1, block.size)))[:count]
+    return out.reshape(shape)
 
 
 def run_bench(llama_cpp_dir, path, ngl=99, new_tokens=NEW, depth=DEPTH, reps=5, timeout=600):
