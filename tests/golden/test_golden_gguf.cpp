@@ -321,8 +321,31 @@ TEST_CASE("the CPU's and the GPU's loads keep a BF16 GGUF file's bf16 rows as th
   }
 }
 
+// The tiny Llama fixture as a GGUF file of `type` whose layer 1 ffn_down holds an fp16 NaN at byte
+// `offset` of its block 2 (0: the scale d; 2: Q4_1's / Q5_1's min m): the load in `format` refuses
+// it, naming the tensor, the block, which of the two it is and the row.
+namespace {
+void check_nan_in_block(WeightFormat format, uint32_t type, int offset, const char* what) {
+  const ModelDef& model = models::tiny_llama::model_def();
+  const auto hf = open_safetensors_source(golden::load_fixture(model.info.name).dir);
+  std::vector<std::byte> image = fixture_as_gguf(model, *hf, type);
+  const GgufFile clean = GgufFile::parse(image, "x.gguf");
+  const GgufTensor* t = clean.find_tensor("blk.1.ffn_down.weight");
+  REQUIRE(t != nullptr);
+  const size_t at = static_cast<size_t>(t->bytes.data() - image.data()) + 2 * ggml_block_bytes(t->type) + offset;
+  image[at] = std::byte{0x00};
+  image[at + 1] = std::byte{0x7E};  // fp16 NaN
+  const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, "x.gguf")), model.info);
+  HostSink sink;
+  INFO(ggml_type_name(t->type) << " " << what);
+  CHECK_KILN_ERROR(load_weights(model, *gguf, format, sink), "x.gguf", "model.layers.1.mlp.down_proj.weight",
+                   std::string("NaN or infinite ") + what + " in block 2", "at row 0", "corrupt");
+}
+}  // namespace
+
 // A NaN block scale in a projection: the GPU's load names the tensor and the row, kept in its blocks
-// (Q8_0, Q4_1) or requantized (a qkv_proj of three runs of types: the dequantized values are checked).
+// (Q8_0, Q4_1, Q5_1: scale or min) or requantized (a qkv_proj of three runs of types: the
+// dequantized values are checked).
 TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming the tensor") {
   const ModelDef& model = models::tiny_llama::model_def();
   const auto hf = open_safetensors_source(golden::load_fixture(model.info.name).dir);
@@ -339,40 +362,18 @@ TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming
     CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::gpu, sink), "x.gguf",
                      "model.layers.1.self_attn.q_proj.weight", "NaN", "corrupt");
   }
-  for (const uint32_t type : {kQ8_0, kQ4_1}) {
-    std::vector<std::byte> image = fixture_as_gguf(model, *hf, type);
-    const GgufFile clean = GgufFile::parse(image, "x.gguf");
-    const GgufTensor* t = clean.find_tensor("blk.1.ffn_down.weight");
-    REQUIRE(t != nullptr);
-    const size_t at = static_cast<size_t>(t->bytes.data() - image.data()) + 2 * ggml_block_bytes(t->type);  // block 2
-    image[at] = std::byte{0x00};
-    image[at + 1] = std::byte{0x7E};  // fp16 NaN
-    const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, "x.gguf")), model.info);
-    HostSink sink;
-    INFO(ggml_type_name(t->type));
-    CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::gpu, sink), "x.gguf",
-                     "model.layers.1.mlp.down_proj.weight", "NaN or infinite scale in block 2", "at row 0", "corrupt");
+  for (const auto& [type, offset, what] : {std::tuple{kQ8_0, 0, "scale"}, std::tuple{kQ4_1, 0, "scale"},
+                                           std::tuple{golden::kQ5_1, 0, "scale"}, std::tuple{golden::kQ5_1, 2, "min"}}) {
+    check_nan_in_block(WeightFormat::gpu, type, offset, what);
   }
 }
 
 // The fast CPU backend keeps Q8_0 and Q4_1 blocks as stored: a NaN scale, or a NaN Q4_1 min, is
 // refused naming the tensor, the block and which of the two it is.
 TEST_CASE("the fast CPU backend's load refuses a NaN block scale or min in a GGUF projection, naming it") {
-  const ModelDef& model = models::tiny_llama::model_def();
-  const auto hf = open_safetensors_source(golden::load_fixture(model.info.name).dir);
-  for (const auto& [type, at, what] : {std::tuple{kQ8_0, 0, "scale"}, std::tuple{kQ4_1, 0, "scale"}, std::tuple{kQ4_1, 2, "min"}}) {
-    std::vector<std::byte> image = fixture_as_gguf(model, *hf, type);
-    const GgufFile clean = GgufFile::parse(image, "x.gguf");
-    const GgufTensor* t = clean.find_tensor("blk.1.ffn_down.weight");
-    REQUIRE(t != nullptr);
-    const size_t block2 = static_cast<size_t>(t->bytes.data() - image.data()) + 2 * ggml_block_bytes(t->type);
-    image[block2 + at] = std::byte{0x00};
-    image[block2 + at + 1] = std::byte{0x7E};  // fp16 NaN
-    const auto gguf = open_gguf_source(std::make_shared<const GgufFile>(GgufFile::parse(image, "x.gguf")), model.info);
-    HostSink sink;
-    INFO(ggml_type_name(t->type) << " " << what);
-    CHECK_KILN_ERROR(load_weights(model, *gguf, WeightFormat::cpu, sink), "x.gguf", "model.layers.1.mlp.down_proj.weight",
-                     std::string("NaN or infinite ") + what + " in block 2", "at row 0", "corrupt");
+  for (const auto& [type, offset, what] : {std::tuple{kQ8_0, 0, "scale"}, std::tuple{kQ4_1, 0, "scale"},
+                                           std::tuple{kQ4_1, 2, "min"}}) {
+    check_nan_in_block(WeightFormat::cpu, type, offset, what);
   }
 }
 
