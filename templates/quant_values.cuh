@@ -44,8 +44,8 @@ struct BlockScale {
 };
 
 // What the formats but Q6_K share: one scale covers a block's 32 columns, the lane's 8q..8q+7;
-// and but for the 5-bit ones a block's quants are all in the lane's 16 group bytes (no high bits
-// area: those redeclare kHighBits and High).
+// and but for the 5-bit ones (FifthBits) a block's quants are all in the lane's 16 group bytes (no
+// high bits area). A format's scales come from a part of their own (Fp16BlockScales, ...).
 struct WholeBlocks {
   static constexpr bool kHighBits = false;
   static constexpr bool kHalfScales = false;
@@ -56,7 +56,7 @@ struct WholeBlocks {
 
 // The fp16 scales of Q8_0 / Q4_0 / Q5_0: row r's of an [n, k] matrix, then group `step`'s G of them.
 template <MatrixFormat F>
-struct Fp16BlockScales : WholeBlocks {
+struct Fp16BlockScales {
   static constexpr bool kHasMin = false;
   __device__ static __forceinline__ const unsigned short* row(const unsigned char* matrix, long long n, long long k,
                                                               long long r) {
@@ -111,10 +111,13 @@ struct Offset128Nibbles : Offset128 {
   }
 };
 
-// The fifth bits of Q5_0, Q5_1 and Q5_K (weight_matrix.hpp's area after the quants): a lane's 4
-// bytes of a group, and its nibble words with them as the exact bf16 values 128 + u.
+// Whole blocks of 5-bit quants, Q5_0, Q5_1 and Q5_K: Q4_0's nibble words and their fifth bits
+// (weight_matrix.hpp's area after the quants), a lane's 4 bytes of a group, as the exact bf16 values
+// 128 + u (Offset128: Q5_1's and Q5_K's, as Q4_1's and Q4_K's are 128 + n).
 template <MatrixFormat F>
-struct FifthBits : Offset128 {
+struct FifthBits : WholeBlocks, Offset128 {
+  static constexpr bool kHighBits = true;
+  using High = unsigned;  // a lane's fifth bits of its group: 8 a block
   static constexpr int kHighGroupBytes = kQ5HighGroupBytes;
   __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
                                                                   long long r, int q) {
@@ -134,17 +137,17 @@ struct FifthBits : Offset128 {
     return make_uint4(pair<0, b>(w, h), pair<1, b>(w, h), pair<2, b>(w, h), pair<3, b>(w, h));
   }
   // Block b of a lane's group as 128 + u.
-  __device__ static __forceinline__ uint4 offset_block(const uint4& raw, unsigned h, int b) {
+  __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) {
     return b == 0 ? pairs<0>(raw.x, h) : b == 1 ? pairs<1>(raw.y, h) : b == 2 ? pairs<2>(raw.z, h) : pairs<3>(raw.w, h);
   }
   // ... and as the exact bf16 values u (dequantize_matrix): (128 + u) - 128.
-  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, unsigned h, int b) {
-    return Offset128Nibbles::minus(offset_block(raw, h, b), 0x43004300u);
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, High h, int b) {
+    return Offset128Nibbles::minus(block(raw, h, b), 0x43004300u);
   }
 };
 
 template <>
-struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<MatrixFormat::q8_0> {
+struct QuantValues<MatrixFormat::q8_0> : WholeBlocks, Fp16BlockScales<MatrixFormat::q8_0> {
   using Scales = unsigned;  // the group's 2 fp16 scales of a row
   // Two int8 (the bytes `selector` picks into the low byte of each half) as exact bf16: the low
   // 7 bits OR'ed into 128's mantissa give 128 + m; the sign bit into 128's exponent gives 128 or
@@ -168,7 +171,7 @@ struct QuantValues<MatrixFormat::q8_0> : Fp16BlockScales<MatrixFormat::q8_0> {
 };
 
 template <>
-struct QuantValues<MatrixFormat::q4_0> : Fp16GroupOf4Scales<MatrixFormat::q4_0> {
+struct QuantValues<MatrixFormat::q4_0> : WholeBlocks, Fp16GroupOf4Scales<MatrixFormat::q4_0> {
   // Nibble pair p of a word (weight_matrix.hpp's bit layout) as exact bf16: (128 + n) - 136.
   __device__ static __forceinline__ unsigned pair(unsigned w, int p) {
     return bf16x2_sub(masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u), 0x43084308u);
@@ -204,27 +207,19 @@ struct Fp16PairScales {
 template <>
 struct QuantValues<MatrixFormat::q4_1> : WholeBlocks, Offset128Nibbles, Fp16PairScales<MatrixFormat::q4_1> {};
 
-// Q5_0: Q4_0's nibbles with a fifth bit (FifthBits) as the exact bf16 values u - 16: (128 + u) -
-// 144; Q4_0's fp16 scales after the fifth bits (Fp16GroupOf4Scales).
+// Q5_0: its quants as the exact bf16 values u - 16, (128 + u) - 144, no min; Q4_0's fp16 scales
+// after the fifth bits (Fp16GroupOf4Scales).
 template <>
-struct QuantValues<MatrixFormat::q5_0> : Fp16GroupOf4Scales<MatrixFormat::q5_0>, FifthBits<MatrixFormat::q5_0> {
-  static constexpr bool kHighBits = true;
-  using High = unsigned;  // a lane's fifth bits of its group: 8 a block
+struct QuantValues<MatrixFormat::q5_0> : FifthBits<MatrixFormat::q5_0>, Fp16GroupOf4Scales<MatrixFormat::q5_0> {
   __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) {
-    return Offset128Nibbles::minus(offset_block(raw, h, b), 0x43104310u);
+    return Offset128Nibbles::minus(FifthBits::block(raw, h, b), 0x43104310u);
   }
   __device__ static __forceinline__ uint4 exact_block(const uint4& raw, High h, int b) { return block(raw, h, b); }
 };
 
-// Q5_1: Q4_1's pairs of scales, its quants 128 + u (FifthBits) as Q4_1's are 128 + n.
+// Q5_1: Q4_1's pairs of scales.
 template <>
-struct QuantValues<MatrixFormat::q5_1> : WholeBlocks,
-                                         Fp16PairScales<MatrixFormat::q5_1>,
-                                         FifthBits<MatrixFormat::q5_1> {
-  static constexpr bool kHighBits = true;
-  using High = unsigned;
-  __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) { return offset_block(raw, h, b); }
-};
+struct QuantValues<MatrixFormat::q5_1> : FifthBits<MatrixFormat::q5_1>, Fp16PairScales<MatrixFormat::q5_1> {};
 
 // The 16-byte super-block headers of Q4_K / Q5_K: a scale and a min per 32-value sub-block (a
 // block), under the super-block's d and dmin. With quants as 128 + n (Offset128), the block's
@@ -262,15 +257,9 @@ struct SuperBlockHeaderScales {
 template <>
 struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles, SuperBlockHeaderScales<MatrixFormat::q4_k> {};
 
-// Q5_K: Q4_K's headers, its quants 128 + u (FifthBits) as Q4_K's are 128 + n.
+// Q5_K: Q4_K's headers.
 template <>
-struct QuantValues<MatrixFormat::q5_k> : WholeBlocks,
-                                         SuperBlockHeaderScales<MatrixFormat::q5_k>,
-                                         FifthBits<MatrixFormat::q5_k> {
-  static constexpr bool kHighBits = true;
-  using High = unsigned;
-  __device__ static __forceinline__ uint4 block(const uint4& raw, High h, int b) { return offset_block(raw, h, b); }
-};
+struct QuantValues<MatrixFormat::q5_k> : FifthBits<MatrixFormat::q5_k>, SuperBlockHeaderScales<MatrixFormat::q5_k> {};
 
 template <>
 struct QuantValues<MatrixFormat::q6_k> {
