@@ -16,8 +16,8 @@ namespace {
 
 // A 32-value ggml block of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1: fp16 d first, then Q4_1's and Q5_1's
 // fp16 m, then Q5_0's and Q5_1's 32 fifth bits, then the quants.
-int64_t mins_bytes(MatrixFormat f) { return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 ? 2 : 0; }
-int64_t quants_at(MatrixFormat f) { return 2 + mins_bytes(f) + (has_fifth_bits(f) ? 4 : 0); }
+int64_t quants_at(MatrixFormat f) { return quant_block_scale_bytes(f) + (has_fifth_bits(f) ? 4 : 0); }
+bool has_min(MatrixFormat f) { return quant_block_scale_bytes(f) > 2; }  // Q4_1, Q5_1: the scale's d and m
 int64_t block_bytes(MatrixFormat f) { return quants_at(f) + (f == MatrixFormat::q8_0 ? 32 : 16); }
 
 // Where block b's quants for lane q start in row r, and where its scale is.
@@ -454,7 +454,7 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
   uint32_t word;
   std::memcpy(&word, matrix + p.lane_bytes + in_group * 4, 4);
   const int u = static_cast<int>((word >> q4_shift(i)) & 0x0F) | fifth;
-  if (mins_bytes(f) > 0) return static_cast<float>(u) * scale + f16_value(matrix + p.scale + 2);  // u · d + m
+  if (has_min(f)) return static_cast<float>(u) * scale + f16_value(matrix + p.scale + 2);  // u · d + m
   return static_cast<float>(u - (f == MatrixFormat::q5_0 ? 16 : 8)) * scale;
 }
 
