@@ -54,6 +54,25 @@ std::vector<std::byte> quantize_q8_0(const std::vector<float>& x) {
   return out;
 }
 
+void push_f16(std::vector<std::byte>& out, float v) {
+  const uint16_t h = f32_to_f16(v);
+  out.push_back(std::byte(h & 0xff));
+  out.push_back(std::byte(h >> 8));
+}
+
+// A block's 32 quants q(0..31) as ggml stores them after its scales: with `fifth`, first qh (the
+// fifth bits of values j and j + 16 as bits j and j + 16), then the low nibbles, value j's and j +
+// 16's in byte j.
+template <typename Quant>
+void push_quants(std::vector<std::byte>& out, Quant&& q, bool fifth) {
+  if (fifth) {
+    uint32_t qh = 0;
+    for (size_t j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q(j) >> 4) & 1) << j;
+    for (int i = 0; i < 4; ++i) out.push_back(std::byte(static_cast<uint8_t>(qh >> (8 * i))));
+  }
+  for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>((q(j) & 0x0F) | (q(j + 16) & 0x0F) << 4)));
+}
+
 // ggml's quantize_row_q4_1_ref (bits 4) and quantize_row_q5_1_ref (bits 5): per 32 values d = (max -
 // min) / (2^bits - 1), q = (x - min) / d + 0.5 truncated (Q4_1: at most 15; value q · d + min), d and
 // min stored as f16; Q5_1's fifth bits of values j and j + 16 then as bits j and j + 16 of qh.
@@ -63,19 +82,12 @@ std::vector<std::byte> quantize_with_min(const std::vector<float>& x, int bits) 
   for (size_t b = 0; b < x.size(); b += 32) {
     const auto [lo, hi] = std::minmax_element(x.begin() + b, x.begin() + b + 32);
     const float min = *lo, d = (*hi - min) / static_cast<float>(top), id = d != 0 ? 1.0f / d : 0.0f;
-    for (const uint16_t h : {f32_to_f16(d), f32_to_f16(min)}) {
-      out.push_back(std::byte(h & 0xff));
-      out.push_back(std::byte(h >> 8));
-    }
+    push_f16(out, d);
+    push_f16(out, min);
     const auto q = [&](size_t i) {
       return std::min(top, static_cast<int>(static_cast<uint8_t>(static_cast<int8_t>((x[b + i] - min) * id + 0.5f))));
     };
-    if (bits == 5) {
-      uint32_t qh = 0;
-      for (size_t j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q(j) >> 4) & 1) << j;
-      for (int i = 0; i < 4; ++i) out.push_back(std::byte(static_cast<uint8_t>(qh >> (8 * i))));
-    }
-    for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>((q(j) & 0x0F) | (q(j + 16) & 0x0F) << 4)));
+    push_quants(out, q, bits == 5);
   }
   return out;
 }
@@ -98,13 +110,8 @@ std::vector<std::byte> quantize_q4_0(const std::vector<float>& x) {
   std::vector<std::byte> out;
   for (size_t b = 0; b < x.size(); b += 32) {
     const float d = signed_amax(x, b) / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    const uint16_t h = f32_to_f16(d);
-    out.push_back(std::byte(h & 0xff));
-    out.push_back(std::byte(h >> 8));
-    for (size_t j = 0; j < 16; ++j) {
-      const auto q = [&](size_t i) { return static_cast<uint8_t>(std::min(15, static_cast<int>(x[b + i] * id + 8.5f))); };
-      out.push_back(std::byte(static_cast<uint8_t>(q(j) | q(j + 16) << 4)));
-    }
+    push_f16(out, d);
+    push_quants(out, [&](size_t i) { return std::min(15, static_cast<int>(x[b + i] * id + 8.5f)); }, false);
   }
   return out;
 }
@@ -115,14 +122,8 @@ std::vector<std::byte> quantize_q5_0(const std::vector<float>& x) {
   std::vector<std::byte> out;
   for (size_t b = 0; b < x.size(); b += 32) {
     const float d = signed_amax(x, b) / -16.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    const uint16_t h = f32_to_f16(d);
-    out.push_back(std::byte(h & 0xff));
-    out.push_back(std::byte(h >> 8));
-    const auto q = [&](size_t i) { return std::min(31, static_cast<int>(static_cast<int8_t>(x[b + i] * id + 16.5f))); };
-    uint32_t qh = 0;
-    for (size_t j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q(j) >> 4) & 1) << j;
-    for (int i = 0; i < 4; ++i) out.push_back(std::byte(static_cast<uint8_t>(qh >> (8 * i))));
-    for (size_t j = 0; j < 16; ++j) out.push_back(std::byte(static_cast<uint8_t>((q(j) & 0x0F) | (q(j + 16) & 0x0F) << 4)));
+    push_f16(out, d);
+    push_quants(out, [&](size_t i) { return std::min(31, static_cast<int>(static_cast<int8_t>(x[b + i] * id + 16.5f))); }, true);
   }
   return out;
 }

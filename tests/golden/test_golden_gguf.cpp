@@ -344,7 +344,7 @@ void check_nan_in_block(WeightFormat format, uint32_t type, int offset, const ch
 }  // namespace
 
 // A NaN block scale in a projection: the GPU's load names the tensor and the row, kept in its blocks
-// (Q8_0, Q4_1, Q5_1: scale or min) or requantized (a qkv_proj of three runs of types: the
+// (Q8_0, Q4_1, Q5_0, Q5_1: scale or min) or requantized (a qkv_proj of three runs of types: the
 // dequantized values are checked).
 TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming the tensor") {
   const ModelDef& model = models::tiny_llama::model_def();
@@ -363,7 +363,8 @@ TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming
                      "model.layers.1.self_attn.q_proj.weight", "NaN", "corrupt");
   }
   for (const auto& [type, offset, what] : {std::tuple{kQ8_0, 0, "scale"}, std::tuple{kQ4_1, 0, "scale"},
-                                           std::tuple{golden::kQ5_1, 0, "scale"}, std::tuple{golden::kQ5_1, 2, "min"}}) {
+                                           std::tuple{golden::kQ5_0, 0, "scale"}, std::tuple{golden::kQ5_1, 0, "scale"},
+                                           std::tuple{golden::kQ5_1, 2, "min"}}) {
     check_nan_in_block(WeightFormat::gpu, type, offset, what);
   }
 }
