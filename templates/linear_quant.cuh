@@ -1,6 +1,7 @@
 // The linear op over a GpuMatrix (weight_matrix.hpp): bf16 rows take linear.cuh's GEMV; Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matrices kept as the GGUF file stores them, and FP8 ones, take the GEMV below,
-// which dequantizes in registers, and the prefill's GEMM takes bf16 rows from dequantize_matrix.
+// Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K matrices kept as the GGUF file stores them, and
+// FP8 ones, take the GEMV below, which dequantizes in registers, and the prefill's GEMM takes bf16
+// rows from dequantize_matrix.
 //
 // The lane layout is linear.cuh's: a warp owns 16 rows; lane (g, q) holds rows g and g + 8 and
 // columns 8q..8q+7 of every 32-value block; one column step is a group of blocks (64 quant bytes
@@ -17,7 +18,9 @@
 // 128·d·sc) · Σx (the same value as summing ggml's dequantized weights, rounded differently).
 // Q6_K has a scale per 16 columns: its lanes hold columns 4q..4q+3 and 16+4q..16+4q+3 of a block
 // instead (weight_matrix.hpp), so that each of the block's two mmas sees one sub-block, and each
-// mma's sum takes its own scale. FP8's codes enter the mma as their exact bf16 values (E4M3 has 3
+// mma's sum takes its own scale; so do Q2_K's and Q3_K's 2-bit quants (8 blocks a group: a
+// super-block), Q2_K's as 128 + u with each half's offset d·sc·128 + dmin·m times its own Σx, and
+// Q3_K's third bits from a second area. FP8's codes enter the mma as their exact bf16 values (E4M3 has 3
 // mantissa bits), a lane's 16 bytes being 16 consecutive columns of the row (rows stay as stored,
 // for cuBLASLt), and the 128 × 128 block's scale multiplies each half's sum as a block scale would.
 #pragma once
@@ -59,7 +62,10 @@ struct QuantGemvShape {
   static constexpr int kGroupBlocks = quant_group_blocks(F);
   static constexpr int kSteps = static_cast<int>(quant_row_groups(F, kK));
   static constexpr int kTokenTileCount = kTokenTiles;
-  static constexpr bool kLongRows = kSteps >= 64;
+  // Rows of 64 groups or more; groups of 8 blocks (Q2_K's and Q3_K's: a super-block) count double
+  // (Llama-3.1-8B's down_proj 4096×14336, 56 of them, one token chained, H200, 2026-12-02: Q2_K
+  // 24.66 -> 19.95 µs with 16 splits, Q3_K 23.25 -> 20.48; bench/RESULTS.md).
+  static constexpr bool kLongRows = kSteps * (kGroupBlocks == 8 ? 2 : 1) >= 64;
   static constexpr int kWarpsN = kWarpsNSet > 0 ? kWarpsNSet : 1;
   // (Half the splits with two groups a request, for the K-quants at rows of 4096 or more, won
   // chained, one token: Q4_K gate_up 28672×4096 29.94 -> 26.30 µs, Q5_K down 4096×14336 22.49 ->
@@ -275,14 +281,24 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
   }
 }
 
+// Whether a matrix in formats F0 | F1 gets a one-launch kernel: where its tail takes more bytes a
+// value than its head, as llama-quantize's mixes bump attn_v (q | k | v: Q4_K_M's Q4_K | Q6_K,
+// Q5_K_M's Q5_K | Q6_K, Q3_K_M's Q3_K | Q5_K or Q4_K, Q2_K's Q2_K | Q4_K, and where rows are not
+// whole super-blocks their fallbacks, Q5_0 | Q8_0, Q5_1 | Q8_0). Other pairs take a launch a part
+// (the same sums): a kernel for every pair made test_linear.cu take 449 s to compile on a 2-core
+// build machine (2026-12-02).
+template <MatrixFormat F0, MatrixFormat F1>
+constexpr bool kPartsKernel = matrix_bytes(F1, 1, kQ4kSuperValues) > matrix_bytes(F0, 1, kQ4kSuperValues);
+
 // One token tile over a GpuMatrix in two formats in one launch (gemv_quant_parts_kernel), where
-// both parts' blocks are alike; false where they are not (then each part takes its own launch).
-// The token rows come from shared memory where both parts' would, else from global memory for
-// both: the same sums either way.
+// both parts' blocks are alike (and kPartsKernel); false where they are not (then each part takes
+// its own launch). The token rows come from shared memory where both parts' would, else from
+// global memory for both: the same sums either way.
 template <int kN, int kK, LinearOut kOut, MatrixFormat F0, MatrixFormat F1>
 bool launch_gemv_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutType<kOut>::type* out, int tokens,
                              cudaStream_t stream) {
-  if constexpr (F0 == F1 || QuantPassShape<kK, F0, 1, false>::kThreads != QuantPassShape<kK, F1, 1, false>::kThreads) {
+  if constexpr (!kPartsKernel<F0, F1> ||
+                QuantPassShape<kK, F0, 1, false>::kThreads != QuantPassShape<kK, F1, 1, false>::kThreads) {
     return false;
   } else {
     const auto launch = [&](auto shared) {

@@ -33,6 +33,20 @@ __device__ __forceinline__ unsigned masked_or(unsigned a, unsigned mask, unsigne
 
 __device__ __forceinline__ float half_bits_to_float(unsigned short bits) { return __half2float(__ushort_as_half(bits)); }
 
+// Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
+// add: the integer-to-float conversion runs at a quarter of the rate, and this is per sub-block).
+__device__ __forceinline__ float byte_as_float(unsigned w, int b) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<unsigned>(b))) - 8388608.0f;
+}
+
+// Lane q's high bits (weight_matrix.hpp's area after the quants, kGroupBytes a group) of row r of
+// an [n, k] matrix in format F: Q5_0's, Q5_1's and Q5_K's fifth bits, Q6_K's high two, Q3_K's third.
+template <MatrixFormat F, int kGroupBytes>
+__device__ __forceinline__ const unsigned char* high_bits_row(const unsigned char* matrix, long long n, long long k,
+                                                              long long r, int q) {
+  return matrix + quant_scales_offset(F, n, k) + r * quant_row_groups(F, k) * kGroupBytes + q * (kGroupBytes / 4);
+}
+
 // A format's blocks as the mma takes them: block b of a lane's 16 group bytes as 8 bf16 values
 // (columns 8q..8q+7 in order, packed in pairs), and the group's scales.
 template <MatrixFormat F>
@@ -121,7 +135,7 @@ struct FifthBits : WholeBlocks, Offset128 {
   static constexpr int kHighGroupBytes = kQ5HighGroupBytes;
   __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
                                                                   long long r, int q) {
-    return matrix + quant_scales_offset(F, n, k) + r * quant_row_groups(F, k) * kQ5HighGroupBytes + q * 4;
+    return high_bits_row<F, kHighGroupBytes>(matrix, n, k, r, q);
   }
   __device__ static __forceinline__ unsigned load_high(const unsigned char* p) { return load_streaming_4(p); }
   // Nibble pair p of block b's word w with the pair's fifth bits from h (at bits 4b + p and 16 + 4b
@@ -243,14 +257,8 @@ struct SuperBlockHeaderScales {
     const float dmin = half_bits_to_float(static_cast<unsigned short>(h.x >> 16));
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      const float scale = __fmul_rn(d, byte_as_float(sc, b));
-      out[b] = {scale, __fmul_rn(dmin, byte_as_float(m, b))};
+      out[b] = {__fmul_rn(d, byte_as_float(sc, b)), __fmul_rn(dmin, byte_as_float(m, b))};
     }
-  }
-  // Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
-  // add: the integer-to-float conversion runs at a quarter of the rate, and this is per sub-block).
-  __device__ static __forceinline__ float byte_as_float(unsigned w, int b) {
-    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<unsigned>(b))) - 8388608.0f;
   }
 };
 
@@ -261,13 +269,25 @@ struct QuantValues<MatrixFormat::q4_k> : WholeBlocks, Offset128Nibbles, SuperBlo
 template <>
 struct QuantValues<MatrixFormat::q5_k> : FifthBits<MatrixFormat::q5_k>, SuperBlockHeaderScales<MatrixFormat::q5_k> {};
 
-template <>
-struct QuantValues<MatrixFormat::q6_k> {
-  static constexpr bool kHasMin = false;
-  static constexpr bool kHighBits = true;   // a second area holds the quants' high 2 bits
-  static constexpr bool kHalfScales = true;  // a scale per 16 columns: one per k16 mma of a block
-  using High = uint2;                        // a lane's high bits of its group: 16 bits a block
+// The high bits of Q6_K's and Q3_K's quants (a second area, weight_matrix.hpp): 8 bytes a lane
+// of a group.
+template <MatrixFormat F>
+struct EightHighBytes {
+  static constexpr bool kHighBits = true;
+  using High = uint2;  // a lane's high bits of its group: Q6_K's 16 bits a block, Q3_K's 8
   static constexpr int kHighGroupBytes = kQ6kHighGroupBytes;
+  // Lane q's high bits of row r's groups.
+  __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
+                                                                  long long r, int q) {
+    return high_bits_row<F, kHighGroupBytes>(matrix, n, k, r, q);
+  }
+  __device__ static __forceinline__ High load_high(const unsigned char* p) { return load_streaming_8(p); }
+};
+
+template <>
+struct QuantValues<MatrixFormat::q6_k> : EightHighBytes<MatrixFormat::q6_k> {
+  static constexpr bool kHasMin = false;
+  static constexpr bool kHalfScales = true;  // a scale per 16 columns: one per k16 mma of a block
   struct Scales {
     uint2 sc;          // the group's 8 int8 sub-block scales (its super-block's half)
     unsigned short d;  // the super-block's fp16 d
@@ -281,13 +301,6 @@ struct QuantValues<MatrixFormat::q6_k> {
     return {reinterpret_cast<const uint2*>(matrix + quant_after_high_offset(MatrixFormat::q6_k, n, k)) + r * supers * 2,
             reinterpret_cast<const unsigned short*>(matrix + q6k_d_offset(n, k)) + r * supers};
   }
-  // Lane q's high bits of row r's group `step`.
-  __device__ static __forceinline__ const unsigned char* high_row(const unsigned char* matrix, long long n, long long k,
-                                                                  long long r, int q) {
-    return matrix + quant_scales_offset(MatrixFormat::q6_k, n, k) + r * quant_row_groups(MatrixFormat::q6_k, k) *
-                                                                        kQ6kHighGroupBytes + q * 8;
-  }
-  __device__ static __forceinline__ High load_high(const unsigned char* p) { return load_streaming_8(p); }
   __device__ static __forceinline__ Scales load_scales(const Row& row, int step) {
     return {__ldg(row.sc + step), __ldg(row.d + step / 2)};
   }
@@ -324,6 +337,142 @@ struct QuantValues<MatrixFormat::q6_k> {
       const int sc = static_cast<int>(w << (24 - 8 * (i % 4))) >> 24;  // the signed byte
       out[i] = {__fmul_rn(d, static_cast<float>(sc)), 0.0f};
     }
+  }
+};
+
+// The 2-bit quants of Q2_K and Q3_K (weight_matrix.hpp): a lane's 16 group bytes hold 16 bits of
+// each of the group's 8 blocks (Q6_K's lane columns: a scale per 16 columns, one per k16 mma),
+// block b's pair p at bits 8 (b % 2) + 2p and 16 + 8 (b % 2) + 2p of word b / 2.
+struct TwoBitQuants {
+  static constexpr bool kHalfScales = true;
+  // Pair p of block e of a word as the bf16 values 128 + u.
+  template <int p, int e>
+  __device__ static __forceinline__ unsigned pair(unsigned w) {
+    return masked_or(w >> (8 * e + 2 * p), 0x00030003u, 0x43004300u);
+  }
+  template <int e>
+  __device__ static __forceinline__ uint4 pairs(unsigned w) {
+    return make_uint4(pair<0, e>(w), pair<1, e>(w), pair<2, e>(w), pair<3, e>(w));
+  }
+  __device__ static __forceinline__ unsigned word(const uint4& raw, int b) {
+    return b < 2 ? raw.x : b < 4 ? raw.y : b < 6 ? raw.z : raw.w;
+  }
+};
+
+// Q2_K: value = d·sc · u - dmin·m, a 4-bit scale and min per 16 columns; the quants enter the mma as
+// 128 + u (Offset128), and each half block's offset goes with its own Σx.
+template <>
+struct QuantValues<MatrixFormat::q2_k> : TwoBitQuants, Offset128 {
+  static constexpr bool kHasMin = true;
+  static constexpr bool kHighBits = false;
+  struct High {};
+  struct Scales {
+    uint4 sc;     // the super-block's 16 bytes sc | m << 4, in column order
+    unsigned dm;  // fp16 d | fp16 dmin << 16
+  };
+  struct Row {
+    const uint4* sc;
+    const unsigned* dm;
+  };
+  __device__ static __forceinline__ Row row(const unsigned char* matrix, long long n, long long k, long long r) {
+    const long long supers = k / kQ4kSuperValues;
+    return {reinterpret_cast<const uint4*>(matrix + quant_after_high_offset(MatrixFormat::q2_k, n, k)) + r * supers,
+            reinterpret_cast<const unsigned*>(matrix + q2k_d_offset(n, k)) + r * supers};
+  }
+  __device__ static __forceinline__ Scales load_scales(const Row& row, int step) {
+    return {__ldg(row.sc + step), __ldg(row.dm + step)};
+  }
+  // Block b's two sub-block scales d·sc and mins dmin·m (ggml's dequantize_row_q2_K's dl and ml):
+  // its columns 0..15 take out[2b], 16..31 out[2b + 1].
+  __device__ static __forceinline__ void block_scales(const Scales& s, int b, BlockScale (&out)[16]) {
+    const float d = half_bits_to_float(static_cast<unsigned short>(s.dm & 0xFFFFu));
+    const float dmin = half_bits_to_float(static_cast<unsigned short>(s.dm >> 16));
+    const unsigned w = b < 2 ? s.sc.x : b < 4 ? s.sc.y : b < 6 ? s.sc.z : s.sc.w;
+#pragma unroll
+    for (int i = 2 * b; i < 2 * b + 2; ++i) {
+      out[i] = {__fmul_rn(d, byte_as_float(w & 0x0F0F0F0Fu, i % 4)),
+                __fmul_rn(dmin, byte_as_float((w >> 4) & 0x0F0F0F0Fu, i % 4))};
+    }
+  }
+  __device__ static __forceinline__ void group_scales(const Scales& s, int /*step*/, BlockScale (&out)[16]) {
+#pragma unroll
+    for (int b = 0; b < 8; ++b) block_scales(s, b, out);
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, int b) {
+    return b % 2 == 0 ? pairs<0>(word(raw, b)) : pairs<1>(word(raw, b));
+  }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, int b) {
+    return Offset128Nibbles::minus(block(raw, b), 0x43004300u);
+  }
+};
+
+// Q3_K: value = d·(sc - 32) · (u - 4), u = the 2-bit quant | its third bit << 2, a 6-bit scale per
+// 16 columns; the quants enter the mma as the exact bf16 values u - 4, (128 + u) - 132.
+template <>
+struct QuantValues<MatrixFormat::q3_k> : TwoBitQuants, EightHighBytes<MatrixFormat::q3_k> {
+  static constexpr bool kHasMin = false;
+  struct Scales {
+    uint2 low;      // the super-block's 16 scales' low 4 bits (ggml's scales bytes 0..7)
+    unsigned high;  // their high 2 bits (bytes 8..11)
+    unsigned short d;
+  };
+  struct Row {
+    const uint2* low;
+    const unsigned* high;
+    const unsigned short* d;
+  };
+  __device__ static __forceinline__ Row row(const unsigned char* matrix, long long n, long long k, long long r) {
+    const long long supers = k / kQ4kSuperValues;
+    return {reinterpret_cast<const uint2*>(matrix + quant_after_high_offset(MatrixFormat::q3_k, n, k)) + r * supers,
+            reinterpret_cast<const unsigned*>(matrix + q3k_scale_high_offset(n, k)) + r * supers,
+            reinterpret_cast<const unsigned short*>(matrix + q3k_d_offset(n, k)) + r * supers};
+  }
+  __device__ static __forceinline__ Scales load_scales(const Row& row, int step) {
+    return {__ldg(row.low + step), __ldg(row.high + step), __ldg(row.d + step)};
+  }
+  // Pair p of block b with the pair's third bits from h (bits 4 (b % 4) + p and 16 higher) as u - 4.
+  template <int p, int b>
+  __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
+    constexpr int kShift = 4 * (b % 4) + p - 2;  // the third bits to bit 2 of each half
+    const unsigned third = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    return bf16x2_sub(masked_or(third, 0x00040004u, TwoBitQuants::pair<p, b % 2>(w)), 0x43044304u);
+  }
+  template <int b>
+  __device__ static __forceinline__ uint4 pairs(const uint4& raw, const High& high) {
+    const unsigned w = word(raw, b), h = b < 4 ? high.x : high.y;
+    return make_uint4(pair<0, b>(w, h), pair<1, b>(w, h), pair<2, b>(w, h), pair<3, b>(w, h));
+  }
+  __device__ static __forceinline__ uint4 block(const uint4& raw, const High& high, int b) {
+    switch (b) {
+      case 0: return pairs<0>(raw, high);
+      case 1: return pairs<1>(raw, high);
+      case 2: return pairs<2>(raw, high);
+      case 3: return pairs<3>(raw, high);
+      case 4: return pairs<4>(raw, high);
+      case 5: return pairs<5>(raw, high);
+      case 6: return pairs<6>(raw, high);
+      default: return pairs<7>(raw, high);
+    }
+  }
+  __device__ static __forceinline__ uint4 exact_block(const uint4& raw, const High& high, int b) {
+    return block(raw, high, b);
+  }
+  // Block b's two sub-block scales d · (sc - 32) (ggml's dequantize_row_q3_K's dl), out[2b] and
+  // out[2b + 1]: sub-block i's sc has the low (i < 8) or high (i >= 8) nibble of low's byte i % 8
+  // for its low 4 bits, bits 2 (i / 4) of high's byte i % 4 for its top 2 (ggml's packing), so
+  // that sub-blocks 4j..4j+3 are the bytes of word j below.
+  __device__ static __forceinline__ void block_scales(const Scales& s, int b, BlockScale (&out)[16]) {
+    const float d = half_bits_to_float(s.d);
+    const int j = b / 2;
+    const unsigned low = j % 2 == 0 ? s.low.x : s.low.y;
+    const unsigned high = j < 2 ? s.high << (4 - 2 * j) : s.high >> (2 * j - 4);  // bits 2j, 2j + 1 to 4, 5
+    const unsigned sc = ((j < 2 ? low : low >> 4) & 0x0F0F0F0Fu) | (high & 0x30303030u);
+#pragma unroll
+    for (int i = 2 * b; i < 2 * b + 2; ++i) out[i] = {__fmul_rn(d, byte_as_float(sc, i % 4) - 32.0f), 0.0f};
+  }
+  __device__ static __forceinline__ void group_scales(const Scales& s, int /*step*/, BlockScale (&out)[16]) {
+#pragma unroll
+    for (int b = 0; b < 8; ++b) block_scales(s, b, out);
   }
 };
 
@@ -391,7 +540,7 @@ struct BoolConstant {
 };
 
 // fn(FormatConstant<F>{}) for the block format f, and true, where rows of kK values are whole
-// blocks of it (32 values; Q4_K, Q5_K and Q6_K: 256-value super-blocks); false for any other (bf16
+// blocks of it (32 values; the K-quants: 256-value super-blocks); false for any other (bf16
 // rows; the CPU's formats, which the GPU's loader never keeps) and for rows it does not cut whole,
 // so that no kernel is instantiated for them. kK = 0: rows of any length, which the caller checks.
 // kParts: a part of a matrix in two formats, which are GGUF block formats only (FP8 matrices are
@@ -414,6 +563,8 @@ bool with_block_format(MatrixFormat f, Fn&& fn) {
       case MatrixFormat::q4_k: return whole(FormatConstant<MatrixFormat::q4_k>{}, BoolConstant<kSupers>{});
       case MatrixFormat::q5_k: return whole(FormatConstant<MatrixFormat::q5_k>{}, BoolConstant<kSupers>{});
       case MatrixFormat::q6_k: return whole(FormatConstant<MatrixFormat::q6_k>{}, BoolConstant<kSupers>{});
+      case MatrixFormat::q2_k: return whole(FormatConstant<MatrixFormat::q2_k>{}, BoolConstant<kSupers>{});
+      case MatrixFormat::q3_k: return whole(FormatConstant<MatrixFormat::q3_k>{}, BoolConstant<kSupers>{});
       default: return false;
     }
   }

@@ -1,5 +1,5 @@
 // A projection weight as a backend holds it. On the GPU: bf16 rows, a GGUF block format kept
-// quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
+// quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
 // file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
@@ -33,6 +33,13 @@
 //                            c = 4q, 4q + 2, 16 + 4q, 16 + 4q + 2 for p = 0..3, so that the first
 //                            of the GEMV's two k16 mmas of a block sees columns 0..15 (one scale)
 //                            and the second 16..31. The high 2 bits of u are a second area
+//   q2_k (8 blocks a group)  2-bit quants u (0..3, value = d·sc · u - dmin·m, a scale and a min per
+//                            16 columns): a group is a whole 256-value super-block, lane q's 16
+//                            bytes 16 bits of each of its 8 blocks, in Q6_K's lane columns (4q..4q+3
+//                            and 16+4q..16+4q+3): block 2i + e in word i, pair p's first column at
+//                            bits 8e + 2p and its second at 16 + 8e + 2p (Q6_K's high bits' layout)
+//   q3_k (8 blocks a group)  as q2_k with the low 2 bits of ggml's 3-bit quants u (value = d·sc ·
+//                            (u - 4)); their third bits are a second area
 //   fp8 (2 blocks a group)   the E4M3 codes row-major (row r at r · groups · 64 bytes): lane q
 //                            holds the group's columns 16q..16q+15, its "block" b the 8 of them
 //                            from 16q + 8b, so that cuBLASLt's FP8 GEMM reads the rows as they are
@@ -45,7 +52,13 @@
 // and mins); q6_k first its high bits [n][groups] 32 bytes (lane q's 8:
 // 16 bits a block, block 2i + e in word i with pair p's first column at bits 8e + 2p and its
 // second at 16 + 8e + 2p), then [n][k / 256] 16 int8 sub-block scales (ggml's, in column order)
-// and [n][k / 256] fp16 d; fp8 [ceil(n / 128)][ceil(k / 128)] fp32 scales, one per block of 128
+// and [n][k / 256] fp16 d; q2_k [n][groups] 16 bytes of 4-bit sub-block scales and mins (ggml's
+// scales as stored: byte j is columns 16j..16j+15's sc | m << 4), then [n][groups] (fp16 d, fp16
+// dmin); q3_k first its third bits [n][groups] 32 bytes (lane q's 8: 8 bits a block, block 4i + e
+// in word i with pair p's first column at bit 4e + p and its second at 16 + 4e + p, as q5_0's
+// fifth bits), then ggml's 12 bytes of 6-bit sub-block scales as [n][groups] 8 bytes (their low
+// 4 bits, bytes 0..7) and [n][groups] 4 bytes (their high 2 bits, bytes 8..11), then [n][groups]
+// fp16 d; fp8 [ceil(n / 128)][ceil(k / 128)] fp32 scales, one per block of 128
 // rows × 128 columns (value = code · scale), as the published FP8 checkpoints store them and as
 // cuBLASLt's BLK128x128 scale mode reads them. So the matrix takes exactly the file's bytes.
 // Blocks past k (the last group of a row whose block count is not a multiple of kGroupBlocks)
@@ -58,17 +71,20 @@
 
 namespace kiln {
 
-enum class MatrixFormat : unsigned char { bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8, bf16_packed, q5_1, q5_k };
-constexpr int kMatrixFormats = 12;
+enum class MatrixFormat : unsigned char {
+  bf16, q8_0, q4_0, q4_1, f32, q5_0, q4_k, q6_k, fp8, bf16_packed, q5_1, q5_k, q2_k, q3_k
+};
+constexpr int kMatrixFormats = 14;
 
 // The quantized formats (GGUF's blocks, FP8); bf16_packed holds bf16 values, as the file's.
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32 && f != MatrixFormat::bf16_packed;
 }
-// The block formats the fast CPU backend reads (FP8, Q5_1 and Q5_K are the GPU's only: the CPU
-// requantizes Q5_1 and Q5_K to Q8_0).
+// The block formats the fast CPU backend reads (FP8, Q5_1, Q5_K, Q2_K and Q3_K are the GPU's only:
+// the CPU requantizes the GGUF ones to Q8_0).
 KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
-  return is_block_format(f) && f != MatrixFormat::fp8 && f != MatrixFormat::q5_1 && f != MatrixFormat::q5_k;
+  return is_block_format(f) && f != MatrixFormat::fp8 && f != MatrixFormat::q5_1 && f != MatrixFormat::q5_k &&
+         f != MatrixFormat::q2_k && f != MatrixFormat::q3_k;
 }
 
 struct GpuMatrix {
@@ -113,23 +129,34 @@ using Matrix = typename MatrixOf<T>::type;
 constexpr int kQuantBlockValues = 32;  // values per block (ggml's QK8_0, QK4_0)
 constexpr int kQuantGroupBytes = 64;   // quant bytes of one row's group: 4 lanes × 16 bytes
 
+// The formats of 2-bit quants in the group bytes (Q2_K; Q3_K, whose third bits are apart): a
+// lane's 16 bytes hold 8 blocks' columns.
+KILN_HOST_DEVICE constexpr bool has_two_bit_quants(MatrixFormat f) {
+  return f == MatrixFormat::q2_k || f == MatrixFormat::q3_k;
+}
+
 KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
-  return f == MatrixFormat::q8_0 || f == MatrixFormat::fp8 ? 2 : 4;
+  return f == MatrixFormat::q8_0 || f == MatrixFormat::fp8 ? 2 : has_two_bit_quants(f) ? 8 : 4;
 }
 
 // The formats of ggml's 256-value super-blocks, whose scales are per 32 (Q4_K, Q5_K) or 16 values
-// (Q6_K) under a super-block's d.
+// (Q2_K, Q3_K, Q6_K) under a super-block's d.
 KILN_HOST_DEVICE constexpr bool is_k_quant(MatrixFormat f) {
-  return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k || f == MatrixFormat::q6_k;
+  return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k || f == MatrixFormat::q6_k || has_two_bit_quants(f);
+}
+// The formats of a scale per 16 columns, whose lanes hold columns 4q..4q+3 and 16+4q..16+4q+3 of a
+// block (Q6_K's lane columns).
+KILN_HOST_DEVICE constexpr bool has_half_block_scales(MatrixFormat f) {
+  return f == MatrixFormat::q6_k || has_two_bit_quants(f);
 }
 // The formats of 5-bit quants: a 4-bit nibble each where Q4_0 / Q4_K keep it, the fifth bits apart.
 KILN_HOST_DEVICE constexpr bool has_fifth_bits(MatrixFormat f) {
   return f == MatrixFormat::q5_0 || f == MatrixFormat::q5_1 || f == MatrixFormat::q5_k;
 }
 
-constexpr int kQ4kSuperValues = 256;  // values of a Q4_K / Q5_K / Q6_K super-block (ggml's QK_K)
+constexpr int kQ4kSuperValues = 256;  // values of a K-quant super-block (ggml's QK_K)
 constexpr int kQ4kHeaderBytes = 16;   // Q4_K's and Q5_K's d, dmin and packed sub-block scales
-constexpr int kQ6kHighGroupBytes = 32;  // a Q6_K row's high bits of one group: 4 lanes × 8 bytes
+constexpr int kQ6kHighGroupBytes = 32;  // a Q6_K (or Q3_K) row's high bits of one group: 4 lanes × 8 bytes
 constexpr int kQ6kScaleBytes = 16;      // a Q6_K super-block's int8 sub-block scales
 constexpr int kQ5HighGroupBytes = 16;   // a Q5_0 / Q5_1 / Q5_K row's fifth bits of one group: 4 lanes × 4 bytes
 
@@ -146,13 +173,29 @@ KILN_HOST_DEVICE constexpr long long quant_scales_offset(MatrixFormat f, long lo
 
 // Where the areas after the quants' high bits (which start at quant_scales_offset) begin: the fp16
 // block scales of Q8_0, Q4_0, Q4_1 (with their mins), Q5_0 and Q5_1; Q4_K's and Q5_K's headers;
-// Q6_K's sub-block scales (then its d).
+// Q6_K's sub-block scales (then its d); Q2_K's scales and mins (then its d and dmin); Q3_K's
+// scales' low bits (then their high bits, then its d).
 KILN_HOST_DEVICE constexpr long long quant_after_high_offset(MatrixFormat f, long long n, long long k) {
-  const int high = has_fifth_bits(f) ? kQ5HighGroupBytes : f == MatrixFormat::q6_k ? kQ6kHighGroupBytes : 0;
+  const int high = has_fifth_bits(f)                                       ? kQ5HighGroupBytes
+                   : f == MatrixFormat::q6_k || f == MatrixFormat::q3_k ? kQ6kHighGroupBytes
+                                                                          : 0;
   return quant_scales_offset(f, n, k) + n * quant_row_groups(f, k) * high;
 }
 KILN_HOST_DEVICE constexpr long long q6k_d_offset(long long n, long long k) {
   return quant_after_high_offset(MatrixFormat::q6_k, n, k) + n * (k / kQ4kSuperValues) * kQ6kScaleBytes;
+}
+constexpr int kQ2kScaleBytes = 16;    // a Q2_K super-block's 4-bit scales and mins
+constexpr int kQ3kScaleLowBytes = 8;  // a Q3_K super-block's scales' low 4 bits ...
+constexpr int kQ3kScaleHighBytes = 4;  // ... and their high 2 bits
+// Q2_K's (fp16 d, fp16 dmin) pairs; Q3_K's scales' high bits, then its fp16 d.
+KILN_HOST_DEVICE constexpr long long q2k_d_offset(long long n, long long k) {
+  return quant_after_high_offset(MatrixFormat::q2_k, n, k) + n * (k / kQ4kSuperValues) * kQ2kScaleBytes;
+}
+KILN_HOST_DEVICE constexpr long long q3k_scale_high_offset(long long n, long long k) {
+  return quant_after_high_offset(MatrixFormat::q3_k, n, k) + n * (k / kQ4kSuperValues) * kQ3kScaleLowBytes;
+}
+KILN_HOST_DEVICE constexpr long long q3k_d_offset(long long n, long long k) {
+  return q3k_scale_high_offset(n, k) + n * (k / kQ4kSuperValues) * kQ3kScaleHighBytes;
 }
 
 // Bytes a block's scale takes there: Q4_1's and Q5_1's min comes with its d.
@@ -188,6 +231,8 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, l
     return quant_after_high_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
   }
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
+  if (f == MatrixFormat::q2_k) return q2k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 4;
+  if (f == MatrixFormat::q3_k) return q3k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
   if (f == MatrixFormat::fp8) return quant_scales_offset(f, n, k) + fp8_scale_count(n, k) * 4;
   return quant_after_high_offset(f, n, k) +
          n * quant_row_groups(f, k) * quant_group_blocks(f) * quant_block_scale_bytes(f);

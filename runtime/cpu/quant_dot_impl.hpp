@@ -642,6 +642,10 @@ inline void run(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q6_k: run_blocks<MatrixFormat::q6_k>(a); break;
     case MatrixFormat::bf16: run_bf16(a); break;
     case MatrixFormat::fp8:  // the GPU's only (is_cpu_block_format)
+    case MatrixFormat::q5_1:
+    case MatrixFormat::q5_k:
+    case MatrixFormat::q2_k:
+    case MatrixFormat::q3_k:
     case MatrixFormat::bf16_packed:  // bf16_avx512.cpp's only (linear.cpp)
     case MatrixFormat::f32: break;
   }

@@ -535,14 +535,18 @@ class Loader {
     return false;
   }
 
-  // Each block of a type kept as stored starts with its fp16 scale (Q4_1, Q4_K: then its fp16 min;
-  // Q6_K's d ends it): a NaN or Inf one poisons every logit. Says which block, or "" when all are
-  // finite.
+  // Each block of a type kept as stored starts with its fp16 scale (Q4_1, Q5_1, Q4_K, Q5_K: then its
+  // fp16 min; Q3_K's and Q6_K's d ends it, Q2_K's d and dmin): a NaN or Inf one poisons every
+  // logit. Says which block, or "" when all are finite.
   static std::string bad_scale(GgmlType type, std::span<const std::byte> stored) {
     const size_t block_bytes = ggml_block_bytes(type);
     const size_t halves =  // d (and min)
-        type == GgmlType::Q4_1 || type == GgmlType::Q5_1 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ? 2 : 1;
-    const size_t first = type == GgmlType::Q6_K ? block_bytes - 2 : 0;
+        type == GgmlType::Q4_1 || type == GgmlType::Q5_1 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
+                type == GgmlType::Q2_K
+            ? 2
+            : 1;
+    const bool at_end = type == GgmlType::Q2_K || type == GgmlType::Q3_K || type == GgmlType::Q6_K;
+    const size_t first = at_end ? block_bytes - 2 * halves : 0;
     for (size_t b = 0; b * block_bytes < stored.size(); ++b) {
       for (size_t h = 0; h < halves; ++h) {
         const std::byte* at = stored.data() + b * block_bytes + first + 2 * h;
@@ -809,8 +813,9 @@ std::string weight_formats_text(const LoadedWeights& w, const char* rest) {
   if (w.quantized == 0 && !w.lookup_blocks) return packed + rest;
   const bool fp8 = w.quantized_as[static_cast<int>(MatrixFormat::fp8)] > 0 || w.lookup_blocks == MatrixFormat::fp8;
   std::string text = fp8 && w.quantized == w.quantized_as[static_cast<int>(MatrixFormat::fp8)] ? "blocks:" : "GGUF blocks:";
-  for (MatrixFormat f : {MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0, MatrixFormat::q5_1, MatrixFormat::q4_k,
-                         MatrixFormat::q5_k, MatrixFormat::q6_k, MatrixFormat::q8_0, MatrixFormat::fp8}) {
+  for (MatrixFormat f : {MatrixFormat::q2_k, MatrixFormat::q3_k, MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0,
+                         MatrixFormat::q5_1, MatrixFormat::q4_k, MatrixFormat::q5_k, MatrixFormat::q6_k, MatrixFormat::q8_0,
+                         MatrixFormat::fp8}) {
     const int64_t n = w.quantized_as[static_cast<int>(f)];
     if (n > 0) text += std::string(text.back() == ':' ? " " : ", ") + matrix_format_name(f) + " for " + std::to_string(n);
   }

@@ -19,10 +19,11 @@ namespace kiln {
 
 // gpu: bf16, except the matrices (WeightSpec::matrix: the projections and the embedding table) a
 // GGUF file stores in blocks: those in a format the GPU reads as stored (Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K, Q6_K: templates/weight_matrix.hpp) keep their blocks; those in other block
-// types (Q2_K, Q3_K), or fused from pieces of different types, are requantized to Q8_0 (closer to
-// the file than bf16, and half its bytes), but where pieces of two formats follow each other (a
-// Q4_K_M file's qkv_proj: q and k Q4_K, v Q6_K): those keep both, in two parts (GpuMatrix::split).
+// Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: templates/weight_matrix.hpp, every block type the loader
+// dequantizes) keep their blocks; those fused from pieces of three types or more are requantized
+// to Q8_0 (closer to the file than bf16, and half its bytes), but where pieces of two formats
+// follow each other (a Q4_K_M file's qkv_proj: q and k Q4_K, v Q6_K): those keep both, in two
+// parts (GpuMatrix::split).
 // Tensor-parallel slices and F32 / F16 / BF16 tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
 // Q4_1, Q5_0, Q4_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), two

@@ -190,22 +190,12 @@ void dequantize_q2_k(const uint8_t* block, float* y) {
   }
 }
 
-// Q3_K's 16 6-bit scales from its 12 bytes: scale j's low 4 bits are the low (j < 8) or high
-// (j >= 8) nibble of byte j % 8, its top 2 bits are bits 2·(j / 4) .. +1 of byte 8 + j % 4.
-void unpack_scales_q3_k(const uint8_t* packed, int8_t* scales) {
-  for (size_t j = 0; j < 16; ++j) {
-    const uint8_t low = j < 8 ? (packed[j] & 0x0F) : (packed[j - 8] >> 4);
-    const uint8_t high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-    scales[j] = static_cast<int8_t>(low | (high << 4));
-  }
-}
-
 void dequantize_q3_k(const uint8_t* block, float* y) {
   const uint8_t* hmask = block;
   const uint8_t* q = block + 32;
   const float d = load_f16(block + 108);
-  int8_t scales[16];
-  unpack_scales_q3_k(block + 96, scales);
+  int scales[16];
+  for (size_t j = 0; j < 16; ++j) scales[j] = q3_k_scale(reinterpret_cast<const std::byte*>(block + 96), j);
   // As Q2_K's layout, with the third bit of element l of each 32-element read from bit m of
   // hmask[l] (m counting the reads, 0..7).
   size_t is = 0;
@@ -268,6 +258,13 @@ const char* dequantizable_type_names() {
 
 bool can_dequantize(GgmlType type) {
   return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || block_function(type) != nullptr;
+}
+
+int q3_k_scale(const std::byte* packed, size_t j) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(packed[i]); };
+  const uint8_t low = j < 8 ? (byte(j) & 0x0F) : (byte(j - 8) >> 4);
+  const uint8_t high = (byte(8 + j % 4) >> (2 * (j / 4))) & 3;
+  return low | (high << 4);
 }
 
 SubBlockScale q4_k_sub_block(const std::byte* block, size_t j) {

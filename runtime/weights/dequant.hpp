@@ -27,4 +27,9 @@ struct SubBlockScale {
 };
 SubBlockScale q4_k_sub_block(const std::byte* block, size_t j);
 
+// Q3_K's 6-bit scale j (0..15, 16 values each; value = d · (scale - 32) · (u - 4)) from the block's
+// 12 packed bytes: its low 4 bits are the low (j < 8) or high (j >= 8) nibble of byte j % 8, its
+// top 2 bits bits 2·(j / 4) .. +1 of byte 8 + j % 4.
+int q3_k_scale(const std::byte* packed, size_t j);
+
 }  // namespace kiln

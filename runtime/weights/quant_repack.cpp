@@ -85,6 +85,8 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q6_K: return MatrixFormat::q6_k;
     case GgmlType::Q5_1: return device == Device::gpu ? std::optional(MatrixFormat::q5_1) : std::nullopt;
     case GgmlType::Q5_K: return device == Device::gpu ? std::optional(MatrixFormat::q5_k) : std::nullopt;
+    case GgmlType::Q2_K: return device == Device::gpu ? std::optional(MatrixFormat::q2_k) : std::nullopt;
+    case GgmlType::Q3_K: return device == Device::gpu ? std::optional(MatrixFormat::q3_k) : std::nullopt;
     default: return std::nullopt;
   }
 }
@@ -100,6 +102,8 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::q4_k: return "Q4_K";
     case MatrixFormat::q5_k: return "Q5_K";
     case MatrixFormat::q6_k: return "Q6_K";
+    case MatrixFormat::q2_k: return "Q2_K";
+    case MatrixFormat::q3_k: return "Q3_K";
     case MatrixFormat::fp8: return "FP8";
     case MatrixFormat::f32: return "f32";
     case MatrixFormat::bf16_packed: return "bf16 (12-bit packed)";
@@ -158,19 +162,61 @@ void repack_super_header_row(MatrixFormat f, std::span<const std::byte> ggml_row
   }
 }
 
+// Bits of a 32-bit word of a matrix in the GPU layout (little-endian, as the GPU reads it): the
+// word's byte offset from the matrix start and the bits' lowest position.
+struct WordBits {
+  int64_t word;
+  int shift;
+};
+void or_bits(std::byte* matrix, WordBits at, uint32_t bits) {
+  uint32_t word;
+  std::memcpy(&word, matrix + at.word, 4);
+  word |= bits << at.shift;
+  std::memcpy(matrix + at.word, &word, 4);
+}
+uint32_t bits_at(const std::byte* matrix, WordBits at, uint32_t mask) {
+  uint32_t word;
+  std::memcpy(&word, matrix + at.word, 4);
+  return (word >> at.shift) & mask;
+}
+
+// Column c (0..31) of a block in Q6_K's lane columns (Q6_K, Q2_K, Q3_K): lane q = (c % 16) / 4
+// holds it as pair p = 2 (c / 16) + (c % 4) / 2, first (second = 0) or second.
+struct LaneColumn {
+  int64_t q;
+  int p, second;
+};
+LaneColumn half_scale_lane(int64_t c) {
+  return {(c % 16) / 4, static_cast<int>(2 * (c / 16) + (c % 4) / 2), static_cast<int>(c % 2)};
+}
+
 // Where column c (0..31) of block b of row r of an [n, k] Q6_K matrix lives (weight_matrix.hpp):
-// the word of its lane holding its low 4 bits and their bit, the word holding its high 2 bits and
-// theirs. Lane q = (c % 16) / 4 holds it as pair p = 2 (c / 16) + (c % 4) / 2, first or second.
+// its low 4 bits in its lane's word of the block, its high 2 in the high bits' area.
 struct Q6kBits {
-  int64_t lo_word, hi_word;  // byte offsets from the matrix start
-  int lo_shift, hi_shift;
+  WordBits lo, hi;
 };
 Q6kBits q6k_bits(int64_t n, int64_t k, int64_t r, int64_t b, int64_t c) {
   const MatrixFormat f = MatrixFormat::q6_k;
-  const int64_t q = (c % 16) / 4, p = 2 * (c / 16) + (c % 4) / 2, second = c % 2;
-  return {place(f, n, k, r, b, q).lane_bytes + (b % 4) * 4,
-          quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ6kHighGroupBytes + q * 8 + (b % 4) / 2 * 4,
-          static_cast<int>(4 * p + 16 * second), static_cast<int>(8 * (b % 2) + 2 * p + 16 * second)};
+  const LaneColumn l = half_scale_lane(c);
+  return {{place(f, n, k, r, b, l.q).lane_bytes + (b % 4) * 4, 4 * l.p + 16 * l.second},
+          {quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 4) * kQ6kHighGroupBytes + l.q * 8 +
+               (b % 4) / 2 * 4,
+           8 * static_cast<int>(b % 2) + 2 * l.p + 16 * l.second}};
+}
+
+// Where the 2-bit quant of column c (0..31) of block b of row r of an [n, k] Q2_K / Q3_K matrix
+// lives (8 blocks a group: block b % 8 of its group in word (b % 8) / 2 of the lane's 16 bytes),
+// and Q3_K's third bit (block b % 8 in word (b % 8) / 4 of the lane's 8 bytes of third bits).
+WordBits two_bit_place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t c) {
+  const LaneColumn l = half_scale_lane(c);
+  return {place(f, n, k, r, b, l.q).lane_bytes + (b % 8) / 2 * 4, 8 * static_cast<int>(b % 2) + 2 * l.p + 16 * l.second};
+}
+WordBits q3k_third_bit(int64_t n, int64_t k, int64_t r, int64_t b, int64_t c) {
+  const MatrixFormat f = MatrixFormat::q3_k;
+  const LaneColumn l = half_scale_lane(c);
+  return {quant_scales_offset(f, n, k) + (r * quant_row_groups(f, k) + b / 8) * kQ6kHighGroupBytes + l.q * 8 +
+              (b % 8) / 4 * 4,
+          4 * static_cast<int>(b % 4) + l.p + 16 * l.second};
 }
 
 // The 6-bit quant u of value v (0..255) of a ggml block_q6_K (ql[128], qh[64], int8 scales[16],
@@ -197,14 +243,45 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
       for (int64_t c = 0; c < 32; ++c) {
         const uint8_t u = q6k_quant(super, 32 * j + c);
         const Q6kBits at = q6k_bits(n, k, r, b, c);
-        for (const auto& [word_at, bits] : {std::pair{at.lo_word, static_cast<uint32_t>(u & 0x0F) << at.lo_shift},
-                                            std::pair{at.hi_word, static_cast<uint32_t>(u >> 4) << at.hi_shift}}) {
-          uint32_t word;
-          std::memcpy(&word, matrix + word_at, 4);
-          word |= bits;
-          std::memcpy(matrix + word_at, &word, 4);  // little-endian, as the GPU reads it
-        }
+        or_bits(matrix, at.lo, u & 0x0F);
+        or_bits(matrix, at.hi, u >> 4);
       }
+    }
+  }
+}
+
+// ggml's 2-bit quant of value v (0..255) of a Q2_K / Q3_K super-block's 64 bytes qs: in half h =
+// v / 128, bits 2 ((v % 128) / 32) of byte 32h + v % 32.
+uint32_t two_bit_quant(const std::byte* qs, int64_t v) {
+  return (static_cast<uint8_t>(qs[32 * (v / 128) + v % 32]) >> (2 * ((v % 128) / 32))) & 3u;
+}
+
+// A Q2_K row (ggml's block_q2_K: scales[16], qs[64], fp16 d, fp16 dmin) or a Q3_K one (hmask[32],
+// qs[64], scales[12], fp16 d): each super-block is a group, its 2-bit quants into the group
+// bytes, Q3_K's third bits (bit v / 32 of hmask[v % 32] for value v) into their area, the scales
+// (and Q2_K's mins, d and dmin; Q3_K's d) into theirs as stored.
+void repack_two_bit_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r,
+                        std::byte* matrix) {
+  const bool q3 = f == MatrixFormat::q3_k;
+  const GgmlType type = q3 ? GgmlType::Q3_K : GgmlType::Q2_K;
+  const int64_t super_bytes = ggml_block_bytes(type), supers = super_blocks(type, ggml_row, n, k, r);
+  const int64_t scales_at = quant_after_high_offset(f, n, k);
+  for (int64_t sb = 0; sb < supers; ++sb) {
+    const std::byte* super = ggml_row.data() + sb * super_bytes;
+    const int64_t at = r * supers + sb;  // the super-block's index in each scales area
+    if (q3) {
+      std::memcpy(matrix + scales_at + at * kQ3kScaleLowBytes, super + 96, kQ3kScaleLowBytes);
+      std::memcpy(matrix + q3k_scale_high_offset(n, k) + at * kQ3kScaleHighBytes, super + 104, kQ3kScaleHighBytes);
+      std::memcpy(matrix + q3k_d_offset(n, k) + at * 2, super + 108, 2);
+    } else {
+      std::memcpy(matrix + scales_at + at * kQ2kScaleBytes, super, kQ2kScaleBytes);
+      std::memcpy(matrix + q2k_d_offset(n, k) + at * 4, super + 80, 4);  // d, dmin
+    }
+    const std::byte* qs = super + (q3 ? 32 : 16);
+    for (int64_t v = 0; v < kQ4kSuperValues; ++v) {
+      const int64_t b = sb * 8 + v / 32, c = v % 32;
+      or_bits(matrix, two_bit_place(f, n, k, r, b, c), two_bit_quant(qs, v));
+      if (q3) or_bits(matrix, q3k_third_bit(n, k, r, b, c), (static_cast<uint8_t>(super[v % 32]) >> (v / 32)) & 1u);
     }
   }
 }
@@ -215,6 +292,7 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
                 std::byte* matrix) {
   if (has_super_headers(f)) return repack_super_header_row(f, ggml_row, n, k, r, matrix);
   if (f == MatrixFormat::q6_k) return repack_q6_k_row(ggml_row, n, k, r, matrix);
+  if (has_two_bit_quants(f)) return repack_two_bit_row(f, ggml_row, n, k, r, matrix);
   if (f != MatrixFormat::q8_0 && f != MatrixFormat::q4_0 && f != MatrixFormat::q4_1 && f != MatrixFormat::q5_0 &&
       f != MatrixFormat::q5_1) {
     fail("internal: repack_row of ", matrix_format_name(f), " for the GPU");
@@ -425,16 +503,33 @@ float matrix_value(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k
   if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
     const int64_t supers = k / kQ4kSuperValues;
     const Q6kBits at = q6k_bits(n, k, r, c / kQuantBlockValues, c % kQuantBlockValues);
-    uint32_t lo, hi;
-    std::memcpy(&lo, matrix + at.lo_word, 4);
-    std::memcpy(&hi, matrix + at.hi_word, 4);
-    const int u = static_cast<int>(((lo >> at.lo_shift) & 0x0F) | (((hi >> at.hi_shift) & 3) << 4));
+    const int u = static_cast<int>(bits_at(matrix, at.lo, 0x0F) | (bits_at(matrix, at.hi, 3) << 4));
     const int64_t sc_at =
         quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + c / 256) * kQ6kScaleBytes + (c % 256) / 16;
     const auto sc = static_cast<int8_t>(matrix[sc_at]);
     float d = 0.0f;
     f16_elements_to_f32(matrix + q6k_d_offset(n, k) + (r * supers + c / 256) * 2, std::span<float>(&d, 1));
     return d * static_cast<float>(sc) * static_cast<float>(u - 32);
+  }
+  if (has_two_bit_quants(f)) {  // as ggml's dequantize_row_q2_K / _q3_K: the scale d·sc first
+    const int64_t b = c / kQuantBlockValues, col = c % kQuantBlockValues;
+    const int64_t at = r * (k / kQuantBlockValues / 8) + c / kQ4kSuperValues;  // the super-block's index
+    const int64_t sub = (c % kQ4kSuperValues) / 16;                             // its sub-block of 16 values
+    const auto u = static_cast<int>(bits_at(matrix, two_bit_place(f, n, k, r, b, col), 3));
+    const std::byte* scales = matrix + quant_after_high_offset(f, n, k);
+    if (f == MatrixFormat::q2_k) {
+      const auto sc = static_cast<uint8_t>(scales[at * kQ2kScaleBytes + sub]);
+      const std::byte* dm = matrix + q2k_d_offset(n, k) + at * 4;
+      const float dl = f16_value(dm) * static_cast<float>(sc & 0x0F), ml = f16_value(dm + 2) * static_cast<float>(sc >> 4);
+      return dl * static_cast<float>(u) - ml;
+    }
+    std::byte packed[kQ3kScaleLowBytes + kQ3kScaleHighBytes];  // ggml's 12 bytes
+    std::memcpy(packed, scales + at * kQ3kScaleLowBytes, kQ3kScaleLowBytes);
+    std::memcpy(packed + kQ3kScaleLowBytes, matrix + q3k_scale_high_offset(n, k) + at * kQ3kScaleHighBytes,
+                kQ3kScaleHighBytes);
+    const float dl = f16_value(matrix + q3k_d_offset(n, k) + at * 2) * static_cast<float>(q3_k_scale(packed, sub) - 32);
+    const auto third = static_cast<int>(bits_at(matrix, q3k_third_bit(n, k, r, b, col), 1));
+    return dl * static_cast<float>(u + 4 * third - 4);
   }
   const int64_t b = c / kQuantBlockValues, q = (c % kQuantBlockValues) / 8, i = c % 8;
   const BlockPlace p = place(f, n, k, r, b, q);

@@ -264,7 +264,7 @@ void bench_two_formats() {
   std::fflush(stdout);
 }
 
-// The GEMV over Q4_0 / Q8_0 / Q4_K / Q6_K blocks (linear_quant.cuh) at one shape: the default geometry for 1, 4,
+// The GEMV over a GGUF block format (linear_quant.cuh) at one shape: the default geometry for 1, 4,
 // 16 and 64 tokens, each launch alone; then for one token "chained", back to back in a CUDA graph
 // (each launch overlapping the end of the one before, as a decode step's do), and with `sweep`
 // other splits and unrolls, chained too. Bytes: the matrix's (ggml's bytes) plus the inputs and
@@ -317,6 +317,14 @@ void bench_quant_shape(bool sweep) {
   bench_quant_variant<kN, kK, F, 1, 1, 16, 1, SH>(matrix, in, out, 1);
   bench_quant_variant<kN, kK, F, 1, 1, 16, 2, SH>(matrix, in, out, 1);
   bench_quant_variant<kN, kK, F, 1, 1, 32, 1, SH>(matrix, in, out, 1);  // 1024 threads a block
+}
+
+// Llama-3.1-8B's qkv, gate_up and down_proj in format F.
+template <MatrixFormat F>
+void bench_8b_projections(bool sweep) {
+  bench_quant_shape<6144, 4096, F>(sweep);
+  bench_quant_shape<28672, 4096, F>(sweep);
+  bench_quant_shape<4096, 14336, F>(sweep);
 }
 
 // The paged KV caches of a decode step's batch of equal contexts, one copy a layer, as many layers
@@ -642,7 +650,7 @@ int main(int argc, char** argv) {
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
-  // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0): only that format's quantized GEMVs (a short device call).
+  // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q2_K, Q3_K): only that format's quantized GEMVs (a short device call).
   // --layer-chain: a Llama-3.1-8B layer's Q8_0 and Q4_K GEMVs chained with and without its small
   // kernels (bench_layer_chain).
   // --two-formats: Llama-3.1-8B's qkv in a Q4_K_M file's two formats, one launch or two (bench_two_formats).
@@ -719,9 +727,11 @@ int main(int argc, char** argv) {
   // Llama-3.1-8B's projections (qkv, o, gate_up, down), Llama-3.2-1B's gate_up and SmolLM2's qkv.
   const auto want = [&](kiln::MatrixFormat f) { return format.empty() || format == matrix_format_name(f); };
   const kiln::MatrixFormat benched[] = {kiln::MatrixFormat::q4_0, kiln::MatrixFormat::q8_0, kiln::MatrixFormat::q4_k,
-                                        kiln::MatrixFormat::q6_k, kiln::MatrixFormat::q5_k, kiln::MatrixFormat::q5_0};
+                                        kiln::MatrixFormat::q6_k, kiln::MatrixFormat::q5_k, kiln::MatrixFormat::q5_0,
+                                        kiln::MatrixFormat::q2_k, kiln::MatrixFormat::q3_k};
   if (!format.empty() && std::none_of(std::begin(benched), std::end(benched), want)) {
-    std::fprintf(stderr, "bench_kernels: --format %s: expected Q4_0, Q8_0, Q4_K, Q6_K, Q5_K or Q5_0\n", format.c_str());
+    std::fprintf(stderr, "bench_kernels: --format %s: expected Q4_0, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q2_K or Q3_K\n",
+                 format.c_str());
     return 2;
   }
   if (want(kiln::MatrixFormat::q4_0)) {
@@ -733,9 +743,7 @@ int main(int argc, char** argv) {
     bench_quant_shape<960, 576, kiln::MatrixFormat::q4_0>(false);
   }
   if (want(kiln::MatrixFormat::q8_0)) {
-    bench_quant_shape<6144, 4096, kiln::MatrixFormat::q8_0>(sweep);
-    bench_quant_shape<28672, 4096, kiln::MatrixFormat::q8_0>(sweep);
-    bench_quant_shape<4096, 14336, kiln::MatrixFormat::q8_0>(sweep);
+    bench_8b_projections<kiln::MatrixFormat::q8_0>(sweep);
     bench_quant_shape<128256, 4096, kiln::MatrixFormat::q8_0>(false);  // the LM head as the loader held it before
   }
   if (want(kiln::MatrixFormat::q4_k)) {
@@ -749,11 +757,9 @@ int main(int argc, char** argv) {
     bench_quant_shape<4096, 14336, kiln::MatrixFormat::q6_k>(sweep);
     bench_quant_shape<128256, 4096, kiln::MatrixFormat::q6_k>(false);  // Llama-3.1-8B's LM head
   }
-  if (want(kiln::MatrixFormat::q5_k)) {
-    bench_quant_shape<6144, 4096, kiln::MatrixFormat::q5_k>(sweep);
-    bench_quant_shape<28672, 4096, kiln::MatrixFormat::q5_k>(sweep);
-    bench_quant_shape<4096, 14336, kiln::MatrixFormat::q5_k>(sweep);
-  }
+  if (want(kiln::MatrixFormat::q5_k)) bench_8b_projections<kiln::MatrixFormat::q5_k>(sweep);
+  if (want(kiln::MatrixFormat::q2_k)) bench_8b_projections<kiln::MatrixFormat::q2_k>(sweep);
+  if (want(kiln::MatrixFormat::q3_k)) bench_8b_projections<kiln::MatrixFormat::q3_k>(sweep);
   if (want(kiln::MatrixFormat::q5_0)) {
     bench_quant_shape<6144, 4096, kiln::MatrixFormat::q5_0>(false);
     bench_quant_shape<28672, 4096, kiln::MatrixFormat::q5_0>(false);

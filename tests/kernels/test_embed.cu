@@ -106,7 +106,8 @@ TEST_CASE("embed copies table rows into the fp32 residual stream", "[embed]") {
   check_embed<shape::embed{.vocab = 1000, .dim = 200}>(300, 3, 4);
 }
 
-TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks to ggml's values",
+TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K blocks to "
+          "ggml's values",
           "[embed]") {
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
     check_embed_blocks<llama1b::kEmbedTokens>(t, 1);
@@ -114,7 +115,7 @@ TEST_CASE("embed decodes a table kept in Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_
     check_embed_blocks<smollm2::kEmbedTokens>(t, 37);  // 18 blocks a row: 4-block groups pad the last
     check_embed_blocks<shape::embed{.vocab = 1000, .dim = 96}>(t, 40, 1, 2);
   }
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K}) {
     check_embed_blocks<llama1b::kEmbedTokens>(t, 1);
     check_embed_blocks<llama1b::kEmbedTokens>(t, 129);
     check_embed_blocks<shape::embed{.vocab = 300, .dim = 768}>(t, 50, 3, 4);

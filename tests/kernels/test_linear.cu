@@ -226,8 +226,8 @@ void check_fp8_gemv(const std::vector<int>& token_counts) {
 
 }  // namespace
 
-TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K blocks, the prefill's bf16 "
-          "rows from them",
+TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K blocks, the "
+          "prefill's bf16 rows from them",
           "[linear]") {
   const std::vector<int> counts = {1, 5, 8, 9, 33, 64, 70};
   // Q4_1: Q4_0's nibbles with a min (summed as Q4_K's, with Σx); Q5_0: a fifth bit apart; Q5_1 both.
@@ -246,8 +246,10 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_
   }
   // Q4_K, Q5_K, Q6_K: rows of whole 256-value super-blocks (two groups each; k = 256 is one
   // super-block, so every warp's steps alternate between the two halves of the packed scales; Q6_K
-  // takes a scale per 16 columns, the quants' high bits in their own area).
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  // takes a scale per 16 columns, the quants' high bits in their own area). Q2_K and Q3_K: a
+  // super-block is one group of 8 blocks, a scale per 16 columns (Q2_K: a min too, Q3_K: third
+  // bits apart).
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K}) {
     check_quant_gemv<llama1b::kLinearQkvProj>(t, counts);
     check_quant_gemv<llama1b::kLinearDownProj>(t, {1, 16, 64});
     check_quant_gemv<llama1b::kLinearLmHead>(t, {1, 9});
@@ -260,17 +262,20 @@ TEST_CASE("linear, decode: the GEMV over Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_
 }
 
 // Where the pieces of a stacked weight come in two formats: one launch for both parts at up to 8
-// tokens where the parts' blocks are alike (Q4_K and Q6_K, Q4_0 and Q4_K: the same groups a row),
-// one launch each otherwise (Q8_0 has twice the groups, so twice the warps at rows of 4096) and for
+// tokens where the parts' blocks are alike (Q4_K and Q6_K: the same warps a row) and the tail takes
+// more bytes a value (linear_quant.cuh's kPartsKernel), one launch each otherwise (Q8_0 has twice
+// the groups, so twice the warps at rows of 4096; Q4_0 | Q4_K the same bytes) and for
 // more tokens; the split at a row tile's edge or inside one, the tail shorter or longer than a tile.
 TEST_CASE("linear, decode: the GEMV over a matrix in two block formats, the prefill's bf16 rows from it", "[linear]") {
   const std::vector<int> counts = {1, 3, 8, 9, 70};
   constexpr shape::linear kQkv8b{.n = 6144, .k = 4096, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
   check_two_format_gemv<kQkv8b>(GgmlType::Q4_K, GgmlType::Q6_K, 5120, counts);  // a Q4_K_M file's qkv_proj
   check_two_format_gemv<kQkv8b>(GgmlType::Q5_K, GgmlType::Q6_K, 5120, counts);  // a Q5_K_M file's
-  check_two_format_gemv<kQkv8b>(GgmlType::Q8_0, GgmlType::Q6_K, 4096, counts);  // a Q3_K_M file's (Q3_K requantized)
+  check_two_format_gemv<kQkv8b>(GgmlType::Q3_K, GgmlType::Q5_K, 5120, counts);  // a Q3_K_M file's first layers
+  check_two_format_gemv<kQkv8b>(GgmlType::Q2_K, GgmlType::Q4_K, 5120, counts);  // a Q2_K file's
+  check_two_format_gemv<kQkv8b>(GgmlType::Q8_0, GgmlType::Q6_K, 4096, counts);  // unlike: a launch each
   constexpr shape::linear kOdd{.n = 1000, .k = 768, .out = LinearOut::add_f32, .sms = 108, .stacked = true};
-  check_two_format_gemv<kOdd>(GgmlType::Q4_0, GgmlType::Q4_K, 997, counts);
+  check_two_format_gemv<kOdd>(GgmlType::Q4_0, GgmlType::Q4_K, 997, counts);  // bytes alike: a launch each
   check_two_format_gemv<kOdd>(GgmlType::Q6_K, GgmlType::Q8_0, 40, counts);
   constexpr shape::linear kSmall{.n = 200, .k = 64, .out = LinearOut::store_f32, .sms = 132, .stacked = true};
   check_two_format_gemv<kSmall>(GgmlType::Q4_0, GgmlType::Q8_0, 64, counts);  // Q4_0 pads its group: global inputs
@@ -278,7 +283,8 @@ TEST_CASE("linear, decode: the GEMV over a matrix in two block formats, the pref
   constexpr shape::linear kSmolQkv{.n = 960, .k = 576, .out = LinearOut::store_bf16, .sms = 132, .stacked = true};
   check_two_format_gemv<kSmolQkv>(GgmlType::Q5_0, GgmlType::Q8_0, 768, counts);
   check_two_format_gemv<kOdd>(GgmlType::Q4_1, GgmlType::Q5_0, 500, counts);  // alike: one launch
-  check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q4_1, 100, counts);  // one padded group a row: one launch
+  check_two_format_gemv<kSmall>(GgmlType::Q4_1, GgmlType::Q5_0, 100, counts);  // one padded group a row: one launch
+  check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q4_1, 100, counts);  // fewer bytes in the tail: two
   check_two_format_gemv<kSmall>(GgmlType::Q5_0, GgmlType::Q8_0, 160, counts);
   check_two_format_gemv<kOdd>(GgmlType::Q5_1, GgmlType::Q5_K, 300, counts);
   check_two_format_gemv<kSmall>(GgmlType::Q5_1, GgmlType::Q5_0, 100, counts);

@@ -435,79 +435,105 @@ TEST_CASE("weight loader: inconsistent rank fields in a manifest are internal er
 
 namespace {
 
-// One GGUF-style tensor "w" of Q6_K rows, in memory (the GPU's load keeps Q6_K as stored).
-class Q6kSource final : public kiln::TensorSource {
+// One GGUF-style tensor "w" of K-quant rows (one super-block each) of `type`, in memory.
+class KQuantSource final : public kiln::TensorSource {
  public:
-  Q6kSource(int64_t rows, std::vector<std::byte> blocks) : rows_(rows), blocks_(std::move(blocks)) {}
-  std::string describe() const override { return "q6k.gguf"; }
+  KQuantSource(kiln::GgmlType type, int64_t rows, std::vector<std::byte> blocks)
+      : type_(type), rows_(rows), blocks_(std::move(blocks)) {}
+  std::string describe() const override { return "kquant.gguf"; }
   std::vector<std::string> names() const override { return {"w"}; }
   std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
     if (name != "w") return std::nullopt;
     return std::vector<int64_t>{rows_, 256};
   }
   void read_rows(const std::string&, int64_t first, int64_t count, float* out) const override {
-    kiln::dequantize(kiln::GgmlType::Q6_K, std::span<const std::byte>(blocks_).subspan(first * 210, count * 210),
+    kiln::dequantize(type_, std::span<const std::byte>(blocks_).subspan(first * row_bytes(), count * row_bytes()),
                      std::span<float>(out, static_cast<size_t>(count * 256)));
   }
-  std::optional<kiln::GgmlType> block_type(const std::string&) const override { return kiln::GgmlType::Q6_K; }
+  std::optional<kiln::GgmlType> block_type(const std::string&) const override { return type_; }
   std::span<const std::byte> stored_row(const std::string&, int64_t row) const override {
-    return std::span<const std::byte>(blocks_).subspan(static_cast<size_t>(row) * 210, 210);
+    return std::span<const std::byte>(blocks_).subspan(static_cast<size_t>(row) * row_bytes(), row_bytes());
   }
 
  private:
+  size_t row_bytes() const { return kiln::ggml_block_bytes(type_); }  // one super-block a row
+  kiln::GgmlType type_;
   int64_t rows_;
   std::vector<std::byte> blocks_;
 };
 
 }  // namespace
 
-// A Q6_K projection keeps its blocks on the GPU and on the fast CPU backend with ggml's values; a
-// NaN d (the last two bytes of a Q6_K block, not the first as in the other types) is refused,
-// naming the tensor and the row.
-TEST_CASE("weight loader: the GPU and the fast CPU backend keep a Q6_K projection's blocks and refuse a NaN d in them",
+// A Q6_K, Q2_K or Q3_K projection keeps its blocks on the GPU with ggml's values (Q6_K on the fast
+// CPU backend too, which requantizes Q2_K and Q3_K to Q8_0); a NaN d (Q6_K's and Q3_K's are the
+// last two bytes of a block, Q2_K's d and dmin the last four, not the first as in the other types)
+// is refused, naming the tensor and the row.
+TEST_CASE("weight loader: the GPU keeps a Q6_K, Q2_K or Q3_K projection's blocks and refuses a NaN d or dmin in them",
           "[weights]") {
   constexpr int64_t kRows = 4;
   std::vector<WeightSpec> specs = {{"proj", false, 0, 0, {kRows, 256}, 0, {{{.hf_name = "w", .rows = kRows}}}, "", true}};
   ModelDef def;
-  def.info.name = "q6k";
+  def.info.name = "kquant";
   def.info.tensor_parallel = 1;
   def.weights = &specs;
+  for (const kiln::GgmlType type : {kiln::GgmlType::Q6_K, kiln::GgmlType::Q2_K, kiln::GgmlType::Q3_K}) {
+    INFO(kiln::ggml_type_name(type));
+    const int64_t bytes = static_cast<int64_t>(kiln::ggml_block_bytes(type));
+    const kiln::MatrixFormat f = *kiln::matrix_format_of(type, kiln::Device::gpu);
+    std::vector<std::byte> blocks = kiln::test::random_gguf_blocks(type, kRows, 256, 7);
+    std::vector<float> values(static_cast<size_t>(kRows * 256));
+    kiln::dequantize(type, blocks, values);
+    {
+      KQuantSource source(type, kRows, blocks);
+      CountingSink sink;
+      const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::gpu, sink);
+      REQUIRE(w.table.format("proj") == f);
+      CHECK(w.quantized_bytes == kRows * bytes);  // the file's bytes
+      const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+      int64_t wrong = 0;
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t c = 0; c < 256; ++c) wrong += kiln::matrix_value(f, matrix, kRows, 256, r, c) != values[r * 256 + c];
+      }
+      CHECK(wrong == 0);
+    }
+    {
+      KQuantSource source(type, kRows, blocks);
+      CountingSink sink;
+      const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::cpu, sink);
+      const bool kept = type == kiln::GgmlType::Q6_K;
+      REQUIRE(w.table.format("proj") == (kept ? f : kiln::MatrixFormat::q8_0));
+      CHECK(w.requantized == (kept ? 0 : 1));
+      if (kept) {
+        const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+        int64_t wrong = 0;
+        for (int64_t r = 0; r < kRows; ++r) {
+          for (int64_t c = 0; c < 256; ++c) wrong += kiln::cpu_matrix_value(f, matrix, 256, r, c) != values[r * 256 + c];
+        }
+        CHECK(wrong == 0);
+      }
+    }
+    // Row 2's d (Q2_K: then its dmin): fp16 NaN.
+    const int64_t scales = type == kiln::GgmlType::Q2_K ? 2 : 1;
+    for (int64_t h = 0; h < scales; ++h) {
+      std::vector<std::byte> bad = blocks;
+      const int64_t at = 2 * bytes + bytes - 2 * scales + 2 * h;
+      bad[static_cast<size_t>(at)] = std::byte{0x00};
+      bad[static_cast<size_t>(at + 1)] = std::byte{0x7E};
+      KQuantSource source(type, kRows, bad);
+      CountingSink sink;
+      CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::gpu, sink), "kquant.gguf", "tensor w",
+                       h == 0 ? "NaN or infinite scale in block 0" : "NaN or infinite min in block 0", "at row 2",
+                       "corrupt");
+    }
+  }
+  // The fast CPU backend refuses a NaN in a block it keeps as in one it requantizes.
   std::vector<std::byte> blocks = kiln::test::random_gguf_blocks(kiln::GgmlType::Q6_K, kRows, 256, 7);
-  std::vector<float> values(static_cast<size_t>(kRows * 256));
-  kiln::dequantize(kiln::GgmlType::Q6_K, blocks, values);
-  {
-    Q6kSource source(kRows, blocks);
-    CountingSink sink;
-    const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::gpu, sink);
-    REQUIRE(w.table.format("proj") == kiln::MatrixFormat::q6_k);
-    CHECK(w.quantized_bytes == kRows * 210);  // the file's bytes
-    const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
-    int64_t wrong = 0;
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (int64_t c = 0; c < 256; ++c) wrong += kiln::matrix_value(kiln::MatrixFormat::q6_k, matrix, kRows, 256, r, c) != values[r * 256 + c];
-    }
-    CHECK(wrong == 0);
-  }
-  {
-    Q6kSource source(kRows, blocks);
-    CountingSink sink;
-    const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::cpu, sink);
-    REQUIRE(w.table.format("proj") == kiln::MatrixFormat::q6_k);
-    const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
-    int64_t wrong = 0;
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (int64_t c = 0; c < 256; ++c) wrong += kiln::cpu_matrix_value(kiln::MatrixFormat::q6_k, matrix, 256, r, c) != values[r * 256 + c];
-    }
-    CHECK(wrong == 0);
-  }
   blocks[2 * 210 + 208] = std::byte{0x00};
   blocks[2 * 210 + 209] = std::byte{0x7E};  // row 2's d: fp16 NaN
-  for (const WeightFormat format : {WeightFormat::gpu, WeightFormat::cpu}) {
-    Q6kSource source(kRows, blocks);
-    CountingSink sink;
-    CHECK_KILN_ERROR(kiln::load_weights(def, source, format, sink), "q6k.gguf", "tensor w",
-                     "NaN or infinite scale in block 0", "at row 2", "corrupt");
-  }
+  KQuantSource source(kiln::GgmlType::Q6_K, kRows, blocks);
+  CountingSink sink;
+  CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::cpu, sink), "kquant.gguf", "tensor w",
+                   "NaN or infinite scale in block 0", "at row 2", "corrupt");
 }
 
 namespace {

@@ -1,8 +1,8 @@
 // The GPU's quantized layout (templates/weight_matrix.hpp, runtime/weights/quant_repack.hpp): every
-// value of a repacked Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K matrix is ggml's
-// dequantized value, rows whose block count is not a multiple of the group's are padded with
-// zeros, and one Q4_0 word, the fifth bits of Q5_0 and Q5_K and Q6_K's lane columns are checked bit
-// by bit.
+// value of a repacked Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K matrix is
+// ggml's dequantized value, rows whose block count is not a multiple of the group's are padded
+// with zeros, and one Q4_0 word, the fifth bits of Q5_0 and Q5_K, Q6_K's lane columns and Q2_K's
+// and Q3_K's lane words are checked bit by bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -52,7 +52,8 @@ void check_round_trip(GgmlType type, int64_t n, int64_t k) {
 
 }  // namespace
 
-TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K rows keep ggml's values in the GPU layout",
+TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K rows keep ggml's values in the "
+          "GPU layout",
           "[weights]") {
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
     check_round_trip(type, 1, 32);    // one block: a group padded
@@ -69,6 +70,16 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K rows 
   check_round_trip(GgmlType::Q6_K, 1, 256);
   check_round_trip(GgmlType::Q6_K, 7, 1536);  // 6 super-blocks: 12 groups
   check_round_trip(GgmlType::Q6_K, 17, 2048);
+  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K}) {  // a group is a super-block
+    check_round_trip(type, 1, 256);
+    check_round_trip(type, 7, 1536);
+    check_round_trip(type, 17, 2048);
+  }
+  CHECK(matrix_bytes(MatrixFormat::q2_k, 4096, 14336) == 4096LL * 14336 / 256 * 84);  // ggml's bytes
+  CHECK(matrix_bytes(MatrixFormat::q3_k, 4096, 14336) == 4096LL * 14336 / 256 * 110);
+  CHECK(matrix_format_of(GgmlType::Q2_K, Device::gpu) == MatrixFormat::q2_k);
+  CHECK(matrix_format_of(GgmlType::Q3_K, Device::gpu) == MatrixFormat::q3_k);
+  CHECK(!matrix_format_of(GgmlType::Q3_K, Device::cpu));  // requantized to Q8_0 there
   CHECK(matrix_bytes(MatrixFormat::q6_k, 4096, 14336) == 4096LL * 14336 / 256 * 210);
   CHECK(matrix_format_of(GgmlType::Q6_K, Device::gpu) == MatrixFormat::q6_k);
   CHECK(matrix_format_of(GgmlType::Q6_K, Device::cpu) == MatrixFormat::q6_k);
@@ -88,7 +99,6 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K rows 
   CHECK(matrix_format_of(GgmlType::Q5_1, Device::gpu) == MatrixFormat::q5_1);
   CHECK(matrix_format_of(GgmlType::Q5_K, Device::gpu) == MatrixFormat::q5_k);
   CHECK(!matrix_format_of(GgmlType::Q5_1, Device::cpu));  // requantized to Q8_0 there
-  CHECK(!matrix_format_of(GgmlType::Q3_K, Device::gpu));
 }
 
 TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {
@@ -223,6 +233,57 @@ TEST_CASE("quant repack: a Q6_K lane holds columns 4q..4q+3 and 16+4q..16+4q+3 o
     }
   }
   for (int c = 0; c < 256; ++c) CHECK(matrix_value(MatrixFormat::q6_k, matrix.data(), 1, 256, 0, c) == c % 64 - 32);
+}
+
+TEST_CASE("quant repack: a Q2_K / Q3_K lane holds 16 bits of each of a super-block's 8 blocks, in Q6_K's lane columns",
+          "[weights]") {
+  // One super-block, d = 1 (Q2_K: dmin = 1), every scale 1 (Q3_K: 33, d·(sc - 32) = 1), mins 0:
+  // value v's 2-bit quant is (v + v / 7) % 4, Q3_K's third bit (v / 3) % 2.
+  const auto low = [](int v) { return static_cast<uint32_t>((v + v / 7) % 4); };
+  const auto third = [](int v) { return static_cast<uint32_t>((v / 3) % 2); };
+  const uint16_t one = f32_to_f16(1.0f);
+  for (const MatrixFormat f : {MatrixFormat::q2_k, MatrixFormat::q3_k}) {
+    const bool q3 = f == MatrixFormat::q3_k;
+    std::vector<std::byte> super(q3 ? 110 : 84, std::byte{0});
+    std::byte* qs = super.data() + (q3 ? 32 : 16);
+    for (int v = 0; v < 256; ++v) {  // ggml's qs: value v at bits 2 ((v % 128) / 32) of byte 32 (v / 128) + v % 32
+      qs[32 * (v / 128) + v % 32] |= std::byte(static_cast<uint8_t>(low(v) << (2 * ((v % 128) / 32))));
+      if (q3) super[v % 32] |= std::byte(static_cast<uint8_t>(third(v) << (v / 32)));  // hmask
+    }
+    if (q3) {
+      for (int j = 0; j < 8; ++j) super[96 + j] = std::byte{0x11};  // low 4 bits 1, high 2 bits 2: 33
+      for (int j = 0; j < 4; ++j) super[104 + j] = std::byte{0xAA};
+      std::memcpy(super.data() + 108, &one, 2);
+    } else {
+      for (int j = 0; j < 16; ++j) super[j] = std::byte{1};  // sc 1, m 0
+      std::memcpy(super.data() + 80, &one, 2);
+      std::memcpy(super.data() + 82, &one, 2);
+    }
+    std::vector<std::byte> matrix(static_cast<size_t>(matrix_bytes(f, 1, 256)), std::byte{0});
+    repack_row(f, super, 1, 256, 0, matrix.data());
+    for (int q = 0; q < 4; ++q) {
+      for (int b = 0; b < 8; ++b) {
+        uint32_t word, high;
+        std::memcpy(&word, matrix.data() + q * 16 + (b / 2) * 4, 4);  // lane q's word of blocks b - b % 2, + 1
+        std::memcpy(&high, matrix.data() + quant_scales_offset(f, 1, 256) + q * 8 + (b / 4) * 4, 4);
+        for (int p = 0; p < 4; ++p) {
+          const int v = 32 * b + (p / 2) * 16 + 4 * q + (p % 2) * 2;  // the pair's first column
+          INFO(matrix_format_name(f) << " lane " << q << " block " << b << " pair " << p);
+          CHECK(((word >> (8 * (b % 2) + 2 * p)) & 3) == low(v));
+          CHECK(((word >> (16 + 8 * (b % 2) + 2 * p)) & 3) == low(v + 1));
+          if (q3) {
+            CHECK(((high >> (4 * (b % 4) + p)) & 1) == third(v));
+            CHECK(((high >> (16 + 4 * (b % 4) + p)) & 1) == third(v + 1));
+          }
+        }
+      }
+    }
+    for (int v = 0; v < 256; ++v) {
+      const float expect = q3 ? static_cast<float>(low(v) + 4 * third(v)) - 4.0f : static_cast<float>(low(v));
+      INFO(matrix_format_name(f) << " value " << v);
+      CHECK(matrix_value(f, matrix.data(), 1, 256, 0, v) == expect);
+    }
+  }
 }
 
 TEST_CASE("quant repack: FP8 rows stay as they are, a scale per 128 × 128 block", "[weights]") {

@@ -95,8 +95,16 @@ std::vector<std::byte> random_gguf_blocks(GgmlType type, int64_t rows, int64_t k
       out[b + 3] = std::byte{0x21};
     }
   }
-  if (type == GgmlType::Q6_K) {  // d ends the block: the finite scale drawn for its first bytes (quants too)
+  if (type == GgmlType::Q6_K || type == GgmlType::Q3_K) {
+    // d ends the block: the finite scale drawn for its first bytes (quants, or Q3_K's third bits, too)
     for (size_t b = 0; b < out.size(); b += block_bytes) std::memcpy(out.data() + b + block_bytes - 2, out.data() + b, 2);
+  }
+  if (type == GgmlType::Q2_K) {  // d, dmin end the block: the drawn scale, and dmin as Q4_K's
+    for (size_t b = 0; b < out.size(); b += block_bytes) {
+      std::memcpy(out.data() + b + block_bytes - 4, out.data() + b, 2);
+      out[b + block_bytes - 2] = std::byte{0x1F};
+      out[b + block_bytes - 1] = std::byte{0x21};
+    }
   }
   return out;
 }
