@@ -69,7 +69,8 @@ Op make_linear(const Graph& g, const std::string& label, const std::string& weig
   }
   if (!detail.empty()) math += "   " + detail;
   Op op = make_op(OpKind::linear, label, math, {{"in", in}, {"weight", weight}, {"out", out}},
-                  {{"n", n}, {"k", k}, {"out", linear_out_name(result)}, {"sms", "kTargetSms"}, {"stacked", "false"}},
+                  {{"n", n}, {"k", k}, {"out", linear_out_name(result)}, {"sms", "kTargetSms"}, {"stacked", "false"},
+                   {"rank_slice", "false"}},
                   "linear_" + weight);
   op.rows = rows;
   return op;
@@ -258,17 +259,24 @@ void mark_matrix_weights(Graph& g) {
     w.lookup = w.matrix && lookup.at(w.field);
   }
   // A linear op's `stacked`: its matrix is stacked from tensors of its own (q | k | v, gate | up),
-  // which a GGUF file may store in two block formats (GpuMatrix::split). A rank's slices are bf16.
+  // which a GGUF file may store in two block formats (GpuMatrix::split). Its `rank_slice`: the
+  // matrix is a tensor-parallel rank's slice, which the loader holds as bf16 rows only (no
+  // quantized kernel is instantiated for it: runtime/model/weight_loader.cpp's has_rank_fields).
   for_each_op(g, [&](Op& op) {
     if (op.kind != OpKind::linear) return;
     const WeightDecl& w = g.weight(op.args.at("weight"));
-    bool stacked = false;
+    bool stacked = false, rank_slice = false;
     for (const auto& layout : w.layouts) {
       bool sliced = false;
-      for (const WeightSource& s : layout) sliced |= s.hf_rows > 0;
+      for (const WeightSource& s : layout) {
+        sliced |= s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.rank_group != 1 || s.hf_rows != 0 ||
+                  s.hf_cols != 0 || s.rank_experts != 0;
+      }
       stacked |= w.matrix && w.experts == 0 && layout.size() > 1 && !sliced;
+      rank_slice |= sliced;
     }
     op.shape.at("stacked") = stacked ? "true" : "false";
+    op.shape.at("rank_slice") = rank_slice ? "true" : "false";
   });
 }
 

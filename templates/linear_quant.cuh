@@ -361,10 +361,13 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
       return;
     }
   }
-  const bool quantized = detail::with_block_format<S.k>(weight.format, [&](auto f) {
-    detail::linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, weight.data, out, tokens, stream);
-  });
-  if (!quantized) linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
+  if constexpr (!S.rank_slice) {  // a tensor-parallel rank's slice is bf16 rows (no kernel for blocks)
+    const bool quantized = detail::with_block_format<S.k>(weight.format, [&](auto f) {
+      detail::linear_quant<S.n, S.k, S.out, decltype(f)::value>(in, weight.data, out, tokens, stream);
+    });
+    if (quantized) return;
+  }
+  linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
 }
 
 }  // namespace kiln

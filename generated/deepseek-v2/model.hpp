@@ -76,13 +76,13 @@ constexpr shape::embed kEmbedTokens{.vocab = kVocabSize, .dim = kHiddenSize};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm5120{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_a_proj
-constexpr shape::linear kLinearQAProj{.n = kQLoraRank, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearQAProj{.n = kQLoraRank, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.q_a_layernorm
 constexpr shape::rmsnorm_inplace kRmsnormQLatent{.dim = kQLoraRank, .row = kQLoraRank, .eps = kRmsNormEps};
 // self_attn.q_b_proj
-constexpr shape::linear kLinearQBProj{.n = kQWidth, .k = kQLoraRank, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearQBProj{.n = kQWidth, .k = kQLoraRank, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.kv_a_proj_with_mqa
-constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.kv_a_layernorm
 constexpr shape::rmsnorm_inplace kRmsnormKvLatent{.dim = kKvLoraRank, .row = kKvAWidth, .eps = kRmsNormEps};
 // rotary_emb (q)
@@ -100,15 +100,15 @@ constexpr shape::mla_attention kMlaAttention{.heads = kNumHeads, .latent = kKvLo
 // self_attn (absorbed W_UV)
 constexpr shape::mla_v_up kMlaVUp{.heads = kNumHeads, .latent = kKvLoraRank, .v = kVHeadDim};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate_proj,up_proj
-constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true};
+constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate
-constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = true, .normalize = false, .scaling = kRoutedScalingFactor, .local_experts = kNumExperts};
 // mlp.experts (gate_up_proj)
@@ -120,15 +120,15 @@ constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
 // mlp.experts (down_proj)
 constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.shared_experts.gate_proj,up_proj
-constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true};
+constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.shared_experts.act_fn
 constexpr shape::silu_mul kSiluMulSharedAct{.dim = kSharedIntermediateSize};
 // mlp.shared_experts.down_proj
-constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows5120{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
-constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 
 // ---- weights: T is bf16 on the GPU and float in the CPU reference; shapes are [rows, cols] ----
 // (a Matrix<T> is a projection: on the GPU bf16 rows or a GGUF file's blocks, templates/weight_matrix.hpp)

@@ -51,7 +51,7 @@ constexpr shape::embed kEmbedTokens{.vocab = kVocabSize, .dim = kHiddenSize};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm144{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj,k_proj,v_proj
-constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true};
+constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // self_attn
 constexpr shape::prep_attention kPrepAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = false, .eps = kRmsNormEps, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn (q/k prep)
@@ -63,17 +63,17 @@ constexpr shape::kv_write kKvWrite{.kv_heads = kNumKvHeads, .head_dim = kHeadDim
 // self_attn
 constexpr shape::attention kAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .page_size = kPageSize, .row = kQkvWidth, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate_proj,up_proj
-constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true};
+constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows144{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
-constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearLmHead{.n = kVocabSize, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 
 // The whole-step decode kernel (templates/decode_step.cuh): the decode ops above as stages of one
 // launch, for steps of up to kMegakernelMaxBatch sequences (larger ones run op by op).

@@ -82,9 +82,9 @@ constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .wa
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm2048{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj
-constexpr shape::linear kLinearQProj{.n = kQWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearQProj{.n = kQWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // self_attn.kv_a_proj_with_mqa
-constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.kv_a_layernorm
 constexpr shape::rmsnorm_inplace kRmsnormKvLatent{.dim = kKvLoraRank, .row = kKvAWidth, .eps = kRmsNormEps};
 // rotary_emb (q)
@@ -102,35 +102,35 @@ constexpr shape::mla_attention kMlaAttention{.heads = kNumHeads, .latent = kKvLo
 // self_attn (absorbed W_UV)
 constexpr shape::mla_v_up kMlaVUp{.heads = kNumHeads, .latent = kKvLoraRank, .v = kVHeadDim};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // all_reduce
 constexpr shape::all_reduce kAllReduceXWarmGateUpProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate_proj,up_proj
-constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // all_reduce
 constexpr shape::all_reduce kAllReduceXWarmNextQProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kQWidth, .warm_cols = kHiddenSize};
 // all_reduce
 constexpr shape::all_reduce kAllReduceXWarmSharedGateUp{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kSharedGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate
-constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = false, .normalize = false, .scaling = kRoutedScalingFactor, .local_experts = kLocalExperts};
 // mlp.shared_experts.gate_proj,up_proj
-constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.shared_experts.act_fn
 constexpr shape::silu_mul kSiluMulSharedAct{.dim = kSharedIntermediateSize};
 // mlp.shared_experts.down_proj
-constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.shared_experts.down_proj
-constexpr shape::linear kLinearSharedDownShare{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearSharedDownShare{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.experts (gate_up_proj)
 constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
 // mlp.experts (gate_up_proj)
@@ -142,7 +142,7 @@ constexpr shape::moe_down kMoeExpertsDown{.experts = kLocalExperts, .top_k = kNu
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows2048{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
-constexpr shape::linear kLinearLmHead{.n = kVocabShard, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearLmHead{.n = kVocabShard, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // lm_head
 constexpr shape::all_gather kAllGatherLogits{.cols = kVocabShard, .ranks = kRanks};
 

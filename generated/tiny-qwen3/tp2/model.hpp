@@ -55,7 +55,7 @@ constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .wa
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // self_attn.q_proj,k_proj,v_proj
-constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearQkvProj{.n = kQkvWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // self_attn
 constexpr shape::prep_attention kPrepAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .row = kQkvWidth, .page_size = kPageSize, .qk_norm = true, .eps = kRmsNormEps, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn (q/k prep)
@@ -69,21 +69,21 @@ constexpr shape::kv_write kKvWrite{.kv_heads = kNumKvHeads, .head_dim = kHeadDim
 // self_attn
 constexpr shape::attention kAttention{.heads = kNumHeads, .kv_heads = kNumKvHeads, .head_dim = kHeadDim, .page_size = kPageSize, .row = kQkvWidth, .scale = kAttnScale, .partition = kAttnPartition, .max_partitions = kAttnMaxPartitions};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // self_attn.o_proj
-constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kQWidth, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.gate_proj,up_proj
-constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.down_proj
-constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
-constexpr shape::linear kLinearLmHead{.n = kVocabShard, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false};
+constexpr shape::linear kLinearLmHead{.n = kVocabShard, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // lm_head
 constexpr shape::all_gather kAllGatherLogits{.cols = kVocabShard, .ranks = kRanks};
 
