@@ -2,7 +2,7 @@
 // quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
-// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K blocks in the layout of cpu_matrix_bytes below
+// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it), or bf16 rows packed losslessly in 12 bits a value (bf16_packed, where the
 // CPU's kernel unpacks them: runtime/cpu/bf16_pack.hpp).
 // The loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
@@ -80,11 +80,10 @@ constexpr int kMatrixFormats = 14;
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32 && f != MatrixFormat::bf16_packed;
 }
-// The block formats the fast CPU backend reads (FP8, Q5_1, Q5_K, Q2_K and Q3_K are the GPU's only:
-// the CPU requantizes the GGUF ones to Q8_0).
+// The block formats the fast CPU backend reads (FP8, Q2_K and Q3_K are the GPU's only: the CPU
+// requantizes Q2_K and Q3_K to Q8_0).
 KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
-  return is_block_format(f) && f != MatrixFormat::fp8 && f != MatrixFormat::q5_1 && f != MatrixFormat::q5_k &&
-         f != MatrixFormat::q2_k && f != MatrixFormat::q3_k;
+  return is_block_format(f) && f != MatrixFormat::fp8 && f != MatrixFormat::q2_k && f != MatrixFormat::q3_k;
 }
 
 struct GpuMatrix {
@@ -251,33 +250,38 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(const GpuMatrix& m, long long 
 //   Q8_0: 8 vectors, byte 4·r + i of vector j column 4·j + i as value + 128 (unsigned 0..255);
 //   4-bit formats: 4 vectors, byte 4·r + i of vector j column 4·j + i in its low nibble and
 //     column 16 + 4·j + i in its high one (the file's 0..15);
-//   Q5_0: then one vector of fifth bits, bit j of byte 4·r + i column 4·j + i's 16;
+//   Q5_0, Q5_1, Q5_K: then one vector of fifth bits, bit j of byte 4·r + i column 4·j + i's 16;
 //   Q6_K: the low 4 bits of ggml's 6-bit quants u as the 4-bit formats' nibbles, then two
 //     vectors of high bits, bit j of byte 4·r + i of the first column 4·j + i's 16, of the
 //     second its 32;
-//   then the 16 rows' fp16 scales d (Q4_K: fp32 d·sc; Q6_K: 4 bytes a row, the 16 rows' int8
-//   sub-block scales sc of columns 0..15, those of columns 16..31, then their fp16 d: value =
-//   d·sc · (u - 32)), then Q4_1's fp16 mins m (Q4_K: fp32 -dmin·m).
+//   then the 16 rows' fp16 scales d (Q4_K, Q5_K: fp32 d·sc; Q6_K: 4 bytes a row, the 16 rows'
+//   int8 sub-block scales sc of columns 0..15, those of columns 16..31, then their fp16 d: value =
+//   d·sc · (u - 32)), then Q4_1's and Q5_1's fp16 mins m (Q4_K, Q5_K: fp32 -dmin·m).
 // Values, scales and bytes are ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp): decode
 // streams the weights from memory, so the layout adds no byte but the padding rows. Q4_K's
 // 32-value sub-blocks are blocks too, with ggml's own products for scales (6 bits a weight where
-// the file holds 4.5, the price of one kernel for Q4_1 and Q4_K); Q6_K's take 7 where it holds
-// 6.56 (Q8_0 would take 8.5).
+// the file holds 4.5, the price of one kernel for Q4_1 and Q4_K; Q5_K's 7 where it holds 5.5);
+// Q6_K's take 7 where it holds 6.56 (Q8_0 would take 8.5).
 constexpr long long kCpuRowGroup = 16;
 
 KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 512 : 256; }
-// The vectors of high bits after the nibbles (64 bytes each): Q5_0's fifth bits, Q6_K's fifth and sixth.
+// The vectors of high bits after the nibbles (64 bytes each): the 5-bit formats' fifth bits, Q6_K's
+// fifth and sixth.
 KILN_HOST_DEVICE constexpr int cpu_high_bit_planes(MatrixFormat f) {
-  return f == MatrixFormat::q5_0 ? 1 : f == MatrixFormat::q6_k ? 2 : 0;
+  return has_fifth_bits(f) ? 1 : f == MatrixFormat::q6_k ? 2 : 0;
 }
-// Where a record's scales start, their width, and where its mins start (Q4_1, Q4_K).
+// Where a record's scales start, their width, and where its mins start (Q4_1, Q5_1, Q4_K, Q5_K).
 KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
   return cpu_quant_bytes(f) + 64 * cpu_high_bit_planes(f);
 }
+// The scales (and mins) kept as fp32 products (the super-blocks' d·sc and -dmin·m): Q4_K, Q5_K.
+KILN_HOST_DEVICE constexpr bool cpu_fp32_scales(MatrixFormat f) { return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k; }
 KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) {
-  return f == MatrixFormat::q4_k || f == MatrixFormat::q6_k ? 4 : 2;
+  return cpu_fp32_scales(f) || f == MatrixFormat::q6_k ? 4 : 2;
 }
-KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) { return f == MatrixFormat::q4_1 || f == MatrixFormat::q4_k; }
+KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) {
+  return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 || cpu_fp32_scales(f);
+}
 KILN_HOST_DEVICE constexpr long long cpu_mins_at(MatrixFormat f) {
   return cpu_scales_at(f) + kCpuRowGroup * cpu_scale_bytes(f);
 }

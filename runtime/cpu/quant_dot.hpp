@@ -1,5 +1,5 @@
-// The fast CPU backend's dot products over stored weights: ggml's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K /
-// Q6_K blocks, 16 rows interleaved, against activations quantized per 32 values (Q8Block: the products
+// The fast CPU backend's dot products over stored weights: ggml's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 /
+// Q4_K / Q5_K / Q6_K blocks, 16 rows interleaved, against activations quantized per 32 values (Q8Block: the products
 // are then integer, a 32-bit lane per row), and bf16 rows against fp32 activations. One kernel per format and
 // instruction set (AVX-512 VNNI, AVX2, portable), chosen at start from what the processor has.
 #pragma once

@@ -108,7 +108,7 @@ inline __m512 q6_k_scales(const std::byte* rec, int half) {
 // The 16 rows' scales (or mins) at p.
 template <MatrixFormat F>
 inline __m512 row_scales(const std::byte* p) {
-  if constexpr (F == MatrixFormat::q4_k) {
+  if constexpr (cpu_fp32_scales(F)) {
     return _mm512_loadu_ps(p);
   } else {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -220,7 +220,7 @@ inline __m256 q6_k_scales(const std::byte* rec, int h, int half) {
 
 template <MatrixFormat F>
 inline __m256 row_scales(const std::byte* p, int h) {
-  if constexpr (F == MatrixFormat::q4_k) {
+  if constexpr (cpu_fp32_scales(F)) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
   } else {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
@@ -318,11 +318,11 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
 
 // C tokens against a group's rows 8h..8h+7: the quants unpacked once for the C tokens, then one
 // token's two sums at a time in registers, a block's vpmaddubsw results summed as int16 pairs for
-// kInt16Terms products before they widen (4-bit: 8 · 2 · 15 · 127 = 30,480; Q5_0, u ≤ 31: 4 ·
+// kInt16Terms products before they widen (4-bit: 8 · 2 · 15 · 127 = 30,480; 5-bit, u ≤ 31: 4 ·
 // 2 · 31 · 127 = 31,496; Q6_K, u ≤ 63: 2 · 2 · 63 · 127 = 32,004; Q8_0's |w| ≤ 128 against signed
 // activations: each at once).
 template <MatrixFormat F>
-constexpr int kInt16Terms = F == MatrixFormat::q8_0 ? 1 : F == MatrixFormat::q5_0 ? 4 : F == MatrixFormat::q6_k ? 2 : 8;
+constexpr int kInt16Terms = F == MatrixFormat::q8_0 ? 1 : has_fifth_bits(F) ? 4 : F == MatrixFormat::q6_k ? 2 : 8;
 
 template <MatrixFormat F, int C>
 void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
@@ -485,7 +485,7 @@ inline float f16_at(const std::byte* p) {
 // Row `lane`'s scale (or min) of the 16 at p.
 template <MatrixFormat F>
 float row_scale(const std::byte* p, int64_t lane) {
-  if constexpr (F == MatrixFormat::q4_k) {
+  if constexpr (cpu_fp32_scales(F)) {
     float v;
     std::memcpy(&v, p + 4 * lane, 4);
     return v;
@@ -638,12 +638,12 @@ inline void run(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q4_0: run_blocks<MatrixFormat::q4_0>(a); break;
     case MatrixFormat::q4_1: run_blocks<MatrixFormat::q4_1>(a); break;
     case MatrixFormat::q5_0: run_blocks<MatrixFormat::q5_0>(a); break;
+    case MatrixFormat::q5_1: run_blocks<MatrixFormat::q5_1>(a); break;
+    case MatrixFormat::q5_k: run_blocks<MatrixFormat::q5_k>(a); break;
     case MatrixFormat::q4_k: run_blocks<MatrixFormat::q4_k>(a); break;
     case MatrixFormat::q6_k: run_blocks<MatrixFormat::q6_k>(a); break;
     case MatrixFormat::bf16: run_bf16(a); break;
     case MatrixFormat::fp8:  // the GPU's only (is_cpu_block_format)
-    case MatrixFormat::q5_1:
-    case MatrixFormat::q5_k:
     case MatrixFormat::q2_k:
     case MatrixFormat::q3_k:
     case MatrixFormat::bf16_packed:  // bf16_avx512.cpp's only (linear.cpp)

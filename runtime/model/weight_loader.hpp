@@ -26,7 +26,7 @@ namespace kiln {
 // parts (GpuMatrix::split).
 // Tensor-parallel slices and F32 / F16 / BF16 tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
-// Q4_1, Q5_0, Q4_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), two
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), two
 // of those in one matrix as on the GPU (CpuMatrix::split), other block types are requantized to
 // Q8_0, and matrices not in blocks are bf16 rows (a decode step's
 // projections packed in 12 bits a value where the CPU's kernel unpacks them: bf16_pack.hpp).

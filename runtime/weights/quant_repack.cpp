@@ -83,8 +83,8 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q5_0: return MatrixFormat::q5_0;
     case GgmlType::Q4_K: return MatrixFormat::q4_k;
     case GgmlType::Q6_K: return MatrixFormat::q6_k;
-    case GgmlType::Q5_1: return device == Device::gpu ? std::optional(MatrixFormat::q5_1) : std::nullopt;
-    case GgmlType::Q5_K: return device == Device::gpu ? std::optional(MatrixFormat::q5_k) : std::nullopt;
+    case GgmlType::Q5_1: return MatrixFormat::q5_1;
+    case GgmlType::Q5_K: return MatrixFormat::q5_k;
     case GgmlType::Q2_K: return device == Device::gpu ? std::optional(MatrixFormat::q2_k) : std::nullopt;
     case GgmlType::Q3_K: return device == Device::gpu ? std::optional(MatrixFormat::q3_k) : std::nullopt;
     default: return std::nullopt;
@@ -330,9 +330,9 @@ namespace {
 // Bytes of a row of k values as the file stores them.
 int64_t ggml_row_bytes(MatrixFormat f, int64_t k) {
   if (f == MatrixFormat::q4_k) return k % 256 == 0 ? k / 256 * 144 : -1;
+  if (f == MatrixFormat::q5_k) return k % 256 == 0 ? k / 256 * 176 : -1;
   if (f == MatrixFormat::q6_k) return k % 256 == 0 ? k / 256 * 210 : -1;
-  const int64_t block = f == MatrixFormat::q8_0 ? 34 : f == MatrixFormat::q4_0 ? 18 : f == MatrixFormat::q4_1 ? 20 : 22;
-  return k / kQuantBlockValues * block;
+  return k / kQuantBlockValues * block_bytes(f);
 }
 
 // Block b of row r's group in the CPU layout, and the row's lane in it.
@@ -354,7 +354,7 @@ float f16_value(const std::byte* p) {
 }
 
 float cpu_scale(MatrixFormat f, const std::byte* at) {
-  if (f != MatrixFormat::q4_k) return f16_value(at);
+  if (!cpu_fp32_scales(f)) return f16_value(at);
   float v;
   std::memcpy(&v, at, 4);
   return v;
@@ -377,23 +377,25 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
       rec[cpu_scales_at(f) + kCpuRowGroup + lane] = super[192 + sub + 1];
       std::memcpy(rec + cpu_scales_at(f) + 2 * kCpuRowGroup + 2 * lane, super + 208, 2);
       for (int c = 0; c < kQuantBlockValues; ++c) q[c] = q6k_quant(super, 32 * (b % 8) + c);
-    } else if (f == MatrixFormat::q4_k) {
-      const std::byte* super = ggml_row.data() + (b / 8) * 144;
+    } else if (cpu_fp32_scales(f)) {  // Q4_K, Q5_K: the header's d·sc and dmin·m; Q5_K's qh before qs
+      const bool q5 = f == MatrixFormat::q5_k;
+      const std::byte* super = ggml_row.data() + (b / 8) * (q5 ? 176 : 144);
       const SubBlockScale sc = q4_k_sub_block(super, static_cast<size_t>(b % 8));
       const float min = -sc.min;
       std::memcpy(rec + cpu_scales_at(f) + width * lane, &sc.scale, 4);
       std::memcpy(rec + cpu_mins_at(f) + width * lane, &min, 4);
-      const std::byte* qs = super + 16 + 32 * ((b % 8) / 2);
+      const std::byte* qs = super + (q5 ? 48 : 16) + 32 * ((b % 8) / 2);
       for (int c = 0; c < kQuantBlockValues; ++c) {
         const auto v = static_cast<uint8_t>(qs[c]);
-        q[c] = b % 2 == 0 ? v & 0x0F : v >> 4;
+        const int fifth = q5 ? (static_cast<uint8_t>(super[16 + c]) >> (b % 8)) & 1 : 0;  // bit j of qh[c]: sub-block j's
+        q[c] = (b % 2 == 0 ? v & 0x0F : v >> 4) | fifth << 4;
       }
     } else {
-      const std::byte* block = ggml_row.data() + b * ggml_row_bytes(f, kQuantBlockValues);
-      std::memcpy(rec + cpu_scales_at(f) + width * lane, block, 2);                               // fp16 d
-      if (f == MatrixFormat::q4_1) std::memcpy(rec + cpu_mins_at(f) + width * lane, block + 2, 2);  // fp16 m
-      uint32_t fifth = 0;                                                                            // Q5_0's qh
-      if (f == MatrixFormat::q5_0) std::memcpy(&fifth, block + 2, 4);
+      const std::byte* block = ggml_row.data() + b * block_bytes(f);
+      std::memcpy(rec + cpu_scales_at(f) + width * lane, block, 2);                   // fp16 d
+      if (has_min(f)) std::memcpy(rec + cpu_mins_at(f) + width * lane, block + 2, 2);  // fp16 m
+      uint32_t fifth = 0;                                                              // Q5_0's / Q5_1's qh
+      if (has_fifth_bits(f)) std::memcpy(&fifth, block + quants_at(f) - 4, 4);
       const std::byte* qs = block + quants_at(f);
       for (int c = 0; c < kQuantBlockValues; ++c) {
         q[c] = f == MatrixFormat::q8_0 ? static_cast<int8_t>(qs[c]) : nibble(qs, c) | (((fifth >> c) & 1) << 4);
@@ -406,7 +408,7 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
     for (int c = 0; c < 16; ++c) {
       rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>((q[c] & 0x0F) | ((q[c + 16] & 0x0F) << 4)));
     }
-    // Q5_0's fifth bits; Q6_K's fifth, then sixth (bit j of byte 4·lane + i: column 4j + i).
+    // The 5-bit formats' fifth bits; Q6_K's fifth, then sixth (bit j of byte 4·lane + i: column 4j + i).
     for (int plane = 0; plane < cpu_high_bit_planes(f); ++plane) {
       for (int i = 0; i < 4; ++i) {
         uint8_t bits = 0;
@@ -422,10 +424,10 @@ float cpu_matrix_value(MatrixFormat f, const std::byte* matrix, int64_t k, int64
   const std::byte* rec = cpu_record(f, const_cast<std::byte*>(matrix), k, r, c / kQuantBlockValues);
   const auto byte = static_cast<uint8_t>(rec[cpu_quant_byte(f, lane, col)]);
   int q = col < 16 ? byte & 0x0F : byte >> 4;
+  for (int plane = 0; plane < cpu_high_bit_planes(f); ++plane) {  // the fifth (and Q6_K's sixth) bits
+    q |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + col % 4]) >> (col / 4)) & 1) << (4 + plane);
+  }
   if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
-    for (int plane = 0; plane < 2; ++plane) {
-      q |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + col % 4]) >> (col / 4)) & 1) << (4 + plane);
-    }
     const auto sc = static_cast<int8_t>(rec[cpu_scales_at(f) + (col / 16) * kCpuRowGroup + lane]);
     const float d = f16_value(rec + cpu_scales_at(f) + 2 * kCpuRowGroup + 2 * lane);
     return d * static_cast<float>(sc) * static_cast<float>(q - 32);
@@ -434,12 +436,8 @@ float cpu_matrix_value(MatrixFormat f, const std::byte* matrix, int64_t k, int64
   if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int>(byte) - 128) * scale;
   switch (f) {
     case MatrixFormat::q4_0: return static_cast<float>(q - 8) * scale;
-    case MatrixFormat::q5_0: {
-      const auto bits = static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 4 * lane + col % 4]);
-      q |= ((bits >> (col / 4)) & 1) << 4;
-      return static_cast<float>(q - 16) * scale;
-    }
-    default:  // Q4_1, Q4_K: q · scale + min
+    case MatrixFormat::q5_0: return static_cast<float>(q - 16) * scale;
+    default:  // Q4_1, Q5_1, Q4_K, Q5_K: q · scale + min
       return static_cast<float>(q) * scale + cpu_scale(f, rec + cpu_mins_at(f) + width * lane);
   }
 }

@@ -34,6 +34,8 @@ GgmlType ggml_type_of(MatrixFormat f) {
     case MatrixFormat::q4_0: return GgmlType::Q4_0;
     case MatrixFormat::q4_1: return GgmlType::Q4_1;
     case MatrixFormat::q5_0: return GgmlType::Q5_0;
+    case MatrixFormat::q5_1: return GgmlType::Q5_1;
+    case MatrixFormat::q5_k: return GgmlType::Q5_K;
     case MatrixFormat::q6_k: return GgmlType::Q6_K;
     default: return GgmlType::Q4_K;
   }
@@ -59,7 +61,7 @@ Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
   std::vector<std::byte> ggml =  // Q6_K's d comes last: random_gguf_blocks keeps it finite
       f == MatrixFormat::q6_k ? test::random_gguf_blocks(type, n, k, seed)
                               : test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
-  if (f == MatrixFormat::q4_1 || f == MatrixFormat::q4_k) {  // the random bytes would make any fp16 min: keep it in [-0.1, 0.1)
+  if (cpu_has_min(f)) {  // the random bytes would make any fp16 min: keep it in [-0.1, 0.1)
     std::mt19937 rng(seed + 1);
     std::uniform_real_distribution<float> min(-0.1f, 0.1f);
     for (size_t b = 0; b * block_bytes < ggml.size(); ++b) {
@@ -119,7 +121,8 @@ std::vector<float> rounded_to_bf16(const std::vector<float>& x) {
 }
 
 const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0,
-                                 MatrixFormat::q4_k, MatrixFormat::q6_k, MatrixFormat::bf16};
+                                 MatrixFormat::q5_1, MatrixFormat::q4_k, MatrixFormat::q5_k, MatrixFormat::q6_k,
+                                 MatrixFormat::bf16};
 
 struct Shape {
   int64_t n, k, tokens;
@@ -130,10 +133,9 @@ struct Shape {
 const Shape kShapes[] = {{37, 64, 1},  {64, 576, 1},   {21, 512, 1}, {19, 96, 5},  {40, 256, 9},
                          {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}, {11, 200, 7}, {11, 200, 1}};
 
-// The block formats hold rows of whole blocks (Q4_K and Q6_K of 256 values) only; bf16 any length.
+// The block formats hold rows of whole blocks (the K-quants' of 256 values) only; bf16 any length.
 bool fits(MatrixFormat f, const Shape& sh) {
-  const bool super_blocks = f == MatrixFormat::q4_k || f == MatrixFormat::q6_k;
-  return f == MatrixFormat::bf16 || (sh.k % kQuantBlockValues == 0 && (!super_blocks || sh.k % 256 == 0));
+  return f == MatrixFormat::bf16 || (sh.k % kQuantBlockValues == 0 && (!is_k_quant(f) || sh.k % 256 == 0));
 }
 
 }  // namespace
@@ -204,7 +206,9 @@ TEST_CASE("cpu kernels: cpu::linear over a matrix in two block formats", "[cpu]"
   };
   const Case cases[] = {{MatrixFormat::q4_k, MatrixFormat::q6_k, 96, 256, 64, 1},
                         {MatrixFormat::q5_0, MatrixFormat::q8_0, 50, 576, 37, 3},
-                        {MatrixFormat::q4_0, MatrixFormat::q4_1, 40, 64, 16, 70}};
+                        {MatrixFormat::q4_0, MatrixFormat::q4_1, 40, 64, 16, 70},
+                        {MatrixFormat::q5_k, MatrixFormat::q6_k, 48, 512, 33, 9},     // a Q5_K_M file's qkv_proj
+                        {MatrixFormat::q5_1, MatrixFormat::q8_0, 50, 576, 40, 1}};  // SmolLM2's, in it
   for (const Case& c : cases) {
     INFO(static_cast<int>(c.head) << " | " << static_cast<int>(c.tail) << " [" << c.n << ", " << c.k << "] at row "
                                   << c.split << " × " << c.tokens << " tokens");

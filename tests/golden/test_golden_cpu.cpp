@@ -75,10 +75,11 @@ TEST_CASE("quantizing to FP8 (--quantize fp8) on the reference backend keeps HF'
 
 // kQ4_1 + 1 below: a Q4_0 file whose attn_v and ffn_up are Q8_0, so that qkv_proj and gate_up_proj
 // are in two block formats (CpuMatrix::split).
-TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1, Q5_0 and a mix run from their blocks on the fast CPU backend like the reference",
+TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and a mix run from their blocks on the fast CPU backend like the "
+          "reference",
           "[golden]") {
   constexpr uint32_t kMix = golden::kQ4_1 + 1;
-  for (const uint32_t variant : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1, golden::kQ5_0, kMix}) {
+  for (const uint32_t variant : {golden::kQ8_0, golden::kQ4_0, golden::kQ4_1, golden::kQ5_0, golden::kQ5_1, kMix}) {
     for (const ModelDef* m : {&models::tiny_llama::model_def(), &models::tiny_qwen3::model_def(),
                               &models::tiny_deepseek_v2::model_def()}) {
       const golden::Fixture fixture = golden::load_fixture(m->info.name);
@@ -87,7 +88,8 @@ TEST_CASE("GGUF files in Q8_0, Q4_0, Q4_1, Q5_0 and a mix run from their blocks 
       const char* name = type == golden::kQ8_0   ? "Q8_0"
                          : type == golden::kQ4_0 ? "Q4_0"
                          : type == golden::kQ4_1 ? "Q4_1"
-                                                 : "Q5_0";
+                         : type == golden::kQ5_0 ? "Q5_0"
+                                                 : "Q5_1";
       const std::string origin = std::string(m->info.name) + "-" + name + (variant == kMix ? "+mix" : "") + ".gguf";
       const std::map<std::string, uint32_t> mix = {{"attn_v.weight", golden::kQ8_0}, {"ffn_up.weight", golden::kQ8_0}};
       const std::vector<std::byte> image =  // the file views it

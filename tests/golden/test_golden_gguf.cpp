@@ -369,11 +369,11 @@ TEST_CASE("the GPU's load refuses a NaN block scale in a GGUF projection, naming
   }
 }
 
-// The fast CPU backend keeps Q8_0 and Q4_1 blocks as stored: a NaN scale, or a NaN Q4_1 min, is
-// refused naming the tensor, the block and which of the two it is.
+// The fast CPU backend keeps Q8_0, Q4_1 and Q5_1 blocks as stored: a NaN scale, or a NaN Q4_1 /
+// Q5_1 min, is refused naming the tensor, the block and which of the two it is.
 TEST_CASE("the fast CPU backend's load refuses a NaN block scale or min in a GGUF projection, naming it") {
   for (const auto& [type, offset, what] : {std::tuple{kQ8_0, 0, "scale"}, std::tuple{kQ4_1, 0, "scale"},
-                                           std::tuple{kQ4_1, 2, "min"}}) {
+                                           std::tuple{kQ4_1, 2, "min"}, std::tuple{golden::kQ5_1, 2, "min"}}) {
     check_nan_in_block(WeightFormat::cpu, type, offset, what);
   }
 }

@@ -87,7 +87,7 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K an
   CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
   CHECK(matrix_bytes(MatrixFormat::q4_k, 4096, 14336) == 4096LL * 14336 / 256 * 144);
   CHECK(matrix_format_of(GgmlType::Q4_K, Device::gpu) == MatrixFormat::q4_k);
-  CHECK(!matrix_format_of(GgmlType::Q5_K, Device::cpu));
+  CHECK(matrix_format_of(GgmlType::Q5_K, Device::cpu) == MatrixFormat::q5_k);
   CHECK(matrix_format_of(GgmlType::Q4_K, Device::cpu) == MatrixFormat::q4_k);
   CHECK(matrix_bytes(MatrixFormat::q4_1, 576, 1536) == 576LL * 1536 / 32 * 20);
   CHECK(matrix_bytes(MatrixFormat::q5_0, 576, 1536) == 576LL * 1536 / 32 * 22);
@@ -98,7 +98,7 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K an
   CHECK(matrix_bytes(MatrixFormat::q5_k, 4096, 14336) == 4096LL * 14336 / 256 * 176);
   CHECK(matrix_format_of(GgmlType::Q5_1, Device::gpu) == MatrixFormat::q5_1);
   CHECK(matrix_format_of(GgmlType::Q5_K, Device::gpu) == MatrixFormat::q5_k);
-  CHECK(!matrix_format_of(GgmlType::Q5_1, Device::cpu));  // requantized to Q8_0 there
+  CHECK(matrix_format_of(GgmlType::Q5_1, Device::cpu) == MatrixFormat::q5_1);
 }
 
 TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {
@@ -176,7 +176,8 @@ TEST_CASE("quant repack: quantize_q8_0 is ggml's reference quantizer (values wit
 }
 
 TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved, a last group padded", "[weights]") {
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const MatrixFormat f = *matrix_format_of(type, Device::cpu);
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 64}, {16, 96}, {5, 576}, {33, 512}}) {
       if (k % static_cast<int64_t>(ggml_block_size(type)) != 0) continue;
@@ -202,6 +203,8 @@ TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved
   CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 16LL * 3 * 34);               // a padded group
   CHECK(cpu_matrix_bytes(MatrixFormat::q4_k, 16, 256) == 16LL * 8 * 24);             // fp32 scale and min a block
   CHECK(cpu_matrix_bytes(MatrixFormat::q6_k, 16, 256) == 16LL * 8 * 28);             // 2 int8 sc and fp16 d a block
+  CHECK(cpu_matrix_bytes(MatrixFormat::q5_1, 16, 64) == 16LL * 2 * 24);              // ggml's bytes
+  CHECK(cpu_matrix_bytes(MatrixFormat::q5_k, 16, 256) == 16LL * 8 * 28);             // fp32 scale and min a block
 }
 
 TEST_CASE("quant repack: a Q6_K lane holds columns 4q..4q+3 and 16+4q..16+4q+3 of each block, high bits apart",
