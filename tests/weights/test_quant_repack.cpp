@@ -266,9 +266,9 @@ TEST_CASE("quant repack: a Q2_K / Q3_K lane holds 16 bits of each of a super-blo
     repack_row(f, super, 1, 256, 0, matrix.data());
     for (int q = 0; q < 4; ++q) {
       for (int b = 0; b < 8; ++b) {
-        uint32_t word, high;
+        uint32_t word, high = 0;
         std::memcpy(&word, matrix.data() + q * 16 + (b / 2) * 4, 4);  // lane q's word of blocks b - b % 2, + 1
-        std::memcpy(&high, matrix.data() + quant_scales_offset(f, 1, 256) + q * 8 + (b / 4) * 4, 4);
+        if (q3) std::memcpy(&high, matrix.data() + quant_scales_offset(f, 1, 256) + q * 8 + (b / 4) * 4, 4);
         for (int p = 0; p < 4; ++p) {
           const int v = 32 * b + (p / 2) * 16 + 4 * q + (p % 2) * 2;  // the pair's first column
           INFO(matrix_format_name(f) << " lane " << q << " block " << b << " pair " << p);
