@@ -251,9 +251,19 @@ using QuantPassShape = QuantGemvShape<kK, F, kTiles, 0, 0, 0, kShared ? 1 : 0>;
 // gains from shared memory (1.8× fewer weight bytes a value: the copy is more of its time).
 template <int kK, MatrixFormat F>
 using SharedRowsOf = QuantPassShape<kK, F, 1, true>;  // a row's bytes and groups
-template <int kK, MatrixFormat F>
+// The fewest tokens of a pass of kTiles token tiles (token_tiles_for: 1, 9, 17, 33 for 1, 2, 4, 8).
+constexpr int fewest_pass_tokens(int tiles) {
+  int tokens = 1;
+  while (token_tiles_for(tokens) != tiles) ++tokens;
+  return tokens;
+}
+// Where even the fewest tokens of a pass of kTiles tiles do not fit, shared_input_pass never
+// chooses shared memory, so no kernel is compiled for it (rows of 2048 values or more: one tile
+// only, 5 kernels a format where there were 8).
+template <int kK, MatrixFormat F, int kTiles = 1>
 constexpr bool can_share_input() {
-  return SharedRowsOf<kK, F>::kWholeGroups && !(F == MatrixFormat::fp8 && kK > 4096);
+  return SharedRowsOf<kK, F>::kWholeGroups && !(F == MatrixFormat::fp8 && kK > 4096) &&
+         fewest_pass_tokens(kTiles) * SharedRowsOf<kK, F>::kSharedRowBytes <= kMaxSharedInputBytes;
 }
 template <int kK, MatrixFormat F>
 bool shared_input_pass(int tokens) {
@@ -270,7 +280,7 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
       constexpr int kTiles = decltype(tiles)::value;
       const bf16* x = in + static_cast<long long>(done) * kK;
       auto* y = out + static_cast<long long>(done) * kN;
-      if constexpr (can_share_input<kK, F>()) {
+      if constexpr (can_share_input<kK, F, kTiles>()) {
         if (shared_input_pass<kK, F>(n)) {
           launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, true>>(x, matrix, y, n, stream, rows);
           return;
