@@ -138,10 +138,15 @@ KILN_HOST_DEVICE constexpr int quant_group_blocks(MatrixFormat f) {
   return f == MatrixFormat::q8_0 || f == MatrixFormat::fp8 ? 2 : has_two_bit_quants(f) ? 8 : 4;
 }
 
+// The formats whose super-blocks start with a 16-byte header (fp16 d, fp16 dmin, 6-bit scales and
+// mins of the 32-value sub-blocks): Q4_K, Q5_K.
+KILN_HOST_DEVICE constexpr bool has_super_headers(MatrixFormat f) {
+  return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k;
+}
 // The formats of ggml's 256-value super-blocks, whose scales are per 32 (Q4_K, Q5_K) or 16 values
 // (Q2_K, Q3_K, Q6_K) under a super-block's d.
 KILN_HOST_DEVICE constexpr bool is_k_quant(MatrixFormat f) {
-  return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k || f == MatrixFormat::q6_k || has_two_bit_quants(f);
+  return has_super_headers(f) || f == MatrixFormat::q6_k || has_two_bit_quants(f);
 }
 // The formats of a scale per 16 columns, whose lanes hold columns 4q..4q+3 and 16+4q..16+4q+3 of a
 // block (Q6_K's lane columns).
@@ -226,7 +231,7 @@ KILN_HOST_DEVICE constexpr long long fp8_row_bytes(long long k) {
 // Bytes an [n, k] matrix takes on the GPU in format f.
 KILN_HOST_DEVICE constexpr long long matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::bf16) return n * k * 2;
-  if (f == MatrixFormat::q4_k || f == MatrixFormat::q5_k) {
+  if (has_super_headers(f)) {
     return quant_after_high_offset(f, n, k) + n * (k / kQ4kSuperValues) * kQ4kHeaderBytes;
   }
   if (f == MatrixFormat::q6_k) return q6k_d_offset(n, k) + n * (k / kQ4kSuperValues) * 2;
@@ -274,8 +279,8 @@ KILN_HOST_DEVICE constexpr int cpu_high_bit_planes(MatrixFormat f) {
 KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
   return cpu_quant_bytes(f) + 64 * cpu_high_bit_planes(f);
 }
-// The scales (and mins) kept as fp32 products (the super-blocks' d·sc and -dmin·m): Q4_K, Q5_K.
-KILN_HOST_DEVICE constexpr bool cpu_fp32_scales(MatrixFormat f) { return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k; }
+// The scales (and mins) kept as fp32 products (the super-block headers' d·sc and -dmin·m).
+KILN_HOST_DEVICE constexpr bool cpu_fp32_scales(MatrixFormat f) { return has_super_headers(f); }
 KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) {
   return cpu_fp32_scales(f) || f == MatrixFormat::q6_k ? 4 : 2;
 }

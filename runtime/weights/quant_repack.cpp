@@ -27,8 +27,6 @@ struct BlockPlace {
                        // super-block's 16-byte header)
 };
 
-bool has_super_headers(MatrixFormat f) { return f == MatrixFormat::q4_k || f == MatrixFormat::q5_k; }
-
 BlockPlace place(MatrixFormat f, int64_t n, int64_t k, int64_t r, int64_t b, int64_t q) {
   const int64_t g = quant_group_blocks(f), groups = quant_row_groups(f, k);
   const int64_t group = b / g;
