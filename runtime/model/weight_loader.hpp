@@ -26,10 +26,11 @@ namespace kiln {
 // parts (GpuMatrix::split).
 // Tensor-parallel slices and F32 / F16 / BF16 tensors are bf16.
 // cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K keep ggml's values in the CPU layout (templates/weight_matrix.hpp), two
-// of those in one matrix as on the GPU (CpuMatrix::split), other block types are requantized to
-// Q8_0, and matrices not in blocks are bf16 rows (a decode step's
-// projections packed in 12 bits a value where the CPU's kernel unpacks them: bf16_pack.hpp).
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K keep ggml's values in the CPU layout
+// (templates/weight_matrix.hpp), two of those in one matrix as on the GPU (CpuMatrix::split),
+// other block types (Q2_K, Q3_K) are requantized to Q8_0, and matrices not in blocks are bf16 rows
+// (a decode step's projections packed in 12 bits a value where the CPU's kernel unpacks them:
+// bf16_pack.hpp).
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.
 // FP8 on the GPU: a matrix an FP8 checkpoint stores in E4M3 keeps its codes and scales where its
 // blocks are 128 columns wide and its pieces whole blocks of 128 rows (the published checkpoints'
