@@ -2,7 +2,7 @@
 // quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), or FP8 (E4M3 with block scales: an FP8 checkpoint's, or
 // --quantize fp8's) in a layout the decode GEMV streams with 16-byte loads (linear_quant.cuh).
 // On the CPU: fp32 rows (the reference backend), or, on the fast CPU backend, bf16 rows or the
-// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K blocks in the layout of cpu_matrix_bytes below
+// file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K blocks in the layout of cpu_matrix_bytes below
 // (runtime/cpu reads it), or bf16 rows packed losslessly in 12 bits a value (bf16_packed, where the
 // CPU's kernel unpacks them: runtime/cpu/bf16_pack.hpp).
 // The loader chooses per tensor and layer (runtime/model/weight_loader.cpp): a binary runs whatever
@@ -80,11 +80,8 @@ constexpr int kMatrixFormats = 14;
 KILN_HOST_DEVICE constexpr bool is_block_format(MatrixFormat f) {
   return f != MatrixFormat::bf16 && f != MatrixFormat::f32 && f != MatrixFormat::bf16_packed;
 }
-// The block formats the fast CPU backend reads (FP8, Q2_K and Q3_K are the GPU's only: the CPU
-// requantizes Q2_K and Q3_K to Q8_0).
-KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) {
-  return is_block_format(f) && f != MatrixFormat::fp8 && f != MatrixFormat::q2_k && f != MatrixFormat::q3_k;
-}
+// The block formats the fast CPU backend reads (FP8 is the GPU's only).
+KILN_HOST_DEVICE constexpr bool is_cpu_block_format(MatrixFormat f) { return is_block_format(f) && f != MatrixFormat::fp8; }
 
 struct GpuMatrix {
   const void* data = nullptr;
@@ -259,47 +256,74 @@ KILN_HOST_DEVICE constexpr long long matrix_bytes(const GpuMatrix& m, long long 
 //   Q6_K: the low 4 bits of ggml's 6-bit quants u as the 4-bit formats' nibbles, then two
 //     vectors of high bits, bit j of byte 4·r + i of the first column 4·j + i's 16, of the
 //     second its 32;
-//   then the 16 rows' fp16 scales d (Q4_K, Q5_K: fp32 d·sc; Q6_K: 4 bytes a row, the 16 rows'
-//   int8 sub-block scales sc of columns 0..15, those of columns 16..31, then their fp16 d: value =
-//   d·sc · (u - 32)), then Q4_1's and Q5_1's fp16 mins m (Q4_K, Q5_K: fp32 -dmin·m).
-// Values, scales and bytes are ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp): decode
-// streams the weights from memory, so the layout adds no byte but the padding rows. Q4_K's
-// 32-value sub-blocks are blocks too, with ggml's own products for scales (6 bits a weight where
-// the file holds 4.5, the price of one kernel for Q4_1 and Q4_K; Q5_K's 7 where it holds 5.5);
-// Q6_K's take 7 where it holds 6.56 (Q8_0 would take 8.5).
+//   Q2_K, Q3_K: 2 vectors, bits 2·s, 2·s + 1 of byte 4·r + i of vector v column 4·(4·v + s) + i
+//     (the file's 0..3); Q3_K then one vector of third bits (bit j: column 4·j + i's 4), so that
+//     u = the low bits + 4 · the third bit is ggml's q + 4 (value = d·sc · (u - 4));
+//   then the 16 rows' scales: fp16 d (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1); the int8 sub-block scales sc
+//     of the K-quants (Q4_K, Q5_K: one a row; Q2_K, Q3_K, Q6_K: those of columns 0..15, then
+//     those of columns 16..31; Q3_K's as ggml means them, its 6-bit scales - 32);
+//   then the mins: Q4_1's and Q5_1's fp16 m (value = d · u + m); the K-quants' int8 sub-block
+//     mins m (Q4_K, Q5_K one a row, Q2_K two, as its scales: value = d·sc · u - dmin·m).
+// The K-quants' super-block scales stay once per 256 values: before each 8 records, a header of
+// the 16 rows' fp16 d, then (Q2_K, Q4_K, Q5_K) their fp16 -dmin. Values, scales and bytes are
+// ggml's (repack_cpu_row, runtime/weights/quant_repack.hpp): decode streams the weights from
+// memory, so the layout adds few bytes besides the padding rows: a sub-block scale (and min) a
+// byte where the file packs them in 6 (Q4_K, Q5_K) or 4 bits (Q2_K), ggml's bytes elsewhere (Q4_K
+// 4.625 bits a weight where the file holds 4.5, Q5_K 5.625 / 5.5, Q6_K 6.5625 as the file, Q3_K
+// 3.5625 / 3.4375, Q2_K 3.125 / 2.625).
 constexpr long long kCpuRowGroup = 16;
 
-KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return f == MatrixFormat::q8_0 ? 512 : 256; }
-// The vectors of high bits after the nibbles (64 bytes each): the 5-bit formats' fifth bits, Q6_K's
-// fifth and sixth.
-KILN_HOST_DEVICE constexpr int cpu_high_bit_planes(MatrixFormat f) {
-  return has_fifth_bits(f) ? 1 : f == MatrixFormat::q6_k ? 2 : 0;
+// The low bits of each quant in the record's first vectors, and their bytes.
+KILN_HOST_DEVICE constexpr int cpu_low_bits(MatrixFormat f) {
+  return f == MatrixFormat::q8_0 ? 8 : has_two_bit_quants(f) ? 2 : 4;
 }
-// Where a record's scales start, their width, and where its mins start (Q4_1, Q5_1, Q4_K, Q5_K).
+KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return 64 * cpu_low_bits(f); }
+// The vectors of high bits after them (64 bytes each): the 5-bit formats' fifth bits, Q6_K's
+// fifth and sixth, Q3_K's third.
+KILN_HOST_DEVICE constexpr int cpu_high_bit_planes(MatrixFormat f) {
+  return has_fifth_bits(f) || f == MatrixFormat::q3_k ? 1 : f == MatrixFormat::q6_k ? 2 : 0;
+}
+// A scale (and min) per 16 columns: Q2_K, Q3_K, Q6_K.
+KILN_HOST_DEVICE constexpr bool cpu_half_scales(MatrixFormat f) { return has_half_block_scales(f); }
+KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) {
+  return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 || has_super_headers(f) || f == MatrixFormat::q2_k;
+}
+// Where a record's scales start, the bytes a row's take (fp16, or the K-quants' int8 sub-block
+// scales), and where its mins start (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K).
 KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
   return cpu_quant_bytes(f) + 64 * cpu_high_bit_planes(f);
 }
-// The scales (and mins) kept as fp32 products (the super-block headers' d·sc and -dmin·m).
-KILN_HOST_DEVICE constexpr bool cpu_fp32_scales(MatrixFormat f) { return has_super_headers(f); }
 KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) {
-  return cpu_fp32_scales(f) || f == MatrixFormat::q6_k ? 4 : 2;
-}
-KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) {
-  return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 || cpu_fp32_scales(f);
+  return !is_k_quant(f) ? 2 : cpu_half_scales(f) ? 2 : 1;
 }
 KILN_HOST_DEVICE constexpr long long cpu_mins_at(MatrixFormat f) {
   return cpu_scales_at(f) + kCpuRowGroup * cpu_scale_bytes(f);
 }
-// Bytes of one block of a group of rows.
+// Bytes of one block record of a group of rows.
 KILN_HOST_DEVICE constexpr long long cpu_block_bytes(MatrixFormat f) {
   return cpu_mins_at(f) + (cpu_has_min(f) ? kCpuRowGroup * cpu_scale_bytes(f) : 0);
 }
+// The K-quants' header (the 16 rows' fp16 d, then their fp16 -dmin) and the records it serves.
+KILN_HOST_DEVICE constexpr long long cpu_header_bytes(MatrixFormat f) {
+  return is_k_quant(f) ? 2 * kCpuRowGroup * (cpu_has_min(f) ? 2 : 1) : 0;
+}
+KILN_HOST_DEVICE constexpr long long cpu_header_blocks(MatrixFormat f) {
+  return is_k_quant(f) ? kQ4kSuperValues / kQuantBlockValues : 1;
+}
+// Where block b's header and record start in its group's bytes.
+KILN_HOST_DEVICE constexpr long long cpu_header_at(MatrixFormat f, long long b) {
+  return b / cpu_header_blocks(f) * (cpu_header_bytes(f) + cpu_header_blocks(f) * cpu_block_bytes(f));
+}
+KILN_HOST_DEVICE constexpr long long cpu_record_at(MatrixFormat f, long long b) {
+  return cpu_header_at(f, b) + cpu_header_bytes(f) + b % cpu_header_blocks(f) * cpu_block_bytes(f);
+}
 
-// Bytes an [n, k] matrix takes on the CPU in format f (block formats: k a multiple of 32).
+// Bytes an [n, k] matrix takes on the CPU in format f (block formats: k a multiple of 32, the
+// K-quants' of 256).
 KILN_HOST_DEVICE constexpr long long cpu_matrix_bytes(MatrixFormat f, long long n, long long k) {
   if (f == MatrixFormat::f32) return n * k * 4;
   if (f == MatrixFormat::bf16) return n * k * 2;
-  return (n + kCpuRowGroup - 1) / kCpuRowGroup * (k / kQuantBlockValues) * cpu_block_bytes(f);
+  return (n + kCpuRowGroup - 1) / kCpuRowGroup * cpu_header_at(f, k / kQuantBlockValues);
 }
 
 }  // namespace kiln

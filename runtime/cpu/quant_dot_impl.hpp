@@ -37,12 +37,14 @@ constexpr int kQuantOffset = F == MatrixFormat::q8_0   ? 128
                              : F == MatrixFormat::q4_0 ? 8
                              : F == MatrixFormat::q5_0 ? 16
                              : F == MatrixFormat::q6_k ? 32
+                             : F == MatrixFormat::q3_k ? 4
                                                        : 0;
 
-// Q6_K has a scale per 16 values: a block's products are summed per half (columns 0..15 and
-// 16..31), each with its offset's share of the activations' total (quant_dot.hpp).
+// Q2_K, Q3_K and Q6_K have a scale per 16 values: a block's products are summed per half (columns
+// 0..15 and 16..31), each with its offset's share of the activations' total (quant_dot.hpp), and
+// Q2_K's min times the half's Σx.
 template <MatrixFormat F>
-constexpr bool kHalfScales = F == MatrixFormat::q6_k;
+constexpr bool kHalfScales = cpu_half_scales(F);
 
 // The formats whose unsigned quants are 4-bit (u ≤ 15).
 template <MatrixFormat F>
@@ -53,6 +55,16 @@ inline int32_t four_at(const int8_t* p) {  // 4 activations as one 32-bit lane
   std::memcpy(&v, p, 4);
   return v;
 }
+
+// Block b's record in a group's bytes w, and its K-quant header (weight_matrix.hpp).
+template <MatrixFormat F>
+inline const std::byte* record(const std::byte* w, int64_t b) { return w + cpu_record_at(F, b); }
+template <MatrixFormat F>
+inline const std::byte* header(const std::byte* w, int64_t b) { return w + cpu_header_at(F, b); }
+
+// The bytes prefetch_ahead asks for a block: its record, and its share of a header.
+template <MatrixFormat F>
+constexpr int64_t kBlockStream = cpu_block_bytes(F) + cpu_header_bytes(F);
 
 #if KILN_DOT_SIMD
 // A group's block records are read once, in order, and the next group's follow them: each block
@@ -77,19 +89,28 @@ inline void unpack(const std::byte* rec, __m512i u[8]) {
   if constexpr (F == MatrixFormat::q8_0) {
     for (int j = 0; j < 8; ++j) u[j] = _mm512_loadu_si512(rec + 64 * j);
   } else {
-    const __m512i mask = _mm512_set1_epi8(0x0F);
-    for (int j = 0; j < 4; ++j) {
-      const __m512i p = _mm512_loadu_si512(rec + 64 * j);
-      u[j] = _mm512_and_si512(p, mask);
-      u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), mask);
+    if constexpr (has_two_bit_quants(F)) {  // u[4v + s]: bits 2s of vector v
+      const __m512i mask = _mm512_set1_epi8(0x03);
+      for (int v = 0; v < 2; ++v) {
+        const __m512i p = _mm512_loadu_si512(rec + 64 * v);
+        for (int s = 0; s < 4; ++s) u[4 * v + s] = _mm512_and_si512(_mm512_srli_epi16(p, 2 * s), mask);
+      }
+    } else {
+      const __m512i mask = _mm512_set1_epi8(0x0F);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i p = _mm512_loadu_si512(rec + 64 * j);
+        u[j] = _mm512_and_si512(p, mask);
+        u[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), mask);
+      }
     }
     // Q5_0: bit j of each byte is u[j]'s 16: moved to bit 4, or-ed in; Q6_K: so is a second
-    // plane's, to bit 5 (its 32).
+    // plane's, to bit 5 (its 32); Q3_K's one plane to bit 2 (its 4).
+    constexpr int kLow = cpu_low_bits(F);
     for (int plane = 0; plane < cpu_high_bit_planes(F); ++plane) {
       const __m512i bits = _mm512_loadu_si512(rec + cpu_quant_bytes(F) + 64 * plane);
-      const __m512i to = _mm512_set1_epi8(static_cast<char>(0x10 << plane));
+      const __m512i to = _mm512_set1_epi8(static_cast<char>(1 << (kLow + plane)));
       for (int j = 0; j < 8; ++j) {
-        const int shift = 4 + plane - j;
+        const int shift = kLow + plane - j;
         const __m512i moved = shift >= 0 ? _mm512_slli_epi16(bits, shift) : _mm512_srli_epi16(bits, -shift);
         u[j] = _mm512_ternarylogic_epi32(u[j], moved, to, 0xF8);  // u | (moved & to)
       }
@@ -97,22 +118,24 @@ inline void unpack(const std::byte* rec, __m512i u[8]) {
   }
 }
 
-// Q6_K's 16 rows' scales d·sc of columns 0..15 (half 0) or 16..31 (half 1) of a block record.
-inline __m512 q6_k_scales(const std::byte* rec, int half) {
-  const std::byte* p = rec + cpu_scales_at(MatrixFormat::q6_k);
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * kCpuRowGroup)));
-  const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kCpuRowGroup * half)));
-  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+// The 16 rows' fp16 values at p, and their int8 values, as fp32.
+inline __m512 f16_rows(const std::byte* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 i8_rows(const std::byte* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// The 16 rows' scales (or mins) at p.
+// The 16 rows' scales of a block record (of columns 16·half.. where a scale is per 16), and their
+// mins: fp16 in the record, or the K-quants' d·sc and (-dmin)·m (the header's times the record's
+// sub-block values, ggml's products).
 template <MatrixFormat F>
-inline __m512 row_scales(const std::byte* p) {
-  if constexpr (cpu_fp32_scales(F)) {
-    return _mm512_loadu_ps(p);
-  } else {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
+inline __m512 block_scales(const std::byte* rec, const std::byte* hdr, int half = 0) {
+  if constexpr (!is_k_quant(F)) return f16_rows(rec + cpu_scales_at(F));
+  return _mm512_mul_ps(f16_rows(hdr), i8_rows(rec + cpu_scales_at(F) + kCpuRowGroup * half));
+}
+template <MatrixFormat F>
+inline __m512 block_mins(const std::byte* rec, const std::byte* hdr, int half = 0) {
+  if constexpr (!is_k_quant(F)) return f16_rows(rec + cpu_mins_at(F));
+  return _mm512_mul_ps(f16_rows(hdr + 2 * kCpuRowGroup), i8_rows(rec + cpu_mins_at(F) + kCpuRowGroup * half));
 }
 
 // The loops over the C tokens are unrolled (GCC's pragma) so that their sums stay in registers; a
@@ -121,7 +144,6 @@ inline __m512 row_scales(const std::byte* p) {
 // at 512).
 template <MatrixFormat F, int C>
 void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
-  constexpr int64_t kBlock = cpu_block_bytes(F);
   const int64_t blocks = a.k / kQuantBlockValues;
   const std::byte* w = a.w + g * a.stride;
   const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
@@ -129,12 +151,14 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* rec = w + b * kBlock;
-    prefetch_ahead<kBlock>(rec);
+    const std::byte *rec = record<F>(w, b), *hdr = header<F>(w, b);
+    prefetch_ahead<kBlockStream<F>>(rec);
     __m512i u[8];
     unpack<F>(rec, u);
     if constexpr (kHalfScales<F>) {
-      const __m512 scale[2] = {q6_k_scales(rec, 0), q6_k_scales(rec, 1)};
+      const __m512 scale[2] = {block_scales<F>(rec, hdr, 0), block_scales<F>(rec, hdr, 1)};
+      __m512 min[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+      if constexpr (cpu_has_min(F)) min[0] = block_mins<F>(rec, hdr, 0), min[1] = block_mins<F>(rec, hdr, 1);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const Q8Block& xb = x[c * a.act_stride + b];
@@ -149,12 +173,15 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
           v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo)), scale[h], v);
         }
         acc[c] = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.step), acc[c]);
+        if constexpr (cpu_has_min(F)) {  // each half's min times its Σx
+          for (int h = 0; h < 2; ++h) acc[c] = _mm512_fmadd_ps(min[h], _mm512_set1_ps(xb.step * static_cast<float>(totals[h])), acc[c]);
+        }
       }
       continue;
     }
-    const __m512 scale = row_scales<F>(rec + cpu_scales_at(F));
+    const __m512 scale = block_scales<F>(rec, hdr);
     __m512 min = _mm512_setzero_ps();
-    if constexpr (cpu_has_min(F)) min = row_scales<F>(rec + cpu_mins_at(F));
+    if constexpr (cpu_has_min(F)) min = block_mins<F>(rec, hdr);
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const Q8Block& xb = x[c * a.act_stride + b];
@@ -193,16 +220,25 @@ inline void unpack(const std::byte* rec, int h, __m256i u[8], __m256i signs[8]) 
       u[j] = _mm256_sign_epi8(signs[j], signs[j]);
     }
   } else {
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i p = at(64 * j);
-      u[j] = _mm256_and_si256(p, mask);
-      u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
+    if constexpr (has_two_bit_quants(F)) {
+      const __m256i mask = _mm256_set1_epi8(0x03);
+      for (int v = 0; v < 2; ++v) {
+        const __m256i p = at(64 * v);
+        for (int s = 0; s < 4; ++s) u[4 * v + s] = _mm256_and_si256(_mm256_srli_epi16(p, 2 * s), mask);
+      }
+    } else {
+      const __m256i mask = _mm256_set1_epi8(0x0F);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i p = at(64 * j);
+        u[j] = _mm256_and_si256(p, mask);
+        u[j + 4] = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
+      }
     }
+    constexpr int kLow = cpu_low_bits(F);
     for (int plane = 0; plane < cpu_high_bit_planes(F); ++plane) {
-      const __m256i bits = at(cpu_quant_bytes(F) + 64 * plane), to = _mm256_set1_epi8(static_cast<char>(0x10 << plane));
+      const __m256i bits = at(cpu_quant_bytes(F) + 64 * plane), to = _mm256_set1_epi8(static_cast<char>(1 << (kLow + plane)));
       for (int j = 0; j < 8; ++j) {
-        const int shift = 4 + plane - j;
+        const int shift = kLow + plane - j;
         const __m256i moved = shift >= 0 ? _mm256_slli_epi16(bits, shift) : _mm256_srli_epi16(bits, -shift);
         u[j] = _mm256_or_si256(u[j], _mm256_and_si256(moved, to));
       }
@@ -210,21 +246,25 @@ inline void unpack(const std::byte* rec, int h, __m256i u[8], __m256i signs[8]) 
   }
 }
 
-// Q6_K's scales d·sc of rows 8h..8h+7, columns 0..15 (half 0) or 16..31 (half 1) of a block record.
-inline __m256 q6_k_scales(const std::byte* rec, int h, int half) {
-  const std::byte* p = rec + cpu_scales_at(MatrixFormat::q6_k);
-  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * kCpuRowGroup + 16 * h)));
-  const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kCpuRowGroup * half + 8 * h)));
-  return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+// Rows 8h..8h+7's fp16 values of the 16 at p, and their int8 values, as fp32.
+inline __m256 f16_rows(const std::byte* p, int h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+}
+inline __m256 i8_rows(const std::byte* p, int h) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h))));
 }
 
+// Rows 8h..8h+7's scales of a block record (of columns 16·half.. where a scale is per 16), and
+// their mins, as the AVX-512 file's block_scales.
 template <MatrixFormat F>
-inline __m256 row_scales(const std::byte* p, int h) {
-  if constexpr (cpu_fp32_scales(F)) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
-  } else {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
-  }
+inline __m256 block_scales(const std::byte* rec, const std::byte* hdr, int h, int half = 0) {
+  if constexpr (!is_k_quant(F)) return f16_rows(rec + cpu_scales_at(F), h);
+  return _mm256_mul_ps(f16_rows(hdr, h), i8_rows(rec + cpu_scales_at(F) + kCpuRowGroup * half, h));
+}
+template <MatrixFormat F>
+inline __m256 block_mins(const std::byte* rec, const std::byte* hdr, int h, int half = 0) {
+  if constexpr (!is_k_quant(F)) return f16_rows(rec + cpu_mins_at(F), h);
+  return _mm256_mul_ps(f16_rows(hdr + 2 * kCpuRowGroup, h), i8_rows(rec + cpu_mins_at(F) + kCpuRowGroup * half, h));
 }
 
 // One token's sums of a group's 16 rows (two halves of 8) into its output rows that exist.
@@ -245,7 +285,6 @@ inline void store_group(const DotArgs& a, int64_t g, const __m256 acc[2]) {
 template <MatrixFormat F>
 void group_one_token(const DotArgs& a, int64_t g) {
   static_assert(kNibbleQuants<F>);
-  constexpr int64_t kBlock = cpu_block_bytes(F);
   const int64_t blocks = a.k / kQuantBlockValues;
   const std::byte* w = a.w + g * a.stride;
   const Q8Block* x = static_cast<const Q8Block*>(a.x);
@@ -253,8 +292,8 @@ void group_one_token(const DotArgs& a, int64_t g) {
   const auto four = [](const int8_t* p) { return _mm256_set1_epi32(four_at(p)); };
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* rec = w + b * kBlock;
-    prefetch_ahead<kBlock>(rec);
+    const std::byte *rec = record<F>(w, b), *hdr = header<F>(w, b);
+    prefetch_ahead<kBlockStream<F>>(rec);
     const Q8Block& xb = x[b];
     __m256i hq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hl[2] = {hq[0], hq[1]};
     for (int j = 0; j < 4; ++j) {  // columns 4j..4j+3 (low nibbles) and 16+4j.. (high)
@@ -274,8 +313,8 @@ void group_one_token(const DotArgs& a, int64_t g) {
       const __m256i hi = _mm256_madd_epi16(hq[h], ones);
       const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(hl[h], ones), _mm256_set1_epi32(-kQuantOffset<F> * xb.total));
       const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo);
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(row_scales<F>(rec + cpu_scales_at(F), h), step), acc[h]);
-      if constexpr (cpu_has_min(F)) acc[h] = _mm256_fmadd_ps(row_scales<F>(rec + cpu_mins_at(F), h), _mm256_set1_ps(xb.sum), acc[h]);
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(block_scales<F>(rec, hdr, h), step), acc[h]);
+      if constexpr (cpu_has_min(F)) acc[h] = _mm256_fmadd_ps(block_mins<F>(rec, hdr, h), _mm256_set1_ps(xb.sum), acc[h]);
     }
   }
   store_group(a, g, acc);
@@ -310,7 +349,7 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
     const __m256 step = _mm256_set1_ps(xb.step);
     for (int h = 0; h < 2; ++h) {
       const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi[h], 7), lo[h]);
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(row_scales<F>(rec + cpu_scales_at(F), h), step), acc[h]);
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(block_scales<F>(rec, nullptr, h), step), acc[h]);
     }
   }
   store_group(a, g, acc);
@@ -319,15 +358,18 @@ inline void group_one_token_q8_0(const DotArgs& a, int64_t g) {
 // C tokens against a group's rows 8h..8h+7: the quants unpacked once for the C tokens, then one
 // token's two sums at a time in registers, a block's vpmaddubsw results summed as int16 pairs for
 // kInt16Terms products before they widen (4-bit: 8 · 2 · 15 · 127 = 30,480; 5-bit, u ≤ 31: 4 ·
-// 2 · 31 · 127 = 31,496; Q6_K, u ≤ 63: 2 · 2 · 63 · 127 = 32,004; Q8_0's |w| ≤ 128 against signed
-// activations: each at once).
+// 2 · 31 · 127 = 31,496; Q6_K, u ≤ 63: 2 · 2 · 63 · 127 = 32,004; Q2_K and Q3_K, u ≤ 7: a half's
+// 4; Q8_0's |w| ≤ 128 against signed activations: each at once).
 template <MatrixFormat F>
-constexpr int kInt16Terms = F == MatrixFormat::q8_0 ? 1 : has_fifth_bits(F) ? 4 : F == MatrixFormat::q6_k ? 2 : 8;
+constexpr int kInt16Terms = F == MatrixFormat::q8_0        ? 1
+                            : has_fifth_bits(F)            ? 4
+                            : F == MatrixFormat::q6_k      ? 2
+                            : has_two_bit_quants(F)        ? 4
+                                                           : 8;
 
 template <MatrixFormat F, int C>
 void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
   constexpr int kOffset = F == MatrixFormat::q8_0 ? 0 : kQuantOffset<F>;  // Q8_0: signed weights here
-  constexpr int64_t kBlock = cpu_block_bytes(F);
   const int64_t blocks = a.k / kQuantBlockValues;
   const std::byte* w = a.w + g * a.stride;
   const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
@@ -337,12 +379,12 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
     __m256 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      const std::byte* rec = w + b * kBlock;
-      prefetch_ahead<kBlock>(rec);
+      const std::byte *rec = record<F>(w, b), *hdr = header<F>(w, b);
+      prefetch_ahead<kBlockStream<F>>(rec);
       __m256i u[8], signs[8];
       unpack<F>(rec, h, u, signs);
       if constexpr (kHalfScales<F>) {
-        const __m256 scale[2] = {q6_k_scales(rec, h, 0), q6_k_scales(rec, h, 1)};
+        const __m256 scale[2] = {block_scales<F>(rec, hdr, h, 0), block_scales<F>(rec, hdr, h, 1)};
         for (int c = 0; c < C; ++c) {
           const Q8Block& xb = x[c * a.act_stride + b];
           const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
@@ -361,10 +403,16 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
             v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo)), scale[half], v);
           }
           acc[c] = _mm256_fmadd_ps(v, _mm256_set1_ps(xb.step), acc[c]);
+          if constexpr (cpu_has_min(F)) {  // each half's min times its Σx
+            for (int half = 0; half < 2; ++half) {
+              const __m256 sum = _mm256_set1_ps(xb.step * static_cast<float>(totals[half]));
+              acc[c] = _mm256_fmadd_ps(block_mins<F>(rec, hdr, h, half), sum, acc[c]);
+            }
+          }
         }
         continue;
       }
-      const __m256 scale = row_scales<F>(rec + cpu_scales_at(F), h);
+      const __m256 scale = block_scales<F>(rec, hdr, h);
       for (int c = 0; c < C; ++c) {
         const Q8Block& xb = x[c * a.act_stride + b];
         __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-kOffset * xb.total);
@@ -384,7 +432,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
         }
         const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(hi, 7), lo);
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, _mm256_set1_ps(xb.step)), acc[c]);
-        if constexpr (cpu_has_min(F)) acc[c] = _mm256_fmadd_ps(row_scales<F>(rec + cpu_mins_at(F), h), _mm256_set1_ps(xb.sum), acc[c]);
+        if constexpr (cpu_has_min(F)) acc[c] = _mm256_fmadd_ps(block_mins<F>(rec, hdr, h), _mm256_set1_ps(xb.sum), acc[c]);
       }
     }
     const int64_t r0 = g * kCpuRowGroup + 8 * h, rows = a.rows - r0 < 8 ? a.rows - r0 : 8;
@@ -482,34 +530,40 @@ inline float f16_at(const std::byte* p) {
   return v;
 }
 
-// Row `lane`'s scale (or min) of the 16 at p.
+// Row `lane`'s scale of a block record (of columns 16·half.. where a scale is per 16), and its
+// min, as the SIMD files' block_scales.
 template <MatrixFormat F>
-float row_scale(const std::byte* p, int64_t lane) {
-  if constexpr (cpu_fp32_scales(F)) {
-    float v;
-    std::memcpy(&v, p + 4 * lane, 4);
-    return v;
-  } else {
-    return f16_at(p + 2 * lane);
-  }
+float block_scale(const std::byte* rec, const std::byte* hdr, int64_t lane, int half = 0) {
+  if constexpr (!is_k_quant(F)) return f16_at(rec + cpu_scales_at(F) + 2 * lane);
+  return f16_at(hdr + 2 * lane) * static_cast<float>(static_cast<int8_t>(rec[cpu_scales_at(F) + kCpuRowGroup * half + lane]));
+}
+template <MatrixFormat F>
+float block_min(const std::byte* rec, const std::byte* hdr, int64_t lane, int half = 0) {
+  if constexpr (!is_k_quant(F)) return f16_at(rec + cpu_mins_at(F) + 2 * lane);
+  return f16_at(hdr + 2 * kCpuRowGroup + 2 * lane) * static_cast<float>(static_cast<int8_t>(rec[cpu_mins_at(F) + kCpuRowGroup * half + lane]));
 }
 
 // Row `lane`'s unsigned quant of column c (0..31) of a block record.
 template <MatrixFormat F>
 int32_t quant_at(const std::byte* rec, int64_t lane, int c) {
   if constexpr (F == MatrixFormat::q8_0) return static_cast<uint8_t>(rec[64 * (c / 4) + 4 * lane + c % 4]);
-  const int col = c % 16;
-  const auto byte = static_cast<uint8_t>(rec[64 * (col / 4) + 4 * lane + col % 4]);
-  int32_t u = c < 16 ? byte & 0x0F : byte >> 4;
+  constexpr int kLow = cpu_low_bits(F);
+  int32_t u;
+  if constexpr (kLow == 2) {  // bits 2·s of vector v: column 4·(4·v + s) + i
+    u = (static_cast<uint8_t>(rec[64 * (c / 16) + 4 * lane + c % 4]) >> (2 * ((c / 4) % 4))) & 3;
+  } else {
+    const int col = c % 16;
+    const auto byte = static_cast<uint8_t>(rec[64 * (col / 4) + 4 * lane + col % 4]);
+    u = c < 16 ? byte & 0x0F : byte >> 4;
+  }
   for (int plane = 0; plane < cpu_high_bit_planes(F); ++plane) {
-    u |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(F) + 64 * plane + 4 * lane + c % 4]) >> (c / 4)) & 1) << (4 + plane);
+    u |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(F) + 64 * plane + 4 * lane + c % 4]) >> (c / 4)) & 1) << (kLow + plane);
   }
   return u;
 }
 
 template <MatrixFormat F, int C>
 void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
-  constexpr int64_t kBlock = cpu_block_bytes(F);
   const std::byte* w = a.w + g * a.stride;
   const Q8Block* x = static_cast<const Q8Block*>(a.x) + t0 * a.act_stride;
   const int64_t r0 = g * kCpuRowGroup;
@@ -517,11 +571,9 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
     for (int c = 0; c < C; ++c) {
       float v = 0.0f;
       for (int64_t b = 0; b < a.k / kQuantBlockValues; ++b) {
-        const std::byte* rec = w + b * kBlock;
+        const std::byte *rec = record<F>(w, b), *hdr = header<F>(w, b);
         const Q8Block& xb = x[c * a.act_stride + b];
-        if constexpr (kHalfScales<F>) {  // Q6_K: d·sc per half
-          const std::byte* p = rec + cpu_scales_at(F);
-          const float d = f16_at(p + 2 * kCpuRowGroup + 2 * lane);
+        if constexpr (kHalfScales<F>) {  // d·sc per half (Q2_K: and its min times the half's Σx)
           const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
           float sum = 0.0f;
           for (int h = 0; h < 2; ++h) {
@@ -531,9 +583,12 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
               hi += u * xb.q[i];
               lo += u * xb.lo[i];
             }
-            sum += static_cast<float>(128 * hi + lo) * (d * static_cast<float>(static_cast<int8_t>(p[kCpuRowGroup * h + lane])));
+            sum += static_cast<float>(128 * hi + lo) * block_scale<F>(rec, hdr, lane, h);
           }
           v += sum * xb.step;
+          if constexpr (cpu_has_min(F)) {
+            for (int h = 0; h < 2; ++h) v += block_min<F>(rec, hdr, lane, h) * (xb.step * static_cast<float>(totals[h]));
+          }
           continue;
         }
         int32_t hi = 0, lo = -kQuantOffset<F> * xb.total;
@@ -542,8 +597,8 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
           hi += u * xb.q[i];
           lo += u * xb.lo[i];
         }
-        v += static_cast<float>(128 * hi + lo) * (row_scale<F>(rec + cpu_scales_at(F), lane) * xb.step);
-        if constexpr (cpu_has_min(F)) v += row_scale<F>(rec + cpu_mins_at(F), lane) * xb.sum;
+        v += static_cast<float>(128 * hi + lo) * (block_scale<F>(rec, hdr, lane) * xb.step);
+        if constexpr (cpu_has_min(F)) v += block_min<F>(rec, hdr, lane) * xb.sum;
       }
       float& o = a.out[(t0 + c) * a.out_stride + r0 + lane];
       o = a.accumulate ? o + v : v;
@@ -642,10 +697,10 @@ inline void run(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q5_k: run_blocks<MatrixFormat::q5_k>(a); break;
     case MatrixFormat::q4_k: run_blocks<MatrixFormat::q4_k>(a); break;
     case MatrixFormat::q6_k: run_blocks<MatrixFormat::q6_k>(a); break;
+    case MatrixFormat::q2_k: run_blocks<MatrixFormat::q2_k>(a); break;
+    case MatrixFormat::q3_k: run_blocks<MatrixFormat::q3_k>(a); break;
     case MatrixFormat::bf16: run_bf16(a); break;
     case MatrixFormat::fp8:  // the GPU's only (is_cpu_block_format)
-    case MatrixFormat::q2_k:
-    case MatrixFormat::q3_k:
     case MatrixFormat::bf16_packed:  // bf16_avx512.cpp's only (linear.cpp)
     case MatrixFormat::f32: break;
   }

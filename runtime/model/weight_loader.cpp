@@ -335,7 +335,7 @@ class Loader {
       if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
       const std::optional<GgmlType> type = source_->block_type(p.hf_name);
       if (!type || ggml_block_size(*type) == 1 || !can_dequantize(*type)) return MatrixFormat::bf16;
-      const std::optional<MatrixFormat> f = matrix_format_of(*type, device());
+      const std::optional<MatrixFormat> f = matrix_format_of(*type);
       inst.requantized |= !f;
       const MatrixFormat kept = f.value_or(MatrixFormat::q8_0);
       const int64_t rows = p.source->rows * p.source->groups;
@@ -435,7 +435,7 @@ class Loader {
         const std::span<const std::byte> stored = source_->stored_row(row.piece->hf_name, row.hf_row);
         const bool tail = i >= head_rows;
         const MatrixFormat format = tail ? inst.tail_format : inst.format;
-        const bool as_stored = matrix_format_of(type, device()) == format;
+        const bool as_stored = matrix_format_of(type) == format;
         const std::string why = as_stored ? bad_scale(type, stored) : requantize(type, stored, values, requantized);
         if (!why.empty()) return bad.note(row, why);
         const std::span<const std::byte> blocks = as_stored ? stored : std::span<const std::byte>(requantized);

@@ -25,10 +25,10 @@ namespace kiln {
 // follow each other (a Q4_K_M file's qkv_proj: q and k Q4_K, v Q6_K): those keep both, in two
 // parts (GpuMatrix::split).
 // Tensor-parallel slices and F32 / F16 / BF16 tensors are bf16.
-// cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores as Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K keep ggml's values in the CPU layout
-// (templates/weight_matrix.hpp), two of those in one matrix as on the GPU (CpuMatrix::split),
-// other block types (Q2_K, Q3_K) are requantized to Q8_0, and matrices not in blocks are bf16 rows
+// cpu (the fast CPU backend): fp32, except the matrices: those a GGUF file stores in blocks keep
+// ggml's values in the CPU layout (templates/weight_matrix.hpp), every block type as on the GPU,
+// two of those in one matrix as there (CpuMatrix::split; three or more: Q8_0), and matrices not
+// in blocks are bf16 rows
 // (a decode step's projections packed in 12 bits a value where the CPU's kernel unpacks them:
 // bf16_pack.hpp).
 // A tied LM head shares its embedding's matrix: the GPU and the fast CPU backend hold it once.

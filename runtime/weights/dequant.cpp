@@ -267,6 +267,12 @@ int q3_k_scale(const std::byte* packed, size_t j) {
   return low | (high << 4);
 }
 
+SubBlockBits q4_k_sub_block_bits(const std::byte* block, size_t j) {
+  uint8_t sc, m;
+  scale_min_k4(j, reinterpret_cast<const uint8_t*>(block) + 4, &sc, &m);
+  return {sc, m};
+}
+
 SubBlockScale q4_k_sub_block(const std::byte* block, size_t j) {
   const auto* b = reinterpret_cast<const uint8_t*>(block);
   const GroupScales g = k4_group_scales(b, j / 2);

@@ -26,6 +26,11 @@ struct SubBlockScale {
   float scale, min;
 };
 SubBlockScale q4_k_sub_block(const std::byte* block, size_t j);
+// ... and its 6-bit scale and min themselves (0..63), from the block's 12 packed bytes at 4.
+struct SubBlockBits {
+  int scale, min;
+};
+SubBlockBits q4_k_sub_block_bits(const std::byte* block, size_t j);
 
 // Q3_K's 6-bit scale j (0..15, 16 values each; value = d · (scale - 32) · (u - 4)) from the block's
 // 12 packed bytes: its low 4 bits are the low (j < 8) or high (j >= 8) nibble of byte j % 8, its

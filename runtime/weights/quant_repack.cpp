@@ -73,7 +73,7 @@ int fifth_bit(MatrixFormat f, const std::byte* matrix, int64_t n, int64_t k, int
 
 }  // namespace
 
-std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
+std::optional<MatrixFormat> matrix_format_of(GgmlType type) {
   switch (type) {
     case GgmlType::Q8_0: return MatrixFormat::q8_0;
     case GgmlType::Q4_0: return MatrixFormat::q4_0;
@@ -83,8 +83,8 @@ std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device) {
     case GgmlType::Q6_K: return MatrixFormat::q6_k;
     case GgmlType::Q5_1: return MatrixFormat::q5_1;
     case GgmlType::Q5_K: return MatrixFormat::q5_k;
-    case GgmlType::Q2_K: return device == Device::gpu ? std::optional(MatrixFormat::q2_k) : std::nullopt;
-    case GgmlType::Q3_K: return device == Device::gpu ? std::optional(MatrixFormat::q3_k) : std::nullopt;
+    case GgmlType::Q2_K: return MatrixFormat::q2_k;
+    case GgmlType::Q3_K: return MatrixFormat::q3_k;
     default: return std::nullopt;
   }
 }
@@ -107,6 +107,22 @@ const char* matrix_format_name(MatrixFormat format) {
     case MatrixFormat::bf16_packed: return "bf16 (12-bit packed)";
   }
   return "?";
+}
+
+GgmlType ggml_type_of(MatrixFormat f) {
+  switch (f) {
+    case MatrixFormat::q8_0: return GgmlType::Q8_0;
+    case MatrixFormat::q4_0: return GgmlType::Q4_0;
+    case MatrixFormat::q4_1: return GgmlType::Q4_1;
+    case MatrixFormat::q5_0: return GgmlType::Q5_0;
+    case MatrixFormat::q5_1: return GgmlType::Q5_1;
+    case MatrixFormat::q2_k: return GgmlType::Q2_K;
+    case MatrixFormat::q3_k: return GgmlType::Q3_K;
+    case MatrixFormat::q4_k: return GgmlType::Q4_K;
+    case MatrixFormat::q5_k: return GgmlType::Q5_K;
+    case MatrixFormat::q6_k: return GgmlType::Q6_K;
+    default: fail("internal: ", matrix_format_name(f), " is no GGUF block type");
+  }
 }
 
 namespace {
@@ -325,24 +341,27 @@ void repack_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t n, 
 
 namespace {
 
-// Bytes of a row of k values as the file stores them.
+// Bytes of a row of k values as the file stores them (-1: k is not whole blocks).
 int64_t ggml_row_bytes(MatrixFormat f, int64_t k) {
-  if (f == MatrixFormat::q4_k) return k % 256 == 0 ? k / 256 * 144 : -1;
-  if (f == MatrixFormat::q5_k) return k % 256 == 0 ? k / 256 * 176 : -1;
-  if (f == MatrixFormat::q6_k) return k % 256 == 0 ? k / 256 * 210 : -1;
-  return k / kQuantBlockValues * block_bytes(f);
+  const GgmlType type = ggml_type_of(f);
+  const auto values = static_cast<int64_t>(ggml_block_size(type));
+  return k % values == 0 ? k / values * static_cast<int64_t>(ggml_block_bytes(type)) : -1;
 }
 
-// Block b of row r's group in the CPU layout, and the row's lane in it.
-std::byte* cpu_record(MatrixFormat f, std::byte* matrix, int64_t k, int64_t r, int64_t b) {
-  return matrix + ((r / kCpuRowGroup) * (k / kQuantBlockValues) + b) * cpu_block_bytes(f);
+// The bytes of row r's group of 16 rows, and the byte of a record holding column c (0..31) of lane
+// `lane` (weight_matrix.hpp): Q8_0 its own byte, the 4-bit formats c < 16 in the low nibble and c
+// ≥ 16 in the high one of the same byte, the 2-bit formats' column 4·(4·v + s) + i at bits 2·s of
+// byte 4·lane + i of vector v.
+std::byte* cpu_group(MatrixFormat f, std::byte* matrix, int64_t k, int64_t r) {
+  return matrix + (r / kCpuRowGroup) * cpu_matrix_bytes(f, kCpuRowGroup, k);
 }
-
-// The byte of a record holding column c (0..31) of lane `lane`: Q8_0 its own byte, the 4-bit
-// formats c < 16 in the low nibble and c ≥ 16 in the high one of the same byte.
 int64_t cpu_quant_byte(MatrixFormat f, int64_t lane, int64_t c) {
-  const int64_t col = f == MatrixFormat::q8_0 ? c : c % 16;
-  return 64 * (col / 4) + 4 * lane + col % 4;
+  const int64_t vector = f == MatrixFormat::q8_0 ? c / 4 : has_two_bit_quants(f) ? c / 16 : (c % 16) / 4;
+  return 64 * vector + 4 * lane + c % 4;
+}
+int cpu_quant_shift(MatrixFormat f, int64_t c) {
+  if (has_two_bit_quants(f)) return static_cast<int>(2 * ((c / 4) % 4));
+  return f != MatrixFormat::q8_0 && c >= 16 ? 4 : 0;
 }
 
 float f16_value(const std::byte* p) {
@@ -351,43 +370,74 @@ float f16_value(const std::byte* p) {
   return v;
 }
 
-float cpu_scale(MatrixFormat f, const std::byte* at) {
-  if (!cpu_fp32_scales(f)) return f16_value(at);
-  float v;
-  std::memcpy(&v, at, 4);
-  return v;
+// Sub-block j's scale (and min) of a K-quant super-block as ggml stores it: Q4_K / Q5_K j of 8
+// (6 bits each), Q2_K j of 16 (4 bits each), Q3_K j of 16 (6 bits, less 32), Q6_K j of 16 (int8).
+SubBlockBits k_quant_sub_block(MatrixFormat f, const std::byte* super, int64_t j) {
+  switch (f) {
+    case MatrixFormat::q2_k: {
+      const auto byte = static_cast<uint8_t>(super[j]);
+      return {byte & 0x0F, byte >> 4};
+    }
+    case MatrixFormat::q3_k: return {q3_k_scale(super + 96, static_cast<size_t>(j)) - 32, 0};
+    case MatrixFormat::q6_k: return {static_cast<int8_t>(super[192 + j]), 0};
+    default: return q4_k_sub_block_bits(super, static_cast<size_t>(j));
+  }
+}
+
+// The unsigned quant of value v (0..255) of a K-quant super-block (Q3_K's third bit as 4).
+int k_quant_value(MatrixFormat f, const std::byte* super, int64_t v) {
+  switch (f) {
+    case MatrixFormat::q6_k: return q6k_quant(super, v);
+    case MatrixFormat::q2_k: return static_cast<int>(two_bit_quant(super + 16, v));
+    case MatrixFormat::q3_k:
+      return static_cast<int>(two_bit_quant(super + 32, v)) | ((static_cast<uint8_t>(super[v % 32]) >> (v / 32)) & 1) << 2;
+    default: {  // Q4_K, Q5_K: sub-block 2i in the low nibbles of qs[32i..], 2i + 1 in the high; Q5_K's qh first
+      const bool q5 = f == MatrixFormat::q5_k;
+      const int64_t j = v / 32, c = v % 32;
+      const auto byte = static_cast<uint8_t>(super[(q5 ? 48 : 16) + 32 * (j / 2) + c]);
+      const int fifth = q5 ? (static_cast<uint8_t>(super[16 + c]) >> j) & 1 : 0;  // bit j of qh[c]
+      return (j % 2 == 0 ? byte & 0x0F : byte >> 4) | fifth << 4;
+    }
+  }
+}
+
+// Where a K-quant super-block keeps its fp16 d and dmin.
+int64_t k_quant_d_at(MatrixFormat f) {
+  switch (f) {
+    case MatrixFormat::q2_k: return 80;
+    case MatrixFormat::q3_k: return 108;
+    case MatrixFormat::q6_k: return 208;
+    default: return 0;
+  }
 }
 
 }  // namespace
 
 void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t k, int64_t r, std::byte* matrix) {
-  if (!is_cpu_block_format(f) || k % kQuantBlockValues != 0 || static_cast<int64_t>(ggml_row.size()) != ggml_row_bytes(f, k)) {
+  if (!is_cpu_block_format(f) || k % kQuantBlockValues != 0 || (is_k_quant(f) && k % kQ4kSuperValues != 0) ||
+      static_cast<int64_t>(ggml_row.size()) != ggml_row_bytes(f, k)) {
     fail("internal: repack_cpu_row of ", matrix_format_name(f), ": ", ggml_row.size(), " bytes for a row of ", k);
   }
   const int64_t lane = r % kCpuRowGroup, width = cpu_scale_bytes(f);
+  std::byte* group = cpu_group(f, matrix, k, r);
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
-    std::byte* rec = cpu_record(f, matrix, k, r, b);
-    int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else 0..15 / 0..31 / 0..63)
-    if (f == MatrixFormat::q6_k) {  // scales: [2][16] int8 sc (columns 0..15, 16..31), then [16] fp16 d
-      const std::byte* super = ggml_row.data() + (b / 8) * 210;
-      const int64_t sub = 2 * (b % 8);  // the super-block's int8 scales, one per 16 values in column order
-      rec[cpu_scales_at(f) + lane] = super[192 + sub];
-      rec[cpu_scales_at(f) + kCpuRowGroup + lane] = super[192 + sub + 1];
-      std::memcpy(rec + cpu_scales_at(f) + 2 * kCpuRowGroup + 2 * lane, super + 208, 2);
-      for (int c = 0; c < kQuantBlockValues; ++c) q[c] = q6k_quant(super, 32 * (b % 8) + c);
-    } else if (cpu_fp32_scales(f)) {  // Q4_K, Q5_K: the header's d·sc and dmin·m; Q5_K's qh before qs
-      const bool q5 = f == MatrixFormat::q5_k;
-      const std::byte* super = ggml_row.data() + (b / 8) * (q5 ? 176 : 144);
-      const SubBlockScale sc = q4_k_sub_block(super, static_cast<size_t>(b % 8));
-      const float min = -sc.min;
-      std::memcpy(rec + cpu_scales_at(f) + width * lane, &sc.scale, 4);
-      std::memcpy(rec + cpu_mins_at(f) + width * lane, &min, 4);
-      const std::byte* qs = super + (q5 ? 48 : 16) + 32 * ((b % 8) / 2);
-      for (int c = 0; c < kQuantBlockValues; ++c) {
-        const auto v = static_cast<uint8_t>(qs[c]);
-        const int fifth = q5 ? (static_cast<uint8_t>(super[16 + c]) >> (b % 8)) & 1 : 0;  // bit j of qh[c]: sub-block j's
-        q[c] = (b % 2 == 0 ? v & 0x0F : v >> 4) | fifth << 4;
+    std::byte* rec = group + cpu_record_at(f, b);
+    int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else unsigned)
+    if (is_k_quant(f)) {
+      const std::byte* super = ggml_row.data() + (b / 8) * static_cast<int64_t>(ggml_block_bytes(ggml_type_of(f)));
+      std::byte* header = group + cpu_header_at(f, b);  // d, then -dmin: the fp16 sign flipped
+      std::memcpy(header + 2 * lane, super + k_quant_d_at(f), 2);
+      if (cpu_has_min(f)) {
+        const auto dmin = static_cast<uint8_t>(super[k_quant_d_at(f) + 3]);
+        std::memcpy(header + 2 * kCpuRowGroup + 2 * lane, super + k_quant_d_at(f) + 2, 1);
+        header[2 * kCpuRowGroup + 2 * lane + 1] = std::byte(static_cast<uint8_t>(dmin ^ 0x80));
       }
+      for (int64_t h = 0; h < (cpu_half_scales(f) ? 2 : 1); ++h) {  // sub-block j: columns 16h.. (or all 32)
+        const SubBlockBits sub = k_quant_sub_block(f, super, cpu_half_scales(f) ? 2 * (b % 8) + h : b % 8);
+        rec[cpu_scales_at(f) + kCpuRowGroup * h + lane] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(sub.scale)));
+        if (cpu_has_min(f)) rec[cpu_mins_at(f) + kCpuRowGroup * h + lane] = std::byte(static_cast<uint8_t>(sub.min));
+      }
+      for (int c = 0; c < kQuantBlockValues; ++c) q[c] = k_quant_value(f, super, 32 * (b % 8) + c);
     } else {
       const std::byte* block = ggml_row.data() + b * block_bytes(f);
       std::memcpy(rec + cpu_scales_at(f) + width * lane, block, 2);                   // fp16 d
@@ -396,21 +446,21 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
       if (has_fifth_bits(f)) std::memcpy(&fifth, block + quants_at(f) - 4, 4);
       const std::byte* qs = block + quants_at(f);
       for (int c = 0; c < kQuantBlockValues; ++c) {
-        q[c] = f == MatrixFormat::q8_0 ? static_cast<int8_t>(qs[c]) : nibble(qs, c) | (((fifth >> c) & 1) << 4);
+        q[c] = f == MatrixFormat::q8_0 ? static_cast<int8_t>(qs[c]) + 128 : nibble(qs, c) | (((fifth >> c) & 1) << 4);
       }
     }
-    if (f == MatrixFormat::q8_0) {
-      for (int c = 0; c < kQuantBlockValues; ++c) rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>(q[c] + 128));
-      continue;
+    // The low bits of each quant into the first vectors, the higher bits (the 5-bit formats' fifth;
+    // Q6_K's fifth, then sixth; Q3_K's third) into the planes: bit j of byte 4·lane + i, column 4j + i.
+    const int low = cpu_low_bits(f);
+    for (int64_t v = 0; v < cpu_quant_bytes(f) / 64; ++v) std::memset(rec + 64 * v + 4 * lane, 0, 4);
+    for (int c = 0; c < kQuantBlockValues; ++c) {
+      const auto bits = static_cast<uint8_t>((q[c] & ((1 << low) - 1)) << cpu_quant_shift(f, c));
+      rec[cpu_quant_byte(f, lane, c)] |= std::byte(bits);
     }
-    for (int c = 0; c < 16; ++c) {
-      rec[cpu_quant_byte(f, lane, c)] = std::byte(static_cast<uint8_t>((q[c] & 0x0F) | ((q[c + 16] & 0x0F) << 4)));
-    }
-    // The 5-bit formats' fifth bits; Q6_K's fifth, then sixth (bit j of byte 4·lane + i: column 4j + i).
     for (int plane = 0; plane < cpu_high_bit_planes(f); ++plane) {
       for (int i = 0; i < 4; ++i) {
         uint8_t bits = 0;
-        for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((q[4 * j + i] >> (4 + plane)) & 1) << j);
+        for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((q[4 * j + i] >> (low + plane)) & 1) << j);
         rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + i] = std::byte(bits);
       }
     }
@@ -418,25 +468,32 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
 }
 
 float cpu_matrix_value(MatrixFormat f, const std::byte* matrix, int64_t k, int64_t r, int64_t c) {
-  const int64_t lane = r % kCpuRowGroup, col = c % kQuantBlockValues, width = cpu_scale_bytes(f);
-  const std::byte* rec = cpu_record(f, const_cast<std::byte*>(matrix), k, r, c / kQuantBlockValues);
-  const auto byte = static_cast<uint8_t>(rec[cpu_quant_byte(f, lane, col)]);
-  int q = col < 16 ? byte & 0x0F : byte >> 4;
-  for (int plane = 0; plane < cpu_high_bit_planes(f); ++plane) {  // the fifth (and Q6_K's sixth) bits
-    q |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + col % 4]) >> (col / 4)) & 1) << (4 + plane);
+  const int64_t lane = r % kCpuRowGroup, col = c % kQuantBlockValues, b = c / kQuantBlockValues;
+  const std::byte* group = cpu_group(f, const_cast<std::byte*>(matrix), k, r);
+  const std::byte* rec = group + cpu_record_at(f, b);
+  const int low = cpu_low_bits(f);
+  int q = (static_cast<uint8_t>(rec[cpu_quant_byte(f, lane, col)]) >> cpu_quant_shift(f, col)) & ((1 << low) - 1);
+  for (int plane = 0; plane < cpu_high_bit_planes(f); ++plane) {
+    q |= ((static_cast<uint8_t>(rec[cpu_quant_bytes(f) + 64 * plane + 4 * lane + col % 4]) >> (col / 4)) & 1) << (low + plane);
   }
-  if (f == MatrixFormat::q6_k) {  // d·sc · (u - 32), as ggml's dequantize_row_q6_K: (d · sc) first
-    const auto sc = static_cast<int8_t>(rec[cpu_scales_at(f) + (col / 16) * kCpuRowGroup + lane]);
-    const float d = f16_value(rec + cpu_scales_at(f) + 2 * kCpuRowGroup + 2 * lane);
-    return d * static_cast<float>(sc) * static_cast<float>(q - 32);
+  if (is_k_quant(f)) {  // (d · sc) · (u - offset) [+ (-dmin) · m], as ggml's dequantize_row_*: (d · sc) first
+    const std::byte* header = group + cpu_header_at(f, b);
+    const int64_t h = cpu_half_scales(f) ? col / 16 : 0;
+    const float scale = f16_value(header + 2 * lane) * static_cast<float>(static_cast<int8_t>(rec[cpu_scales_at(f) + kCpuRowGroup * h + lane]));
+    const int offset = f == MatrixFormat::q6_k ? 32 : f == MatrixFormat::q3_k ? 4 : 0;
+    float v = scale * static_cast<float>(q - offset);
+    if (cpu_has_min(f)) {
+      v += f16_value(header + 2 * kCpuRowGroup + 2 * lane) * static_cast<float>(static_cast<int8_t>(rec[cpu_mins_at(f) + kCpuRowGroup * h + lane]));
+    }
+    return v;
   }
-  const float scale = cpu_scale(f, rec + cpu_scales_at(f) + width * lane);
-  if (f == MatrixFormat::q8_0) return static_cast<float>(static_cast<int>(byte) - 128) * scale;
+  const float scale = f16_value(rec + cpu_scales_at(f) + 2 * lane);
   switch (f) {
+    case MatrixFormat::q8_0: return static_cast<float>(q - 128) * scale;
     case MatrixFormat::q4_0: return static_cast<float>(q - 8) * scale;
     case MatrixFormat::q5_0: return static_cast<float>(q - 16) * scale;
-    default:  // Q4_1, Q5_1, Q4_K, Q5_K: q · scale + min
-      return static_cast<float>(q) * scale + cpu_scale(f, rec + cpu_mins_at(f) + width * lane);
+    default:  // Q4_1, Q5_1: q · d + m
+      return static_cast<float>(q) * scale + f16_value(rec + cpu_mins_at(f) + 2 * lane);
   }
 }
 

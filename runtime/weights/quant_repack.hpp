@@ -1,8 +1,8 @@
-// GGUF rows in the GPU's quantized layout (templates/weight_matrix.hpp): the loader repacks each
-// row of a Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K tensor it keeps quantized;
-// the values, scales and byte count stay ggml's. Rows of the block types the fast CPU backend has
-// no kernel for (Q2_K, Q3_K) are requantized to Q8_0 there (quantize_q8_0), which is closer to
-// them than bf16 and half its bytes.
+// GGUF rows in the GPU's and the fast CPU backend's quantized layouts (templates/weight_matrix.hpp):
+// the loader repacks each row of a Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K
+// tensor it keeps quantized; the values, scales and byte count stay ggml's. Rows of a matrix
+// stacked from pieces of three block types or more are requantized to Q8_0 (quantize_q8_0), which
+// is closer to them than bf16 and half its bytes.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +17,13 @@ namespace kiln {
 
 enum class Device { cpu, gpu };
 
-// The format that keeps a GGUF type as stored on a device, if there is one: Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K and Q6_K on both, Q2_K and Q3_K on the GPU; the GPU's repacked by repack_row,
-// the fast CPU backend's by repack_cpu_row.
-std::optional<MatrixFormat> matrix_format_of(GgmlType type, Device device);
+// The format that keeps a GGUF type as stored, if there is one (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K): the GPU's repacked by repack_row, the fast CPU backend's by
+// repack_cpu_row.
+std::optional<MatrixFormat> matrix_format_of(GgmlType type);
 const char* matrix_format_name(MatrixFormat format);
+// ... and the other way: the GGUF type a block format keeps as stored (throws for bf16, f32, FP8).
+GgmlType ggml_type_of(MatrixFormat format);
 
 // Writes one GGUF row of k values (whole ggml blocks of the format's type) as row r of the [n, k]
 // matrix at `matrix` (matrix_bytes(format, n, k) bytes, zeroed beforehand: padding stays zero).

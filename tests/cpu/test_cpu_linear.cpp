@@ -28,19 +28,6 @@ struct Weights {
   std::vector<float> values;      // what they mean, for the reference
 };
 
-GgmlType ggml_type_of(MatrixFormat f) {
-  switch (f) {
-    case MatrixFormat::q8_0: return GgmlType::Q8_0;
-    case MatrixFormat::q4_0: return GgmlType::Q4_0;
-    case MatrixFormat::q4_1: return GgmlType::Q4_1;
-    case MatrixFormat::q5_0: return GgmlType::Q5_0;
-    case MatrixFormat::q5_1: return GgmlType::Q5_1;
-    case MatrixFormat::q5_k: return GgmlType::Q5_K;
-    case MatrixFormat::q6_k: return GgmlType::Q6_K;
-    default: return GgmlType::Q4_K;
-  }
-}
-
 Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
   Weights w;
   w.values.resize(static_cast<size_t>(n * k));
@@ -58,10 +45,12 @@ Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
   }
   const GgmlType type = ggml_type_of(f);
   const size_t block_bytes = ggml_block_bytes(type);
-  std::vector<std::byte> ggml =  // Q6_K's d comes last: random_gguf_blocks keeps it finite
-      f == MatrixFormat::q6_k ? test::random_gguf_blocks(type, n, k, seed)
-                              : test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
-  if (cpu_has_min(f)) {  // the random bytes would make any fp16 min: keep it in [-0.1, 0.1)
+  // Q2_K's, Q3_K's and Q6_K's d (and dmin) come last: random_gguf_blocks keeps them finite
+  const bool d_last = cpu_half_scales(f);
+  std::vector<std::byte> ggml =
+      d_last ? test::random_gguf_blocks(type, n, k, seed)
+             : test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
+  if (cpu_has_min(f) && !d_last) {  // the random bytes would make any fp16 min: keep it in [-0.1, 0.1)
     std::mt19937 rng(seed + 1);
     std::uniform_real_distribution<float> min(-0.1f, 0.1f);
     for (size_t b = 0; b * block_bytes < ggml.size(); ++b) {
@@ -121,8 +110,8 @@ std::vector<float> rounded_to_bf16(const std::vector<float>& x) {
 }
 
 const MatrixFormat kFormats[] = {MatrixFormat::q8_0, MatrixFormat::q4_0, MatrixFormat::q4_1, MatrixFormat::q5_0,
-                                 MatrixFormat::q5_1, MatrixFormat::q4_k, MatrixFormat::q5_k, MatrixFormat::q6_k,
-                                 MatrixFormat::bf16};
+                                 MatrixFormat::q5_1, MatrixFormat::q2_k, MatrixFormat::q3_k, MatrixFormat::q4_k,
+                                 MatrixFormat::q5_k, MatrixFormat::q6_k, MatrixFormat::bf16};
 
 struct Shape {
   int64_t n, k, tokens;
@@ -131,7 +120,8 @@ struct Shape {
 // rows × 1 token on AVX2), a row of one block, rows of odd blocks, SmolLM2's 576 and 1,536, a
 // prefill beyond one token chunk (64), and bf16 rows whose length is no multiple of 16 or 32.
 const Shape kShapes[] = {{37, 64, 1},  {64, 576, 1},   {21, 512, 1}, {19, 96, 5},  {40, 256, 9},
-                         {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}, {11, 200, 7}, {11, 200, 1}};
+                         {16, 32, 70}, {30, 1536, 3}, {7, 160, 66}, {11, 200, 7}, {11, 200, 1},
+                         {18, 768, 17}};
 
 // The block formats hold rows of whole blocks (the K-quants' of 256 values) only; bf16 any length.
 bool fits(MatrixFormat f, const Shape& sh) {
@@ -208,6 +198,8 @@ TEST_CASE("cpu kernels: cpu::linear over a matrix in two block formats", "[cpu]"
                         {MatrixFormat::q5_0, MatrixFormat::q8_0, 50, 576, 37, 3},
                         {MatrixFormat::q4_0, MatrixFormat::q4_1, 40, 64, 16, 70},
                         {MatrixFormat::q5_k, MatrixFormat::q6_k, 48, 512, 33, 9},     // a Q5_K_M file's qkv_proj
+                        {MatrixFormat::q3_k, MatrixFormat::q5_k, 48, 768, 32, 5},     // a Q3_K_M file's
+                        {MatrixFormat::q2_k, MatrixFormat::q4_k, 40, 256, 24, 1},     // a Q2_K file's
                         {MatrixFormat::q5_1, MatrixFormat::q8_0, 50, 576, 40, 1}};  // SmolLM2's, in it
   for (const Case& c : cases) {
     INFO(static_cast<int>(c.head) << " | " << static_cast<int>(c.tail) << " [" << c.n << ", " << c.k << "] at row "

@@ -73,7 +73,7 @@ void check_embed_matrix(const std::string& name, MatrixFormat f, const std::vect
 // ... of GGUF blocks, whose values are ggml's dequantization of the file's rows.
 template <shape::embed S>
 void check_embed_blocks(GgmlType type, int tokens, int rank = 0, int ranks = 1) {
-  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
+  const MatrixFormat f = *matrix_format_of(type);
   const std::vector<std::byte> blocks = test::random_gguf_blocks(type, S.vocab, S.dim, static_cast<uint32_t>(S.dim + tokens));
   std::vector<float> values(static_cast<size_t>(S.vocab) * S.dim);
   dequantize(type, blocks, values);

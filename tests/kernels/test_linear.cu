@@ -176,7 +176,7 @@ struct QuantMatrix {
   std::vector<float> values;
 };
 QuantMatrix random_quant_matrix(GgmlType type, int n, int k, uint32_t seed) {
-  QuantMatrix m{*matrix_format_of(type, Device::gpu), {}, std::vector<float>(static_cast<size_t>(n) * k)};
+  QuantMatrix m{*matrix_format_of(type), {}, std::vector<float>(static_cast<size_t>(n) * k)};
   const std::vector<std::byte> blocks = test::random_gguf_blocks(type, n, k, seed);
   dequantize(type, blocks, m.values);
   m.matrix.assign(static_cast<size_t>(matrix_bytes(m.format, n, k)), std::byte{0});

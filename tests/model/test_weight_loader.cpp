@@ -464,11 +464,10 @@ class KQuantSource final : public kiln::TensorSource {
 
 }  // namespace
 
-// A Q6_K, Q2_K or Q3_K projection keeps its blocks on the GPU with ggml's values (Q6_K on the fast
-// CPU backend too, which requantizes Q2_K and Q3_K to Q8_0); a NaN d (Q6_K's and Q3_K's are the
-// last two bytes of a block, Q2_K's d and dmin the last four, not the first as in the other types)
-// is refused, naming the tensor and the row.
-TEST_CASE("weight loader: the GPU keeps a Q6_K, Q2_K or Q3_K projection's blocks and refuses a NaN d or dmin in them",
+// A Q6_K, Q2_K or Q3_K projection keeps its blocks on the GPU and on the fast CPU backend with
+// ggml's values; a NaN d (Q6_K's and Q3_K's are the last two bytes of a block, Q2_K's d and dmin
+// the last four, not the first as in the other types) is refused, naming the tensor and the row.
+TEST_CASE("weight loader: the GPU and the CPU keep a Q6_K, Q2_K or Q3_K projection's blocks and refuse a NaN d or dmin in them",
           "[weights]") {
   constexpr int64_t kRows = 4;
   std::vector<WeightSpec> specs = {{"proj", false, 0, 0, {kRows, 256}, 0, {{{.hf_name = "w", .rows = kRows}}}, "", true}};
@@ -479,7 +478,7 @@ TEST_CASE("weight loader: the GPU keeps a Q6_K, Q2_K or Q3_K projection's blocks
   for (const kiln::GgmlType type : {kiln::GgmlType::Q6_K, kiln::GgmlType::Q2_K, kiln::GgmlType::Q3_K}) {
     INFO(kiln::ggml_type_name(type));
     const int64_t bytes = static_cast<int64_t>(kiln::ggml_block_bytes(type));
-    const kiln::MatrixFormat f = *kiln::matrix_format_of(type, kiln::Device::gpu);
+    const kiln::MatrixFormat f = *kiln::matrix_format_of(type);
     std::vector<std::byte> blocks = kiln::test::random_gguf_blocks(type, kRows, 256, 7);
     std::vector<float> values(static_cast<size_t>(kRows * 256));
     kiln::dequantize(type, blocks, values);
@@ -500,17 +499,14 @@ TEST_CASE("weight loader: the GPU keeps a Q6_K, Q2_K or Q3_K projection's blocks
       KQuantSource source(type, kRows, blocks);
       CountingSink sink;
       const LoadedWeights w = kiln::load_weights(def, source, WeightFormat::cpu, sink);
-      const bool kept = type == kiln::GgmlType::Q6_K;
-      REQUIRE(w.table.format("proj") == (kept ? f : kiln::MatrixFormat::q8_0));
-      CHECK(w.requantized == (kept ? 0 : 1));
-      if (kept) {
-        const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
-        int64_t wrong = 0;
-        for (int64_t r = 0; r < kRows; ++r) {
-          for (int64_t c = 0; c < 256; ++c) wrong += kiln::cpu_matrix_value(f, matrix, 256, r, c) != values[r * 256 + c];
-        }
-        CHECK(wrong == 0);
+      REQUIRE(w.table.format("proj") == f);
+      CHECK(w.requantized == 0);
+      const auto* matrix = static_cast<const std::byte*>(w.table.get("proj"));
+      int64_t wrong = 0;
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t c = 0; c < 256; ++c) wrong += kiln::cpu_matrix_value(f, matrix, 256, r, c) != values[r * 256 + c];
       }
+      CHECK(wrong == 0);
     }
     // Row 2's d (Q2_K: then its dmin): fp16 NaN.
     const int64_t scales = type == kiln::GgmlType::Q2_K ? 2 : 1;
@@ -519,21 +515,15 @@ TEST_CASE("weight loader: the GPU keeps a Q6_K, Q2_K or Q3_K projection's blocks
       const int64_t at = 2 * bytes + bytes - 2 * scales + 2 * h;
       bad[static_cast<size_t>(at)] = std::byte{0x00};
       bad[static_cast<size_t>(at + 1)] = std::byte{0x7E};
-      KQuantSource source(type, kRows, bad);
-      CountingSink sink;
-      CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::gpu, sink), "kquant.gguf", "tensor w",
-                       h == 0 ? "NaN or infinite scale in block 0" : "NaN or infinite min in block 0", "at row 2",
-                       "corrupt");
+      for (const WeightFormat device : {WeightFormat::gpu, WeightFormat::cpu}) {
+        KQuantSource source(type, kRows, bad);
+        CountingSink sink;
+        CHECK_KILN_ERROR(kiln::load_weights(def, source, device, sink), "kquant.gguf", "tensor w",
+                         h == 0 ? "NaN or infinite scale in block 0" : "NaN or infinite min in block 0", "at row 2",
+                         "corrupt");
+      }
     }
   }
-  // The fast CPU backend refuses a NaN in a block it keeps as in one it requantizes.
-  std::vector<std::byte> blocks = kiln::test::random_gguf_blocks(kiln::GgmlType::Q6_K, kRows, 256, 7);
-  blocks[2 * 210 + 208] = std::byte{0x00};
-  blocks[2 * 210 + 209] = std::byte{0x7E};  // row 2's d: fp16 NaN
-  KQuantSource source(kiln::GgmlType::Q6_K, kRows, blocks);
-  CountingSink sink;
-  CHECK_KILN_ERROR(kiln::load_weights(def, source, WeightFormat::cpu, sink), "kquant.gguf", "tensor w",
-                   "NaN or infinite scale in block 0", "at row 2", "corrupt");
 }
 
 namespace {

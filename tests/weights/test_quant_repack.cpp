@@ -19,7 +19,7 @@ using namespace kiln;
 namespace {
 
 void check_round_trip(GgmlType type, int64_t n, int64_t k) {
-  const MatrixFormat f = *matrix_format_of(type, Device::gpu);
+  const MatrixFormat f = *matrix_format_of(type);
   const std::vector<std::byte> rows = test::random_gguf_blocks(type, n, k, static_cast<uint32_t>(n * 1000 + k));
   std::vector<float> expect(static_cast<size_t>(n * k));
   dequantize(type, rows, expect);
@@ -77,28 +77,22 @@ TEST_CASE("quant repack: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K an
   }
   CHECK(matrix_bytes(MatrixFormat::q2_k, 4096, 14336) == 4096LL * 14336 / 256 * 84);  // ggml's bytes
   CHECK(matrix_bytes(MatrixFormat::q3_k, 4096, 14336) == 4096LL * 14336 / 256 * 110);
-  CHECK(matrix_format_of(GgmlType::Q2_K, Device::gpu) == MatrixFormat::q2_k);
-  CHECK(matrix_format_of(GgmlType::Q3_K, Device::gpu) == MatrixFormat::q3_k);
-  CHECK(!matrix_format_of(GgmlType::Q3_K, Device::cpu));  // requantized to Q8_0 there
+  CHECK(matrix_format_of(GgmlType::Q2_K) == MatrixFormat::q2_k);
+  CHECK(matrix_format_of(GgmlType::Q3_K) == MatrixFormat::q3_k);
   CHECK(matrix_bytes(MatrixFormat::q6_k, 4096, 14336) == 4096LL * 14336 / 256 * 210);
-  CHECK(matrix_format_of(GgmlType::Q6_K, Device::gpu) == MatrixFormat::q6_k);
-  CHECK(matrix_format_of(GgmlType::Q6_K, Device::cpu) == MatrixFormat::q6_k);
+  CHECK(matrix_format_of(GgmlType::Q6_K) == MatrixFormat::q6_k);
   CHECK(matrix_bytes(MatrixFormat::q4_0, 4096, 4096) == 4096LL * 4096 / 32 * 18);  // ggml's bytes, no padding
   CHECK(matrix_bytes(MatrixFormat::q8_0, 4096, 4096) == 4096LL * 4096 / 32 * 34);
   CHECK(matrix_bytes(MatrixFormat::q4_k, 4096, 14336) == 4096LL * 14336 / 256 * 144);
-  CHECK(matrix_format_of(GgmlType::Q4_K, Device::gpu) == MatrixFormat::q4_k);
-  CHECK(matrix_format_of(GgmlType::Q5_K, Device::cpu) == MatrixFormat::q5_k);
-  CHECK(matrix_format_of(GgmlType::Q4_K, Device::cpu) == MatrixFormat::q4_k);
+  CHECK(matrix_format_of(GgmlType::Q4_K) == MatrixFormat::q4_k);
+  CHECK(matrix_format_of(GgmlType::Q5_K) == MatrixFormat::q5_k);
   CHECK(matrix_bytes(MatrixFormat::q4_1, 576, 1536) == 576LL * 1536 / 32 * 20);
   CHECK(matrix_bytes(MatrixFormat::q5_0, 576, 1536) == 576LL * 1536 / 32 * 22);
-  CHECK(matrix_format_of(GgmlType::Q4_1, Device::gpu) == MatrixFormat::q4_1);
-  CHECK(matrix_format_of(GgmlType::Q4_1, Device::cpu) == MatrixFormat::q4_1);
-  CHECK(matrix_format_of(GgmlType::Q5_0, Device::gpu) == MatrixFormat::q5_0);
+  CHECK(matrix_format_of(GgmlType::Q4_1) == MatrixFormat::q4_1);
+  CHECK(matrix_format_of(GgmlType::Q5_0) == MatrixFormat::q5_0);
   CHECK(matrix_bytes(MatrixFormat::q5_1, 576, 1536) == 576LL * 1536 / 32 * 24);
   CHECK(matrix_bytes(MatrixFormat::q5_k, 4096, 14336) == 4096LL * 14336 / 256 * 176);
-  CHECK(matrix_format_of(GgmlType::Q5_1, Device::gpu) == MatrixFormat::q5_1);
-  CHECK(matrix_format_of(GgmlType::Q5_K, Device::gpu) == MatrixFormat::q5_k);
-  CHECK(matrix_format_of(GgmlType::Q5_1, Device::cpu) == MatrixFormat::q5_1);
+  CHECK(matrix_format_of(GgmlType::Q5_1) == MatrixFormat::q5_1);
 }
 
 TEST_CASE("quant repack: a Q4_0 lane word holds columns 8q + 2p at bits 4p and 8q + 2p + 1 at bits 16 + 4p", "[weights]") {
@@ -177,9 +171,10 @@ TEST_CASE("quant repack: quantize_q8_0 is ggml's reference quantizer (values wit
 
 TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved, a last group padded", "[weights]") {
   for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-    const MatrixFormat f = *matrix_format_of(type, Device::cpu);
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {17, 64}, {16, 96}, {5, 576}, {33, 512}}) {
+                              GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const MatrixFormat f = *matrix_format_of(type);
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{1, 32}, {17, 64}, {16, 96}, {5, 576}, {33, 512}, {1, 256}, {18, 768}}) {
       if (k % static_cast<int64_t>(ggml_block_size(type)) != 0) continue;
       INFO(ggml_type_name(type) << " [" << n << ", " << k << "]");
       const std::vector<std::byte> rows = test::random_gguf_blocks(type, n, k, static_cast<uint32_t>(n + k));
@@ -201,10 +196,14 @@ TEST_CASE("quant repack: the CPU layout holds ggml's values, 16 rows interleaved
   CHECK(cpu_matrix_bytes(MatrixFormat::q4_1, 576, 1536) == 576LL * 1536 / 32 * 20);  // ggml's bytes
   CHECK(cpu_matrix_bytes(MatrixFormat::q5_0, 16, 64) == 16LL * 2 * 22);
   CHECK(cpu_matrix_bytes(MatrixFormat::q8_0, 2, 96) == 16LL * 3 * 34);               // a padded group
-  CHECK(cpu_matrix_bytes(MatrixFormat::q4_k, 16, 256) == 16LL * 8 * 24);             // fp32 scale and min a block
-  CHECK(cpu_matrix_bytes(MatrixFormat::q6_k, 16, 256) == 16LL * 8 * 28);             // 2 int8 sc and fp16 d a block
-  CHECK(cpu_matrix_bytes(MatrixFormat::q5_1, 16, 64) == 16LL * 2 * 24);              // ggml's bytes
-  CHECK(cpu_matrix_bytes(MatrixFormat::q5_k, 16, 256) == 16LL * 8 * 28);             // fp32 scale and min a block
+  // The K-quants: a header of fp16 d (and -dmin) a row before each 8 blocks, an int8 sub-block
+  // scale (and min) a row in each block (two where a scale is per 16 values).
+  CHECK(cpu_matrix_bytes(MatrixFormat::q4_k, 16, 256) == 16LL * 4 + 8 * (256 + 16 * 2));  // 4.625 bits a weight
+  CHECK(cpu_matrix_bytes(MatrixFormat::q5_k, 16, 256) == 16LL * 4 + 8 * (320 + 16 * 2));  // 5.625
+  CHECK(cpu_matrix_bytes(MatrixFormat::q6_k, 16, 256) == 16LL * 210);                     // ggml's bytes
+  CHECK(cpu_matrix_bytes(MatrixFormat::q3_k, 16, 512) == 2 * (16LL * 2 + 8 * (192 + 16 * 2)));  // 3.5625
+  CHECK(cpu_matrix_bytes(MatrixFormat::q2_k, 16, 256) == 16LL * 4 + 8 * (128 + 16 * 4));  // 3.125
+  CHECK(cpu_matrix_bytes(MatrixFormat::q5_1, 16, 64) == 16LL * 2 * 24);                   // ggml's bytes
 }
 
 TEST_CASE("quant repack: a Q6_K lane holds columns 4q..4q+3 and 16+4q..16+4q+3 of each block, high bits apart",
