@@ -31,6 +31,17 @@ __device__ __forceinline__ unsigned masked_or(unsigned a, unsigned mask, unsigne
   return r;
 }
 
+// h with each bit kFrom (of the pairs' 16-bit halves) moved to bit kTo: one shift, its direction
+// fixed at compile time (the high bits of Q5_*, Q6_K and Q3_K pairs, to sit above their low bits).
+template <int kFrom, int kTo>
+__device__ __forceinline__ unsigned bits_to(unsigned h) {
+  if constexpr (kFrom >= kTo) {
+    return h >> (kFrom - kTo);
+  } else {
+    return h << (kTo - kFrom);
+  }
+}
+
 __device__ __forceinline__ float half_bits_to_float(unsigned short bits) { return __half2float(__ushort_as_half(bits)); }
 
 // Byte b of w as an exact float: its bits under 2^23's exponent, less 2^23 (a byte permute and an
@@ -142,8 +153,7 @@ struct FifthBits : WholeBlocks, Offset128 {
   // + p) as 128 + u.
   template <int p, int b>
   __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
-    constexpr int kShift = 4 * b + p - 4;  // the fifth bits to bit 4 of each half
-    const unsigned high = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    const unsigned high = bits_to<4 * b + p, 4>(h);  // the fifth bits to bit 4 of each half
     return masked_or(high, 0x00100010u, masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u));
   }
   template <int b>
@@ -309,8 +319,7 @@ struct QuantValues<MatrixFormat::q6_k> : EightHighBytes<MatrixFormat::q6_k> {
   // values u - 32: (128 + u) - 160.
   template <int p, int e>
   __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
-    constexpr int kShift = 8 * e + 2 * p - 4;  // the high bits to bits 4-5 of each half
-    const unsigned high = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    const unsigned high = bits_to<8 * e + 2 * p, 4>(h);  // the high bits to bits 4-5 of each half
     return bf16x2_sub(masked_or(high, 0x00300030u, masked_or(w >> (4 * p), 0x000F000Fu, 0x43004300u)), 0x43204320u);
   }
   template <int e>
@@ -433,8 +442,7 @@ struct QuantValues<MatrixFormat::q3_k> : TwoBitQuants, EightHighBytes<MatrixForm
   // Pair p of block b with the pair's third bits from h (bits 4 (b % 4) + p and 16 higher) as u - 4.
   template <int p, int b>
   __device__ static __forceinline__ unsigned pair(unsigned w, unsigned h) {
-    constexpr int kShift = 4 * (b % 4) + p - 2;  // the third bits to bit 2 of each half
-    const unsigned third = kShift >= 0 ? h >> (kShift >= 0 ? kShift : 0) : h << (kShift < 0 ? -kShift : 0);
+    const unsigned third = bits_to<4 * (b % 4) + p, 2>(h);  // the third bits to bit 2 of each half
     return bf16x2_sub(masked_or(third, 0x00040004u, TwoBitQuants::pair<p, b % 2>(w)), 0x43044304u);
   }
   template <int b>
