@@ -428,9 +428,10 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
       std::byte* header = group + cpu_header_at(f, b);  // d, then -dmin: the fp16 sign flipped
       std::memcpy(header + 2 * lane, super + k_quant_d_at(f), 2);
       if (cpu_has_min(f)) {
-        const auto dmin = static_cast<uint8_t>(super[k_quant_d_at(f) + 3]);
-        std::memcpy(header + 2 * kCpuRowGroup + 2 * lane, super + k_quant_d_at(f) + 2, 1);
-        header[2 * kCpuRowGroup + 2 * lane + 1] = std::byte(static_cast<uint8_t>(dmin ^ 0x80));
+        uint16_t dmin;
+        std::memcpy(&dmin, super + k_quant_d_at(f) + 2, 2);
+        dmin ^= 0x8000;  // -dmin, exactly
+        std::memcpy(header + 2 * kCpuRowGroup + 2 * lane, &dmin, 2);
       }
       for (int64_t h = 0; h < (cpu_half_scales(f) ? 2 : 1); ++h) {  // sub-block j: columns 16h.. (or all 32)
         const SubBlockBits sub = k_quant_sub_block(f, super, cpu_half_scales(f) ? 2 * (b % 8) + h : b % 8);
