@@ -1,7 +1,8 @@
 // The fast CPU backend's dot products over stored weights: ggml's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 /
-// Q4_K / Q5_K / Q6_K blocks, 16 rows interleaved, against activations quantized per 32 values (Q8Block: the products
-// are then integer, a 32-bit lane per row), and bf16 rows against fp32 activations. One kernel per format and
-// instruction set (AVX-512 VNNI, AVX2, portable), chosen at start from what the processor has.
+// Q2_K / Q3_K / Q4_K / Q5_K / Q6_K blocks, 16 rows interleaved, against activations quantized per
+// 32 values (Q8Block: the products are then integer, a 32-bit lane per row), and bf16 rows against
+// fp32 activations. One kernel per format and instruction set (AVX-512 VNNI, AVX2, portable), chosen
+// at start from what the processor has.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +19,10 @@ namespace kiln::cpu {
 // projection's input, which on SmolLM2-135M turns "The capital of France is Paris." into another
 // answer (its top two first tokens are 0.08 apart); the two parts leave about 1e-9, below bf16
 // activations, for a second integer product. `total` serves the formats whose quants are stored
-// with an offset (value = scale · (u - offset): Q8_0's + 128, Q4_0's 8, Q5_0's 16, Q6_K's 32),
-// whose Σ w·x takes -offset · total (Q6_K, a scale per 16 values: per half, total_first and
-// total - total_first); `sum` those with a min (value = scale · u + min), whose Σ takes min · Σx.
+// with an offset (value = scale · (u - offset): Q8_0's + 128, Q4_0's 8, Q5_0's 16, Q3_K's 4, Q6_K's
+// 32), whose Σ w·x takes -offset · total (Q2_K, Q3_K, Q6_K, a scale per 16 values: per half,
+// total_first and total - total_first); `sum` those with a min (value = scale · u + min), whose Σ
+// takes min · Σx (Q2_K's, a min per 16 values: step times each half's total).
 struct alignas(16) Q8Block {
   int8_t q[32];
   int8_t lo[32];
