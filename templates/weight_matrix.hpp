@@ -283,18 +283,17 @@ KILN_HOST_DEVICE constexpr long long cpu_quant_bytes(MatrixFormat f) { return 64
 KILN_HOST_DEVICE constexpr int cpu_high_bit_planes(MatrixFormat f) {
   return has_fifth_bits(f) || f == MatrixFormat::q3_k ? 1 : f == MatrixFormat::q6_k ? 2 : 0;
 }
-// A scale (and min) per 16 columns: Q2_K, Q3_K, Q6_K.
-KILN_HOST_DEVICE constexpr bool cpu_half_scales(MatrixFormat f) { return has_half_block_scales(f); }
 KILN_HOST_DEVICE constexpr bool cpu_has_min(MatrixFormat f) {
   return f == MatrixFormat::q4_1 || f == MatrixFormat::q5_1 || has_super_headers(f) || f == MatrixFormat::q2_k;
 }
-// Where a record's scales start, the bytes a row's take (fp16, or the K-quants' int8 sub-block
-// scales), and where its mins start (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K).
+// Where a record's scales start, the bytes a row's take (an fp16, or the K-quants' int8 sub-block
+// scales: one for Q4_K's and Q5_K's 32 columns, two where a scale is per 16), and where its mins
+// start (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K).
 KILN_HOST_DEVICE constexpr long long cpu_scales_at(MatrixFormat f) {
   return cpu_quant_bytes(f) + 64 * cpu_high_bit_planes(f);
 }
 KILN_HOST_DEVICE constexpr long long cpu_scale_bytes(MatrixFormat f) {
-  return !is_k_quant(f) ? 2 : cpu_half_scales(f) ? 2 : 1;
+  return has_super_headers(f) ? 1 : 2;
 }
 KILN_HOST_DEVICE constexpr long long cpu_mins_at(MatrixFormat f) {
   return cpu_scales_at(f) + kCpuRowGroup * cpu_scale_bytes(f);

@@ -44,7 +44,7 @@ constexpr int kQuantOffset = F == MatrixFormat::q8_0   ? 128
 // 0..15 and 16..31), each with its offset's share of the activations' total (quant_dot.hpp), and
 // Q2_K's min times the half's Σx.
 template <MatrixFormat F>
-constexpr bool kHalfScales = cpu_half_scales(F);
+constexpr bool kHalfScales = has_half_block_scales(F);
 
 // The formats whose unsigned quants are 4-bit (u ≤ 15).
 template <MatrixFormat F>
@@ -385,6 +385,8 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
       unpack<F>(rec, h, u, signs);
       if constexpr (kHalfScales<F>) {
         const __m256 scale[2] = {block_scales<F>(rec, hdr, h, 0), block_scales<F>(rec, hdr, h, 1)};
+        __m256 min[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        if constexpr (cpu_has_min(F)) min[0] = block_mins<F>(rec, hdr, h, 0), min[1] = block_mins<F>(rec, hdr, h, 1);
         for (int c = 0; c < C; ++c) {
           const Q8Block& xb = x[c * a.act_stride + b];
           const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
@@ -405,8 +407,7 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
           acc[c] = _mm256_fmadd_ps(v, _mm256_set1_ps(xb.step), acc[c]);
           if constexpr (cpu_has_min(F)) {  // each half's min times its Σx
             for (int half = 0; half < 2; ++half) {
-              const __m256 sum = _mm256_set1_ps(xb.step * static_cast<float>(totals[half]));
-              acc[c] = _mm256_fmadd_ps(block_mins<F>(rec, hdr, h, half), sum, acc[c]);
+              acc[c] = _mm256_fmadd_ps(min[half], _mm256_set1_ps(xb.step * static_cast<float>(totals[half])), acc[c]);
             }
           }
         }

@@ -146,6 +146,49 @@ int64_t super_blocks(GgmlType type, std::span<const std::byte> ggml_row, int64_t
   return supers;
 }
 
+// The 6-bit quant u of value v (0..255) of a ggml block_q6_K (ql[128], qh[64], int8 scales[16],
+// fp16 d): in half h = v / 128, with l = v % 32 and quarter t = (v % 128) / 32, the low 4 bits in
+// ql[64h + l + 32 (t % 2)] (low nibble for t < 2, else high), the high 2 in qh[32h + l] >> 2t.
+uint8_t q6k_quant(const std::byte* super, int64_t v) {
+  const int64_t h = v / 128, l = v % 32, t = (v % 128) / 32;
+  const auto lo = static_cast<uint8_t>(super[64 * h + l + 32 * (t % 2)]);
+  const auto hi = static_cast<uint8_t>(super[128 + 32 * h + l]);
+  return static_cast<uint8_t>(((t < 2 ? lo & 0x0F : lo >> 4) | (((hi >> (2 * t)) & 3) << 4)));
+}
+
+// ggml's 2-bit quant of value v (0..255) of a Q2_K / Q3_K super-block's 64 bytes qs: in half h =
+// v / 128, bits 2 ((v % 128) / 32) of byte 32h + v % 32.
+uint32_t two_bit_quant(const std::byte* qs, int64_t v) {
+  return (static_cast<uint8_t>(qs[32 * (v / 128) + v % 32]) >> (2 * ((v % 128) / 32))) & 3u;
+}
+
+// The unsigned quant of value v (0..255) of a K-quant super-block (Q3_K's third bit as 4).
+int k_quant_value(MatrixFormat f, const std::byte* super, int64_t v) {
+  switch (f) {
+    case MatrixFormat::q6_k: return q6k_quant(super, v);
+    case MatrixFormat::q2_k: return static_cast<int>(two_bit_quant(super + 16, v));
+    case MatrixFormat::q3_k:
+      return static_cast<int>(two_bit_quant(super + 32, v)) | ((static_cast<uint8_t>(super[v % 32]) >> (v / 32)) & 1) << 2;
+    default: {  // Q4_K, Q5_K: sub-block 2i in the low nibbles of qs[32i..], 2i + 1 in the high; Q5_K's qh first
+      const bool q5 = f == MatrixFormat::q5_k;
+      const int64_t j = v / 32, c = v % 32;
+      const auto byte = static_cast<uint8_t>(super[(q5 ? 48 : 16) + 32 * (j / 2) + c]);
+      const int fifth = q5 ? (static_cast<uint8_t>(super[16 + c]) >> j) & 1 : 0;  // bit j of qh[c]
+      return (j % 2 == 0 ? byte & 0x0F : byte >> 4) | fifth << 4;
+    }
+  }
+}
+
+// Where a K-quant super-block keeps its fp16 d and dmin.
+int64_t k_quant_d_at(MatrixFormat f) {
+  switch (f) {
+    case MatrixFormat::q2_k: return 80;
+    case MatrixFormat::q3_k: return 108;
+    case MatrixFormat::q6_k: return 208;
+    default: return 0;
+  }
+}
+
 // A Q4_K or Q5_K row: each super-block's 16-byte header (d, dmin, packed scales) into the scales
 // area as stored, its 8 sub-blocks as blocks of 4-bit quants (ggml's qs: sub-block 2i in the low
 // nibbles of bytes 32i..32i+31, sub-block 2i + 1 in their high nibbles); Q5_K's qh (32 bytes after
@@ -154,22 +197,15 @@ void repack_super_header_row(MatrixFormat f, std::span<const std::byte> ggml_row
                              std::byte* matrix) {
   const GgmlType type = f == MatrixFormat::q5_k ? GgmlType::Q5_K : GgmlType::Q4_K;
   const int64_t super_bytes = ggml_block_bytes(type), supers = super_blocks(type, ggml_row, n, k, r);
-  const int64_t qh_bytes = f == MatrixFormat::q5_k ? 32 : 0;
   for (int64_t sb = 0; sb < supers; ++sb) {
     const std::byte* super = ggml_row.data() + sb * super_bytes;
     std::memcpy(matrix + place(f, n, k, r, sb * 8, 0).scale, super, kQ4kHeaderBytes);
     for (int64_t j = 0; j < 8; ++j) {
-      const std::byte* qs = super + kQ4kHeaderBytes + qh_bytes + 32 * (j / 2);
       const int64_t b = sb * 8 + j;
-      if (qh_bytes > 0) {
-        const std::byte* qh = super + kQ4kHeaderBytes;
-        put_fifth_bits(f, matrix, n, k, r, b, [&](int64_t c) { return (static_cast<uint8_t>(qh[c]) >> j) & 1; });
-      }
+      const auto u = [&](int64_t c) { return k_quant_value(f, super, 32 * j + c); };
+      if (f == MatrixFormat::q5_k) put_fifth_bits(f, matrix, n, k, r, b, [&](int64_t c) { return u(c) >> 4; });
       for (int64_t q = 0; q < 4; ++q) {
-        const uint32_t word = lane_word(q, [&](int64_t c) {
-          const auto v = static_cast<uint8_t>(qs[c]);
-          return j % 2 == 0 ? v & 0x0F : v >> 4;
-        });
+        const uint32_t word = lane_word(q, [&](int64_t c) { return u(c) & 0x0F; });
         std::memcpy(matrix + place(f, n, k, r, b, q).lane_bytes + (b % 4) * 4, &word, 4);
       }
     }
@@ -233,16 +269,6 @@ WordBits q3k_third_bit(int64_t n, int64_t k, int64_t r, int64_t b, int64_t c) {
           4 * static_cast<int>(b % 4) + l.p + 16 * l.second};
 }
 
-// The 6-bit quant u of value v (0..255) of a ggml block_q6_K (ql[128], qh[64], int8 scales[16],
-// fp16 d): in half h = v / 128, with l = v % 32 and quarter t = (v % 128) / 32, the low 4 bits in
-// ql[64h + l + 32 (t % 2)] (low nibble for t < 2, else high), the high 2 in qh[32h + l] >> 2t.
-uint8_t q6k_quant(const std::byte* super, int64_t v) {
-  const int64_t h = v / 128, l = v % 32, t = (v % 128) / 32;
-  const auto lo = static_cast<uint8_t>(super[64 * h + l + 32 * (t % 2)]);
-  const auto hi = static_cast<uint8_t>(super[128 + 32 * h + l]);
-  return static_cast<uint8_t>(((t < 2 ? lo & 0x0F : lo >> 4) | (((hi >> (2 * t)) & 3) << 4)));
-}
-
 // A Q6_K row: the low 4 bits of each value as Q4_K's nibbles (in Q6_K's lane columns), the high 2
 // into the high-bits area, each super-block's 16 scales and d into theirs, as stored.
 void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, int64_t r, std::byte* matrix) {
@@ -251,7 +277,7 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
     const std::byte* super = ggml_row.data() + sb * super_bytes;
     std::memcpy(matrix + quant_after_high_offset(MatrixFormat::q6_k, n, k) + (r * supers + sb) * kQ6kScaleBytes,
                 super + 192, kQ6kScaleBytes);
-    std::memcpy(matrix + q6k_d_offset(n, k) + (r * supers + sb) * 2, super + 208, 2);
+    std::memcpy(matrix + q6k_d_offset(n, k) + (r * supers + sb) * 2, super + k_quant_d_at(MatrixFormat::q6_k), 2);
     for (int64_t j = 0; j < 8; ++j) {
       const int64_t b = sb * 8 + j;
       for (int64_t c = 0; c < 32; ++c) {
@@ -262,12 +288,6 @@ void repack_q6_k_row(std::span<const std::byte> ggml_row, int64_t n, int64_t k, 
       }
     }
   }
-}
-
-// ggml's 2-bit quant of value v (0..255) of a Q2_K / Q3_K super-block's 64 bytes qs: in half h =
-// v / 128, bits 2 ((v % 128) / 32) of byte 32h + v % 32.
-uint32_t two_bit_quant(const std::byte* qs, int64_t v) {
-  return (static_cast<uint8_t>(qs[32 * (v / 128) + v % 32]) >> (2 * ((v % 128) / 32))) & 3u;
 }
 
 // A Q2_K row (ggml's block_q2_K: scales[16], qs[64], fp16 d, fp16 dmin) or a Q3_K one (hmask[32],
@@ -286,16 +306,16 @@ void repack_two_bit_row(MatrixFormat f, std::span<const std::byte> ggml_row, int
     if (q3) {
       std::memcpy(matrix + scales_at + at * kQ3kScaleLowBytes, super + 96, kQ3kScaleLowBytes);
       std::memcpy(matrix + q3k_scale_high_offset(n, k) + at * kQ3kScaleHighBytes, super + 104, kQ3kScaleHighBytes);
-      std::memcpy(matrix + q3k_d_offset(n, k) + at * 2, super + 108, 2);
+      std::memcpy(matrix + q3k_d_offset(n, k) + at * 2, super + k_quant_d_at(f), 2);
     } else {
       std::memcpy(matrix + scales_at + at * kQ2kScaleBytes, super, kQ2kScaleBytes);
-      std::memcpy(matrix + q2k_d_offset(n, k) + at * 4, super + 80, 4);  // d, dmin
+      std::memcpy(matrix + q2k_d_offset(n, k) + at * 4, super + k_quant_d_at(f), 4);  // d, dmin
     }
-    const std::byte* qs = super + (q3 ? 32 : 16);
     for (int64_t v = 0; v < kQ4kSuperValues; ++v) {
       const int64_t b = sb * 8 + v / 32, c = v % 32;
-      or_bits(matrix, two_bit_place(f, n, k, r, b, c), two_bit_quant(qs, v));
-      if (q3) or_bits(matrix, q3k_third_bit(n, k, r, b, c), (static_cast<uint8_t>(super[v % 32]) >> (v / 32)) & 1u);
+      const auto u = static_cast<uint32_t>(k_quant_value(f, super, v));
+      or_bits(matrix, two_bit_place(f, n, k, r, b, c), u & 3u);
+      if (q3) or_bits(matrix, q3k_third_bit(n, k, r, b, c), u >> 2);
     }
   }
 }
@@ -384,33 +404,6 @@ SubBlockBits k_quant_sub_block(MatrixFormat f, const std::byte* super, int64_t j
   }
 }
 
-// The unsigned quant of value v (0..255) of a K-quant super-block (Q3_K's third bit as 4).
-int k_quant_value(MatrixFormat f, const std::byte* super, int64_t v) {
-  switch (f) {
-    case MatrixFormat::q6_k: return q6k_quant(super, v);
-    case MatrixFormat::q2_k: return static_cast<int>(two_bit_quant(super + 16, v));
-    case MatrixFormat::q3_k:
-      return static_cast<int>(two_bit_quant(super + 32, v)) | ((static_cast<uint8_t>(super[v % 32]) >> (v / 32)) & 1) << 2;
-    default: {  // Q4_K, Q5_K: sub-block 2i in the low nibbles of qs[32i..], 2i + 1 in the high; Q5_K's qh first
-      const bool q5 = f == MatrixFormat::q5_k;
-      const int64_t j = v / 32, c = v % 32;
-      const auto byte = static_cast<uint8_t>(super[(q5 ? 48 : 16) + 32 * (j / 2) + c]);
-      const int fifth = q5 ? (static_cast<uint8_t>(super[16 + c]) >> j) & 1 : 0;  // bit j of qh[c]
-      return (j % 2 == 0 ? byte & 0x0F : byte >> 4) | fifth << 4;
-    }
-  }
-}
-
-// Where a K-quant super-block keeps its fp16 d and dmin.
-int64_t k_quant_d_at(MatrixFormat f) {
-  switch (f) {
-    case MatrixFormat::q2_k: return 80;
-    case MatrixFormat::q3_k: return 108;
-    case MatrixFormat::q6_k: return 208;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t k, int64_t r, std::byte* matrix) {
@@ -419,22 +412,26 @@ void repack_cpu_row(MatrixFormat f, std::span<const std::byte> ggml_row, int64_t
     fail("internal: repack_cpu_row of ", matrix_format_name(f), ": ", ggml_row.size(), " bytes for a row of ", k);
   }
   const int64_t lane = r % kCpuRowGroup, width = cpu_scale_bytes(f);
+  const auto super_bytes = static_cast<int64_t>(ggml_block_bytes(ggml_type_of(f)));  // K-quants: a super-block's
   std::byte* group = cpu_group(f, matrix, k, r);
   for (int64_t b = 0; b < k / kQuantBlockValues; ++b) {
     std::byte* rec = group + cpu_record_at(f, b);
     int q[kQuantBlockValues];  // the block's quants as the file means them (Q8_0 signed, else unsigned)
     if (is_k_quant(f)) {
-      const std::byte* super = ggml_row.data() + (b / 8) * static_cast<int64_t>(ggml_block_bytes(ggml_type_of(f)));
-      std::byte* header = group + cpu_header_at(f, b);  // d, then -dmin: the fp16 sign flipped
-      std::memcpy(header + 2 * lane, super + k_quant_d_at(f), 2);
-      if (cpu_has_min(f)) {
-        uint16_t dmin;
-        std::memcpy(&dmin, super + k_quant_d_at(f) + 2, 2);
-        dmin ^= 0x8000;  // -dmin, exactly
-        std::memcpy(header + 2 * kCpuRowGroup + 2 * lane, &dmin, 2);
+      const std::byte* super = ggml_row.data() + (b / 8) * super_bytes;
+      if (b % 8 == 0) {  // the super-block's header: d, then -dmin (the fp16 sign flipped)
+        std::byte* header = group + cpu_header_at(f, b);
+        std::memcpy(header + 2 * lane, super + k_quant_d_at(f), 2);
+        if (cpu_has_min(f)) {
+          uint16_t dmin;
+          std::memcpy(&dmin, super + k_quant_d_at(f) + 2, 2);
+          dmin ^= 0x8000;  // -dmin, exactly
+          std::memcpy(header + 2 * kCpuRowGroup + 2 * lane, &dmin, 2);
+        }
       }
-      for (int64_t h = 0; h < (cpu_half_scales(f) ? 2 : 1); ++h) {  // sub-block j: columns 16h.. (or all 32)
-        const SubBlockBits sub = k_quant_sub_block(f, super, cpu_half_scales(f) ? 2 * (b % 8) + h : b % 8);
+      const bool half = has_half_block_scales(f);
+      for (int64_t h = 0; h < (half ? 2 : 1); ++h) {  // sub-block j: columns 16h.. (or all 32)
+        const SubBlockBits sub = k_quant_sub_block(f, super, half ? 2 * (b % 8) + h : b % 8);
         rec[cpu_scales_at(f) + kCpuRowGroup * h + lane] = std::byte(static_cast<uint8_t>(static_cast<int8_t>(sub.scale)));
         if (cpu_has_min(f)) rec[cpu_mins_at(f) + kCpuRowGroup * h + lane] = std::byte(static_cast<uint8_t>(sub.min));
       }
@@ -479,7 +476,7 @@ float cpu_matrix_value(MatrixFormat f, const std::byte* matrix, int64_t k, int64
   }
   if (is_k_quant(f)) {  // (d · sc) · (u - offset) [+ (-dmin) · m], as ggml's dequantize_row_*: (d · sc) first
     const std::byte* header = group + cpu_header_at(f, b);
-    const int64_t h = cpu_half_scales(f) ? col / 16 : 0;
+    const int64_t h = has_half_block_scales(f) ? col / 16 : 0;
     const float scale = f16_value(header + 2 * lane) * static_cast<float>(static_cast<int8_t>(rec[cpu_scales_at(f) + kCpuRowGroup * h + lane]));
     const int offset = f == MatrixFormat::q6_k ? 32 : f == MatrixFormat::q3_k ? 4 : 0;
     float v = scale * static_cast<float>(q - offset);

@@ -46,7 +46,7 @@ Weights make_weights(MatrixFormat f, int64_t n, int64_t k, uint32_t seed) {
   const GgmlType type = ggml_type_of(f);
   const size_t block_bytes = ggml_block_bytes(type);
   // Q2_K's, Q3_K's and Q6_K's d (and dmin) come last: random_gguf_blocks keeps them finite
-  const bool d_last = cpu_half_scales(f);
+  const bool d_last = has_half_block_scales(f);
   std::vector<std::byte> ggml =
       d_last ? test::random_gguf_blocks(type, n, k, seed)
              : test::random_scaled_blocks(block_bytes, n, k, seed, static_cast<int64_t>(ggml_block_size(type)));
