@@ -5,6 +5,7 @@
 
 #include "codegen/graph_build.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/model/rank_slice.hpp"
 
 namespace kiln::codegen {
 
@@ -261,17 +262,14 @@ void mark_matrix_weights(Graph& g) {
   // A linear op's `stacked`: its matrix is stacked from tensors of its own (q | k | v, gate | up),
   // which a GGUF file may store in two block formats (GpuMatrix::split). Its `rank_slice`: the
   // matrix is a tensor-parallel rank's slice, which the loader holds as bf16 rows only (no
-  // quantized kernel is instantiated for it: runtime/model/weight_loader.cpp's has_rank_fields).
+  // quantized kernel is instantiated for it: runtime/model/rank_slice.hpp).
   for_each_op(g, [&](Op& op) {
     if (op.kind != OpKind::linear) return;
     const WeightDecl& w = g.weight(op.args.at("weight"));
     bool stacked = false, rank_slice = false;
     for (const auto& layout : w.layouts) {
       bool sliced = false;
-      for (const WeightSource& s : layout) {
-        sliced |= s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.rank_group != 1 || s.hf_rows != 0 ||
-                  s.hf_cols != 0 || s.rank_experts != 0;
-      }
+      for (const WeightSource& s : layout) sliced |= is_rank_slice(s);
       stacked |= w.matrix && w.experts == 0 && layout.size() > 1 && !sliced;
       rank_slice |= sliced;
     }

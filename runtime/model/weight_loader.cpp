@@ -16,6 +16,7 @@
 #include "runtime/cpu/bf16_avx512.hpp"
 #include "runtime/cpu/bf16_pack.hpp"
 #include "runtime/model/random_source.hpp"
+#include "runtime/model/rank_slice.hpp"
 #include "runtime/weights/dequant.hpp"
 #include "runtime/weights/float_convert.hpp"
 #include "runtime/weights/quant_repack.hpp"
@@ -61,11 +62,6 @@ std::pair<int64_t, int64_t> as_rows(const std::vector<int64_t>& shape) {
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
   return {rows, shape.back()};
-}
-
-bool has_rank_fields(const WeightSource& s) {
-  return s.rank_rows != 0 || s.rank_cols != 0 || s.cols != 0 || s.rank_group != 1 || s.hf_rows != 0 || s.hf_cols != 0 ||
-         s.rank_experts != 0;
 }
 
 bool names_expert(const WeightSource& s) { return std::string(s.hf_name).find("{E}") != std::string::npos; }
@@ -195,7 +191,7 @@ class Loader {
   // the whole HF tensor (then every rank's does).
   void check_rank_fields(const WeightSpec& spec, const WeightSource& s) const {
     const int32_t ranks = model_.info.tensor_parallel;
-    if (!has_rank_fields(s)) return;
+    if (!is_rank_slice(s)) return;
     const auto bad = [&](const auto&... why) {
       fail("internal: manifest of ", model_.info.name, ": source ", s.hf_name, " of ", spec.name, " ", why...);
     };
@@ -332,7 +328,7 @@ class Loader {
     // Runs of pieces of one format: (format, rows).
     std::vector<std::pair<MatrixFormat, int64_t>> runs;
     for (const LayoutPiece& p : pieces) {
-      if (has_rank_fields(*p.source)) return MatrixFormat::bf16;
+      if (is_rank_slice(*p.source)) return MatrixFormat::bf16;
       const std::optional<GgmlType> type = source_->block_type(p.hf_name);
       if (!type || ggml_block_size(*type) == 1 || !can_dequantize(*type)) return MatrixFormat::bf16;
       const std::optional<MatrixFormat> f = matrix_format_of(*type);
@@ -370,7 +366,7 @@ class Loader {
     if (!whole_matrix(spec, pieces) || spec.shape[1] % kQuantBlockValues != 0) return false;
     bool stored = false;
     for (const LayoutPiece& p : pieces) {
-      if (has_rank_fields(*p.source)) return false;
+      if (is_rank_slice(*p.source)) return false;
       stored |= source_->fp8_blocks(p.hf_name).has_value();
     }
     return quantize || stored;
