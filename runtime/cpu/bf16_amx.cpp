@@ -6,13 +6,11 @@
 #include <vector>
 
 #include "runtime/core/parallel.hpp"
+#include "runtime/cpu/amx_tiles.hpp"
 #include "runtime/cpu/bf16_avx512.hpp"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 namespace kiln::cpu {
@@ -24,28 +22,14 @@ namespace {
 constexpr int64_t kTile = 16;   // tokens of an activation tile, rows of a weight tile
 constexpr int64_t kChunk = 32;  // columns one tile product takes (16 pairs)
 
-// Linux hands AMX's 8 KB of tile registers to a process only on request (arch_prctl
-// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); without it the first tile instruction is fatal.
+// AMX-BF16, and AVX-512 F, BW and BF16 for the activations' conversion (bf16_avx512.hpp checks
+// them), and the tiles granted.
 bool request_tiles() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool amx_bf16 = (edx >> 22) & 1, amx_tile = (edx >> 24) & 1;
-  // The activations' conversion takes AVX-512 F, BW and BF16 (bf16_avx512.hpp checks them).
-  if (!amx_bf16 || !amx_tile || !avx512_bf16_available()) return false;
-  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  return ((cpuid7_edx() >> 22) & 1) != 0 && avx512_bf16_available() && amx_tiles_granted();
 }
 
 // Every tile 16 rows of 64 bytes: activations (16 tokens × 32 bf16), weights (16 column pairs ×
 // 16 rows × 2 bf16) and sums (16 tokens × 16 rows fp32).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 void load_tile_config() {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {

@@ -81,7 +81,7 @@ class CpuBackend final : public Backend {
     }
 
     info_.device = "CPU (" + std::to_string(parallel_threads()) + " threads" +
-                   (fast ? std::string(", ") + cpu::dot_isa() + cpu::bf16_isa_suffix() : std::string()) +
+                   (fast ? std::string(", ") + cpu::dot_isa() + cpu::block_isa_suffix() + cpu::bf16_isa_suffix() : std::string()) +
                    ")";
     info_.weight_bytes = weights_.bytes;
     if (fast) {

@@ -12,6 +12,7 @@
 #include "runtime/cpu/bf16_amx.hpp"
 #include "runtime/cpu/bf16_avx512.hpp"
 #include "runtime/cpu/linear.hpp"
+#include "runtime/cpu/quant_amx.hpp"
 #include "runtime/cpu/quant_dot.hpp"
 #include "runtime/ref/ops.hpp"
 #include "runtime/weights/dequant.hpp"
@@ -226,6 +227,47 @@ TEST_CASE("cpu kernels: the fp32 reference keeps its own loop for fp32 rows", "[
   ref::linear(s, x.data(), w.data(), a.data(), 2);
   ref::linear(s, x.data(), CpuMatrix{w.data(), MatrixFormat::f32}, b.data(), 2);
   CHECK(a == b);
+}
+
+TEST_CASE("cpu kernels: block formats on AMX-INT8 give the AVX-512 VNNI kernel's bits", "[cpu]") {
+  const cpu::DotKernel amx = cpu::dot_kernel_amx_int8(), vnni = cpu::dot_kernel_avx512_vnni();
+  if (amx == nullptr) {
+    WARN("no AMX-INT8 here (or the kernel refused its tiles): not tested");
+    return;
+  }
+  // Whole 16-token tiles and tiles with a rest, a last group short of 16 rows, rows of one block
+  // and of the K-quants' super-blocks, store and accumulate.
+  const Shape shapes[] = {{37, 64, 16}, {16, 32, 17}, {50, 512, 33}, {7, 256, 64}, {40, 768, 70}, {33, 2048, 48}};
+  for (const MatrixFormat f : kFormats) {
+    if (!cpu::amx_int8_takes(f)) continue;
+    for (const Shape& sh : shapes) {
+      if (!fits(f, sh)) continue;
+      for (const bool accumulate : {false, true}) {
+        INFO(static_cast<int>(f) << " [" << sh.n << ", " << sh.k << "] × " << sh.tokens << " tokens" << (accumulate ? " +=" : " ="));
+        const Weights w = make_weights(f, sh.n, sh.k, static_cast<uint32_t>(sh.n * 5 + sh.k));
+        const std::vector<float> x = make_inputs(sh.tokens, sh.k, static_cast<uint32_t>(sh.tokens + 11));
+        const int64_t per_token = sh.k / kQuantBlockValues;
+        std::vector<cpu::Q8Block> q(static_cast<size_t>(sh.tokens * per_token));
+        for (int64_t t = 0; t < sh.tokens; ++t) cpu::quantize_activations(x.data() + t * sh.k, sh.k, q.data() + t * per_token);
+        const std::vector<float> start = make_inputs(sh.tokens, sh.n, 3);  // what += adds to
+        std::vector<float> expect = accumulate ? start : std::vector<float>(start.size(), NAN);
+        std::vector<float> got = expect;  // poisoned where it stores: every output must be written
+        const auto args = [&](float* out) {
+          return cpu::DotArgs{w.stored.data(), cpu_matrix_bytes(f, kCpuRowGroup, sh.k), sh.n, q.data(), per_token,
+                              sh.tokens, sh.k, out, sh.n, accumulate};
+        };
+        vnni(f, args(expect.data()));
+        amx(f, args(got.data()));
+        CHECK(std::memcmp(expect.data(), got.data(), expect.size() * 4) == 0);
+        if (!accumulate) {
+          std::vector<float> ref(expect.size(), 0.0f);
+          const shape::linear s{.n = static_cast<int>(sh.n), .k = static_cast<int>(sh.k), .out = LinearOut::store_f32};
+          ref::linear(s, x.data(), w.values.data(), ref.data(), sh.tokens);
+          CHECK(nmse(ref, got) <= limit(f));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("cpu kernels: bf16 rows on AMX equal the reference, and a token's sums do not depend on the others", "[cpu]") {

@@ -1,0 +1,28 @@
+// The block formats' dot products on Intel AMX-INT8 (Sapphire Rapids and later), for prefill: one
+// tile product multiplies 16 tokens × 32 columns of the activations' 8-bit parts by 32 columns ×
+// 16 rows of a block's quants, 8,192 products in one instruction where AVX-512 VNNI's vpdpbusd
+// makes 64.
+//
+// The same integer sums as the AVX-512 VNNI kernel's (quant_dot_impl.hpp), a block and a part at
+// a time, and then the same fp32 operations on them in the same order: the outputs are that
+// kernel's bits, so a token's sums do not depend on which kernel ran or what shared its step.
+// Whole tiles of 16 tokens run here; the rest, and a step of fewer tokens (decode), on AVX-512
+// VNNI.
+#pragma once
+
+#include "runtime/cpu/quant_dot.hpp"
+
+namespace kiln::cpu {
+
+// Whether this path runs here: AMX-INT8 and AVX-512 VNNI, the tiles granted (decided once).
+bool amx_int8_available();
+
+// Whether it takes format f: the formats with one scale per 32 values (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K); Q2_K, Q3_K and Q6_K's scales per 16 stay on AVX-512 VNNI.
+bool amx_int8_takes(MatrixFormat f);
+
+// The kernel (quant_dot.hpp's DotKernel contract) for those formats; null where
+// amx_int8_available() is false.
+DotKernel dot_kernel_amx_int8();
+
+}  // namespace kiln::cpu
