@@ -26,15 +26,23 @@ constexpr int64_t kAmxTileTokens = 16;  // an activation tile's rows; a block ti
 
 // Tiles 0 and 1: a block's sums against the activations' high and low parts (16 tokens × 16 rows
 // of int32); 2: the block's signed quants (8 rows of 64 bytes: GroupBlock::quants); 3 and 4: the
-// 16 tokens' high and low parts (16 rows of 32 bytes, straight from their Q8Blocks).
+// 16 tokens' high and low parts (16 rows of 32 bytes, straight from their Q8Blocks). Where a scale
+// is per 16 values (Q2_K, Q3_K, Q6_K), each half of the block apart: sums 0, 1 of the first half
+// and 5, 6 of the second, its quants (4 rows) in 2 and 7, its parts (16 bytes a row) in 3 and 4.
+template <MatrixFormat F>
 void load_tile_config() {
+  constexpr int kColumns = kHalfScales<F> ? kQuantBlockValues / 2 : kQuantBlockValues;
   TileConfig config;
-  config.rows[0] = config.rows[1] = kAmxTileTokens;
-  config.colsb[0] = config.colsb[1] = 64;
-  config.rows[2] = 8;
-  config.colsb[2] = 64;
+  for (const int sums : {0, 1, 5, 6}) {
+    config.rows[sums] = kAmxTileTokens;
+    config.colsb[sums] = 64;
+  }
+  for (const int quants : {2, 7}) {
+    config.rows[quants] = kColumns / 4;
+    config.colsb[quants] = 64;
+  }
   config.rows[3] = config.rows[4] = kAmxTileTokens;
-  config.colsb[3] = config.colsb[4] = kQuantBlockValues;
+  config.colsb[3] = config.colsb[4] = kColumns;
   _tile_loadconfig(&config);
 }
 
@@ -43,15 +51,46 @@ void load_tile_config() {
 // rows' scales and mins.
 struct alignas(64) GroupBlock {
   __m512i quants[8];
-  float scale[kCpuRowGroup];
-  float min[kCpuRowGroup];
+  float scale[2][kCpuRowGroup];  // of the block, or of each half (kHalfScales)
+  float min[2][kCpuRowGroup];
 };
 
-// Group g's rows against `tiles` whole tiles of 16 tokens. Per block, two tile products (TDPBSSD:
-// signed bytes, int32 sums) give Σ s·q and Σ s·lo, and (Σ s·q << 7) + Σ s·lo is VNNI's integer
-// (hi << 7) + lo - offset · total, Σ (u - offset)·(128·q + lo), exactly; each token's sums then
-// take the AVX-512 VNNI tile_blocks' fp32 steps, lanes the rows as there: converted, times
-// scale · step, added (and min · Σx).
+// A block's integer sums for 16 tokens from x (their Q8Blocks of the block, x_stride bytes apart):
+// sums[0] = Σ s·q and sums[1] = Σ s·lo over the block, or (kHalfScales) over its first half, and
+// sums[2], sums[3] over the second.
+template <MatrixFormat F>
+inline void block_products(const GroupBlock& s, const Q8Block& x, int64_t x_stride, int32_t (*sums)[kAmxTileTokens][kCpuRowGroup]) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_loadd(2, s.quants, 64);
+  _tile_loadd(3, x.q, x_stride);
+  _tile_loadd(4, x.lo, x_stride);
+  _tile_dpbssd(0, 3, 2);
+  _tile_dpbssd(1, 4, 2);
+  if constexpr (kHalfScales<F>) {  // columns 16..31: quant vectors 4..7
+    constexpr int kHalf = kQuantBlockValues / 2;
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_loadd(7, s.quants + 4, 64);
+    _tile_loadd(3, x.q + kHalf, x_stride);
+    _tile_loadd(4, x.lo + kHalf, x_stride);
+    _tile_dpbssd(5, 3, 7);
+    _tile_dpbssd(6, 4, 7);
+  }
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+  if constexpr (kHalfScales<F>) {
+    _tile_stored(5, sums[2], 64);
+    _tile_stored(6, sums[3], 64);
+  }
+}
+
+// Group g's rows against `tiles` whole tiles of 16 tokens. Per block (or half, where a scale is
+// per 16 values), two tile products (TDPBSSD: signed bytes, int32 sums) give Σ s·q and Σ s·lo, and
+// (Σ s·q << 7) + Σ s·lo is VNNI's integer (hi << 7) + lo - offset · total, Σ (u - offset)·(128·q +
+// lo), exactly; each token's sums then take the AVX-512 VNNI tile_blocks' fp32 steps, lanes the
+// rows as there: converted, times scale · step, added (and min · Σx); per half, each converted sum
+// times its scale, added, then times step.
 template <MatrixFormat F>
 void group_tiles(const DotArgs& a, int64_t g, int64_t tiles) {
   const int64_t blocks = a.k / kQuantBlockValues;
@@ -65,8 +104,10 @@ void group_tiles(const DotArgs& a, int64_t g, int64_t tiles) {
     GroupBlock& s = scratch[b];
     unpack<F>(rec, s.quants);
     for (__m512i& v : s.quants) v = _mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(kQuantOffset<F>)));
-    _mm512_store_ps(s.scale, block_scales<F>(rec, hdr));
-    if constexpr (cpu_has_min(F)) _mm512_store_ps(s.min, block_mins<F>(rec, hdr));
+    for (int h = 0; h < (kHalfScales<F> ? 2 : 1); ++h) {
+      _mm512_store_ps(s.scale[h], block_scales<F>(rec, hdr, h));
+      if constexpr (cpu_has_min(F)) _mm512_store_ps(s.min[h], block_mins<F>(rec, hdr, h));
+    }
   }
   const int64_t x_stride = a.act_stride * static_cast<int64_t>(sizeof(Q8Block));  // bytes from token to token
   const int64_t rows = a.rows - g * kCpuRowGroup;
@@ -78,23 +119,35 @@ void group_tiles(const DotArgs& a, int64_t g, int64_t tiles) {
     for (int m = 0; m < kAmxTileTokens; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const GroupBlock& s = scratch[b];
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_loadd(2, s.quants, 64);
-      _tile_loadd(3, x[b].q, x_stride);
-      _tile_loadd(4, x[b].lo, x_stride);
-      _tile_dpbssd(0, 3, 2);
-      _tile_dpbssd(1, 4, 2);
-      alignas(64) int32_t hi[kAmxTileTokens][kCpuRowGroup], lo[kAmxTileTokens][kCpuRowGroup];
-      _tile_stored(0, hi, 64);
-      _tile_stored(1, lo, 64);
-      const __m512 scale = _mm512_load_ps(s.scale);
+      alignas(64) int32_t sums[4][kAmxTileTokens][kCpuRowGroup];  // hi, lo (of each half)
+      block_products<F>(s, x[b], x_stride, sums);
+      if constexpr (kHalfScales<F>) {
+        const __m512 scale[2] = {_mm512_load_ps(s.scale[0]), _mm512_load_ps(s.scale[1])};
+        __m512 min[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        if constexpr (cpu_has_min(F)) min[0] = _mm512_load_ps(s.min[0]), min[1] = _mm512_load_ps(s.min[1]);
+#pragma GCC unroll 16
+        for (int m = 0; m < kAmxTileTokens; ++m) {
+          const Q8Block& xb = x[m * a.act_stride + b];
+          __m512 v = _mm512_setzero_ps();
+          for (int h = 0; h < 2; ++h) {
+            const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[2 * h][m]), 7), _mm512_load_si512(sums[2 * h + 1][m]));
+            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale[h], v);
+          }
+          acc[m] = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.step), acc[m]);
+          if constexpr (cpu_has_min(F)) {  // each half's min times its Σx
+            const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
+            for (int h = 0; h < 2; ++h) acc[m] = _mm512_fmadd_ps(min[h], _mm512_set1_ps(xb.step * static_cast<float>(totals[h])), acc[m]);
+          }
+        }
+        continue;
+      }
+      const __m512 scale = _mm512_load_ps(s.scale[0]);
       __m512 min = _mm512_setzero_ps();
-      if constexpr (cpu_has_min(F)) min = _mm512_load_ps(s.min);
+      if constexpr (cpu_has_min(F)) min = _mm512_load_ps(s.min[0]);
 #pragma GCC unroll 16
       for (int m = 0; m < kAmxTileTokens; ++m) {
         const Q8Block& xb = x[m * a.act_stride + b];
-        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi[m]), 7), _mm512_load_si512(lo[m]));
+        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[0][m]), 7), _mm512_load_si512(sums[1][m]));
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xb.step)), acc[m]);
         if constexpr (cpu_has_min(F)) acc[m] = _mm512_fmadd_ps(min, _mm512_set1_ps(xb.sum), acc[m]);
       }
@@ -114,7 +167,7 @@ template <MatrixFormat F>
 void run_tiles(const DotArgs& a) {
   const int64_t tiles = a.tokens / kAmxTileTokens;
   if (tiles > 0) {
-    load_tile_config();
+    load_tile_config<F>();
     for (int64_t g = 0; g * kCpuRowGroup < a.rows; ++g) group_tiles<F>(a, g, tiles);
     _tile_release();
   }
@@ -135,7 +188,10 @@ void run_amx(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q5_1: return run_tiles<MatrixFormat::q5_1>(a);
     case MatrixFormat::q4_k: return run_tiles<MatrixFormat::q4_k>(a);
     case MatrixFormat::q5_k: return run_tiles<MatrixFormat::q5_k>(a);
-    default: return run(format, a);  // the rest: the VNNI kernel's (amx_int8_takes says which)
+    case MatrixFormat::q2_k: return run_tiles<MatrixFormat::q2_k>(a);
+    case MatrixFormat::q3_k: return run_tiles<MatrixFormat::q3_k>(a);
+    case MatrixFormat::q6_k: return run_tiles<MatrixFormat::q6_k>(a);
+    default: return run(format, a);  // none (amx_int8_takes)
   }
 }
 
@@ -155,6 +211,6 @@ DotKernel dot_kernel_amx_int8() { return nullptr; }
 
 #endif
 
-bool amx_int8_takes(MatrixFormat f) { return is_cpu_block_format(f) && !has_half_block_scales(f); }
+bool amx_int8_takes(MatrixFormat f) { return is_cpu_block_format(f); }
 
 }  // namespace kiln::cpu

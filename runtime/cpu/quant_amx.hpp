@@ -17,8 +17,8 @@ namespace kiln::cpu {
 // Whether this path runs here: AMX-INT8 and AVX-512 VNNI, the tiles granted (decided once).
 bool amx_int8_available();
 
-// Whether it takes format f: the formats with one scale per 32 values (Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K); Q2_K, Q3_K and Q6_K's scales per 16 stay on AVX-512 VNNI.
+// Whether it takes format f: every block format (those with a scale per 16 values, Q2_K, Q3_K and
+// Q6_K, as two products of 16 columns a block).
 bool amx_int8_takes(MatrixFormat f);
 
 // The kernel (quant_dot.hpp's DotKernel contract) for those formats; null where
