@@ -32,12 +32,13 @@ constexpr int64_t kAmxTileTokens = 16;  // an activation tile's rows; a block ti
 template <MatrixFormat F>
 void load_tile_config() {
   constexpr int kColumns = kHalfScales<F> ? kQuantBlockValues / 2 : kQuantBlockValues;
+  constexpr int kSums[] = {0, 1, 5, 6}, kQuants[] = {2, 7};  // arrays, not std::initializer_list (quant_dot_impl.hpp)
   TileConfig config;
-  for (const int sums : {0, 1, 5, 6}) {
+  for (const int sums : kSums) {
     config.rows[sums] = kAmxTileTokens;
     config.colsb[sums] = 64;
   }
-  for (const int quants : {2, 7}) {
+  for (const int quants : kQuants) {
     config.rows[quants] = kColumns / 4;
     config.colsb[quants] = 64;
   }
