@@ -1,12 +1,12 @@
 // Compiled with the AVX-512 VNNI file's flags and -mamx-tile -mamx-int8 (CMakeLists.txt); run only
-// where amx_int8_available(). quant_dot_impl.hpp comes in as this file's own copy (namespace
+// where amx_int8_available() (quant_dot.cpp, compiled for any x86-64, decides). quant_dot_impl.hpp comes in as this file's own copy (namespace
 // amx_int8): its unpacking and scales feed the tiles, and its VNNI tiles take the tokens short of a
 // whole tile, so that both are one source with the AVX-512 VNNI kernel's.
 #include "runtime/cpu/quant_amx.hpp"
 
 #include <memory>
 
-#include "runtime/cpu/amx_tiles.hpp"
+#include "runtime/cpu/amx_tiles.hpp"  // TileConfig
 
 #if defined(__x86_64__)
 #define KILN_DOT_SIMD 2
@@ -198,20 +198,12 @@ void run_amx(MatrixFormat format, const DotArgs& a) {
 
 }  // namespace amx_int8
 
-bool amx_int8_available() {
-  static const bool available = ((cpuid7_edx() >> 25) & 1) != 0 && dot_kernel_avx512_vnni() != nullptr && amx_tiles_granted();
-  return available;
-}
-
-DotKernel dot_kernel_amx_int8() { return amx_int8_available() ? &amx_int8::run_amx : nullptr; }
+DotKernel dot_kernel_amx_int8_impl() { return &amx_int8::run_amx; }
 
 #else
 
-bool amx_int8_available() { return false; }
-DotKernel dot_kernel_amx_int8() { return nullptr; }
+DotKernel dot_kernel_amx_int8_impl() { return nullptr; }
 
 #endif
-
-bool amx_int8_takes(MatrixFormat f) { return is_cpu_block_format(f); }
 
 }  // namespace kiln::cpu

@@ -1,5 +1,8 @@
 #include "runtime/cpu/quant_dot.hpp"
 
+#include "runtime/cpu/amx_tiles.hpp"
+#include "runtime/cpu/quant_amx.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -13,6 +16,7 @@ namespace kiln::cpu {
 DotKernel dot_kernel_avx512_vnni_impl();
 DotKernel dot_kernel_avx2_impl();
 DotKernel dot_kernel_portable_impl();
+DotKernel dot_kernel_amx_int8_impl();  // quant_amx.cpp
 
 namespace {
 
@@ -86,6 +90,14 @@ void quantize_activations(const float* x, int64_t k, Q8Block* out) {
 DotKernel dot_kernel_avx512_vnni() { return has_avx512_vnni() ? dot_kernel_avx512_vnni_impl() : nullptr; }
 DotKernel dot_kernel_avx2() { return has_avx2() ? dot_kernel_avx2_impl() : nullptr; }
 DotKernel dot_kernel_portable() { return dot_kernel_portable_impl(); }
+
+// Here, in a file compiled for any x86-64, not in quant_amx.cpp's AVX-512 code: every prefill asks.
+bool amx_int8_available() {
+  static const bool available = ((cpuid7_edx() >> 25) & 1) != 0 && has_avx512_vnni() && amx_tiles_granted();
+  return available;
+}
+bool amx_int8_takes(MatrixFormat f) { return is_cpu_block_format(f); }
+DotKernel dot_kernel_amx_int8() { return amx_int8_available() ? dot_kernel_amx_int8_impl() : nullptr; }
 
 DotKernel dot_kernel() {
   static const DotKernel kernel = has_avx512_vnni() ? dot_kernel_avx512_vnni_impl()
