@@ -1,10 +1,10 @@
 #include "runtime/cpu/quant_dot.hpp"
 
-#include "runtime/cpu/amx_tiles.hpp"
-#include "runtime/cpu/quant_amx.hpp"
-
 #include <algorithm>
 #include <cmath>
+
+#include "runtime/cpu/amx_tiles.hpp"
+#include "runtime/cpu/quant_amx.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
