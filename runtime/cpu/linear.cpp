@@ -63,10 +63,9 @@ void linear(const shape::linear& s, const float* in, CpuMatrix weight, float* ou
   const int64_t x_elem = blocks ? static_cast<int64_t>(sizeof(Q8Block)) : 4;
   // A step of 16 tokens or more (prefill) on AMX-INT8 where there is one: the same bits as the
   // VNNI kernel's, faster (quant_amx.hpp).
-  const bool tiles = blocks && tokens >= kAmxTokens && amx_int8_available();
+  const DotKernel kernel = blocks && tokens >= kAmxTokens && amx_int8_available() ? dot_kernel_amx_int8() : dot_kernel();
   // Rows [row0, row0 + rows) of the output from a matrix of that many rows in `format` at `data`.
   const auto rows_of = [&](const void* data, MatrixFormat format, int64_t row0, int64_t rows) {
-    const DotKernel kernel = tiles && amx_int8_takes(format) ? dot_kernel_amx_int8() : dot_kernel();
     // Bytes from one row tile to the next: a group of 16 rows, or 16 bf16 rows.
     const int64_t tile_bytes = cpu_matrix_bytes(format, kRowTile, k);
     parallel_for((rows + kRowTile - 1) / kRowTile, 1, [&](int64_t begin, int64_t end) {

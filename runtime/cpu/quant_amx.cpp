@@ -1,7 +1,8 @@
 // Compiled with the AVX-512 VNNI file's flags and -mamx-tile -mamx-int8 (CMakeLists.txt); run only
-// where amx_int8_available() (quant_dot.cpp, compiled for any x86-64, decides). quant_dot_impl.hpp comes in as this file's own copy (namespace
-// amx_int8): its unpacking and scales feed the tiles, and its VNNI tiles take the tokens short of a
-// whole tile, so that both are one source with the AVX-512 VNNI kernel's.
+// where amx_int8_available() (quant_dot.cpp, compiled for any x86-64, decides). quant_dot_impl.hpp
+// comes in as this file's own copy (namespace amx_int8): its unpacking and scales feed the tiles,
+// its add_block takes their sums, and its VNNI tiles take the tokens short of a whole tile, so that
+// both are one source with the AVX-512 VNNI kernel's.
 #include "runtime/cpu/quant_amx.hpp"
 
 #include <memory>
@@ -89,9 +90,8 @@ inline void block_products(const GroupBlock& s, const Q8Block& x, int64_t x_stri
 // Group g's rows against `tiles` whole tiles of 16 tokens. Per block (or half, where a scale is
 // per 16 values), two tile products (TDPBSSD: signed bytes, int32 sums) give Σ s·q and Σ s·lo, and
 // (Σ s·q << 7) + Σ s·lo is VNNI's integer (hi << 7) + lo - offset · total, Σ (u - offset)·(128·q +
-// lo), exactly; each token's sums then take the AVX-512 VNNI tile_blocks' fp32 steps, lanes the
-// rows as there: converted, times scale · step, added (and min · Σx); per half, each converted sum
-// times its scale, added, then times step.
+// lo), exactly; add_block then takes each token's sums through the VNNI kernel's fp32 steps, lanes
+// the rows as there.
 template <MatrixFormat F>
 void group_tiles(const DotArgs& a, int64_t g, int64_t tiles) {
   const int64_t blocks = a.k / kQuantBlockValues;
@@ -122,35 +122,20 @@ void group_tiles(const DotArgs& a, int64_t g, int64_t tiles) {
       const GroupBlock& s = scratch[b];
       alignas(64) int32_t sums[4][kAmxTileTokens][kCpuRowGroup];  // hi, lo (of each half)
       block_products<F>(s, x[b], x_stride, sums);
-      if constexpr (kHalfScales<F>) {
-        const __m512 scale[2] = {_mm512_load_ps(s.scale[0]), _mm512_load_ps(s.scale[1])};
-        __m512 min[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        if constexpr (cpu_has_min(F)) min[0] = _mm512_load_ps(s.min[0]), min[1] = _mm512_load_ps(s.min[1]);
-#pragma GCC unroll 16
-        for (int m = 0; m < kAmxTileTokens; ++m) {
-          const Q8Block& xb = x[m * a.act_stride + b];
-          __m512 v = _mm512_setzero_ps();
-          for (int h = 0; h < 2; ++h) {
-            const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[2 * h][m]), 7), _mm512_load_si512(sums[2 * h + 1][m]));
-            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale[h], v);
-          }
-          acc[m] = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.step), acc[m]);
-          if constexpr (cpu_has_min(F)) {  // each half's min times its Σx
-            const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
-            for (int h = 0; h < 2; ++h) acc[m] = _mm512_fmadd_ps(min[h], _mm512_set1_ps(xb.step * static_cast<float>(totals[h])), acc[m]);
-          }
-        }
-        continue;
+      constexpr int kHalves = kHalfScales<F> ? 2 : 1;
+      __m512 scale[kHalves], min[kHalves];
+      for (int h = 0; h < kHalves; ++h) {
+        scale[h] = _mm512_load_ps(s.scale[h]);
+        min[h] = _mm512_setzero_ps();
+        if constexpr (cpu_has_min(F)) min[h] = _mm512_load_ps(s.min[h]);
       }
-      const __m512 scale = _mm512_load_ps(s.scale[0]);
-      __m512 min = _mm512_setzero_ps();
-      if constexpr (cpu_has_min(F)) min = _mm512_load_ps(s.min[0]);
 #pragma GCC unroll 16
       for (int m = 0; m < kAmxTileTokens; ++m) {
-        const Q8Block& xb = x[m * a.act_stride + b];
-        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[0][m]), 7), _mm512_load_si512(sums[1][m]));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xb.step)), acc[m]);
-        if constexpr (cpu_has_min(F)) acc[m] = _mm512_fmadd_ps(min, _mm512_set1_ps(xb.sum), acc[m]);
+        __m512i sum[kHalves];
+        for (int h = 0; h < kHalves; ++h) {
+          sum[h] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[2 * h][m]), 7), _mm512_load_si512(sums[2 * h + 1][m]));
+        }
+        acc[m] = add_block<F>(acc[m], sum, scale, min, x[m * a.act_stride + b]);
       }
     }
 #pragma GCC unroll 16
@@ -192,7 +177,7 @@ void run_amx(MatrixFormat format, const DotArgs& a) {
     case MatrixFormat::q2_k: return run_tiles<MatrixFormat::q2_k>(a);
     case MatrixFormat::q3_k: return run_tiles<MatrixFormat::q3_k>(a);
     case MatrixFormat::q6_k: return run_tiles<MatrixFormat::q6_k>(a);
-    default: return run(format, a);  // none (amx_int8_takes)
+    default: return run(format, a);  // bf16 rows: the VNNI kernel's loop (linear.cpp sends none)
   }
 }
 

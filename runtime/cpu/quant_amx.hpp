@@ -17,11 +17,8 @@ namespace kiln::cpu {
 // Whether this path runs here: AMX-INT8 and AVX-512 VNNI, the tiles granted (decided once).
 bool amx_int8_available();
 
-// Whether it takes format f: every block format (those with a scale per 16 values, Q2_K, Q3_K and
-// Q6_K, as two products of 16 columns a block).
-bool amx_int8_takes(MatrixFormat f);
-
-// The kernel (quant_dot.hpp's DotKernel contract) for those formats; null where
+// The kernel (quant_dot.hpp's DotKernel contract) for every block format (those with a scale per 16
+// values, Q2_K, Q3_K and Q6_K, as two products of 16 columns a block); null where
 // amx_int8_available() is false.
 DotKernel dot_kernel_amx_int8();
 

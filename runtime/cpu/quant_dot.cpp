@@ -96,7 +96,6 @@ bool amx_int8_available() {
   static const bool available = ((cpuid7_edx() >> 25) & 1) != 0 && has_avx512_vnni() && amx_tiles_granted();
   return available;
 }
-bool amx_int8_takes(MatrixFormat f) { return is_cpu_block_format(f); }
 DotKernel dot_kernel_amx_int8() { return amx_int8_available() ? dot_kernel_amx_int8_impl() : nullptr; }
 
 DotKernel dot_kernel() {

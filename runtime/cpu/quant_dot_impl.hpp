@@ -138,6 +138,28 @@ inline __m512 block_mins(const std::byte* rec, const std::byte* hdr, int half = 
   return _mm512_mul_ps(f16_rows(hdr + 2 * kCpuRowGroup), i8_rows(rec + cpu_mins_at(F) + kCpuRowGroup * half));
 }
 
+// A block's integer sums for one token, Σ (u - offset)·(128·q + lo) over the block (sum[0]) or over
+// each half (sum[0], sum[1]: kHalfScales), into its fp32 sums acc: converted, times scale · step, and
+// min · Σx; per half, each converted sum times its scale, added, then times step, and each half's
+// min times its Σx. The AMX kernel (quant_amx.cpp) takes its integer sums through this too: its
+// outputs are this kernel's bits.
+template <MatrixFormat F>
+inline __m512 add_block(__m512 acc, const __m512i* sum, const __m512* scale, const __m512* min, const Q8Block& xb) {
+  if constexpr (kHalfScales<F>) {
+    __m512 v = _mm512_setzero_ps();
+    for (int h = 0; h < 2; ++h) v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[h]), scale[h], v);
+    acc = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.step), acc);
+    if constexpr (cpu_has_min(F)) {
+      const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
+      for (int h = 0; h < 2; ++h) acc = _mm512_fmadd_ps(min[h], _mm512_set1_ps(xb.step * static_cast<float>(totals[h])), acc);
+    }
+    return acc;
+  }
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[0]), _mm512_mul_ps(scale[0], _mm512_set1_ps(xb.step)), acc);
+  if constexpr (cpu_has_min(F)) acc = _mm512_fmadd_ps(min[0], _mm512_set1_ps(xb.sum), acc);
+  return acc;
+}
+
 // The loops over the C tokens are unrolled (GCC's pragma) so that their sums stay in registers; a
 // loop that is not keeps them in memory, loaded and stored per block (Llama-3.2-1B Q4_0 on 2 cores
 // of an AMD EPYC with AVX-512, runs alternating: 160-203 -> 231-237 tokens/s at 32, 243 -> 256-271
@@ -155,44 +177,27 @@ void tile_blocks(const DotArgs& a, int64_t g, int64_t t0) {
     prefetch_ahead<kBlockStream<F>>(rec);
     __m512i u[8];
     unpack<F>(rec, u);
-    if constexpr (kHalfScales<F>) {
-      const __m512 scale[2] = {block_scales<F>(rec, hdr, 0), block_scales<F>(rec, hdr, 1)};
-      __m512 min[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-      if constexpr (cpu_has_min(F)) min[0] = block_mins<F>(rec, hdr, 0), min[1] = block_mins<F>(rec, hdr, 1);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        const Q8Block& xb = x[c * a.act_stride + b];
-        const int32_t totals[2] = {xb.total_first, xb.total - xb.total_first};
-        __m512 v = _mm512_setzero_ps();
-        for (int h = 0; h < 2; ++h) {
-          __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(-kQuantOffset<F> * totals[h]);
-          for (int j = 4 * h; j < 4 * h + 4; ++j) {
-            hi = _mm512_dpbusd_epi32(hi, u[j], _mm512_set1_epi32(four_at(xb.q + 4 * j)));
-            lo = _mm512_dpbusd_epi32(lo, u[j], _mm512_set1_epi32(four_at(xb.lo + 4 * j)));
-          }
-          v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo)), scale[h], v);
-        }
-        acc[c] = _mm512_fmadd_ps(v, _mm512_set1_ps(xb.step), acc[c]);
-        if constexpr (cpu_has_min(F)) {  // each half's min times its Σx
-          for (int h = 0; h < 2; ++h) acc[c] = _mm512_fmadd_ps(min[h], _mm512_set1_ps(xb.step * static_cast<float>(totals[h])), acc[c]);
-        }
-      }
-      continue;
+    constexpr int kHalves = kHalfScales<F> ? 2 : 1;
+    __m512 scale[kHalves], min[kHalves];
+    for (int h = 0; h < kHalves; ++h) {
+      scale[h] = block_scales<F>(rec, hdr, h);
+      min[h] = _mm512_setzero_ps();
+      if constexpr (cpu_has_min(F)) min[h] = block_mins<F>(rec, hdr, h);
     }
-    const __m512 scale = block_scales<F>(rec, hdr);
-    __m512 min = _mm512_setzero_ps();
-    if constexpr (cpu_has_min(F)) min = block_mins<F>(rec, hdr);
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const Q8Block& xb = x[c * a.act_stride + b];
-      __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(-kQuantOffset<F> * xb.total);
-      for (int j = 0; j < 8; ++j) {
-        hi = _mm512_dpbusd_epi32(hi, u[j], _mm512_set1_epi32(four_at(xb.q + 4 * j)));
-        lo = _mm512_dpbusd_epi32(lo, u[j], _mm512_set1_epi32(four_at(xb.lo + 4 * j)));
+      const int32_t totals[2] = {kHalves == 2 ? xb.total_first : xb.total, xb.total - xb.total_first};
+      __m512i sum[kHalves];
+      for (int h = 0; h < kHalves; ++h) {  // the block's (or half's) quant vectors
+        __m512i hi = _mm512_setzero_si512(), lo = _mm512_set1_epi32(-kQuantOffset<F> * totals[h]);
+        for (int j = h * 8 / kHalves; j < (h + 1) * 8 / kHalves; ++j) {
+          hi = _mm512_dpbusd_epi32(hi, u[j], _mm512_set1_epi32(four_at(xb.q + 4 * j)));
+          lo = _mm512_dpbusd_epi32(lo, u[j], _mm512_set1_epi32(four_at(xb.lo + 4 * j)));
+        }
+        sum[h] = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
       }
-      const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xb.step)), acc[c]);
-      if constexpr (cpu_has_min(F)) acc[c] = _mm512_fmadd_ps(min, _mm512_set1_ps(xb.sum), acc[c]);
+      acc[c] = add_block<F>(acc[c], sum, scale, min, xb);
     }
   }
   const int64_t rows = a.rows - g * kCpuRowGroup;

@@ -239,7 +239,7 @@ TEST_CASE("cpu kernels: block formats on AMX-INT8 give the AVX-512 VNNI kernel's
   // and of the K-quants' super-blocks, store and accumulate.
   const Shape shapes[] = {{37, 64, 16}, {16, 32, 17}, {50, 512, 33}, {7, 256, 64}, {40, 768, 70}, {33, 2048, 48}};
   for (const MatrixFormat f : kFormats) {
-    if (!cpu::amx_int8_takes(f)) continue;
+    if (!is_cpu_block_format(f)) continue;
     for (const Shape& sh : shapes) {
       if (!fits(f, sh)) continue;
       for (const bool accumulate : {false, true}) {
