@@ -6,10 +6,10 @@
 //                    phases (dense families); saves 0.5-1.7 µs per layer at decode on an H200.
 //   prep_attention   attention_prep + attention: at decode one kernel that also merges the
 //                    split-KV partitions (three launches before); the prefill runs both parts.
-//   moe_gate_up_act  the routed experts' moe_gate_up + silu_mul: at prefill one grouped GEMM
-//                    whose epilogue applies the activation and never writes gate | up
-//                    (DeepSeek-V2-Lite at 2,048 tokens on an H200: 417 -> 391 us a layer); the
-//                    decode runs both parts (its streaming kernels' outputs are few).
+//   moe_gate_up_act  the routed experts' moe_gate_up + silu_mul: one kernel that applies the
+//                    activation to its gate and up sums and never writes gate | up; at prefill the
+//                    grouped GEMM's epilogue (DeepSeek-V2-Lite at 2,048 tokens on an H200: 417 ->
+//                    391 us a layer), at decode the streaming kernel (one launch fewer a layer).
 //   FP8 inputs       an RMSNorm, silu·mul or attention whose rows only the projection after it
 //                    reads: in the prefill it writes them as that projection's FP8 inputs where the
 //                    matrix is FP8 (templates/fp8_rows.hpp), so the GEMM skips its own pass over

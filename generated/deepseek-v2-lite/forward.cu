@@ -108,7 +108,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
     // (one fused kernel)
-    moe_experts_gate_up_act(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
@@ -148,6 +148,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   bf16* moe_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_gate_up); // [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   bf16* moe_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_act); // [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   int* moe_scratch = reinterpret_cast<int*>(ctx.arena + GpuArena::moe_scratch); // [T, kMoeScratchPerToken] routing scratch
+  bf16* moe_pairs = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_pairs); // [T, kMoeTokenDownWidth] chosen experts' down projections
   bf16* shared_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
@@ -261,13 +262,12 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
-    moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
-    ctx.mark("moe_gate_up", OpReads::experts, 11534336);
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
-    silu_mul_moe_act_decode(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    moe_experts_gate_up_act_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    ctx.mark("moe_gate_up_act", OpReads::experts, 11534336);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 5767168);
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);

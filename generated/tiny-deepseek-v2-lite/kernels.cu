@@ -115,18 +115,13 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read); then moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
-void moe_experts_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream) {
+void moe_experts_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream) {
   kiln::moe_gate_up_act_prefill<kMoeExpertsGateUpAct>(h, weight, ids, gate_up, act, scratch, tokens, stream);
 }
 
-// mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read)
-void moe_experts_gate_up_decode(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens, cudaStream_t stream) {
-  kiln::moe_gate_up<kMoeExpertsGateUp>(h, weight, ids, out, scratch, tokens, stream);
-}
-
-// mlp.experts (act_fn): moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
-void silu_mul_moe_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulMoeAct>(gate_up, act, rows, stream);
+// mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts' weights are read); then moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
+void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream) {
+  kiln::moe_gate_up_act<kMoeExpertsGateUpAct>(h, weight, ids, gate_up, act, scratch, tokens, stream);
 }
 
 // mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
@@ -135,8 +130,8 @@ void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* id
 }
 
 // mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, float* x, int tokens, cudaStream_t stream) {
-  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, x, tokens, stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream) {
+  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, x, tokens, stream);
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
@@ -180,6 +175,6 @@ static_assert(kiln::linear_scratch_floats<kLinearSharedDown>(kMaxBatch) <= kDeco
 static_assert(kiln::linear_scratch_floats<kLinearSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::mla_attention_decode_scratch_floats<kMlaAttention>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::moe_down_pair_values_per_token<kMoeExpertsDown>() <= kMoeTokenDownWidth);
-static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUp>() <= kMoeScratchPerToken);
+static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUpAct>() <= kMoeScratchPerToken);
 
 }  // namespace kiln::models::tiny_deepseek_v2_lite

@@ -574,7 +574,7 @@ void bench_moe_prefill(int tokens) {
   using DownP = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
   const double down_mma_us = median_us([&](int) {
     detail::launch_tile_gemm<DownP, 128>(
-        typename DownP::Args{{as_bf16(act), as_bf16(down), weights.get(), scratch.get(), x.get()}, as_bf16_mut(pair_out)},
+        typename DownP::Args{as_bf16(act), as_bf16(down), scratch.get(), as_bf16_mut(pair_out)},
         dim3(detail::ceil_div(kHidden, 128), detail::expert_tile_bound<kExperts, kTopK>(tokens)), nullptr);
   });
   row("down", down_flop, down_us, down_mma_us);  // (moe_down_prefill's time includes its per-token sum)

@@ -142,10 +142,14 @@ void experts(const float* logits, int* ids, float* weights, const bf16* h, const
   constexpr shape::moe_gate_up kOdd{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10};
   kiln::moe_gate_up<kLite>(h, w, ids, out, scratch, 7, s);
   kiln::moe_gate_up<kOdd>(h, w, ids, out, scratch, 7, s);
+  kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408}>(
+      h, w, ids, out, out, scratch, 7, s);
+  kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>(h, w, ids, out, out,
+                                                                                                 scratch, 7, s);
   kiln::moe_down<shape::moe_down{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408}>(h, w, ids, weights, scratch,
-                                                                                          x, 7, s);
-  kiln::moe_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>(h, w, ids, weights, scratch, x,
-                                                                                     7, s);
+                                                                                          out, x, 7, s);
+  kiln::moe_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>(h, w, ids, weights, scratch, out,
+                                                                                     x, 7, s);
 }
 }  // namespace probe
 )";

@@ -1,7 +1,8 @@
 // moe_gate_up (templates/moe_gate_up.cuh) against ref::moe_gate_up: each token's chosen experts'
 // gate | up rows, streaming at decode (T <= 64) and as a grouped GEMM above; moe_gate_up_prefill
-// (the GEMM at every T); moe_gate_up_act_prefill (the activation in the GEMM's epilogue) against
-// moe_gate_up_prefill + silu_mul, bit for bit.
+// (the GEMM at every T); moe_gate_up_act (the activation in the streaming kernel) and
+// moe_gate_up_act_prefill (in the GEMM's epilogue) against moe_gate_up / moe_gate_up_prefill +
+// silu_mul, bit for bit.
 #include "runtime/ref/moe.hpp"
 #include "templates/moe_gate_up.cuh"
 #include "templates/silu_mul.cuh"
@@ -36,28 +37,36 @@ void check_gate_up(const std::vector<int>& token_counts) {
       check_launch(what);
       check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
     }
-    // d_out holds moe_gate_up_prefill's rows: the two ops' answer.
+    // The fused op against its two parts, at decode and at prefill.
     constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
     DeviceBuffer<uint16_t> d_act_parts(static_cast<size_t>(pairs) * S.inter), d_act(static_cast<size_t>(pairs) * S.inter),
         d_gate_up(static_cast<size_t>(pairs) * kRows);
-    d_act_parts.poison();
-    kiln::silu_mul<shape::silu_mul{.dim = S.inter}>(as_bf16(d_out), as_bf16_mut(d_act_parts), pairs, nullptr);
-    d_act.poison();
-    d_gate_up.poison();
-    d_scratch.poison();
-    kiln::moe_gate_up_act_prefill<A>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_gate_up),
-                                     as_bf16_mut(d_act), d_scratch.get(), tokens, nullptr);
-    const std::string what = "moe_gate_up_act_prefill experts " + std::to_string(S.experts) + "/" +
-                             std::to_string(S.top_k) + " " + std::to_string(S.hidden) + "x" + std::to_string(S.inter) +
-                             " tokens " + std::to_string(tokens);
-    check_launch(what);
-    check_same_bits(what, "moe_gate_up_prefill + silu_mul", d_act_parts.download(), d_act.download());
+    for (const bool prefill : {false, true}) {
+      d_out.poison();
+      d_scratch.poison();
+      (prefill ? kiln::moe_gate_up_prefill<S> : kiln::moe_gate_up<S>)(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(),
+                                                                     as_bf16_mut(d_out), d_scratch.get(), tokens, nullptr);
+      d_act_parts.poison();
+      kiln::silu_mul<shape::silu_mul{.dim = S.inter}>(as_bf16(d_out), as_bf16_mut(d_act_parts), pairs, nullptr);
+      d_act.poison();
+      d_gate_up.poison();
+      d_scratch.poison();
+      (prefill ? kiln::moe_gate_up_act_prefill<A> : kiln::moe_gate_up_act<A>)(
+          as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_gate_up), as_bf16_mut(d_act),
+          d_scratch.get(), tokens, nullptr);
+      const std::string what = std::string(prefill ? "moe_gate_up_act_prefill" : "moe_gate_up_act") + " experts " +
+                               std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " +
+                               std::to_string(S.hidden) + "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens);
+      check_launch(what);
+      check_same_bits(what, prefill ? "moe_gate_up_prefill + silu_mul" : "moe_gate_up + silu_mul", d_act_parts.download(),
+                      d_act.download());
+    }
   }
   kiln::moe_gate_up<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
   kiln::moe_gate_up_prefill<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
-  kiln::moe_gate_up_act_prefill<shape::moe_gate_up_act{
-      .experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter}>(
-      nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
+  kiln::moe_gate_up_act_prefill<A>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  kiln::moe_gate_up_act<A>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
   check_launch("moe_gate_up, 0 tokens");
 }
 

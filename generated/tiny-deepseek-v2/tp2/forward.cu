@@ -151,7 +151,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
     // (one fused kernel)
-    moe_experts_gate_up_act(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
@@ -190,6 +190,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   bf16* moe_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_gate_up); // [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   bf16* moe_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_act); // [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   int* moe_scratch = reinterpret_cast<int*>(ctx.arena + GpuArena::moe_scratch); // [T, kMoeScratchPerToken] routing scratch
+  bf16* moe_pairs = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_pairs); // [T, kMoeTokenDownWidth] chosen experts' down projections
   bf16* shared_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
 
@@ -360,13 +361,12 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 64, 12));
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
-    moe_experts_gate_up_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_scratch, T, stream);
-    ctx.mark("moe_gate_up", OpReads::experts, 6144);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
-    silu_mul_moe_act_decode(moe_gate_up, moe_act, T * kNumExpertsPerTok, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    moe_experts_gate_up_act_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    ctx.mark("moe_gate_up_act", OpReads::experts, 6144);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, x, T, stream);
+    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 3072);
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
     cuda::all_reduce<kAllReduceX>(ctx, x, T, nullptr);

@@ -1,0 +1,133 @@
+// The routed experts' streaming kernel (decode): a block takes 16·kWN weight rows of one used
+// expert and multiplies them with the input rows of every pair routed to that expert, in passes of
+// 8·kTT pairs (later passes read the rows again from L2), so each chosen expert is read from DRAM
+// once per call. grid: (row blocks, used-expert slots); a slot past the used experts returns.
+//
+// A problem P says what the rows and pairs are:
+//   kRows, kK            the expert's weight rows and their length
+//   Args                 the kernel's argument struct; args.scratch holds the buckets (moe_buckets.cuh)
+//   weight(a, e)         expert e's [kRows][kK] rows
+//   input(a, p)          pair p's input row (kK values)
+//   store(a, p, row, v)  pair p's output at `row`
+// A gated problem (P::kGated: SwiGLU's gate | up rows, kRows = 2·kInter) pairs each warp's rows g
+// and g + 8 as feature f's gate row f and up row kInter + f, so a block covers 8·kWN features of
+// both halves and hands store_gated(a, p, f, gate, up) both sums: the activation is applied in
+// the same kernel. Either way every output is the same sum in the same order (the warps' column
+// splits added in warp order), so gate and up come out with the bits of the ungated problem.
+#pragma once
+
+#include "templates/blocks/moe_buckets.cuh"
+#include "templates/blocks/stream_rows.cuh"
+#include "templates/common.cuh"
+
+namespace kiln::detail {
+
+template <class P>
+constexpr bool kGatedStream = requires { requires P::kGated; };
+
+// As sum_column_splits (stream_rows.cuh) for a gated warp layout: rows r and r + 8 of a row tile
+// are feature r's gate and up; store(feature in the block, token in the tile, gate, up).
+template <int kWN, int kWK, int kThreads, typename Store>
+__device__ __forceinline__ void sum_column_splits_gated(float (*partial)[128], const float (&acc)[4], Store&& store) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) partial[warp][lane * 4 + c] = acc[c];
+  __syncthreads();
+  for (int i = threadIdx.x; i < kWN * 64; i += kThreads) {
+    // i -> (row tile of the block, token in the tile, feature in the tile), features fastest.
+    const int tn = i / 64, token = (i / 8) % 8, r = i % 8;
+    const int src_lane = r * 4 + token / 2, gate_c = token % 2, up_c = 2 + token % 2;
+    float gate = 0.0f, up = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWK; ++k) {
+      gate += partial[tn * kWK + k][src_lane * 4 + gate_c];
+      up += partial[tn * kWK + k][src_lane * 4 + up_c];
+    }
+    store(tn * 8 + r, token, gate, up);
+  }
+  __syncthreads();
+}
+
+template <class P, int kExperts, int kTT>
+__global__ void __launch_bounds__(ExpertStreamShape<P::kRows, P::kK, kTT>::kThreads)
+    moe_stream_kernel(const typename P::Args args) {
+  pdl_release_and_wait();
+  constexpr int kRows = P::kRows, kK = P::kK;
+  constexpr bool kGated = kGatedStream<P>;
+  using Shape = ExpertStreamShape<kRows, kK, kTT>;
+  constexpr int WK = Shape::kWK, WN = Shape::kWN;
+  static_assert(!kGated || kRows % 2 == 0, "moe_stream: gated rows are two halves");
+  __shared__ float partial[WN * WK][128];
+  const GroupTile used = locate_group_tile<kExperts>(args.scratch, blockIdx.y, 0x40000000);
+  if (used.group < 0) return;  // fewer used experts than slots: the same answer in every warp
+  const int e = used.group, count = used.rows;
+  const int* pairs = expert_pairs<kExperts>(args.scratch, e);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wn = warp / WK, wk = warp % WK, g = lane / 4;
+  // Ungated: rows tile·16 + g and + 8. Gated: feature tile·8 + g's gate and up rows.
+  const int tile = blockIdx.x * WN + wn;
+  const int row0 = kGated ? tile * 8 + g : tile * 16 + g;
+  const int row1 = kGated ? row0 + kRows / 2 : row0 + 8;
+  const bool ok0 = kGated ? row0 < kRows / 2 : row0 < kRows, ok1 = kGated ? ok0 : row1 < kRows;
+  const bf16* w = P::weight(args, e);
+  const bf16* w0 = w + static_cast<long long>(ok0 ? row0 : 0) * kK;
+  const bf16* w1 = w + static_cast<long long>(ok1 ? row1 : 0) * kK;
+
+  for (int base = 0; base < count; base += 8 * kTT) {
+    const bf16* x[kTT];
+    bool x_ok[kTT];
+#pragma unroll
+    for (int j = 0; j < kTT; ++j) {
+      const int i = base + j * 8 + g;
+      x_ok[j] = i < count;
+      x[j] = P::input(args, pairs[min(i, count - 1)]);
+    }
+    float acc[kTT][4];
+#pragma unroll
+    for (int j = 0; j < kTT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+    Rows16<kK, kTT, WK>::dot(w0, w1, ok0, ok1, x, x_ok, wk, acc);
+
+    // Sum the column splits in a fixed order, one token tile at a time.
+#pragma unroll
+    for (int j = 0; j < kTT; ++j) {
+      if constexpr (kGated) {
+        sum_column_splits_gated<WN, WK, Shape::kThreads>(partial, acc[j], [&](int block_f, int token, float gate, float up) {
+          const int f = blockIdx.x * WN * 8 + block_f;
+          const int pi = base + j * 8 + token;
+          if (f < kRows / 2 && pi < count) P::store_gated(args, pairs[pi], f, gate, up);
+        });
+      } else {
+        sum_column_splits<WN, WK, Shape::kThreads>(partial, acc[j], [&](int block_row, int token, float v) {
+          const int row = blockIdx.x * WN * 16 + block_row;
+          const int pi = base + j * 8 + token;
+          if (row < kRows && pi < count) P::store(args, pairs[pi], row, v);
+        });
+      }
+    }
+  }
+}
+
+// Passes of 8 pairs up to 8 tokens, else of 16: an expert rarely has more pairs than that at decode
+// (64 tokens × top-6 of 64 experts: 6 on average), and narrow passes leave registers for more
+// weight loads in flight. A busier expert takes more passes (its rows come from L2 again).
+template <class P, int kExperts, int kTopK>
+inline void launch_moe_stream(const typename P::Args& args, int tokens, cudaStream_t stream) {
+  auto launch = [&](auto tt) {
+    constexpr int kTT = decltype(tt)::value;
+    using Shape = ExpertStreamShape<P::kRows, P::kK, kTT>;
+    constexpr int kRowBlocks =  // gated: 8·kWN features (of both halves) a block
+        kGatedStream<P> ? ceil_div(P::kRows / 2, 8 * Shape::kWN) : ceil_div(P::kRows, 16 * Shape::kWN);
+    const dim3 grid(kRowBlocks, min_int(kExperts, tokens * kTopK));
+    KILN_LAUNCH((moe_stream_kernel<P, kExperts, kTT>), grid, Shape::kThreads, 0, stream, args);
+  };
+  if (tokens <= 8) {
+    launch(TokenTiles<1>{});
+  } else {
+    launch(TokenTiles<2>{});
+  }
+}
+
+}  // namespace kiln::detail
