@@ -10,6 +10,14 @@ namespace kiln {
 
 namespace detail {
 
+// Rotates the pair (*pa, *pb) by the angle whose (cos, sin) is cs: in fp32 from the bf16 values,
+// each result rounded once.
+__device__ __forceinline__ void rope_rotate(bf16* pa, bf16* pb, float2 cs) {
+  const float a = __bfloat162float(*pa), b = __bfloat162float(*pb);
+  *pa = __float2bfloat16_rn(a * cs.x - b * cs.y);
+  *pb = __float2bfloat16_rn(b * cs.x + a * cs.y);
+}
+
 // One thread per (token, head, pair); consecutive threads take consecutive pairs of one head, so
 // a warp reads contiguous stretches of the row.
 template <int kHeads, int kHeadStride, int kRotaryDim, int kRow, bool kInterleaved>
@@ -28,9 +36,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) rope_kernel(bf16* __restr
   bf16* v = rows + t * kRow + offset + head * kHeadStride;
   bf16* pa = kInterleaved ? v + 2 * i : v + i;
   bf16* pb = kInterleaved ? v + 2 * i + 1 : v + i + kHalf;
-  const float a = __bfloat162float(*pa), b = __bfloat162float(*pb);
-  *pa = __float2bfloat16_rn(a * cs.x - b * cs.y);
-  *pb = __float2bfloat16_rn(b * cs.x + a * cs.y);
+  rope_rotate(pa, pb, cs);
 }
 
 }  // namespace detail

@@ -54,13 +54,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-    rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-    rope_q(q, step.positions, ctx.rope, T, stream);
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-    rope_k(kv_a, step.positions, ctx.rope, T, stream);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-    mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
+    // (one fused kernel)
+    mla_prep(q, kv_a, lw.kv_a_layernorm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.24609782191507457 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 4 heads of 24 / 12)
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
@@ -94,13 +92,11 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-    rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-    rope_q(q, step.positions, ctx.rope, T, stream);
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-    rope_k(kv_a, step.positions, ctx.rope, T, stream);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-    mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
+    // (one fused kernel)
+    mla_prep(q, kv_a, lw.kv_a_layernorm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
     // attn[head] = softmax((q_nope·k_nope + q_rope·k_rope) · 0.24609782191507457 + causal mask) · v   (k_nope = W_UK[head]·c_kv, v = W_UV[head]·c_kv: the prefill step's keys expanded from the latent cache, 4 heads of 24 / 12)
     cuda::mla_attention_expanded<kMlaAttentionExpanded>(ctx, q, lw.w_uk, lw.w_uv, kv, attn, step);
     // x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
@@ -187,17 +183,12 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-    rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
-    ctx.mark("kv_a_layernorm", OpReads::weights, 64);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-    rope_q(q, step.positions, ctx.rope, T, stream);
-    ctx.mark("rope", OpReads::weights, 0);
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-    rope_k(kv_a, step.positions, ctx.rope, T, stream);
-    ctx.mark("rope", OpReads::weights, 0);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-    mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
-    ctx.mark("mla_kv_write", OpReads::weights, 0);
+    // (one fused kernel)
+    mla_prep(q, kv_a, lw.kv_a_layernorm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("mla_prep", OpReads::weights, 64);
     // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
     mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
     ctx.mark("mla_q_absorb", OpReads::weights, 4096);
@@ -248,17 +239,12 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-    rmsnorm_kv_latent(kv_a, lw.kv_a_layernorm, T, stream);
-    ctx.mark("kv_a_layernorm", OpReads::weights, 64);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
-    rope_q(q, step.positions, ctx.rope, T, stream);
-    ctx.mark("rope", OpReads::weights, 0);
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-    rope_k(kv_a, step.positions, ctx.rope, T, stream);
-    ctx.mark("rope", OpReads::weights, 0);
     // latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-    mla_kv_write(kv_a, step.slot_mapping, kv, T, stream);
-    ctx.mark("mla_kv_write", OpReads::weights, 0);
+    // (one fused kernel)
+    mla_prep(q, kv_a, lw.kv_a_layernorm, step.positions, ctx.rope, step.slot_mapping, kv, T, stream);
+    ctx.mark("mla_prep", OpReads::weights, 64);
     // q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
     mla_q_absorb(q, lw.w_uk, q_mla, T, stream);
     ctx.mark("mla_q_absorb", OpReads::weights, 4096);

@@ -4,7 +4,6 @@
 // every written k and v vector in the cache, nothing written for a padding token (slot -1) or
 // outside the tokens' slots.
 #include <cmath>
-#include <numeric>
 
 #include "runtime/model/rope_table.hpp"
 #include "runtime/ref/ops.hpp"
@@ -22,13 +21,7 @@ void check_attention_prep(const shape::head_rmsnorm* norm, const shape::rope& ro
   const int num_pages = tokens / P.page_size + 3;
   const auto qkv = random_bf16(static_cast<size_t>(tokens) * P.row, rng, 2.0f);
   const auto q_norm = random_bf16(P.head_dim, rng), k_norm = random_bf16(P.head_dim, rng);
-  std::vector<int> positions(tokens), slots(static_cast<size_t>(num_pages) * P.page_size);
-  std::uniform_int_distribution<int> pick(0, 4095);
-  for (auto& p : positions) p = pick(rng);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng);
-  slots.resize(tokens);
-  if (tokens > 2) slots[tokens / 2] = -1;  // a padding token
+  const auto [positions, slots] = random_prep_steps(tokens, num_pages * P.page_size, rng);
   const auto table = build_rope_table(RopeInfo{.theta = 1e6, .rotary_dim = P.head_dim}, 4096);
 
   const KvLayout layout{P.kv_heads, P.head_dim, P.page_size};

@@ -5,7 +5,7 @@
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
 #include "templates/mla_attention.cuh"
-#include "templates/mla_kv_write.cuh"
+#include "templates/mla_prep.cuh"
 #include "templates/mla_q_absorb.cuh"
 #include "templates/mla_v_up.cuh"
 #include "templates/moe_down.cuh"
@@ -14,7 +14,6 @@
 #include "templates/rmsnorm.cuh"
 #include "templates/rmsnorm_inplace.cuh"
 #include "templates/rmsnorm_rows.cuh"
-#include "templates/rope.cuh"
 #include "templates/silu_mul.cuh"
 
 namespace kiln::models::tiny_deepseek_v2::tp2 {
@@ -54,24 +53,9 @@ void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int 
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
-// self_attn.kv_a_layernorm: c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
-void rmsnorm_kv_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream) {
-  kiln::rmsnorm_inplace<kRmsnormKvLatent>(rows, weight, tokens, stream);
-}
-
-// rotary_emb (q): q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 2 heads, theta 10000, YaRN scaling)
-void rope_q(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream) {
-  kiln::rope<kRopeQ>(rows, positions, rope, tokens, stream);
-}
-
-// rotary_emb (k): k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
-void rope_k(bf16* rows, const int* positions, const float* rope, int tokens, cudaStream_t stream) {
-  kiln::rope<kRopeK>(rows, positions, rope, tokens, stream);
-}
-
-// past_key_values: latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
-void mla_kv_write(const bf16* kv_a, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
-  kiln::mla_kv_write<kMlaKvWrite>(kv_a, slot_mapping, cache, tokens, stream);
+// self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 2 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
+void mla_prep(bf16* q, const bf16* kv_a, const bf16* weight, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream) {
+  kiln::mla_prep<kMlaPrep>(q, kv_a, weight, positions, rope, slot_mapping, cache, tokens, stream);
 }
 
 // self_attn (absorbed W_UK): q_mla[head] = W_UK[head]ᵀ · q_nope[head] | q_rope[head]   (16 -> 32 per head)
