@@ -99,6 +99,13 @@ void fuse_mla_prep(std::vector<Op>& ops) {
         rope_q.shape.at("rotary_dim") != write.shape.at("rope") || rope_k.shape.at("rotary_dim") != write.shape.at("rope")) {
       continue;
     }
+    // The fused kernel leaves kv_a as it was (the parts normalize and rotate it in place): no later
+    // op of the stage may read it.
+    const bool read_later = std::any_of(ops.begin() + i + 4, ops.end(), [&](const Op& op) {
+      const std::vector<std::string> reads = op.reads();
+      return std::find(reads.begin(), reads.end(), kv_a) != reads.end();
+    });
+    if (read_later) continue;
     Op fused = make_op(OpKind::mla_prep, "self_attn (latent and rope prep)", "",
                        {{"q", rope_q.args.at("rows")}, {"kv_a", kv_a}, {"weight", norm.args.at("weight")}},
                        {{"heads", rope_q.shape.at("heads")}, {"nope", rope_q.shape.at("offset")},

@@ -1,7 +1,8 @@
-// The routed experts' streaming kernel (decode): a block takes 16·kWN weight rows of one used
-// expert and multiplies them with the input rows of every pair routed to that expert, in passes of
-// 8·kTT pairs (later passes read the rows again from L2), so each chosen expert is read from DRAM
-// once per call. grid: (row blocks, used-expert slots); a slot past the used experts returns.
+// The routed experts' streaming kernel (decode; and every step of the shapes whose rows the tile
+// GEMMs cannot read 16 bytes at a time): a block takes 16·kWN weight rows of one used expert and
+// multiplies them with the input rows of every pair routed to that expert, in passes of 8·kTT
+// pairs (later passes read the rows again from L2), so each chosen expert is read from DRAM once
+// per call. grid: (row blocks, used-expert slots); a slot past the used experts returns.
 //
 // A problem P says what the rows and pairs are:
 //   kRows, kK            the expert's weight rows and their length
