@@ -379,7 +379,7 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
     g.buffers.push_back({"moe_gate_up", Elem::bf16, "kMoeTokenGateUpWidth", "chosen experts' gate | up"});
     g.buffers.push_back({"moe_act", Elem::bf16, "kMoeTokenActWidth", "chosen experts' silu(gate) ⊙ up"});
     g.buffers.push_back({"moe_scratch", Elem::i32, "kMoeScratchPerToken", "routing scratch"});
-    // Prefill only: each pair's output apart, weighted and summed per token in slot order (deterministic).
+    // Each pair's output apart, weighted and summed per token in slot order (deterministic).
     g.buffers.push_back({"moe_pairs", Elem::bf16, "kMoeTokenDownWidth", "chosen experts' down projections"});
     if (m.n_shared_experts > 0) {
       g.buffers.push_back({"shared_gate_up", Elem::bf16, "kSharedGateUpWidth", "shared experts' gate | up"});

@@ -104,18 +104,22 @@ inline void launch_moe_down_sum_pairs(const bf16* pairs, const int* ids, const f
               weights, x, vectors);
 }
 
-// Each pair's down projection into `pairs`: the grouped GEMM, or (stream) the streaming kernel.
-template <int kExperts, int kTopK, int kHidden, int kInter>
-inline void moe_down_pairs(const bf16* act, const bf16* weight, const int* scratch, bf16* pairs, int tokens, bool stream_them,
-                           cudaStream_t stream) {
+// Each pair's down projection into `pairs` (the grouped GEMM; the streaming kernel up to
+// stream_below tokens and for rows it cannot read 16 bytes at a time), then each token's weighted sum.
+template <shape::moe_down S>
+void moe_down_impl(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
+                   bf16* pairs, float* x, int tokens, int stream_below, cudaStream_t stream) {
+  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
+  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_down: sizes must be positive");
+  if (tokens <= 0) return;
   const typename MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>::Args args{act, weight, scratch, pairs};
-  if constexpr (kInter % 8 == 0 && kHidden % 8 == 0) {
-    if (!stream_them) {
-      launch_expert_gemm<MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
-      return;
-    }
+  constexpr bool kTiles = kInter % 8 == 0 && kHidden % 8 == 0;
+  const bool gemm = kTiles && tokens > stream_below;
+  if constexpr (kTiles) {
+    if (gemm) launch_expert_gemm<MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
   }
-  launch_moe_stream<MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
+  if (!gemm) launch_moe_stream<MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
+  launch_moe_down_sum_pairs<kTopK, kHidden>(pairs, ids, weights, x, tokens, stream);
 }
 
 }  // namespace detail
@@ -126,23 +130,14 @@ inline void moe_down_pairs(const bf16* act, const bf16* weight, const int* scrat
 template <shape::moe_down S>
 void moe_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
               bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
-  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_down: sizes must be positive");
-  if (tokens <= 0) return;
-  detail::moe_down_pairs<kExperts, kTopK, kHidden, kInter>(act, weight, scratch, pairs, tokens,
-                                                           tokens <= detail::kMoeStreamTokens, stream);
-  detail::launch_moe_down_sum_pairs<kTopK, kHidden>(pairs, ids, weights, x, tokens, stream);
+  detail::moe_down_impl<S>(act, weight, ids, weights, scratch, pairs, x, tokens, detail::kMoeStreamTokens, stream);
 }
 
 // Prefill steps: the grouped GEMM at every T (see the top).
 template <shape::moe_down S>
 void moe_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
                       bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
-  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_down: sizes must be positive");
-  if (tokens <= 0) return;
-  detail::moe_down_pairs<kExperts, kTopK, kHidden, kInter>(act, weight, scratch, pairs, tokens, false, stream);
-  detail::launch_moe_down_sum_pairs<kTopK, kHidden>(pairs, ids, weights, x, tokens, stream);
+  detail::moe_down_impl<S>(act, weight, ids, weights, scratch, pairs, x, tokens, 0, stream);
 }
 
 // bf16 values per token of moe_down's `pairs` (the generator's kMoeTokenDownWidth).

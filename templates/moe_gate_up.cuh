@@ -174,16 +174,13 @@ void moe_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, 
 template <shape::moe_gate_up_act S>
 void moe_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch,
                      int tokens, cudaStream_t stream) {
-  constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
-  static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_gate_up_act: sizes must be positive");
-  if (tokens <= 0) return;
-  if (tokens > detail::kMoeStreamTokens) {
+  if (tokens <= 0 || tokens > detail::kMoeStreamTokens) {  // (its checks of S are the prefill's)
     moe_gate_up_act_prefill<S>(h, weight, ids, gate_up, act, scratch, tokens, stream);
     return;
   }
-  detail::launch_moe_bucket<kExperts, kTopK>(ids, scratch, tokens, stream);
-  using P = detail::MoeGateUpActStream<kExperts, kTopK, kHidden, kInter>;
-  detail::launch_moe_stream<P, kExperts, kTopK>(typename P::Args{h, weight, scratch, act}, tokens, stream);
+  detail::launch_moe_bucket<S.experts, S.top_k>(ids, scratch, tokens, stream);
+  using P = detail::MoeGateUpActStream<S.experts, S.top_k, S.hidden, S.inter>;
+  detail::launch_moe_stream<P, S.experts, S.top_k>(typename P::Args{h, weight, scratch, act}, tokens, stream);
 }
 
 }  // namespace kiln
