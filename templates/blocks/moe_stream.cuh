@@ -30,21 +30,13 @@ constexpr bool kGatedStream = requires { requires P::kGated; };
 // are feature r's gate and up; store(feature in the block, token in the tile, gate, up).
 template <int kWN, int kWK, int kThreads, typename Store>
 __device__ __forceinline__ void sum_column_splits_gated(float (*partial)[128], const float (&acc)[4], Store&& store) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) partial[warp][lane * 4 + c] = acc[c];
-  __syncthreads();
+  stash_column_split(partial, acc);
   for (int i = threadIdx.x; i < kWN * 64; i += kThreads) {
     // i -> (row tile of the block, token in the tile, feature in the tile), features fastest.
     const int tn = i / 64, token = (i / 8) % 8, r = i % 8;
-    const int src_lane = r * 4 + token / 2, gate_c = token % 2, up_c = 2 + token % 2;
-    float gate = 0.0f, up = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kWK; ++k) {
-      gate += partial[tn * kWK + k][src_lane * 4 + gate_c];
-      up += partial[tn * kWK + k][src_lane * 4 + up_c];
-    }
-    store(tn * 8 + r, token, gate, up);
+    const int src_lane = r * 4 + token / 2;
+    store(tn * 8 + r, token, column_split_sum<kWK>(partial, tn, src_lane, token % 2),
+          column_split_sum<kWK>(partial, tn, src_lane, 2 + token % 2));
   }
   __syncthreads();
 }

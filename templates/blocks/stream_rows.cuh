@@ -80,24 +80,33 @@ struct ExpertStreamShape {
   static constexpr int kThreads = kWN * kWK * 32;
 };
 
-// Sums the kWK column splits of the block's kWN row tiles for one token tile (acc: a warp's C
-// fragment of the mma), always in warp order (deterministic), and hands each result to
-// store(row in the block, token in the tile, value). partial: [kWN · kWK][128] shared floats; every
-// thread calls it, and it returns with the block synchronized.
-template <int kWN, int kWK, int kThreads, typename Store>
-__device__ __forceinline__ void sum_column_splits(float (*partial)[128], const float (&acc)[4], Store&& store) {
+// The column splits of a block's warps: each warp's C fragment (acc) goes to partial[warp], and
+// fragment element c of `lane` in row tile tn is the sum over the tile's kWK splits in warp order
+// (deterministic). partial: [kWN · kWK][128] shared floats.
+__device__ __forceinline__ void stash_column_split(float (*partial)[128], const float (&acc)[4]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int c = 0; c < 4; ++c) partial[warp][lane * 4 + c] = acc[c];
   __syncthreads();
+}
+template <int kWK>
+__device__ __forceinline__ float column_split_sum(const float (*partial)[128], int tn, int lane, int c) {
+  float v = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWK; ++k) v += partial[tn * kWK + k][lane * 4 + c];
+  return v;
+}
+
+// Sums the kWK column splits of the block's kWN row tiles for one token tile (acc: a warp's C
+// fragment of the mma) and hands each result to store(row in the block, token in the tile, value).
+// Every thread calls it, and it returns with the block synchronized.
+template <int kWN, int kWK, int kThreads, typename Store>
+__device__ __forceinline__ void sum_column_splits(float (*partial)[128], const float (&acc)[4], Store&& store) {
+  stash_column_split(partial, acc);
   for (int i = threadIdx.x; i < kWN * 128; i += kThreads) {
     // i -> (row tile of the block, token in the tile, row in the tile), rows fastest.
     const int tn = i / 128, token = (i / 16) % 8, r = i % 16;
-    const int src_lane = (r % 8) * 4 + token / 2, src_c = (r / 8) * 2 + token % 2;
-    float v = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kWK; ++k) v += partial[tn * kWK + k][src_lane * 4 + src_c];
-    store(tn * 16 + r, token, v);
+    store(tn * 16 + r, token, column_split_sum<kWK>(partial, tn, (r % 8) * 4 + token / 2, (r / 8) * 2 + token % 2));
   }
   __syncthreads();
 }
