@@ -1,7 +1,9 @@
 // Absorbed MLA attention (ref::mla_attention): multi-query attention of kHeads query heads over ONE
 // latent KV head of width kLatent + kRope per token, the values being its first kLatent values.
-// Cache of one layer: one latent row per slot (kv_layout.hpp LatentLayout). Decode splits long
-// contexts into partitions merged like dense attention's (blocks/split_kv.cuh).
+// Cache of one layer: one latent row per slot (kv_layout.hpp LatentLayout). Decode splits every
+// context of more than one key tile into partitions (up to max_partitions, whole tiles each)
+// merged like dense attention's (blocks/split_kv.cuh): one block serves all heads of a sequence,
+// so the partitions are what spreads a sequence's cache reads over several SMs.
 // Scores are kept in log2 units (q·k times scale · log2 e) so exp2 does the exponentials.
 #pragma once
 
@@ -144,10 +146,11 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
   if constexpr (kDecode) {
     part = blockIdx.z;
     const int ctx = min(positions_or_context[seq], kPartition * kMaxPartitions);
-    key_begin = part * kPartition;
+    const int part_keys = split_kv_partition_keys<kPartition, kMaxPartitions, KT>(ctx);
+    key_begin = part * part_keys;
     if (part > 0 && key_begin >= ctx) return;
-    num_keys = max(0, min(kPartition, ctx - key_begin));
-    single = ctx <= kPartition;
+    num_keys = max(0, min(part_keys, ctx - key_begin));
+    single = ctx <= part_keys;
     first_row = blockIdx.x * R;
     rows = min(R, kHeads - first_row);
   } else {
@@ -182,16 +185,27 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
   }
 
   const int* pages = block_tables + static_cast<long long>(seq) * max_pages_per_seq;
+  // Warp w copies key rows w, w + kWarps, ... of a tile: its lanes look those rows' pages up
+  // together (one page-table read per row, not per 16-byte chunk), then each row's chunks go
+  // lane by lane. Rows past the keys are zero-filled: 0 · garbage could be NaN.
   auto load_kv = [&](int tile, bf16* dst) {
-    for (int c = tid; c < KT * S::kChunks; c += S::kThreads) {
-      const int kr = c / S::kChunks, col = (c % S::kChunks) * 8;
-      const int key = tile * KT + kr;  // relative to key_begin
-      const bool valid = key < num_keys;  // zero-filled past the end: 0 · garbage could be NaN
-      const int pos = key_begin + key;
-      const bf16* src =
-          valid ? cache + LatentLayout{W}.row(static_cast<long long>(pages[pos / kPageSize]) * kPageSize + pos % kPageSize) + col
-                : cache;
-      cp_async_16(dst + kr * ST + col, src, valid);
+    constexpr int kRowsPerWarp = KT / S::kWarps;
+    static_assert(KT % S::kWarps == 0 && kRowsPerWarp <= 32, "mla_attention_mma: a warp looks up its rows at once");
+    long long my_row = -1;  // element offset of key row warp + kWarps · lane, -1 past the keys
+    if (lane < kRowsPerWarp) {
+      const int key = tile * KT + warp + S::kWarps * lane;  // relative to key_begin
+      if (key < num_keys) {
+        const int pos = key_begin + key;
+        my_row = LatentLayout{W}.row(static_cast<long long>(pages[pos / kPageSize]) * kPageSize + pos % kPageSize);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const long long row = __shfl_sync(0xffffffffu, my_row, i);
+      const bf16* src = cache + (row < 0 ? 0 : row);
+      bf16* dst_row = dst + (warp + S::kWarps * i) * ST;
+#pragma unroll
+      for (int c = lane; c < S::kChunks; c += 32) cp_async_16(dst_row + c * 8, src + c * 8, row >= 0);
     }
   };
   for (int c = tid; c < R * S::kChunks; c += S::kThreads) {
@@ -223,21 +237,31 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
     const bf16* kv = kv_s + (j % 2) * S::kKvElems;
 
     // ---- scores of 16 rows × this warp's 16 keys ----
-    float s[2][4];
+    // Even and odd k16 steps accumulate apart (two chains of dependent mmas, not one), then add.
+    float s[2][4], s_odd[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) s[nt][e] = s_odd[nt][e] = 0.0f;
     const bf16* k_frag = kv + (cw * 16 + (lane / 16) * 8 + lane % 8) * ST + ((lane / 8) % 2) * 8;
-#pragma unroll 6
-    for (int kk = 0; kk < S::kKSteps; ++kk) {
+    auto score_step = [&](int kk, float (&acc)[2][4]) {
       unsigned a[4], b[4];
       ldmatrix_x4(a, q_frag + kk * 16);
       ldmatrix_x4(b, k_frag + kk * 16);
       const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_bf16_16816(s[0], a, b0);
-      mma_bf16_16816(s[1], a, b1);
+      mma_bf16_16816(acc[0], a, b0);
+      mma_bf16_16816(acc[1], a, b1);
+    };
+#pragma unroll 3
+    for (int kk = 0; kk + 1 < S::kKSteps; kk += 2) {
+      score_step(kk, s);
+      score_step(kk + 1, s_odd);
     }
+    if constexpr (S::kKSteps % 2 == 1) score_step(S::kKSteps - 1, s);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] += s_odd[nt][e];
 
     // ---- online softmax: the m-tile's four warps agree on the row maxima and sums ----
     float tile_max[2] = {neg_inf(), neg_inf()};
@@ -389,10 +413,11 @@ constexpr long long mla_attention_decode_scratch_floats(int max_batch) {
   return split_kv_scratch_floats(static_cast<long long>(max_batch) * S.heads, S.max_partitions, S.latent);
 }
 
-// One query row per sequence (row s of q_mla) over its context_len[s] cached keys, split into
-// partitions of `partition` keys (FlashDecoding) merged through scratch
-// (mla_attention_decode_scratch_floats). Contexts longer than max_partitions · partition (the
-// model's max context) are cut there. The grid depends on num_seqs only (CUDA-graph replay).
+// One query row per sequence (row s of q_mla) over its context_len[s] cached keys, its 64-key
+// tiles dealt over at most max_partitions partitions (split_kv_partition_keys; FlashDecoding)
+// merged through scratch (mla_attention_decode_scratch_floats). Contexts longer than
+// max_partitions · partition (the model's max context) are cut there. The grid depends on
+// num_seqs only (CUDA-graph replay).
 template <shape::mla_attention S>
 void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, const int* context_len,
                           const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch,
@@ -412,8 +437,8 @@ void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, con
     const dim3 grid(detail::ceil_div(kHeads, Shape::kRows), num_seqs, kMaxPartitions);
     KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, nullptr, context_len,
                 block_tables, max_pages_per_seq, S.scale * detail::kLog2e, scratch);
-    detail::launch_split_kv_merge<kHeads, kLatent, kPartition, kMaxPartitions>(scratch, context_len, o_lat, num_seqs,
-                                                                              stream);
+    detail::launch_split_kv_merge<kHeads, kLatent, kPartition, kMaxPartitions, Shape::kKeyTile>(scratch, context_len,
+                                                                                               o_lat, num_seqs, stream);
   } else {
     (void)scratch;
     const dim3 grid(detail::ceil_div(kHeads, detail::kWarpRowsPerBlock), num_seqs);

@@ -58,33 +58,49 @@ __device__ __forceinline__ void split_kv_merge_row(const float* scratch, long lo
   }
 }
 
+// Keys per partition of a sequence of context_len keys. kTile == 0: kPartition keys. kTile > 0:
+// the context's tiles of kTile keys dealt evenly over at most kMaxPartitions partitions, so that a
+// short context spans several blocks too (MLA decode, where one block serves every head of a
+// sequence). Either way it depends on the context alone: a sequence's bits do not depend on its batch.
+template <int kPartition, int kMaxPartitions, int kTile>
+__device__ __forceinline__ int split_kv_partition_keys(int context_len) {
+  if constexpr (kTile == 0) {
+    return kPartition;
+  } else {
+    const int tiles = ceil_div(min(context_len, kPartition * kMaxPartitions), kTile);
+    return kTile * max(1, ceil_div(tiles, kMaxPartitions));
+  }
+}
+
 // The partitions a sequence of context_len keys spans (the context cut at the model's maximum).
-template <int kPartition, int kMaxPartitions>
+template <int kPartition, int kMaxPartitions, int kTile = 0>
 __device__ __forceinline__ int split_kv_parts(int context_len) {
-  return ceil_div(min(context_len, kPartition * kMaxPartitions), kPartition);
+  return ceil_div(min(context_len, kPartition * kMaxPartitions),
+                  split_kv_partition_keys<kPartition, kMaxPartitions, kTile>(context_len));
 }
 
 // Merges the partitions of one (sequence, head) (grid: heads × sequences); sequences of one
 // partition were finished by the partition kernel.
-template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
+template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions, int kTile>
 __global__ void __launch_bounds__(128) split_kv_merge_kernel(const float* __restrict__ scratch,
                                                              const int* __restrict__ context_len,
                                                              bf16* __restrict__ out) {
   pdl_release_and_wait();
   __shared__ float factor[kMaxPartitions + 1];
   const int head = blockIdx.x, seq = blockIdx.y;
-  const int parts = split_kv_parts<kPartition, kMaxPartitions>(context_len[seq]);
+  const int parts = split_kv_parts<kPartition, kMaxPartitions, kTile>(context_len[seq]);
   if (parts <= 1) return;
   split_kv_merge_row<kValueDim, kMaxPartitions, 128>(scratch, static_cast<long long>(seq) * kHeads + head, parts, out,
                                                      factor, threadIdx.x, [] { __syncthreads(); });
 }
 
-// The merge of every (sequence, head) of a decode step whose sequences may span several partitions.
-template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions>
+// The merge of every (sequence, head) of a decode step whose sequences may span several partitions
+// (kTile: split_kv_partition_keys').
+template <int kHeads, int kValueDim, int kPartition, int kMaxPartitions, int kTile = 0>
 inline void launch_split_kv_merge(const float* scratch, const int* context_len, bf16* out, int num_seqs,
                                   cudaStream_t stream) {
   if constexpr (kMaxPartitions > 1) {
-    auto merge = split_kv_merge_kernel<kHeads, kValueDim, kPartition, kMaxPartitions>;
+    auto merge = split_kv_merge_kernel<kHeads, kValueDim, kPartition, kMaxPartitions, kTile>;
     KILN_LAUNCH(merge, dim3(kHeads, num_seqs), 128, 0, stream, scratch, context_len, out);
   }
 }

@@ -2,6 +2,8 @@
 // paged latent cache, prefill over flat batches and decode with split-KV partitions. DeepSeek-V2-Lite
 // as generated and with small partitions; DeepSeek-V2's 128 heads (two m-tiles a block); odd: 20
 // heads, page size 5, and the tiny models' latents (CUDA-core kernels).
+#include <cstring>
+
 #include "runtime/ref/mla.hpp"
 #include "templates/mla_attention.cuh"
 #include "tests/kernels/kernel_test.hpp"
@@ -92,6 +94,40 @@ TEST_CASE("mla_attention, decode", "[mla_attention]") {
   check_mla<dsv2lite::kMlaAttention>(StepPhase::decode, decodes(batch));
   check_mla<tiny_ds::kMlaAttention>(StepPhase::decode, decodes({1, 100, 512}));
   check_mla<tiny_ds_lite::kMlaAttention>(StepPhase::decode, decodes({1, 100, 512}));
+}
+
+// A sequence's partitions come from its context alone, so its decode row has the same bits alone
+// as in a batch.
+TEST_CASE("mla_attention, decode gives a sequence the same bits alone and in a batch", "[mla_attention][invariance]") {
+  constexpr shape::mla_attention S = dsv2lite::kMlaAttention;
+  constexpr int kWidth = S.latent + S.rope;
+  std::mt19937 rng(31337);
+  const PagedStep p = paged_step(decodes({1, 64, 65, 150, 700, 1500, 8192}), S.page_size, rng, StepPhase::decode);
+  const StepBatch& step = p.step;
+  const int num_seqs = step.num_seqs();
+  const size_t q_row = static_cast<size_t>(S.heads) * kWidth, out_row = static_cast<size_t>(S.heads) * S.latent;
+  DeviceBuffer<uint16_t> d_cache(random_bf16(static_cast<size_t>(p.num_pages) * S.page_size * kWidth, rng));
+  DeviceBuffer<uint16_t> d_q(random_bf16(num_seqs * q_row, rng, 0.5f)), d_out(num_seqs * out_row);
+  DeviceBuffer<int> d_ctx(std::vector<int>(step.context_len.begin(), step.context_len.end()));
+  DeviceBuffer<int> d_bt(std::vector<int>(step.block_tables.begin(), step.block_tables.end()));
+  DeviceBuffer<float> d_scratch(static_cast<size_t>(mla_attention_decode_scratch_floats<S>(num_seqs)));
+  auto run = [&](int first, int count) {
+    d_out.poison();
+    kiln::mla_attention_decode<S>(as_bf16(d_q) + first * q_row, as_bf16(d_cache), as_bf16_mut(d_out),
+                                  d_ctx.get() + first, d_bt.get() + static_cast<size_t>(first) * step.max_pages_per_seq,
+                                  step.max_pages_per_seq, count, d_scratch.get(), nullptr);
+    check_launch("mla_attention_decode");
+    return d_out.download();
+  };
+  const auto batched = run(0, num_seqs);
+  const auto batched_f = bf16_to_f32(batched);  // written everywhere (the poison is NaN), so the bits compared are outputs
+  CHECK(std::all_of(batched_f.begin(), batched_f.end(), [](float v) { return std::isfinite(v); }));
+  for (int s = 0; s < num_seqs; ++s) {
+    INFO("mla_attention_decode: a sequence of context " << step.context_len[s] << " alone and in a batch of "
+                                                         << num_seqs);
+    const auto alone = run(s, 1);
+    CHECK(std::memcmp(alone.data(), batched.data() + s * out_row, out_row * 2) == 0);
+  }
 }
 
 }  // namespace kiln::kernel_test
