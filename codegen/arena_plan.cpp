@@ -36,10 +36,25 @@ ArenaPlan plan_arena(const Graph& graph, int64_t max_tokens, int64_t act_bytes) 
       }
     }
   };
+  // Ops beside the others (Op::beside) may run at any time up to their join, the first op that
+  // reads what they wrote: every buffer they touch lives until then.
+  std::vector<std::string> beside_reads, beside_writes;
   for (const Op* op : graph.all_ops()) {
+    if (!op->beside && reads_any_of(*op, beside_writes)) {  // the join
+      for (const auto& list : {beside_reads, beside_writes}) {
+        for (const auto& name : list) live[name].last = step;
+      }
+      beside_reads.clear();
+      beside_writes.clear();
+    }
     visit_op_and_parts(*op, use);
+    if (op->beside) {
+      for (const auto& r : op->reads()) beside_reads.push_back(r);
+      for (const auto& w : op->writes()) beside_writes.push_back(w);
+    }
     ++step;
   }
+  if (!beside_writes.empty()) fail("internal: an op beside the others that no later op waits for");
   // The residual stream is read in every layer after the one that wrote it: it lives throughout.
   live["x"] = {0, step};
 

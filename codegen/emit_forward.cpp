@@ -1,6 +1,7 @@
 // forward.cu and forward_ref.cpp: the graph as a launch sequence (CUDA, prefill and decode) and as
 // a sequence of reference-op calls (CPU). Both read like the model card: one stage comment per
 // stage, one math comment per op, a loop over the layers.
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -8,6 +9,7 @@
 #include "codegen/emit.hpp"
 #include "codegen/emit_ops.hpp"
 #include "codegen/graph_build.hpp"
+#include "runtime/core/error.hpp"
 
 namespace kiln::codegen {
 
@@ -122,6 +124,38 @@ std::string kv_decl(const Graph& g, Phase phase) {
   return "const ref::KvPages kv = ref::kv_layer(ctx, layer * kv_layer_values, {kNumKvHeads, kHeadDim, kPageSize});";
 }
 
+// Decode: the fork before the first op beside the others (Op::beside), and the join before the
+// first op that reads what they wrote. One fork a layer; the ops in between must not write what
+// the side ops use (nothing orders them).
+struct SideStream {
+  std::vector<std::string> reads, writes;  // the side ops' buffers since the fork
+  bool forked = false;
+};
+void side_stream_edges(const Op& op, SideStream& side, Code& c) {
+  if (op.beside) {
+    if (side.writes.empty()) {
+      if (side.forked) fail("internal: a second fork in one layer (", op.label, ")");
+      c.line("const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join");
+      side.forked = true;
+    }
+    for (const std::string& r : op.reads()) side.reads.push_back(r);
+    for (const std::string& w : op.writes()) side.writes.push_back(w);
+    return;
+  }
+  if (side.writes.empty()) return;
+  if (!reads_any_of(op, side.writes)) {
+    for (const std::string& w : op.writes()) {
+      if (std::find(side.reads.begin(), side.reads.end(), w) != side.reads.end()) {
+        fail("internal: ", op.label, " writes ", w, " while the side stream may still read it");
+      }
+    }
+    return;
+  }
+  c.line("ctx.join(side);   // " + op.label + " reads what the side stream wrote");
+  side.reads.clear();
+  side.writes.clear();
+}
+
 void emit_body(const Graph& g, Phase phase, Code& c) {
   const bool gpu = phase != Phase::ref;
   c.line(gpu ? "const int T = step.num_tokens;   // tokens in this step" : "const int64_t T = step.num_tokens();   // tokens in this step");
@@ -144,11 +178,16 @@ void emit_body(const Graph& g, Phase phase, Code& c) {
     c.indent();
     c.line(std::string("const LayerWeights<") + (gpu ? "bf16" : "float") + ">& lw = w.layers[layer];");
     c.line(kv_decl(g, phase));
+    SideStream side;
     for (const auto& [stage, ops] : block.stages) {
       c.line();
       c.comment(stage);
-      for (const Op& op : ops) emit_op(op, g, phase, c);
+      for (const Op& op : ops) {
+        if (phase == Phase::decode) side_stream_edges(op, side, c);
+        emit_op(op, g, phase, c);
+      }
     }
+    if (!side.writes.empty()) fail("internal: an op beside the others in ", block.name, " that no later op waits for");
     c.dedent();
     c.line("}");
   }

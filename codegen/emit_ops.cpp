@@ -172,12 +172,18 @@ std::vector<std::string> ref_headers(const Op& op) {
 std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
   const CallSpec& call = op.record().call(phase);
   const bool gpu = phase != Phase::ref;
+  // A decode op beside the others (Op::beside): the side stream and a scratch of its own.
+  const bool side = op.beside && phase == Phase::decode;
   std::vector<std::string> args;
-  for (const ArgSpec* a : op.record().args_of(phase)) args.push_back(arg_expr(op, g, *a, gpu));
+  for (const ArgSpec* a : op.record().args_of(phase)) {
+    args.push_back(side && a->source == ArgSource::ctx && a->name == "scratch" ? "ctx.side_scratch"
+                                                                              : arg_expr(op, g, *a, gpu));
+  }
+  if (side && call.how != CallHow::kernel) fail("internal: op ", op.record().name, " runs beside others as one kernel only");
   switch (call.how) {
     case CallHow::kernel:
       if (gpu) {
-        args.push_back("stream");
+        args.push_back(side ? "side" : "stream");
         return {wrapper_name(op, phase) + "(" + join(args) + ");"};
       }
       args.insert(args.begin(), shape_constant(op));  // ref::<op>(shape, args...)

@@ -54,6 +54,9 @@ struct Op {
   // A `warm` argument bound to the next layer's weight: the block's end (its layers are [.., end)),
   // past which there is none.
   std::string warm_layer_end;
+  // Decode: runs on the side stream (CudaContext::fork) beside the ops after it, up to the first op
+  // that reads what a side op wrote, which waits for it (CudaContext::join). Prefill runs it in order.
+  bool beside = false;
 
   // Fusion (fuse.cpp). A fused op lists the ops it replaces in `parts`: the CPU reference runs
   // them one by one, the CUDA forward runs one kernel.
@@ -69,6 +72,9 @@ struct Op {
   std::vector<std::string> writes() const;
   std::vector<std::string> weights() const;
 };
+
+// Whether op reads any of `buffers`.
+bool reads_any_of(const Op& op, const std::vector<std::string>& buffers);
 
 // Visits `op`, then its fused parts depth first (a part's own parts after it); descend(op) says
 // whether to enter an op's parts (every op's, when left out).

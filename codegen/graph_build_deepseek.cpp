@@ -293,10 +293,13 @@ std::vector<Op> dense_mlp_ops(const ModelSpec& s, const Graph& g) {
 
 // The shared experts: one SwiGLU MLP; with tensor parallelism each rank's features, its share
 // stored in x on every rank but 0 (the routed experts then add theirs, and one all-reduce sums all).
-void add_shared_experts(const ModelSpec& s, const Graph& g, std::vector<Op>& ops) {
+void add_shared_gate_up_act(const Graph& g, std::vector<Op>& ops, bool beside) {
   ops.push_back(make_linear(g, "mlp.shared_experts.gate_proj,up_proj", "shared_gate_up", "h", "shared_gate_up",
                             "kSharedGateUpWidth", "kHiddenSize", LinearOut::store_bf16, ""));
   ops.push_back(make_silu_mul("mlp.shared_experts.act_fn", "shared_gate_up", "shared_act", "kSharedIntermediateSize", g));
+  ops[ops.size() - 2].beside = ops.back().beside = beside;
+}
+void add_shared_down(const ModelSpec& s, const Graph& g, std::vector<Op>& ops) {
   add_residual_projection(s, g, ops, "mlp.shared_experts.down_proj", "shared_down", "shared_act", "kSharedIntermediateSize",
                           false);
 }
@@ -306,6 +309,11 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
   const bool split = s.ranks > 1;
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
+  // One GPU: the shared experts' gate | up and SwiGLU run beside the routing and the routed experts
+  // (a second stream at small batches: each op alone leaves bandwidth unused at its start and end);
+  // their down projection still adds to x after the routed experts' down projection.
+  const bool shared = m.n_shared_experts > 0;
+  if (!split && shared) add_shared_gate_up_act(g, ops, true);
   ops.push_back(make_linear(g, "mlp.gate", "router", "h", "router_logits", "kNumExperts", "kHiddenSize",
                             LinearOut::store_f32, ""));
   std::string how = m.topk_method == TopkMethod::greedy
@@ -326,7 +334,10 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
                          {"local_experts", local}},
                         "moe_route"));
   // Tensor parallelism: the shared experts first, so that every rank but 0 stores its share in x.
-  if (split) add_shared_experts(s, g, ops);
+  if (split) {
+    add_shared_gate_up_act(g, ops, false);
+    add_shared_down(s, g, ops);
+  }
   const std::map<std::string, std::string> experts = {{"experts", local}, {"top_k", "kNumExpertsPerTok"},
                                                       {"hidden", "kHiddenSize"}, {"inter", "kMoeIntermediateSize"}};
   const std::string read = split ? "(only the chosen experts this rank holds are read)" : "(only the chosen experts' weights are read)";
@@ -345,8 +356,8 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
                         experts, "moe_experts_down"));
   if (split) {
     ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual; each rank's experts and shared share"));
-  } else if (m.n_shared_experts > 0) {
-    add_shared_experts(s, g, ops);
+  } else if (shared) {
+    add_shared_down(s, g, ops);
   }
   return ops;
 }

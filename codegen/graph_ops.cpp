@@ -25,6 +25,11 @@ std::vector<std::string> bound(const Op& op, std::initializer_list<ArgSource> so
 
 std::vector<std::string> Op::reads() const { return bound(*this, {ArgSource::in, ArgSource::inout}); }
 std::vector<std::string> Op::writes() const { return bound(*this, {ArgSource::out, ArgSource::inout}); }
+bool reads_any_of(const Op& op, const std::vector<std::string>& buffers) {
+  const std::vector<std::string> reads = op.reads();
+  return std::any_of(reads.begin(), reads.end(),
+                     [&](const std::string& r) { return std::find(buffers.begin(), buffers.end(), r) != buffers.end(); });
+}
 std::vector<std::string> Op::weights() const {
   return bound(*this, {ArgSource::weight, ArgSource::weight_opt, ArgSource::matrix});
 }

@@ -108,6 +108,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     ref::rmsnorm(kRmsnorm2048, x, lw.post_attention_layernorm, h, T);
+    // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
+    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
+    // shared_act = silu(gate) ⊙ up   (2816 features)
+    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
     ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
@@ -118,10 +122,6 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
-    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
-    // shared_act = silu(gate) ⊙ up   (2816 features)
-    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // x += shared_act[T, 2816] · shared_down[2048, 2816]ᵀ   (residual add fused)
     ref::linear(kLinearSharedDown, shared_act, lw.shared_down, x, T);
   }

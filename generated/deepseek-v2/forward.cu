@@ -107,6 +107,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
     rmsnorm_5120_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
+    // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
+    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
+    // shared_act = silu(gate) ⊙ up   (3072 features)
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
@@ -117,13 +121,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
-    // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
-    // shared_act = silu(gate) ⊙ up   (3072 features)
-    // (written as shared_down's FP8 inputs instead where shared_down is FP8)
-    silu_mul_shared_act_prefill(shared_gate_up, shared_act, cuda::fp8_inputs_for(ctx, lw.shared_down), T, stream);
     // x += shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (residual add fused)
-    cuda::linear<kLinearSharedDown>(ctx, shared_act, cuda::fp8_inputs_for(ctx, lw.shared_down), lw.shared_down, x, T);
+    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
   }
 
   // ---- logits ----
@@ -265,6 +264,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
     rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
+    const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 6144, 5120));
+    // shared_act = silu(gate) ⊙ up   (3072 features)
+    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 160, 5120));
@@ -279,12 +285,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 15728640);
-    // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 6144, 5120));
-    // shared_act = silu(gate) ⊙ up   (3072 features)
-    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    ctx.join(side);   // mlp.shared_experts.down_proj reads what the side stream wrote
     // x += shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
     ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 5120, 3072));

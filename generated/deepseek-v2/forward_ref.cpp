@@ -117,6 +117,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
     ref::rmsnorm(kRmsnorm5120, x, lw.post_attention_layernorm, h, T);
+    // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
+    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
+    // shared_act = silu(gate) ⊙ up   (3072 features)
+    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
     ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16)
@@ -127,10 +131,6 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
-    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
-    // shared_act = silu(gate) ⊙ up   (3072 features)
-    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // x += shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (residual add fused)
     ref::linear(kLinearSharedDown, shared_act, lw.shared_down, x, T);
   }

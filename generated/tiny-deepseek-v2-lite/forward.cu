@@ -96,6 +96,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
     rmsnorm_48_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
+    // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
+    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
+    // shared_act = silu(gate) ⊙ up   (40 features)
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
@@ -106,10 +110,6 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
-    // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
-    // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
     cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
   }
@@ -240,6 +240,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
     rmsnorm_48_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 96);
+    const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 80, 48));
+    // shared_act = silu(gate) ⊙ up   (40 features)
+    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);
+    ctx.mark("silu_mul", OpReads::weights, 0);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 6, 48));
@@ -254,12 +261,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 1920);
-    // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 80, 48));
-    // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    ctx.join(side);   // mlp.shared_experts.down_proj reads what the side stream wrote
     // x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
     linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
     ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 48, 40));

@@ -87,6 +87,21 @@ void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, 
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
 }
 
+// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
+}
+
+// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
+void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, act_fp8, rows, stream);
+}
+
+// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
+void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
+  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
+}
+
 // mlp.gate: router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
@@ -115,21 +130,6 @@ void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* id
 // mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
 void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream) {
   kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, x, tokens, stream);
-}
-
-// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
-}
-
-// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
-void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, act_fp8, rows, stream);
-}
-
-// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
-void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)

@@ -117,6 +117,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
     ref::rmsnorm(kRmsnorm64, x, lw.post_attention_layernorm, h, T);
+    // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
+    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
+    // shared_act = silu(gate) ⊙ up   (24 features)
+    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
@@ -127,10 +131,6 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
     ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-    ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
-    // shared_act = silu(gate) ⊙ up   (24 features)
-    ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
     // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
     ref::linear(kLinearSharedDown, shared_act, lw.shared_down, x, T);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "runtime/cuda/check.hpp"
 #include "runtime/cuda/op_timeline.hpp"
 #include "runtime/parallel/collective.hpp"
 
@@ -68,6 +69,32 @@ struct CudaContext {
   unsigned long long* step_timeline = nullptr;
   // With --profile: the per-op decode's events (the generated decode marks every op; op_timeline.hpp).
   cuda::OpTimeline* op_timeline = nullptr;
+
+  // The generated decode's ops beside the others (codegen Op::beside): their stream, the fork and
+  // join events, and their scratch (ModelInfo::gpu_side_scratch_bytes); null: the model has none.
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
+  float* side_scratch = nullptr;
+
+  // Up to this many tokens the side ops run on the side stream; above, the ops beside them fill
+  // the GPU already (DeepSeek-V2-Lite's shared experts beside the routed ones on an H200: batch 1
+  // -2.9%, batch 8 -2.1%, batch 64 +1.6%; bench/RESULTS.md, 2026-12-03).
+  static constexpr int kSideMaxTokens = 8;
+
+  // The stream the side ops of a step of `tokens` tokens run on: the side stream, which waits here
+  // for what the stream has done, or the stream itself (large batches, --profile's serial timeline).
+  cudaStream_t fork(int tokens) const {
+    if (side_stream == nullptr || tokens > kSideMaxTokens || op_timeline != nullptr) return stream;
+    KILN_CUDA(cudaEventRecord(fork_event, stream));
+    KILN_CUDA(cudaStreamWaitEvent(side_stream, fork_event, 0));
+    return side_stream;
+  }
+  // The stream waits for what `side` (fork's answer) has done.
+  void join(cudaStream_t side) const {
+    if (side == stream) return;
+    KILN_CUDA(cudaEventRecord(join_event, side));
+    KILN_CUDA(cudaStreamWaitEvent(stream, join_event, 0));
+  }
 
   // After each op of the generated decode: what it read, for --profile (nothing without it).
   void mark(const char* op, OpReads reads, int64_t bytes) const {

@@ -187,6 +187,12 @@ class CudaBackend final : public Backend {
     arena_.resize(m.gpu_arena_bytes);
     arena_.zero(stream_);
     scratch_.resize(m.gpu_scratch_bytes);
+    if (m.decode_side_stream) {  // the decode's ops beside the others (CudaContext::fork)
+      side_scratch_.resize(m.gpu_side_scratch_bytes);
+      KILN_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+      KILN_CUDA(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+      KILN_CUDA(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+    }
     mla_expanded_.resize(m.gpu_mla_expanded_bytes);
     mla_expanded_.zero(stream_);  // cuBLASLt writes most of it (see zero())
     decode_counters_.resize(m.gpu_decode_counter_words * 4);
@@ -245,6 +251,10 @@ class CudaBackend final : public Backend {
     ctx_.kv_layer_bytes = kv_layer_bytes_;
     ctx_.rope = rope_.get<float>();
     ctx_.scratch = scratch_.get<float>();
+    ctx_.side_stream = side_stream_;
+    ctx_.fork_event = fork_event_;
+    ctx_.join_event = join_event_;
+    ctx_.side_scratch = side_scratch_.bytes() > 0 ? side_scratch_.get<float>() : nullptr;
     ctx_.mla_expanded = mla_expanded_.bytes() > 0 ? mla_expanded_.get<__nv_bfloat16>() : nullptr;
     ctx_.decode_counters = decode_counters_.bytes() > 0 ? decode_counters_.get<unsigned>() : nullptr;
     ctx_.gemm = &gemm_;
@@ -271,6 +281,11 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (side_stream_ != nullptr) {
+      cudaEventDestroy(fork_event_);
+      cudaEventDestroy(join_event_);
+      cudaStreamDestroy(side_stream_);
+    }
     cudaStreamDestroy(stream_);
   }
 
@@ -516,10 +531,12 @@ class CudaBackend final : public Backend {
   bool use_graphs_;
   int device_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;  // with fork_event_ and join_event_: CudaContext::fork
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   DeviceSink sink_;
   LoadedWeights weights_;
   std::unique_ptr<CudaForward> forward_;
-  DeviceBuffer arena_, scratch_, decode_counters_, rope_, kv_, decode_logits_, prefill_logits_;
+  DeviceBuffer arena_, scratch_, side_scratch_, decode_counters_, rope_, kv_, decode_logits_, prefill_logits_;
   DeviceBuffer step_sync_;  // the whole-step decode kernel's counters (empty: op by op)
   DeviceBuffer mla_expanded_;  // MLA prefill's expanded keys and values (empty: none)
   DeviceBuffer dequantized_;  // bf16 rows of the largest quantized projection, for prefill (empty: none)

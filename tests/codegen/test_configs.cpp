@@ -2,6 +2,7 @@
 // naming the file and the field.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -216,6 +217,52 @@ TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full
     CHECK(forward.find("mla_attention_decode(q_mla, kv, o_lat,") != std::string::npos);
     CHECK(emit_forward_ref(spec, g).find("mla_attention(kMlaAttention,") != std::string::npos);
   }
+}
+
+// The shared experts' gate | up and SwiGLU beside the routing and the routed experts (Op::beside):
+// the decode forks a side stream for them after post_attention_layernorm and joins it before their
+// down projection, and nothing the other ops touch in between shares their bytes.
+TEST_CASE("DeepSeek-V2's shared experts run beside the routed ones at decode, in bytes of their own") {
+  ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
+  const Graph g = build_graph(spec);
+  const std::string forward = emit_forward_cu(spec, g);
+  const size_t decode = forward.find("void forward_decode(");
+  REQUIRE(decode != std::string::npos);
+  std::vector<size_t> at;
+  for (const char* line : {"const cudaStream_t side = ctx.fork(T);",
+                           "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);",
+                           "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);", "linear_router(h,",
+                           "moe_experts_down_decode(", "ctx.join(side);", "linear_shared_down(shared_act,"}) {
+    INFO(line);
+    at.push_back(forward.find(line, decode));
+    CHECK(at.back() != std::string::npos);
+  }
+  CHECK(std::is_sorted(at.begin(), at.end()));
+  CHECK(forward.find("ctx.fork(", forward.find("ctx.fork(", decode) + 1) == std::string::npos);  // one fork a layer
+  const std::string prefill = forward.substr(0, decode);  // the prefill runs them in order, on its stream
+  CHECK(prefill.find("ctx.fork(") == std::string::npos);
+  CHECK(prefill.find(", side);") == std::string::npos);
+  CHECK(emit_model_cpp(spec, g).find(".decode_side_stream = true,") != std::string::npos);
+
+  const ArenaPlan plan = plan_arena(g, spec.build.max_batched_tokens, 2);
+  auto bytes = [&](const std::string& name) {
+    const int64_t first = plan.offset.at(name);
+    return std::pair{first, first + g.value(g.buffer(name).per_token) * spec.build.max_batched_tokens * 2};
+  };
+  for (const char* side : {"shared_gate_up", "shared_act"}) {
+    for (const char* other :
+         {"router_logits", "topk_ids", "topk_weights", "moe_gate_up", "moe_act", "moe_scratch", "moe_pairs"}) {
+      INFO(side << " and " << other);
+      const auto [a0, a1] = bytes(side);
+      const auto [b0, b1] = bytes(other);
+      CHECK((a1 <= b0 || b1 <= a0));
+    }
+  }
+
+  spec.ranks = 2;  // tensor parallelism: the shared experts' share first, all on one stream
+  const Graph rank = build_graph(spec);
+  CHECK(emit_forward_cu(spec, rank).find("ctx.fork(") == std::string::npos);
+  CHECK(emit_model_cpp(spec, rank).find("decode_side_stream") == std::string::npos);
 }
 
 TEST_CASE("build.jit_ptx: the model's CMakeLists adds PTX for newer GPUs unless the config turns it off") {
