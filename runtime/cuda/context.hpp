@@ -78,7 +78,7 @@ struct CudaContext {
 
   // Up to this many tokens the side ops run on the side stream; above, the ops beside them fill
   // the GPU already (DeepSeek-V2-Lite's shared experts beside the routed ones on an H200: batch 1
-  // -2.9%, batch 8 -2.1%, batch 64 +1.6%; bench/RESULTS.md, 2026-12-03).
+  // -2.7%, batch 8 -2.5%; a hand-made prototype at batch 64 +1.6%; bench/RESULTS.md, 2026-12-03).
   static constexpr int kSideMaxTokens = 8;
 
   // The stream the side ops of a step of `tokens` tokens run on: the side stream, which waits here
