@@ -41,13 +41,19 @@ __device__ __forceinline__ void sum_column_splits_gated(float (*partial)[128], c
   __syncthreads();
 }
 
-template <class P, int kExperts, int kTT>
-__global__ void __launch_bounds__(ExpertStreamShape<P::kRows, P::kK, kTT>::kThreads)
+// Column steps of a row each warp of the streaming kernel takes at least (ExpertStreamShape): 4
+// makes many short blocks. `bench_kernels --moe-decode` times the choices (DeepSeek-V2-Lite's
+// shapes, H200, bench/RESULTS.md 2026-12-03: 16 streams the down projection 5-21% faster at 1 to
+// 64 tokens, gate_up within 1% at one token and 8% faster at 64, 6% slower at 8).
+constexpr int kMoeStreamMinSteps = 4;
+
+template <class P, int kExperts, int kTT, int kMinSteps>
+__global__ void __launch_bounds__(ExpertStreamShape<P::kRows, P::kK, kTT, kMinSteps>::kThreads)
     moe_stream_kernel(const typename P::Args args) {
   pdl_release_and_wait();
   constexpr int kRows = P::kRows, kK = P::kK;
   constexpr bool kGated = kGatedStream<P>;
-  using Shape = ExpertStreamShape<kRows, kK, kTT>;
+  using Shape = ExpertStreamShape<kRows, kK, kTT, kMinSteps>;
   constexpr int WK = Shape::kWK, WN = Shape::kWN;
   static_assert(!kGated || kRows % 2 == 0, "moe_stream: gated rows are two halves");
   __shared__ float partial[WN * WK][128];
@@ -106,15 +112,15 @@ __global__ void __launch_bounds__(ExpertStreamShape<P::kRows, P::kK, kTT>::kThre
 // Passes of 8 pairs up to 8 tokens, else of 16: an expert rarely has more pairs than that at decode
 // (64 tokens × top-6 of 64 experts: 6 on average), and narrow passes leave registers for more
 // weight loads in flight. A busier expert takes more passes (its rows come from L2 again).
-template <class P, int kExperts, int kTopK>
+template <class P, int kExperts, int kTopK, int kMinSteps = kMoeStreamMinSteps>
 inline void launch_moe_stream(const typename P::Args& args, int tokens, cudaStream_t stream) {
   auto launch = [&](auto tt) {
     constexpr int kTT = decltype(tt)::value;
-    using Shape = ExpertStreamShape<P::kRows, P::kK, kTT>;
+    using Shape = ExpertStreamShape<P::kRows, P::kK, kTT, kMinSteps>;
     constexpr int kRowBlocks =  // gated: 8·kWN features (of both halves) a block
         kGatedStream<P> ? ceil_div(P::kRows / 2, 8 * Shape::kWN) : ceil_div(P::kRows, 16 * Shape::kWN);
     const dim3 grid(kRowBlocks, min_int(kExperts, tokens * kTopK));
-    KILN_LAUNCH((moe_stream_kernel<P, kExperts, kTT>), grid, Shape::kThreads, 0, stream, args);
+    KILN_LAUNCH((moe_stream_kernel<P, kExperts, kTT, kMinSteps>), grid, Shape::kThreads, 0, stream, args);
   };
   if (tokens <= 8) {
     launch(TokenTiles<1>{});

@@ -585,6 +585,89 @@ void bench_moe_prefills() {
   bench_moe_prefill<64, 6, 2048, 1408>(2048);
 }
 
+// The routed experts' decode streaming kernels (blocks/moe_stream.cuh) with each warp taking at
+// least kMinSteps column steps (ExpertStreamShape), in a CUDA graph of 16 launches over 16 routings
+// (so the chosen experts come from DRAM, as in a decode step). GB/s: the used experts' bytes.
+template <int kExperts, int kTopK, int kHidden, int kInter>
+struct MoeDecodeWeights {
+  std::mt19937 rng{kExperts + kInter};
+  DeviceBuffer<uint16_t> gate_up{random_bf16(static_cast<size_t>(kExperts) * 2 * kInter * kHidden, rng, 0.02f)};
+  DeviceBuffer<uint16_t> down{random_bf16(static_cast<size_t>(kExperts) * kHidden * kInter, rng, 0.02f)};
+};
+
+template <int kExperts, int kTopK, int kHidden, int kInter>
+struct MoeDecodeData {
+  static constexpr int kRoutings = 16;
+  const MoeDecodeWeights<kExperts, kTopK, kHidden, kInter>& w;
+  int tokens;
+  std::mt19937 rng;
+  DeviceBuffer<uint16_t> h, act, pairs;
+  size_t scratch_ints;  // a routing's buckets (moe_buckets.cuh: experts + 1 + T·top_k)
+  double used_experts = 0.0;  // per routing, on average (counted by routings(), before ids is made)
+  DeviceBuffer<int> ids, scratch;  // kRoutings routings one after another
+  MoeDecodeData(const MoeDecodeWeights<kExperts, kTopK, kHidden, kInter>& weights, int t)
+      : w(weights), tokens(t), rng(t), h(random_bf16(static_cast<size_t>(t) * kHidden, rng)),
+        act(random_bf16(static_cast<size_t>(t) * kTopK * kInter, rng)), pairs(static_cast<size_t>(t) * kTopK * kHidden),
+        scratch_ints(static_cast<size_t>(t) * (kTopK + kExperts + 1)), ids(routings()),
+        scratch(scratch_ints * kRoutings) {
+    for (int r = 0; r < kRoutings; ++r) {
+      detail::launch_moe_bucket<kExperts, kTopK>(ids.get() + static_cast<size_t>(r) * t * kTopK, routing_scratch(r), t,
+                                                 nullptr);
+    }
+    KILN_CUDA_OK(cudaDeviceSynchronize());
+  }
+  int* routing_scratch(int r) const { return scratch.get() + scratch_ints * r; }
+  // Each token's top_k distinct experts drawn uniformly, kRoutings times.
+  std::vector<int> routings() {
+    std::vector<int> v;
+    for (int r = 0; r < kRoutings; ++r) {
+      std::vector<bool> used(kExperts, false);
+      for (int i = 0; i < tokens; ++i) {
+        std::vector<int> order(kExperts);
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        v.insert(v.end(), order.begin(), order.begin() + kTopK);
+        for (int j = 0; j < kTopK; ++j) used[order[j]] = true;
+      }
+      used_experts += std::count(used.begin(), used.end(), true) / static_cast<double>(kRoutings);
+    }
+    return v;
+  }
+};
+
+template <int kMinSteps, int kExperts, int kTopK, int kHidden, int kInter>
+void bench_moe_decode_steps(const MoeDecodeData<kExperts, kTopK, kHidden, kInter>& d) {
+  using Up = detail::MoeGateUpActStream<kExperts, kTopK, kHidden, kInter>;
+  using Down = detail::MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>;
+  constexpr int kR = MoeDecodeData<kExperts, kTopK, kHidden, kInter>::kRoutings;
+  const double up_us = graph_us([&](int i, cudaStream_t s) {
+    detail::launch_moe_stream<Up, kExperts, kTopK, kMinSteps>(
+        typename Up::Args{as_bf16(d.h), as_bf16(d.w.gate_up), d.routing_scratch(i % kR), reinterpret_cast<bf16*>(d.act.get())},
+        d.tokens, s);
+  }, kR);
+  const double down_us = graph_us([&](int i, cudaStream_t s) {
+    detail::launch_moe_stream<Down, kExperts, kTopK, kMinSteps>(
+        typename Down::Args{as_bf16(d.act), as_bf16(d.w.down), d.routing_scratch(i % kR), reinterpret_cast<bf16*>(d.pairs.get())},
+        d.tokens, s);
+  }, kR);
+  const double up_bytes = d.used_experts * 2.0 * kInter * kHidden * 2, down_bytes = d.used_experts * kHidden * kInter * 2.0;
+  std::printf("moe decode tokens %2d min steps %2d  gate_up_act %7.2f us %7.1f GB/s   down %7.2f us %7.1f GB/s   (%.1f experts)\n",
+              d.tokens, kMinSteps, up_us, up_bytes / up_us / 1e3, down_us, down_bytes / down_us / 1e3, d.used_experts);
+  std::fflush(stdout);
+}
+
+void bench_moe_decodes() {
+  const MoeDecodeWeights<64, 6, 2048, 1408> w;  // DeepSeek-V2-Lite
+  for (int tokens : {1, 2, 8, 64}) {
+    const MoeDecodeData<64, 6, 2048, 1408> d(w, tokens);
+    bench_moe_decode_steps<4>(d);
+    bench_moe_decode_steps<8>(d);
+    bench_moe_decode_steps<16>(d);
+    bench_moe_decode_steps<32>(d);
+    bench_moe_decode_steps<64>(d);
+  }
+}
+
 // One Llama-3.1-8B decoder layer at one token, chained in a CUDA graph (each op overlapping the
 // end of the one before, as in a decode step), its matrices in format F rotating beyond L2: the four
 // GEMVs alone, then with the two RMSNorms and silu·mul between them (the attention left out), and
@@ -647,6 +730,7 @@ int main(int argc, char** argv) {
   if (!print_device_or_skip()) return 77;
   // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both);
   // --prefill-only: only the prefill attention; --moe-only: only the routed experts' prefill GEMMs;
+  // --moe-decode: the routed experts' decode streaming kernels at several warp lengths;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
@@ -674,6 +758,10 @@ int main(int argc, char** argv) {
     if (arg == "--layer-chain") {
       bench_layer_chain<kiln::MatrixFormat::q8_0>();
       bench_layer_chain<kiln::MatrixFormat::q4_k>();
+      return 0;
+    }
+    if (arg == "--moe-decode") {
+      bench_moe_decodes();
       return 0;
     }
     if (arg == "--ncu-batched") {
