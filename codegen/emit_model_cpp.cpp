@@ -140,7 +140,7 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   field("ref_arena_bytes", "RefArena::bytes");
   field("gpu_arena_bytes", "GpuArena::bytes");
   field("gpu_scratch_bytes", "kDecodeScratchFloats * static_cast<int64_t>(sizeof(float))");
-  if (std::any_of(g.constants.begin(), g.constants.end(), [](const Constant& k) { return k.name == "kSideScratchFloats"; })) {
+  if (has_beside_ops(g)) {
     field("decode_side_stream", "true");
     field("gpu_side_scratch_bytes", "kSideScratchFloats * static_cast<int64_t>(sizeof(float))");
   }

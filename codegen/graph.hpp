@@ -154,6 +154,9 @@ struct Graph {
   std::vector<const Op*> all_ops() const;
 };
 
+// Whether some decode op runs beside the others (Op::beside): the side stream and its scratch.
+bool has_beside_ops(const Graph& g);
+
 Graph build_graph(const ModelSpec& spec);
 
 // The fusion pass (fuse.cpp), run by build_graph.

@@ -186,16 +186,14 @@ void define_decode_scratch(const ModelSpec& s, Graph& g) {
                std::to_string(linear) + ")");
   // The ops beside the others (Op::beside) take a scratch of their own: they run while the others do.
   int64_t side = 0;
-  bool beside = false;
   for (const Op* op : g.all_ops()) {
-    beside = beside || op->beside;
     if (!op->beside || op->kind != OpKind::linear) continue;
     side = std::max<int64_t>(side, gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
                                                        static_cast<int>(g.value(op->shape.at("k"))),
                                                        static_cast<int>(g.value("kTargetSms")),
                                                        static_cast<int>(s.build.max_batch)));
   }
-  if (beside) g.define("kSideScratchFloats", side, "the side stream's decode GEMV partial sums (ops beside the others)");
+  if (has_beside_ops(g)) g.define("kSideScratchFloats", side, "the side stream's decode GEMV partial sums (ops beside the others)");
   // The fused decode attention's merge counters (templates/prep_attention.cuh): a word per
   // (sequence, KV head), zeroed once; the block that merges a row of partitions zeroes it again.
   int64_t counters = 0;

@@ -25,6 +25,10 @@ std::vector<std::string> bound(const Op& op, std::initializer_list<ArgSource> so
 
 std::vector<std::string> Op::reads() const { return bound(*this, {ArgSource::in, ArgSource::inout}); }
 std::vector<std::string> Op::writes() const { return bound(*this, {ArgSource::out, ArgSource::inout}); }
+bool has_beside_ops(const Graph& g) {
+  const std::vector<const Op*> ops = g.all_ops();
+  return std::any_of(ops.begin(), ops.end(), [](const Op* op) { return op->beside; });
+}
 bool reads_any_of(const Op& op, const std::vector<std::string>& buffers) {
   const std::vector<std::string> reads = op.reads();
   return std::any_of(reads.begin(), reads.end(),
