@@ -339,7 +339,8 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
     add_shared_down(s, g, ops);
   }
   const std::map<std::string, std::string> experts = {{"experts", local}, {"top_k", "kNumExpertsPerTok"},
-                                                      {"hidden", "kHiddenSize"}, {"inter", "kMoeIntermediateSize"}};
+                                                      {"hidden", "kHiddenSize"}, {"inter", "kMoeIntermediateSize"},
+                                                      {"sms", "kTargetSms"}};
   const std::string read = split ? "(only the chosen experts this rank holds are read)" : "(only the chosen experts' weights are read)";
   ops.push_back(make_op(OpKind::moe_gate_up, "mlp.experts (gate_up_proj)",
                         "moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   " + read,

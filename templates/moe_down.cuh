@@ -118,7 +118,7 @@ void moe_down_impl(const bf16* act, const bf16* weight, const int* ids, const fl
   if constexpr (kTiles) {
     if (gemm) launch_expert_gemm<MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
   }
-  if (!gemm) launch_moe_stream<MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
+  if (!gemm) launch_moe_stream<MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK, S.sms>(args, tokens, stream);
   launch_moe_down_sum_pairs<kTopK, kHidden>(pairs, ids, weights, x, tokens, stream);
 }
 

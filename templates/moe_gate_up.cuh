@@ -125,7 +125,7 @@ void moe_gate_up_impl(const bf16* h, const bf16* weight, const int* ids, bf16* o
     }
   }
   using P = MoeGateUpStream<kExperts, kTopK, kHidden, kInter>;
-  launch_moe_stream<P, kExperts, kTopK>(typename P::Args{h, weight, scratch, out}, tokens, stream);
+  launch_moe_stream<P, kExperts, kTopK, S.sms>(typename P::Args{h, weight, scratch, out}, tokens, stream);
 }
 
 }  // namespace detail
@@ -163,7 +163,7 @@ void moe_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, 
       return;
     }
   }
-  constexpr shape::moe_gate_up kGateUp{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  constexpr shape::moe_gate_up kGateUp{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter, .sms = S.sms};
   moe_gate_up_prefill<kGateUp>(h, weight, ids, gate_up, scratch, tokens, stream);
   silu_mul<shape::silu_mul{.dim = kInter}>(gate_up, act, tokens * kTopK, stream);
 }
@@ -180,7 +180,7 @@ void moe_gate_up_act(const bf16* h, const bf16* weight, const int* ids, bf16* ga
   }
   detail::launch_moe_bucket<S.experts, S.top_k>(ids, scratch, tokens, stream);
   using P = detail::MoeGateUpActStream<S.experts, S.top_k, S.hidden, S.inter>;
-  detail::launch_moe_stream<P, S.experts, S.top_k>(typename P::Args{h, weight, scratch, act}, tokens, stream);
+  detail::launch_moe_stream<P, S.experts, S.top_k, S.sms>(typename P::Args{h, weight, scratch, act}, tokens, stream);
 }
 
 }  // namespace kiln

@@ -108,13 +108,13 @@ constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out =
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = false, .normalize = true, .scaling = kRoutedScalingFactor, .local_experts = kNumExperts};
 // mlp.experts (gate_up_proj)
-constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
 // mlp.experts (gate_up_proj)
-constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
 // mlp.experts (act_fn)
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
 // mlp.experts (down_proj)
-constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
 // mlp.shared_experts.down_proj
 constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // norm

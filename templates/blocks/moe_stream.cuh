@@ -41,20 +41,52 @@ __device__ __forceinline__ void sum_column_splits_gated(float (*partial)[128], c
   __syncthreads();
 }
 
-// Column steps of a row each warp of the streaming kernel takes at least (ExpertStreamShape): 4
-// makes many short blocks. `bench_kernels --moe-decode` times the choices (DeepSeek-V2-Lite's
-// shapes, H200, bench/RESULTS.md 2026-12-03: 16 streams the down projection 5-21% faster at 1 to
-// 64 tokens, gate_up within 1% at one token and 8% faster at 64, 6% slower at 8).
-constexpr int kMoeStreamMinSteps = 4;
+// Warps of a streaming block: kWN row tiles × kWK column splits, 8 warps in all.
+template <int kWK>
+struct MoeStreamWarps {
+  static_assert(kWK == 1 || kWK == 2 || kWK == 4 || kWK == 8, "moe_stream: 1, 2, 4 or 8 column splits");
+  static constexpr int kWN = 8 / kWK;
+  static constexpr int kThreads = 256;
+};
 
-template <class P, int kExperts, int kTT, int kMinSteps>
-__global__ void __launch_bounds__(ExpertStreamShape<P::kRows, P::kK, kTT, kMinSteps>::kThreads)
+// Blocks of the streaming kernel a used expert takes (grid.x): gated, 8·kWN features of both
+// halves a block; ungated, 16·kWN rows.
+constexpr int moe_stream_row_blocks(int rows, bool gated, int wn) {
+  return gated ? ceil_div(rows / 2, 8 * wn) : ceil_div(rows, 16 * wn);
+}
+
+// Resident blocks of the streaming kernel per SM: two blocks of 256 threads fit an SM's 64K
+// registers at 128 a thread, which ptxas keeps to at 2 to 8 splits (sm_90a, DeepSeek-V2-Lite's
+// shapes). Holding it there with __launch_bounds__'s minimum of 2 spills instead at one split (148
+// bytes for down), which bench_kernels --moe-decode timed 20% slower (H200, 2026-12-04).
+constexpr int kMoeStreamBlocksPerSm = 2;
+
+// The column splits of a projection's streaming kernel (rows × k, gated or not, top_k of `experts`
+// a token) on a target of `sms` SMs: the most splits (8, 4, 2, each warp taking at least 4 of a
+// row's 32-column steps; else 1) whose one-token grid (row blocks × top_k) is one wave of resident
+// blocks. More splits make more, shorter warps, too few loads in flight each to keep DRAM busy
+// (and the splits' sum costs more); fewer leave SMs without a block at one token. Fixed per build,
+// whatever the step's token count, so that a token's sums add in the same order alone or batched;
+// the SM count only sizes the split (any GPU runs it), as for the GEMV. DeepSeek-V2-Lite at 132
+// SMs: 2 for gate_up (44 row blocks × 6) and down (32 × 6), the fastest of 8, 4, 2, 1 at one token
+// for both in bench_kernels --moe-decode (H200, bench/RESULTS.md 2026-12-04).
+constexpr int moe_stream_splits(int rows, int k, bool gated, int top_k, int experts, int sms) {
+  const int one_token = top_k < experts ? top_k : experts;
+  for (int wk = 8; wk > 1; wk /= 2) {
+    const bool long_enough = ceil_div(k, 32) >= 4 * wk;
+    if (long_enough && moe_stream_row_blocks(rows, gated, 8 / wk) * one_token <= kMoeStreamBlocksPerSm * sms) return wk;
+  }
+  return 1;
+}
+
+template <class P, int kExperts, int kTT, int kWK>
+__global__ void __launch_bounds__(MoeStreamWarps<kWK>::kThreads)
     moe_stream_kernel(const typename P::Args args) {
   pdl_release_and_wait();
   constexpr int kRows = P::kRows, kK = P::kK;
   constexpr bool kGated = kGatedStream<P>;
-  using Shape = ExpertStreamShape<kRows, kK, kTT, kMinSteps>;
-  constexpr int WK = Shape::kWK, WN = Shape::kWN;
+  using Shape = MoeStreamWarps<kWK>;
+  constexpr int WK = kWK, WN = Shape::kWN;
   static_assert(!kGated || kRows % 2 == 0, "moe_stream: gated rows are two halves");
   __shared__ float partial[WN * WK][128];
   const GroupTile used = locate_group_tile<kExperts>(args.scratch, blockIdx.y, 0x40000000);
@@ -112,15 +144,17 @@ __global__ void __launch_bounds__(ExpertStreamShape<P::kRows, P::kK, kTT, kMinSt
 // Passes of 8 pairs up to 8 tokens, else of 16: an expert rarely has more pairs than that at decode
 // (64 tokens × top-6 of 64 experts: 6 on average), and narrow passes leave registers for more
 // weight loads in flight. A busier expert takes more passes (its rows come from L2 again).
-template <class P, int kExperts, int kTopK, int kMinSteps = kMoeStreamMinSteps>
+// kSms: the target's SM count (moe_stream_splits); kWK: the column splits, when a caller (the
+// benchmark) chooses them.
+template <class P, int kExperts, int kTopK, int kSms,
+          int kWK = moe_stream_splits(P::kRows, P::kK, kGatedStream<P>, kTopK, kExperts, kSms)>
 inline void launch_moe_stream(const typename P::Args& args, int tokens, cudaStream_t stream) {
+  static_assert(kSms > 0, "moe_stream: the target's SM count (shape sms) must be set");
+  constexpr int kRowBlocks = moe_stream_row_blocks(P::kRows, kGatedStream<P>, MoeStreamWarps<kWK>::kWN);
   auto launch = [&](auto tt) {
     constexpr int kTT = decltype(tt)::value;
-    using Shape = ExpertStreamShape<P::kRows, P::kK, kTT, kMinSteps>;
-    constexpr int kRowBlocks =  // gated: 8·kWN features (of both halves) a block
-        kGatedStream<P> ? ceil_div(P::kRows / 2, 8 * Shape::kWN) : ceil_div(P::kRows, 16 * Shape::kWN);
     const dim3 grid(kRowBlocks, min_int(kExperts, tokens * kTopK));
-    KILN_LAUNCH((moe_stream_kernel<P, kExperts, kTT, kMinSteps>), grid, Shape::kThreads, 0, stream, args);
+    KILN_LAUNCH((moe_stream_kernel<P, kExperts, kTT, kWK>), grid, MoeStreamWarps<kWK>::kThreads, 0, stream, args);
   };
   if (tokens <= 8) {
     launch(TokenTiles<1>{});

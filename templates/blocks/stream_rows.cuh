@@ -71,12 +71,12 @@ struct Rows16 {
 };
 
 // Warps of a block: kWN row tiles × kWK column splits, at most 8 warps, each warp taking at least
-// kMinSteps of a row's 32-column steps (while kWK > 1): few steps make many short blocks, more
-// make fewer blocks whose warps keep their loads coming (blocks/moe_stream.cuh).
-template <int kRows, int kK, int kTT, int kMinSteps = 4>
+// 4 of a row's 32-column steps (while kWK > 1). The routed experts' kernel chooses its split
+// otherwise (moe_stream_splits, blocks/moe_stream.cuh).
+template <int kRows, int kK, int kTT>
 struct ExpertStreamShape {
   static constexpr int kSteps = ceil_div(kK, 32);
-  static constexpr int kWK = max_int(1, min_int(kTT >= 8 ? 4 : 8, kSteps / kMinSteps));
+  static constexpr int kWK = max_int(1, min_int(kTT >= 8 ? 4 : 8, kSteps / 4));
   static constexpr int kWN = max_int(1, 8 / kWK);
   static constexpr int kRowBlocks = ceil_div(ceil_div(kRows, 16), kWN);
   static constexpr int kThreads = kWN * kWK * 32;

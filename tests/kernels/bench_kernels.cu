@@ -517,8 +517,8 @@ void bench_prefills() {
 // launched directly. TFLOP/s count 2 · pairs · N · K.
 template <int kExperts, int kTopK, int kHidden, int kInter>
 void bench_moe_prefill(int tokens) {
-  constexpr shape::moe_gate_up G{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
-  constexpr shape::moe_down D{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  constexpr shape::moe_gate_up G{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter, .sms = kSms};
+  constexpr shape::moe_down D{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter, .sms = kSms};
   std::mt19937 rng(kExperts + kHidden);
   const int pairs = tokens * kTopK;
   std::vector<int> ids;
@@ -555,7 +555,7 @@ void bench_moe_prefill(int tokens) {
   });
   row("gate_up", up_flop, up_us, up_mma_us);
   // The fused op (silu(gate) ⊙ up in the epilogue) beside the two ops it replaces.
-  constexpr shape::moe_gate_up_act A{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter};
+  constexpr shape::moe_gate_up_act A{.experts = kExperts, .top_k = kTopK, .hidden = kHidden, .inter = kInter, .sms = kSms};
   const double act_us = median_us([&](int) {
     moe_gate_up_act_prefill<A>(as_bf16(h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(out), as_bf16_mut(act),
                                scratch.get(), tokens, nullptr);
@@ -585,8 +585,8 @@ void bench_moe_prefills() {
   bench_moe_prefill<64, 6, 2048, 1408>(2048);
 }
 
-// The routed experts' decode streaming kernels (blocks/moe_stream.cuh) with each warp taking at
-// least kMinSteps column steps (ExpertStreamShape), in a CUDA graph of 16 launches over 16 routings
+// The routed experts' decode streaming kernels (blocks/moe_stream.cuh) at each column split kWK (the
+// build's choice, moe_stream_splits at kSms, marked), in a CUDA graph of 16 launches over 16 routings
 // (so the chosen experts come from DRAM, as in a decode step). GB/s: the used experts' bytes.
 template <int kExperts, int kTopK, int kHidden, int kInter>
 struct MoeDecodeWeights {
@@ -635,36 +635,41 @@ struct MoeDecodeData {
   }
 };
 
-template <int kMinSteps, int kExperts, int kTopK, int kHidden, int kInter>
-void bench_moe_decode_steps(const MoeDecodeData<kExperts, kTopK, kHidden, kInter>& d) {
+template <int kWK, int kExperts, int kTopK, int kHidden, int kInter>
+void bench_moe_decode_splits(const MoeDecodeData<kExperts, kTopK, kHidden, kInter>& d) {
   using Up = detail::MoeGateUpActStream<kExperts, kTopK, kHidden, kInter>;
   using Down = detail::MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>;
   constexpr int kR = MoeDecodeData<kExperts, kTopK, kHidden, kInter>::kRoutings;
   const double up_us = graph_us([&](int i, cudaStream_t s) {
-    detail::launch_moe_stream<Up, kExperts, kTopK, kMinSteps>(
+    detail::launch_moe_stream<Up, kExperts, kTopK, kSms, kWK>(
         typename Up::Args{as_bf16(d.h), as_bf16(d.w.gate_up), d.routing_scratch(i % kR), reinterpret_cast<bf16*>(d.act.get())},
         d.tokens, s);
   }, kR);
   const double down_us = graph_us([&](int i, cudaStream_t s) {
-    detail::launch_moe_stream<Down, kExperts, kTopK, kMinSteps>(
+    detail::launch_moe_stream<Down, kExperts, kTopK, kSms, kWK>(
         typename Down::Args{as_bf16(d.act), as_bf16(d.w.down), d.routing_scratch(i % kR), reinterpret_cast<bf16*>(d.pairs.get())},
         d.tokens, s);
   }, kR);
+  const auto chosen = [](auto p) {
+    using P = decltype(p);
+    return detail::moe_stream_splits(P::kRows, P::kK, detail::kGatedStream<P>, kTopK, kExperts, kSms) == kWK ? '*' : ' ';
+  };
   const double up_bytes = d.used_experts * 2.0 * kInter * kHidden * 2, down_bytes = d.used_experts * kHidden * kInter * 2.0;
-  std::printf("moe decode tokens %2d min steps %2d  gate_up_act %7.2f us %7.1f GB/s   down %7.2f us %7.1f GB/s   (%.1f experts)\n",
-              d.tokens, kMinSteps, up_us, up_bytes / up_us / 1e3, down_us, down_bytes / down_us / 1e3, d.used_experts);
+  std::printf("moe decode tokens %2d splits %d  gate_up_act %7.2f us %7.1f GB/s %c  down %7.2f us %7.1f GB/s %c  (%.1f experts)\n",
+              d.tokens, kWK, up_us, up_bytes / up_us / 1e3, chosen(Up{}), down_us, down_bytes / down_us / 1e3,
+              chosen(Down{}), d.used_experts);
   std::fflush(stdout);
 }
 
 void bench_moe_decodes() {
   const MoeDecodeWeights<64, 6, 2048, 1408> w;  // DeepSeek-V2-Lite
+  std::printf("(* the column splits moe_stream_splits chooses at %d SMs)\n", kSms);
   for (int tokens : {1, 2, 8, 64}) {
     const MoeDecodeData<64, 6, 2048, 1408> d(w, tokens);
-    bench_moe_decode_steps<4>(d);
-    bench_moe_decode_steps<8>(d);
-    bench_moe_decode_steps<16>(d);
-    bench_moe_decode_steps<32>(d);
-    bench_moe_decode_steps<64>(d);
+    bench_moe_decode_splits<8>(d);
+    bench_moe_decode_splits<4>(d);
+    bench_moe_decode_splits<2>(d);
+    bench_moe_decode_splits<1>(d);
   }
 }
 
@@ -730,7 +735,7 @@ int main(int argc, char** argv) {
   if (!print_device_or_skip()) return 77;
   // --no-sweep: default geometries only; --quant-only: stop after the quantized GEMVs (either, both);
   // --prefill-only: only the prefill attention; --moe-only: only the routed experts' prefill GEMMs;
-  // --moe-decode: the routed experts' decode streaming kernels at several warp lengths;
+  // --moe-decode: the routed experts' decode streaming kernels at each column split;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.

@@ -215,7 +215,7 @@ void moe_prefill_invariance() {
     d_pairs.poison();
     d_out.poison();
     d_act_out.poison();
-    constexpr shape::moe_gate_up_act A{.experts = G.experts, .top_k = G.top_k, .hidden = G.hidden, .inter = G.inter};
+    constexpr shape::moe_gate_up_act A{.experts = G.experts, .top_k = G.top_k, .hidden = G.hidden, .inter = G.inter, .sms = G.sms};
     kiln::moe_gate_up_act_prefill<A>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_gate_up),
                                      as_bf16_mut(d_act_out), d_scratch.get(), tokens, nullptr);
     kiln::moe_gate_up_prefill<G>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),

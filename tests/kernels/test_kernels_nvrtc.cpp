@@ -138,17 +138,17 @@ void experts(const float* logits, int* ids, float* weights, const bf16* h, const
   kiln::moe_route<shape::moe_route{.experts = 6, .top_k = 2, .groups = 1, .topk_groups = 1, .group_limited = false,
                                    .normalize = true, .scaling = 1.0f, .local_experts = 6}>(logits, ids, weights, 7, 0, nullptr, 0,
                                                                                       s);
-  constexpr shape::moe_gate_up kLite{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408};
-  constexpr shape::moe_gate_up kOdd{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10};
+  constexpr shape::moe_gate_up kLite{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408, .sms = 132};
+  constexpr shape::moe_gate_up kOdd{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132};
   kiln::moe_gate_up<kLite>(h, w, ids, out, scratch, 7, s);
   kiln::moe_gate_up<kOdd>(h, w, ids, out, scratch, 7, s);
-  kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408}>(
+  kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408, .sms = 132}>(
       h, w, ids, out, out, scratch, 7, s);
-  kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>(h, w, ids, out, out,
+  kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>(h, w, ids, out, out,
                                                                                                  scratch, 7, s);
-  kiln::moe_down<shape::moe_down{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408}>(h, w, ids, weights, scratch,
+  kiln::moe_down<shape::moe_down{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408, .sms = 132}>(h, w, ids, weights, scratch,
                                                                                           out, x, 7, s);
-  kiln::moe_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>(h, w, ids, weights, scratch, out,
+  kiln::moe_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>(h, w, ids, weights, scratch, out,
                                                                                      x, 7, s);
 }
 }  // namespace probe

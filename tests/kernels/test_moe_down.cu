@@ -16,7 +16,7 @@ namespace {
 // holding the first half.
 template <shape::moe_down S>
 void check_down(const std::vector<int>& token_counts, bool other_ranks = false) {
-  constexpr shape::moe_gate_up kBuckets{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
+  constexpr shape::moe_gate_up kBuckets{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter, .sms = S.sms};
   std::mt19937 rng(28000 + S.experts * S.hidden + S.inter);
   ExpertTensor down(S.experts, static_cast<size_t>(S.hidden) * S.inter, rng, 1.0f / std::sqrt(float(S.inter)));
   DeviceBuffer<uint16_t> gate_up(static_cast<size_t>(S.experts) * 2 * S.inter * S.hidden);
@@ -82,11 +82,20 @@ TEST_CASE("moe_down adds each token's weighted expert outputs", "[moe_down]") {
   // (the same decode and grouped-GEMM paths): initcheck takes over 8 minutes on the real ones.
   if (!quick_run()) {
     check_down<dsv2lite::kMoeExpertsDown>({1, 4, 64, 300, 2048});
-    check_down<shape::moe_down{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536}>({1, 64});  // DeepSeek-V2
+    check_down<shape::moe_down{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536, .sms = 132}>({1, 64});  // DeepSeek-V2
+    // The streaming kernel's other column splits (moe_stream_splits), from more SMs than 132: 4 at 300, 8 at 1,000.
+    constexpr shape::moe_down kLite = dsv2lite::kMoeExpertsDown;
+    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, false, kLite.top_k, kLite.experts, kLite.sms) == 2);
+    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, false, kLite.top_k, kLite.experts, 300) == 4);
+    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, false, kLite.top_k, kLite.experts, 1000) == 8);
+    check_down<shape::moe_down{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
+                               .inter = kLite.inter, .sms = 300}>({1, 9, 64});
+    check_down<shape::moe_down{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
+                               .inter = kLite.inter, .sms = 1000}>({1, 9});
   }
   check_down<tiny_ds::kMoeExpertsDown>({1, 4, 64, 65, 300});
   check_down<tiny_ds_lite::kMoeExpertsDown>({1, 4, 64, 65, 300});
-  check_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>({1, 65});  // 2-element rows
+  check_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>({1, 65});  // 2-element rows
 }
 
 TEST_CASE("moe_down adds nothing for pairs routed to another rank's experts", "[moe_down]") {

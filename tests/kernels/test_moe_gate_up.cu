@@ -38,7 +38,7 @@ void check_gate_up(const std::vector<int>& token_counts) {
       check_close(what, ref, bf16_to_f32(d_out.download()), kBf16Limit);
     }
     // The fused op against its two parts, at decode and at prefill.
-    constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
+    constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter, .sms = S.sms};
     DeviceBuffer<uint16_t> d_act_parts(static_cast<size_t>(pairs) * S.inter), d_act(static_cast<size_t>(pairs) * S.inter),
         d_gate_up(static_cast<size_t>(pairs) * kRows);
     for (const bool prefill : {false, true}) {
@@ -64,7 +64,7 @@ void check_gate_up(const std::vector<int>& token_counts) {
   }
   kiln::moe_gate_up<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
   kiln::moe_gate_up_prefill<S>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, 0, nullptr);
-  constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter};
+  constexpr shape::moe_gate_up_act A{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter, .sms = S.sms};
   kiln::moe_gate_up_act_prefill<A>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
   kiln::moe_gate_up_act<A>(nullptr, as_bf16(gate_up.device), nullptr, nullptr, nullptr, nullptr, 0, nullptr);
   check_launch("moe_gate_up, 0 tokens");
@@ -79,11 +79,22 @@ TEST_CASE("moe_gate_up multiplies each token by its chosen experts; moe_gate_up_
   const std::vector<int> dsv2lite_tokens = quick_run() ? std::vector{1, 4, 64} : std::vector{1, 4, 64, 300, 2048};
   check_gate_up<dsv2lite::kMoeExpertsGateUp>(dsv2lite_tokens);
   if (!quick_run()) {
-    check_gate_up<shape::moe_gate_up{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536}>({1, 64});  // DeepSeek-V2
+    check_gate_up<shape::moe_gate_up{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536, .sms = 132}>({1, 64});  // DeepSeek-V2
+  }
+  if (!quick_run()) {
+    // The streaming kernel's other column splits (moe_stream_splits), from more SMs than 132: 4 at 300, 8 at 1,000.
+    constexpr shape::moe_gate_up kLite = dsv2lite::kMoeExpertsGateUp;
+    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, true, kLite.top_k, kLite.experts, kLite.sms) == 2);
+    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, true, kLite.top_k, kLite.experts, 300) == 4);
+    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, true, kLite.top_k, kLite.experts, 1000) == 8);
+    check_gate_up<shape::moe_gate_up{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
+                                     .inter = kLite.inter, .sms = 300}>({1, 9, 64});
+    check_gate_up<shape::moe_gate_up{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
+                                     .inter = kLite.inter, .sms = 1000}>({1, 9});
   }
   check_gate_up<tiny_ds::kMoeExpertsGateUp>({1, 4, 64, 65, 300});
   check_gate_up<tiny_ds_lite::kMoeExpertsGateUp>({1, 4, 64, 65, 300});
-  check_gate_up<shape::moe_gate_up{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10}>({1, 65});  // 4-element rows
+  check_gate_up<shape::moe_gate_up{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>({1, 65});  // 4-element rows
 }
 
 }  // namespace kiln::kernel_test

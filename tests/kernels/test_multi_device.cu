@@ -19,7 +19,8 @@ TEST_CASE("kernels above 48 KiB of shared memory launch on every GPU of the proc
   constexpr shape::moe_gate_up_act S{.experts = tiny_ds::kMoeExpertsGateUp.experts,
                                      .top_k = tiny_ds::kMoeExpertsGateUp.top_k,
                                      .hidden = tiny_ds::kMoeExpertsGateUp.hidden,
-                                     .inter = tiny_ds::kMoeExpertsGateUp.inter};
+                                     .inter = tiny_ds::kMoeExpertsGateUp.inter,
+                                     .sms = tiny_ds::kMoeExpertsGateUp.sms};
   constexpr int kTokens = 300;
   constexpr int kPairs = kTokens * S.top_k;
   std::mt19937 rng(31000);

@@ -134,13 +134,13 @@ constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermed
 // mlp.shared_experts.down_proj
 constexpr shape::linear kLinearSharedDownShare{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.experts (gate_up_proj)
-constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+constexpr shape::moe_gate_up_act kMoeExpertsGateUpAct{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
 // mlp.experts (gate_up_proj)
-constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
 // mlp.experts (act_fn)
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
 // mlp.experts (down_proj)
-constexpr shape::moe_down kMoeExpertsDown{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize};
+constexpr shape::moe_down kMoeExpertsDown{.experts = kLocalExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows2048{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
