@@ -125,18 +125,21 @@ std::string kv_decl(const Graph& g, Phase phase) {
 }
 
 // Decode: the fork before the first op beside the others (Op::beside), and the join before the
-// first op that reads what they wrote. One fork a layer; the ops in between must not write what
-// the side ops use (nothing orders them).
+// first op that reads what they wrote; a layer may fork again after a join. The ops in between
+// must not write what the side ops use (nothing orders them).
 struct SideStream {
   std::vector<std::string> reads, writes;  // the side ops' buffers since the fork
-  bool forked = false;
+  bool declared = false;                   // `side` is declared in this layer
 };
 void side_stream_edges(const Op& op, SideStream& side, Code& c) {
   if (op.beside) {
     if (side.writes.empty()) {
-      if (side.forked) fail("internal: a second fork in one layer (", op.label, ")");
-      c.line("const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join");
-      side.forked = true;
+      if (side.declared) {
+        c.line("side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join");
+      } else {
+        c.line("cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join");
+      }
+      side.declared = true;
     }
     for (const std::string& r : op.reads()) side.reads.push_back(r);
     for (const std::string& w : op.writes()) side.writes.push_back(w);

@@ -205,6 +205,12 @@ std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
   const int64_t Hn = s.num_attention_heads / s.ranks;  // this rank's heads
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "input_layernorm", "x", "h", "kHiddenSize"));
+  ops.push_back(make_linear(g, "self_attn.kv_a_proj_with_mqa", "kv_a_proj_with_mqa", "h", "kv_a", "kKvAWidth",
+                            "kHiddenSize", LinearOut::store_bf16,
+                            "(c_kv " + num(a.kv_lora_rank) + " | k_rope " + num(a.qk_rope_head_dim) + ")"));
+  // One GPU: the latent's projection runs beside the query's (a second stream at small batches:
+  // each alone leaves bandwidth unused at its start and end); the RoPE waits for both.
+  ops.back().beside = s.ranks == 1;
   if (a.q_lora_rank) {
     ops.push_back(make_linear(g, "self_attn.q_a_proj", "q_a_proj", "h", "q_a", "kQLoraRank", "kHiddenSize",
                               LinearOut::store_bf16, ""));
@@ -220,9 +226,6 @@ std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
                               LinearOut::store_bf16,
                               "(per head: nope " + num(a.qk_nope_head_dim) + " | rope " + num(a.qk_rope_head_dim) + ")"));
   }
-  ops.push_back(make_linear(g, "self_attn.kv_a_proj_with_mqa", "kv_a_proj_with_mqa", "h", "kv_a", "kKvAWidth",
-                            "kHiddenSize", LinearOut::store_bf16,
-                            "(c_kv " + num(a.kv_lora_rank) + " | k_rope " + num(a.qk_rope_head_dim) + ")"));
   ops.push_back(make_op(OpKind::rmsnorm_inplace, "self_attn.kv_a_layernorm",
                         "c_kv = RMSNorm(kv_a[:, :" + num(a.kv_lora_rank) + "]) · kv_a_layernorm   (in place)",
                         {{"rows", "kv_a"}, {"weight", "kv_a_layernorm"}},

@@ -44,10 +44,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
-    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -79,10 +79,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
-    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -161,12 +161,14 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
+    cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 3072, 2048));
-    // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -211,12 +213,14 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
+    cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 3072, 2048));
-    // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -241,7 +245,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
-    const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 5632, 2048));

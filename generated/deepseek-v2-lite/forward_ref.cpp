@@ -44,10 +44,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     ref::rmsnorm(kRmsnorm2048, x, lw.input_layernorm, h, T);
-    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
+    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
@@ -84,10 +84,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     ref::rmsnorm(kRmsnorm2048, x, lw.input_layernorm, h, T);
-    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
+    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)

@@ -45,14 +45,14 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -85,14 +85,14 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -172,6 +172,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 10240);
+    cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
@@ -181,9 +185,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 24576, 1536));
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -228,6 +230,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 10240);
+    cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
@@ -237,9 +243,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 24576, 1536));
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -264,7 +268,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
     rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
-    const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 6144, 5120));

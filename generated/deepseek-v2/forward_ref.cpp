@@ -45,14 +45,14 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     ref::rmsnorm(kRmsnorm5120, x, lw.input_layernorm, h, T);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling)
@@ -89,14 +89,14 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     ref::rmsnorm(kRmsnorm5120, x, lw.input_layernorm, h, T);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
     ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling)

@@ -33,6 +33,11 @@ void rmsnorm_5120_decode(const float* x, const bf16* weight, bf16* out, int rows
   kiln::rmsnorm<kRmsnorm5120>(x, weight, out, rows, stream);
 }
 
+// self_attn.kv_a_proj_with_mqa: kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+}
+
 // self_attn.q_a_proj: q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
 void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
@@ -46,11 +51,6 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 // self_attn.q_b_proj: q = q_a[T, 1536] · q_b_proj[24576, 1536]ᵀ   (per head: nope 128 | rope 64)
 void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
-}
-
-// self_attn.kv_a_proj_with_mqa: kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 128 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)

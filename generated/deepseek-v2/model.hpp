@@ -68,7 +68,7 @@ constexpr int kMlaExpandedValuesPerKey = 33344; // an expanded key's c_kv | k_ro
 constexpr long long kDecodeWeightBytes = 24999219200; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 47185920; // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 67371008; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (1572864)
-constexpr int kSideScratchFloats = 0;       // the side stream's decode GEMV partial sums (ops beside the others)
+constexpr int kSideScratchFloats = 589824;  // the side stream's decode GEMV partial sums (ops beside the others)
 constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
@@ -76,14 +76,14 @@ constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters
 constexpr shape::embed kEmbedTokens{.vocab = kVocabSize, .dim = kHiddenSize};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm5120{.dim = kHiddenSize, .eps = kRmsNormEps};
+// self_attn.kv_a_proj_with_mqa
+constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.q_a_proj
 constexpr shape::linear kLinearQAProj{.n = kQLoraRank, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.q_a_layernorm
 constexpr shape::rmsnorm_inplace kRmsnormQLatent{.dim = kQLoraRank, .row = kQLoraRank, .eps = kRmsNormEps};
 // self_attn.q_b_proj
 constexpr shape::linear kLinearQBProj{.n = kQWidth, .k = kQLoraRank, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
-// self_attn.kv_a_proj_with_mqa
-constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn (latent and rope prep)
 constexpr shape::mla_prep kMlaPrep{.heads = kNumHeads, .nope = kQkNopeHeadDim, .rope = kQkRopeHeadDim, .latent = kKvLoraRank, .page_size = kPageSize, .eps = kRmsNormEps};
 // self_attn.kv_a_layernorm
@@ -270,10 +270,10 @@ namespace kiln::models::deepseek_v2 {
 void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_5120_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream);
 void rmsnorm_5120_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
 void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void mla_prep(bf16* q, const bf16* kv_a, const bf16* weight, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);

@@ -44,10 +44,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
-    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
     // k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all)
@@ -78,10 +78,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
-    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
     // k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all)
@@ -160,12 +160,14 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 96);
+    cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 30, 48));
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 42, 48));
-    // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 30, 48));
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
     // k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all)
@@ -210,12 +212,14 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 96);
+    cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 30, 48));
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 42, 48));
-    // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 30, 48));
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
     // k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all)
@@ -240,7 +244,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
     rmsnorm_48_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 96);
-    const cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
+    side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
     linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 80, 48));

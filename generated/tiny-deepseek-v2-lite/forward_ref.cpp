@@ -44,10 +44,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
     ref::rmsnorm(kRmsnorm48, x, lw.input_layernorm, h, T);
-    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
     ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
+    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
@@ -84,10 +84,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
     ref::rmsnorm(kRmsnorm48, x, lw.input_layernorm, h, T);
-    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
     ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
+    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)

@@ -32,14 +32,14 @@ void rmsnorm_48_decode(const float* x, const bf16* weight, bf16* out, int rows, 
   kiln::rmsnorm<kRmsnorm48>(x, weight, out, rows, stream);
 }
 
-// self_attn.q_proj: q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
-}
-
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
 void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+}
+
+// self_attn.q_proj: q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000); then k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (30 values per token, pages of 16)

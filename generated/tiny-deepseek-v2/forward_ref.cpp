@@ -45,14 +45,14 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
     ref::rmsnorm(kRmsnorm64, x, lw.input_layernorm, h, T);
+    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
     ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
-    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
@@ -89,14 +89,14 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
     ref::rmsnorm(kRmsnorm64, x, lw.input_layernorm, h, T);
+    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
     ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
-    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)

@@ -33,6 +33,11 @@ void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, 
   kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
 }
 
+// self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+}
+
 // self_attn.q_a_proj: q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
 void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
@@ -46,11 +51,6 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 // self_attn.q_b_proj: q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
 void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
-}
-
-// self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)

@@ -32,14 +32,14 @@ void rmsnorm_2048_decode(const float* x, const bf16* weight, bf16* out, int rows
   kiln::rmsnorm<kRmsnorm2048>(x, weight, out, rows, stream);
 }
 
-// self_attn.q_proj: q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
-void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
-}
-
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
 void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+}
+
+// self_attn.q_proj: q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 8 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)

@@ -81,10 +81,10 @@ constexpr shape::embed kEmbedTokens{.vocab = kVocabShard, .dim = kHiddenSize};
 constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = 0, .warm_cols = 0};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm2048{.dim = kHiddenSize, .eps = kRmsNormEps};
-// self_attn.q_proj
-constexpr shape::linear kLinearQProj{.n = kQWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // self_attn.kv_a_proj_with_mqa
 constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
+// self_attn.q_proj
+constexpr shape::linear kLinearQProj{.n = kQWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // self_attn (latent and rope prep)
 constexpr shape::mla_prep kMlaPrep{.heads = kNumHeads, .nope = kQkNopeHeadDim, .rope = kQkRopeHeadDim, .latent = kKvLoraRank, .page_size = kPageSize, .eps = kRmsNormEps};
 // self_attn.kv_a_layernorm
@@ -118,7 +118,7 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 // mlp.down_proj
 constexpr shape::linear kLinearDownProjShare{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // all_reduce
-constexpr shape::all_reduce kAllReduceXWarmNextQProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kQWidth, .warm_cols = kHiddenSize};
+constexpr shape::all_reduce kAllReduceXWarmNextKvAProjWithMqa{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kKvAWidth, .warm_cols = kHiddenSize};
 // all_reduce
 constexpr shape::all_reduce kAllReduceXWarmSharedGateUp{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kSharedGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate
@@ -279,8 +279,8 @@ namespace kiln::models::deepseek_v2_lite::tp2 {
 void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_2048_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream);
 void rmsnorm_2048_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void mla_prep(bf16* q, const bf16* kv_a, const bf16* weight, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);

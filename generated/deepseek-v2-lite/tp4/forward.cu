@@ -47,10 +47,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
-    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -83,8 +83,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = act[T, 2736] · down_proj[2048, 2736]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearDownProjShare>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -95,10 +95,10 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
-    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
+    cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -141,8 +141,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- logits ----
@@ -196,12 +196,12 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
-    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 768, 2048));
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
+    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 768, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -250,8 +250,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 2736));
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].q_proj.data) : nullptr);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].kv_a_proj_with_mqa.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
@@ -264,12 +264,12 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
-    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
-    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 768, 2048));
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
+    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 768, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -332,8 +332,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 5767168);
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].q_proj.data) : nullptr);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].kv_a_proj_with_mqa.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

@@ -47,10 +47,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     ref::rmsnorm(kRmsnorm2048, x, lw.input_layernorm, h, T);
-    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
+    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
@@ -89,8 +89,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = act[T, 2736] · down_proj[2048, 2736]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearDownProjShare, act, lw.down_proj, x, T);
     }
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_proj in L2 meanwhile
-    ref::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -101,10 +101,10 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     ref::rmsnorm(kRmsnorm2048, x, lw.input_layernorm, h, T);
-    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
     ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
+    // q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
+    ref::linear(kLinearQProj, h, lw.q_proj, q, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
@@ -153,8 +153,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_proj in L2 meanwhile
-    ref::all_reduce<kAllReduceXWarmNextQProj>(ctx, x, T);
+    // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- logits ----

@@ -48,14 +48,14 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -89,8 +89,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
       // x = act[T, 1536] · down_proj[5120, 1536]ᵀ   (fp32)   (the other ranks: theirs)
       cuda::linear<kLinearDownProjShare>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
     }
-    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_a_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T);
+    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -101,14 +101,14 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -151,8 +151,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
-    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_a_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T);
+    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- logits ----
@@ -207,6 +207,9 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 10240);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
@@ -216,9 +219,6 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 3072, 1536));
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -267,8 +267,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
       linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 5120, 1536));
     }
-    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_a_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].q_a_proj.data) : nullptr);
+    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T, layer + 1 < kFirstKDenseReplace ? static_cast<const bf16*>(w.layers[layer + 1].kv_a_proj_with_mqa.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 
@@ -281,6 +281,9 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     rmsnorm_5120_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 10240);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
@@ -290,9 +293,6 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 3072, 1536));
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -355,8 +355,8 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 15728640);
-    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_a_proj in L2 meanwhile
-    cuda::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].q_a_proj.data) : nullptr);
+    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].kv_a_proj_with_mqa.data) : nullptr);
     ctx.mark("all_reduce", OpReads::weights, 0);
   }
 

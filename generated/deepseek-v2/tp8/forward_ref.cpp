@@ -48,14 +48,14 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     ref::rmsnorm(kRmsnorm5120, x, lw.input_layernorm, h, T);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
     ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
@@ -94,8 +94,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
       // x = act[T, 1536] · down_proj[5120, 1536]ᵀ   (fp32)   (the other ranks: theirs)
       ref::linear(kLinearDownProjShare, act, lw.down_proj, x, T);
     }
-    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's q_a_proj in L2 meanwhile
-    ref::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T);
+    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- decoder_layer (DeepSeekMoE) ----
@@ -106,14 +106,14 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
     ref::rmsnorm(kRmsnorm5120, x, lw.input_layernorm, h, T);
+    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
+    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
     ref::linear(kLinearQAProj, h, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     ref::rmsnorm_inplace(kRmsnormQLatent, q_a, lw.q_a_layernorm, T);
     // q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
     ref::linear(kLinearQBProj, q_a, lw.q_b_proj, q, T);
-    // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    ref::linear(kLinearKvAProjWithMqa, h, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     ref::rmsnorm_inplace(kRmsnormKvLatent, kv_a, lw.kv_a_layernorm, T);
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
@@ -162,8 +162,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
     ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's q_a_proj in L2 meanwhile
-    ref::all_reduce<kAllReduceXWarmNextQAProj>(ctx, x, T);
+    // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
+    ref::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
 
   // ---- logits ----

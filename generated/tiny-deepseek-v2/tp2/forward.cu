@@ -48,14 +48,14 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[48, 24]ᵀ   (per head: nope 16 | rope 8)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
-    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 2 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
@@ -100,14 +100,14 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[48, 24]ᵀ   (per head: nope 16 | rope 8)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
-    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 2 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
@@ -206,6 +206,9 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
+    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 24, 64));
@@ -215,9 +218,6 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q = q_a[T, 24] · q_b_proj[48, 24]ᵀ   (per head: nope 16 | rope 8)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 48, 24));
-    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 2 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
@@ -280,6 +280,9 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
+    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 24, 64));
@@ -289,9 +292,6 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // q = q_a[T, 24] · q_b_proj[48, 24]ᵀ   (per head: nope 16 | rope 8)
     linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 48, 24));
-    // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
-    ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 2 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)

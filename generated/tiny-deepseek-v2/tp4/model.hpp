@@ -82,14 +82,14 @@ constexpr shape::embed kEmbedTokens{.vocab = kVocabShard, .dim = kHiddenSize};
 constexpr shape::all_reduce kAllReduceX{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = 0, .warm_cols = 0};
 // input_layernorm, post_attention_layernorm
 constexpr shape::rmsnorm kRmsnorm64{.dim = kHiddenSize, .eps = kRmsNormEps};
+// self_attn.kv_a_proj_with_mqa
+constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.q_a_proj
 constexpr shape::linear kLinearQAProj{.n = kQLoraRank, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn.q_a_layernorm
 constexpr shape::rmsnorm_inplace kRmsnormQLatent{.dim = kQLoraRank, .row = kQLoraRank, .eps = kRmsNormEps};
 // self_attn.q_b_proj
 constexpr shape::linear kLinearQBProj{.n = kQWidth, .k = kQLoraRank, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
-// self_attn.kv_a_proj_with_mqa
-constexpr shape::linear kLinearKvAProjWithMqa{.n = kKvAWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // self_attn (latent and rope prep)
 constexpr shape::mla_prep kMlaPrep{.heads = kNumHeads, .nope = kQkNopeHeadDim, .rope = kQkRopeHeadDim, .latent = kKvLoraRank, .page_size = kPageSize, .eps = kRmsNormEps};
 // self_attn.kv_a_layernorm
@@ -284,10 +284,10 @@ namespace kiln::models::tiny_deepseek_v2::tp4 {
 void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_64_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream);
 void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t stream);
 void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void mla_prep(bf16* q, const bf16* kv_a, const bf16* weight, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cudaStream_t stream);
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
