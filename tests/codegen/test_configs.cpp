@@ -219,26 +219,30 @@ TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full
   }
 }
 
-// The shared experts' gate | up and SwiGLU beside the routing and the routed experts (Op::beside):
-// the decode forks a side stream for them after post_attention_layernorm and joins it before their
-// down projection, and nothing the other ops touch in between shares their bytes.
-TEST_CASE("DeepSeek-V2's shared experts run beside the routed ones at decode, in bytes of their own") {
+// The ops beside the others at decode (Op::beside): a MoE layer forks the side stream for the
+// latent's projection (kv_a_proj_with_mqa) beside the query's and joins it before the MLA prep, then
+// forks again for the shared experts' gate | up and SwiGLU beside the routing and the routed experts
+// and joins before their down projection; nothing the other ops touch in between shares their bytes.
+TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other ops at decode, in bytes of their own") {
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
   const Graph g = build_graph(spec);
   const std::string forward = emit_forward_cu(spec, g);
   const size_t decode = forward.find("void forward_decode(");
   REQUIRE(decode != std::string::npos);
-  std::vector<size_t> at;
-  for (const char* line : {"const cudaStream_t side = ctx.fork(T);",
-                           "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);",
-                           "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);", "linear_router(h,",
-                           "moe_experts_down_decode(", "ctx.join(side);", "linear_shared_down(shared_act,"}) {
+  size_t at = forward.find("---- decoder_layer (DeepSeekMoE) ----", decode);
+  for (const char* line :
+       {"cudaStream_t side = ctx.fork(T);",
+        "linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);", "linear_q_proj(h,",
+        "ctx.join(side);", "mla_prep(", "side = ctx.fork(T);   // again",
+        "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);",
+        "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);", "linear_router(h,", "moe_experts_down_decode(",
+        "ctx.join(side);", "linear_shared_down(shared_act,"}) {
     INFO(line);
-    at.push_back(forward.find(line, decode));
-    CHECK(at.back() != std::string::npos);
+    REQUIRE(at != std::string::npos);
+    at = forward.find(line, at);
+    CHECK(at != std::string::npos);
   }
-  CHECK(std::is_sorted(at.begin(), at.end()));
-  CHECK(forward.find("ctx.fork(", forward.find("ctx.fork(", decode) + 1) == std::string::npos);  // one fork a layer
+  CHECK(forward.find("ctx.fork(", at) == std::string::npos);  // two forks a layer
   const std::string prefill = forward.substr(0, decode);  // the prefill runs them in order, on its stream
   CHECK(prefill.find("ctx.fork(") == std::string::npos);
   CHECK(prefill.find(", side);") == std::string::npos);
@@ -249,9 +253,11 @@ TEST_CASE("DeepSeek-V2's shared experts run beside the routed ones at decode, in
     const int64_t first = plan.offset.at(name);
     return std::pair{first, first + g.value(g.buffer(name).per_token) * spec.build.max_batched_tokens * 2};
   };
-  for (const char* side : {"shared_gate_up", "shared_act"}) {
-    for (const char* other :
-         {"router_logits", "topk_ids", "topk_weights", "moe_gate_up", "moe_act", "moe_scratch", "moe_pairs"}) {
+  const std::vector<std::string> routed = {"router_logits", "topk_ids",  "topk_weights", "moe_gate_up",
+                                           "moe_act",       "moe_scratch", "moe_pairs"};
+  for (const auto& [side, others] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"kv_a", {"q"}}, {"shared_gate_up", routed}, {"shared_act", routed}}) {
+    for (const std::string& other : others) {
       INFO(side << " and " << other);
       const auto [a0, a1] = bytes(side);
       const auto [b0, b1] = bytes(other);
