@@ -76,10 +76,12 @@ struct CudaContext {
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
   float* side_scratch = nullptr;
 
-  // Up to this many tokens the side ops run on the side stream; above, the ops beside them fill
-  // the GPU already (DeepSeek-V2-Lite's shared experts beside the routed ones on an H200: batch 1
-  // -2.7%, batch 8 -2.5%; a hand-made prototype at batch 64 +1.6%; bench/RESULTS.md, 2026-12-03).
-  static constexpr int kSideMaxTokens = 8;
+  // Up to this many tokens the side ops run on the side stream; above (builds of larger batches,
+  // not measured) on the stream. DeepSeek-V2-Lite on an H200, bench/RESULTS.md: its shared experts
+  // beside the routed ones, batch 1 -2.7%, batch 8 -2.5% (2026-12-03); with kv_a_proj_with_mqa
+  // beside q_proj too, batch 64 11.17 -> 11.01 ms, the same tokens (2026-12-04; the shared
+  // experts alone there, in a hand-made prototype, had measured +1.6%).
+  static constexpr int kSideMaxTokens = 64;
 
   // The stream the side ops of a step of `tokens` tokens run on: the side stream, which waits here
   // for what the stream has done, or the stream itself (large batches, --profile's serial timeline).
