@@ -49,11 +49,9 @@ struct MoeStreamWarps {
   static constexpr int kThreads = 256;
 };
 
-// Blocks of the streaming kernel a used expert takes (grid.x): gated, 8·kWN features of both
-// halves a block; ungated, 16·kWN rows.
-constexpr int moe_stream_row_blocks(int rows, bool gated, int wn) {
-  return gated ? ceil_div(rows / 2, 8 * wn) : ceil_div(rows, 16 * wn);
-}
+// Blocks of the streaming kernel a used expert takes (grid.x): 16·kWN rows a block, ungated; gated,
+// 8·kWN features of both halves, the same count (gated rows are even: rows / 2 over 8·kWN).
+constexpr int moe_stream_row_blocks(int rows, int wn) { return ceil_div(rows, 16 * wn); }
 
 // Resident blocks of the streaming kernel per SM: two blocks of 256 threads fit an SM's 64K
 // registers at 128 a thread, which ptxas keeps to at 2 to 8 splits (sm_90a, DeepSeek-V2-Lite's
@@ -70,11 +68,11 @@ constexpr int kMoeStreamBlocksPerSm = 2;
 // the SM count only sizes the split (any GPU runs it), as for the GEMV. DeepSeek-V2-Lite at 132
 // SMs: 2 for gate_up (44 row blocks × 6) and down (32 × 6), the fastest of 8, 4, 2, 1 at one token
 // for both in bench_kernels --moe-decode (H200, bench/RESULTS.md 2026-12-04).
-constexpr int moe_stream_splits(int rows, int k, bool gated, int top_k, int experts, int sms) {
+constexpr int moe_stream_splits(int rows, int k, int top_k, int experts, int sms) {
   const int one_token = top_k < experts ? top_k : experts;
   for (int wk = 8; wk > 1; wk /= 2) {
     const bool long_enough = ceil_div(k, 32) >= 4 * wk;
-    if (long_enough && moe_stream_row_blocks(rows, gated, 8 / wk) * one_token <= kMoeStreamBlocksPerSm * sms) return wk;
+    if (long_enough && moe_stream_row_blocks(rows, 8 / wk) * one_token <= kMoeStreamBlocksPerSm * sms) return wk;
   }
   return 1;
 }
@@ -147,10 +145,10 @@ __global__ void __launch_bounds__(MoeStreamWarps<kWK>::kThreads)
 // kSms: the target's SM count (moe_stream_splits); kWK: the column splits, when a caller (the
 // benchmark) chooses them.
 template <class P, int kExperts, int kTopK, int kSms,
-          int kWK = moe_stream_splits(P::kRows, P::kK, kGatedStream<P>, kTopK, kExperts, kSms)>
+          int kWK = moe_stream_splits(P::kRows, P::kK, kTopK, kExperts, kSms)>
 inline void launch_moe_stream(const typename P::Args& args, int tokens, cudaStream_t stream) {
   static_assert(kSms > 0, "moe_stream: the target's SM count (shape sms) must be set");
-  constexpr int kRowBlocks = moe_stream_row_blocks(P::kRows, kGatedStream<P>, MoeStreamWarps<kWK>::kWN);
+  constexpr int kRowBlocks = moe_stream_row_blocks(P::kRows, MoeStreamWarps<kWK>::kWN);
   auto launch = [&](auto tt) {
     constexpr int kTT = decltype(tt)::value;
     const dim3 grid(kRowBlocks, min_int(kExperts, tokens * kTopK));

@@ -652,7 +652,7 @@ void bench_moe_decode_splits(const MoeDecodeData<kExperts, kTopK, kHidden, kInte
   }, kR);
   const auto chosen = [](auto p) {
     using P = decltype(p);
-    return detail::moe_stream_splits(P::kRows, P::kK, detail::kGatedStream<P>, kTopK, kExperts, kSms) == kWK ? '*' : ' ';
+    return detail::moe_stream_splits(P::kRows, P::kK, kTopK, kExperts, kSms) == kWK ? '*' : ' ';
   };
   const double up_bytes = d.used_experts * 2.0 * kInter * kHidden * 2, down_bytes = d.used_experts * kHidden * kInter * 2.0;
   std::printf("moe decode tokens %2d splits %d  gate_up_act %7.2f us %7.1f GB/s %c  down %7.2f us %7.1f GB/s %c  (%.1f experts)\n",

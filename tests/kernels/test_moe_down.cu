@@ -85,9 +85,9 @@ TEST_CASE("moe_down adds each token's weighted expert outputs", "[moe_down]") {
     check_down<shape::moe_down{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536, .sms = 132}>({1, 64});  // DeepSeek-V2
     // The streaming kernel's other column splits (moe_stream_splits), from more SMs than 132: 4 at 300, 8 at 1,000.
     constexpr shape::moe_down kLite = dsv2lite::kMoeExpertsDown;
-    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, false, kLite.top_k, kLite.experts, kLite.sms) == 2);
-    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, false, kLite.top_k, kLite.experts, 300) == 4);
-    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, false, kLite.top_k, kLite.experts, 1000) == 8);
+    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, kLite.top_k, kLite.experts, kLite.sms) == 2);
+    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, kLite.top_k, kLite.experts, 300) == 4);
+    static_assert(detail::moe_stream_splits(kLite.hidden, kLite.inter, kLite.top_k, kLite.experts, 1000) == 8);
     check_down<shape::moe_down{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
                                .inter = kLite.inter, .sms = 300}>({1, 9, 64});
     check_down<shape::moe_down{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,

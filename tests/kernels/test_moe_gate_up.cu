@@ -84,9 +84,9 @@ TEST_CASE("moe_gate_up multiplies each token by its chosen experts; moe_gate_up_
   if (!quick_run()) {
     // The streaming kernel's other column splits (moe_stream_splits), from more SMs than 132: 4 at 300, 8 at 1,000.
     constexpr shape::moe_gate_up kLite = dsv2lite::kMoeExpertsGateUp;
-    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, true, kLite.top_k, kLite.experts, kLite.sms) == 2);
-    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, true, kLite.top_k, kLite.experts, 300) == 4);
-    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, true, kLite.top_k, kLite.experts, 1000) == 8);
+    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, kLite.top_k, kLite.experts, kLite.sms) == 2);
+    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, kLite.top_k, kLite.experts, 300) == 4);
+    static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, kLite.top_k, kLite.experts, 1000) == 8);
     check_gate_up<shape::moe_gate_up{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
                                      .inter = kLite.inter, .sms = 300}>({1, 9, 64});
     check_gate_up<shape::moe_gate_up{.experts = kLite.experts, .top_k = kLite.top_k, .hidden = kLite.hidden,
