@@ -26,6 +26,7 @@ std::string elem_type(const Graph& g, const std::string& buffer, bool gpu) {
 std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
   switch (a.source) {
     case ArgSource::in: return "const " + elem_type(g, op.args.at(a.name), true) + "*";
+    case ArgSource::in_opt: return "const float*";  // fp32 rows (check_op)
     case ArgSource::out:
     case ArgSource::inout: return elem_type(g, op.args.at(a.name), true) + "*";
     case ArgSource::weight:
@@ -63,6 +64,7 @@ std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
     case ArgSource::weight:
     case ArgSource::matrix: return weight_expr(g, op.args.at(a.name));
     case ArgSource::weight_opt: return op.args.count(a.name) ? weight_expr(g, op.args.at(a.name)) : "nullptr";
+    case ArgSource::in_opt: return op.args.count(a.name) ? op.args.at(a.name) : "nullptr";
     case ArgSource::warm:
       if (!op.args.count(a.name)) return "nullptr";
       if (op.warm_layer_end.empty()) return bf16_rows(g, weight_expr(g, op.args.at(a.name)), op.args.at(a.name));

@@ -312,11 +312,17 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
   const bool split = s.ranks > 1;
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
-  // One GPU: the shared experts' gate | up and SwiGLU run beside the routing and the routed experts
-  // (a second stream at small batches: each op alone leaves bandwidth unused at its start and end);
-  // their down projection still adds to x after the routed experts' down projection.
+  // One GPU: the shared experts run beside the routing and the routed experts (a second stream at
+  // small batches: each op alone leaves bandwidth unused at its start and end), their down
+  // projection into shared_out (fp32), which the routed experts' sum adds to x after its own: the
+  // same two fp32 additions, in the same order, as when shared_down added into x after it.
   const bool shared = m.n_shared_experts > 0;
-  if (!split && shared) add_shared_gate_up_act(g, ops, true);
+  if (!split && shared) {
+    add_shared_gate_up_act(g, ops, true);
+    ops.push_back(make_linear(g, "mlp.shared_experts.down_proj", "shared_down", "shared_act", "shared_out", "kHiddenSize",
+                              "kSharedIntermediateSize", LinearOut::store_f32, "(added by the routed experts' sum)"));
+    ops.back().beside = true;
+  }
   ops.push_back(make_linear(g, "mlp.gate", "router", "h", "router_logits", "kNumExperts", "kHiddenSize",
                             LinearOut::store_f32, ""));
   std::string how = m.topk_method == TopkMethod::greedy
@@ -352,17 +358,19 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
                         experts, "moe_experts_gate_up"));
   ops.push_back(make_silu_mul("mlp.experts (act_fn)", "moe_gate_up", "moe_act", "kMoeIntermediateSize", g,
                               "kNumExpertsPerTok"));
-  ops.push_back(make_op(OpKind::moe_down, "mlp.experts (down_proj)",
-                        "x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused" +
-                            std::string(split ? "; this rank's experts" : "") + ")",
-                        {{"act", "moe_act"}, {"weight", "experts_down"}, {"ids", "topk_ids"}, {"weights", "topk_weights"},
-                         {"scratch", "moe_scratch"}, {"pairs", "moe_pairs"}, {"x", "x"}},
-                        experts, "moe_experts_down"));
-  if (split) {
-    ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual; each rank's experts and shared share"));
-  } else if (shared) {
-    add_shared_down(s, g, ops);
+  std::map<std::string, std::string> down_args = {{"act", "moe_act"},       {"weight", "experts_down"},
+                                                  {"ids", "topk_ids"},      {"weights", "topk_weights"},
+                                                  {"scratch", "moe_scratch"}, {"pairs", "moe_pairs"},
+                                                  {"x", "x"}};
+  std::string down_math = "x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]";
+  if (!split && shared) {
+    down_args["shared"] = "shared_out";
+    down_math += ", then x += shared_out";
   }
+  ops.push_back(make_op(OpKind::moe_down, "mlp.experts (down_proj)",
+                        down_math + "   (residual add fused" + std::string(split ? "; this rank's experts" : "") + ")",
+                        down_args, experts, "moe_experts_down"));
+  if (split) ops.push_back(make_all_reduce(s, "x", "rank 0's x holds the residual; each rank's experts and shared share"));
   return ops;
 }
 
@@ -399,6 +407,7 @@ void build_deepseek(const ModelSpec& s, Graph& g) {
     if (m.n_shared_experts > 0) {
       g.buffers.push_back({"shared_gate_up", Elem::bf16, "kSharedGateUpWidth", "shared experts' gate | up"});
       g.buffers.push_back({"shared_act", Elem::bf16, "kSharedIntermediateSize", "shared experts' silu(gate) ⊙ up"});
+      if (s.ranks == 1) g.buffers.push_back({"shared_out", Elem::f32, "kHiddenSize", "shared experts' output"});
     }
   }
   add_weights(s, g);

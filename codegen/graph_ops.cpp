@@ -23,7 +23,7 @@ std::vector<std::string> bound(const Op& op, std::initializer_list<ArgSource> so
 
 }  // namespace
 
-std::vector<std::string> Op::reads() const { return bound(*this, {ArgSource::in, ArgSource::inout}); }
+std::vector<std::string> Op::reads() const { return bound(*this, {ArgSource::in, ArgSource::in_opt, ArgSource::inout}); }
 std::vector<std::string> Op::writes() const { return bound(*this, {ArgSource::out, ArgSource::inout}); }
 bool has_beside_ops(const Graph& g) {
   const std::vector<const Op*> ops = g.all_ops();
@@ -184,7 +184,9 @@ std::string shape_init(const Op& op) {
 
 namespace {
 
-bool is_buffer(ArgSource s) { return s == ArgSource::in || s == ArgSource::out || s == ArgSource::inout; }
+bool is_buffer(ArgSource s) {
+  return s == ArgSource::in || s == ArgSource::in_opt || s == ArgSource::out || s == ArgSource::inout;
+}
 bool is_weight(ArgSource s) {
   return s == ArgSource::weight || s == ArgSource::weight_opt || s == ArgSource::matrix || s == ArgSource::warm;
 }
@@ -203,6 +205,7 @@ void check_op(const Graph& g, const Op& op) {
     if (it == r.args.end()) fail(where, " binds '", name, "', which its record does not have");
     if (is_buffer(it->source)) {
       if (value != "logits") g.buffer(value);  // throws when absent; logits is the caller's output
+      if (it->source == ArgSource::in_opt && g.buffer(value).elem != Elem::f32) fail(where, " binds '", name, "' to ", value, ", not fp32");
     } else if (is_weight(it->source) || it->source == ArgSource::fp8) {
       if (std::none_of(g.weights.begin(), g.weights.end(), [&](const WeightDecl& w) { return w.field == value; })) {
         fail(where, " binds '", name, "' to unknown weight ", value);
@@ -212,7 +215,8 @@ void check_op(const Graph& g, const Op& op) {
     }
   }
   for (const ArgSpec& a : r.args) {
-    const bool needed = is_buffer(a.source) || a.source == ArgSource::weight || a.source == ArgSource::matrix;
+    const bool needed = (is_buffer(a.source) && a.source != ArgSource::in_opt) || a.source == ArgSource::weight ||
+                        a.source == ArgSource::matrix;
     if (needed && !op.args.count(a.name)) fail(where, " leaves argument '", a.name, "' unbound");
   }
   for (const ShapeMember& m : r.shape) {

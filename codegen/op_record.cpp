@@ -22,7 +22,7 @@ unsigned phase_bits(const std::string& phases) {
 
 ArgSource source_of(const std::string& s) {
   static const std::pair<const char*, ArgSource> kSources[] = {
-      {"in", ArgSource::in},         {"out", ArgSource::out},   {"inout", ArgSource::inout},
+      {"in", ArgSource::in},         {"in_opt", ArgSource::in_opt}, {"out", ArgSource::out}, {"inout", ArgSource::inout},
       {"weight", ArgSource::weight}, {"weight_opt", ArgSource::weight_opt}, {"matrix", ArgSource::matrix}, {"warm", ArgSource::warm},
       {"rows", ArgSource::rows},
       {"step", ArgSource::step},     {"kv", ArgSource::kv},     {"ctx", ArgSource::ctx},

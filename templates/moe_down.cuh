@@ -2,7 +2,10 @@
 // (ref::moe_down). Reuses the buckets moe_gate_up left in scratch. Each pair's down projection is
 // stored in `pairs` (bf16, as HF rounds an expert's output; half the bytes of fp32), then every
 // token's pairs are weighted and added into x in slot order: the same bits for a token whatever
-// else is in its step, at decode and at prefill alike. The pairs come from
+// else is in its step, at decode and at prefill alike. Where `shared` is given (the shared
+// experts' fp32 output, computed beside the routed ones on one GPU), the sum then adds it too:
+// x + routed, then + shared, the two roundings of a shared projection adding into x after it.
+// The pairs come from
 //   moe_down           (decode) T <= 64: the streaming kernel (blocks/moe_stream.cuh): a block
 //                      takes 16·kWN rows of one used expert and that expert's pairs, so the
 //                      chosen experts are read from DRAM once and all at once (DeepSeek-V2-Lite at
@@ -67,11 +70,13 @@ struct MoeDownPairsStream {
 };
 
 // x[t, n] += Σ_j weights[t · kTopK + j] · pairs[t · kTopK + j, n] over the slots j whose expert is on
-// this rank (ids >= 0), j ascending, in fp32. kVec columns per thread.
+// this rank (ids >= 0), j ascending, in fp32; then x[t, n] += shared[t, n] where shared is given.
+// kVec columns per thread.
 template <int kTopK, int kHidden, int kVec>
 __global__ void __launch_bounds__(kElementwiseThreads)
     moe_down_sum_pairs_kernel(const bf16* __restrict__ pairs, const int* __restrict__ ids,
-                              const float* __restrict__ weights, float* __restrict__ x, long long vectors) {
+                              const float* __restrict__ weights, const float* __restrict__ shared,
+                              float* __restrict__ x, long long vectors) {
   pdl_release_and_wait();
   constexpr int kPerRow = kHidden / kVec;
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -90,25 +95,30 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     for (int k = 0; k < kVec; ++k) sum[k] += w * v[k];
   }
   float* dst = x + t * kHidden + c;
+  const float* add = shared == nullptr ? nullptr : shared + t * kHidden + c;
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) dst[k] += sum[k];
+  for (int k = 0; k < kVec; ++k) {
+    float v = dst[k] + sum[k];
+    if (add != nullptr) v += add[k];
+    dst[k] = v;
+  }
 }
 
 template <int kTopK, int kHidden>
-inline void launch_moe_down_sum_pairs(const bf16* pairs, const int* ids, const float* weights, float* x, int tokens,
-                                      cudaStream_t stream) {
+inline void launch_moe_down_sum_pairs(const bf16* pairs, const int* ids, const float* weights, const float* shared,
+                                      float* x, int tokens, cudaStream_t stream) {
   constexpr int kVec = kHidden % 4 == 0 ? 4 : kHidden % 2 == 0 ? 2 : 1;
   const long long vectors = static_cast<long long>(tokens) * (kHidden / kVec);
   KILN_LAUNCH((moe_down_sum_pairs_kernel<kTopK, kHidden, kVec>),
               static_cast<int>(ceil_div_ll(vectors, kElementwiseThreads)), kElementwiseThreads, 0, stream, pairs, ids,
-              weights, x, vectors);
+              weights, shared, x, vectors);
 }
 
 // Each pair's down projection into `pairs` (the grouped GEMM; the streaming kernel up to
 // stream_below tokens and for rows it cannot read 16 bytes at a time), then each token's weighted sum.
 template <shape::moe_down S>
 void moe_down_impl(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
-                   bf16* pairs, float* x, int tokens, int stream_below, cudaStream_t stream) {
+                   bf16* pairs, const float* shared, float* x, int tokens, int stream_below, cudaStream_t stream) {
   constexpr int kExperts = S.experts, kTopK = S.top_k, kHidden = S.hidden, kInter = S.inter;
   static_assert(kExperts > 0 && kTopK > 0 && kHidden > 0 && kInter > 0, "moe_down: sizes must be positive");
   if (tokens <= 0) return;
@@ -119,25 +129,27 @@ void moe_down_impl(const bf16* act, const bf16* weight, const int* ids, const fl
     if (gemm) launch_expert_gemm<MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK>(args, tokens, stream);
   }
   if (!gemm) launch_moe_stream<MoeDownPairsStream<kExperts, kTopK, kHidden, kInter>, kExperts, kTopK, S.sms>(args, tokens, stream);
-  launch_moe_down_sum_pairs<kTopK, kHidden>(pairs, ids, weights, x, tokens, stream);
+  launch_moe_down_sum_pairs<kTopK, kHidden>(pairs, ids, weights, shared, x, tokens, stream);
 }
 
 }  // namespace detail
 
 // act [T, top_k, inter], weight [experts, hidden, inter]: x[t] += Σ_j weights[t, j] ·
-// weight[ids[t, j]] · act[t, j]. Needs the buckets moe_gate_up left in scratch for these ids.
-// pairs: [T, top_k, hidden] bf16, written before it is read (moe_down_pair_values_per_token).
+// weight[ids[t, j]] · act[t, j], then x[t] += shared[t] where shared ([T, hidden] fp32) is given.
+// Needs the buckets moe_gate_up left in scratch for these ids. pairs: [T, top_k, hidden] bf16,
+// written before it is read (moe_down_pair_values_per_token).
 template <shape::moe_down S>
 void moe_down(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
-              bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  detail::moe_down_impl<S>(act, weight, ids, weights, scratch, pairs, x, tokens, detail::kMoeStreamTokens, stream);
+              bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream) {
+  detail::moe_down_impl<S>(act, weight, ids, weights, scratch, pairs, shared, x, tokens, detail::kMoeStreamTokens,
+                           stream);
 }
 
 // Prefill steps: the grouped GEMM at every T (see the top).
 template <shape::moe_down S>
 void moe_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch,
-                      bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  detail::moe_down_impl<S>(act, weight, ids, weights, scratch, pairs, x, tokens, 0, stream);
+                      bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream) {
+  detail::moe_down_impl<S>(act, weight, ids, weights, scratch, pairs, shared, x, tokens, 0, stream);
 }
 
 // bf16 values per token of moe_down's `pairs` (the generator's kMoeTokenDownWidth).

@@ -67,7 +67,7 @@ constexpr int kMlaExpandedValuesPerKey = 4672; // an expanded key's c_kv | k_rop
 constexpr long long kDecodeWeightBytes = 2203839488; // bf16 weight bytes a batch-1 decode step reads, routed experts aside
 constexpr int kRoutedExpertBytes = 17301504; // bf16 bytes of one routed expert (gate | up and down)
 constexpr int kDecodeScratchFloats = 8421376; // decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (2097152)
-constexpr int kSideScratchFloats = 589824;  // the side stream's decode GEMV partial sums (ops beside the others)
+constexpr int kSideScratchFloats = 2097152; // the side stream's decode GEMV partial sums (ops beside the others)
 constexpr int kDecodeCounterWords = 0;      // decode attention's merge counters: kMaxBatch × KV heads (0: no fused decode attention)
 
 // ---- op shapes: each kernel's compile-time arguments, by name (templates and reference ops take them) ----
@@ -109,6 +109,8 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.shared_experts.act_fn
 constexpr shape::silu_mul kSiluMulSharedAct{.dim = kSharedIntermediateSize};
+// mlp.shared_experts.down_proj
+constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate (routing)
@@ -121,8 +123,6 @@ constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = 
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
 // mlp.experts (down_proj)
 constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
-// mlp.shared_experts.down_proj
-constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows2048{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
@@ -169,14 +169,15 @@ struct GpuArena {
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 89653248;          // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 138993664;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 139042816; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 155770880;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 155820032; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 69206016;      // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 138412032; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_scratch = 155189248; // int32 [T, kMoeScratchPerToken] routing scratch
   static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 103809024; // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
-  static constexpr long long shared_act = 126877696;  // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_act = 143654912;  // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_out = 126877696;  // fp32 [T, kHiddenSize] shared experts' output
   static constexpr long long bytes = 254279680;       // for kMaxBatchedTokens tokens
 };
 
@@ -192,14 +193,15 @@ struct RefArena {
   static constexpr long long gate_up = 0;             // fp32 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 179306496;         // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 277405696;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 277454848; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 294182912;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 294232064; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 138412032;     // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 276824064; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_scratch = 293601280; // int32 [T, kMoeScratchPerToken] routing scratch
   static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 207618048; // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
   static constexpr long long shared_act = 253755392;  // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_out = 276824064;  // fp32 [T, kHiddenSize] shared experts' output
   static constexpr long long bytes = 491782144;       // for kMaxBatchedTokens tokens
 };
 
@@ -273,13 +275,13 @@ void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, 
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
 void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_2048(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 

@@ -114,6 +114,8 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.shared_experts.act_fn
 constexpr shape::silu_mul kSiluMulSharedAct{.dim = kSharedIntermediateSize};
+// mlp.shared_experts.down_proj
+constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate (routing)
@@ -126,8 +128,6 @@ constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = 
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
 // mlp.experts (down_proj)
 constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
-// mlp.shared_experts.down_proj
-constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows5120{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
@@ -177,14 +177,15 @@ struct GpuArena {
   static constexpr long long gate_up = 671088640;     // bf16 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 838860800;         // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 202694656;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 202743808; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 244637696;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 244686848; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 125829120;     // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 201326592; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 167772160;     // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 243269632; // int32 [T, kMoeScratchPerToken] routing scratch
   static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
-  static constexpr long long shared_gate_up = 163577856; // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
-  static constexpr long long shared_act = 188743680;  // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_gate_up = 205520896; // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
+  static constexpr long long shared_act = 230686720;  // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_out = 125829120;  // fp32 [T, kHiddenSize] shared experts' output
   static constexpr long long bytes = 960757760;       // for kMaxBatchedTokens tokens
 };
 
@@ -201,14 +202,15 @@ struct RefArena {
   static constexpr long long gate_up = 1342177280;    // fp32 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 1677721600;        // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 404021248;    // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 404070400; // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 445964288;    // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 446013440; // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 251658240;     // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 402653184; // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_scratch = 444596224; // int32 [T, kMoeScratchPerToken] routing scratch
   static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
   static constexpr long long shared_gate_up = 327155712; // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
-  static constexpr long long shared_act = 377487360;  // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_act = 419430400;  // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_out = 377487360;  // fp32 [T, kHiddenSize] shared experts' output
   static constexpr long long bytes = 1879572480;      // for kMaxBatchedTokens tokens
 };
 
@@ -286,13 +288,13 @@ void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, 
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
 void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_5120(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 

@@ -102,6 +102,11 @@ void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaSt
   kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
 }
 
+// mlp.shared_experts.down_proj: shared_out = shared_act[T, 40] · shared_down[48, 40]ᵀ   (fp32)   (added by the routed experts' sum)
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+}
+
 // mlp.gate: router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
   kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
@@ -122,19 +127,14 @@ void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int
   kiln::moe_gate_up_act<kMoeExpertsGateUpAct>(h, weight, ids, gate_up, act, scratch, tokens, stream);
 }
 
-// mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  kiln::moe_down_prefill<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, x, tokens, stream);
+// mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream) {
+  kiln::moe_down_prefill<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, shared, x, tokens, stream);
 }
 
-// mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, x, tokens, stream);
-}
-
-// mlp.shared_experts.down_proj: x += shared_act[T, 40] · shared_down[48, 40]ᵀ   (residual add fused)
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+// mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream) {
+  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, shared, x, tokens, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)

@@ -33,6 +33,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   bf16* moe_pairs = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_pairs); // [T, kMoeTokenDownWidth] chosen experts' down projections
   bf16* shared_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  float* shared_out = reinterpret_cast<float*>(ctx.arena + GpuArena::shared_out); // [T, kHiddenSize] shared experts' output
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
@@ -109,6 +110,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (24 features)
     silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
+    // shared_out = shared_act[T, 24] · shared_down[64, 24]ᵀ   (fp32)   (added by the routed experts' sum)
+    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
@@ -117,10 +120,8 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
     // (one fused kernel)
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
-    // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
-    // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
-    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, x, T);
+    // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
+    moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x, T, stream);
   }
 
   // ---- logits ----
@@ -156,6 +157,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   bf16* moe_pairs = reinterpret_cast<bf16*>(ctx.arena + GpuArena::moe_pairs); // [T, kMoeTokenDownWidth] chosen experts' down projections
   bf16* shared_gate_up = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   bf16* shared_act = reinterpret_cast<bf16*>(ctx.arena + GpuArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  float* shared_out = reinterpret_cast<float*>(ctx.arena + GpuArena::shared_out); // [T, kHiddenSize] shared experts' output
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
@@ -273,6 +275,9 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // shared_act = silu(gate) ⊙ up   (24 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);
     ctx.mark("silu_mul", OpReads::weights, 0);
+    // shared_out = shared_act[T, 24] · shared_down[64, 24]ᵀ   (fp32)   (added by the routed experts' sum)
+    linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, side);
+    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 64, 24));
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 8, 64));
@@ -284,13 +289,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     // (one fused kernel)
     moe_experts_gate_up_act_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     ctx.mark("moe_gate_up_act", OpReads::experts, 6144);
-    // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
+    ctx.join(side);   // mlp.experts (down_proj) reads what the side stream wrote
+    // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
+    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 3072);
-    ctx.join(side);   // mlp.shared_experts.down_proj reads what the side stream wrote
-    // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
-    linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
-    ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 64, 24));
   }
 
   // ---- logits ----

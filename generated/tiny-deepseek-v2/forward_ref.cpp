@@ -33,6 +33,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
   float* moe_act = reinterpret_cast<float*>(arena + RefArena::moe_act);   // [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
   float* shared_gate_up = reinterpret_cast<float*>(arena + RefArena::shared_gate_up); // [T, kSharedGateUpWidth] shared experts' gate | up
   float* shared_act = reinterpret_cast<float*>(arena + RefArena::shared_act); // [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  float* shared_out = reinterpret_cast<float*>(arena + RefArena::shared_out); // [T, kHiddenSize] shared experts' output
 
   // x = embed_tokens[token_ids]   (x: fp32 residual stream [T, 64])
   ref::embed(kEmbedTokens, step.token_ids.data(), w.embed_tokens, x, ctx.rank, T);
@@ -121,6 +122,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::linear(kLinearSharedGateUp, h, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (24 features)
     ref::silu_mul(kSiluMulSharedAct, shared_gate_up, shared_act, T);
+    // shared_out = shared_act[T, 24] · shared_down[64, 24]ᵀ   (fp32)   (added by the routed experts' sum)
+    ref::linear(kLinearSharedDown, shared_act, lw.shared_down, shared_out, T);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     ref::linear(kLinearRouter, h, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
@@ -129,10 +132,8 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     ref::moe_gate_up(kMoeExpertsGateUp, h, lw.experts_gate_up, topk_ids, moe_gate_up, T);
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
-    // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused)
-    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
-    // x += shared_act[T, 24] · shared_down[64, 24]ᵀ   (residual add fused)
-    ref::linear(kLinearSharedDown, shared_act, lw.shared_down, x, T);
+    // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
+    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, shared_out, x, T);
   }
 
   // ---- logits ----

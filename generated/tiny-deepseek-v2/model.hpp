@@ -114,6 +114,8 @@ constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize
 constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.shared_experts.act_fn
 constexpr shape::silu_mul kSiluMulSharedAct{.dim = kSharedIntermediateSize};
+// mlp.shared_experts.down_proj
+constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate (routing)
@@ -126,8 +128,6 @@ constexpr shape::moe_gate_up kMoeExpertsGateUp{.experts = kNumExperts, .top_k = 
 constexpr shape::silu_mul kSiluMulMoeAct{.dim = kMoeIntermediateSize};
 // mlp.experts (down_proj)
 constexpr shape::moe_down kMoeExpertsDown{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .hidden = kHiddenSize, .inter = kMoeIntermediateSize, .sms = kTargetSms};
-// mlp.shared_experts.down_proj
-constexpr shape::linear kLinearSharedDown{.n = kHiddenSize, .k = kSharedIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // norm
 constexpr shape::rmsnorm_rows kRmsnormRows64{.dim = kHiddenSize, .eps = kRmsNormEps};
 // lm_head
@@ -177,14 +177,15 @@ struct GpuArena {
   static constexpr long long gate_up = 0;             // bf16 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 360448;            // bf16 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 172032;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 175104;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 176128;       // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 319488;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // bf16 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
-  static constexpr long long moe_act = 98304;         // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 159744;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_act = 245760;        // bf16 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
+  static constexpr long long moe_scratch = 163840;    // int32 [T, kMoeScratchPerToken] routing scratch
   static constexpr long long moe_pairs = 0;           // bf16 [T, kMoeTokenDownWidth] chosen experts' down projections
-  static constexpr long long shared_gate_up = 135168; // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
-  static constexpr long long shared_act = 245760;     // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_gate_up = 282624; // bf16 [T, kSharedGateUpWidth] shared experts' gate | up
+  static constexpr long long shared_act = 307200;     // bf16 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_out = 98304;      // fp32 [T, kHiddenSize] shared experts' output
   static constexpr long long bytes = 499712;          // for kMaxBatchedTokens tokens
 };
 
@@ -201,14 +202,15 @@ struct RefArena {
   static constexpr long long gate_up = 0;             // fp32 [T, kGateUpWidth] dense MLP gate | up
   static constexpr long long act = 589824;            // fp32 [T, kIntermediateSize] dense MLP silu(gate) ⊙ up
   static constexpr long long router_logits = 0;       // fp32 [T, kNumExperts] router logits
-  static constexpr long long topk_ids = 356352;       // int32 [T, kNumExpertsPerTok] chosen experts
-  static constexpr long long topk_weights = 359424;   // fp32 [T, kNumExpertsPerTok] their weights
+  static constexpr long long topk_ids = 421888;       // int32 [T, kNumExpertsPerTok] chosen experts
+  static constexpr long long topk_weights = 424960;   // fp32 [T, kNumExpertsPerTok] their weights
   static constexpr long long moe_gate_up = 0;         // fp32 [T, kMoeTokenGateUpWidth] chosen experts' gate | up
   static constexpr long long moe_act = 196608;        // fp32 [T, kMoeTokenActWidth] chosen experts' silu(gate) ⊙ up
-  static constexpr long long moe_scratch = 344064;    // int32 [T, kMoeScratchPerToken] routing scratch
+  static constexpr long long moe_scratch = 409600;    // int32 [T, kMoeScratchPerToken] routing scratch
   static constexpr long long moe_pairs = 0;           // fp32 [T, kMoeTokenDownWidth] chosen experts' down projections
-  static constexpr long long shared_gate_up = 270336; // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
-  static constexpr long long shared_act = 319488;     // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_gate_up = 335872; // fp32 [T, kSharedGateUpWidth] shared experts' gate | up
+  static constexpr long long shared_act = 385024;     // fp32 [T, kSharedIntermediateSize] shared experts' silu(gate) ⊙ up
+  static constexpr long long shared_out = 270336;     // fp32 [T, kHiddenSize] shared experts' output
   static constexpr long long bytes = 933888;          // for kMaxBatchedTokens tokens
 };
 
@@ -286,13 +288,13 @@ void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, 
 void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
 void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
 void moe_experts_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 

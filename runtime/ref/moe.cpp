@@ -80,7 +80,7 @@ void moe_gate_up(const shape::moe_gate_up& s, const float* h, const float* w, co
 }
 
 void moe_down(const shape::moe_down& s, const float* act, const float* w, const int32_t* ids, const float* weights,
-              float* x, int64_t tokens) {
+              const float* shared, float* x, int64_t tokens) {
   const int64_t top_k = s.top_k, hidden = s.hidden, inter = s.inter;
   parallel_for(tokens * hidden, 64, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
@@ -96,6 +96,7 @@ void moe_down(const shape::moe_down& s, const float* act, const float* w, const 
         sum += weights[pair] * acc;
       }
       x[item] += static_cast<float>(sum);
+      if (shared != nullptr) x[item] += shared[item];
     }
   });
 }

@@ -22,8 +22,9 @@ void moe_route(const shape::moe_route& s, const float* logits, int32_t* ids, flo
 void moe_gate_up(const shape::moe_gate_up& s, const float* h, const float* w, const int32_t* ids, float* out,
                  int64_t tokens);
 
-// x[t] += Σ_j weights[t, j] · w[ids[t, j]] · act[t, j], w: [experts, hidden, inter].
+// x[t] += Σ_j weights[t, j] · w[ids[t, j]] · act[t, j], w: [experts, hidden, inter]; then x[t] +=
+// shared[t] where shared ([tokens, hidden]) is given.
 void moe_down(const shape::moe_down& s, const float* act, const float* w, const int32_t* ids, const float* weights,
-              float* x, int64_t tokens);
+              const float* shared, float* x, int64_t tokens);
 
 }  // namespace kiln::ref

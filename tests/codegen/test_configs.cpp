@@ -221,8 +221,9 @@ TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full
 
 // The ops beside the others at decode (Op::beside): a MoE layer forks the side stream for the
 // latent's projection (kv_a_proj_with_mqa) beside the query's and joins it before the MLA prep, then
-// forks again for the shared experts' gate | up and SwiGLU beside the routing and the routed experts
-// and joins before their down projection; nothing the other ops touch in between shares their bytes.
+// forks again for the shared experts (gate | up, SwiGLU, down into shared_out) beside the routing and
+// the routed experts' gate | up, and joins before the routed down projection, whose sum adds
+// shared_out; nothing the other ops touch in between shares their bytes.
 TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other ops at decode, in bytes of their own") {
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
   const Graph g = build_graph(spec);
@@ -235,8 +236,10 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
         "linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);", "linear_q_proj(h,",
         "ctx.join(side);", "mla_prep(", "side = ctx.fork(T);   // again",
         "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);",
-        "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);", "linear_router(h,", "moe_experts_down_decode(",
-        "ctx.join(side);", "linear_shared_down(shared_act,"}) {
+        "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);",
+        "linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, side);", "linear_router(h,",
+        "moe_experts_gate_up_act_decode(", "ctx.join(side);",
+        "moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x,"}) {
     INFO(line);
     REQUIRE(at != std::string::npos);
     at = forward.find(line, at);
@@ -256,7 +259,7 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
   const std::vector<std::string> routed = {"router_logits", "topk_ids",  "topk_weights", "moe_gate_up",
                                            "moe_act",       "moe_scratch", "moe_pairs"};
   for (const auto& [side, others] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"kv_a", {"q"}}, {"shared_gate_up", routed}, {"shared_act", routed}}) {
+           {"kv_a", {"q"}}, {"shared_gate_up", routed}, {"shared_act", routed}, {"shared_out", routed}}) {
     for (const std::string& other : others) {
       INFO(side << " and " << other);
       const auto [a0, a1] = bytes(side);
@@ -267,7 +270,9 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
 
   spec.ranks = 2;  // tensor parallelism: the shared experts' share first, all on one stream
   const Graph rank = build_graph(spec);
-  CHECK(emit_forward_cu(spec, rank).find("ctx.fork(") == std::string::npos);
+  const std::string rank_forward = emit_forward_cu(spec, rank);
+  CHECK(rank_forward.find("ctx.fork(") == std::string::npos);
+  CHECK(rank_forward.find("shared_out") == std::string::npos);  // the shared share goes into x, then the all-reduce
   CHECK(emit_model_cpp(spec, rank).find("decode_side_stream") == std::string::npos);
 }
 

@@ -568,8 +568,8 @@ void bench_moe_prefill(int tokens) {
               kExperts, kTopK, kHidden, kInter, tokens, act_us, up_flop / act_us / 1e6, parts_us);
   std::fflush(stdout);
   const double down_us = median_us([&](int) {
-    moe_down_prefill<D>(as_bf16(act), as_bf16(down), d_ids.get(), weights.get(), scratch.get(), as_bf16_mut(pair_out), x.get(),
-                        tokens, nullptr);
+    moe_down_prefill<D>(as_bf16(act), as_bf16(down), d_ids.get(), weights.get(), scratch.get(), as_bf16_mut(pair_out), nullptr,
+                        x.get(), tokens, nullptr);
   });
   using DownP = detail::MoeDownPairsGemm<kExperts, kTopK, kHidden, kInter>;
   const double down_mma_us = median_us([&](int) {

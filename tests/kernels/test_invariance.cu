@@ -221,7 +221,7 @@ void moe_prefill_invariance() {
     kiln::moe_gate_up_prefill<G>(as_bf16(d_h), as_bf16(gate_up.device), d_ids.get(), as_bf16_mut(d_out), d_scratch.get(),
                                  tokens, nullptr);
     kiln::moe_down_prefill<D>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
-                              as_bf16_mut(d_pairs), d_x.get(), tokens, nullptr);
+                              as_bf16_mut(d_pairs), nullptr, d_x.get(), tokens, nullptr);
     check_launch("moe prefill");
     return std::tuple{d_out.download(), d_act_out.download(), d_x.download()};
   };

@@ -147,9 +147,9 @@ void experts(const float* logits, int* ids, float* weights, const bf16* h, const
   kiln::moe_gate_up_act<shape::moe_gate_up_act{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>(h, w, ids, out, out,
                                                                                                  scratch, 7, s);
   kiln::moe_down<shape::moe_down{.experts = 64, .top_k = 6, .hidden = 2048, .inter = 1408, .sms = 132}>(h, w, ids, weights, scratch,
-                                                                                          out, x, 7, s);
+                                                                                          out, x, x, 7, s);
   kiln::moe_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>(h, w, ids, weights, scratch, out,
-                                                                                     x, 7, s);
+                                                                                     nullptr, x, 7, s);
 }
 }  // namespace probe
 )";

@@ -14,8 +14,10 @@ namespace {
 
 // other_ranks: ids of experts past the first half become -1, as moe_route gives them on a rank
 // holding the first half.
+// with_shared: each run once more with the shared experts' output given, which must come out as the
+// run without it plus that output, in one more fp32 addition (bit for bit).
 template <shape::moe_down S>
-void check_down(const std::vector<int>& token_counts, bool other_ranks = false) {
+void check_down(const std::vector<int>& token_counts, bool other_ranks = false, bool with_shared = false) {
   constexpr shape::moe_gate_up kBuckets{.experts = S.experts, .top_k = S.top_k, .hidden = S.hidden, .inter = S.inter, .sms = S.sms};
   std::mt19937 rng(28000 + S.experts * S.hidden + S.inter);
   ExpertTensor down(S.experts, static_cast<size_t>(S.hidden) * S.inter, rng, 1.0f / std::sqrt(float(S.inter)));
@@ -40,24 +42,33 @@ void check_down(const std::vector<int>& token_counts, bool other_ranks = false) 
     DeviceBuffer<uint16_t> d_pairs(static_cast<size_t>(tokens) * moe_down_pair_values_per_token<S>());
     std::vector<float> ref = x0;
     const auto mapped = down.reference_ids(ids);
-    ref::moe_down(S, bf16_to_f32(act).data(), down.distinct_f.data(), mapped.data(), weights.data(), ref.data(), tokens);
+    ref::moe_down(S, bf16_to_f32(act).data(), down.distinct_f.data(), mapped.data(), weights.data(), nullptr, ref.data(),
+                  tokens);
+    const auto shared = random_f32(x0.size(), rng);
+    DeviceBuffer<float> d_shared(shared);
     std::vector<float> ref_added(x0.size());
     for (size_t i = 0; i < x0.size(); ++i) ref_added[i] = ref[i] - x0[i];
     for (const bool prefill : {false, true}) {
       DeviceBuffer<float> d_x(x0);
       d_scratch.poison();
       d_pairs.poison();  // rows of pairs another rank computes stay poison: never read
+      auto down_into = [&](DeviceBuffer<float>& x, const float* add) {
+        if (prefill) {
+          kiln::moe_down_prefill<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
+                                    as_bf16_mut(d_pairs), add, x.get(), tokens, nullptr);
+        } else {
+          kiln::moe_down<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
+                            as_bf16_mut(d_pairs), add, x.get(), tokens, nullptr);
+        }
+      };
       if (prefill) {
         kiln::moe_gate_up_prefill<kBuckets>(as_bf16(d_h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(d_gate_up_out),
                                             d_scratch.get(), tokens, nullptr);
-        kiln::moe_down_prefill<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
-                                  as_bf16_mut(d_pairs), d_x.get(), tokens, nullptr);
       } else {
         kiln::moe_gate_up<kBuckets>(as_bf16(d_h), as_bf16(gate_up), d_ids.get(), as_bf16_mut(d_gate_up_out),
                                     d_scratch.get(), tokens, nullptr);
-        kiln::moe_down<S>(as_bf16(d_act), as_bf16(down.device), d_ids.get(), d_weights.get(), d_scratch.get(),
-                          as_bf16_mut(d_pairs), d_x.get(), tokens, nullptr);
       }
+      down_into(d_x, nullptr);
       const std::string what = std::string(prefill ? "moe_down_prefill" : "moe_down") + " experts " +
                                std::to_string(S.experts) + "/" + std::to_string(S.top_k) + " " + std::to_string(S.hidden) +
                                "x" + std::to_string(S.inter) + " tokens " + std::to_string(tokens) +
@@ -68,10 +79,20 @@ void check_down(const std::vector<int>& token_counts, bool other_ranks = false) 
       for (size_t i = 0; i < x0.size(); ++i) got_added[i] = got[i] - x0[i];
       // Each pair's output is rounded to bf16 before it is weighted (as HF does).
       check_close(what + " (the added part)", ref_added, got_added, kBf16Limit);
+      if (with_shared) {
+        DeviceBuffer<float> d_x_shared(x0);
+        down_into(d_x_shared, d_shared.get());
+        check_launch(what + ", shared experts' output given");
+        const auto got_shared = d_x_shared.download();
+        size_t differ = 0;
+        for (size_t i = 0; i < x0.size(); ++i) differ += got_shared[i] != got[i] + shared[i];
+        INFO(what << ", shared experts' output given");
+        CHECK(differ == 0);
+      }
     }
   }
-  kiln::moe_down<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
-  kiln::moe_down_prefill<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  kiln::moe_down<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+  kiln::moe_down_prefill<S>(nullptr, as_bf16(down.device), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
   check_launch("moe_down, 0 tokens");
 }
 
@@ -96,6 +117,11 @@ TEST_CASE("moe_down adds each token's weighted expert outputs", "[moe_down]") {
   check_down<tiny_ds::kMoeExpertsDown>({1, 4, 64, 65, 300});
   check_down<tiny_ds_lite::kMoeExpertsDown>({1, 4, 64, 65, 300});
   check_down<shape::moe_down{.experts = 5, .top_k = 2, .hidden = 36, .inter = 10, .sms = 132}>({1, 65});  // 2-element rows
+}
+
+TEST_CASE("moe_down adds the shared experts' output after the routed experts' sum", "[moe_down]") {
+  if (!quick_run()) check_down<dsv2lite::kMoeExpertsDown>({1, 64, 300}, false, true);  // (as above)
+  check_down<tiny_ds::kMoeExpertsDown>({1, 65}, false, true);
 }
 
 TEST_CASE("moe_down adds nothing for pairs routed to another rank's experts", "[moe_down]") {

@@ -152,7 +152,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
+    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, nullptr, x, T);
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
     ref::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }

@@ -150,7 +150,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // (one fused kernel)
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
+    moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, nullptr, x, T, stream);
     // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T);
   }
@@ -353,7 +353,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_experts_gate_up_act_decode(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
     ctx.mark("moe_gate_up_act", OpReads::experts, 31457280);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, x, T, stream);
+    moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, nullptr, x, T, stream);
     ctx.mark("moe_down", OpReads::experts, 15728640);
     // x = Σ over the 8 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
     cuda::all_reduce<kAllReduceXWarmNextKvAProjWithMqa>(ctx, x, T, layer + 1 < kNumLayers ? static_cast<const bf16*>(w.layers[layer + 1].kv_a_proj_with_mqa.data) : nullptr);

@@ -154,13 +154,13 @@ void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int
 }
 
 // mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  kiln::moe_down_prefill<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, x, tokens, stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream) {
+  kiln::moe_down_prefill<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, shared, x, tokens, stream);
 }
 
 // mlp.experts (down_proj): x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream) {
-  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, x, tokens, stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream) {
+  kiln::moe_down<kMoeExpertsDown>(act, weight, ids, weights, scratch, pairs, shared, x, tokens, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)

@@ -314,8 +314,8 @@ void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens
 void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 void moe_experts_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
 void moe_experts_gate_up_act_decode(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);
-void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
-void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_prefill(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
+void moe_experts_down_decode(const bf16* act, const bf16* weight, const int* ids, const float* weights, const int* scratch, bf16* pairs, const float* shared, float* x, int tokens, cudaStream_t stream);
 void rmsnorm_rows_5120(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
 void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
 

@@ -161,7 +161,7 @@ void forward_ref(const Weights<float>& w, const StepBatch& step, const RefContex
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
     ref::silu_mul(kSiluMulMoeAct, moe_gate_up, moe_act, T * kNumExpertsPerTok);
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j]   (residual add fused; this rank's experts)
-    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, x, T);
+    ref::moe_down(kMoeExpertsDown, moe_act, lw.experts_down, topk_ids, topk_weights, nullptr, x, T);
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual; each rank's experts and shared share)
     ref::all_reduce<kAllReduceX>(ctx, x, T);
   }
