@@ -205,7 +205,9 @@ void check_op(const Graph& g, const Op& op) {
     if (it == r.args.end()) fail(where, " binds '", name, "', which its record does not have");
     if (is_buffer(it->source)) {
       if (value != "logits") g.buffer(value);  // throws when absent; logits is the caller's output
-      if (it->source == ArgSource::in_opt && g.buffer(value).elem != Elem::f32) fail(where, " binds '", name, "' to ", value, ", not fp32");
+      if (it->source == ArgSource::in_opt && g.buffer(value).elem != Elem::f32) {
+        fail(where, " binds '", name, "' to ", value, ", which is not fp32 (in_opt arguments are)");
+      }
     } else if (is_weight(it->source) || it->source == ArgSource::fp8) {
       if (std::none_of(g.weights.begin(), g.weights.end(), [&](const WeightDecl& w) { return w.field == value; })) {
         fail(where, " binds '", name, "' to unknown weight ", value);
