@@ -80,8 +80,6 @@ TEST_CASE("moe_gate_up multiplies each token by its chosen experts; moe_gate_up_
   check_gate_up<dsv2lite::kMoeExpertsGateUp>(dsv2lite_tokens);
   if (!quick_run()) {
     check_gate_up<shape::moe_gate_up{.experts = 160, .top_k = 6, .hidden = 5120, .inter = 1536, .sms = 132}>({1, 64});  // DeepSeek-V2
-  }
-  if (!quick_run()) {
     // The streaming kernel's other column splits (moe_stream_splits), from more SMs than 132: 4 at 300, 8 at 1,000.
     constexpr shape::moe_gate_up kLite = dsv2lite::kMoeExpertsGateUp;
     static_assert(detail::moe_stream_splits(2 * kLite.inter, kLite.hidden, kLite.top_k, kLite.experts, kLite.sms) == 2);
