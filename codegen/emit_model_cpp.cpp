@@ -170,6 +170,7 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
     // templates/mla_attention_expanded.cuh's MlaExpanded
     field("gpu_mla_expanded_bytes", "kMlaExpandedKeys * kMlaExpandedValuesPerKey * int64_t{2}");
   }
+  if (g.decode_gemm_past_pass) field("decode_gemm_above", "kDecodeGemmAbove");
   c.dedent();
   c.line("},");
   c.line("&kWeights,");

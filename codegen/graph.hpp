@@ -134,6 +134,12 @@ struct WeightDecl {
 
 struct Graph {
   bool latent_kv = false;  // the KV cache holds MLA latents (one row per token) instead of k and v
+  // Decode steps of more rows than one GEMV pass (kDecodeGemmAbove: kGemvPassTokens) may run each
+  // bf16 projection on cuBLASLt, as the prefill does, reading its weight once a step instead of once
+  // a pass (cuda::decode_on_gemm decides per step; --batch-invariant keeps the GEMV). Such a step's
+  // sums then take another order than a sequence alone: up to one pass they never do. Builds of
+  // max_batch past one pass on one GPU; a tensor-parallel rank's projections keep the GEMV.
+  bool decode_gemm_past_pass = false;
   std::vector<Constant> constants;
   std::vector<Buffer> buffers;
   std::vector<Op> prologue;              // before the layers (embedding)

@@ -173,6 +173,11 @@ void define_decode_attention_constants(const ModelSpec& s, Graph& g, const std::
 // The decode scratch: the attention's partials and the wide GEMV's partial sums
 // (templates/gemv_plan.hpp) take it in turn.
 void define_decode_scratch(const ModelSpec& s, Graph& g) {
+  if (g.decode_gemm_past_pass) {
+    g.define("kDecodeGemmAbove", kGemvPassTokens,
+             "decode steps of more rows may run the bf16 projections on cuBLASLt (one GEMV pass: kGemvPassTokens; "
+             "Graph::decode_gemm_past_pass)");
+  }
   int64_t linear = 0;
   for (const Op* op : g.all_ops()) {
     if (op->kind != OpKind::linear) continue;
@@ -428,6 +433,7 @@ Graph build_graph(const ModelSpec& spec) {
   } else {
     build_dense(spec, g);
   }
+  g.decode_gemm_past_pass = spec.ranks == 1 && spec.build.max_batch > kGemvPassTokens;
   bind_warm_weights(g);
   fuse(g);
   check_bindings(g);

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "runtime/cuda/check.hpp"
@@ -56,6 +57,9 @@ struct CudaContext {
   // prefills MLA absorbed, or has none).
   __nv_bfloat16* mla_expanded = nullptr;
   unsigned char* expert_usage = nullptr;  // null, or [num_layers][num_routed_experts] flags (--profile; mapped host memory)
+  // Decode steps of more rows than this run their bf16 projections on cuBLASLt, where the build
+  // has that branch (cuda::decode_on_gemm; ModelInfo::decode_gemm_above); INT_MAX: never.
+  int decode_gemm_above = INT_MAX;
   cudaStream_t stream = nullptr;
   int rank = 0;                     // tensor-parallel rank (0 without tensor parallelism)
   Collective* collective = nullptr; // NCCL sums and gathers of the ranks; null without tensor parallelism

@@ -50,6 +50,16 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16
   ctx.gemm->run(in, weight, out, tokens, S.n, S.k, S.out, ctx.stream);
 }
 
+// Whether a decode step of `tokens` rows runs a projection on cuBLASLt rather than our GEMV (the
+// generated decode asks where the build decodes more than one GEMV pass: codegen's
+// Graph::decode_gemm_past_pass). The GEMV reads the weight once per kGemvPassTokens tokens and
+// keeps a sequence's sums in the same order at any batch; cuBLASLt reads it once a step, its sums
+// in an order of its own: past ctx.decode_gemm_above rows (--batch-invariant: never), for bf16
+// matrices (a quantized one would first be expanded to bf16 in full each step).
+inline bool decode_on_gemm(const CudaContext& ctx, GpuMatrix weight, int tokens) {
+  return tokens > ctx.decode_gemm_above && weight.format == MatrixFormat::bf16 && weight.split == 0;
+}
+
 // Where the prefill multiplies `weight` in FP8 (an FP8 matrix, and the step's buffers hold FP8
 // inputs): those inputs' rows, which the op before the projection may write in place of its bf16
 // rows (codegen/fuse.cpp pairs them); empty otherwise. For a projection of fp8_gemm_shape only.

@@ -176,6 +176,9 @@ struct ModelInfo {
   int32_t step_sync_words = 0;
   // CUDA MLA prefill's expanded keys and values (templates/mla_attention_expanded.cuh; 0: none).
   int64_t gpu_mla_expanded_bytes = 0;
+  // Decode steps of more sequences than this may run the bf16 projections on cuBLASLt
+  // (cuda::decode_on_gemm: one GEMV pass); 0: the build's max_batch is within one pass.
+  int32_t decode_gemm_above = 0;
 };
 
 // ---- backends ----

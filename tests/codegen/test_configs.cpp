@@ -276,6 +276,45 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
   CHECK(emit_model_cpp(spec, rank).find("decode_side_stream") == std::string::npos);
 }
 
+// Graph::decode_gemm_past_pass: builds that decode more than one GEMV pass (max_batch > 64) ask
+// cuda::decode_on_gemm before each projection of a decode step whether it runs the prefill's
+// cuBLASLt call; the shipped configs (max_batch 64) and a tensor-parallel rank never do.
+TEST_CASE("Builds of max_batch past one GEMV pass take cuBLASLt for the projections of larger decode steps") {
+  struct Expect {
+    const char* config;
+    std::vector<std::string> lines;  // in forward_decode
+  };
+  const std::vector<Expect> cases = {
+      {"deepseek-v2-lite.yaml",
+       {"if (cuda::decode_on_gemm(ctx, lw.q_proj, T)) {", "  cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);",
+        "} else {", "  linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);",
+        "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {", "  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);"}},
+      {"llama-3.1-8b.yaml",
+       {"if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {", "if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {",
+        "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {"}},
+  };
+  for (const Expect& c : cases) {
+    INFO(c.config);
+    ModelSpec spec = load_config(kConfigs + c.config);
+    const std::string shipped = emit_forward_cu(spec, build_graph(spec));
+    CHECK(shipped.find("decode_on_gemm") == std::string::npos);
+    spec.build.max_batch = 256;
+    const Graph g = build_graph(spec);
+    const std::string forward = emit_forward_cu(spec, g);
+    const size_t decode = forward.find("void forward_decode(");
+    REQUIRE(decode != std::string::npos);
+    for (const std::string& line : c.lines) {
+      INFO(line);
+      CHECK(forward.find(line, decode) != std::string::npos);
+    }
+    CHECK(forward.substr(0, decode).find("decode_on_gemm") == std::string::npos);  // the prefill is cuBLASLt already
+    CHECK(emit_model_hpp(spec, g).find("constexpr int kDecodeGemmAbove = 64;") != std::string::npos);
+    CHECK(emit_model_cpp(spec, g).find(".decode_gemm_above = kDecodeGemmAbove,") != std::string::npos);
+    spec.ranks = 2;  // a rank's projections keep the GEMV
+    CHECK(emit_forward_cu(spec, build_graph(spec)).find("decode_on_gemm") == std::string::npos);
+  }
+}
+
 TEST_CASE("build.jit_ptx: the model's CMakeLists adds PTX for newer GPUs unless the config turns it off") {
   ModelSpec spec = load_config(kConfigs + "tiny-llama.yaml");
   REQUIRE_FALSE(spec.build.jit_ptx);
