@@ -97,6 +97,7 @@ void load_backend(ModelSetup& s, const ModelDef& model, const CliOptions& o) {
   WeightOrigin origin{s.source.get(), o.random_weights.value_or(0)};
   BackendOptions options{o.kv_pages, o.gpu_mem_util, o.cuda_graphs, o.profile, o.megakernel, o.l2_warm, o.pdl};
   options.quantize = o.quantize == "fp8" ? Quantize::fp8 : Quantize::none;
+  options.batch_invariant = o.batch_invariant;
   options.swap_space_bytes = o.swap_space_gib >= 0 ? static_cast<int64_t>(o.swap_space_gib * (1 << 30))
                                                   : std::min<int64_t>(int64_t{4} << 30, host_memory_available() / 4);
   const bool gpu = o.backend == "cuda" || (o.backend == "auto" && cuda_available());

@@ -194,6 +194,10 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   app.add_flag("--l2-warm,!--no-l2-warm", o.l2_warm,
                "tensor parallelism: warm the next projection's weight in L2 during each decode all-reduce (off by "
                "default: on two H200s it made a Llama-3.1-8B decode step 1.5x slower; to measure it)");
+  app.add_flag("--batch-invariant", o.batch_invariant,
+               "a request's tokens the same whatever shares its decode steps, at any batch: steps of more than 64 "
+               "sequences keep the GEMV (slower there) instead of cuBLASLt (builds of build.max_batch up to 64 never "
+               "leave it; the CPU backends are invariant anyway)");
   app.add_flag("!--no-pdl", o.pdl,
                "launch each kernel plainly, after the one before has ended, instead of as a programmatic "
                "dependent that starts during its last blocks (to measure what that buys)");
@@ -264,6 +268,13 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
   if (o.top_p && !(*o.top_p > 0.0f && *o.top_p <= 1.0f)) fail("--top-p ", *o.top_p, " is out of range; expected (0, 1]");
   if (o.min_p && !(*o.min_p >= 0.0f && *o.min_p < 1.0f)) fail("--min-p ", *o.min_p, " is out of range; expected [0, 1)");
   if (o.repetition_penalty && !(*o.repetition_penalty > 0.0f)) fail("--repeat-penalty ", *o.repetition_penalty, " is out of range; expected > 0");
+  // DeepSeek-V2's routed experts take the prefill's grouped GEMM past one GEMV pass whatever the flag.
+  const int32_t max_batch = o.max_batch > 0 ? o.max_batch : m.max_batch;
+  if (o.batch_invariant && m.num_routed_experts > 0 && m.decode_gemm_above > 0 && max_batch > m.decode_gemm_above) {
+    fail("--batch-invariant: ", m.name, " decodes up to ", max_batch, " sequences a step, and past ",
+         m.decode_gemm_above, " its routed experts run a grouped GEMM whose sums take another order; add --max-batch ",
+         m.decode_gemm_above);
+  }
   if (!o.dump_logits.empty() && !o.prompts_file.empty()) fail("--dump-logits takes a single prompt, not --prompts-file");
   if (run && !o.system.empty() && o.chat.empty() && o.prompts_file.empty()) fail("--system goes with --chat");
   if (o.api_key.empty()) {

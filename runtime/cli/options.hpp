@@ -60,6 +60,7 @@ struct CliOptions {
   bool megakernel = false;    // --megakernel: small decode steps in the model's whole-step kernel
   bool l2_warm = false;       // --l2-warm: tensor-parallel decode all-reduces warm the next weight in L2
   bool pdl = true;            // --no-pdl: kernels launch plainly, not as programmatic dependents
+  bool batch_invariant = false;  // --batch-invariant: decode steps past one GEMV pass keep the GEMV
   bool profile = false;
   std::string quantize = "none";  // --quantize: none, or fp8 (every matrix in FP8 at load)
 

@@ -80,11 +80,13 @@ struct CudaContext {
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
   float* side_scratch = nullptr;
 
-  // Up to this many tokens the side ops run on the side stream; above (builds of larger batches,
-  // not measured) on the stream. DeepSeek-V2-Lite on an H200, bench/RESULTS.md: its shared experts
-  // beside the routed ones, batch 1 -2.7%, batch 8 -2.5% (2026-12-03); with kv_a_proj_with_mqa
-  // beside q_proj too, batch 64 11.17 -> 11.01 ms, the same tokens (2026-12-04; the shared
-  // experts alone there, in a hand-made prototype, had measured +1.6%).
+  // Up to this many tokens the side ops run on the side stream; above (builds of larger batches)
+  // on the stream: there the bf16 projections run on cuBLASLt (cuda::decode_on_gemm) unless
+  // --batch-invariant, each filling the GPU (a side stream past 64 tokens was never measured).
+  // DeepSeek-V2-Lite on an H200, bench/RESULTS.md: its shared experts beside the routed ones,
+  // batch 1 -2.7%, batch 8 -2.5% (2026-12-03); with kv_a_proj_with_mqa beside q_proj too, batch
+  // 64 11.17 -> 11.01 ms, the same tokens (2026-12-04; the shared experts alone there, in a
+  // hand-made prototype, had measured +1.6%).
   static constexpr int kSideMaxTokens = 64;
 
   // The stream the side ops of a step of `tokens` tokens run on: the side stream, which waits here

@@ -39,6 +39,10 @@ struct BackendOptions {
   // (templates/decode_step.cuh) when it has one. Off by default: on an H100 it is ahead of the
   // per-op path on the smallest models only (bench/RESULTS.md, 2026-11-23).
   bool megakernel = false;
+  // --batch-invariant: decode steps of more sequences than one GEMV pass keep the GEMV, whose
+  // sums for a sequence do not depend on the batch, instead of the bf16 projections' cuBLASLt
+  // GEMM (ModelInfo::decode_gemm_above); builds of max_batch up to one pass never leave the GEMV.
+  bool batch_invariant = false;
   // Tensor parallelism: each decode all-reduce warms the next projection's weight in L2 while the
   // ranks exchange (ops.def all_reduce's `warm`). Off unless --l2-warm: on two H200s the warm made a
   // Llama-3.1-8B decode step 4.46 ms where it takes 2.89 without (bench/RESULTS.md, 2026-11-27).

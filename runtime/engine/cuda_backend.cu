@@ -263,6 +263,7 @@ class CudaBackend final : public Backend {
     ctx_.fp8_input_scales = fp8_input_scales_.bytes() > 0 ? fp8_input_scales_.get<float>() : nullptr;
     ctx_.expert_usage = usage_ ? usage_->get<unsigned char>() : nullptr;
     ctx_.stream = stream_;
+    ctx_.decode_gemm_above = options.batch_invariant || m.decode_gemm_above == 0 ? INT_MAX : m.decode_gemm_above;
     ctx_.rank = options.rank;
     ctx_.collective = options.collective;
     if (options.l2_warm) {

@@ -39,6 +39,20 @@ TEST_CASE("greedy generation with JSON output") {
   CHECK(j["backend"] == "ref");
 }
 
+// --batch-invariant changes what the GPU's steps past 64 sequences run; the CPU backends' sums never
+// depend on the batch, so there the flag is accepted and the tokens are the same.
+TEST_CASE("the --batch-invariant flag is accepted and changes nothing on the CPU backends") {
+  const std::string args = "--prompt-ids 5,6,7 --max-tokens 4 --temperature 0 --output-format json";
+  const CommandResult plain = run(args), invariant = run(args + " --batch-invariant");
+  INFO(plain.output << invariant.output);
+  REQUIRE(plain.exit_code == 0);
+  REQUIRE(invariant.exit_code == 0);
+  const auto ids = [](const CommandResult& r) {
+    return nlohmann::json::parse(r.output.substr(r.output.find('{')))["requests"][0]["output_ids"];
+  };
+  CHECK(ids(plain) == ids(invariant));
+}
+
 TEST_CASE("a prompt longer than the model's max context is rejected for that request") {
   std::string ids = "1";
   for (int i = 0; i < 600; ++i) ids += ",1";  // tiny-llama: max_context 512
