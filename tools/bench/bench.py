@@ -84,18 +84,33 @@ def run_kiln(model, ids, bin_dir, profile=True, extra_args=()):
     return best
 
 
-def run_kiln_batch(model, ids, batch, bin_dir, extra_args=()):
-    """ms per decode step with `batch` such requests in one --prompts-file (each its own prompt)."""
+def run_kiln_batch(model, ids, batch, bin_dir, extra_args=(), profile=False):
+    """ms per decode step with `batch` such requests in one --prompts-file (each its own prompt), best
+    of two runs; with `profile`, also the bytes a step read (weights + KV cache) from a --profile run
+    (MoE models count the distinct experts read only then): (ms, bytes or None)."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for i in range(batch):
             f.write(json.dumps({"prompt_ids": [(t + 7 * i) % 1000 + 3 for t in ids], "max_tokens": NEW}) + "\n")
     cmd = [os.path.join(bin_dir, model), "--random-weights", "1", "--backend", "cuda", "--temperature", "0",
            "--ignore-eos", "--output-format", "json", "--prompts-file", f.name, *extra_args]
+
+    def run(extra):
+        return json.loads(subprocess.run(cmd + extra, check=True, capture_output=True, text=True).stdout)
+
     try:
-        runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout) for _ in range(2)]
+        ms = min(run([])["timings"]["decode_ms_per_step"] for _ in range(2))
+        step_bytes = run(["--profile"])["decode_bytes_per_step"]["total"] if profile else None
     finally:
         os.unlink(f.name)
-    return min(r["timings"]["decode_ms_per_step"] for r in runs)
+    return ms, step_bytes
+
+
+def batch_roofline_ms(step_bytes, token_weight_bytes, batch, bw, rate):
+    """A batched decode step's roofline: max(bytes read / copy bandwidth, FLOPs / bf16 matmul rate),
+    the FLOPs 2 × the parameters a token multiplies (a bf16 batch-1 step's weight bytes / 2: MoE
+    models' active ones) × batch. Attention's FLOPs are left out: at these contexts (32 + 128
+    tokens) under 1% of the dense models' and ~3% of DeepSeek-V2's absorbed MLA."""
+    return 1e3 * max(step_bytes / bw, token_weight_bytes * batch / rate)
 
 
 @torch.no_grad()
@@ -174,7 +189,11 @@ def main():
                     help="options of baseline runs, e.g. '' (with --bin-dir's binaries when no --baseline-bin-dir "
                          "is given: the same build measured two ways)")
     ap.add_argument("--batches", default="",
-                    help="also decode this many requests at once (comma list, e.g. 8,64): ms per step")
+                    help="also decode this many requests at once (comma list, e.g. 8,64,256): ms per step and "
+                         "× its roofline (batch_roofline_ms)")
+    ap.add_argument("--batch-bin-dir",
+                    help="binaries the --batches runs use, named as the models (e.g. builds of build.max_batch "
+                         "256; default: --bin-dir)")
     ap.add_argument("--gpt-fast", default=os.environ.get("KILN_GPT_FAST"),
                     help="directory with gpt-fast's model.py: a gpt-fast column (default $KILN_GPT_FAST)")
     ap.add_argument("--llama-cpp", default=os.environ.get("KILN_LLAMA_CPP"),
@@ -201,13 +220,17 @@ def main():
              "",
              "| model | kiln ms/token | floor ms (bytes/step) | % of bandwidth | kiln prefill 32 tok (ms) | HF ms/token | kiln vs HF |"
              + (" baseline ms/token | change |" if args.baseline_bin_dir else "")
-             + "".join(f" b{b} ms/step |" + (f" baseline b{b} |" if args.baseline_bin_dir else "") for b in batches)
+             + "".join(f" b{b} ms/step (× roofline) |" + (f" baseline b{b} |" if args.baseline_bin_dir else "")
+                     for b in batches)
              + "".join(f" {c} ms/token |" for c in peer_cols),
              "|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline_bin_dir else "")
              + "---|" * (len(batches) * (2 if args.baseline_bin_dir else 1)) + "---|" * len(peer_cols)]
     lines.insert(1, f"kiln: {args.bin_dir} {args.kiln_args}".rstrip())
+    if batches:
+        lines.insert(2, f"batches: {args.batch_bin_dir or args.bin_dir}; roofline = max(bytes a step / copy "
+                        "bandwidth, 2 × a token's parameters × batch / matmul rate), attention's FLOPs left out")
     if args.baseline_bin_dir:
-        lines.insert(2, f"baseline: {args.baseline_bin_dir} {args.baseline_args or ''}".rstrip())
+        lines.insert(2 + bool(batches), f"baseline: {args.baseline_bin_dir} {args.baseline_args or ''}".rstrip())
     print(lines[0], flush=True)
     gen = torch.Generator().manual_seed(5)
     if args.llama_cpp:
@@ -233,9 +256,11 @@ def main():
             base = base["timings"]["decode_ms_per_step"]
             line += f" {base:.3f} | {100 * (ms - base) / base:+.1f}% |"
         for b in batches:
-            line += f" {run_kiln_batch(m, ids, b, args.bin_dir, kiln_args):.3f} |"
+            b_ms, b_bytes = run_kiln_batch(m, ids, b, args.batch_bin_dir or args.bin_dir, kiln_args, profile=True)
+            roof = batch_roofline_ms(b_bytes, r["decode_bytes_per_step"]["weights"], b, bw, rate)
+            line += f" {b_ms:.3f} ({b_ms / roof:.2f}×) |"
             if args.baseline_bin_dir:
-                line += f" {run_kiln_batch(m, ids, b, args.baseline_bin_dir, base_args):.3f} |"
+                line += f" {run_kiln_batch(m, ids, b, args.baseline_bin_dir, base_args)[0]:.3f} |"
         cells, why = peer_cells(m, ids, args, quants) if peer_cols else ({}, [])
         notes += why
         line += "".join(" — |" if cells[c] is None else f" {cells[c]:.3f} |" for c in peer_cols)
