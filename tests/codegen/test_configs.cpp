@@ -307,6 +307,7 @@ TEST_CASE("Builds of max_batch past one GEMV pass take cuBLASLt for the projecti
       INFO(line);
       CHECK(forward.find(line, decode) != std::string::npos);
     }
+    REQUIRE(forward.find("void forward_prefill(") < decode);
     CHECK(forward.substr(0, decode).find("decode_on_gemm") == std::string::npos);  // the prefill is cuBLASLt already
     CHECK(emit_model_hpp(spec, g).find("constexpr int kDecodeGemmAbove = 64;") != std::string::npos);
     CHECK(emit_model_cpp(spec, g).find(".decode_gemm_above = kDecodeGemmAbove,") != std::string::npos);
