@@ -198,7 +198,8 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
             if (a->source == ArgSource::matrix) weight = host.back();
           }
           const CallSpec& gemm = op.record().call(Phase::prefill);
-          if (gemm.how != CallHow::host || weight.empty()) fail("internal: linear's prefill call is not cuBLASLt's");
+          if (gemm.how != CallHow::host) fail("internal: linear's prefill call is not cuBLASLt's");
+          if (weight.empty()) fail("internal: linear's prefill call takes no matrix argument");
           const std::string gemm_call = gemm.function + "<" + shape_constant(op) + ">(" + join(host) + ");";
           return {"if (cuda::decode_on_gemm(ctx, " + weight + ", " + op.rows + ")) {", std::string(2, ' ') + gemm_call,
                   "} else {", std::string(2, ' ') + kernel, "}"};
