@@ -92,7 +92,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_144_decode(x, lw.input_layernorm, h, T, stream);
     ctx.mark("input_layernorm", OpReads::weights, 288);
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    if (cuda::decode_on_gemm(ctx, lw.qkv_proj, T)) {
+      cuda::linear<kLinearQkvProj>(ctx, h, Fp8Rows{}, lw.qkv_proj, qkv, T);
+    } else {
+      linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    }
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 240, 144));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000)
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 16, pages of 16 tokens)
@@ -101,7 +105,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     prep_attention(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {
+      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
+    } else {
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    }
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 144, 144));
 
     // MLP (SwiGLU)
@@ -109,13 +117,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_144_decode(x, lw.post_attention_layernorm, h, T, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 288);
     // gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    if (cuda::decode_on_gemm(ctx, lw.gate_up_proj, T)) {
+      cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
+    } else {
+      linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    }
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 768, 144));
     // act = silu(gate) ⊙ up   (384 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {
+      cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
+    } else {
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    }
     ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 144, 384));
   }
 
@@ -124,7 +140,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_144(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 288);
   // logits = h[N, 144] · lm_head[640, 144]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {
+    cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
+  } else {
+    linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  }
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 640, 144));
 }
 

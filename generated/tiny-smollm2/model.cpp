@@ -60,6 +60,7 @@ const ModelDef& model_def() {
       },
       .megakernel_max_batch = kMegakernelMaxBatch,
       .step_sync_words = kStepSyncWords,
+      .decode_gemm_above = kDecodeGemmAbove,
     },
     &kWeights,
     &make_ref_forward,

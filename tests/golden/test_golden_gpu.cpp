@@ -134,6 +134,106 @@ void check_whole_step_matches_per_op(const ModelDef& model) {
   }
 }
 
+// Decode steps of more sequences than one GEMV pass (tiny-smollm2 is built for 72, past the pass's
+// 64): each bf16 projection and the LM head run the prefill's cuBLASLt GEMM (cuda::decode_on_gemm)
+// unless --batch-invariant, and the engine serves 72 requests together. The requests (same-length
+// prompts, so that all 72 decode together for most of their tokens) against each alone (one
+// sequence a step: the GEMV):
+// - with --batch-invariant, the same tokens and logprob bits;
+// - without it the sums take cuBLASLt's order in the larger steps, so the bits may differ, but not
+//   the tokens beyond a near tie: up to where a request's tokens first differ, each logprob within
+//   kLogprobTolerance of alone's; where they differ (alone's greedy token against ours), ours must
+//   be in alone's top-5 there and as likely within the same tolerance (the alone logits at that
+//   point come from a prompt of the prompt and the tokens before it).
+void check_decode_past_one_pass(const ModelDef& model) {
+  REQUIRE(model.info.max_batch > model.info.decode_gemm_above);
+  REQUIRE(model.info.decode_gemm_above == 64);
+  constexpr float kLogprobTolerance = 0.05f;  // nats; bf16 activations round 2^-8 relative
+  std::mt19937 rng(37);
+  std::vector<Request> requests;
+  for (int i = 0; i < model.info.max_batch; ++i) {
+    Request r;
+    r.id = static_cast<RequestId>(i + 1);
+    for (int t = 0; t < 24; ++t) r.prompt.push_back(std::uniform_int_distribution<int>(3, model.info.vocab_size - 1)(rng));
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.logprobs = true;
+    r.params.max_tokens = 40;
+    requests.push_back(r);
+  }
+  auto serve = [&](Backend& backend, int max_batch) {
+    EngineOptions engine_options;
+    engine_options.max_batch = max_batch;
+    Engine engine(model, backend, engine_options);
+    for (const Request& r : requests) engine.add(r);
+    std::map<RequestId, FinishedRequest> out;
+    for (FinishedRequest& f : engine.run()) out[f.id] = std::move(f);
+    REQUIRE(out.size() == requests.size());
+    return out;
+  };
+  BackendOptions invariant_options;
+  invariant_options.batch_invariant = true;
+  const auto invariant = make_cuda_backend(model, WeightOrigin{nullptr, 13}, invariant_options);
+  const auto gemm = make_cuda_backend(model, WeightOrigin{nullptr, 13}, BackendOptions{});
+  const auto alone = serve(*invariant, 1);
+
+  const auto together_invariant = serve(*invariant, model.info.max_batch);
+  int identical = 0;
+  for (const auto& [id, a] : alone) {
+    const FinishedRequest& f = together_invariant.at(id);
+    const bool same_bits = f.logprobs.size() == a.logprobs.size() &&
+                           std::memcmp(f.logprobs.data(), a.logprobs.data(), a.logprobs.size() * sizeof(float)) == 0;
+    if (f.output_tokens == a.output_tokens && same_bits) ++identical;
+  }
+  std::printf("%-22s %d requests together with --batch-invariant vs each alone: %d identical (tokens and logprob bits)\n",
+              model.info.name, model.info.max_batch, identical);
+  CHECK(identical == model.info.max_batch);
+
+  const auto together = serve(*gemm, model.info.max_batch);
+  int same_tokens = 0, differ_at_near_tie = 0;
+  float worst = 0.0f;
+  for (const auto& [id, a] : alone) {
+    const FinishedRequest& f = together.at(id);
+    REQUIRE(f.output_tokens.size() == a.output_tokens.size());
+    size_t at = 0;
+    while (at < a.output_tokens.size() && f.output_tokens[at] == a.output_tokens[at]) {
+      worst = std::max(worst, std::fabs(f.logprobs[at] - a.logprobs[at]));
+      ++at;
+    }
+    if (at == a.output_tokens.size()) {
+      ++same_tokens;
+      continue;
+    }
+    // Alone's logits where the two first differ: the prompt and the tokens before, as a prompt.
+    Request r = requests[id - 1];
+    r.prompt.insert(r.prompt.end(), a.output_tokens.begin(), a.output_tokens.begin() + static_cast<std::ptrdiff_t>(at));
+    r.params.max_tokens = 1;
+    r.prompt_logits = true;
+    Engine engine(model, *invariant, EngineOptions{});
+    engine.add(r);
+    const std::vector<FinishedRequest> done = engine.run();
+    REQUIRE(done.size() == 1);
+    const int64_t V = model.info.vocab_size, last = static_cast<int64_t>(r.prompt.size()) - 1;
+    const float* logits = done[0].prompt_logits.data() + last * V;
+    const int32_t ours = f.output_tokens[at], theirs = a.output_tokens[at];
+    const std::vector<int32_t> top = golden::top_k(done[0].prompt_logits, V, last, 5);
+    const bool in_top5 = std::find(top.begin(), top.end(), ours) != top.end();
+    const bool near_tie = logits[theirs] - logits[ours] <= kLogprobTolerance;  // the same softmax: logprob gap = logit gap
+    std::printf("  request %llu: first differs at output token %zu (together %d, alone %d): alone's logits %.5f vs %.5f, "
+                "%s\n",
+                static_cast<unsigned long long>(id), at, ours, theirs, logits[ours], logits[theirs],
+                in_top5 && near_tie ? "a near tie" : "NOT a near tie");
+    INFO(model.info.name << " request " << id << " at output token " << at);
+    CHECK(in_top5);
+    CHECK(near_tie);
+    differ_at_near_tie += in_top5 && near_tie;
+  }
+  std::printf("%-22s %d requests together (cuBLASLt past 64 rows) vs each alone (the GEMV): %d with the same tokens, %d "
+              "first differing at a near tie; logprobs before any difference within %.2e\n",
+              model.info.name, model.info.max_batch, same_tokens, differ_at_near_tie, worst);
+  CHECK(worst <= kLogprobTolerance);
+}
+
 // CUDA against the reference backend on the same weights: the reference is the oracle (its prompt
 // logits, greedy tokens and the logits at each greedy step stand in for HF's), and CUDA must agree
 // under the top-5 rule. `label` names the weights in the printed lines; with `against_hf`, how far
@@ -244,6 +344,11 @@ TEST_CASE("the whole-step decode kernel gives the per-op path's bits", "[golden]
                             &models::tiny_smollm2::model_def()}) {
     check_whole_step_matches_per_op(*m);
   }
+}
+
+TEST_CASE("decode steps of more than one GEMV pass agree with each request alone, and --batch-invariant keeps its bits",
+          "[golden]") {
+  check_decode_past_one_pass(models::tiny_smollm2::model_def());
 }
 
 TEST_CASE("every tiny model on CUDA agrees with HF under the top-5 rule", "[golden]") {
