@@ -44,7 +44,7 @@ void check_down(const std::vector<int>& token_counts, bool other_ranks = false, 
     const auto mapped = down.reference_ids(ids);
     ref::moe_down(S, bf16_to_f32(act).data(), down.distinct_f.data(), mapped.data(), weights.data(), nullptr, ref.data(),
                   tokens);
-    const auto shared = random_f32(x0.size(), rng);
+    const std::vector<float> shared = with_shared ? random_f32(x0.size(), rng) : std::vector<float>{};
     DeviceBuffer<float> d_shared(shared);
     std::vector<float> ref_added(x0.size());
     for (size_t i = 0; i < x0.size(); ++i) ref_added[i] = ref[i] - x0[i];
