@@ -14,6 +14,24 @@ OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const SamplingParam
   } else if (!params.stop.empty()) {
     fail("stop strings need a tokenizer (give --model with a tokenizer.json, --gguf, or --tokenizer)");
   }
+  for (const std::string& stop : params.stop) stops_.emplace_back(stop);
+}
+
+const StopMatcher* OutputProcessor::match_stops(size_t& at) {
+  const StopMatcher* first = nullptr;
+  for (StopMatcher& m : stops_) {
+    for (size_t i = fed_; i < pending_.size(); ++i) {
+      if (!m.push(pending_[i])) continue;
+      const size_t start = i + 1 - m.size();
+      if (first == nullptr || start < at) {
+        first = &m;
+        at = start;
+      }
+      break;
+    }
+  }
+  fed_ = pending_.size();
+  return first;
 }
 
 OutputDelta OutputProcessor::push(const TokenEvent& e) {
@@ -38,22 +56,16 @@ OutputDelta OutputProcessor::push(const TokenEvent& e) {
   // Stop strings count from min_tokens on (vLLM): earlier matches are plain text.
   const bool check_stops = !params_.stop.empty() && num_tokens_ >= params_.min_tokens;
   if (check_stops) {
-    size_t best = std::string::npos;
-    const std::string* matched = nullptr;
-    for (const std::string& stop : params_.stop) {
-      const size_t at = pending_.find(stop);
-      if (at != std::string::npos && (best == std::string::npos || at < best)) {
-        best = at;
-        matched = &stop;
-      }
-    }
-    if (matched) {
-      out.text = pending_.substr(0, best + (params_.include_stop_str_in_output ? matched->size() : 0));
+    // The first occurrence in pending_: none ended in the bytes fed before (the request would have
+    // finished), and a stop string cannot start inside a character of the valid UTF-8 pending_.
+    size_t at = 0;
+    if (const StopMatcher* matched = match_stops(at)) {
+      out.text = pending_.substr(0, at + (params_.include_stop_str_in_output ? matched->size() : 0));
       pending_.clear();
       text_ += out.text;
       out.finished = finished_ = true;
       out.reason = FinishReason::StopString;
-      out.stop_string = *matched;
+      out.stop_string = matched->stop();
       return out;
     }
   }
@@ -68,17 +80,13 @@ OutputDelta OutputProcessor::push(const TokenEvent& e) {
 void OutputProcessor::release(OutputDelta& out, bool final) {
   size_t keep = 0;  // the longest suffix of pending_ that a stop string starts with
   if (!final) {
-    for (const std::string& stop : params_.stop) {
-      for (size_t n = std::min(stop.size() - 1, pending_.size()); n > keep; --n) {
-        if (pending_.compare(pending_.size() - n, n, stop, 0, n) == 0) {
-          keep = n;
-          break;
-        }
-      }
-    }
+    for (const StopMatcher& m : stops_) keep = std::max(keep, m.matched());
+  } else {
+    for (StopMatcher& m : stops_) m.reset();  // text emitted unexamined (before min_tokens) matches nothing later
   }
   out.text = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);
+  fed_ = pending_.size();
   text_ += out.text;
 }
 

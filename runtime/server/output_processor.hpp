@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/server/stop_matcher.hpp"
 #include "runtime/serving/scheduler.hpp"
 #include "runtime/tokenizer/stream_decoder.hpp"
 
@@ -41,12 +42,17 @@ class OutputProcessor {
   const std::string& text() const { return text_; }   // everything emitted so far
 
  private:
+  // Feeds pending_'s bytes from fed_ on to the stop matchers; the stop string that ends first (the
+  // one that starts first where two end in the same text), or null.
+  const StopMatcher* match_stops(size_t& at);
   // Moves what can no longer be part of a stop string from pending_ into `out`.
   void release(OutputDelta& out, bool final);
 
   SamplingParams params_;
   std::optional<StreamDecoder> decoder_;
+  std::vector<StopMatcher> stops_;  // one per params.stop
   std::string pending_;  // decoded text not emitted yet (a possible stop-string prefix)
+  size_t fed_ = 0;       // bytes of pending_ the stop matchers have seen
   std::string text_;
   int32_t num_tokens_ = 0;
   int32_t vocab_size_ = 0;
