@@ -194,6 +194,28 @@ write(d, "ids.jsonl", '{"prompt_ids": [5, 6, 7], "max_tokens": 4, "temperature":
 write(d, "text.jsonl", '{"prompt": "Hello <|im_end|> there", "max_tokens": 2}\n\n'
                        '{"chat": "hi<|im_start|>", "system": "be brief", "max_tokens": 8}\n')
 
+# ---- OpenAI API request bodies (first byte: bit 0 chat, bit 1 --chat-special-tokens) ----
+d = corpus("fuzz_openai")
+completions = [
+    {"model": "fuzz", "prompt": "Hello there", "max_tokens": 8, "temperature": 0, "stop": ["lo", "e t"]},
+    {"prompt": [5, 6, 7, 300], "max_tokens": 4, "logprobs": 3, "echo": True, "n": 2, "seed": 3},
+    {"prompt": ["one", "two"], "stream": True, "stream_options": {"include_usage": True}, "logit_bias": {"65": -100},
+     "stop_token_ids": [10], "min_tokens": 1, "top_k": 5, "top_p": 0.5, "min_p": 0.1, "presence_penalty": 1.5,
+     "frequency_penalty": -1, "repetition_penalty": 1.2, "prompt_logprobs": 2, "include_stop_str_in_output": True},
+    {"prompt": [[1, 2], [3]], "max_completion_tokens": 3, "best_of": 1, "ignore_eos": True, "skip_special_tokens": False},
+]
+chats = [
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|>"}],
+     "max_tokens": 16, "logprobs": True, "top_logprobs": 2, "stop": "\u00e9"},
+    {"model": "fuzz", "messages": [{"role": "user", "content": [{"type": "text", "text": "part"}]}], "stream": True,
+     "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False, "n": 3},
+    {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "tools": [{"type": "function"}]},
+]
+for i, body in enumerate(completions):
+    write(d, "completion%d" % i, bytes([0]) + json.dumps(body).encode())
+for i, body in enumerate(chats):
+    write(d, "chat%d" % i, bytes([1 + 2 * (i % 2)]) + json.dumps(body).encode())
+
 # ---- chat ----
 d = corpus("fuzz_chat")
 for i, (system, user) in enumerate([("", "Hello!"), ("Be brief.", "What is 2+2?"),
@@ -239,6 +261,13 @@ dictionary("fuzz_config_hf", json_words + keys(
 dictionary("fuzz_requests", json_words + keys(
     "id", "prompt", "chat", "system", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
     "stop_token_ids", "ignore_eos", "logprobs", "<|im_start|>", "<|im_end|>") + ['"\\x0a"'])
+dictionary("fuzz_openai", json_words + keys(
+    "model", "prompt", "messages", "role", "content", "system", "user", "assistant", "type", "text", "max_tokens",
+    "max_completion_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n", "best_of", "stop",
+    "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "prompt_logprobs", "echo", "stream", "stream_options",
+    "include_usage", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "suffix",
+    "skip_special_tokens", "include_stop_str_in_output", "chat_template_kwargs", "add_generation_prompt", "tools",
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>"))
 dictionary("fuzz_config_yaml", ['"name: "', '"model:"', '"build:"', '"\\x0a  "', '": "', '"- "', '"["', '"]"',
                                 '"{"', '"}"', '"&a "', '"*a"', '"---"', '"family: "', '"rope_scaling:"',
                                 '"hidden_size: "', '"1.0e-5"', '"true"', '"null"', '"~"', '"!!str "', '"<<: "'])
