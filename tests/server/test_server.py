@@ -320,7 +320,7 @@ def case_metrics_count_what_clients_received():
 
 
 def case_errors():
-    with Server(ARGS.binary, "--max-request-bytes", "4096", api_key="sekret") as s:
+    with Server(ARGS.binary, "--max-request-bytes", "4096", "--max-waiting", "100", api_key="sekret") as s:
         auth = {"Authorization": "Bearer sekret"}
         st, body, _ = s.post("/v1/completions", {"prompt": "hi"}, {"Authorization": "Bearer wrong"})
         check(st == 401 and "error" in body, f"wrong key: {st} {body}")
@@ -335,7 +335,9 @@ def case_errors():
                ({"prompt": "hi", "stream_options": {"include_usage": True}}, "stream_options"),
                ({"prompt": "hi " * 600}, "prompt"),
                # Never narrowed: 2^64 - 1 is not top_k -1 (off), 1e300 is no n.
-               ({"prompt": "hi", "top_k": 18446744073709551615}, "top_k"), ({"prompt": "hi", "n": 1e300}, "n")]
+               ({"prompt": "hi", "top_k": 18446744073709551615}, "top_k"), ({"prompt": "hi", "n": 1e300}, "n"),
+               # More completions (prompts x n) than --max-waiting could ever queue.
+               ({"prompt": "hi", "n": 101}, "n"), ({"prompt": ["hi"] * 26, "n": 4}, "prompt")]
         for request, field in bad:
             st, body, _ = s.post("/v1/completions", request, auth)
             check(st == 400, f"{request}: status {st}")
