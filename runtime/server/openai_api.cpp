@@ -1,11 +1,13 @@
 #include "runtime/server/openai_api.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
+#include <unordered_set>
 
 #include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
@@ -110,6 +112,13 @@ void check_length(const std::vector<int32_t>& prompt, const ApiModel& model, con
   }
 }
 
+// Each stop token once, in the order first given: the list is copied into every choice, so it is
+// kept no longer than the vocabulary however often a body repeats an id.
+void drop_repeated_stop_tokens(SamplingParams& p) {
+  std::unordered_set<int32_t> seen;
+  std::erase_if(p.stop_token_ids, [&](int32_t id) { return !seen.insert(id).second; });
+}
+
 // The sampling fields common to both endpoints; max_tokens is left to the caller.
 void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
   SamplingParams& p = r.params;
@@ -141,13 +150,16 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
     } else {
       bad("stop", "'stop' must be a string or a list of strings, not " + type_name(stop));
     }
-    for (const std::string& s : p.stop) {
-      if (s.empty()) bad("stop", "'stop' holds an empty string");
+    try {
+      check_stop_strings(p.stop);
+    } catch (const Error& e) {
+      bad("stop", e.what());
     }
   }
   if (f.has("stop_token_ids")) {
     if (!f.body["stop_token_ids"].is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
-    for (int32_t id : token_ids(f.body["stop_token_ids"], "stop_token_ids", model)) p.stop_token_ids.push_back(id);
+    p.stop_token_ids = token_ids(f.body["stop_token_ids"], "stop_token_ids", model);
+    drop_repeated_stop_tokens(p);
   }
   if (f.has("logit_bias")) {
     const json& bias = f.body["logit_bias"];
@@ -167,6 +179,15 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
         bad("logit_bias", "'logit_bias' value for token " + it.key() + " must be a number in [-100, 100], not " + it.value().dump());
       }
       p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    }
+    // Keys are distinct strings ("5", "05", " 5") but may name one token: at most one bias a token,
+    // so the list (copied into every choice) is no longer than the vocabulary.
+    std::vector<std::pair<int32_t, float>> sorted = p.logit_bias;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      if (sorted[i].first == sorted[i - 1].first) {
+        bad("logit_bias", "'logit_bias' names token " + std::to_string(sorted[i].first) + " twice");
+      }
     }
   }
   if (f.has("prompt_logprobs")) {
@@ -286,6 +307,7 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
   for (int32_t id : model.chat_stop_ids) r.params.stop_token_ids.push_back(id);
+  drop_repeated_stop_tokens(r.params);
   if (f.boolean("logprobs", false)) {
     r.params.logprobs = true;
     r.logprobs = static_cast<int32_t>(f.integer("top_logprobs", 0, kMaxTopLogprobs, 0));

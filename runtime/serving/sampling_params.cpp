@@ -9,6 +9,20 @@
 
 namespace kiln {
 
+void check_stop_strings(const std::vector<std::string>& stop) {
+  if (stop.size() > kMaxStopStrings) {
+    fail("sampling parameter stop holds ", stop.size(), " strings: expected at most ", kMaxStopStrings);
+  }
+  size_t bytes = 0;
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) fail("sampling parameter stop[", i, "] is empty: expected a non-empty string");
+    bytes += stop[i].size();
+  }
+  if (bytes > kMaxStopBytes) {
+    fail("sampling parameter stop holds ", bytes, " bytes of strings: expected at most ", kMaxStopBytes, " in all");
+  }
+}
+
 void SamplingParams::validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
     fail("sampling parameter temperature = ", temperature, ": expected a finite value >= 0 (0 = greedy)");
@@ -45,9 +59,7 @@ void SamplingParams::validate() const {
       fail("sampling parameter logit_bias[", token, "] = ", bias, ": expected a value in [-100, 100]");
     }
   }
-  for (size_t i = 0; i < stop.size(); ++i) {
-    if (stop[i].empty()) fail("sampling parameter stop[", i, "] is empty: expected a non-empty string");
-  }
+  check_stop_strings(stop);
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0) {
       fail("sampling parameter stop_token_ids[", i, "] = ", stop_token_ids[i], ": expected a token id >= 0");

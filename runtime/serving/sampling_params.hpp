@@ -12,6 +12,15 @@
 
 namespace kiln {
 
+// Stop strings a request may give. Every one is followed over every generated token
+// (OutputProcessor), and the server copies them into each of a request's choices (prompts × n, up
+// to --max-waiting), so megabytes of them in one body would become gigabytes: 500,000 in a 6 MB
+// body with n = 16 took 0.8 GB. OpenAI and TGI (by default) take 4, vLLM any number.
+inline constexpr size_t kMaxStopStrings = 1024, kMaxStopBytes = 65536;
+// Throws kiln::Error for an empty stop string, more than kMaxStopStrings, or more than
+// kMaxStopBytes in all.
+void check_stop_strings(const std::vector<std::string>& stop);
+
 struct SamplingParams {
   float temperature = 1.0f;  // >= 0; 0 (or below kGreedyTemperature): greedy
   int32_t top_k = 0;         // >= 0; 0: off

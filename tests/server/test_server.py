@@ -320,7 +320,7 @@ def case_metrics_count_what_clients_received():
 
 
 def case_errors():
-    with Server(ARGS.binary, "--max-request-bytes", "4096", "--max-waiting", "100", api_key="sekret") as s:
+    with Server(ARGS.binary, "--max-request-bytes", "8192", "--max-waiting", "100", api_key="sekret") as s:
         auth = {"Authorization": "Bearer sekret"}
         st, body, _ = s.post("/v1/completions", {"prompt": "hi"}, {"Authorization": "Bearer wrong"})
         check(st == 401 and "error" in body, f"wrong key: {st} {body}")
@@ -337,7 +337,10 @@ def case_errors():
                # Never narrowed: 2^64 - 1 is not top_k -1 (off), 1e300 is no n.
                ({"prompt": "hi", "top_k": 18446744073709551615}, "top_k"), ({"prompt": "hi", "n": 1e300}, "n"),
                # More completions (prompts x n) than --max-waiting could ever queue.
-               ({"prompt": "hi", "n": 101}, "n"), ({"prompt": ["hi"] * 26, "n": 4}, "prompt")]
+               ({"prompt": "hi", "n": 101}, "n"), ({"prompt": ["hi"] * 26, "n": 4}, "prompt"),
+               # Lists copied into every choice stay bounded: stop strings, one bias a token.
+               ({"prompt": "hi", "stop": ["x"] * 1025}, "stop"), ({"prompt": "hi", "stop": ["x", ""]}, "stop"),
+               ({"prompt": "hi", "logit_bias": {"5": 1, "05": 2}}, "logit_bias")]
         for request, field in bad:
             st, body, _ = s.post("/v1/completions", request, auth)
             check(st == 400, f"{request}: status {st}")

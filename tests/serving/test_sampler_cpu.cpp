@@ -370,6 +370,14 @@ TEST_CASE("SamplingParams::validate names the field and its range") {
   CHECK_THAT(message([](SamplingParams& p) { p.min_p = 1.0f; }), Catch::Contains("min_p = 1: expected a value in [0, 1)"));
   CHECK_THAT(message([](SamplingParams& p) { p.max_tokens = 0; }), Catch::Contains("max_tokens = 0: expected > 0"));
   CHECK_THAT(message([](SamplingParams& p) { p.stop_token_ids = {3, -2}; }), Catch::Contains("stop_token_ids[1] = -2"));
+  CHECK_THAT(message([](SamplingParams& p) { p.stop = {"a", ""}; }), Catch::Contains("stop[1] is empty"));
+  // Stop strings: kMaxStopStrings of them, kMaxStopBytes in all (each is copied into every choice).
+  CHECK(message([](SamplingParams& p) { p.stop.assign(kMaxStopStrings, "ab"); }) == "valid");
+  CHECK_THAT(message([](SamplingParams& p) { p.stop.assign(kMaxStopStrings + 1, "ab"); }),
+             Catch::Contains("stop holds 1025 strings: expected at most 1024"));
+  CHECK(message([](SamplingParams& p) { p.stop = {std::string(kMaxStopBytes, 'a')}; }) == "valid");
+  CHECK_THAT(message([](SamplingParams& p) { p.stop = {std::string(kMaxStopBytes, 'a'), "b"}; }),
+             Catch::Contains("stop holds 65537 bytes of strings: expected at most 65536 in all"));
 }
 
 TEST_CASE("requests without a seed get distinct seeds") {
