@@ -218,6 +218,29 @@ void parse_max_tokens(const Fields& f, const ApiModel& model, ApiRequest& r, int
   r.params.min_tokens = static_cast<int32_t>(f.integer("min_tokens", 0, max_tokens, 0));
 }
 
+// What a request's answer holds in logprobs, bounded: each choice (prompts × n) keeps its prompt's
+// and its tokens' alternatives until it is answered, and the whole answer is one JSON object, so
+// 1024 choices of 8,000 prompt tokens with 20 alternatives each (a 400 KB body) would be 172 M
+// entries, tens of GB. 4 M entries (a few hundred MB of answer) is far above an evaluation
+// harness's prompt-and-answer logprobs; a 400 says how to ask for less.
+constexpr int64_t kMaxLogprobEntries = int64_t{1} << 22;
+
+void check_logprob_volume(const ApiRequest& r) {
+  int64_t prompt_entries = 0, token_entries = 0;
+  for (const auto& prompt : r.prompts) {
+    if (r.params.prompt_logprobs) {
+      prompt_entries += r.n * static_cast<int64_t>(prompt.size() - 1) * (*r.params.prompt_logprobs + 1);
+    }
+    if (r.params.logprobs) token_entries += r.n * static_cast<int64_t>(r.params.max_tokens) * (r.params.top_logprobs + 1);
+  }
+  const int64_t entries = prompt_entries + token_entries;
+  if (entries <= kMaxLogprobEntries) return;
+  bad(prompt_entries > token_entries ? "prompt_logprobs" : "logprobs",
+      "this request asks for " + std::to_string(entries) + " logprob entries (prompts x n x tokens x (alternatives + 1), "
+      "for its prompt_logprobs and logprobs); the server answers at most " + std::to_string(kMaxLogprobEntries) +
+      " a request: ask for fewer prompts, choices, tokens or alternatives");
+}
+
 }  // namespace
 
 void check_model_field(const json& body, const ApiModel& model) {
@@ -273,6 +296,7 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model) {
   if (f.has("suffix")) bad("suffix", "'suffix' is not supported");
   if (f.has("best_of") && f.integer("best_of", 1, 128, 1) != r.n) bad("best_of", "'best_of' other than n is not supported");
   r.params.validate();
+  check_logprob_volume(r);
   return r;
 }
 
@@ -316,6 +340,7 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
     bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   }
   r.params.validate();
+  check_logprob_volume(r);
   return r;
 }
 

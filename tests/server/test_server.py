@@ -340,7 +340,9 @@ def case_errors():
                ({"prompt": "hi", "n": 101}, "n"), ({"prompt": ["hi"] * 26, "n": 4}, "prompt"),
                # Lists copied into every choice stay bounded: stop strings, one bias a token.
                ({"prompt": "hi", "stop": ["x"] * 1025}, "stop"), ({"prompt": "hi", "stop": ["x", ""]}, "stop"),
-               ({"prompt": "hi", "logit_bias": {"5": 1, "05": 2}}, "logit_bias")]
+               ({"prompt": "hi", "logit_bias": {"5": 1, "05": 2}}, "logit_bias"),
+               # 1024 choices x 500 tokens x 21: more logprob entries than an answer may hold.
+               ({"prompt": ["hi"] * 8, "n": 128, "max_tokens": 500, "logprobs": 20}, "logprobs")]
         for request, field in bad:
             st, body, _ = s.post("/v1/completions", request, auth)
             check(st == 400, f"{request}: status {st}")
