@@ -42,8 +42,8 @@ class OutputProcessor {
   const std::string& text() const { return text_; }   // everything emitted so far
 
  private:
-  // Feeds pending_'s bytes from fed_ on to the stop matchers; the stop string that ends first (the
-  // one that starts first where two end in the same text), or null.
+  // Feeds pending_'s bytes from fed_ on to the stop matchers; the stop string whose first
+  // occurrence in pending_ starts first (`at`: where), or null.
   const StopMatcher* match_stops(size_t& at);
   // Moves what can no longer be part of a stop string from pending_ into `out`.
   void release(OutputDelta& out, bool final);
