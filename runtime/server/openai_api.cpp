@@ -112,6 +112,26 @@ void check_length(const std::vector<int32_t>& prompt, const ApiModel& model, con
   }
 }
 
+// Fields asking for what this server does not do, refused rather than ignored: ignored, each would
+// answer with text that silently breaks the client's expectation (JSON that does not parse, a
+// choice outside the list, beams never searched). Fields that change nothing here ("user",
+// "metadata", ...) are ignored, as vLLM ignores fields it does not know.
+void refuse_unsupported(const Fields& f) {
+  if (f.has("response_format")) {
+    const json& format = f.body["response_format"];
+    if (!format.is_object() || format.value("type", json()) != "text") {
+      bad("response_format", "'response_format' other than {\"type\": \"text\"} (structured output) is not supported");
+    }
+  }
+  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
+                             "structured_outputs"}) {
+    if (f.has(guided)) bad(guided, std::string("'") + guided + "' (structured output) is not supported");
+  }
+  if (f.has("use_beam_search") && f.boolean("use_beam_search", false)) {
+    bad("use_beam_search", "'use_beam_search' is not supported");
+  }
+}
+
 // Each stop token once, in the order first given: the list is copied into every choice, so it is
 // kept no longer than the vocabulary however often a body repeats an id.
 void drop_repeated_stop_tokens(SamplingParams& p) {
@@ -121,6 +141,7 @@ void drop_repeated_stop_tokens(SamplingParams& p) {
 
 // The sampling fields common to both endpoints; max_tokens is left to the caller.
 void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
+  refuse_unsupported(f);
   SamplingParams& p = r.params;
   const GenerationDefaults& d = model.defaults;
   p.temperature = static_cast<float>(f.number("temperature", 0.0, 100.0, d.temperature.value_or(1.0f)));

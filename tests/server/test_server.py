@@ -342,11 +342,19 @@ def case_errors():
                ({"prompt": "hi", "stop": ["x"] * 1025}, "stop"), ({"prompt": "hi", "stop": ["x", ""]}, "stop"),
                ({"prompt": "hi", "logit_bias": {"5": 1, "05": 2}}, "logit_bias"),
                # 1024 choices x 500 tokens x 21: more logprob entries than an answer may hold.
-               ({"prompt": ["hi"] * 8, "n": 128, "max_tokens": 500, "logprobs": 20}, "logprobs")]
+               ({"prompt": ["hi"] * 8, "n": 128, "max_tokens": 500, "logprobs": 20}, "logprobs"),
+               # Asked for and not done: refused rather than ignored.
+               ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
+               ({"prompt": "hi", "guided_choice": ["a", "b"]}, "guided_choice"),
+               ({"prompt": "hi", "use_beam_search": True}, "use_beam_search")]
         for request, field in bad:
             st, body, _ = s.post("/v1/completions", request, auth)
             check(st == 400, f"{request}: status {st}")
             check(body["error"]["param"] == field and field in body["error"]["message"], f"{request}: {body}")
+        # ... and what changes nothing here is ignored, as vLLM ignores fields it does not know.
+        st, body, _ = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "user": "u1", "use_beam_search": False,
+                                                 "response_format": {"type": "text"}}, auth)
+        check(st == 200, f"harmless fields: {st} {body}")
         st, body, _ = s.post("/v1/chat/completions", {"messages": [{"content": "x"}]}, auth)
         check(st == 400 and body["error"]["param"] == "messages", f"chat without role: {body}")
         st, body, _ = s.post("/v1/completions", {"model": "gpt-4", "prompt": "hi"}, auth)
