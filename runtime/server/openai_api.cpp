@@ -336,6 +336,15 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
     extra = body["chat_template_kwargs"];
   }
   if (f.has("tools")) extra["tools"] = body["tools"];
+  // The tools go to the chat template; a call the model writes comes back as its text (no parser
+  // turns it into tool_calls), so a choice that needs constrained decoding is refused.
+  if (f.has("tool_choice")) {
+    const json& choice = body["tool_choice"];
+    if (!(choice.is_string() && (choice == "none" || choice == "auto"))) {
+      bad("tool_choice", "'tool_choice' = " + choice.dump() + " is not supported: give \"auto\" or \"none\" (a tool call "
+                         "comes back as the text the model writes)");
+    }
+  }
   const bool add_generation_prompt = f.boolean("add_generation_prompt", true);
   EncodedChat chat;
   try {

@@ -267,7 +267,8 @@ dictionary("fuzz_openai", json_words + keys(
     "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "prompt_logprobs", "echo", "stream", "stream_options",
     "include_usage", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "suffix",
     "skip_special_tokens", "include_stop_str_in_output", "chat_template_kwargs", "add_generation_prompt", "tools",
-    "response_format", "json_object", "guided_json", "guided_choice", "use_beam_search", "user",
+    "response_format", "json_object", "guided_json", "guided_choice", "use_beam_search", "user", "tool_choice",
+    "required", "function",
     "<|im_start|>", "<|im_end|>", "<|endoftext|>"))
 dictionary("fuzz_config_yaml", ['"name: "', '"model:"', '"build:"', '"\\x0a  "', '": "', '"- "', '"["', '"]"',
                                 '"{"', '"}"', '"&a "', '"*a"', '"---"', '"family: "', '"rope_scaling:"',

@@ -355,6 +355,13 @@ def case_errors():
         st, body, _ = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "user": "u1", "use_beam_search": False,
                                                  "response_format": {"type": "text"}}, auth)
         check(st == 200, f"harmless fields: {st} {body}")
+        st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                                                      "tools": [{"type": "function", "function": {"name": "f"}}]}, auth)
+        check(st == 400 and body["error"]["param"] == "tool_choice", f"tool_choice required: {st} {body}")
+        st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto",
+                                                      "max_tokens": 2, "tools": [{"type": "function", "function": {"name": "f"}}]},
+                             auth)
+        check(st == 200, f"tool_choice auto: {st} {body}")
         st, body, _ = s.post("/v1/chat/completions", {"messages": [{"content": "x"}]}, auth)
         check(st == 400 and body["error"]["param"] == "messages", f"chat without role: {body}")
         st, body, _ = s.post("/v1/completions", {"model": "gpt-4", "prompt": "hi"}, auth)
