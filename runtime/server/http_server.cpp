@@ -141,6 +141,15 @@ class Channel {
   std::deque<Item> items_;
 };
 
+// Whether the Authorization header carries the key, looking at every byte whatever the first
+// difference, so that how long a 401 takes says nothing of how much of a guessed key was right.
+bool authorized(std::string_view header, const std::string& api_key) {
+  const std::string expected = "Bearer " + api_key;
+  unsigned diff = header.size() != expected.size() ? 1u : 0u;
+  for (size_t i = 0; i < header.size(); ++i) diff |= static_cast<unsigned char>(header[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
 // A request's choices (prompts × n) wait for batch slots together: more than --max-waiting would
 // each be refused in turn (a 503 that no retry gets past), and sizing their results first would let
 // one body claim memory by the gigabyte (8 MiB holds ~2.7 M one-token prompts, × n = 128). A 400
@@ -302,7 +311,7 @@ void HttpServer::routes() {
   // error in OpenAI's shape.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
+    if (!authorized(req.get_header_value("Authorization"), options_.api_key)) {
       send_json(res, 401, error_body(401, "invalid or missing API key: send 'Authorization: Bearer <key>'"));
       return httplib::Server::HandlerResponse::Handled;
     }

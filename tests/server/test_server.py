@@ -326,6 +326,9 @@ def case_errors():
         check(st == 401 and "error" in body, f"wrong key: {st} {body}")
         st, body, _ = s.post("/v1/completions", {"prompt": "hi"})
         check(st == 401, "missing key")
+        for wrong in ["Bearer sekre", "Bearer sekret2", "Bearer sekreT", "sekret", "Bearer sekret sekret"]:
+            st, body, _ = s.post("/v1/completions", {"prompt": "hi"}, {"Authorization": wrong})
+            check(st == 401, f"key {wrong!r}: {st}")
         bad = [({"prompt": "hi", "temperature": -1}, "temperature"), ({"prompt": "hi", "top_p": 2}, "top_p"),
                ({"prompt": "hi", "max_tokens": 0}, "max_tokens"), ({"prompt": "hi", "max_tokens": "x"}, "max_tokens"),
                ({"prompt": 5}, "prompt"), ({}, "prompt"), ({"prompt": [1, 2, 999999]}, "prompt"),
