@@ -79,6 +79,19 @@ void check_serving_matches_alone(const ModelDef& model, int32_t kv_pages, bool g
   CHECK(c.identical == c.requests);
 }
 
+// How many of `expected`'s requests `got` finished with the same tokens and the same logprob bits.
+int identical_requests(const std::map<RequestId, FinishedRequest>& expected,
+                       const std::map<RequestId, FinishedRequest>& got) {
+  int identical = 0;
+  for (const auto& [id, e] : expected) {
+    const FinishedRequest& g = got.at(id);
+    const bool same_bits = g.logprobs.size() == e.logprobs.size() &&
+                           std::memcmp(g.logprobs.data(), e.logprobs.data(), e.logprobs.size() * sizeof(float)) == 0;
+    if (g.output_tokens == e.output_tokens && same_bits) ++identical;
+  }
+  return identical;
+}
+
 // The whole-step decode kernel against the per-op path (--no-megakernel): the same requests, served
 // 8 at a time (every decode step within the kernel's batch range) and one at a time, give the same
 // tokens and the same logprob bits, so the same logits. Contexts reach past several attention
@@ -119,14 +132,7 @@ void check_whole_step_matches_per_op(const ModelDef& model) {
   const std::vector<std::pair<bool, int>> configs = {{true, 8}, {false, 8}, {true, 1}};
   for (const auto& [graphs, max_batch] : configs) {
     if (quick && !(graphs && max_batch == 8)) continue;
-    const auto whole = serve(true, graphs, max_batch);
-    int identical = 0;
-    for (const auto& [id, f] : per_op) {
-      const FinishedRequest& w = whole.at(id);
-      const bool same_bits = w.logprobs.size() == f.logprobs.size() &&
-                             std::memcmp(w.logprobs.data(), f.logprobs.data(), f.logprobs.size() * sizeof(float)) == 0;
-      if (w.output_tokens == f.output_tokens && same_bits) ++identical;
-    }
+    const int identical = identical_requests(per_op, serve(true, graphs, max_batch));
     std::printf("%-22s whole-step kernel (%s, %d at a time) vs op by op (8 at a time): %d of %zu requests identical "
                 "(tokens and logprob bits)\n",
                 model.info.name, graphs ? "graphs" : "eager", max_batch, identical, per_op.size());
@@ -177,14 +183,7 @@ void check_decode_past_one_pass(const ModelDef& model) {
   const auto gemm = make_cuda_backend(model, WeightOrigin{nullptr, 13}, BackendOptions{});
   const auto alone = serve(*invariant, 1);
 
-  const auto together_invariant = serve(*invariant, model.info.max_batch);
-  int identical = 0;
-  for (const auto& [id, a] : alone) {
-    const FinishedRequest& f = together_invariant.at(id);
-    const bool same_bits = f.logprobs.size() == a.logprobs.size() &&
-                           std::memcmp(f.logprobs.data(), a.logprobs.data(), a.logprobs.size() * sizeof(float)) == 0;
-    if (f.output_tokens == a.output_tokens && same_bits) ++identical;
-  }
+  const int identical = identical_requests(alone, serve(*invariant, model.info.max_batch));
   std::printf("%-22s %d requests together with --batch-invariant vs each alone: %d identical (tokens and logprob bits)\n",
               model.info.name, model.info.max_batch, identical);
   CHECK(identical == model.info.max_batch);
