@@ -59,6 +59,7 @@ int run_serve(const ModelDef& model, const CliOptions& o) {
     api.vocab_size = m.vocab_size;
     api.defaults = setup->defaults;
     api.special_tokens_in_text = o.chat_special_tokens;
+    api.max_choices = o.max_waiting;
     server.set_ready(&api, loop.get());
     std::cerr << "kiln: ready: " << name << " on " << setup->backend->name() << " (" << setup->backend->info().device
               << "), max model len " << api.max_model_len << ", max " << engine->scheduler().config().max_num_seqs

@@ -65,7 +65,6 @@ class EngineLoop {
   void drain();
 
   int32_t num_unfinished() const { return unfinished_.load(); }
-  int32_t max_waiting() const { return options_.max_waiting; }
 
  private:
   struct Pending {

@@ -150,20 +150,6 @@ bool authorized(std::string_view header, const std::string& api_key) {
   return diff == 0;
 }
 
-// A request's choices (prompts × n) wait for batch slots together: more than --max-waiting would
-// each be refused in turn (a 503 that no retry gets past), and sizing their results first would let
-// one body claim memory by the gigabyte (8 MiB holds ~2.7 M one-token prompts, × n = 128). A 400
-// naming the count instead, before anything is sized.
-void check_choices(const ApiRequest& r, int32_t max_waiting) {
-  const int64_t choices = static_cast<int64_t>(r.prompts.size()) * r.n;
-  if (choices <= max_waiting) return;
-  throw ApiError(400,
-                 "this request asks for " + std::to_string(choices) + " completions (" + std::to_string(r.prompts.size()) +
-                     " prompt" + (r.prompts.size() == 1 ? "" : "s") + " x n = " + std::to_string(r.n) +
-                     "); the server queues at most " + std::to_string(max_waiting) + " at once (--max-waiting)",
-                 r.prompts.size() > 1 ? "prompt" : "n");
-}
-
 // One HTTP generation request: its engine requests (prompts × n) and their accumulated results.
 struct Generation {
   ApiRequest request;
@@ -413,9 +399,8 @@ void HttpServer::routes() {
       if (draining_.load()) throw Overloaded("the server is shutting down");
       auto inflight = std::make_shared<Inflight>(*this);
       const json body = parse_body(req);
-      ApiRequest parsed = chat ? parse_chat_request(body, m) : parse_completion_request(body, m);
-      check_choices(parsed, loop_.load()->max_waiting());
-      auto gen = std::make_shared<Generation>(std::move(parsed), &m, loop_.load());
+      auto gen = std::make_shared<Generation>(chat ? parse_chat_request(body, m) : parse_completion_request(body, m), &m,
+                                              loop_.load());
       gen->submit();  // throws Overloaded (503) or the engine's refusal (400)
 
       const int socket = find_client_socket(req);

@@ -1,6 +1,5 @@
 #include "runtime/server/openai_api.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -180,11 +179,13 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
   if (f.has("stop_token_ids")) {
     if (!f.body["stop_token_ids"].is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     p.stop_token_ids = token_ids(f.body["stop_token_ids"], "stop_token_ids", model);
-    drop_repeated_stop_tokens(p);
   }
   if (f.has("logit_bias")) {
     const json& bias = f.body["logit_bias"];
     if (!bias.is_object()) bad("logit_bias", "'logit_bias' must be an object {\"token id\": bias}");
+    // Keys are distinct strings ("5", "05", " 5") but may name one token: at most one bias a token,
+    // so the list (copied into every choice) is no longer than the vocabulary.
+    std::unordered_set<int64_t> biased;
     for (auto it = bias.begin(); it != bias.end(); ++it) {
       int64_t id = -1;
       try {
@@ -199,16 +200,8 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
       if (!it.value().is_number() || !(it.value().get<double>() >= -100.0 && it.value().get<double>() <= 100.0)) {
         bad("logit_bias", "'logit_bias' value for token " + it.key() + " must be a number in [-100, 100], not " + it.value().dump());
       }
+      if (!biased.insert(id).second) bad("logit_bias", "'logit_bias' names token " + std::to_string(id) + " twice");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
-    }
-    // Keys are distinct strings ("5", "05", " 5") but may name one token: at most one bias a token,
-    // so the list (copied into every choice) is no longer than the vocabulary.
-    std::vector<std::pair<int32_t, float>> sorted = p.logit_bias;
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t i = 1; i < sorted.size(); ++i) {
-      if (sorted[i].first == sorted[i - 1].first) {
-        bad("logit_bias", "'logit_bias' names token " + std::to_string(sorted[i].first) + " twice");
-      }
     }
   }
   if (f.has("prompt_logprobs")) {
@@ -239,14 +232,19 @@ void parse_max_tokens(const Fields& f, const ApiModel& model, ApiRequest& r, int
   r.params.min_tokens = static_cast<int32_t>(f.integer("min_tokens", 0, max_tokens, 0));
 }
 
-// What a request's answer holds in logprobs, bounded: each choice (prompts × n) keeps its prompt's
-// and its tokens' alternatives until it is answered, and the whole answer is one JSON object, so
-// 1024 choices of 8,000 prompt tokens with 20 alternatives each (a 400 KB body) would be 172 M
-// entries, tens of GB. 4 M entries (a few hundred MB of answer) is far above an evaluation
-// harness's prompt-and-answer logprobs; a 400 says how to ask for less.
+// What a request makes the server hold, bounded before anything is sized, with a 400 that says how
+// to ask for less.
+// - Its choices (prompts × n) wait for batch slots together: more than --max-waiting
+//   (ApiModel::max_choices) would each be refused in turn (a 503 no retry gets past), and sizing
+//   their results first let one body claim memory by the gigabyte (50,000 one-token prompts × 128:
+//   2.1 GB; 8 MiB holds ~2.7 M such prompts).
+// - Each choice keeps its prompt's and its tokens' logprob alternatives until it is answered, and
+//   the whole answer is one JSON object: 1024 choices of 8,000 prompt tokens with 20 alternatives
+//   (a 400 KB body) would be 172 M entries, tens of GB. 4 M entries (a few hundred MB of answer)
+//   is far above an evaluation harness's prompt-and-answer logprobs.
 constexpr int64_t kMaxLogprobEntries = int64_t{1} << 22;
 
-void check_logprob_volume(const ApiRequest& r) {
+void check_volume(const ApiRequest& r, const ApiModel& model) {
   int64_t prompt_entries = 0, token_entries = 0;
   for (const auto& prompt : r.prompts) {
     if (r.params.prompt_logprobs) {
@@ -255,11 +253,19 @@ void check_logprob_volume(const ApiRequest& r) {
     if (r.params.logprobs) token_entries += r.n * static_cast<int64_t>(r.params.max_tokens) * (r.params.top_logprobs + 1);
   }
   const int64_t entries = prompt_entries + token_entries;
-  if (entries <= kMaxLogprobEntries) return;
-  bad(prompt_entries > token_entries ? "prompt_logprobs" : "logprobs",
-      "this request asks for " + std::to_string(entries) + " logprob entries (prompts x n x tokens x (alternatives + 1), "
-      "for its prompt_logprobs and logprobs); the server answers at most " + std::to_string(kMaxLogprobEntries) +
-      " a request: ask for fewer prompts, choices, tokens or alternatives");
+  if (entries > kMaxLogprobEntries) {
+    bad(prompt_entries > token_entries ? "prompt_logprobs" : "logprobs",
+        "this request asks for " + std::to_string(entries) + " logprob entries (prompts x n x tokens x (alternatives + 1), "
+        "for its prompt_logprobs and logprobs); the server answers at most " + std::to_string(kMaxLogprobEntries) +
+        " a request: ask for fewer prompts, choices, tokens or alternatives");
+  }
+  const int64_t choices = static_cast<int64_t>(r.prompts.size()) * r.n;
+  if (choices > model.max_choices) {
+    bad(r.prompts.size() > 1 ? "prompt" : "n",
+        "this request asks for " + std::to_string(choices) + " completions (" + std::to_string(r.prompts.size()) +
+            " prompt" + (r.prompts.size() == 1 ? "" : "s") + " x n = " + std::to_string(r.n) +
+            "); the server queues at most " + std::to_string(model.max_choices) + " at once (--max-waiting)");
+  }
 }
 
 }  // namespace
@@ -316,8 +322,9 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model) {
   }
   if (f.has("suffix")) bad("suffix", "'suffix' is not supported");
   if (f.has("best_of") && f.integer("best_of", 1, 128, 1) != r.n) bad("best_of", "'best_of' other than n is not supported");
+  drop_repeated_stop_tokens(r.params);
   r.params.validate();
-  check_logprob_volume(r);
+  check_volume(r, model);
   return r;
 }
 
@@ -370,7 +377,7 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
     bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   }
   r.params.validate();
-  check_logprob_volume(r);
+  check_volume(r, model);
   return r;
 }
 

@@ -37,6 +37,7 @@ struct ApiModel {
   int32_t vocab_size = 0;
   GenerationDefaults defaults;
   bool special_tokens_in_text = false;    // --chat-special-tokens: messages may spell control tokens
+  int32_t max_choices = 1024;             // --max-waiting: completions (prompts × n) a request may ask for
 };
 
 struct ApiRequest {
