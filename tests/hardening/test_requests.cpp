@@ -1,4 +1,5 @@
 // Issue 13: hostile JSONL request lines (defect 3), and sampled ids the tokenizer lacks.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -36,6 +37,24 @@ TEST_CASE("JSONL requests: out-of-range numbers and repeated keys are errors nam
     CHECK(contains(message, bad[i].second));
   }
   CHECK_FALSE(contains(r.output, "internal error"));
+}
+
+// Stop strings are bounded (kMaxStopStrings, kMaxStopBytes: each is followed over every token and
+// copied into every choice), on the command line as in the server's requests.
+TEST_CASE("stop strings past their limits on the command line (--stop): one line naming the limit, exit 1") {
+  std::string many;
+  for (int i = 0; i <= 1024; ++i) many += " --stop x" + std::to_string(i);
+  const std::string base = "--random-weights 1 --prompt-ids 1,2 -n 2 -q";
+  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
+           {many, "stop holds 1025 strings: expected at most 1024"},
+           {" --stop " + std::string(40000, 'a') + " --stop " + std::string(30000, 'b'),
+            "stop holds 70000 bytes of strings: expected at most 65536 in all"}}) {
+    const CommandResult r = tiny_llama(base + args);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.output, expected));
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
 }
 
 // Found while testing defect 2: a model whose vocabulary is larger than its tokenizer's (tiny-qwen3:
