@@ -188,19 +188,20 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
         args.push_back(side ? "side" : "stream");
         const std::string kernel = wrapper_name(op, phase) + "(" + join(args) + ");";
         if (phase == Phase::decode && op.kind == OpKind::linear && g.decode_gemm_past_pass) {
-          // Graph::decode_gemm_past_pass: a step cuda::decode_on_gemm gives to cuBLASLt makes the
-          // prefill's call (on the stream: ctx.fork gives no side stream past a pass), without FP8
-          // inputs (no op writes them at decode; it takes bf16 matrices only).
+          // Graph::decode_gemm_past_pass: a step cuda::decode_on_gemm gives to cuBLASLt calls
+          // cuda::decode_linear with the prefill's arguments (on the stream: ctx.fork gives no side
+          // stream past a pass) but its FP8 inputs (no op writes them at decode; it takes bf16
+          // matrices only).
           std::vector<std::string> host = {"ctx"};
           std::string weight;
           for (const ArgSpec* a : op.record().args_of(Phase::prefill)) {
-            host.push_back(a->source == ArgSource::fp8 ? "Fp8Rows{}" : arg_expr(op, g, *a, true));
+            if (a->source == ArgSource::fp8) continue;
+            host.push_back(arg_expr(op, g, *a, true));
             if (a->source == ArgSource::matrix) weight = host.back();
           }
-          const CallSpec& gemm = op.record().call(Phase::prefill);
-          if (gemm.how != CallHow::host) fail("internal: linear's prefill call is not cuBLASLt's");
+          if (op.record().call(Phase::prefill).how != CallHow::host) fail("internal: linear's prefill call is not cuBLASLt's");
           if (weight.empty()) fail("internal: linear's prefill call takes no matrix argument");
-          const std::string gemm_call = gemm.function + "<" + shape_constant(op) + ">(" + join(host) + ");";
+          const std::string gemm_call = "cuda::decode_linear<" + shape_constant(op) + ">(" + join(host) + ");";
           return {"if (cuda::decode_on_gemm(ctx, " + weight + ", " + op.rows + ")) {", std::string(2, ' ') + gemm_call,
                   "} else {", std::string(2, ' ') + kernel, "}"};
         }

@@ -93,7 +93,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("input_layernorm", OpReads::weights, 288);
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
     if (cuda::decode_on_gemm(ctx, lw.qkv_proj, T)) {
-      cuda::linear<kLinearQkvProj>(ctx, h, Fp8Rows{}, lw.qkv_proj, qkv, T);
+      cuda::decode_linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
     } else {
       linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
     }
@@ -106,7 +106,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
     if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {
-      cuda::linear<kLinearOProj>(ctx, attn, Fp8Rows{}, lw.o_proj, x, T);
+      cuda::decode_linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
     } else {
       linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
     }
@@ -118,7 +118,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 288);
     // gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
     if (cuda::decode_on_gemm(ctx, lw.gate_up_proj, T)) {
-      cuda::linear<kLinearGateUpProj>(ctx, h, Fp8Rows{}, lw.gate_up_proj, gate_up, T);
+      cuda::decode_linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     } else {
       linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
     }
@@ -128,7 +128,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
     if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {
-      cuda::linear<kLinearDownProj>(ctx, act, Fp8Rows{}, lw.down_proj, x, T);
+      cuda::decode_linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
     } else {
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
     }
@@ -141,7 +141,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   ctx.mark("norm", OpReads::weights, 288);
   // logits = h[N, 144] · lm_head[640, 144]ᵀ   (fp32)
   if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {
-    cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
+    cuda::decode_linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
   } else {
     linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
   }

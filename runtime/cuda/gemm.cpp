@@ -5,7 +5,8 @@
 // transposed, B is the input as a column-major [k, rows] matrix (ldb = k), D is [n, rows] (ldd = n).
 // A plan (descriptors + the heuristic's algorithm) is built once per shape, mode and operand
 // alignment, plus two layouts per row count, and reused: nothing is allocated per call, so calls
-// can be captured in CUDA graphs.
+// can be captured in CUDA graphs. The prefill's plans share one algorithm over every row count
+// (shared_algorithm); a decode step's (run_decode) are chosen for their one row count.
 #include "runtime/cuda/gemm.hpp"
 
 #include <cublasLt.h>
@@ -55,9 +56,11 @@ struct ShapeKey {
   LinearOut mode;
   uint32_t align_in, align_weight, align_out;
   GemmOperands operands = GemmOperands::bf16;
+  // 0: the prefill's plan, one algorithm for every row count; else a decode step's, for that count.
+  int decode_rows = 0;
   bool operator<(const ShapeKey& o) const {
-    return std::tie(n, k, mode, align_in, align_weight, align_out, operands) <
-           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.operands);
+    return std::tie(n, k, mode, align_in, align_weight, align_out, operands, decode_rows) <
+           std::tie(o.n, o.k, o.mode, o.align_in, o.align_weight, o.align_out, o.operands, o.decode_rows);
   }
   bool fp8() const { return operands != GemmOperands::bf16; }
   cudaDataType_t in_type() const { return fp8() ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
@@ -152,6 +155,10 @@ struct GemmRunner::State {
       if (cublasLtMatmulAlgoCheck(handle, p.op, p.a, layouts->second.b, layouts->second.d, layouts->second.d, &p.algo,
                                   &result) != CUBLAS_STATUS_SUCCESS) {
         p.rows.erase(layouts);
+        if (key.decode_rows > 0) {
+          fail("cuBLASLt: the algorithm its heuristic chose for a decode step of gemm rows=", rows, " n=", key.n,
+               " k=", key.k, " mode=", mode_name(key.mode), " does not run there");
+        }
         fail("cuBLASLt: the algorithm shared by every row count of gemm n=", key.n, " k=", key.k,
              " mode=", mode_name(key.mode), " does not run at rows=", rows, " (it was checked at 1..",
              kReferenceRows, " rows)");
@@ -194,7 +201,7 @@ struct GemmRunner::State {
             "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)", key, 0);
       set_scales(key, p, static_cast<const float*>(workspace), static_cast<const float*>(workspace));
     }
-    p.algo = shared_algorithm(key, p.op, p.a);
+    p.algo = key.decode_rows > 0 ? decode_algorithm(key, p.op, p.a) : shared_algorithm(key, p.op, p.a);
   }
 
   void set_scales(const ShapeKey& key, const ShapePlan& p, const float* weight_scales, const float* input_scales) {
@@ -214,7 +221,7 @@ struct GemmRunner::State {
     std::vector<cublasLtMatmulHeuristicResult_t> candidates;
     {
       const RowLayouts reference(key, kReferenceRows);
-      candidates = heuristic(key, op, a, reference, 16);
+      candidates = heuristic(key, op, a, reference, 16, /*split_k=*/false);
     }
     for (const auto& candidate : candidates) {
       bool runs_everywhere = true;
@@ -231,16 +238,29 @@ struct GemmRunner::State {
          " that runs at every row count 1..", kReferenceRows);
   }
 
+  // A decode step's algorithm: the heuristic's first for its row count, split-K reductions allowed.
+  // Past one GEMV pass (cuda::decode_on_gemm) a step's sums already depend on its batch, and at a
+  // few hundred rows the prefill's algorithm (chosen at 2,048) leaves most SMs idle on the narrow
+  // projections: Llama-3.1-8B's down_proj (n 4,096, k 14,336) at 256 rows makes 32-64 output tiles
+  // for 132 SMs. cuBLASLt's split-K adds its parts in a fixed order: the same step gives the same
+  // bits on every run.
+  cublasLtMatmulAlgo_t decode_algorithm(const ShapeKey& key, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a) {
+    const RowLayouts layouts(key, key.decode_rows);
+    return heuristic(key, op, a, layouts, 1, /*split_k=*/true).front().algo;
+  }
+
   std::vector<cublasLtMatmulHeuristicResult_t> heuristic(const ShapeKey& key, cublasLtMatmulDesc_t op,
-                                                         cublasLtMatrixLayout_t a, const RowLayouts& l, int count) {
+                                                         cublasLtMatrixLayout_t a, const RowLayouts& l, int count,
+                                                         bool split_k) {
+    const int rows = key.decode_rows > 0 ? key.decode_rows : kReferenceRows;
     cublasLtMatmulPreference_t pref = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", key, kReferenceRows);
+    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", key, rows);
     struct PrefGuard {
       cublasLtMatmulPreference_t p;
       ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
     } guard{pref};
     const uint64_t workspace = kWorkspaceBytes;
-    const uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE;
+    const uint32_t reductions = split_k ? CUBLASLT_REDUCTION_SCHEME_MASK : CUBLASLT_REDUCTION_SCHEME_NONE;
     const struct {
       cublasLtMatmulPreferenceAttributes_t attribute;
       const void* value;
@@ -248,22 +268,22 @@ struct GemmRunner::State {
       const char* name;
     } preferences[] = {
         {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace, "MAX_WORKSPACE_BYTES"},
-        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split_k, sizeof no_split_k, "REDUCTION_SCHEME_MASK"},
+        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions, "REDUCTION_SCHEME_MASK"},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_weight, sizeof key.align_weight, "MIN_ALIGNMENT_A_BYTES"},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_in, sizeof key.align_in, "MIN_ALIGNMENT_B_BYTES"},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_out, sizeof key.align_out, "MIN_ALIGNMENT_C_BYTES"},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof key.align_out, "MIN_ALIGNMENT_D_BYTES"},
     };
     for (const auto& pr : preferences) {
-      check(cublasLtMatmulPreferenceSetAttribute(pref, pr.attribute, pr.value, pr.size), pr.name, key, kReferenceRows);
+      check(cublasLtMatmulPreferenceSetAttribute(pref, pr.attribute, pr.value, pr.size), pr.name, key, rows);
     }
 
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
     int found = 0;
     check(cublasLtMatmulAlgoGetHeuristic(handle, op, a, l.b, l.d, l.d, pref, count, results.data(), &found),
-          "cublasLtMatmulAlgoGetHeuristic", key, kReferenceRows);
+          "cublasLtMatmulAlgoGetHeuristic", key, rows);
     if (found == 0) {
-      fail("cuBLASLt has no algorithm for gemm n=", key.n, " k=", key.k, " mode=", mode_name(key.mode),
+      fail("cuBLASLt has no algorithm for gemm rows=", rows, " n=", key.n, " k=", key.k, " mode=", mode_name(key.mode),
            " (operand alignments in/weight/out: ", key.align_in, "/", key.align_weight, "/", key.align_out,
            " bytes)");
     }
@@ -300,11 +320,22 @@ GemmRunner::~GemmRunner() {
 
 void GemmRunner::run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k,
                      LinearOut mode, cudaStream_t stream) {
+  run_bf16(in, weight, out, rows, n, k, mode, stream, false);
+}
+
+void GemmRunner::run_decode(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k,
+                            LinearOut mode, cudaStream_t stream) {
+  run_bf16(in, weight, out, rows, n, k, mode, stream, true);
+}
+
+void GemmRunner::run_bf16(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k,
+                          LinearOut mode, cudaStream_t stream, bool decode) {
   if (rows == 0) return;
   if (rows < 0 || n <= 0 || k <= 0) {
     fail("gemm: expected rows >= 0 and positive n, k; got rows=", rows, " n=", n, " k=", k);
   }
-  const ShapeKey key{n, k, mode, alignment_of(in), alignment_of(weight), alignment_of(out)};
+  ShapeKey key{n, k, mode, alignment_of(in), alignment_of(weight), alignment_of(out)};
+  if (decode) key.decode_rows = rows;
   const auto [p, l] = state_->plan(key, rows);
   const float alpha = 1.0f;
   check(cublasLtMatmul(state_->handle, p.op, &alpha, weight, p.a, in, l.b, &p.beta, out, l.d, out, l.d, &p.algo,

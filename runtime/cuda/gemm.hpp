@@ -28,6 +28,11 @@ class GemmRunner {
 
   void run(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k, LinearOut mode,
            cudaStream_t stream);
+  // The same for a decode step (cuda::decode_linear): the algorithm is chosen for this row count,
+  // split-K allowed, rather than shared with every other count (a sequence's sums then depend on
+  // the rows beside it, which the decode allows only past one GEMV pass).
+  void run_decode(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k,
+                  LinearOut mode, cudaStream_t stream);
   // The same over E4M3 operands: the weight [n, k] (rows as stored: k bytes apart) with its scales
   // per 128 × 128 block, the input [rows, k] with its scales per 128 columns of a row
   // (templates/fp8_rows.hpp); n and k as fp8_gemm_shape takes them, rows a multiple of kFp8GemmRows.
@@ -38,6 +43,8 @@ class GemmRunner {
                float weight_scale, void* out, int rows, int n, int k, LinearOut mode, cudaStream_t stream);
 
  private:
+  void run_bf16(const __nv_bfloat16* in, const __nv_bfloat16* weight, void* out, int rows, int n, int k, LinearOut mode,
+                cudaStream_t stream, bool decode);
   struct State;
   std::unique_ptr<State> state_;
 };
@@ -58,6 +65,17 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16
 // matrices (a quantized one would first be expanded to bf16 in full each step).
 inline bool decode_on_gemm(const CudaContext& ctx, GpuMatrix weight, int tokens) {
   return tokens > ctx.decode_gemm_above && weight.format == MatrixFormat::bf16 && weight.split == 0;
+}
+
+// The call the generated decode makes where cuda::decode_on_gemm says so: cuBLASLt with the
+// algorithm of this row count (GemmRunner::run_decode).
+template <shape::linear S, typename Out>
+void decode_linear(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix weight, Out* out, int tokens) {
+  static_assert((S.out == LinearOut::store_bf16) == (sizeof(Out) == 2), "cuda::decode_linear: out type must match S.out");
+  if (weight.format != MatrixFormat::bf16 || weight.split != 0) {
+    fail("internal: decode_linear n=", S.n, " k=", S.k, " was given a matrix cuda::decode_on_gemm refuses");
+  }
+  ctx.gemm->run_decode(in, static_cast<const __nv_bfloat16*>(weight.data), out, tokens, S.n, S.k, S.out, ctx.stream);
 }
 
 // Where the prefill multiplies `weight` in FP8 (an FP8 matrix, and the step's buffers hold FP8

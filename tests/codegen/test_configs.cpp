@@ -277,8 +277,8 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
 }
 
 // Graph::decode_gemm_past_pass: builds that decode more than one GEMV pass (max_batch > 64) ask
-// cuda::decode_on_gemm before each projection of a decode step whether it runs the prefill's
-// cuBLASLt call; the shipped configs (max_batch 64) and a tensor-parallel rank never do.
+// cuda::decode_on_gemm before each projection of a decode step whether it runs on cuBLASLt
+// (cuda::decode_linear); the shipped configs (max_batch 64) and a tensor-parallel rank never do.
 TEST_CASE("Builds of max_batch past one GEMV pass take cuBLASLt for the projections of larger decode steps") {
   struct Expect {
     const char* config;
@@ -286,9 +286,9 @@ TEST_CASE("Builds of max_batch past one GEMV pass take cuBLASLt for the projecti
   };
   const std::vector<Expect> cases = {
       {"deepseek-v2-lite.yaml",
-       {"if (cuda::decode_on_gemm(ctx, lw.q_proj, T)) {", "  cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);",
+       {"if (cuda::decode_on_gemm(ctx, lw.q_proj, T)) {", "  cuda::decode_linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);",
         "} else {", "  linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);",
-        "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {", "  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);"}},
+        "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {", "  cuda::decode_linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);"}},
       {"llama-3.1-8b.yaml",
        {"if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {", "if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {",
         "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {"}},

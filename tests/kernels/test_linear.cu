@@ -79,7 +79,7 @@ void check_gemv(const std::vector<int>& token_counts) {
 }
 
 template <shape::linear S>
-void check_cublaslt(cuda::GemmRunner& runner, int rows) {
+void check_cublaslt(cuda::GemmRunner& runner, int rows, bool decode = false) {
   std::mt19937 rng(11000 + rows + S.n + S.k);
   const auto in = random_bf16(static_cast<size_t>(rows) * S.k, rng);
   const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
@@ -93,14 +93,37 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
   }
   CudaContext ctx;
   ctx.gemm = &runner;
-  cuda::linear<S>(ctx, as_bf16(d_in), as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()), rows);
-  const std::string what = describe<S>("cuBLASLt", rows);
+  auto* out = reinterpret_cast<Out<S>*>(d_out.get());
+  const auto multiply = [&] {
+    if (decode) {
+      cuda::decode_linear<S>(ctx, as_bf16(d_in), GpuMatrix{d_weight.get(), MatrixFormat::bf16}, out, rows);
+    } else {
+      cuda::linear<S>(ctx, as_bf16(d_in), as_bf16(d_weight), out, rows);
+    }
+  };
+  multiply();
+  const std::string what = describe<S>(decode ? "cuBLASLt, a decode step's algorithm" : "cuBLASLt", rows);
   check_launch(what);
   std::vector<float> got_all;
   if constexpr (kBf16Out<S>) {
     got_all = bf16_to_f32(d_out.download());
   } else {
     got_all = d_out.download();
+  }
+  if (decode) {  // split-K or not, the same step gives the same bits again
+    if constexpr (S.out == LinearOut::add_f32) {
+      d_out.upload(residual);
+    } else {
+      d_out.poison();
+    }
+    multiply();
+    std::vector<float> again;
+    if constexpr (kBf16Out<S>) {
+      again = bf16_to_f32(d_out.download());
+    } else {
+      again = d_out.download();
+    }
+    CHECK(std::memcmp(again.data(), got_all.data(), got_all.size() * sizeof(float)) == 0);
   }
   // Rows to check: all up to 64, else 64 spread over the range (first and last included).
   const int samples = std::min(rows, 64);
@@ -117,6 +140,18 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows) {
   long long nans = 0;  // the rows not sampled must be written too
   for (float v : got_all) nans += v != v;
   CHECK(nans == 0);
+}
+
+// Decode steps past one GEMV pass (cuda::decode_on_gemm) multiply on cuBLASLt with an algorithm
+// chosen for their row count, split-K allowed (GemmRunner::run_decode): the graph sizes past 64.
+TEST_CASE("linear, decode past one GEMV pass: cuBLASLt with the row count's algorithm", "[linear]") {
+  cuda::GemmRunner runner;
+  for (int rows : {72, 256}) {
+    check_cublaslt<llama1b::kLinearQkvProj>(runner, rows, true);
+    check_cublaslt<llama1b::kLinearOProj>(runner, rows, true);
+    check_cublaslt<llama1b::kLinearDownProj>(runner, rows, true);
+  }
+  check_cublaslt<shape::linear{.n = 200, .k = 144, .out = LinearOut::add_f32, .sms = 132}>(runner, 136, true);
 }
 
 // The GEMV over a matrix kept in blocks (templates/linear_quant.cuh: `name`, `gpu` in device
