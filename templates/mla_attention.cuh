@@ -92,9 +92,13 @@ __global__ void __launch_bounds__(kWarpRowThreads)
 // the four warps of an m-tile exchange row maxima and sums through shared memory (every warp then
 // holds the same running max and sum), write P as bf16, and each accumulates O += P·V for its
 // quarter of the kLatent value columns (V = the first kLatent values of the same cache rows, read
-// with ldmatrix.trans). The next key tile is copied (cp.async) while the current one is used.
+// with ldmatrix.trans). With kStages = 2 the next key tile is copied (cp.async) while the current
+// one is used; with 1 it is copied after, into the same buffer: 96 KB of shared memory a block at
+// DeepSeek-V2's 576-wide rows instead of 171, so an SM holds two blocks. Decode takes one stage
+// where its grid is more than the GPU holds at once (many sequences: each block's chain of one
+// tile's loads and sums is short, and two blocks an SM overlap them); the sums are the same.
 
-template <int kLatent, int kRope, int kMTiles>
+template <int kLatent, int kRope, int kMTiles, int kStages = 2>
 struct MlaMmaShape {
   static constexpr int kWidth = kLatent + kRope;
   static constexpr bool kSupported = kWidth % 16 == 0 && kLatent % 64 == 0;
@@ -109,29 +113,30 @@ struct MlaMmaShape {
   static constexpr int kPStride = kKeyTile + 8;
   static constexpr int kQElems = kRows * kStride, kKvElems = kKeyTile * kStride, kPElems = kRows * kPStride;
   static constexpr int kRedFloats = kMTiles * 4 * 16;  // [m-tile][key quarter][row]
-  static constexpr int kSmemBytes = (kQElems + 2 * kKvElems + kPElems) * 2 + 2 * kRedFloats * 4;
+  static constexpr int kSmemBytes = (kQElems + kStages * kKvElems + kPElems) * 2 + 2 * kRedFloats * 4;
+  static_assert(kStages == 1 || kStages == 2, "mla_attention_mma: one or two key tile buffers");
 };
 
 // Prefill (kDecode false): grid (ceil(max_query_len · kHeads / kRows), num_seqs), last row tiles first.
 // Decode: grid (ceil(kHeads / kRows), num_seqs, kMaxPartitions); a sequence of one partition is
 // finished here, longer ones leave (unnormalized O, max, sum) in scratch for the merge kernel.
 template <int kHeads, int kLatent, int kRope, int kPageSize, int kMTiles, bool kDecode, int kPartition,
-          int kMaxPartitions>
-__global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads)
+          int kMaxPartitions, int kStages = 2>
+__global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles, kStages>::kThreads)
     mla_attention_mma_kernel(const bf16* __restrict__ q_mla, const bf16* __restrict__ cache, bf16* __restrict__ o_lat,
                              const int* __restrict__ query_start, const int* __restrict__ positions_or_context,
                              const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
                              float* __restrict__ scratch) {
   pdl_release_and_wait();
-  using S = MlaMmaShape<kLatent, kRope, kMTiles>;
+  using S = MlaMmaShape<kLatent, kRope, kMTiles, kStages>;
   constexpr int W = S::kWidth, ST = S::kStride, KT = S::kKeyTile, R = S::kRows, PST = S::kPStride;
   static_assert(S::kSupported, "mla_attention_mma: rows of whole k16 steps and value columns in 64s");
   static_assert(kDecode || R <= 32, "mla_attention_mma: prefill takes the block's positions from one warp");
 
   extern __shared__ float4 smem_f4[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_f4);  // [R][ST]
-  bf16* kv_s = q_s + S::kQElems;                  // [2][KT][ST]
-  bf16* p_s = kv_s + 2 * S::kKvElems;             // [R][PST]
+  bf16* kv_s = q_s + S::kQElems;                  // [kStages][KT][ST]
+  bf16* p_s = kv_s + kStages * S::kKvElems;       // [R][PST]
   float* red_max = reinterpret_cast<float*>(p_s + S::kPElems);  // [kMTiles][4][16]
   float* red_sum = red_max + S::kRedFloats;
   __shared__ int block_max_pos;
@@ -232,9 +237,9 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
   for (int j = 0; j < num_tiles; ++j) {
     cp_async_wait<0>();
     __syncthreads();  // tile j has landed everywhere; everyone is done with tile j - 1
-    if (j + 1 < num_tiles) load_kv(j + 1, kv_s + ((j + 1) % 2) * S::kKvElems);
+    if (kStages == 2 && j + 1 < num_tiles) load_kv(j + 1, kv_s + ((j + 1) % 2) * S::kKvElems);
     cp_async_commit();
-    const bf16* kv = kv_s + (j % 2) * S::kKvElems;
+    const bf16* kv = kv_s + (kStages == 2 ? (j % 2) * S::kKvElems : 0);
 
     // ---- scores of 16 rows × this warp's 16 keys ----
     // Even and odd k16 steps accumulate apart (two chains of dependent mmas, not one), then add.
@@ -348,6 +353,11 @@ __global__ void __launch_bounds__(MlaMmaShape<kLatent, kRope, kMTiles>::kThreads
         mma_bf16_16816(o[2 * dt2 + 1], a, b1);
       }
     }
+    if (kStages == 1 && j + 1 < num_tiles) {  // (num_tiles is the block's: the barrier is uniform)
+      __syncthreads();  // every warp is done with tile j's values
+      load_kv(j + 1, kv_s);
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
 
@@ -431,12 +441,20 @@ void mla_attention_decode(const bf16* q_mla, const bf16* cache, bf16* o_lat, con
   constexpr int kMTiles = kHeads <= 16 ? 1 : 2;
   if constexpr (detail::MlaMmaShape<kLatent, kRope, kMTiles>::kSupported) {
     using Shape = detail::MlaMmaShape<kLatent, kRope, kMTiles>;
+    using OneStage = detail::MlaMmaShape<kLatent, kRope, kMTiles, 1>;
     constexpr auto kernel =
         detail::mla_attention_mma_kernel<kHeads, kLatent, kRope, kPageSize, kMTiles, true, kPartition, kMaxPartitions>;
+    constexpr auto one_stage =
+        detail::mla_attention_mma_kernel<kHeads, kLatent, kRope, kPageSize, kMTiles, true, kPartition, kMaxPartitions, 1>;
     detail::allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
+    detail::allow_dynamic_smem_once<one_stage, OneStage::kSmemBytes>();
     const dim3 grid(detail::ceil_div(kHeads, Shape::kRows), num_seqs, kMaxPartitions);
-    KILN_LAUNCH(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, q_mla, cache, o_lat, nullptr, context_len,
-                block_tables, max_pages_per_seq, S.scale * detail::kLog2e, scratch);
+    // Two stages while the GPU holds the whole grid at once (resident 0: unknown, as under NVRTC).
+    const int resident = detail::device_resident_blocks<kernel, Shape::kThreads, Shape::kSmemBytes>();
+    const bool two_stages = resident == 0 || static_cast<long long>(grid.x) * grid.y * grid.z <= resident;
+    KILN_LAUNCH(two_stages ? kernel : one_stage, grid, Shape::kThreads,
+                two_stages ? Shape::kSmemBytes : OneStage::kSmemBytes, stream, q_mla, cache, o_lat, nullptr,
+                context_len, block_tables, max_pages_per_seq, S.scale * detail::kLog2e, scratch);
     detail::launch_split_kv_merge<kHeads, kLatent, kPartition, kMaxPartitions, Shape::kKeyTile>(scratch, context_len,
                                                                                                o_lat, num_seqs, stream);
   } else {
