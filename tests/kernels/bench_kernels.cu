@@ -430,6 +430,9 @@ void bench_prep_attentions() {
       bench_prep_attention<32, 8, 64, 16, 512, 16>(batch, context);
     }
   }
+  // The 8B built for 32k tokens (65 partitions): one sequence at 32,000, and 256 short ones.
+  bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
+  bench_prep_attention<32, 8, 128, 16, 512, 16>(256, 160);
 }
 
 // Prefill attention of one causal prompt: the kernel attention_prefill chooses, and, beside it, the
