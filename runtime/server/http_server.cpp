@@ -168,6 +168,18 @@ struct Generation {
 
   int32_t num_choices() const { return static_cast<int32_t>(request.prompts.size()) * request.n; }
 
+  // A whole (not streamed) answer computes a prompt's prompt_logprobs in its first choice alone and
+  // gives them to the other n - 1 at the end (share_prompt_logprobs), which would compute the same,
+  // a row of logits per prompt token each (and skip the prefix cache for it). Streamed, a choice's
+  // first chunk carries them, which may come before the first choice has them: each computes its own.
+  bool shares_prompt_logprobs() const { return !request.stream && request.params.prompt_logprobs.has_value(); }
+  void share_prompt_logprobs() {
+    if (!shares_prompt_logprobs()) return;
+    for (size_t c = 0; c < choices.size(); ++c) {
+      if (c % request.n != 0) choices[c].prompt_logprobs = choices[c - c % request.n].prompt_logprobs;
+    }
+  }
+
   // Submits every choice; on a refusal, withdraws the ones already submitted and rethrows.
   void submit() {
     const int32_t n = num_choices();
@@ -179,6 +191,7 @@ struct Generation {
       Request r;
       r.prompt = request.prompts[c / request.n];
       r.params = request.params;
+      if (shares_prompt_logprobs() && c % request.n != 0) r.params.prompt_logprobs.reset();
       if (r.params.seed) r.params.seed = *r.params.seed + static_cast<uint64_t>(c % request.n);
       std::weak_ptr<Channel> weak = channel;
       try {
@@ -413,6 +426,7 @@ void HttpServer::routes() {
             return;
           }
         }
+        gen->share_prompt_logprobs();
         send_json(res, 200, gen->builder.response(gen->choices, gen->usage));
         return;
       }

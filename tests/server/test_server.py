@@ -219,6 +219,14 @@ def case_prompt_logprobs():
                 check(abs(entry[str(ids[i])]["logprob"] - expected) < 1e-4, f"position {i}: {entry} vs {expected}")
                 ranked = [v for v in entry.values() if v["rank"] is not None]
                 check(len(ranked) == 2, f"position {i}: two alternatives")
+            if attempt == 0:
+                first = p
+        # n = 3: the first choice computes them, the other two get the same (a whole answer).
+        st, body, _ = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 2, "temperature": 0.8, "n": 3,
+                                                 "prompt_logprobs": 2})
+        check(st == 200 and len(body["choices"]) == 3, f"status {st}: {body}")
+        for c in body["choices"]:
+            check(c["prompt_logprobs"] == first, f"choice {c['index']}: the prompt's logprobs as with n = 1")
         status, body, _ = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 21})
         check(status == 400 and body["error"]["param"] == "prompt_logprobs", "prompt_logprobs out of range")
 
