@@ -63,8 +63,10 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, const __nv_bfloat16
 // keeps a sequence's sums in the same order at any batch; cuBLASLt reads it once a step, its sums
 // in an order of its own: past ctx.decode_gemm_above rows (--batch-invariant: never), for bf16
 // matrices (a quantized one would first be expanded to bf16 in full each step).
+// decode_gemm_takes: the matrices it may take (bf16, whole); decode_linear refuses the others.
+inline bool decode_gemm_takes(GpuMatrix weight) { return weight.format == MatrixFormat::bf16 && weight.split == 0; }
 inline bool decode_on_gemm(const CudaContext& ctx, GpuMatrix weight, int tokens) {
-  return tokens > ctx.decode_gemm_above && weight.format == MatrixFormat::bf16 && weight.split == 0;
+  return tokens > ctx.decode_gemm_above && decode_gemm_takes(weight);
 }
 
 // The call the generated decode makes where cuda::decode_on_gemm says so: cuBLASLt with the
@@ -72,7 +74,7 @@ inline bool decode_on_gemm(const CudaContext& ctx, GpuMatrix weight, int tokens)
 template <shape::linear S, typename Out>
 void decode_linear(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix weight, Out* out, int tokens) {
   static_assert((S.out == LinearOut::store_bf16) == (sizeof(Out) == 2), "cuda::decode_linear: out type must match S.out");
-  if (weight.format != MatrixFormat::bf16 || weight.split != 0) {
+  if (!decode_gemm_takes(weight)) {
     fail("internal: decode_linear n=", S.n, " k=", S.k, " was given a matrix cuda::decode_on_gemm refuses");
   }
   ctx.gemm->run_decode(in, static_cast<const __nv_bfloat16*>(weight.data), out, tokens, S.n, S.k, S.out, ctx.stream);

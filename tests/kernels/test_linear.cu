@@ -101,15 +101,17 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows, bool decode = false) {
       cuda::linear<S>(ctx, as_bf16(d_in), as_bf16(d_weight), out, rows);
     }
   };
+  const auto outputs = [&]() -> std::vector<float> {
+    if constexpr (kBf16Out<S>) {
+      return bf16_to_f32(d_out.download());
+    } else {
+      return d_out.download();
+    }
+  };
   multiply();
   const std::string what = describe<S>(decode ? "cuBLASLt, a decode step's algorithm" : "cuBLASLt", rows);
   check_launch(what);
-  std::vector<float> got_all;
-  if constexpr (kBf16Out<S>) {
-    got_all = bf16_to_f32(d_out.download());
-  } else {
-    got_all = d_out.download();
-  }
+  const std::vector<float> got_all = outputs();
   if (decode) {  // split-K or not, the same step gives the same bits again
     if constexpr (S.out == LinearOut::add_f32) {
       d_out.upload(residual);
@@ -117,12 +119,7 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows, bool decode = false) {
       d_out.poison();
     }
     multiply();
-    std::vector<float> again;
-    if constexpr (kBf16Out<S>) {
-      again = bf16_to_f32(d_out.download());
-    } else {
-      again = d_out.download();
-    }
+    const std::vector<float> again = outputs();
     CHECK(std::memcmp(again.data(), got_all.data(), got_all.size() * sizeof(float)) == 0);
   }
   // Rows to check: all up to 64, else 64 spread over the range (first and last included).
