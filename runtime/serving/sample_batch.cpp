@@ -1,9 +1,12 @@
 #include "runtime/serving/sample_batch.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "runtime/serving/sampling_params.hpp"
 #include "runtime/serving/scheduled_step.hpp"
+#include "runtime/serving/token_constraint.hpp"
 
 namespace kiln {
 
@@ -32,6 +35,35 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const
   out.reserve(edits.size());
   for (const auto& [token, e] : edits) out.push_back(e);
   return out;
+}
+
+void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
+                         std::vector<LogitEdit>& edits) {
+  std::vector<int32_t> banned;
+  bool can_end = false;
+  constraint.banned(vocab_size, banned, can_end);
+  std::vector<int32_t> ends(end_tokens.begin(), end_tokens.end());
+  std::sort(ends.begin(), ends.end());
+  std::vector<int32_t> merged;
+  merged.reserve(banned.size() + ends.size());
+  if (can_end) {
+    std::set_difference(banned.begin(), banned.end(), ends.begin(), ends.end(), std::back_inserter(merged));
+  } else {
+    std::set_union(banned.begin(), banned.end(), ends.begin(), ends.end(), std::back_inserter(merged));
+  }
+  std::vector<LogitEdit> out;
+  out.reserve(merged.size() + edits.size());
+  size_t e = 0;
+  for (int32_t token : merged) {
+    while (e < edits.size() && edits[e].token < token) out.push_back(edits[e++]);
+    LogitEdit ban;
+    if (e < edits.size() && edits[e].token == token) ban = edits[e++];
+    ban.token = token;
+    ban.banned = 1;
+    out.push_back(ban);
+  }
+  out.insert(out.end(), edits.begin() + static_cast<std::ptrdiff_t>(e), edits.end());
+  edits = std::move(out);
 }
 
 SampleBatch sample_batch(std::span<const ScheduledSeq> seqs) {

@@ -44,6 +44,10 @@ void SamplingParams::validate() const {
   if (min_tokens < 0 || min_tokens > max_tokens) {
     fail("sampling parameter min_tokens = ", min_tokens, ": expected a value in [0, max_tokens = ", max_tokens, "]");
   }
+  if (constraint && min_tokens > 0) {
+    fail("sampling parameter min_tokens = ", min_tokens, " cannot be combined with structured output: the format decides "
+         "where the text ends");
+  }
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
     fail("sampling parameter presence_penalty = ", presence_penalty, ": expected a value in [-2, 2]");
   }

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/serving/sampling_math.hpp"
+#include "runtime/serving/token_constraint.hpp"
 
 namespace kiln {
 
@@ -48,6 +50,10 @@ struct SamplingParams {
   std::vector<std::string> stop;        // finish when the text reaches one (not emitted)
   bool include_stop_str_in_output = false;  // emit the stop string (or stop token's text) too
   bool skip_special_tokens = true;      // special tokens' text is left out of the output
+
+  // Structured output: the text must follow this (a JSON schema, a grammar, ...). Its end tokens
+  // (EOS, stop_token_ids) are banned until the text may end there. Not with min_tokens.
+  std::shared_ptr<const TokenConstraint> constraint;
 
   bool has_penalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;

@@ -72,6 +72,7 @@ void Scheduler::add(Request request) {
   seq->seed = request.params.seed ? *request.params.seed : draw_request_seed();
   seq->params = std::move(request.params);
   seq->prompt_logits = request.prompt_logits;
+  if (seq->params.constraint) seq->constraint = seq->params.constraint->start();
   if (seq->params.repetition_penalty != 1.0f) {
     seq->prompt_set = seq->tokens;
     std::sort(seq->prompt_set.begin(), seq->prompt_set.end());
@@ -79,6 +80,12 @@ void Scheduler::add(Request request) {
   }
   waiting_.push_back(seq.get());
   seqs_.emplace(seq->id, std::move(seq));
+}
+
+std::vector<int32_t> Scheduler::end_tokens(const SamplingParams& params) const {
+  std::vector<int32_t> ends = params.stop_token_ids;
+  ends.insert(ends.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+  return ends;
 }
 
 ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_tokens) const {
@@ -99,11 +106,12 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
   if (s.samples) {
     s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
     const SamplingParams& p = seq.params;
-    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens) {
+    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens || seq.constraint) {
       std::vector<int32_t> stop_ids = p.stop_token_ids;
       if (!p.ignore_eos) stop_ids.insert(stop_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
       s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids);
     }
+    if (seq.constraint) add_constraint_bans(*seq.constraint, config_.vocab_size, end_tokens(p), s.edits);
   }
   return s;
 }
@@ -239,6 +247,10 @@ TokenEvent Scheduler::apply_sample(Sequence& seq, const SampleOutput& sample) {
   }
   seq.tokens.push_back(sample.token);
   if (seq.params.logprobs) seq.logprobs.push_back(sample.logprob);
+  if (seq.constraint) {
+    const std::vector<int32_t> ends = end_tokens(seq.params);
+    if (std::find(ends.begin(), ends.end(), sample.token) == ends.end()) seq.constraint->accept(sample.token);
+  }
   if (seq.params.has_penalties()) {
     auto& counts = seq.output_counts;
     const auto at = std::lower_bound(counts.begin(), counts.end(), std::pair{sample.token, 0});

@@ -126,6 +126,9 @@ class Scheduler {
 
  private:
   ScheduledSeq make_scheduled(const Sequence& seq, int32_t num_new_tokens) const;
+  // The tokens that end a request's text (the model's EOS, its stop_token_ids): what structured
+  // output lets through only where the text may end.
+  std::vector<int32_t> end_tokens(const SamplingParams& params) const;
   void preempt(Sequence& seq, ScheduledStep& step);
   // Brings the oldest swapped-out sequence back (its KV copied in), scheduling its next tokens;
   // false when the pool cannot hold it now.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -73,6 +74,8 @@ struct Sequence {
   int32_t num_preemptions = 0;
   bool admitted_before = false;
   bool prompt_logits = false;     // Request::prompt_logits
+  // Where the text stands in params.constraint (structured output); null without one.
+  std::unique_ptr<TokenConstraintState> constraint;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }
