@@ -1,0 +1,401 @@
+#include "runtime/structured/json_schema_grammar.hpp"
+
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln {
+
+using json = nlohmann::ordered_json;
+
+std::string gbnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7F) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02X", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+namespace {
+
+// JSON's own rules; each value's rule ends with `space`.
+const std::map<std::string, std::string>& primitives() {
+  static const std::map<std::string, std::string> rules = {
+      {"space", R"(| " " | "\n" [ \t]{0,20})"},
+      {"boolean", R"(("true" | "false") space)"},
+      {"null", R"("null" space)"},
+      {"integral-part", R"([0] | [1-9] [0-9]{0,15})"},
+      {"decimal-part", R"([0-9]{1,16})"},
+      {"integer", R"("-"? integral-part space)"},
+      {"number", R"("-"? integral-part ("." decimal-part)? ([eE] [-+]? [0-9]{1,2})? space)"},
+      {"char", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))"},
+      {"string", R"("\"" char* "\"" space)"},
+      {"value", R"(object | array | string | number | boolean | null)"},
+      {"object", R"("{" space (string ":" space value ("," space string ":" space value)*)? "}" space)"},
+      {"array", R"("[" space (value ("," space value)*)? "]" space)"},
+  };
+  return rules;
+}
+// What each primitive uses.
+const std::map<std::string, std::vector<std::string>>& primitive_uses() {
+  static const std::map<std::string, std::vector<std::string>> uses = {
+      {"boolean", {"space"}},
+      {"null", {"space"}},
+      {"integer", {"integral-part", "space"}},
+      {"number", {"integral-part", "decimal-part", "space"}},
+      {"string", {"char", "space"}},
+      {"value", {"object", "array", "string", "number", "boolean", "null"}},
+      {"object", {"string", "value", "space"}},
+      {"array", {"value", "space"}},
+  };
+  return uses;
+}
+
+const std::set<std::string>& annotations() {
+  static const std::set<std::string> keys = {"title", "description", "default", "examples", "$schema", "$id",
+                                             "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
+                                             "definitions", "strict", "discriminator"};
+  return keys;
+}
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const json& root, bool compact) : root_(root), compact_(compact) {}
+
+  std::string compile() {
+    const std::string top = visit(root_, "", "root");
+    if (top != "root") rules_.emplace_back("root", top);
+    std::string out;
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out;
+  }
+
+  std::string object_only() {
+    use("object");
+    rules_.emplace_back("root", "object");
+    std::string out;
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out;
+  }
+
+ private:
+  [[noreturn]] static void bad(const std::string& path, const std::string& what) {
+    fail("json_schema: ", path.empty() ? "/" : path, ": ", what);
+  }
+
+  // A primitive rule, with the ones it uses.
+  std::string use(const std::string& name) {
+    if (used_.insert(name).second) {
+      if (auto it = primitive_uses().find(name); it != primitive_uses().end()) {
+        for (const std::string& dep : it->second) use(dep);
+      }
+      rules_.emplace_back(name, compact_ && name == "space" ? "\"\"" : primitives().at(name));
+    }
+    return name;
+  }
+
+  std::string new_rule(const std::string& hint, const std::string& body) {
+    const std::string name = fresh_name(hint);
+    rules_.emplace_back(name, body);
+    return name;
+  }
+  std::string fresh_name(const std::string& hint) {
+    std::string base;
+    for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
+    if (base.empty()) base = "item";
+    if (primitives().count(base) || base == "root" ? false : names_.insert(base).second) return base;
+    for (int i = 1;; ++i) {
+      const std::string n = base + "-" + std::to_string(i);
+      if (!primitives().count(n) && names_.insert(n).second) return n;
+    }
+  }
+
+  std::string literal_value(const json& v) { return gbnf_literal(v.dump()) + " " + use("space"); }
+
+  static std::string pointer_escape(const std::string& key) {
+    std::string out;
+    for (char c : key) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+    return out;
+  }
+
+  int32_t count(const json& s, const char* key, const std::string& path) {
+    const json& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4096) {
+      bad(path + "/" + key, std::string("'") + key + "' must be an integer in [0, 4096]");
+    }
+    return static_cast<int32_t>(v.get<int64_t>());
+  }
+
+  void check_keys(const json& s, const std::string& path, const std::set<std::string>& allowed) {
+    for (const auto& [k, v] : s.items()) {
+      if (allowed.count(k) || annotations().count(k)) continue;
+      bad(path, "the keyword '" + k + "' is not supported here (structured output supports type, properties, "
+                "required, additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, enum, "
+                "const, anyOf, oneOf, allOf of one schema and $ref)");
+    }
+  }
+
+  std::string resolve_ref(const std::string& ref, const std::string& path) {
+    if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    const json* target = nullptr;
+    std::string hint = "ref";
+    if (ref == "#") {
+      target = &root_;
+      hint = "root-ref";
+    } else {
+      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+        const std::string p = prefix;
+        if (ref.rfind(p, 0) != 0) continue;
+        const std::string name = ref.substr(p.size());
+        const auto defs = root_.find(p.substr(2, p.size() - 3));  // "$defs" or "definitions"
+        if (defs != root_.end() && defs->is_object() && defs->contains(name)) target = &(*defs)[name];
+        hint = name;
+      }
+    }
+    if (target == nullptr) {
+      bad(path + "/$ref", "'" + ref + "' names no schema (give #, #/$defs/<name> or #/definitions/<name>)");
+    }
+    const std::string name = fresh_name(hint);
+    refs_[ref] = name;  // before the visit: a recursive schema refers to itself by this name
+    const std::string body = visit(*target, ref.substr(1), name);
+    rules_.emplace_back(name, body);
+    return name;
+  }
+
+  // An expression matching the values `s` allows, each followed by `space`.
+  std::string visit(const json& s, const std::string& path, const std::string& hint) {
+    if (++depth_ > 64) bad(path, "the schema nests deeper than 64 levels");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) bad(path, "the schema 'false' allows no value");
+      return use("value");
+    }
+    if (!s.is_object()) bad(path, "a schema must be an object or a boolean, not " + std::string(s.type_name()));
+    if (s.contains("$ref")) {
+      check_keys(s, path, {"$ref"});
+      if (!s["$ref"].is_string()) bad(path + "/$ref", "'$ref' must be a string");
+      return resolve_ref(s["$ref"].get<std::string>(), path);
+    }
+    if (s.contains("const")) {
+      check_keys(s, path, {"const", "type"});
+      return literal_value(s["const"]);
+    }
+    if (s.contains("enum")) {
+      check_keys(s, path, {"enum", "type"});
+      const json& e = s["enum"];
+      if (!e.is_array() || e.empty()) bad(path + "/enum", "'enum' must be a non-empty array");
+      std::string alts;
+      for (const json& v : e) alts += (alts.empty() ? "" : " | ") + gbnf_literal(v.dump());
+      return "(" + alts + ") " + use("space");
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      check_keys(s, path, {key});
+      const json& list = s[key];
+      if (!list.is_array() || list.empty()) bad(path + "/" + key, std::string("'") + key + "' must be a non-empty array");
+      std::string alts;
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string at = std::to_string(i);
+        alts += (i ? " | " : "") + visit(list[i], path + "/" + key + "/" + at, hint + "-" + at);
+      }
+      return new_rule(hint, alts);
+    }
+    if (s.contains("allOf")) {
+      check_keys(s, path, {"allOf"});
+      const json& list = s["allOf"];
+      if (!list.is_array() || list.size() != 1) bad(path + "/allOf", "'allOf' is supported with exactly one schema");
+      return visit(list[0], path + "/allOf/0", hint);
+    }
+    if (s.contains("type") && s["type"].is_array()) {
+      const json& types = s["type"];
+      if (types.empty()) bad(path + "/type", "'type' must not be an empty list");
+      std::string alts;
+      for (const json& t : types) {
+        json one = s;
+        one["type"] = t;
+        alts += (alts.empty() ? "" : " | ") + visit(one, path, hint);
+      }
+      return new_rule(hint, alts);
+    }
+    std::string type;
+    if (s.contains("type")) {
+      if (!s["type"].is_string()) bad(path + "/type", "'type' must be a string or a list of strings");
+      type = s["type"].get<std::string>();
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+      type = "object";
+    } else if (s.contains("items") || s.contains("prefixItems")) {
+      type = "array";
+    } else {
+      check_keys(s, path, {});
+      return use("value");
+    }
+    if (type == "string") return string_rule(s, path, hint);
+    if (type == "integer" || type == "number" || type == "boolean" || type == "null") {
+      check_keys(s, path, {"type"});
+      return use(type);
+    }
+    if (type == "array") return array_rule(s, path, hint);
+    if (type == "object") return object_rule(s, path, hint);
+    bad(path + "/type", "unknown type '" + type + "' (string, number, integer, boolean, null, array, object)");
+  }
+
+  std::string string_rule(const json& s, const std::string& path, const std::string& hint) {
+    check_keys(s, path, {"type", "minLength", "maxLength"});
+    if (!s.contains("minLength") && !s.contains("maxLength")) return use("string");
+    const int32_t lo = s.contains("minLength") ? count(s, "minLength", path) : 0;
+    const int32_t hi = s.contains("maxLength") ? count(s, "maxLength", path) : -1;
+    if (hi >= 0 && hi < lo) bad(path, "'maxLength' is below 'minLength'");
+    use("char");
+    const std::string reps = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
+    return new_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\" " + use("space"));
+  }
+
+  std::string array_rule(const json& s, const std::string& path, const std::string& hint) {
+    check_keys(s, path, {"type", "items", "prefixItems", "minItems", "maxItems", "uniqueItems"});
+    if (s.contains("uniqueItems") && s["uniqueItems"] != false) {
+      bad(path + "/uniqueItems", "'uniqueItems': true is not supported");
+    }
+    const std::string sp = use("space");
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      const json& p = s["prefixItems"];
+      if (!p.is_array()) bad(path + "/prefixItems", "'prefixItems' must be an array of schemas");
+      for (size_t i = 0; i < p.size(); ++i) {
+        prefix.push_back(visit(p[i], path + "/prefixItems/" + std::to_string(i), hint + "-" + std::to_string(i)));
+      }
+    }
+    std::string item;  // the items after the prefix; empty: none
+    if (!s.contains("items")) {
+      if (prefix.empty()) item = use("value");  // an array of anything
+    } else if (!(s["items"].is_boolean() && !s["items"].get<bool>())) {
+      item = visit(s["items"], path + "/items", hint + "-item");
+    }
+    const int32_t k = static_cast<int32_t>(prefix.size());
+    const int32_t lo = s.contains("minItems") ? count(s, "minItems", path) : 0;
+    int32_t hi = s.contains("maxItems") ? count(s, "maxItems", path) : -1;
+    if (hi >= 0 && hi < lo) bad(path, "'maxItems' is below 'minItems'");
+    if (item.empty()) hi = hi < 0 ? k : std::min(hi, k);
+    if (lo > hi && hi >= 0) bad(path, "'minItems' asks for more items than 'prefixItems' gives and 'items' is false");
+    // Items [0, m) are written out one by one (the prefix's, and the required ones); past m come
+    // up to hi - m more of `item` (any number when hi is -1), each after a comma.
+    const int32_t m = hi >= 0 ? std::min(std::max(lo, k), hi) : std::max(lo, k);
+    std::string tail;
+    if (!item.empty() && (hi < 0 || hi > m)) {
+      const std::string more = hi < 0 ? "*" : "{0," + std::to_string(hi - m - (m == 0 ? 1 : 0)) + "}";
+      tail = m == 0 ? "(" + item + " (\",\" " + sp + " " + item + ")" + more + ")?"
+                    : "(\",\" " + sp + " " + item + ")" + more;
+    }
+    for (int32_t i = m - 1; i >= 0; --i) {
+      const std::string here = (i == 0 ? "" : "\",\" " + sp + " ") + (i < k ? prefix[i] : item) +
+                               (tail.empty() ? "" : " " + tail);
+      tail = i < lo ? here : "(" + here + ")?";
+    }
+    const std::string body = "\"[\" " + sp + " " + tail + " \"]\" " + sp;
+    return new_rule(hint, body);
+  }
+
+  std::string object_rule(const json& s, const std::string& path, const std::string& hint) {
+    check_keys(s, path, {"type", "properties", "required", "additionalProperties"});
+    const std::string sp = use("space");
+    std::vector<std::pair<std::string, const json*>> props;
+    if (s.contains("properties")) {
+      if (!s["properties"].is_object()) bad(path + "/properties", "'properties' must be an object");
+      for (const auto& [k, v] : s["properties"].items()) props.emplace_back(k, &v);
+    }
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) bad(path + "/required", "'required' must be an array of strings");
+      for (const json& r : s["required"]) {
+        if (!r.is_string()) bad(path + "/required", "'required' must be an array of strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    static const json kAny = json::object();
+    for (const std::string& r : required) {  // required but not described: any value
+      bool listed = false;
+      for (const auto& p : props) listed = listed || p.first == r;
+      if (!listed) props.emplace_back(r, &kAny);
+    }
+    std::string extra;  // a pair of an additional property; empty: none allowed
+    if (s.contains("additionalProperties")) {
+      const json& a = s["additionalProperties"];
+      if (!(a.is_boolean() && !a.get<bool>())) {
+        extra = new_rule(hint + "-extra", use("string") + " \":\" " + sp + " " +
+                                              visit(a, path + "/additionalProperties", hint + "-extra-value"));
+      }
+    }
+    const int32_t n = static_cast<int32_t>(props.size());
+    std::vector<std::string> kv(n);
+    for (int32_t i = 0; i < n; ++i) {
+      const std::string& key = props[i].first;
+      const std::string value = visit(*props[i].second, path + "/properties/" + pointer_escape(key), hint + "-" + key);
+      kv[i] = gbnf_literal(json(key).dump()) + " " + sp + " \":\" " + sp + " " + value;
+    }
+    // head[i]: properties i.. with nothing written before; tail[i]: with something before (a
+    // comma first). Built from the end, each a rule when it is used twice.
+    std::string head = extra.empty() ? "" : "(" + extra + " (\",\" " + sp + " " + extra + ")*)?";
+    std::string tail = extra.empty() ? "" : "(\",\" " + sp + " " + extra + ")*";
+    for (int32_t i = n - 1; i >= 0; --i) {
+      const std::string t = tail.empty() ? "" : new_rule(hint + "-tail", tail);
+      const std::string after = t.empty() ? "" : " " + t;
+      const std::string h = head.empty() ? "" : new_rule(hint + "-head", head);
+      if (required.count(props[i].first)) {
+        head = kv[i] + after;
+        tail = "\",\" " + sp + " " + kv[i] + after;
+      } else {
+        head = "(" + kv[i] + after + (h.empty() ? ")?" : " | " + h + ")");
+        tail = "(\",\" " + sp + " " + kv[i] + ")?" + after;
+      }
+    }
+    return new_rule(hint, "\"{\" " + sp + " " + head + " \"}\" " + sp);
+  }
+
+  const json& root_;
+  bool compact_;
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::set<std::string> used_, names_;
+  std::map<std::string, std::string> refs_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+std::string json_schema_gbnf(const json& schema, bool compact) { return SchemaCompiler(schema, compact).compile(); }
+
+std::string json_object_gbnf(bool compact) {
+  static const json kEmpty = json::object();
+  return SchemaCompiler(kEmpty, compact).object_only();
+}
+
+std::string choice_gbnf(const std::vector<std::string>& choices) {
+  if (choices.empty()) fail("guided_choice: the list of choices is empty");
+  std::string alts;
+  for (const std::string& c : choices) {
+    if (c.empty()) fail("guided_choice: a choice is the empty string");
+    alts += (alts.empty() ? "" : " | ") + gbnf_literal(c);
+  }
+  return "root ::= " + alts + "\n";
+}
+
+}  // namespace kiln

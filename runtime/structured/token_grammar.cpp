@@ -1,0 +1,174 @@
+#include "runtime/structured/token_grammar.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+
+#include "runtime/core/error.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
+
+namespace kiln {
+
+VocabTrie::VocabTrie(int32_t vocab_size, const std::function<std::string(int32_t)>& bytes,
+                     const std::function<bool(int32_t)>& special)
+    : vocab_size_(vocab_size) {
+  offsets_.reserve(static_cast<size_t>(vocab_size) + 1);
+  offsets_.push_back(0);
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (!special(id)) {
+      const std::string b = bytes(id);
+      if (!b.empty()) {
+        text_ += b;
+        order.push_back(id);
+      }
+    }
+    offsets_.push_back(static_cast<int64_t>(text_.size()));
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const std::string_view x = this->bytes(a), y = this->bytes(b);
+    return x != y ? x < y : a < b;
+  });
+  // Breadth first, so that each node's children are contiguous: a node covers order[lo, hi), the
+  // tokens whose bytes start with its path of `depth` bytes (the ones that end here sort first).
+  struct Work {
+    int32_t node;
+    size_t lo, hi, depth;
+  };
+  nodes_.push_back(Node{});
+  std::deque<Work> queue{{0, 0, order.size(), 0}};
+  while (!queue.empty()) {
+    const Work w = queue.front();
+    queue.pop_front();
+    size_t i = w.lo;
+    nodes_[w.node].token_begin = static_cast<int32_t>(ids_.size());
+    for (; i < w.hi && this->bytes(order[i]).size() == w.depth; ++i) ids_.push_back(order[i]);
+    nodes_[w.node].token_end = static_cast<int32_t>(ids_.size());
+    nodes_[w.node].child_begin = static_cast<int32_t>(nodes_.size());
+    while (i < w.hi) {
+      const uint8_t b = static_cast<uint8_t>(this->bytes(order[i])[w.depth]);
+      size_t j = i;
+      while (j < w.hi && static_cast<uint8_t>(this->bytes(order[j])[w.depth]) == b) ++j;
+      Node child;
+      child.byte = b;
+      queue.push_back(Work{static_cast<int32_t>(nodes_.size()), i, j, w.depth + 1});
+      nodes_.push_back(child);
+      i = j;
+    }
+    nodes_[w.node].child_end = static_cast<int32_t>(nodes_.size());
+  }
+}
+
+std::shared_ptr<const VocabTrie> VocabTrie::of(const Tokenizer& tokenizer) {
+  return std::make_shared<const VocabTrie>(
+      static_cast<int32_t>(tokenizer.vocab_size()),
+      [&](int32_t id) { return std::string(tokenizer.token_bytes(id)); },
+      [&](int32_t id) { return tokenizer.is_special(id); });
+}
+
+namespace {
+
+class TokenGrammarState : public TokenConstraintState {
+ public:
+  TokenGrammarState(std::shared_ptr<const TokenGrammar> grammar, GrammarState state)
+      : grammar_(std::move(grammar)), state_(std::move(state)) {}
+
+  void banned(int32_t vocab_size, std::vector<int32_t>& out, bool& can_end) override {
+    const std::shared_ptr<const TokenGrammar::Mask> mask = grammar_->mask(state_);
+    out.clear();
+    // Ids past the bit words (the tokenizer's vocabulary, rounded up) are banned: no text.
+    for (int32_t w = 0; w * 64 < vocab_size; ++w) {
+      uint64_t banned = static_cast<size_t>(w) < mask->allowed.size() ? ~mask->allowed[w] : ~uint64_t{0};
+      while (banned) {
+        const int32_t id = w * 64 + __builtin_ctzll(banned);
+        banned &= banned - 1;
+        if (id >= vocab_size) break;
+        out.push_back(id);
+      }
+    }
+    can_end = mask->can_end;
+  }
+
+  void accept(int32_t token) override { state_ = grammar_->advance(state_, token); }
+
+ private:
+  std::shared_ptr<const TokenGrammar> grammar_;
+  GrammarState state_;
+};
+
+}  // namespace
+
+std::shared_ptr<const TokenGrammar> TokenGrammar::make(Grammar grammar, std::shared_ptr<const VocabTrie> vocab) {
+  return std::make_shared<const TokenGrammar>(std::move(grammar), std::move(vocab));
+}
+
+TokenGrammar::TokenGrammar(Grammar grammar, std::shared_ptr<const VocabTrie> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+  GrammarMatcher matcher(grammar_);
+  start_ = matcher.start();
+  if (start_.dead()) {
+    fail("grammar: rule '", grammar_.names[grammar_.root], "' matches nothing within the matcher's limits (rules nested ",
+         GrammarMatcher::kMaxCalls, " deep before a character, or stacks ", GrammarMatcher::kMaxDepth, " deep)");
+  }
+}
+
+std::unique_ptr<TokenConstraintState> TokenGrammar::start() const {
+  return std::make_unique<TokenGrammarState>(shared_from_this(), start_);
+}
+
+GrammarState TokenGrammar::advance(const GrammarState& state, int32_t token) const {
+  if (token < 0 || token >= vocab_->vocab_size()) return GrammarState{};
+  const std::string_view bytes = vocab_->bytes(token);
+  if (bytes.empty()) return GrammarState{};  // a special token: no text the grammar could take
+  GrammarMatcher matcher(grammar_);
+  return matcher.advance(state, bytes);
+}
+
+std::shared_ptr<const TokenGrammar::Mask> TokenGrammar::mask(const GrammarState& state) const {
+  const std::string key = state.key();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  }
+  auto mask = std::make_shared<const Mask>(walk(state));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cache_.size() >= kCachedMasks) cache_.clear();
+  cache_.emplace(key, mask);
+  return mask;
+}
+
+TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state) const {
+  Mask m;
+  m.allowed.assign((static_cast<size_t>(vocab_->vocab_size()) + 63) / 64, 0);
+  m.can_end = state.can_end();
+  if (state.dead()) {
+    m.can_end = true;  // nothing can follow: let the request end rather than ban every token
+    return m;
+  }
+  GrammarMatcher matcher(grammar_);
+  const std::vector<VocabTrie::Node>& nodes = vocab_->nodes();
+  std::vector<GrammarMatcher::NodeSet> sets(1);
+  sets[0] = matcher.import(state);
+  // Depth first over the trie; sets[d] holds the grammar's stacks after a path of d bytes.
+  const auto visit = [&](auto& self, int32_t at, size_t depth) -> void {
+    if (sets.size() <= depth + 1) sets.emplace_back();
+    for (int32_t c = nodes[at].child_begin; c < nodes[at].child_end; ++c) {
+      matcher.step(sets[depth], nodes[c].byte, sets[depth + 1]);
+      const GrammarMatcher::NodeSet& next = sets[depth + 1];
+      if (next.empty()) continue;
+      const int32_t* ids = vocab_->tokens(nodes[c]);
+      for (int32_t k = 0; k < nodes[c].token_end - nodes[c].token_begin; ++k) {
+        m.allowed[ids[k] / 64] |= uint64_t{1} << (ids[k] % 64);
+      }
+      const bool only_end = next.size() == 1 && next[0] == GrammarMatcher::kAccept;
+      if (!only_end) self(self, c, depth + 1);
+    }
+  };
+  visit(visit, 0, 0);
+  bool any = false;
+  for (uint64_t w : m.allowed) any = any || w != 0;
+  if (!any) m.can_end = true;  // the grammar wants bytes no token spells: end rather than ban all
+  return m;
+}
+
+}  // namespace kiln

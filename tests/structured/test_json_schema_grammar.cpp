@@ -1,0 +1,196 @@
+// JSON schemas compiled to grammars (runtime/structured/json_schema_grammar.hpp): random sentences
+// of each grammar parse as JSON and hold what the schema says; hand-written texts are accepted or
+// refused as a validator would; unsupported keywords are errors naming where they are.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/structured/grammar.hpp"
+#include "runtime/structured/grammar_matcher.hpp"
+#include "runtime/structured/json_schema_grammar.hpp"
+
+using namespace kiln;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+Grammar compile(const std::string& schema) { return Grammar::parse(json_schema_gbnf(ojson::parse(schema))); }
+
+bool json_accepts(const Grammar& g, const std::string& text) {
+  GrammarMatcher m(g);
+  return m.advance(m.start(), text).can_end();
+}
+
+// A random sentence of g: bytes drawn among those the grammar allows, ending where it may (at
+// random, or once past `soft` bytes, steering to closing punctuation so that strings end).
+std::string random_sentence(const Grammar& g, std::mt19937& rng, size_t soft = 60) {
+  GrammarMatcher m(g);
+  GrammarState s = m.start();
+  std::string out;
+  for (size_t n = 0; n < 4000; ++n) {
+    std::vector<int> ok;
+    for (int b = 0; b < 256; ++b) {
+      if (!m.advance(s, std::string(1, static_cast<char>(b))).dead()) ok.push_back(b);
+    }
+    if (s.can_end() && (ok.empty() || rng() % 4 == 0 || out.size() > soft)) return out;
+    REQUIRE_FALSE(ok.empty());
+    int b = ok[rng() % ok.size()];
+    if (out.size() > soft) {
+      for (int want : {'"', '}', ']', '0', 'n', 'u', 'l', 't', 'r', 'e', 'f', 'a', 's'}) {
+        if (std::find(ok.begin(), ok.end(), want) != ok.end()) {
+          b = want;
+          break;
+        }
+      }
+    }
+    out += static_cast<char>(b);
+    s = m.advance(s, std::string(1, static_cast<char>(b)));
+  }
+  FAIL("no sentence within 4000 bytes: " << out);
+  return out;
+}
+
+void check_sentences(const std::string& schema, const std::function<bool(const nlohmann::json&)>& holds) {
+  const Grammar g = compile(schema);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 25; ++i) {
+    const std::string text = random_sentence(g, rng);
+    INFO(schema << "\n -> " << text);
+    nlohmann::json v;
+    REQUIRE_NOTHROW(v = nlohmann::json::parse(text));
+    CHECK(holds(v));
+  }
+}
+
+std::string compile_error(const std::string& schema) {
+  try {
+    json_schema_gbnf(ojson::parse(schema));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("json schema: random sentences of each grammar are JSON that holds the schema") {
+  check_sentences(R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"integer"},"c":{"type":"string","maxLength":5}},"required":["a"]})",
+                  [](const nlohmann::json& v) {
+                    if (!v.is_object() || !v.contains("a") || !v["a"].is_boolean()) return false;
+                    if (v.contains("b") && !v["b"].is_number_integer()) return false;
+                    if (v.contains("c") && !(v["c"].is_string() && v["c"].get<std::string>().size() <= 5 * 4)) return false;
+                    for (const auto& [k, x] : v.items()) {
+                      if (k != "a" && k != "b" && k != "c") return false;
+                    }
+                    return true;
+                  });
+  check_sentences(R"({"type":"array","items":{"enum":["x",3,null,true]},"minItems":1,"maxItems":3})", [](const nlohmann::json& v) {
+    if (!v.is_array() || v.empty() || v.size() > 3) return false;
+    for (const auto& x : v) {
+      if (!(x == "x" || x == 3 || x.is_null() || x == true)) return false;
+    }
+    return true;
+  });
+  check_sentences(R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"boolean"}],"items":false})",
+                  [](const nlohmann::json& v) {
+                    return v.is_array() && v.size() <= 2 && (v.empty() || v[0].is_number_integer()) &&
+                           (v.size() < 2 || v[1].is_boolean());
+                  });
+  check_sentences(R"({"anyOf":[{"type":"number"},{"type":"null"},{"const":"hi"}]})",
+                  [](const nlohmann::json& v) { return v.is_number() || v.is_null() || v == "hi"; });
+  check_sentences(R"({"type":["string","integer"]})", [](const nlohmann::json& v) { return v.is_string() || v.is_number_integer(); });
+  check_sentences(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
+                  [](const nlohmann::json& v) {
+                    for (const nlohmann::json* n = &v; !n->is_null(); n = &(*n)["next"]) {
+                      if (!n->is_object() || n->size() != 2 || !(*n)["v"].is_number_integer() || !n->contains("next")) return false;
+                    }
+                    return true;
+                  });
+  check_sentences(R"({"type":"object","additionalProperties":{"type":"integer"}})", [](const nlohmann::json& v) {
+    if (!v.is_object()) return false;
+    for (const auto& [k, x] : v.items()) {
+      if (!x.is_number_integer()) return false;
+    }
+    return true;
+  });
+  check_sentences("{}", [](const nlohmann::json&) { return true; });
+}
+
+TEST_CASE("json schema: hand-written texts accepted or refused as a validator would") {
+  const Grammar g = compile(R"({"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","minLength":2},"tags":{"type":"array","items":{"type":"string"}}},"required":["id","name"],"additionalProperties":false})");
+  CHECK(json_accepts(g, R"({"id": 5, "name": "ab"})"));
+  CHECK(json_accepts(g, R"({"id":-12,"name":"h\u00e9\n\"q\"","tags":["x", ""]})"));
+  CHECK(json_accepts(g, "{\n  \"id\": 0,\n  \"name\": \"\xC3\xA9\xC3\xA9\"\n}"));
+  CHECK_FALSE(json_accepts(g, R"({"name": "ab", "id": 5})"));    // the schema's order
+  CHECK_FALSE(json_accepts(g, R"({"id": 5})"));                  // name is required
+  CHECK_FALSE(json_accepts(g, R"({"id": 5, "name": "a"})"));     // minLength
+  CHECK_FALSE(json_accepts(g, R"({"id": 5.5, "name": "ab"})"));  // an integer
+  CHECK_FALSE(json_accepts(g, R"({"id": 05, "name": "ab"})"));   // no leading zero
+  CHECK_FALSE(json_accepts(g, R"({"id": 5, "name": "ab", "x": 1})"));  // no other property
+  CHECK_FALSE(json_accepts(g, "{\"id\": 5, \"name\": \"a\tb\"}"));     // a raw control character
+  CHECK_FALSE(json_accepts(g, "{\"id\": 5, \"name\": \"ab\"}" + std::string(30, ' ')));  // bounded whitespace
+
+  // Optional properties in any subset, in order; the first one written takes no comma.
+  const Grammar opt = compile(R"({"type":"object","properties":{"a":{"type":"null"},"b":{"type":"null"},"c":{"type":"null"}}})");
+  for (const char* text : {"{}", R"({"b":null})", R"({"a":null,"c":null})", R"({"a":null,"b":null,"c":null})", R"({"c":null})"}) {
+    CHECK(json_accepts(opt, text));
+  }
+  CHECK_FALSE(json_accepts(opt, R"({,"b":null})"));
+  CHECK_FALSE(json_accepts(opt, R"({"c":null,"a":null})"));
+  CHECK_FALSE(json_accepts(opt, R"({"a":null,})"));
+
+  const Grammar numbers = compile(R"({"type":"array","items":{"type":"number"},"maxItems":2})");
+  CHECK(json_accepts(numbers, "[1.5e-3, -0.25]"));
+  CHECK(json_accepts(numbers, "[]"));
+  CHECK_FALSE(json_accepts(numbers, "[1, 2, 3]"));
+  CHECK_FALSE(json_accepts(numbers, "[.5]"));
+  CHECK_FALSE(json_accepts(numbers, "[1,]"));
+}
+
+TEST_CASE("json schema: what is not supported is an error naming the keyword and where") {
+  CHECK_THAT(compile_error(R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^[0-9]+$"}}})"),
+             Catch::Contains("/properties/zip") && Catch::Contains("'pattern'"));
+  CHECK_THAT(compile_error(R"({"type":"integer","minimum":0})"), Catch::Contains("'minimum'"));
+  CHECK_THAT(compile_error(R"({"type":"string","format":"date-time"})"), Catch::Contains("'format'"));
+  CHECK_THAT(compile_error(R"({"$ref":"#/$defs/missing"})"), Catch::Contains("names no schema"));
+  CHECK_THAT(compile_error(R"({"type":"string","minLength":5,"maxLength":2})"), Catch::Contains("below 'minLength'"));
+  CHECK_THAT(compile_error(R"({"type":"object","properties":{"a":false}})"), Catch::Contains("/properties/a") && Catch::Contains("allows no value"));
+  CHECK_THAT(compile_error(R"({"type":"tuple"})"), Catch::Contains("unknown type 'tuple'"));
+  CHECK_THAT(compile_error(R"({"allOf":[{"type":"integer"},{"type":"number"}]})"), Catch::Contains("exactly one"));
+  CHECK_THAT(compile_error(R"([1, 2])"), Catch::Contains("must be an object or a boolean"));
+  CHECK_THAT(compile_error(R"({"type":"array","maxItems":99999})"), Catch::Contains("'maxItems' must be an integer in [0, 4096]"));
+  // Annotations change nothing.
+  CHECK(compile_error(R"({"title":"T","description":"d","type":"boolean","default":true,"examples":[false]})").empty());
+}
+
+TEST_CASE("json schema: compact JSON has no whitespace between tokens") {
+  const Grammar g = Grammar::parse(json_schema_gbnf(ojson::parse(R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})"), true));
+  CHECK(json_accepts(g, R"({"a":[1,2]})"));
+  CHECK(json_accepts(g, R"({})"));
+  CHECK_FALSE(json_accepts(g, R"({"a": [1,2]})"));
+  CHECK_FALSE(json_accepts(g, R"({"a":[1, 2]})"));
+  CHECK_FALSE(json_accepts(g, "{\"a\":[1]}\n"));
+  const Grammar o = Grammar::parse(json_object_gbnf(true));
+  CHECK(json_accepts(o, R"({"x":{"y":[true,null]}})"));
+  CHECK_FALSE(json_accepts(o, R"({ })"));
+}
+
+TEST_CASE("json schema: choices and the JSON-object grammar") {
+  const Grammar c = Grammar::parse(choice_gbnf({"yes", "no", "\"quoted\"\n"}));
+  CHECK(json_accepts(c, "yes"));
+  CHECK(json_accepts(c, "\"quoted\"\n"));
+  CHECK_FALSE(json_accepts(c, "yes "));
+  CHECK_FALSE(json_accepts(c, "n"));
+  CHECK_THROWS_WITH(choice_gbnf({}), Catch::Contains("empty"));
+
+  const Grammar o = Grammar::parse(json_object_gbnf());
+  CHECK(json_accepts(o, R"({"a": [1, {"b": null}, "x"], "c": false})"));
+  CHECK(json_accepts(o, "{}"));
+  CHECK_FALSE(json_accepts(o, "[]"));
+  CHECK_FALSE(json_accepts(o, R"({"a" 1})"));
+}

@@ -1,0 +1,158 @@
+// Grammars over a vocabulary (runtime/structured/token_grammar.hpp): the trie walk's allowed tokens
+// equal a token-by-token check of the grammar, along random paths; special tokens and ids past the
+// tokenizer are always banned; a state with no way on lets the text end.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/serving/sample_batch.hpp"
+#include "runtime/structured/grammar.hpp"
+#include "runtime/structured/grammar_matcher.hpp"
+#include "runtime/structured/json_schema_grammar.hpp"
+#include "runtime/structured/token_grammar.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
+
+using namespace kiln;
+
+namespace {
+
+// Pieces of JSON as a BPE vocabulary might cut them, overlapping; id 0 is a special token, and one
+// token decodes to nothing.
+const std::vector<std::string> kPieces = {
+    "<eos>", "{", "}", "{\"", "\":", "\"", "\",", ",", " ", "  ", "\n", "\n  ", "true", "false", "null", "tr", "ue",
+    "1", "12", "-", "0", ".", "5e", "a", "ab", "abc", "\"a", "b\"", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82\xAC", "[", "]",
+    "],", "\\", "\\n", "\\\"", "x", "name", "\"name", "\":\"", "", "}\n", "\"}", "ok"};
+
+std::shared_ptr<const VocabTrie> vocab() {
+  return std::make_shared<const VocabTrie>(
+      static_cast<int32_t>(kPieces.size()), [](int32_t id) { return kPieces[id]; }, [](int32_t id) { return id == 0; });
+}
+
+}  // namespace
+
+TEST_CASE("token grammar: the trie walk allows exactly the tokens the grammar takes, along random paths") {
+  const std::string schema = R"({"type":"object","properties":{"name":{"type":"string"},"ok":{"type":"boolean"},"n":{"type":"array","items":{"type":"number"}}},"required":["name"]})";
+  const Grammar grammar = Grammar::parse(json_schema_gbnf(nlohmann::ordered_json::parse(schema)));
+  const auto g = TokenGrammar::make(grammar, vocab());
+  const int32_t vocab_size = static_cast<int32_t>(kPieces.size()) + 5;  // the model has rows past the tokenizer
+  std::mt19937 rng(3);
+  int ended = 0;
+  for (int path = 0; path < 40; ++path) {
+    GrammarMatcher m(grammar);
+    GrammarState state = m.start();
+    auto constraint = g->start();
+    for (int step = 0; step < 60; ++step) {
+      std::vector<int32_t> banned;
+      bool can_end = false;
+      constraint->banned(vocab_size, banned, can_end);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab_size; ++id) {
+        const bool takes = id < static_cast<int32_t>(kPieces.size()) && id != 0 && !kPieces[id].empty() &&
+                           !m.advance(state, kPieces[id]).dead();
+        const bool is_banned = std::binary_search(banned.begin(), banned.end(), id);
+        INFO("path " << path << " step " << step << " token " << id);
+        CHECK(takes == !is_banned);
+        if (takes) allowed.push_back(id);
+      }
+      CHECK(std::is_sorted(banned.begin(), banned.end()));
+      CHECK(can_end == (state.can_end() || allowed.empty()));
+      if (allowed.empty() || (can_end && rng() % 3 == 0)) {
+        ++ended;
+        break;
+      }
+      const int32_t pick = allowed[rng() % allowed.size()];
+      constraint->accept(pick);
+      state = m.advance(state, kPieces[pick]);
+    }
+  }
+  CHECK(ended > 0);
+}
+
+TEST_CASE("token grammar: masks are cached per state and shared by sequences, and a dead state may end") {
+  const Grammar grammar = Grammar::parse(R"(root ::= "{" "x"* "}")");
+  const auto g = TokenGrammar::make(grammar, vocab());
+  const int32_t n = static_cast<int32_t>(kPieces.size());
+  auto a = g->start(), b = g->start();
+  std::vector<int32_t> banned_a, banned_b;
+  bool end_a = false, end_b = true;
+  a->banned(n, banned_a, end_a);
+  b->banned(n, banned_b, end_b);
+  CHECK(banned_a == banned_b);
+  CHECK_FALSE(end_a);
+  // "{" and "{\"": only the first fits.
+  CHECK_FALSE(std::binary_search(banned_a.begin(), banned_a.end(), 1));
+  CHECK(std::binary_search(banned_a.begin(), banned_a.end(), 3));
+  a->accept(1);  // "{"
+  a->accept(38);  // "x"
+  a->banned(n, banned_a, end_a);
+  CHECK_FALSE(end_a);
+  CHECK_FALSE(std::binary_search(banned_a.begin(), banned_a.end(), 2));  // "}"
+  CHECK(std::binary_search(banned_a.begin(), banned_a.end(), 43));  // "}\n": nothing may follow the "}"
+  a->accept(2);  // "}"
+  a->banned(n, banned_a, end_a);
+  CHECK(end_a);
+  CHECK(banned_a.size() == static_cast<size_t>(n));  // nothing more: only the end tokens (the caller's)
+  // A token the grammar cannot take (a sampler bug, a bad replay) leaves a dead state: it may end.
+  b->accept(2);  // "}" first
+  b->banned(n, banned_b, end_b);
+  CHECK(end_b);
+  CHECK(banned_b.size() == static_cast<size_t>(n));
+}
+
+TEST_CASE("token grammar: a grammar whose start matches nothing within the limits is refused") {
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  chain += "r5000 ::= \"x\"\n";
+  CHECK_THROWS_WITH(TokenGrammar::make(Grammar::parse(chain), vocab()), Catch::Contains("matches nothing within"));
+}
+
+// Timings, not a check (hidden: run with "[bench]"): a real vocabulary's trie, then a JSON answer's
+// steps: each step's bans as the scheduler takes them (banned() and the merge into logit edits),
+// first against an empty mask cache, then again. KILN_VOCAB_GGUF names a GGUF with a vocabulary
+// (../shared/data/tokenizer-vectors/ggml-vocab-deepseek-llm.gguf: 102,400 tokens).
+TEST_CASE("token grammar: time of a JSON answer's masks over a real vocabulary", "[.][bench]") {
+  const char* path = std::getenv("KILN_VOCAB_GGUF");
+  if (path == nullptr) {
+    WARN("set KILN_VOCAB_GGUF to a GGUF file with a vocabulary");
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const Tokenizer tokenizer = Tokenizer::from_gguf_file(path);
+  const auto t0 = clock::now();
+  const auto trie = VocabTrie::of(tokenizer);
+  WARN("vocabulary " << tokenizer.vocab_size() << " tokens, trie " << trie->nodes().size() << " nodes, built in "
+                     << ms(clock::now() - t0) << " ms");
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}},"ok":{"type":"boolean"}},"required":["name","age","tags","ok"]})");
+  const auto g = TokenGrammar::make(Grammar::parse(json_schema_gbnf(schema)), trie);
+  const std::vector<int32_t> ids = tokenizer.encode(
+      R"({"name": "John Smith the third, of the house of Windsor", "age": 42, "tags": ["alpha", "beta gamma", "delta"], "ok": true})");
+  const int32_t vocab_size = static_cast<int32_t>(tokenizer.vocab_size());
+  const std::vector<int32_t> ends = {0};
+  for (const char* round : {"first answer (masks computed)", "second answer (masks cached)"}) {
+    auto state = g->start();
+    double total = 0, worst = 0;
+    size_t edits_total = 0;
+    for (int32_t id : ids) {
+      std::vector<LogitEdit> edits;
+      const auto start = clock::now();
+      add_constraint_bans(*state, vocab_size, ends, edits);
+      const double t = ms(clock::now() - start);
+      total += t;
+      worst = std::max(worst, t);
+      edits_total += edits.size();
+      REQUIRE_FALSE(std::binary_search(edits.begin(), edits.end(), LogitEdit{.token = id},
+                                       [](const LogitEdit& a, const LogitEdit& b) { return a.token < b.token; }));
+      state->accept(id);
+    }
+    WARN(round << ": " << ids.size() << " tokens, bans " << total << " ms in all, " << total / ids.size()
+               << " ms a token, the slowest " << worst << " ms; " << edits_total / ids.size() << " banned tokens a step");
+  }
+}
