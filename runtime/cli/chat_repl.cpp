@@ -28,7 +28,7 @@ int run_chat(const ModelDef& model, const CliOptions& o) {
   const Tokenizer& tokenizer = *setup.tokenizer;
   load_backend(setup, model, o);
   Engine engine(model, *setup.backend, engine_options(o));
-  SamplingParams params = default_params(o, setup.defaults);
+  SamplingParams params = default_params(o, setup);
   for (int32_t id : setup.chat_stop_ids) params.stop_token_ids.push_back(id);
 
   const bool interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);

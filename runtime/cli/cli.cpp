@@ -72,7 +72,7 @@ int run(const ModelDef& model, const CliOptions& o) {
   const ModelInfo& m = model.info;
   ModelSetup setup = open_model(model, o);
   const Tokenizer* tokenizer = setup.tokenizer ? &*setup.tokenizer : nullptr;
-  std::vector<PromptJob> jobs = build_jobs(o, m, setup, default_params(o, setup.defaults));
+  std::vector<PromptJob> jobs = build_jobs(o, m, setup, default_params(o, setup));
   // Opened before the model loads: an unwritable path fails now, not after the run.
   std::optional<ResultFile> output;
   if (!o.output.empty()) output.emplace(o.output);

@@ -6,8 +6,10 @@
 #include "runtime/chat/builtin_templates.hpp"
 #include "runtime/chat/chat_encode.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_io.hpp"
 #include "runtime/core/host_memory.hpp"
 #include "runtime/core/parallel.hpp"
+#include "runtime/core/strict_json.hpp"
 #include "runtime/model/gguf_source.hpp"
 #include "runtime/model/model_config_check.hpp"
 #include "runtime/tokenizer/chat_template.hpp"
@@ -54,6 +56,7 @@ ModelSetup open_model(const ModelDef& model, const CliOptions& o) {
   // Opened once for the weights, the vocabulary and the chat template.
   if (!o.gguf.empty()) s.gguf = std::make_shared<const GgufFile>(o.gguf);
   s.tokenizer = open_tokenizer(o, s.gguf.get());
+  if (s.tokenizer) s.structured = std::make_shared<StructuredOutputs>(*s.tokenizer);
   if (s.tokenizer && static_cast<int64_t>(s.tokenizer->vocab_size()) > m.vocab_size) {
     fail("the tokenizer (", s.tokenizer->describe(), ") has ", s.tokenizer->vocab_size(), " tokens but ", m.name,
          " has a vocabulary of ", m.vocab_size);
@@ -124,7 +127,8 @@ EngineOptions engine_options(const CliOptions& o) {
   return e;
 }
 
-SamplingParams default_params(const CliOptions& o, const GenerationDefaults& d) {
+SamplingParams default_params(const CliOptions& o, const ModelSetup& setup) {
+  const GenerationDefaults& d = setup.defaults;
   SamplingParams p;
   p.max_tokens = o.max_tokens;
   p.temperature = o.temperature.value_or(d.temperature.value_or(0.8f));
@@ -137,6 +141,23 @@ SamplingParams default_params(const CliOptions& o, const GenerationDefaults& d) 
   p.stop = o.stop;
   p.ignore_eos = o.ignore_eos;
   p.logprobs = o.logprobs;
+  // Structured output: at most one flag (the option group checks), compiled once for every request.
+  const char* flag = !o.grammar.empty() ? "--grammar" : !o.grammar_file.empty() ? "--grammar-file"
+                     : !o.json_schema.empty() ? "--json-schema" : !o.json_schema_file.empty() ? "--json-schema-file"
+                                                                                              : nullptr;
+  if (flag == nullptr) return p;
+  if (!setup.structured) fail(flag, " needs a tokenizer: give -m with a tokenizer.json, a .gguf, or --tokenizer");
+  try {
+    if (!o.grammar.empty() || !o.grammar_file.empty()) {
+      p.constraint = setup.structured->grammar(o.grammar.empty() ? read_file(o.grammar_file) : o.grammar);
+    } else {
+      const std::string text = o.json_schema.empty() ? read_file(o.json_schema_file) : o.json_schema;
+      parse_json_strict(text, "the schema");  // duplicate keys, depth: refused as in any JSON kiln reads
+      p.constraint = setup.structured->json_schema(nlohmann::ordered_json::parse(text));  // in the file's key order
+    }
+  } catch (const Error& e) {
+    fail(flag, ": ", e.what());
+  }
   return p;
 }
 

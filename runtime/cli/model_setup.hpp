@@ -11,6 +11,7 @@
 #include "runtime/cli/options.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/serving/generation_defaults.hpp"
+#include "runtime/structured/structured_outputs.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 #include "runtime/weights/gguf.hpp"
 
@@ -22,6 +23,7 @@ struct ModelSetup {
   std::optional<JinjaChatTemplate> chat_template;  // with a tokenizer and a template (the files' or the config's format)
   std::vector<int32_t> chat_stop_ids;              // tokens that end an assistant turn
   GenerationDefaults defaults;
+  std::shared_ptr<StructuredOutputs> structured;   // with a tokenizer: --json-schema, --grammar, JSONL fields
   std::unique_ptr<TensorSource> source;
   std::unique_ptr<Backend> backend;  // after load_backend()
 };
@@ -31,7 +33,8 @@ ModelSetup open_model(const ModelDef& model, const CliOptions& options);
 // Loads the weights into the chosen backend (slow).
 void load_backend(ModelSetup& setup, const ModelDef& model, const CliOptions& options);
 EngineOptions engine_options(const CliOptions& options);
-// The command line's sampling flags over the model's generation_config.json defaults.
-SamplingParams default_params(const CliOptions& options, const GenerationDefaults& defaults);
+// The command line's sampling flags over the model's generation_config.json defaults, and its
+// structured-output flag compiled (kiln::Error naming the flag when it does not compile).
+SamplingParams default_params(const CliOptions& options, const ModelSetup& setup);
 
 }  // namespace kiln

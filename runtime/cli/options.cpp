@@ -162,6 +162,12 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
     app.add_option("-s,--seed", seed, "sampling seed (request i uses SEED + i); default: random");
     app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-sequence tokens");
     app.add_flag("--logprobs", o.logprobs, "report each generated token's log-probability");
+    auto* structured = app.add_option_group("structured output", "constrain the text (at most one of)");
+    structured->add_option("--grammar", o.grammar, "a GBNF grammar (llama.cpp's format) the text must follow");
+    structured->add_option("--grammar-file", o.grammar_file, "the same, from a file")->check(CLI::ExistingFile);
+    structured->add_option("-j,--json-schema", o.json_schema, "a JSON schema the text must be an instance of");
+    structured->add_option("--json-schema-file", o.json_schema_file, "the same, from a file")->check(CLI::ExistingFile);
+    structured->require_option(0, 1);
   }
 
   app.add_option("--tensor-parallel-size,--tp", o.tensor_parallel,

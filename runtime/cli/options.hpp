@@ -48,6 +48,9 @@ struct CliOptions {
   std::optional<uint64_t> seed;
   bool ignore_eos = false;
   bool logprobs = false;
+  // Structured output (llama.cpp's flags): at most one of these.
+  std::string grammar, grammar_file;          // --grammar GBNF, --grammar-file FILE
+  std::string json_schema, json_schema_file;  // -j/--json-schema SCHEMA, --json-schema-file FILE
 
   // Engine.
   int32_t kv_pages = 0;

@@ -148,12 +148,13 @@ class LineFields {
 };
 
 // One JSONL line: exactly one of prompt / chat / prompt_ids, plus optional sampling fields.
-Request parse_line(const json& j, const CliOptions& o, const Encoder& enc, const SamplingParams& defaults,
-                   std::string& user_id) {
+Request parse_line(const json& j, std::string_view line_text, const CliOptions& o, const Encoder& enc,
+                   const SamplingParams& defaults, std::string& user_id) {
   static const std::set<std::string> kFields = {
       "id", "prompt", "chat", "system", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
       "stop", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "logprobs", "top_logprobs", "min_tokens",
-      "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "prompt_logprobs"};
+      "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "prompt_logprobs", "json_schema",
+      "grammar"};
   if (!j.is_object()) fail("expected a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!kFields.count(it.key())) fail("unknown field '", it.key().substr(0, 40), "'");
@@ -192,6 +193,26 @@ Request parse_line(const json& j, const CliOptions& o, const Encoder& enc, const
   r.params.include_stop_str_in_output = f.boolean("include_stop_str_in_output", r.params.include_stop_str_in_output);
   if (f.has("stop")) r.params.stop = f.strings("stop");
   for (const auto& bias : f.logit_bias()) r.params.logit_bias.push_back(bias);
+  // Structured output (llama.cpp server's fields): a JSON schema (an object, or its text) or a GBNF
+  // grammar; either replaces the command line's.
+  if (f.has("json_schema") || f.has("grammar")) {
+    if (f.has("json_schema") && f.has("grammar")) fail("give at most one of \"json_schema\", \"grammar\"");
+    if (!enc.setup.structured) {
+      fail("structured output needs a tokenizer: give -m with a tokenizer.json, a .gguf, or --tokenizer");
+    }
+    if (f.has("grammar")) {
+      r.params.constraint = enc.setup.structured->grammar(f.string("grammar"));
+    } else {
+      const json& schema = f.at("json_schema");
+      // In the line's key order (nlohmann::json sorts keys): from the line's text, already checked strictly.
+      nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(line_text)["json_schema"];
+      if (schema.is_string()) {
+        parse_json_strict(schema.get<std::string>(), "field 'json_schema'");
+        ordered = nlohmann::ordered_json::parse(schema.get<std::string>());
+      }
+      r.params.constraint = enc.setup.structured->json_schema(ordered);
+    }
+  }
   r.params.validate();
   return r;
 }
@@ -249,7 +270,7 @@ std::vector<PromptJob> build_jobs(const CliOptions& o, const ModelInfo& model, c
     job.line = line;
     try {
       if (too_long) fail("the line is longer than ", kMaxLineBytes, " bytes");
-      job.request = parse_line(parse_json_strict(text, "the request"), o, enc, defaults, job.user_id);
+      job.request = parse_line(parse_json_strict(text, "the request"), text, o, enc, defaults, job.user_id);
       if (!job.request.params.seed && o.seed) job.request.params.seed = *o.seed + static_cast<uint64_t>(jobs.size());
     } catch (const Error& e) {
       job.error = o.prompts_file + ":" + std::to_string(line) + ": " + e.what();

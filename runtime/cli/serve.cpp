@@ -60,6 +60,7 @@ int run_serve(const ModelDef& model, const CliOptions& o) {
     api.defaults = setup->defaults;
     api.special_tokens_in_text = o.chat_special_tokens;
     api.max_choices = o.max_waiting;
+    api.structured = setup->structured.get();
     server.set_ready(&api, loop.get());
     std::cerr << "kiln: ready: " << name << " on " << setup->backend->name() << " (" << setup->backend->info().device
               << "), max model len " << api.max_model_len << ", max " << engine->scheduler().config().max_num_seqs

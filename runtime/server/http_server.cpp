@@ -412,8 +412,8 @@ void HttpServer::routes() {
       if (draining_.load()) throw Overloaded("the server is shutting down");
       auto inflight = std::make_shared<Inflight>(*this);
       const json body = parse_body(req);
-      auto gen = std::make_shared<Generation>(chat ? parse_chat_request(body, m) : parse_completion_request(body, m), &m,
-                                              loop_.load());
+      auto gen = std::make_shared<Generation>(
+          chat ? parse_chat_request(body, m, req.body) : parse_completion_request(body, m, req.body), &m, loop_.load());
       gen->submit();  // throws Overloaded (503) or the engine's refusal (400)
 
       const int socket = find_client_socket(req);

@@ -112,19 +112,15 @@ void check_length(const std::vector<int32_t>& prompt, const ApiModel& model, con
 }
 
 // Fields asking for what this server does not do, refused rather than ignored: ignored, each would
-// answer with text that silently breaks the client's expectation (JSON that does not parse, a
-// choice outside the list, beams never searched). Fields that change nothing here ("user",
-// "metadata", ...) are ignored, as vLLM ignores fields it does not know.
+// answer with text that silently breaks the client's expectation (a string outside the pattern,
+// beams never searched). Fields that change nothing here ("user", "metadata", ...) are ignored, as
+// vLLM ignores fields it does not know.
 void refuse_unsupported(const Fields& f) {
-  if (f.has("response_format")) {
-    const json& format = f.body["response_format"];
-    if (!format.is_object() || format.value("type", json()) != "text") {
-      bad("response_format", "'response_format' other than {\"type\": \"text\"} (structured output) is not supported");
+  for (const char* field : {"guided_regex", "guided_whitespace_pattern"}) {
+    if (f.has(field)) {
+      bad(field, std::string("'") + field + "' is not supported (structured output here takes response_format, "
+                 "guided_json, guided_choice and guided_grammar)");
     }
-  }
-  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
-                             "structured_outputs"}) {
-    if (f.has(guided)) bad(guided, std::string("'") + guided + "' (structured output) is not supported");
   }
   if (f.has("use_beam_search") && f.boolean("use_beam_search", false)) {
     bad("use_beam_search", "'use_beam_search' is not supported");
@@ -218,6 +214,106 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
   }
 }
 
+// Structured output (OpenAI's response_format, vLLM's guided_* and structured_outputs): at most one
+// of them, compiled to the constraint every choice of the request follows.
+void parse_structured(const Fields& f, const ApiModel& model, std::string_view raw, ApiRequest& r) {
+  struct Ask {
+    std::string param, kind;  // kind: json, json_object, choice, grammar
+    json value;
+    std::vector<std::string> at;  // where in the body (for the schema's key order)
+  };
+  std::vector<Ask> asks;
+  bool compact = false;  // JSON without whitespace
+  if (f.has("response_format")) {
+    const json& format = f.body["response_format"];
+    if (!format.is_object() || !format.contains("type") || !format["type"].is_string()) {
+      bad("response_format", "'response_format' must be an object with a 'type' (text, json_object, json_schema)");
+    }
+    const std::string type = format["type"].get<std::string>();
+    if (type == "json_object") {
+      asks.push_back({"response_format", "json_object", json()});
+    } else if (type == "json_schema") {
+      const json& js = format.value("json_schema", json());
+      if (!js.is_object() || !js.contains("schema")) {
+        bad("response_format", "'response_format' of type json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
+      }
+      asks.push_back({"response_format", "json", js["schema"], {"response_format", "json_schema", "schema"}});
+    } else if (type != "text") {
+      bad("response_format", "'response_format' type '" + type + "' is not one of text, json_object, json_schema");
+    }
+  }
+  if (f.has("guided_json")) asks.push_back({"guided_json", "json", f.body["guided_json"], {"guided_json"}});
+  if (f.has("guided_choice")) asks.push_back({"guided_choice", "choice", f.body["guided_choice"]});
+  if (f.has("guided_grammar")) asks.push_back({"guided_grammar", "grammar", f.body["guided_grammar"]});
+  if (f.has("structured_outputs")) {
+    const json& so = f.body["structured_outputs"];
+    if (!so.is_object()) bad("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, value] : so.items()) {
+      if (value.is_null()) continue;
+      if (key == "json") {
+        asks.push_back({"structured_outputs", "json", value, {"structured_outputs", "json"}});
+      } else if (key == "choice") {
+        asks.push_back({"structured_outputs", "choice", value});
+      } else if (key == "grammar") {
+        asks.push_back({"structured_outputs", "grammar", value});
+      } else if (key == "json_object") {
+        if (!value.is_boolean()) bad("structured_outputs", "'structured_outputs.json_object' must be true or false");
+        if (value.get<bool>()) asks.push_back({"structured_outputs", "json_object", json()});
+      } else if (key == "disable_any_whitespace") {
+        if (!value.is_boolean()) bad("structured_outputs", "'structured_outputs.disable_any_whitespace' must be true or false");
+        compact = value.get<bool>();
+      } else if (key != "disable_fallback" && key != "disable_additional_properties" && key != "backend") {
+        // (The others are hints for vLLM's choice of backend; absent additionalProperties is false here already.)
+        bad("structured_outputs", "'structured_outputs." + key + "' is not supported (json, json_object, choice, grammar)");
+      }
+    }
+  }
+  if (f.has("guided_decoding_backend") && !f.body["guided_decoding_backend"].is_string()) {
+    bad("guided_decoding_backend", "'guided_decoding_backend' must be a string");  // a hint only: one backend here
+  }
+  if (asks.empty()) return;
+  const Ask& ask = asks.front();
+  if (asks.size() > 1) {
+    bad(asks[1].param, "give one structured output request at most ('" + ask.param + "' and '" + asks[1].param + "')");
+  }
+  if (!model.structured) bad(ask.param, "this server has no tokenizer: structured output needs one");
+  if (r.params.min_tokens > 0) {
+    bad("min_tokens", "'min_tokens' cannot be combined with structured output: the format decides where the text ends");
+  }
+  try {
+    if (ask.kind == "json_object") {
+      r.params.constraint = model.structured->json_object(compact);
+    } else if (ask.kind == "json") {
+      // In the order the client wrote it: from the raw body (already checked strictly, so
+      // nlohmann's own parser takes it), or the text guided_json may hold.
+      nlohmann::ordered_json schema = ask.value;
+      if (!raw.empty()) {
+        schema = nlohmann::ordered_json::parse(raw);
+        for (const std::string& key : ask.at) schema = nlohmann::ordered_json(schema[key]);
+      }
+      if (schema.is_string()) {
+        const std::string text = schema.get<std::string>();
+        parse_json_strict(text, "the schema");  // duplicate keys, depth, numbers: as the body
+        schema = nlohmann::ordered_json::parse(text);
+      }
+      r.params.constraint = model.structured->json_schema(schema, compact);
+    } else if (ask.kind == "choice") {
+      if (!ask.value.is_array()) bad(ask.param, "'" + ask.param + "' choices must be a list of strings");
+      std::vector<std::string> choices;
+      for (const json& c : ask.value) {
+        if (!c.is_string()) bad(ask.param, "'" + ask.param + "' choices must be a list of strings, not " + c.dump());
+        choices.push_back(c.get<std::string>());
+      }
+      r.params.constraint = model.structured->choice(choices);
+    } else {
+      if (!ask.value.is_string()) bad(ask.param, "'" + ask.param + "' grammar must be a string (GBNF)");
+      r.params.constraint = model.structured->grammar(ask.value.get<std::string>());
+    }
+  } catch (const Error& e) {
+    bad(ask.param, "'" + ask.param + "': " + e.what());
+  }
+}
+
 void parse_max_tokens(const Fields& f, const ApiModel& model, ApiRequest& r, int32_t fallback) {
   const char* key = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   size_t longest = 0;
@@ -277,7 +373,7 @@ void check_model_field(const json& body, const ApiModel& model) {
   if (name != model.name) throw ApiError(404, "The model '" + name + "' does not exist; this server serves '" + model.name + "'", "model");
 }
 
-ApiRequest parse_completion_request(const json& body, const ApiModel& model) {
+ApiRequest parse_completion_request(const json& body, const ApiModel& model, std::string_view raw) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   check_model_field(body, model);
   const Fields f{body};
@@ -313,6 +409,7 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model) {
   }
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(16));
+  parse_structured(f, model, raw, r);
   r.echo = f.boolean("echo", false);
   if (f.has("logprobs")) {
     if (body["logprobs"].is_boolean()) bad("logprobs", "'logprobs' of /v1/completions is a count of alternatives (0 to 20), not a boolean");
@@ -328,7 +425,7 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model) {
   return r;
 }
 
-ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
+ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::string_view raw) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   check_model_field(body, model);
   const Fields f{body};
@@ -367,6 +464,7 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model) {
   check_length(r.prompts.back(), model, "messages");
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
+  parse_structured(f, model, raw, r);
   for (int32_t id : model.chat_stop_ids) r.params.stop_token_ids.push_back(id);
   drop_repeated_stop_tokens(r.params);
   if (f.boolean("logprobs", false)) {

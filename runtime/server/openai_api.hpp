@@ -13,6 +13,7 @@
 #include "runtime/server/output_processor.hpp"
 #include "runtime/serving/generation_defaults.hpp"
 #include "runtime/serving/sampling_params.hpp"
+#include "runtime/structured/structured_outputs.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace kiln {
@@ -38,6 +39,7 @@ struct ApiModel {
   GenerationDefaults defaults;
   bool special_tokens_in_text = false;    // --chat-special-tokens: messages may spell control tokens
   int32_t max_choices = 1024;             // --max-waiting: completions (prompts × n) a request may ask for
+  StructuredOutputs* structured = nullptr;  // null without a tokenizer: structured output refused
 };
 
 struct ApiRequest {
@@ -52,8 +54,10 @@ struct ApiRequest {
   SamplingParams params;        // params.seed, if given, is choice 0's; choice i uses seed + i
 };
 
-ApiRequest parse_completion_request(const nlohmann::json& body, const ApiModel& model);
-ApiRequest parse_chat_request(const nlohmann::json& body, const ApiModel& model);
+// `raw`: the body's text, when there is one: a JSON schema's properties keep their order from it
+// (nlohmann::json sorts an object's keys).
+ApiRequest parse_completion_request(const nlohmann::json& body, const ApiModel& model, std::string_view raw = {});
+ApiRequest parse_chat_request(const nlohmann::json& body, const ApiModel& model, std::string_view raw = {});
 // The "model" field, when given, must name the served model (404 otherwise).
 void check_model_field(const nlohmann::json& body, const ApiModel& model);
 

@@ -123,6 +123,62 @@ TEST_CASE("a bad prompts-file line is named and the other requests still run") {
   CHECK(failed == 3);
 }
 
+TEST_CASE("structured output from the command line: --json-schema, --grammar, and a prompts file's fields") {
+  const TempDir dir("kiln-cli");
+  const std::string tok = std::string(" --tokenizer ") + KILN_TINY_TOKENIZER + " ";
+  const auto texts = [](const CommandResult& r) {
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    std::vector<nlohmann::json> out;
+    for (const auto& q : j["requests"]) out.push_back(q);
+    return out;
+  };
+  for (int seed = 0; seed < 4; ++seed) {
+    const CommandResult r = run(tok + "-p hi -n 80 --temp 1 -s " + std::to_string(seed) + " --output-format json -q " +
+                                "-j '{\"type\":\"array\",\"items\":{\"enum\":[true,7]},\"minItems\":2,\"maxItems\":3}'");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto q = texts(r).at(0);
+    CHECK(q["finish_reason"] == "eos");  // the JSON ended, then only EOS was allowed
+    const auto v = nlohmann::json::parse(q["text"].get<std::string>());
+    REQUIRE(v.is_array());
+    CHECK(v.size() >= 2);
+    CHECK(v.size() <= 3);
+    for (const auto& x : v) CHECK((x == true || x == 7));
+  }
+  const std::string grammar = dir.write("g.gbnf", "root ::= \"v\" digit digit\ndigit ::= [0-9]\n");
+  const std::string requests = dir.write(
+      "requests.jsonl",
+      "{\"prompt\": \"a\", \"max_tokens\": 300, \"json_schema\": {\"type\": \"object\", \"properties\": {\"z\": {\"type\": \"null\"}, \"a\": {\"type\": \"boolean\"}}, \"required\": [\"z\", \"a\"]}}\n"
+      "{\"prompt\": \"b\", \"max_tokens\": 20, \"grammar\": \"root ::= [xy]{4}\"}\n"
+      "{\"prompt\": \"c\", \"json_schema\": {\"type\": \"string\", \"pattern\": \"a+\"}}\n"
+      "{\"prompt\": \"d\", \"grammar\": \"root ::= \\\"a\\\"\", \"min_tokens\": 2}\n"
+      "{\"prompt\": \"e\"}\n");
+  const CommandResult r = run(tok + "--prompts-file " + requests + " --temp 1 -s 5 --output-format json -q --grammar-file " + grammar);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);  // two lines fail
+  const auto q = texts(r);
+  REQUIRE(q.size() == 5);
+  const auto obj = nlohmann::ordered_json::parse(q[0]["text"].get<std::string>());
+  CHECK(obj.size() == 2);
+  CHECK(obj.begin().key() == "z");  // the line's key order, not nlohmann's sorted one
+  CHECK(q[1]["text"].get<std::string>().find_first_not_of("xy") == std::string::npos);
+  CHECK(q[1]["text"].get<std::string>().size() == 4);
+  CHECK_THAT(q[2]["error"].get<std::string>(), Catch::Contains(":3: json_schema: /: the keyword 'pattern'"));
+  CHECK_THAT(q[3]["error"].get<std::string>(), Catch::Contains("min_tokens"));
+  const std::string e = q[4]["text"].get<std::string>();  // the command line's grammar file
+  CHECK(e.size() == 3);
+  CHECK(e[0] == 'v');
+
+  const CommandResult bad = run(tok + "-p hi --grammar 'root ::= root \"a\"'");
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.output, Catch::Contains("--grammar: grammar: rule 'root' is left-recursive"));
+  const CommandResult two = run(tok + "-p hi --grammar 'root ::= \"a\"' -j '{}'");
+  CHECK(two.exit_code != 0);
+  const CommandResult no_tokenizer = run("--prompt-ids 5 -j '{}'");
+  CHECK(no_tokenizer.exit_code != 0);
+  CHECK_THAT(no_tokenizer.output, Catch::Contains("--json-schema needs a tokenizer"));
+}
+
 TEST_CASE("the same seed gives the same tokens, and sampling works without a seed") {
   const std::string args = "--prompt-ids 5,6,7 --max-tokens 8 --temperature 1 --top-p 0.9 --top-k 50 --output-format json";
   const CommandResult a = run(args + " --seed 11"), b = run(args + " --seed 11"), c = run(args);

@@ -4,7 +4,8 @@
 // that parses, each choice's text through OutputProcessor (stop strings) and its response objects,
 // streamed and whole. The server answers bad input with ApiError (its status) or kiln::Error (400);
 // anything else would be its 500 "internal error", a finding. Also checked: a parsed request is
-// one the engine takes (ids in the vocabulary, params.validate()), and every text delta is UTF-8.
+// one the engine takes (ids in the vocabulary, params.validate()), and every text delta is UTF-8;
+// a structured-output request's constraint is stepped along each choice's tokens.
 // Input: one byte of options (bit 0: /v1/chat/completions, else /v1/completions; bit 1:
 // --chat-special-tokens), then the body.
 #include <nlohmann/json.hpp>
@@ -34,6 +35,11 @@ const Served& served() {
   return s;
 }
 
+kiln::StructuredOutputs& structured() {
+  static kiln::StructuredOutputs s(served().tokenizer);
+  return s;
+}
+
 kiln::ApiModel api_model(bool special_tokens_in_text) {
   const Served& s = served();
   kiln::ApiModel m;
@@ -44,6 +50,7 @@ kiln::ApiModel api_model(bool special_tokens_in_text) {
   m.max_model_len = 512;
   m.vocab_size = 512;  // rows past the tokenizer's 259, as a padded embedding has
   m.special_tokens_in_text = special_tokens_in_text;
+  m.structured = &structured();
   return m;
 }
 
@@ -73,6 +80,16 @@ void serve(const kiln::ApiRequest& r, const kiln::ApiModel& m) {
       all.index = static_cast<int32_t>(p) * r.n + i;
       if (r.stream && r.chat) builder.role_chunk(all.index);
       const std::vector<int32_t> ids = generated(r.prompts[p], m.vocab_size);
+      if (r.params.constraint) {  // the scheduler's calls, along tokens the constraint may refuse
+        auto state = r.params.constraint->start();
+        std::vector<int32_t> banned;
+        bool can_end = false;
+        for (int32_t id : ids) {
+          state->banned(m.vocab_size, banned, can_end);
+          if (!banned.empty() && banned.back() >= m.vocab_size) __builtin_trap();
+          state->accept(id);
+        }
+      }
       for (size_t t = 0; t < ids.size() && !output.finished(); ++t) {
         kiln::TokenEvent e;
         e.token = ids[t];

@@ -203,6 +203,8 @@ completions = [
      "stop_token_ids": [10], "min_tokens": 1, "top_k": 5, "top_p": 0.5, "min_p": 0.1, "presence_penalty": 1.5,
      "frequency_penalty": -1, "repetition_penalty": 1.2, "prompt_logprobs": 2, "include_stop_str_in_output": True},
     {"prompt": [[1, 2], [3]], "max_completion_tokens": 3, "best_of": 1, "ignore_eos": True, "skip_special_tokens": False},
+    {"prompt": "Pick", "max_tokens": 8, "guided_choice": ["red", "green"], "n": 2},
+    {"prompt": "Code", "guided_grammar": "root ::= \"id-\" [0-9]{3}"},
 ]
 chats = [
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|>"}],
@@ -210,11 +212,31 @@ chats = [
     {"model": "fuzz", "messages": [{"role": "user", "content": [{"type": "text", "text": "part"}]}], "stream": True,
      "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False, "n": 3},
     {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "tools": [{"type": "function"}]},
+    {"messages": [{"role": "user", "content": "JSON"}], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "r", "schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", None]}},
+                                "required": ["a"]}}}},
+    {"messages": [{"role": "user", "content": "JSON"}], "response_format": {"type": "json_object"}},
 ]
 for i, body in enumerate(completions):
     write(d, "completion%d" % i, bytes([0]) + json.dumps(body).encode())
 for i, body in enumerate(chats):
     write(d, "chat%d" % i, bytes([1 + 2 * (i % 2)]) + json.dumps(body).encode())
+
+# ---- structured output (first byte: 0 GBNF, 1 JSON schema, 2 choices; after a NUL, token picks) ----
+d = corpus("fuzz_grammar")
+grammars = ['root ::= "{" ws pair ("," ws pair)* "}"\npair ::= [a-z]+ ws ":" ws ("true" | [0-9]{1,3})\nws ::= [ \\t\\n]{0,2}\n',
+            'root ::= ("a" | "ab" | [^"\\\\])* "."\n', 'root ::= x{2,5} y?\nx ::= "\\u00e9" | .\ny ::= ("\\x41" root)\n']
+schemas = [{"type": "object", "properties": {"name": {"type": "string", "maxLength": 4}, "n": {"type": "number"},
+                                             "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}},
+            "required": ["name"], "additionalProperties": {"type": "null"}},
+           {"$defs": {"t": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#/$defs/t"}}]}},
+            "$ref": "#/$defs/t"},
+           {"type": "array", "prefixItems": [{"const": "x"}, {"enum": [1, None]}], "minItems": 1}]
+for i, g in enumerate(grammars):
+    write(d, "gbnf%d" % i, bytes([0]) + g.encode() + b"\0" + bytes(range(7, 60, 3)))
+for i, s in enumerate(schemas):
+    write(d, "schema%d" % i, bytes([1]) + json.dumps(s).encode() + b"\0" + bytes(range(1, 90, 2)))
+write(d, "choice0", bytes([2]) + json.dumps(["yes", "no", "\u00e9t\u00e9"]).encode() + b"\0\x01\x81")
 
 # ---- chat ----
 d = corpus("fuzz_chat")
@@ -267,9 +289,16 @@ dictionary("fuzz_openai", json_words + keys(
     "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "prompt_logprobs", "echo", "stream", "stream_options",
     "include_usage", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "suffix",
     "skip_special_tokens", "include_stop_str_in_output", "chat_template_kwargs", "add_generation_prompt", "tools",
-    "response_format", "json_object", "guided_json", "guided_choice", "use_beam_search", "user", "tool_choice",
-    "required", "function",
+    "response_format", "json_object", "json_schema", "schema", "guided_json", "guided_choice", "guided_grammar",
+    "structured_outputs", "use_beam_search", "user", "tool_choice", "required", "function", "properties", "items",
+    "anyOf", "enum", "const", "$ref", "$defs",
     "<|im_start|>", "<|im_end|>", "<|endoftext|>"))
+dictionary("fuzz_grammar", json_words + keys(
+    "type", "object", "array", "string", "integer", "number", "boolean", "null", "properties", "required",
+    "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "enum", "const",
+    "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "#/$defs/") +
+    ['"::="', '"root"', '"|"', '"("', '")"', '"*"', '"+"', '"?"', '"{2,}"', '"[^"', '"[a-z]"', '"\\\\x41"',
+     '"\\\\u00e9"', '"."', '"#"'])
 dictionary("fuzz_config_yaml", ['"name: "', '"model:"', '"build:"', '"\\x0a  "', '": "', '"- "', '"["', '"]"',
                                 '"{"', '"}"', '"&a "', '"*a"', '"---"', '"family: "', '"rope_scaling:"',
                                 '"hidden_size: "', '"1.0e-5"', '"true"', '"null"', '"~"', '"!!str "', '"<<: "'])
