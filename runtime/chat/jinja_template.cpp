@@ -66,6 +66,24 @@ json normalize_chat_messages(const json& messages) {
     } else if (!m["content"].is_string()) {
       fail(where, ".content must be a string or a list of text parts");
     }
+    // A call's arguments come back from the API as JSON text; templates write them with tojson
+    // (Llama 3.1's, Qwen's), which would quote the text again: give them the object, as vLLM does.
+    if (copy.contains("tool_calls") && copy["tool_calls"].is_array()) {
+      for (json& call : copy["tool_calls"]) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+            !call["function"].contains("arguments")) {
+          continue;
+        }
+        json& arguments = call["function"]["arguments"];
+        if (!arguments.is_string()) continue;
+        try {
+          json parsed = parse_json_strict(arguments.get<std::string>(), where + ".tool_calls[].function.arguments");
+          if (parsed.is_object()) arguments = std::move(parsed);
+        } catch (const Error&) {
+          // not JSON: the template gets the text as it came
+        }
+      }
+    }
     out.push_back(std::move(copy));
   }
   return out;

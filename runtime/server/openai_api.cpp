@@ -314,6 +314,80 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
   }
 }
 
+// tool_choice. "auto" and "none": the tools go to the chat template and a call the model writes
+// comes back as its text (no parser of the models' own call formats yet). "required" or
+// {"type": "function", "function": {"name": ...}}: as vLLM does it, the answer is constrained to
+// JSON (a list of {"name", "parameters"}, or the named function's arguments) whatever the model's
+// own format, and comes back as tool_calls.
+void parse_tool_choice(const Fields& f, const ApiModel& model, std::string_view raw, ApiRequest& r) {
+  if (!f.has("tool_choice")) return;
+  const json& choice = f.body["tool_choice"];
+  if (choice.is_string() && (choice == "none" || choice == "auto")) return;
+  const bool required = choice.is_string() && choice == "required";
+  const bool named = choice.is_object() && choice.value("type", json()) == "function" && choice.contains("function") &&
+                     choice["function"].is_object() && choice["function"].contains("name") &&
+                     choice["function"]["name"].is_string();
+  if (!required && !named) {
+    bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}, not " + choice.dump());
+  }
+  if (r.params.constraint) bad("tool_choice", "'tool_choice' forcing a call cannot be combined with structured output");
+  if (!model.structured) bad("tool_choice", "this server has no tokenizer: a forced tool call needs one");
+  if (r.params.min_tokens > 0) bad("min_tokens", "'min_tokens' cannot be combined with a forced tool call");
+  // The tools in the body's key order (their schemas' properties are written in it).
+  const nlohmann::ordered_json tools =
+      raw.empty() ? nlohmann::ordered_json(f.body.value("tools", json())) : nlohmann::ordered_json::parse(raw).value("tools", nlohmann::ordered_json());
+  if (!tools.is_array() || tools.empty()) bad("tools", "'tool_choice' " + choice.dump() + " needs a non-empty 'tools' list");
+  const auto parameters = [&](const nlohmann::ordered_json& tool, size_t i) {
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!tool.is_object() || tool.value("type", nlohmann::ordered_json()) != "function" || !tool.contains("function") ||
+        !tool["function"].is_object() || !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
+      bad("tools", where + " must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}");
+    }
+    // No parameters: a function of none.
+    return tool["function"].contains("parameters") ? tool["function"]["parameters"]
+                                                  : nlohmann::ordered_json{{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
+  };
+  nlohmann::ordered_json schema;
+  if (named) {
+    r.tool_name = choice["function"]["name"].get<std::string>();
+    for (size_t i = 0; i < tools.size() && schema.is_null(); ++i) {
+      nlohmann::ordered_json p = parameters(tools[i], i);
+      if (tools[i]["function"]["name"] == r.tool_name) schema = std::move(p);
+    }
+    if (schema.is_null()) bad("tool_choice", "'tool_choice' names the function '" + r.tool_name + "', which 'tools' does not list");
+    r.tool_choice = ApiRequest::ToolChoice::named;
+  } else {
+    // [{"name": one of them, "parameters": its arguments}, ...]: each tool's schema a branch, their
+    // $defs gathered at the top, where their $refs point.
+    nlohmann::ordered_json branches = nlohmann::ordered_json::array();
+    schema = {{"type", "array"}, {"minItems", 1}};
+    for (size_t i = 0; i < tools.size(); ++i) {
+      nlohmann::ordered_json p = parameters(tools[i], i);
+      for (const char* defs : {"$defs", "definitions"}) {
+        if (!p.is_object() || !p.contains(defs)) continue;
+        for (const auto& [name, def] : p[defs].items()) {
+          nlohmann::ordered_json& slot = schema[defs][name];
+          if (!slot.is_null() && slot != def) bad("tools", "two tools define the schema '" + name + "' differently");
+          slot = def;
+        }
+        p.erase(defs);
+      }
+      branches.push_back({{"type", "object"},
+                          {"properties", {{"name", {{"const", tools[i]["function"]["name"]}}}, {"parameters", p}}},
+                          {"required", {"name", "parameters"}},
+                          {"additionalProperties", false}});
+    }
+    schema["items"] = {{"anyOf", branches}};
+    r.tool_choice = ApiRequest::ToolChoice::required;
+  }
+  try {
+    r.params.constraint = model.structured->json_schema(schema);
+  } catch (const Error& e) {
+    bad("tools", std::string("a tool's parameters: ") + e.what());
+  }
+}
+
 void parse_max_tokens(const Fields& f, const ApiModel& model, ApiRequest& r, int32_t fallback) {
   const char* key = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   size_t longest = 0;
@@ -440,15 +514,6 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::stri
     extra = body["chat_template_kwargs"];
   }
   if (f.has("tools")) extra["tools"] = body["tools"];
-  // The tools go to the chat template; a call the model writes comes back as its text (no parser
-  // turns it into tool_calls), so a choice that needs constrained decoding is refused.
-  if (f.has("tool_choice")) {
-    const json& choice = body["tool_choice"];
-    if (!(choice.is_string() && (choice == "none" || choice == "auto"))) {
-      bad("tool_choice", "'tool_choice' = " + choice.dump() + " is not supported: give \"auto\" or \"none\" (a tool call "
-                         "comes back as the text the model writes)");
-    }
-  }
   const bool add_generation_prompt = f.boolean("add_generation_prompt", true);
   EncodedChat chat;
   try {
@@ -465,6 +530,7 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::stri
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
   parse_structured(f, model, raw, r);
+  parse_tool_choice(f, model, raw, r);
   for (int32_t id : model.chat_stop_ids) r.params.stop_token_ids.push_back(id);
   drop_repeated_stop_tokens(r.params);
   if (f.boolean("logprobs", false)) {
@@ -504,7 +570,43 @@ json usage_json(const Usage& u) {
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ApiModel& model)
     : request_(request), model_(model), id_(random_id(request.chat ? "chatcmpl-" : "cmpl-")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
-      text_offsets_(request.prompts.size() * request.n, 0) {}
+      text_offsets_(request.prompts.size() * request.n, 0),
+      tool_text_(request.tool_choice == ApiRequest::ToolChoice::text ? 0 : request.prompts.size() * request.n) {}
+
+json ResponseBuilder::message_fields(const std::string& text, bool delta) const {
+  const auto content = [&] { return delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}}; };
+  if (request_.tool_choice == ApiRequest::ToolChoice::text) return content();
+  json calls = json::array();
+  const auto call = [&](const std::string& name, const std::string& arguments) {
+    json c = {{"id", random_id("call_")}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+    if (delta) c["index"] = calls.size();
+    calls.push_back(std::move(c));
+  };
+  try {
+    if (request_.tool_choice == ApiRequest::ToolChoice::named) {
+      const auto arguments = nlohmann::ordered_json::parse(text);  // a cut-off answer does not parse
+      call(request_.tool_name, arguments.dump());
+    } else {
+      for (const auto& c : nlohmann::ordered_json::parse(text)) call(c.at("name").get<std::string>(), c.at("parameters").dump());
+    }
+  } catch (const nlohmann::json::exception&) {
+    return content();  // cut off by max_tokens or a stop string: the text as it came
+  }
+  json out = {{"tool_calls", calls}};
+  if (!delta) {
+    out["role"] = "assistant";
+    out["content"] = nullptr;
+  }
+  return out;
+}
+
+const char* ResponseBuilder::finish_reason(const ChoiceText& c) const {
+  // A complete call the model was made to write: OpenAI's "tool_calls" (a named function: "stop").
+  if (request_.tool_choice == ApiRequest::ToolChoice::required && c.finish_reason && std::string(c.finish_reason) == "stop") {
+    return "tool_calls";
+  }
+  return c.finish_reason;
+}
 
 json ResponseBuilder::chunk_base() const {
   return {{"id", id_}, {"object", request_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
@@ -606,10 +708,18 @@ std::string ResponseBuilder::role_chunk(int32_t index) const {
 std::string ResponseBuilder::chunk(const ChoiceText& d) {
   json j = chunk_base();
   size_t& offset = text_offsets_.at(d.index);
+  const char* finish = finish_reason(d);
   json choice = {{"index", d.index}, {"logprobs", logprobs_json(d, offset)},
-                 {"finish_reason", d.finish_reason ? json(d.finish_reason) : json(nullptr)}};
+                 {"finish_reason", finish ? json(finish) : json(nullptr)}};
   offset += d.text.size();
-  if (request_.chat) {
+  if (request_.chat && !tool_text_.empty()) {
+    // A forced tool call goes out whole when its choice ends (its JSON must be complete to split it).
+    std::string& held = tool_text_.at(d.index);
+    held += d.text;
+    if (!d.finish_reason) return "";
+    choice["delta"] = message_fields(held, true);
+    choice["logprobs"] = nullptr;
+  } else if (request_.chat) {
     choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
   } else {
     choice["text"] = d.text;
@@ -633,10 +743,11 @@ json ResponseBuilder::response(const std::vector<ChoiceText>& choices, const Usa
             {"model", model_.name}};
   json out = json::array();
   for (const ChoiceText& c : choices) {
+    const char* finish = finish_reason(c);
     json choice = {{"index", c.index}, {"logprobs", logprobs_json(c, 0)},
-                   {"finish_reason", c.finish_reason ? json(c.finish_reason) : json(nullptr)}, {"stop_reason", c.stop_reason}};
+                   {"finish_reason", finish ? json(finish) : json(nullptr)}, {"stop_reason", c.stop_reason}};
     if (request_.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = message_fields(c.text, false);
     } else {
       choice["text"] = c.text;
     }

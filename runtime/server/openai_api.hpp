@@ -52,6 +52,10 @@ struct ApiRequest {
   std::vector<std::vector<int32_t>> prompts;  // one per prompt (chat: one)
   std::vector<std::string> prompt_texts;      // for echo
   SamplingParams params;        // params.seed, if given, is choice 0's; choice i uses seed + i
+  // Chat's tool_choice "required" or a named function: the answer is constrained to the calls'
+  // JSON (params.constraint) and comes back as tool_calls, not content.
+  enum class ToolChoice { text, named, required } tool_choice = ToolChoice::text;
+  std::string tool_name;        // named: the function
 };
 
 // `raw`: the body's text, when there is one: a JSON schema's properties keep their order from it
@@ -91,11 +95,16 @@ class ResponseBuilder {
   nlohmann::json logprobs_json(const ChoiceText& c, size_t text_offset) const;
   nlohmann::json prompt_logprobs_json(const std::vector<PromptTokenLogprob>& p) const;
   nlohmann::json chunk_base() const;
+  // A finished choice's text as the message or delta it stands for: tool_calls when the request
+  // forced them (and the text holds them: a cut-off one stays content), else content.
+  nlohmann::json message_fields(const std::string& text, bool delta) const;
+  const char* finish_reason(const ChoiceText& c) const;
   const ApiRequest& request_;
   const ApiModel& model_;
   std::string id_;
   int64_t created_;
   std::vector<size_t> text_offsets_;  // completions' logprobs.text_offset, per choice
+  std::vector<std::string> tool_text_;  // streamed forced tool calls: each choice's text until it ends
 };
 
 nlohmann::json usage_json(const Usage& usage);

@@ -346,6 +346,54 @@ def case_structured_output():
             check(isinstance(json.loads(t), dict), f"json_object: {t!r}")
 
 
+def case_forced_tool_calls():
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"enum": ["c", "f"]}},
+               "required": ["city", "unit"]}
+    clock = {"type": "object", "properties": {"zone": {"type": "integer"}}, "required": ["zone"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": weather}},
+             {"type": "function", "function": {"name": "get_time", "parameters": clock}}]
+    schemas = {"get_weather": weather, "get_time": clock}
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with Server(ARGS.binary) as s:
+        c = client(s)
+        for seed in range(3):
+            # A named function: its arguments, as one tool call (OpenAI's finish_reason "stop").
+            r = c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=300, seed=seed,
+                                          temperature=1.0, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+            m = r.choices[0].message
+            check(r.choices[0].finish_reason == "stop" and m.content is None and len(m.tool_calls) == 1,
+                  f"named: {r.choices[0]}")
+            check(m.tool_calls[0].function.name == "get_weather" and m.tool_calls[0].id.startswith("call_"), f"named: {m}")
+            check(json_holds(json.loads(m.tool_calls[0].function.arguments), weather), f"named arguments: {m}")
+            # "required": one or more calls of any of the tools ("tool_calls").
+            r = c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=400, seed=seed,
+                                          temperature=1.0, tool_choice="required")
+            m = r.choices[0].message
+            check(r.choices[0].finish_reason == "tool_calls" and m.content is None and len(m.tool_calls) >= 1,
+                  f"required: {r.choices[0]}")
+            for call in m.tool_calls:
+                check(json_holds(json.loads(call.function.arguments), schemas[call.function.name]), f"required: {call}")
+        # Streamed: the same calls (ids aside) in one delta when the choice ends.
+        calls, finish = {}, None
+        for chunk in c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=400, seed=1,
+                                               temperature=1.0, tool_choice="required", stream=True):
+            for ch in chunk.choices:
+                for tc in ch.delta.tool_calls or []:
+                    calls[tc.index] = (tc.function.name, tc.function.arguments)
+                finish = ch.finish_reason or finish
+        whole = c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=400, seed=1,
+                                          temperature=1.0, tool_choice="required")
+        check([calls[i] for i in range(len(calls))] ==
+              [(x.function.name, x.function.arguments) for x in whole.choices[0].message.tool_calls] and finish == "tool_calls",
+              f"streamed tool calls equal whole: {calls} {whole.choices[0].message.tool_calls}")
+        # The next turn takes the call and its result back (arguments as the JSON text they came as).
+        call = whole.choices[0].message.tool_calls[0]
+        follow = messages + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                             {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+        r = c.chat.completions.create(model="tiny-smollm2", messages=follow, tools=tools, max_tokens=4, temperature=0)
+        check(r.choices[0].message.content is not None, "a turn after a tool result")
+
+
 def case_disconnect_frees_pages():
     # smollm2-135m on the CPU: ~30 ms a step, slow enough to leave mid-stream.
     with Server(ARGS.slow_binary) as s:
@@ -449,9 +497,17 @@ def case_errors():
         st, body, _ = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "user": "u1", "use_beam_search": False,
                                                  "response_format": {"type": "text"}}, auth)
         check(st == 200, f"harmless fields: {st} {body}")
-        st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+        st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice":
+                                                      {"type": "function", "function": {"name": "g"}},
                                                       "tools": [{"type": "function", "function": {"name": "f"}}]}, auth)
-        check(st == 400 and body["error"]["param"] == "tool_choice", f"tool_choice required: {st} {body}")
+        check(st == 400 and body["error"]["param"] == "tool_choice", f"tool_choice names no tool: {st} {body}")
+        st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"},
+                             auth)
+        check(st == 400 and body["error"]["param"] == "tools", f"tool_choice required without tools: {st} {body}")
+        st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                                                      "tools": [{"type": "function", "function": {"name": "f"}}],
+                                                      "response_format": {"type": "json_object"}}, auth)
+        check(st == 400 and body["error"]["param"] == "tool_choice", f"tool_choice with response_format: {st} {body}")
         st, body, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto",
                                                       "max_tokens": 2, "tools": [{"type": "function", "function": {"name": "f"}}]},
                              auth)
