@@ -220,6 +220,13 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
     app.add_option("--port", o.port, "port (0: any free one, printed at start)")->check(CLI::Range(0, 65535))->capture_default_str();
     app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $KILN_API_KEY)");
     app.add_option("--served-model-name", o.served_model_name, "the model name of the API (default: the binary's model name)");
+    auto* parser = app.add_option("--tool-call-parser", o.tool_call_parser,
+                                  "with tools and tool_choice \"auto\", parse the calls the model writes into tool_calls: "
+                                  "hermes (Qwen2.5, Qwen3, SmolLM2), llama3_json (Llama 3.1, 3.2)")
+                       ->check(CLI::IsMember({"hermes", "llama3_json"}));
+    app.add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
+                 "vLLM's flag, accepted with --tool-call-parser (which alone turns the parsing on)")
+        ->needs(parser);
     app.add_option("--max-waiting", o.max_waiting, "requests waiting for a batch slot at most; more get 503 with Retry-After")
         ->check(positive_count("requests"))->capture_default_str();
     app.add_option("--max-request-bytes", o.max_request_bytes, "larger request bodies get 413")->check(positive_count("bytes"))->capture_default_str();

@@ -72,6 +72,8 @@ struct CliOptions {
   int port = 8000;
   std::string api_key;            // also from $KILN_API_KEY
   std::string served_model_name;  // default: the model's name
+  std::string tool_call_parser;   // --tool-call-parser: hermes, llama3_json (tool_choice "auto" answers parsed)
+  bool enable_auto_tool_choice = false;  // vLLM's flag; needs --tool-call-parser
   int32_t max_waiting = 1024;
   size_t max_request_bytes = 8u << 20;
   int http_threads = 0;

@@ -320,8 +320,12 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
 // JSON (a list of {"name", "parameters"}, or the named function's arguments) whatever the model's
 // own format, and comes back as tool_calls.
 void parse_tool_choice(const Fields& f, const ApiModel& model, std::string_view raw, ApiRequest& r) {
-  if (!f.has("tool_choice")) return;
-  const json& choice = f.body["tool_choice"];
+  const bool has_tools = f.has("tools") && f.body["tools"].is_array() && !f.body["tools"].empty();
+  const json choice = f.has("tool_choice") ? f.body["tool_choice"] : json("auto");
+  if (choice.is_string() && choice == "auto" && has_tools && model.tool_parser) {
+    r.tool_choice = ApiRequest::ToolChoice::parsed;
+    return;
+  }
   if (choice.is_string() && (choice == "none" || choice == "auto")) return;
   const bool required = choice.is_string() && choice == "required";
   const bool named = choice.is_object() && choice.value("type", json()) == "function" && choice.contains("function") &&
@@ -571,39 +575,55 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ApiModel& mode
     : request_(request), model_(model), id_(random_id(request.chat ? "chatcmpl-" : "cmpl-")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
       text_offsets_(request.prompts.size() * request.n, 0),
-      tool_text_(request.tool_choice == ApiRequest::ToolChoice::text ? 0 : request.prompts.size() * request.n) {}
+      tool_text_(request.tool_choice == ApiRequest::ToolChoice::text ? 0 : request.prompts.size() * request.n),
+      tool_sent_(tool_text_.size(), 0) {}
 
-json ResponseBuilder::message_fields(const std::string& text, bool delta) const {
-  const auto content = [&] { return delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}}; };
-  if (request_.tool_choice == ApiRequest::ToolChoice::text) return content();
-  json calls = json::array();
-  const auto call = [&](const std::string& name, const std::string& arguments) {
-    json c = {{"id", random_id("call_")}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
-    if (delta) c["index"] = calls.size();
-    calls.push_back(std::move(c));
-  };
+std::optional<std::vector<ToolCall>> ResponseBuilder::tool_calls(const std::string& text, std::string* content) const {
+  std::vector<ToolCall> calls;
+  if (request_.tool_choice == ApiRequest::ToolChoice::parsed) {
+    ParsedAnswer parsed = model_.tool_parser->parse(text);
+    if (content) *content = std::move(parsed.content);
+    return std::move(parsed.calls);
+  }
+  if (content) content->clear();
   try {
     if (request_.tool_choice == ApiRequest::ToolChoice::named) {
-      const auto arguments = nlohmann::ordered_json::parse(text);  // a cut-off answer does not parse
-      call(request_.tool_name, arguments.dump());
+      calls.push_back({request_.tool_name, nlohmann::ordered_json::parse(text).dump()});
     } else {
-      for (const auto& c : nlohmann::ordered_json::parse(text)) call(c.at("name").get<std::string>(), c.at("parameters").dump());
+      for (const auto& c : nlohmann::ordered_json::parse(text)) calls.push_back({c.at("name").get<std::string>(), c.at("parameters").dump()});
     }
   } catch (const nlohmann::json::exception&) {
-    return content();  // cut off by max_tokens or a stop string: the text as it came
+    return std::nullopt;  // cut off by max_tokens or a stop string: the text as it came
   }
-  json out = {{"tool_calls", calls}};
-  if (!delta) {
-    out["role"] = "assistant";
-    out["content"] = nullptr;
+  return calls;
+}
+
+json ResponseBuilder::message_fields(const std::string& text, bool delta) const {
+  const auto content = [&](const json& c) { return delta ? json{{"content", c}} : json{{"role", "assistant"}, {"content", c}}; };
+  if (request_.tool_choice == ApiRequest::ToolChoice::text) return content(text);
+  std::string rest;
+  const std::optional<std::vector<ToolCall>> calls = tool_calls(text, &rest);
+  if (!calls || calls->empty()) return content(text);
+  json list = json::array();
+  for (const ToolCall& c : *calls) {
+    json j = {{"id", random_id("call_")}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+    if (delta) j["index"] = list.size();
+    list.push_back(std::move(j));
   }
+  json out = content(rest.empty() ? json(nullptr) : json(rest));
+  if (delta && rest.empty()) out.erase("content");
+  out["tool_calls"] = std::move(list);
   return out;
 }
 
-const char* ResponseBuilder::finish_reason(const ChoiceText& c) const {
-  // A complete call the model was made to write: OpenAI's "tool_calls" (a named function: "stop").
-  if (request_.tool_choice == ApiRequest::ToolChoice::required && c.finish_reason && std::string(c.finish_reason) == "stop") {
-    return "tool_calls";
+const char* ResponseBuilder::finish_reason(const ChoiceText& c, const std::string& text) const {
+  // Calls the model wrote (or was made to write), whole: OpenAI's "tool_calls" (a named function
+  // keeps "stop", as OpenAI answers a forced call).
+  const bool stopped = c.finish_reason && std::string(c.finish_reason) == "stop";
+  if (stopped && request_.tool_choice == ApiRequest::ToolChoice::required) return "tool_calls";
+  if (stopped && request_.tool_choice == ApiRequest::ToolChoice::parsed) {
+    const auto calls = tool_calls(text, nullptr);
+    if (calls && !calls->empty()) return "tool_calls";
   }
   return c.finish_reason;
 }
@@ -708,17 +728,33 @@ std::string ResponseBuilder::role_chunk(int32_t index) const {
 std::string ResponseBuilder::chunk(const ChoiceText& d) {
   json j = chunk_base();
   size_t& offset = text_offsets_.at(d.index);
-  const char* finish = finish_reason(d);
   json choice = {{"index", d.index}, {"logprobs", logprobs_json(d, offset)},
-                 {"finish_reason", finish ? json(finish) : json(nullptr)}};
+                 {"finish_reason", d.finish_reason ? json(d.finish_reason) : json(nullptr)}};
   offset += d.text.size();
   if (request_.chat && !tool_text_.empty()) {
-    // A forced tool call goes out whole when its choice ends (its JSON must be complete to split it).
+    // Tool calls go out whole when their choice ends (a call's JSON must be complete to split it);
+    // before that, the content no call can grow from (a parser's answer only).
     std::string& held = tool_text_.at(d.index);
+    size_t& sent = tool_sent_.at(d.index);
     held += d.text;
-    if (!d.finish_reason) return "";
-    choice["delta"] = message_fields(held, true);
     choice["logprobs"] = nullptr;
+    if (!d.finish_reason) {
+      const size_t settled = request_.tool_choice == ApiRequest::ToolChoice::parsed ? model_.tool_parser->settled_content(held) : 0;
+      if (settled <= sent) return "";
+      choice["delta"] = {{"content", held.substr(sent, settled - sent)}};
+      sent = settled;
+    } else {
+      const char* finish = finish_reason(d, held);
+      choice["finish_reason"] = finish ? json(finish) : json(nullptr);
+      const auto calls = tool_calls(held, nullptr);
+      if (calls && !calls->empty()) {
+        choice["delta"] = message_fields(held, true);
+        choice["delta"].erase("content");  // what went out already is the content
+      } else {
+        choice["delta"] = held.size() > sent ? json{{"content", held.substr(sent)}} : json::object();
+      }
+      sent = held.size();
+    }
   } else if (request_.chat) {
     choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
   } else {
@@ -743,7 +779,7 @@ json ResponseBuilder::response(const std::vector<ChoiceText>& choices, const Usa
             {"model", model_.name}};
   json out = json::array();
   for (const ChoiceText& c : choices) {
-    const char* finish = finish_reason(c);
+    const char* finish = finish_reason(c, c.text);
     json choice = {{"index", c.index}, {"logprobs", logprobs_json(c, 0)},
                    {"finish_reason", finish ? json(finish) : json(nullptr)}, {"stop_reason", c.stop_reason}};
     if (request_.chat) {

@@ -11,6 +11,7 @@
 
 #include "runtime/chat/jinja_template.hpp"
 #include "runtime/server/output_processor.hpp"
+#include "runtime/server/tool_parser.hpp"
 #include "runtime/serving/generation_defaults.hpp"
 #include "runtime/serving/sampling_params.hpp"
 #include "runtime/structured/structured_outputs.hpp"
@@ -40,6 +41,8 @@ struct ApiModel {
   bool special_tokens_in_text = false;    // --chat-special-tokens: messages may spell control tokens
   int32_t max_choices = 1024;             // --max-waiting: completions (prompts × n) a request may ask for
   StructuredOutputs* structured = nullptr;  // null without a tokenizer: structured output refused
+  // --tool-call-parser (with --enable-auto-tool-choice): tool_choice "auto" answers parsed for calls.
+  const ToolCallParser* tool_parser = nullptr;
 };
 
 struct ApiRequest {
@@ -53,8 +56,10 @@ struct ApiRequest {
   std::vector<std::string> prompt_texts;      // for echo
   SamplingParams params;        // params.seed, if given, is choice 0's; choice i uses seed + i
   // Chat's tool_choice "required" or a named function: the answer is constrained to the calls'
-  // JSON (params.constraint) and comes back as tool_calls, not content.
-  enum class ToolChoice { text, named, required } tool_choice = ToolChoice::text;
+  // JSON (params.constraint) and comes back as tool_calls, not content. parsed: tools with
+  // tool_choice "auto" on a server with a --tool-call-parser: the calls the model writes in its own
+  // format come back as tool_calls, the rest as content.
+  enum class ToolChoice { text, named, required, parsed } tool_choice = ToolChoice::text;
   std::string tool_name;        // named: the function
 };
 
@@ -95,16 +100,21 @@ class ResponseBuilder {
   nlohmann::json logprobs_json(const ChoiceText& c, size_t text_offset) const;
   nlohmann::json prompt_logprobs_json(const std::vector<PromptTokenLogprob>& p) const;
   nlohmann::json chunk_base() const;
-  // A finished choice's text as the message or delta it stands for: tool_calls when the request
-  // forced them (and the text holds them: a cut-off one stays content), else content.
+  // A finished choice's text as its calls: forced ones (named, required; nullopt when the text was
+  // cut off) or the parser's (an empty list when the model wrote none).
+  std::optional<std::vector<ToolCall>> tool_calls(const std::string& text, std::string* content) const;
+  // A finished choice's text as the message or delta it stands for: tool_calls when it holds them,
+  // else content.
   nlohmann::json message_fields(const std::string& text, bool delta) const;
-  const char* finish_reason(const ChoiceText& c) const;
+  const char* finish_reason(const ChoiceText& c, const std::string& text) const;
   const ApiRequest& request_;
   const ApiModel& model_;
   std::string id_;
   int64_t created_;
   std::vector<size_t> text_offsets_;  // completions' logprobs.text_offset, per choice
-  std::vector<std::string> tool_text_;  // streamed forced tool calls: each choice's text until it ends
+  // Streamed tool calls: each choice's text so far, and how much of it went out as content.
+  std::vector<std::string> tool_text_;
+  std::vector<size_t> tool_sent_;
 };
 
 nlohmann::json usage_json(const Usage& usage);

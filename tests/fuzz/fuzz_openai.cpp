@@ -7,7 +7,7 @@
 // one the engine takes (ids in the vocabulary, params.validate()), and every text delta is UTF-8;
 // a structured-output request's constraint is stepped along each choice's tokens.
 // Input: one byte of options (bit 0: /v1/chat/completions, else /v1/completions; bit 1:
-// --chat-special-tokens), then the body.
+// --chat-special-tokens; bit 2: --tool-call-parser hermes, bit 3: llama3_json), then the body.
 #include <nlohmann/json.hpp>
 
 #include "runtime/chat/builtin_templates.hpp"
@@ -38,6 +38,12 @@ const Served& served() {
 kiln::StructuredOutputs& structured() {
   static kiln::StructuredOutputs s(served().tokenizer);
   return s;
+}
+
+const kiln::ToolCallParser* tool_parser(uint8_t options) {
+  static const auto hermes = kiln::ToolCallParser::make("hermes");
+  static const auto llama3 = kiln::ToolCallParser::make("llama3_json");
+  return options & 4 ? hermes.get() : options & 8 ? llama3.get() : nullptr;
 }
 
 kiln::ApiModel api_model(bool special_tokens_in_text) {
@@ -133,7 +139,8 @@ void serve(const kiln::ApiRequest& r, const kiln::ApiModel& m) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool chat = data[0] & 1;
-  const kiln::ApiModel model = api_model((data[0] & 2) != 0);
+  kiln::ApiModel model = api_model((data[0] & 2) != 0);
+  model.tool_parser = tool_parser(data[0]);
   kiln::fuzz::expect_kiln_errors_only([&] {
     const nlohmann::json body = kiln::parse_json_strict(kiln::fuzz::as_text(data + 1, size - 1), "the request body");
     try {

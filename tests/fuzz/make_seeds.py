@@ -216,11 +216,15 @@ chats = [
         "name": "r", "schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", None]}},
                                 "required": ["a"]}}}},
     {"messages": [{"role": "user", "content": "JSON"}], "response_format": {"type": "json_object"}},
+    {"messages": [{"role": "user", "content": "call"}], "tools": [{"type": "function", "function": {"name": "f",
+     "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required"},
+    {"messages": [{"role": "user", "content": "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"}],
+     "tools": [{"type": "function", "function": {"name": "f"}}], "stream": True},
 ]
 for i, body in enumerate(completions):
     write(d, "completion%d" % i, bytes([0]) + json.dumps(body).encode())
 for i, body in enumerate(chats):
-    write(d, "chat%d" % i, bytes([1 + 2 * (i % 2)]) + json.dumps(body).encode())
+    write(d, "chat%d" % i, bytes([1 + 2 * (i % 2) + (4 if i >= 5 else 0)]) + json.dumps(body).encode())
 
 # ---- structured output (first byte: 0 GBNF, 1 JSON schema, 2 choices; after a NUL, token picks) ----
 d = corpus("fuzz_grammar")

@@ -394,6 +394,44 @@ def case_forced_tool_calls():
         check(r.choices[0].message.content is not None, "a turn after a tool result")
 
 
+def case_parsed_tool_calls():
+    # A random-weight model writes no calls of its own: a grammar makes it write one in Hermes's
+    # format (Qwen's), which --tool-call-parser hermes must turn into tool_calls.
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    call = 'root ::= "Checking. <tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"" [a-z]{1,6} "\\"}}\\n</tool_call>"'
+    plain = 'root ::= "Sunny, " [a-z]{2,5} "."'
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    with Server(ARGS.binary, "--tool-call-parser", "hermes", "--enable-auto-tool-choice") as s:
+        c = client(s)
+        for seed in range(3):
+            r = c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=200, seed=seed,
+                                          temperature=1.0, extra_body={"guided_grammar": call})
+            m = r.choices[0].message
+            check(r.choices[0].finish_reason == "tool_calls" and m.content == "Checking." and len(m.tool_calls) == 1,
+                  f"parsed: {r.choices[0]}")
+            check(m.tool_calls[0].function.name == "get_weather" and
+                  json.loads(m.tool_calls[0].function.arguments)["city"].isalpha(), f"parsed call: {m.tool_calls}")
+            pieces, calls, finish = [], [], None
+            for chunk in c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=200, seed=seed,
+                                                   temperature=1.0, stream=True, extra_body={"guided_grammar": call}):
+                for ch in chunk.choices:
+                    pieces.append(ch.delta.content or "")
+                    calls += [(tc.function.name, tc.function.arguments) for tc in ch.delta.tool_calls or []]
+                    finish = ch.finish_reason or finish
+            check("".join(pieces).strip() == "Checking." and calls == [(x.function.name, x.function.arguments) for x in m.tool_calls]
+                  and finish == "tool_calls", f"streamed parsed call: {pieces} {calls} {finish}")
+        # No call written, or tool_choice "none": the text as content.
+        r = c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=200, seed=1,
+                                      temperature=1.0, extra_body={"guided_grammar": plain})
+        check(r.choices[0].finish_reason == "stop" and r.choices[0].message.tool_calls is None and
+              r.choices[0].message.content.startswith("Sunny, "), f"no call: {r.choices[0]}")
+        r = c.chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=200, seed=1,
+                                      temperature=1.0, tool_choice="none", extra_body={"guided_grammar": call})
+        check(r.choices[0].message.tool_calls is None and "<tool_call>" in r.choices[0].message.content,
+              f"tool_choice none: {r.choices[0]}")
+
+
 def case_disconnect_frees_pages():
     # smollm2-135m on the CPU: ~30 ms a step, slow enough to leave mid-stream.
     with Server(ARGS.slow_binary) as s:
