@@ -515,6 +515,57 @@ void compare_batches_with_cpu(CudaSampler& sampler) {
   expect(worst_logprob <= 1e-4, "sample batch: logprobs within 1e-4 of the CPU's");
 }
 
+// Structured output's bans (add_constraint_bans): a row may ban all but a handful of a 151,936-token
+// vocabulary (JSON punctuation) or a few thousand (inside a string). The GPU must pick the CPU's
+// token, always an allowed one, and leave the logits as they were.
+void compare_bans_with_cpu(CudaSampler& sampler) {
+  const int32_t vocab = 151936, rows = 16;
+  const std::vector<float> logits = make_logits(rows, vocab, 777u);
+  SampleBatch batch;
+  batch.edit_offsets.push_back(0);
+  std::mt19937 rng(99);
+  std::vector<std::vector<int32_t>> allowed(rows);
+  for (int32_t r = 0; r < rows; ++r) {
+    batch.rows.push_back(make_row(kNumParamSets, r, vocab));
+    const int32_t keep = r % 2 == 0 ? 1 + r % 5 : vocab - 3000 + r;  // a few allowed, or a few thousand banned
+    std::vector<uint8_t> ok(vocab, 0);
+    for (int32_t k = 0; k < keep;) {
+      const int32_t t = static_cast<int32_t>(rng() % vocab);
+      if (!ok[t]) {
+        ok[t] = 1;
+        ++k;
+      }
+    }
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (ok[t]) {
+        allowed[r].push_back(t);
+        continue;
+      }
+      LogitEdit e;
+      e.token = t;
+      e.banned = 1;
+      batch.edits.push_back(e);
+    }
+    batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+  }
+  const SampleResult cpu = sample_batch_cpu(logits, vocab, batch);
+  DeviceLogits device(logits, rows, vocab, vocab);
+  const SampleResult gpu = sampler.sample(device.buffer.get(), vocab, vocab, batch, nullptr);
+  const std::vector<float> after = device.buffer.download();
+  int64_t mismatches = 0, outside = 0, restored = 0;
+  for (size_t i = 0; i < logits.size(); ++i) restored += float_bits(after[i]) != float_bits(logits[i]);
+  for (int32_t r = 0; r < rows; ++r) {
+    mismatches += cpu.outputs[r].token != gpu.outputs[r].token || cpu.outputs[r].status != gpu.outputs[r].status;
+    outside += !std::binary_search(allowed[r].begin(), allowed[r].end(), gpu.outputs[r].token);
+  }
+  std::printf("  bans: %d rows, %zu banned in all, %lld token mismatches, %lld outside the allowed, %lld logits not restored\n",
+              rows, batch.edits.size(), static_cast<long long>(mismatches), static_cast<long long>(outside),
+              static_cast<long long>(restored));
+  expect(mismatches == 0, "bans: tokens equal the CPU's");
+  expect(outside == 0, "bans: every token is an allowed one");
+  expect(restored == 0, "bans: logits restored after the edits");
+}
+
 // Issue 13: 256 random requests of tiny-llama through a KV pool that holds about three at once,
 // against each run alone (tests/support/soak.hpp). Preempted requests are recomputed; their outputs
 // must still equal running alone, bit for bit.
@@ -548,6 +599,11 @@ TEST_CASE("the GPU sampler picks the CPU sampler's tokens", "[sampler]") {
 TEST_CASE("the GPU sampler's logit edits and logprobs equal the CPU's", "[sampler]") {
   CudaSampler sampler(64);
   compare_batches_with_cpu(sampler);
+}
+
+TEST_CASE("structured output's bans of nearly the whole vocabulary: the GPU picks the CPU's allowed token", "[sampler]") {
+  CudaSampler sampler(64);
+  compare_bans_with_cpu(sampler);
 }
 
 TEST_CASE("captured sampler launches replay with new rows", "[sampler]") {
