@@ -116,11 +116,10 @@ void check_length(const std::vector<int32_t>& prompt, const ApiModel& model, con
 // beams never searched). Fields that change nothing here ("user", "metadata", ...) are ignored, as
 // vLLM ignores fields it does not know.
 void refuse_unsupported(const Fields& f) {
-  for (const char* field : {"guided_regex", "guided_whitespace_pattern"}) {
-    if (f.has(field)) {
-      bad(field, std::string("'") + field + "' is not supported (structured output here takes response_format, "
-                 "guided_json, guided_choice and guided_grammar)");
-    }
+  if (f.has("guided_whitespace_pattern")) {
+    bad("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported (JSON here allows a space, or a "
+                                     "newline and up to 20 spaces or tabs, between tokens; or none: structured_outputs."
+                                     "disable_any_whitespace)");
   }
   if (f.has("use_beam_search") && f.boolean("use_beam_search", false)) {
     bad("use_beam_search", "'use_beam_search' is not supported");
@@ -218,7 +217,7 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
 // of them, compiled to the constraint every choice of the request follows.
 void parse_structured(const Fields& f, const ApiModel& model, std::string_view raw, ApiRequest& r) {
   struct Ask {
-    std::string param, kind;  // kind: json, json_object, choice, grammar
+    std::string param, kind;  // kind: json, json_object, choice, grammar, regex
     json value;
     std::vector<std::string> at;  // where in the body (for the schema's key order)
   };
@@ -245,6 +244,7 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
   if (f.has("guided_json")) asks.push_back({"guided_json", "json", f.body["guided_json"], {"guided_json"}});
   if (f.has("guided_choice")) asks.push_back({"guided_choice", "choice", f.body["guided_choice"]});
   if (f.has("guided_grammar")) asks.push_back({"guided_grammar", "grammar", f.body["guided_grammar"]});
+  if (f.has("guided_regex")) asks.push_back({"guided_regex", "regex", f.body["guided_regex"]});
   if (f.has("structured_outputs")) {
     const json& so = f.body["structured_outputs"];
     if (!so.is_object()) bad("structured_outputs", "'structured_outputs' must be an object");
@@ -256,6 +256,8 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
         asks.push_back({"structured_outputs", "choice", value});
       } else if (key == "grammar") {
         asks.push_back({"structured_outputs", "grammar", value});
+      } else if (key == "regex") {
+        asks.push_back({"structured_outputs", "regex", value});
       } else if (key == "json_object") {
         if (!value.is_boolean()) bad("structured_outputs", "'structured_outputs.json_object' must be true or false");
         if (value.get<bool>()) asks.push_back({"structured_outputs", "json_object", json()});
@@ -264,7 +266,7 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
         compact = value.get<bool>();
       } else if (key != "disable_fallback" && key != "disable_additional_properties" && key != "backend") {
         // (The others are hints for vLLM's choice of backend; absent additionalProperties is false here already.)
-        bad("structured_outputs", "'structured_outputs." + key + "' is not supported (json, json_object, choice, grammar)");
+        bad("structured_outputs", "'structured_outputs." + key + "' is not supported (json, json_object, choice, grammar, regex)");
       }
     }
   }
@@ -305,6 +307,9 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
         choices.push_back(c.get<std::string>());
       }
       r.params.constraint = model.structured->choice(choices);
+    } else if (ask.kind == "regex") {
+      if (!ask.value.is_string()) bad(ask.param, "'" + ask.param + "' regex must be a string");
+      r.params.constraint = model.structured->regex(ask.value.get<std::string>());
     } else {
       if (!ask.value.is_string()) bad(ask.param, "'" + ask.param + "' grammar must be a string (GBNF)");
       r.params.constraint = model.structured->grammar(ask.value.get<std::string>());

@@ -1,12 +1,15 @@
 #include "runtime/structured/json_schema_grammar.hpp"
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/structured/regex_grammar.hpp"
 
 namespace kiln {
 
@@ -74,6 +77,54 @@ const std::set<std::string>& annotations() {
                                              "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
                                              "definitions", "strict", "discriminator"};
   return keys;
+}
+
+// The digit strings from a to b (the same length, a <= b), as GBNF: a's first digit then the rest of
+// a up to 9s, the digits between whole, b's first digit then 0s up to the rest of b.
+std::string digit_range(const std::string& a, const std::string& b) {
+  if (a == b) return "\"" + a + "\"";
+  if (a.size() == 1) return std::string("[") + a[0] + "-" + b[0] + "]";
+  const std::string first_a = "\"" + a.substr(0, 1) + "\"", first_b = "\"" + b.substr(0, 1) + "\"";
+  if (a[0] == b[0]) return first_a + " " + digit_range(a.substr(1), b.substr(1));
+  const size_t n = a.size() - 1;
+  std::string out = "(" + first_a + " " + digit_range(a.substr(1), std::string(n, '9'));
+  if (b[0] - a[0] >= 2) {
+    out += std::string(" | [") + static_cast<char>(a[0] + 1) + "-" + static_cast<char>(b[0] - 1) + "] [0-9]{" +
+           std::to_string(n) + "}";
+  }
+  return out + " | " + first_b + " " + digit_range(std::string(n, '0'), b.substr(1)) + ")";
+}
+
+// The integers in [lo, hi] (lo >= 0; hi -1: no bound, up to 16 digits) without leading zeros.
+std::string nonnegative(int64_t lo, int64_t hi) {
+  const std::string slo = std::to_string(lo), shi = hi >= 0 ? std::to_string(hi) : "";
+  std::string out;
+  const size_t last = hi >= 0 ? shi.size() : slo.size();
+  for (size_t len = slo.size(); len <= last; ++len) {
+    std::string a = slo;
+    if (len != slo.size()) {  // 10...0
+      a.assign(len, '0');
+      a[0] = '1';
+    }
+    const std::string b = hi >= 0 && len == shi.size() ? shi : std::string(len, '9');
+    out += (out.empty() ? "" : " | ") + digit_range(a, b);
+  }
+  if (hi < 0 && slo.size() < 16) out += " | [1-9] [0-9]{" + std::to_string(slo.size()) + ",15}";  // longer ones
+  return out;
+}
+
+// String formats as llama.cpp writes them (inside the quotes).
+const std::map<std::string, std::string>& formats() {
+  static const std::string date = R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1]))";
+  static const std::string time =
+      R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{3})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))";
+  static const std::map<std::string, std::string> f = {
+      {"date", "(" + date + ")"},
+      {"time", "(" + time + ")"},
+      {"date-time", "(" + date + " \"T\" " + time + ")"},
+      {"uuid", R"(([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}))"},
+  };
+  return f;
 }
 
 class SchemaCompiler {
@@ -148,8 +199,9 @@ class SchemaCompiler {
     for (const auto& [k, v] : s.items()) {
       if (allowed.count(k) || annotations().count(k)) continue;
       bad(path, "the keyword '" + k + "' is not supported here (structured output supports type, properties, "
-                "required, additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, enum, "
-                "const, anyOf, oneOf, allOf of one schema and $ref)");
+                "required, additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern, "
+                "format (date, time, date-time, uuid), an integer's minimum and maximum, enum, const, anyOf, oneOf, "
+                "allOf of one schema and $ref)");
     }
   }
 
@@ -246,12 +298,15 @@ class SchemaCompiler {
       type = "object";
     } else if (s.contains("items") || s.contains("prefixItems")) {
       type = "array";
+    } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+      type = "string";
     } else {
       check_keys(s, path, {});
       return use("value");
     }
     if (type == "string") return string_rule(s, path, hint);
-    if (type == "integer" || type == "number" || type == "boolean" || type == "null") {
+    if (type == "integer") return integer_rule(s, path, hint);
+    if (type == "number" || type == "boolean" || type == "null") {
       check_keys(s, path, {"type"});
       return use(type);
     }
@@ -261,14 +316,73 @@ class SchemaCompiler {
   }
 
   std::string string_rule(const json& s, const std::string& path, const std::string& hint) {
-    check_keys(s, path, {"type", "minLength", "maxLength"});
-    if (!s.contains("minLength") && !s.contains("maxLength")) return use("string");
+    check_keys(s, path, {"type", "minLength", "maxLength", "pattern", "format"});
+    const bool lengths = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("pattern") || s.contains("format")) {
+      if (lengths || (s.contains("pattern") && s.contains("format"))) {
+        bad(path, "'pattern' or 'format' together with each other or with 'minLength' / 'maxLength' is not supported");
+      }
+      std::string body;
+      if (s.contains("pattern")) {
+        if (!s["pattern"].is_string()) bad(path + "/pattern", "'pattern' must be a string");
+        try {
+          body = regex_gbnf(s["pattern"].get<std::string>(), RegexText::json_string);
+        } catch (const Error& e) {
+          bad(path + "/pattern", e.what());
+        }
+      } else {
+        const std::string format = s["format"].is_string() ? s["format"].get<std::string>() : "";
+        const auto it = formats().find(format);
+        if (it == formats().end()) bad(path + "/format", "'format' " + s["format"].dump() + " is not supported (date, time, date-time, uuid)");
+        body = it->second;
+      }
+      return new_rule(hint, "\"\\\"\" " + body + " \"\\\"\" " + use("space"));
+    }
+    if (!lengths) return use("string");
     const int32_t lo = s.contains("minLength") ? count(s, "minLength", path) : 0;
     const int32_t hi = s.contains("maxLength") ? count(s, "maxLength", path) : -1;
     if (hi >= 0 && hi < lo) bad(path, "'maxLength' is below 'minLength'");
     use("char");
     const std::string reps = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
     return new_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\" " + use("space"));
+  }
+
+  // A bound of an integer: minimum / maximum, or the exclusive ones (a number since draft 6, a
+  // boolean beside minimum / maximum in draft 4), as an inclusive integer.
+  std::optional<int64_t> bound(const json& s, const std::string& path, bool lower) {
+    const char* key = lower ? "minimum" : "maximum";
+    const char* exclusive = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    std::optional<int64_t> out;
+    const auto read = [&](const char* k, bool strict) {
+      const json& v = s[k];
+      if (!v.is_number()) bad(path + "/" + k, std::string("'") + k + "' must be a number");
+      const double d = v.get<double>();
+      if (!(std::fabs(d) < 1e15)) bad(path + "/" + k, std::string("'") + k + "' is beyond what 16 digits hold");
+      double i = lower ? std::ceil(d) : std::floor(d);
+      if (strict && i == d) i += lower ? 1 : -1;
+      const int64_t b = static_cast<int64_t>(i);
+      out = out ? (lower ? std::max(*out, b) : std::min(*out, b)) : b;
+    };
+    const bool draft4 = s.contains(exclusive) && s[exclusive].is_boolean();
+    if (s.contains(key)) read(key, draft4 && s[exclusive].get<bool>());
+    if (s.contains(exclusive) && !draft4) read(exclusive, true);
+    return out;
+  }
+
+  std::string integer_rule(const json& s, const std::string& path, const std::string& hint) {
+    check_keys(s, path, {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"});
+    const std::optional<int64_t> lo = bound(s, path, true), hi = bound(s, path, false);
+    if (!lo && !hi) return use("integer");
+    if (lo && hi && *hi < *lo) bad(path, "no integer lies between its minimum and maximum");
+    std::vector<std::string> parts;
+    if (!lo || *lo < 0) {  // -x for x in [max(1, -hi), -lo]
+      const int64_t a = hi && *hi < 0 ? -*hi : 1, b = lo ? -*lo : -1;
+      parts.push_back("\"-\" (" + nonnegative(a, b) + ")");
+    }
+    if (!hi || *hi >= 0) parts.push_back(nonnegative(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
+    std::string body;
+    for (const std::string& p : parts) body += (body.empty() ? "" : " | ") + p;
+    return new_rule(hint, "(" + body + ") " + use("space"));
   }
 
   std::string array_rule(const json& s, const std::string& path, const std::string& hint) {

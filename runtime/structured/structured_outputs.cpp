@@ -2,6 +2,7 @@
 
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/json_schema_grammar.hpp"
+#include "runtime/structured/regex_grammar.hpp"
 #include "runtime/structured/token_grammar.hpp"
 
 namespace kiln {
@@ -37,6 +38,10 @@ std::shared_ptr<const TokenConstraint> StructuredOutputs::json_schema(const nloh
 
 std::shared_ptr<const TokenConstraint> StructuredOutputs::json_object(bool compact) {
   return grammar(json_object_gbnf(compact));
+}
+
+std::shared_ptr<const TokenConstraint> StructuredOutputs::regex(const std::string& pattern) {
+  return grammar("root ::= " + regex_gbnf(pattern, RegexText::raw) + "\n");
 }
 
 std::shared_ptr<const TokenConstraint> StructuredOutputs::choice(const std::vector<std::string>& choices) {

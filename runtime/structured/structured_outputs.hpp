@@ -31,6 +31,8 @@ class StructuredOutputs {
   std::shared_ptr<const TokenConstraint> json_object(bool compact = false);
   std::shared_ptr<const TokenConstraint> choice(const std::vector<std::string>& choices);
   std::shared_ptr<const TokenConstraint> grammar(const std::string& gbnf);
+  // The whole text matches the regex (regex_grammar.hpp's subset).
+  std::shared_ptr<const TokenConstraint> regex(const std::string& pattern);
 
   static constexpr size_t kCachedGrammars = 32;
 

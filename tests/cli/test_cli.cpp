@@ -150,7 +150,7 @@ TEST_CASE("structured output from the command line: --json-schema, --grammar, an
       "requests.jsonl",
       "{\"prompt\": \"a\", \"max_tokens\": 300, \"json_schema\": {\"type\": \"object\", \"properties\": {\"z\": {\"type\": \"null\"}, \"a\": {\"type\": \"boolean\"}}, \"required\": [\"z\", \"a\"]}}\n"
       "{\"prompt\": \"b\", \"max_tokens\": 20, \"grammar\": \"root ::= [xy]{4}\"}\n"
-      "{\"prompt\": \"c\", \"json_schema\": {\"type\": \"string\", \"pattern\": \"a+\"}}\n"
+      "{\"prompt\": \"c\", \"json_schema\": {\"type\": \"string\", \"format\": \"email\"}}\n"
       "{\"prompt\": \"d\", \"grammar\": \"root ::= \\\"a\\\"\", \"min_tokens\": 2}\n"
       "{\"prompt\": \"e\"}\n");
   const CommandResult r = run(tok + "--prompts-file " + requests + " --temp 1 -s 5 --output-format json -q --grammar-file " + grammar);
@@ -163,7 +163,7 @@ TEST_CASE("structured output from the command line: --json-schema, --grammar, an
   CHECK(obj.begin().key() == "z");  // the line's key order, not nlohmann's sorted one
   CHECK(q[1]["text"].get<std::string>().find_first_not_of("xy") == std::string::npos);
   CHECK(q[1]["text"].get<std::string>().size() == 4);
-  CHECK_THAT(q[2]["error"].get<std::string>(), Catch::Contains(":3: json_schema: /: the keyword 'pattern'"));
+  CHECK_THAT(q[2]["error"].get<std::string>(), Catch::Contains(":3: json_schema: /format: 'format' \"email\""));
   CHECK_THAT(q[3]["error"].get<std::string>(), Catch::Contains("min_tokens"));
   const std::string e = q[4]["text"].get<std::string>();  // the command line's grammar file
   CHECK(e.size() == 3);

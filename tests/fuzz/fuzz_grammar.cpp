@@ -1,12 +1,12 @@
 // libFuzzer: structured output's inputs as a client sends them (runtime/structured): a GBNF
-// grammar, a JSON schema or a list of choices, compiled into a TokenGrammar over a small
+// grammar, a JSON schema, a list of choices or a regex, compiled into a TokenGrammar over a small
 // vocabulary (every byte, and pieces of JSON several bytes long); then 48 steps of generation, each
 // taking the constraint's bans and one allowed token chosen by the input's tail. Bad input must end
 // in kiln::Error; a crash, a hang (a grammar that expands forever), unbounded memory or another
 // exception is a finding. Checked too: the bans are sorted ids inside the vocabulary, and a state
 // that bans every token lets the text end.
-// Input: one byte of mode (0 GBNF, 1 JSON schema, 2 choices: a JSON list of strings), the text,
-// then after a NUL byte the choices of tokens.
+// Input: one byte of mode (0 GBNF, 1 JSON schema, 2 choices: a JSON list of strings, 3 a regex),
+// the text, then after a NUL byte the choices of tokens.
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -14,6 +14,7 @@
 #include "runtime/core/strict_json.hpp"
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/json_schema_grammar.hpp"
+#include "runtime/structured/regex_grammar.hpp"
 #include "runtime/structured/token_grammar.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
@@ -44,7 +45,7 @@ const std::shared_ptr<const kiln::VocabTrie>& vocab() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t mode = data[0] % 3;
+  const uint8_t mode = data[0] % 4;
   const std::string_view rest = kiln::fuzz::as_text(data + 1, size - 1);
   const size_t nul = rest.find('\0');
   const std::string_view text = rest.substr(0, nul);
@@ -53,6 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string gbnf;
     if (mode == 0) {
       gbnf = std::string(text);
+    } else if (mode == 3) {
+      gbnf = "root ::= " + kiln::regex_gbnf(text, kiln::RegexText::raw) + "\n";
     } else {
       kiln::parse_json_strict(text, "the fuzz input");  // what the server checks first
       const auto j = nlohmann::ordered_json::parse(text);

@@ -241,6 +241,8 @@ for i, g in enumerate(grammars):
 for i, s in enumerate(schemas):
     write(d, "schema%d" % i, bytes([1]) + json.dumps(s).encode() + b"\0" + bytes(range(1, 90, 2)))
 write(d, "choice0", bytes([2]) + json.dumps(["yes", "no", "\u00e9t\u00e9"]).encode() + b"\0\x01\x81")
+for i, r in enumerate([r"^\d{4}-(0[1-9]|1[0-2])$", r"(?:[A-Z][a-z]+ ?){1,3}[.!?]", r"[^\s\\\"]{2,}|\x41\u00e9"]):
+    write(d, "regex%d" % i, bytes([3]) + r.encode() + b"\0" + bytes(range(3, 70, 5)))
 
 # ---- chat ----
 d = corpus("fuzz_chat")
@@ -299,6 +301,7 @@ dictionary("fuzz_openai", json_words + keys(
     "<|im_start|>", "<|im_end|>", "<|endoftext|>"))
 dictionary("fuzz_grammar", json_words + keys(
     "type", "object", "array", "string", "integer", "number", "boolean", "null", "properties", "required",
+    "pattern", "format", "date-time", "uuid", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "enum", "const",
     "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "#/$defs/") +
     ['"::="', '"root"', '"|"', '"("', '")"', '"*"', '"+"', '"?"', '"{2,}"', '"[^"', '"[a-z]"', '"\\\\x41"',

@@ -10,6 +10,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -285,9 +286,11 @@ def json_holds(v, schema):
         return (isinstance(v, list) and schema.get("minItems", 0) <= len(v) <= schema.get("maxItems", 1 << 30) and
                 all(json_holds(x, schema["items"]) for x in v))
     if t == "string":
-        return isinstance(v, str) and schema.get("minLength", 0) <= len(v) <= schema.get("maxLength", 1 << 30)
+        return (isinstance(v, str) and schema.get("minLength", 0) <= len(v) <= schema.get("maxLength", 1 << 30) and
+                (("pattern" not in schema) or re.search(schema["pattern"], v) is not None) and
+                (schema.get("format") != "date" or re.fullmatch(r"\d{4}-\d{2}-\d{2}", v) is not None))
     if t == "integer":
-        return isinstance(v, int) and not isinstance(v, bool)
+        return isinstance(v, int) and not isinstance(v, bool) and schema.get("minimum", -1 << 62) <= v <= schema.get("maximum", 1 << 62)
     if t == "boolean":
         return isinstance(v, bool)
     return True
@@ -296,7 +299,8 @@ def json_holds(v, schema):
 def case_structured_output():
     schema = {"type": "object", "additionalProperties": False, "required": ["answer", "ok", "n", "tags"],
               "properties": {"answer": {"type": "string", "maxLength": 12}, "ok": {"type": "boolean"},
-                             "n": {"type": "integer"}, "kind": {"enum": ["cat", "dog", None]},
+                             "n": {"type": "integer", "minimum": -20, "maximum": 300}, "kind": {"enum": ["cat", "dog", None]},
+                             "day": {"type": "string", "format": "date"}, "code": {"type": "string", "pattern": "^[a-f]{2}[0-9]$"},
                              "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "minItems": 1, "maxItems": 3}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
     with Server(ARGS.binary) as s:
@@ -337,6 +341,10 @@ def case_structured_output():
                                  extra_body={"guided_grammar": 'root ::= "id-" [0-9]{3} ("!" | "?")'})
         t = r.choices[0].text
         check(len(t) == 7 and t.startswith("id-") and t[3:6].isdigit() and t[6] in "!?", f"grammar: {t!r}")
+        r = c.completions.create(model="tiny-smollm2", prompt="Plate", max_tokens=20, temperature=1.0, seed=6, n=4,
+                                 extra_body={"guided_regex": "[A-Z]{2,3}-[0-9]{2}"})
+        check(all(re.fullmatch("[A-Z]{2,3}-[0-9]{2}", x.text) and x.finish_reason == "stop" for x in r.choices),
+              f"guided_regex: {[x.text for x in r.choices]}")
         # Any JSON object (its strings may run past max_tokens: what it wrote is still a prefix).
         r = c.completions.create(model="tiny-smollm2", prompt="JSON", max_tokens=300, temperature=1.0, seed=5,
                                  extra_body={"response_format": {"type": "json_object"}})
@@ -516,11 +524,12 @@ def case_errors():
                # 1024 choices x 500 tokens x 21: more logprob entries than an answer may hold.
                ({"prompt": ["hi"] * 8, "n": 128, "max_tokens": 500, "logprobs": 20}, "logprobs"),
                # Asked for and not done: refused rather than ignored.
-               ({"prompt": "hi", "guided_regex": "a+"}, "guided_regex"),
+               ({"prompt": "hi", "guided_regex": "(?=a)b"}, "guided_regex"),
+               ({"prompt": "hi", "guided_whitespace_pattern": " *"}, "guided_whitespace_pattern"),
                ({"prompt": "hi", "use_beam_search": True}, "use_beam_search"),
                # Structured output the server cannot honour, or asked for twice.
                ({"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
-                 {"type": "object", "properties": {"zip": {"type": "string", "pattern": "[0-9]+"}}}}}}, "response_format"),
+                 {"type": "object", "properties": {"zip": {"type": "string", "format": "email"}}}}}}, "response_format"),
                ({"prompt": "hi", "response_format": {"type": "xml"}}, "response_format"),
                ({"prompt": "hi", "guided_grammar": "root ::= root \"a\""}, "guided_grammar"),
                ({"prompt": "hi", "guided_choice": []}, "guided_choice"),

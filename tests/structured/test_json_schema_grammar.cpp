@@ -153,10 +153,13 @@ TEST_CASE("json schema: hand-written texts accepted or refused as a validator wo
 }
 
 TEST_CASE("json schema: what is not supported is an error naming the keyword and where") {
-  CHECK_THAT(compile_error(R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^[0-9]+$"}}})"),
-             Catch::Contains("/properties/zip") && Catch::Contains("'pattern'"));
-  CHECK_THAT(compile_error(R"({"type":"integer","minimum":0})"), Catch::Contains("'minimum'"));
-  CHECK_THAT(compile_error(R"({"type":"string","format":"date-time"})"), Catch::Contains("'format'"));
+  CHECK_THAT(compile_error(R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^(?=9)[0-9]+$"}}})"),
+             Catch::Contains("/properties/zip/pattern") && Catch::Contains("lookaround"));
+  CHECK_THAT(compile_error(R"({"type":"number","minimum":0})"), Catch::Contains("'minimum'"));
+  CHECK_THAT(compile_error(R"({"type":"integer","minimum":5,"maximum":4})"), Catch::Contains("no integer lies between"));
+  CHECK_THAT(compile_error(R"({"type":"integer","maximum":1e300})"), Catch::Contains("16 digits"));
+  CHECK_THAT(compile_error(R"({"type":"string","format":"email"})"), Catch::Contains("/format") && Catch::Contains("'format'"));
+  CHECK_THAT(compile_error(R"({"type":"string","pattern":"a","maxLength":3})"), Catch::Contains("together"));
   CHECK_THAT(compile_error(R"({"$ref":"#/$defs/missing"})"), Catch::Contains("names no schema"));
   CHECK_THAT(compile_error(R"({"type":"string","minLength":5,"maxLength":2})"), Catch::Contains("below 'minLength'"));
   CHECK_THAT(compile_error(R"({"type":"object","properties":{"a":false}})"), Catch::Contains("/properties/a") && Catch::Contains("allows no value"));
@@ -166,6 +169,43 @@ TEST_CASE("json schema: what is not supported is an error naming the keyword and
   CHECK_THAT(compile_error(R"({"type":"array","maxItems":99999})"), Catch::Contains("'maxItems' must be an integer in [0, 4096]"));
   // Annotations change nothing.
   CHECK(compile_error(R"({"title":"T","description":"d","type":"boolean","default":true,"examples":[false]})").empty());
+}
+
+TEST_CASE("json schema: integer bounds, string patterns and formats") {
+  const auto in_range = [](const std::string& schema, int64_t lo, int64_t hi, std::initializer_list<int64_t> probes) {
+    const Grammar g = compile(schema);
+    for (int64_t v : probes) {
+      INFO(schema << " " << v);
+      CHECK(json_accepts(g, std::to_string(v)) == (v >= lo && v <= hi));
+    }
+  };
+  in_range(R"({"type":"integer","minimum":0})", 0, INT64_MAX, {-1, 0, 1, 9, 10, 123456789012345});
+  in_range(R"({"type":"integer","minimum":-15,"maximum":230})", -15, 230,
+           {-100, -16, -15, -9, -1, 0, 7, 10, 99, 100, 199, 200, 229, 230, 231, 999});
+  in_range(R"({"type":"integer","exclusiveMinimum":9,"exclusiveMaximum":1000})", 10, 999, {9, 10, 11, 99, 100, 998, 999, 1000});
+  in_range(R"({"type":"integer","maximum":-3})", INT64_MIN, -3, {-3, -2, 0, 5, -4, -1000000});
+  in_range(R"({"type":"integer","minimum":3,"exclusiveMinimum":true,"maximum":7})", 4, 7, {3, 4, 7, 8});  // draft 4
+  in_range(R"({"type":"integer","minimum":1.5,"maximum":3.5})", 2, 3, {1, 2, 3, 4});
+  const Grammar g = compile(R"({"type":"integer","minimum":-5,"maximum":5})");
+  CHECK_FALSE(json_accepts(g, "-0"));
+  CHECK_FALSE(json_accepts(g, "05"));
+  check_sentences(R"({"type":"integer","minimum":17,"maximum":4321})",
+                  [](const nlohmann::json& v) { return v.is_number_integer() && v >= 17 && v <= 4321; });
+
+  const Grammar zip = compile(R"({"type":"string","pattern":"^[0-9]{5}(-[0-9]{4})?$"})");
+  CHECK(json_accepts(zip, R"("12345")"));
+  CHECK(json_accepts(zip, R"("12345-6789")"));
+  CHECK_FALSE(json_accepts(zip, R"("1234")"));
+  const Grammar contains = compile(R"({"type":"string","pattern":"ab+c"})");
+  CHECK(json_accepts(contains, R"("xxabbbcyy")"));
+  CHECK_FALSE(json_accepts(contains, R"("xxacyy")"));
+  const Grammar when = compile(R"({"type":"string","format":"date-time"})");
+  CHECK(json_accepts(when, R"("2026-12-05T06:59:01Z")"));
+  CHECK(json_accepts(when, R"("2026-12-05T06:59:01.250+01:00")"));
+  CHECK_FALSE(json_accepts(when, R"("2026-13-05T06:59:01Z")"));
+  CHECK(json_accepts(compile(R"({"format":"uuid"})"), R"("123e4567-e89b-12d3-a456-426614174000")"));
+  CHECK(json_accepts(compile(R"({"type":"string","format":"date"})"), R"("1999-01-31")"));
+  CHECK(json_accepts(compile(R"({"type":"string","format":"time"})"), R"("23:59:59Z")"));
 }
 
 TEST_CASE("json schema: compact JSON has no whitespace between tokens") {
