@@ -227,6 +227,10 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
     app.add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
                  "vLLM's flag, accepted with --tool-call-parser (which alone turns the parsing on)")
         ->needs(parser);
+    app.add_option("--reasoning-parser", o.reasoning_parser,
+                   "chat answers' <think>...</think> come back as reasoning_content: qwen3 (the model opens the "
+                   "block), deepseek_r1 (the template opened it)")
+        ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
     app.add_option("--max-waiting", o.max_waiting, "requests waiting for a batch slot at most; more get 503 with Retry-After")
         ->check(positive_count("requests"))->capture_default_str();
     app.add_option("--max-request-bytes", o.max_request_bytes, "larger request bodies get 413")->check(positive_count("bytes"))->capture_default_str();

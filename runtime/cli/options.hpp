@@ -74,6 +74,7 @@ struct CliOptions {
   std::string served_model_name;  // default: the model's name
   std::string tool_call_parser;   // --tool-call-parser: hermes, llama3_json (tool_choice "auto" answers parsed)
   bool enable_auto_tool_choice = false;  // vLLM's flag; needs --tool-call-parser
+  std::string reasoning_parser;   // --reasoning-parser: qwen3, deepseek_r1 (<think> as reasoning_content)
   int32_t max_waiting = 1024;
   size_t max_request_bytes = 8u << 20;
   int http_threads = 0;

@@ -46,6 +46,7 @@ int run_serve(const ModelDef& model, const CliOptions& o) {
   std::unique_ptr<EngineLoop> loop;
   ApiModel api;
   std::unique_ptr<ToolCallParser> tool_parser;
+  std::unique_ptr<ReasoningParser> reasoning_parser;
   try {
     setup = std::make_unique<ModelSetup>(open_model(model, o));
     load_backend(*setup, model, o);
@@ -64,6 +65,8 @@ int run_serve(const ModelDef& model, const CliOptions& o) {
     api.structured = setup->structured.get();
     if (!o.tool_call_parser.empty()) tool_parser = ToolCallParser::make(o.tool_call_parser);
     api.tool_parser = tool_parser.get();
+    if (!o.reasoning_parser.empty()) reasoning_parser = ReasoningParser::make(o.reasoning_parser);
+    api.reasoning_parser = reasoning_parser.get();
     server.set_ready(&api, loop.get());
     std::cerr << "kiln: ready: " << name << " on " << setup->backend->name() << " (" << setup->backend->info().device
               << "), max model len " << api.max_model_len << ", max " << engine->scheduler().config().max_num_seqs

@@ -580,8 +580,10 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ApiModel& mode
     : request_(request), model_(model), id_(random_id(request.chat ? "chatcmpl-" : "cmpl-")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
       text_offsets_(request.prompts.size() * request.n, 0),
-      tool_text_(request.tool_choice == ApiRequest::ToolChoice::text ? 0 : request.prompts.size() * request.n),
-      tool_sent_(tool_text_.size(), 0) {}
+      tool_text_(request.chat && (request.tool_choice != ApiRequest::ToolChoice::text || model.reasoning_parser)
+                     ? request.prompts.size() * request.n : 0),
+      tool_sent_(tool_text_.size(), 0),
+      reasoning_sent_(tool_text_.size(), 0) {}
 
 std::optional<std::vector<ToolCall>> ResponseBuilder::tool_calls(const std::string& text, std::string* content) const {
   std::vector<ToolCall> calls;
@@ -603,7 +605,7 @@ std::optional<std::vector<ToolCall>> ResponseBuilder::tool_calls(const std::stri
   return calls;
 }
 
-json ResponseBuilder::message_fields(const std::string& text, bool delta) const {
+json ResponseBuilder::answer_fields(const std::string& text, bool delta) const {
   const auto content = [&](const json& c) { return delta ? json{{"content", c}} : json{{"role", "assistant"}, {"content", c}}; };
   if (request_.tool_choice == ApiRequest::ToolChoice::text) return content(text);
   std::string rest;
@@ -737,29 +739,44 @@ std::string ResponseBuilder::chunk(const ChoiceText& d) {
                  {"finish_reason", d.finish_reason ? json(d.finish_reason) : json(nullptr)}};
   offset += d.text.size();
   if (request_.chat && !tool_text_.empty()) {
-    // Tool calls go out whole when their choice ends (a call's JSON must be complete to split it);
-    // before that, the content no call can grow from (a parser's answer only).
+    // The answer's text is held and goes out as it settles: the reasoning up to anything that may
+    // grow into </think>; then the content up to anything that may grow into a call (tool calls go
+    // out whole when their choice ends: a call's JSON must be complete to split it).
     std::string& held = tool_text_.at(d.index);
     size_t& sent = tool_sent_.at(d.index);
+    size_t& thought = reasoning_sent_.at(d.index);
     held += d.text;
+    const bool final = d.finish_reason != nullptr;
     choice["logprobs"] = nullptr;
-    if (!d.finish_reason) {
-      const size_t settled = request_.tool_choice == ApiRequest::ToolChoice::parsed ? model_.tool_parser->settled_content(held) : 0;
-      if (settled <= sent) return "";
-      choice["delta"] = {{"content", held.substr(sent, settled - sent)}};
-      sent = settled;
-    } else {
-      const char* finish = finish_reason(d, held);
-      choice["finish_reason"] = finish ? json(finish) : json(nullptr);
-      const auto calls = tool_calls(held, nullptr);
-      if (calls && !calls->empty()) {
-        choice["delta"] = message_fields(held, true);
-        choice["delta"].erase("content");  // what went out already is the content
-      } else {
-        choice["delta"] = held.size() > sent ? json{{"content", held.substr(sent)}} : json::object();
-      }
-      sent = held.size();
+    json delta = json::object();
+    std::string_view body = held;
+    if (model_.reasoning_parser) {
+      const ReasoningParser::Split s = model_.reasoning_parser->split(held, final);
+      const size_t from = std::max(thought, s.reasoning_begin);
+      if (s.reasoning_end > from) delta["reasoning_content"] = held.substr(from, s.reasoning_end - from);
+      thought = std::max(thought, s.reasoning_end);
+      body = s.content_begin == std::string::npos ? std::string_view() : std::string_view(held).substr(s.content_begin);
     }
+    if (!final) {
+      const size_t settled = request_.tool_choice == ApiRequest::ToolChoice::text     ? body.size()
+                             : request_.tool_choice == ApiRequest::ToolChoice::parsed ? model_.tool_parser->settled_content(body)
+                                                                                      : 0;
+      if (settled > sent) delta["content"] = std::string(body.substr(sent, settled - sent));
+      sent = std::max(sent, settled);
+      if (delta.empty()) return "";
+    } else {
+      const std::string content(body);
+      const char* finish = finish_reason(d, content);
+      choice["finish_reason"] = finish ? json(finish) : json(nullptr);
+      const auto calls = request_.tool_choice == ApiRequest::ToolChoice::text ? std::nullopt : tool_calls(content, nullptr);
+      if (calls && !calls->empty()) {
+        delta["tool_calls"] = answer_fields(content, true)["tool_calls"];  // what went out already is the content
+      } else if (content.size() > sent) {
+        delta["content"] = content.substr(sent);
+      }
+      sent = content.size();
+    }
+    choice["delta"] = std::move(delta);
   } else if (request_.chat) {
     choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
   } else {
@@ -784,11 +801,23 @@ json ResponseBuilder::response(const std::vector<ChoiceText>& choices, const Usa
             {"model", model_.name}};
   json out = json::array();
   for (const ChoiceText& c : choices) {
-    const char* finish = finish_reason(c, c.text);
+    // A chat answer: its reasoning split off (a --reasoning-parser), then content or tool calls.
+    std::string body = c.text;
+    json reasoning;
+    if (request_.chat && model_.reasoning_parser) {
+      const ReasoningParser::Split s = model_.reasoning_parser->split(c.text, true);
+      if (s.content_begin != 0) reasoning = c.text.substr(s.reasoning_begin, s.reasoning_end - s.reasoning_begin);
+      body = s.content_begin == std::string::npos ? "" : c.text.substr(s.content_begin);
+    }
+    const char* finish = finish_reason(c, body);
     json choice = {{"index", c.index}, {"logprobs", logprobs_json(c, 0)},
                    {"finish_reason", finish ? json(finish) : json(nullptr)}, {"stop_reason", c.stop_reason}};
     if (request_.chat) {
-      choice["message"] = message_fields(c.text, false);
+      choice["message"] = answer_fields(body, false);
+      if (!reasoning.is_null()) {
+        choice["message"]["reasoning_content"] = reasoning;
+        if (body.empty()) choice["message"]["content"] = nullptr;  // it thought and wrote no answer
+      }
     } else {
       choice["text"] = c.text;
     }

@@ -11,6 +11,7 @@
 
 #include "runtime/chat/jinja_template.hpp"
 #include "runtime/server/output_processor.hpp"
+#include "runtime/server/reasoning_parser.hpp"
 #include "runtime/server/tool_parser.hpp"
 #include "runtime/serving/generation_defaults.hpp"
 #include "runtime/serving/sampling_params.hpp"
@@ -43,6 +44,8 @@ struct ApiModel {
   StructuredOutputs* structured = nullptr;  // null without a tokenizer: structured output refused
   // --tool-call-parser (with --enable-auto-tool-choice): tool_choice "auto" answers parsed for calls.
   const ToolCallParser* tool_parser = nullptr;
+  // --reasoning-parser: chat answers' <think> blocks come back as reasoning_content.
+  const ReasoningParser* reasoning_parser = nullptr;
 };
 
 struct ApiRequest {
@@ -103,18 +106,19 @@ class ResponseBuilder {
   // A finished choice's text as its calls: forced ones (named, required; nullopt when the text was
   // cut off) or the parser's (an empty list when the model wrote none).
   std::optional<std::vector<ToolCall>> tool_calls(const std::string& text, std::string* content) const;
-  // A finished choice's text as the message or delta it stands for: tool_calls when it holds them,
-  // else content.
-  nlohmann::json message_fields(const std::string& text, bool delta) const;
+  // A finished choice's answer (the text after any reasoning) as the message or delta fields it
+  // stands for: tool_calls when it holds them, else content.
+  nlohmann::json answer_fields(const std::string& text, bool delta) const;
   const char* finish_reason(const ChoiceText& c, const std::string& text) const;
   const ApiRequest& request_;
   const ApiModel& model_;
   std::string id_;
   int64_t created_;
   std::vector<size_t> text_offsets_;  // completions' logprobs.text_offset, per choice
-  // Streamed tool calls: each choice's text so far, and how much of it went out as content.
+  // Streamed chat answers that are parsed (tool calls, reasoning): each choice's text so far, how
+  // much of its answer went out as content, and how far into the text its reasoning went out.
   std::vector<std::string> tool_text_;
-  std::vector<size_t> tool_sent_;
+  std::vector<size_t> tool_sent_, reasoning_sent_;
 };
 
 nlohmann::json usage_json(const Usage& usage);

@@ -7,7 +7,8 @@
 // one the engine takes (ids in the vocabulary, params.validate()), and every text delta is UTF-8;
 // a structured-output request's constraint is stepped along each choice's tokens.
 // Input: one byte of options (bit 0: /v1/chat/completions, else /v1/completions; bit 1:
-// --chat-special-tokens; bit 2: --tool-call-parser hermes, bit 3: llama3_json), then the body.
+// --chat-special-tokens; bit 2: --tool-call-parser hermes, bit 3: llama3_json; bit 4:
+// --reasoning-parser qwen3, bit 5: deepseek_r1), then the body.
 #include <nlohmann/json.hpp>
 
 #include "runtime/chat/builtin_templates.hpp"
@@ -44,6 +45,12 @@ const kiln::ToolCallParser* tool_parser(uint8_t options) {
   static const auto hermes = kiln::ToolCallParser::make("hermes");
   static const auto llama3 = kiln::ToolCallParser::make("llama3_json");
   return options & 4 ? hermes.get() : options & 8 ? llama3.get() : nullptr;
+}
+
+const kiln::ReasoningParser* reasoning_parser(uint8_t options) {
+  static const auto qwen3 = kiln::ReasoningParser::make("qwen3");
+  static const auto r1 = kiln::ReasoningParser::make("deepseek_r1");
+  return options & 16 ? qwen3.get() : options & 32 ? r1.get() : nullptr;
 }
 
 kiln::ApiModel api_model(bool special_tokens_in_text) {
@@ -141,6 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool chat = data[0] & 1;
   kiln::ApiModel model = api_model((data[0] & 2) != 0);
   model.tool_parser = tool_parser(data[0]);
+  model.reasoning_parser = reasoning_parser(data[0]);
   kiln::fuzz::expect_kiln_errors_only([&] {
     const nlohmann::json body = kiln::parse_json_strict(kiln::fuzz::as_text(data + 1, size - 1), "the request body");
     try {

@@ -224,7 +224,7 @@ chats = [
 for i, body in enumerate(completions):
     write(d, "completion%d" % i, bytes([0]) + json.dumps(body).encode())
 for i, body in enumerate(chats):
-    write(d, "chat%d" % i, bytes([1 + 2 * (i % 2) + (4 if i >= 5 else 0)]) + json.dumps(body).encode())
+    write(d, "chat%d" % i, bytes([1 + 2 * (i % 2) + (4 if i >= 5 else 0) + (16 if i == 6 else 0)]) + json.dumps(body).encode())
 
 # ---- structured output (first byte: 0 GBNF, 1 JSON schema, 2 choices; after a NUL, token picks) ----
 d = corpus("fuzz_grammar")

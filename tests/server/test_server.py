@@ -440,6 +440,39 @@ def case_parsed_tool_calls():
               f"tool_choice none: {r.choices[0]}")
 
 
+def case_reasoning_parser():
+    # Grammars make the random-weight model think in Qwen3's <think> block, then answer or call.
+    think = 'root ::= "<think>\\n" [a-z ]{3,8} "\\n</think>\\n\\nAnswer " [0-9]{2} "."'
+    call = ('root ::= "<think>\\nok\\n</think>\\n\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", '
+            '\\"arguments\\": {\\"city\\": \\"" [a-z]{2,4} "\\"}}\\n</tool_call>"')
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "Think first."}]
+    with Server(ARGS.binary, "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes") as s:
+        for seed in range(3):
+            body = {"messages": messages, "max_tokens": 200, "seed": seed, "temperature": 1.0, "guided_grammar": think}
+            st, r, _ = s.post("/v1/chat/completions", body)
+            m = r["choices"][0]["message"]
+            check(st == 200 and re.fullmatch(r"\n[a-z ]{3,8}\n", m["reasoning_content"]) and
+                  re.fullmatch(r"Answer [0-9]{2}\.", m["content"]), f"reasoning split: {r}")
+            reasoning, content = "", ""
+            for chunk in client(s).chat.completions.create(model="tiny-smollm2", stream=True, messages=messages, max_tokens=200,
+                                                           seed=seed, temperature=1.0, extra_body={"guided_grammar": think}):
+                for ch in chunk.choices:
+                    reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
+                    content += ch.delta.content or ""
+            check(reasoning == m["reasoning_content"] and content == m["content"], f"streamed: {reasoning!r} {content!r}")
+        st, r, _ = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 200, "seed": 1, "temperature": 1.0,
+                                                   "guided_grammar": call, "tools": tools})
+        c = r["choices"][0]
+        check(c["finish_reason"] == "tool_calls" and c["message"]["reasoning_content"] == "\nok\n" and
+              c["message"]["content"] is None and c["message"]["tool_calls"][0]["function"]["name"] == "get_weather",
+              f"reasoning, then a call: {r}")
+        st, r, _ = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 20, "seed": 1, "temperature": 1.0,
+                                                   "guided_grammar": 'root ::= "Plain."'})
+        m = r["choices"][0]["message"]
+        check(m["content"] == "Plain." and "reasoning_content" not in m, f"no thinking: {r}")
+
+
 def case_disconnect_frees_pages():
     # smollm2-135m on the CPU: ~30 ms a step, slow enough to leave mid-stream.
     with Server(ARGS.slow_binary) as s:

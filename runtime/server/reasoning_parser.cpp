@@ -1,0 +1,67 @@
+#include "runtime/server/reasoning_parser.hpp"
+
+#include <algorithm>
+
+#include "runtime/core/error.hpp"
+
+namespace kiln {
+namespace {
+
+constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+
+// The length of the longest end of `text` that begins `tag`.
+size_t partial(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+size_t skip_space(std::string_view text, size_t at) {
+  while (at < text.size() && (text[at] == ' ' || text[at] == '\n' || text[at] == '\r' || text[at] == '\t')) ++at;
+  return at;
+}
+
+class ThinkParser : public ReasoningParser {
+ public:
+  explicit ThinkParser(bool opened_in_prompt) : opened_(opened_in_prompt) {}
+
+  Split split(std::string_view text, bool final) const override {
+    Split s;
+    const size_t first = skip_space(text, 0);
+    const std::string_view head = text.substr(first);
+    size_t begin = 0;
+    if (head.substr(0, kOpen.size()) == kOpen) {
+      begin = first + kOpen.size();
+    } else if (!final && head.size() < kOpen.size() && kOpen.substr(0, head.size()) == head) {
+      return s;  // "<thi": may still open a block; nothing settled
+    } else if (!opened_) {
+      s.content_begin = 0;  // no thinking: all content
+      return s;
+    }
+    s.reasoning_begin = begin;
+    const size_t close = text.find(kClose, begin);
+    if (close == std::string_view::npos) {
+      s.reasoning_end = final ? text.size() : text.size() - partial(text.substr(begin), kClose);
+      return s;
+    }
+    s.reasoning_end = close;
+    const size_t after = skip_space(text, close + kClose.size());
+    // Streaming: whitespace right after </think> is held until the content's first other byte.
+    if (final || after < text.size()) s.content_begin = after;
+    return s;
+  }
+
+ private:
+  bool opened_;
+};
+
+}  // namespace
+
+std::unique_ptr<ReasoningParser> ReasoningParser::make(const std::string& name) {
+  if (name == "qwen3") return std::make_unique<ThinkParser>(false);
+  if (name == "deepseek_r1") return std::make_unique<ThinkParser>(true);
+  fail("reasoning parser '", name, "' is not one of qwen3, deepseek_r1");
+}
+
+}  // namespace kiln
