@@ -167,7 +167,7 @@ SampleResult Engine::run_phase(const PhaseStep& phase) {
   backend_.forward(batch);
   keep_prompt_logits(phase);
   keep_prompt_logprobs(phase);
-  SampleResult samples = backend_.sample(sample_batch(phase.seqs));
+  SampleResult samples = backend_.sample(sample_batch(phase.seqs, model_.info.vocab_size));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   if (phase.phase == StepPhase::decode) {

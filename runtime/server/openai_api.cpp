@@ -580,10 +580,10 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ApiModel& mode
     : request_(request), model_(model), id_(random_id(request.chat ? "chatcmpl-" : "cmpl-")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
       text_offsets_(request.prompts.size() * request.n, 0),
-      tool_text_(request.chat && (request.tool_choice != ApiRequest::ToolChoice::text || model.reasoning_parser)
+      held_text_(request.chat && (request.tool_choice != ApiRequest::ToolChoice::text || model.reasoning_parser)
                      ? request.prompts.size() * request.n : 0),
-      tool_sent_(tool_text_.size(), 0),
-      reasoning_sent_(tool_text_.size(), 0) {}
+      content_sent_(held_text_.size(), 0),
+      reasoning_sent_(held_text_.size(), 0) {}
 
 std::optional<std::vector<ToolCall>> ResponseBuilder::tool_calls(const std::string& text, std::string* content) const {
   std::vector<ToolCall> calls;
@@ -738,12 +738,12 @@ std::string ResponseBuilder::chunk(const ChoiceText& d) {
   json choice = {{"index", d.index}, {"logprobs", logprobs_json(d, offset)},
                  {"finish_reason", d.finish_reason ? json(d.finish_reason) : json(nullptr)}};
   offset += d.text.size();
-  if (request_.chat && !tool_text_.empty()) {
+  if (request_.chat && !held_text_.empty()) {
     // The answer's text is held and goes out as it settles: the reasoning up to anything that may
     // grow into </think>; then the content up to anything that may grow into a call (tool calls go
     // out whole when their choice ends: a call's JSON must be complete to split it).
-    std::string& held = tool_text_.at(d.index);
-    size_t& sent = tool_sent_.at(d.index);
+    std::string& held = held_text_.at(d.index);
+    size_t& sent = content_sent_.at(d.index);
     size_t& thought = reasoning_sent_.at(d.index);
     held += d.text;
     const bool final = d.finish_reason != nullptr;

@@ -117,8 +117,8 @@ class ResponseBuilder {
   std::vector<size_t> text_offsets_;  // completions' logprobs.text_offset, per choice
   // Streamed chat answers that are parsed (tool calls, reasoning): each choice's text so far, how
   // much of its answer went out as content, and how far into the text its reasoning went out.
-  std::vector<std::string> tool_text_;
-  std::vector<size_t> tool_sent_, reasoning_sent_;
+  std::vector<std::string> held_text_;
+  std::vector<size_t> content_sent_, reasoning_sent_;
 };
 
 nlohmann::json usage_json(const Usage& usage);

@@ -66,16 +66,22 @@ void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, s
   edits = std::move(out);
 }
 
-SampleBatch sample_batch(std::span<const ScheduledSeq> seqs) {
+SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size) {
   SampleBatch batch;
   bool any_edits = false;
-  for (const ScheduledSeq& s : seqs) any_edits = any_edits || (s.samples && !s.edits.empty());
+  for (const ScheduledSeq& s : seqs) any_edits = any_edits || (s.samples && (!s.edits.empty() || s.constraint));
   if (any_edits) batch.edit_offsets.push_back(0);
   for (const ScheduledSeq& s : seqs) {
     if (!s.samples) continue;
     batch.rows.push_back(s.sampler);
     if (!any_edits) continue;
-    batch.edits.insert(batch.edits.end(), s.edits.begin(), s.edits.end());
+    if (s.constraint) {
+      std::vector<LogitEdit> edits = s.edits;
+      add_constraint_bans(*s.constraint, vocab_size, s.end_tokens, edits);
+      batch.edits.insert(batch.edits.end(), edits.begin(), edits.end());
+    } else {
+      batch.edits.insert(batch.edits.end(), s.edits.begin(), s.edits.end());
+    }
     batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
   }
   return batch;

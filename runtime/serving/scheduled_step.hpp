@@ -11,6 +11,7 @@
 #include "runtime/serving/request_id.hpp"
 #include "runtime/serving/sample_batch.hpp"
 #include "runtime/serving/sampling_math.hpp"
+#include "runtime/serving/token_constraint.hpp"
 
 namespace kiln {
 
@@ -25,6 +26,11 @@ struct ScheduledSeq {
   SamplerRow sampler;                  // valid when samples
   bool prompt_logits = false;          // keep the logits of every row (a prompt chunk; the request asked)
   std::vector<LogitEdit> edits;        // when samples: logit_bias, min_tokens and penalties (sample_batch.hpp)
+  // When samples under structured output: the sequence's constraint (valid until on_step_done) and
+  // the tokens that end its text. sample_batch() asks it for its bans then, after the forward is
+  // launched, so that the host's work overlaps the GPU's.
+  TokenConstraintState* constraint = nullptr;
+  std::vector<int32_t> end_tokens;
   // Prompt logprobs (params.prompt_logprobs): the prompt tokens that rows 0, 1, ... of this chunk
   // predict (positions start + 1, ...; the sampling row, if any, is not among them), and the top-N.
   std::vector<int32_t> prompt_targets;
@@ -61,7 +67,8 @@ struct ScheduledStep {
 };
 
 // The sampler rows and logit edits of a phase's sampling sequences, in batch order (= the order of
-// the StepBatch's sampling logit rows).
-SampleBatch sample_batch(std::span<const ScheduledSeq> seqs);
+// the StepBatch's sampling logit rows), structured output's bans merged in (vocab_size: the
+// model's vocabulary, which they cover).
+SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size);
 
 }  // namespace kiln

@@ -111,7 +111,10 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
       if (!p.ignore_eos) stop_ids.insert(stop_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
       s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids);
     }
-    if (seq.constraint) add_constraint_bans(*seq.constraint, config_.vocab_size, end_tokens(p), s.edits);
+    if (seq.constraint) {  // its bans come in sample_batch(), after the forward is launched
+      s.constraint = seq.constraint.get();
+      s.end_tokens = end_tokens(p);
+    }
   }
   return s;
 }

@@ -18,7 +18,7 @@ ScheduledStep run_step(Scheduler& scheduler, FakeModel& model) {
     const std::vector<float> logits = model.forward(batch);
     const std::vector<SampleOutput> phase_samples =
         sample_cpu(std::span<const float>(logits).first(batch.num_samples * static_cast<size_t>(model.vocab_size())),
-                   model.vocab_size(), sample_batch(phase->seqs).rows);
+                   model.vocab_size(), sample_batch(phase->seqs, model.vocab_size()).rows);
     samples.insert(samples.end(), phase_samples.begin(), phase_samples.end());
   }
   scheduler.on_step_done(step, samples);

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/serving/sample_batch.hpp"
+#include "runtime/serving/scheduled_step.hpp"
 #include "runtime/serving/scheduler.hpp"
 #include "runtime/serving/token_constraint.hpp"
 
@@ -44,14 +46,18 @@ struct Script : TokenConstraint {
   }
 };
 
-const LogitEdit* edit_of(const ScheduledSeq& s, int32_t token) {
-  for (const LogitEdit& e : s.edits) {
+// The edits the sampler gets for the one sequence (sample_batch merges the constraint's bans).
+std::vector<LogitEdit> edits_of(const ScheduledSeq& s, int32_t vocab_size) {
+  return sample_batch(std::span<const ScheduledSeq>(&s, 1), vocab_size).edits;
+}
+const LogitEdit* edit_of(const std::vector<LogitEdit>& edits, int32_t token) {
+  for (const LogitEdit& e : edits) {
     if (e.token == token) return &e;
   }
   return nullptr;
 }
-bool banned(const ScheduledSeq& s, int32_t token) {
-  const LogitEdit* e = edit_of(s, token);
+bool banned(const std::vector<LogitEdit>& edits, int32_t token) {
+  const LogitEdit* e = edit_of(edits, token);
   return e != nullptr && e->banned;
 }
 const ScheduledSeq& only(const ScheduledStep& step) {
@@ -85,17 +91,19 @@ TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may
     const ScheduledStep step = s.schedule();
     const ScheduledSeq& q = only(step);
     REQUIRE(q.samples);
-    CHECK(std::is_sorted(q.edits.begin(), q.edits.end(), [](const LogitEdit& a, const LogitEdit& b) { return a.token < b.token; }));
+    CHECK(q.constraint != nullptr);
+    const std::vector<LogitEdit> edits = edits_of(q, c.vocab_size);
+    CHECK(std::is_sorted(edits.begin(), edits.end(), [](const LogitEdit& a, const LogitEdit& b) { return a.token < b.token; }));
     // One edit a token: a ban for every one but `expect`, which keeps its own bias edit if it has one.
-    CHECK(q.edits.size() == static_cast<size_t>(c.vocab_size - 1 + (expect == 4 ? 1 : 0)));
-    CHECK_FALSE(banned(q, expect));
-    CHECK(banned(q, 0));  // EOS: the text may not end yet
-    CHECK(banned(q, 9));  // nor the stop token
-    CHECK(banned(q, 20));
-    CHECK(edit_of(q, 20)->bias == -2.0f);  // the request's own edit, banned on top
+    CHECK(edits.size() == static_cast<size_t>(c.vocab_size - 1 + (expect == 4 ? 1 : 0)));
+    CHECK_FALSE(banned(edits, expect));
+    CHECK(banned(edits, 0));  // EOS: the text may not end yet
+    CHECK(banned(edits, 9));  // nor the stop token
+    CHECK(banned(edits, 20));
+    CHECK(edit_of(edits, 20)->bias == -2.0f);  // the request's own edit, banned on top
     if (expect == 4) {
-      CHECK(edit_of(q, 4)->bias == 1.5f);
-      CHECK_FALSE(edit_of(q, 4)->banned);
+      CHECK(edit_of(edits, 4)->bias == 1.5f);
+      CHECK_FALSE(edit_of(edits, 4)->banned);
     }
     const auto events = s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{expect, 0.0f, kSampleOk}});
     REQUIRE(events.size() == 1);
@@ -105,11 +113,11 @@ TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may
 
   // The script is done: only the end tokens remain.
   const ScheduledStep step = s.schedule();
-  const ScheduledSeq& q = only(step);
-  CHECK_FALSE(banned(q, 0));
-  CHECK_FALSE(banned(q, 9));
-  CHECK(banned(q, 3));
-  CHECK(banned(q, 4));
+  const std::vector<LogitEdit> edits = edits_of(only(step), c.vocab_size);
+  CHECK_FALSE(banned(edits, 0));
+  CHECK_FALSE(banned(edits, 9));
+  CHECK(banned(edits, 3));
+  CHECK(banned(edits, 4));
   const auto events = s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{9, 0.0f, kSampleOk}});
   REQUIRE(events.size() == 1);
   CHECK(events[0].finished);

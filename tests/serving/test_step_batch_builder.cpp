@@ -58,7 +58,7 @@ TEST_CASE("build_step_batch lays out a prefill continuation and a new prefill") 
   // One upload covers the arrays: the block tables come last.
   CHECK(buf.used_ints(b) == buf.offset_of(b.block_tables) + 2 * 3);
 
-  const std::vector<SamplerRow> rows = sample_batch(phase.seqs).rows;
+  const std::vector<SamplerRow> rows = sample_batch(phase.seqs, 1000).rows;
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].seed == 110);
 }
