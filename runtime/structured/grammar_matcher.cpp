@@ -56,7 +56,10 @@ void GrammarMatcher::expand(int32_t pos, int32_t parent, NodeSet& out) {
   const int32_t n = node(pos, parent);
   if (expanded_[n] == epoch_) return;  // done this step: its results are in out already
   expanded_[n] = epoch_;
-  if (nodes_[n].depth > kMaxDepth || out.size() >= kMaxStacks || calls_ >= kMaxCalls) return;
+  if (nodes_[n].depth > kMaxDepth || out.size() >= kMaxStacks || calls_ >= kMaxCalls) {
+    limited_ = true;
+    return;
+  }
   const Grammar::Elem& e = g_.elems[pos];
   if (e.kind == Kind::Bytes) {
     out.push_back(n);
@@ -130,9 +133,13 @@ void GrammarMatcher::step(const NodeSet& in, uint8_t byte, NodeSet& out) {
       if (m == kAccept) {
         if (!accepted) out.push_back(kAccept);
         accepted = true;
-      } else if (marks_[m] != mark_epoch_ && out.size() < kMaxStacks) {
+      } else if (marks_[m] != mark_epoch_) {
         marks_[m] = mark_epoch_;
-        out.push_back(m);
+        if (out.size() < kMaxStacks) {
+          out.push_back(m);
+        } else {
+          limited_ = true;
+        }
       }
     }
   }

@@ -42,6 +42,9 @@ class GrammarMatcher {
   void step(const NodeSet& in, uint8_t byte, NodeSet& out);
   // Forgets every node: the NodeSets held so far become invalid.
   void reset();
+  // Whether a limit below dropped a way to go on since the matcher was made (start() checks it:
+  // a grammar must begin within the limits; later, deeper nesting is what a limit refuses).
+  bool limited() const { return limited_; }
 
   static constexpr int32_t kMaxDepth = 2048;   // deeper stacks are dropped (nesting beyond this is refused)
   static constexpr size_t kMaxStacks = 4096;   // ways a text may go on; past this the rest are dropped
@@ -67,6 +70,7 @@ class GrammarMatcher {
   std::vector<uint32_t> expanded_;
   uint32_t epoch_ = 0;
   int calls_ = 0;
+  bool limited_ = false;
   std::vector<std::vector<int32_t>> trans_;  // per node: 256 entries, -1 not computed yet (or none)
   std::vector<NodeSet> results_;
   std::vector<uint32_t> marks_;  // per node: the step that put it in step()'s output

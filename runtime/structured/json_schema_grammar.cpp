@@ -1,5 +1,6 @@
 #include "runtime/structured/json_schema_grammar.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +39,82 @@ std::string gbnf_literal(const std::string& text) {
 }
 
 namespace {
+
+// Code points of UTF-8 text (the callers' text is valid UTF-8: JSON strings, dumped JSON).
+std::vector<uint32_t> code_points(const std::string& s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
+}
+std::string utf8(const std::vector<uint32_t>& cps, size_t from, size_t to) {
+  std::string out;
+  for (size_t i = from; i < to; ++i) {
+    const uint32_t cp = cps[i];
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  return out;
+}
+
+// words[lo, hi) (sorted, sharing their first `depth` code points) from there on, as GBNF: the
+// branches of a trie, so that a text begins in as many ways as the words have distinct first
+// characters, not as many as there are words (the matcher follows at most kMaxStacks at once).
+std::string trie_from(const std::vector<std::vector<uint32_t>>& words, size_t lo, size_t hi, size_t depth) {
+  bool ends = false;
+  while (lo < hi && words[lo].size() == depth) {  // the shorter sort first
+    ends = true;
+    ++lo;
+  }
+  std::vector<std::string> alts;
+  for (size_t a = lo; a < hi;) {
+    size_t b = a;
+    while (b < hi && words[b][depth] == words[a][depth]) ++b;
+    size_t k = depth + 1;  // the group's common prefix, as far as no word ends or differs
+    while (true) {
+      bool same = true;
+      for (size_t w = a; w < b && same; ++w) same = words[w].size() > k && words[w][k] == words[a][k];
+      if (!same) break;
+      ++k;
+    }
+    const std::string rest = trie_from(words, a, b, k);
+    alts.push_back(gbnf_literal(utf8(words[a], depth, k)) + (rest.empty() ? "" : " " + rest));
+    a = b;
+  }
+  if (alts.empty()) return "";
+  std::string out;
+  for (const std::string& x : alts) out += (out.empty() ? "" : " | ") + x;
+  return "(" + out + (ends ? ")?" : ")");
+}
+
+// Exactly one of `words`, as a GBNF expression.
+std::string literal_trie(const std::vector<std::string>& words) {
+  std::vector<std::vector<uint32_t>> cps;
+  for (const std::string& w : words) cps.push_back(code_points(w));
+  std::sort(cps.begin(), cps.end());
+  cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+  const std::string t = trie_from(cps, 0, cps.size(), 0);
+  return t.empty() ? "\"\"" : t;
+}
 
 // JSON's own rules; each value's rule ends with `space`.
 const std::map<std::string, std::string>& primitives() {
@@ -257,9 +334,9 @@ class SchemaCompiler {
       check_keys(s, path, {"enum", "type"});
       const json& e = s["enum"];
       if (!e.is_array() || e.empty()) bad(path + "/enum", "'enum' must be a non-empty array");
-      std::string alts;
-      for (const json& v : e) alts += (alts.empty() ? "" : " | ") + gbnf_literal(v.dump());
-      return "(" + alts + ") " + use("space");
+      std::vector<std::string> values;
+      for (const json& v : e) values.push_back(v.dump());
+      return literal_trie(values) + " " + use("space");
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
@@ -504,12 +581,10 @@ std::string json_object_gbnf(bool compact) {
 
 std::string choice_gbnf(const std::vector<std::string>& choices) {
   if (choices.empty()) fail("guided_choice: the list of choices is empty");
-  std::string alts;
   for (const std::string& c : choices) {
     if (c.empty()) fail("guided_choice: a choice is the empty string");
-    alts += (alts.empty() ? "" : " | ") + gbnf_literal(c);
   }
-  return "root ::= " + alts + "\n";
+  return "root ::= " + literal_trie(choices) + "\n";
 }
 
 }  // namespace kiln

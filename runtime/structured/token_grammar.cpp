@@ -110,6 +110,11 @@ TokenGrammar::TokenGrammar(Grammar grammar, std::shared_ptr<const VocabTrie> voc
     fail("grammar: rule '", grammar_.names[grammar_.root], "' matches nothing within the matcher's limits (rules nested ",
          GrammarMatcher::kMaxCalls, " deep before a character, or stacks ", GrammarMatcher::kMaxDepth, " deep)");
   }
+  if (matcher.limited()) {
+    fail("grammar: rule '", grammar_.names[grammar_.root], "' begins in more ways than the matcher follows (",
+         GrammarMatcher::kMaxStacks, " stacks, rules nested ", GrammarMatcher::kMaxCalls, " deep): some of its sentences "
+         "could never be written");
+  }
 }
 
 std::unique_ptr<TokenConstraintState> TokenGrammar::start() const {

@@ -227,6 +227,19 @@ TEST_CASE("json schema: choices and the JSON-object grammar") {
   CHECK_FALSE(json_accepts(c, "yes "));
   CHECK_FALSE(json_accepts(c, "n"));
   CHECK_THROWS_WITH(choice_gbnf({}), Catch::Contains("empty"));
+  // Choices that are prefixes of others, UTF-8, and many: one trie, each whole choice and no other.
+  const Grammar p = Grammar::parse(choice_gbnf({"a", "ab", "abc", "\xC3\xA9t\xC3\xA9", "\xC3\xA9", "b"}));
+  for (const char* yes : {"a", "ab", "abc", "\xC3\xA9t\xC3\xA9", "\xC3\xA9", "b"}) CHECK(json_accepts(p, yes));
+  for (const char* no : {"", "abcd", "ac", "\xC3\xA9t", "bb"}) CHECK_FALSE(json_accepts(p, no));
+  std::vector<std::string> many;
+  for (int i = 0; i < 20000; ++i) many.push_back("item-" + std::to_string(i * 7919 % 100003));
+  const Grammar m = Grammar::parse(choice_gbnf(many));
+  GrammarMatcher matcher(m);
+  const GrammarState start = matcher.start();
+  CHECK_FALSE(matcher.limited());
+  CHECK(start.stacks.size() == 1);  // every choice begins with "item-": one way to begin
+  CHECK(json_accepts(m, many[123]));
+  CHECK_FALSE(json_accepts(m, "item-100004"));
 
   const Grammar o = Grammar::parse(json_object_gbnf());
   CHECK(json_accepts(o, R"({"a": [1, {"b": null}, "x"], "c": false})"));

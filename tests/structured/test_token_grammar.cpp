@@ -105,6 +105,12 @@ TEST_CASE("token grammar: masks are cached per state and shared by sequences, an
   CHECK(banned_b.size() == static_cast<size_t>(n));
 }
 
+TEST_CASE("token grammar: a grammar that begins in more ways than the matcher follows is refused") {
+  std::string wide = "root ::= \"x0\"";
+  for (int i = 1; i < 5000; ++i) wide += " | \"x" + std::to_string(i) + "\"";
+  CHECK_THROWS_WITH(TokenGrammar::make(Grammar::parse(wide + "\n"), vocab()), Catch::Contains("begins in more ways"));
+}
+
 TEST_CASE("token grammar: a grammar whose start matches nothing within the limits is refused") {
   std::string chain = "root ::= r0\n";
   for (int i = 0; i < 5000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
