@@ -375,6 +375,7 @@ void parse_tool_choice(const Fields& f, const ApiModel& model, std::string_view 
       nlohmann::ordered_json p = parameters(tools[i], i);
       for (const char* defs : {"$defs", "definitions"}) {
         if (!p.is_object() || !p.contains(defs)) continue;
+        if (!p[defs].is_object()) bad("tools", "tools[" + std::to_string(i) + "]: '" + defs + "' must be an object of schemas");
         for (const auto& [name, def] : p[defs].items()) {
           nlohmann::ordered_json& slot = schema[defs][name];
           if (!slot.is_null() && slot != def) bad("tools", "two tools define the schema '" + name + "' differently");
