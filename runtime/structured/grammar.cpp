@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
@@ -24,21 +25,7 @@ int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10
 
 std::string utf8_encode(uint32_t cp) {
   std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  utf8::append(s, static_cast<char32_t>(cp));
   return s;
 }
 
@@ -115,6 +102,7 @@ class Parser {
   Parser(std::string_view text, Grammar& g) : text_(text), g_(g) {}
 
   void parse_all() {
+    if (!utf8::is_valid(text_)) fail("grammar: the text is not valid UTF-8");
     skip_space();
     while (pos_ < text_.size()) {
       const std::string name = parse_name();
@@ -364,8 +352,7 @@ class Parser {
   // One character of a literal or class (escapes decoded; the text's UTF-8 decoded).
   uint32_t parse_char() {
     if (pos_ >= text_.size()) error("unexpected end of the grammar");
-    const unsigned char c = static_cast<unsigned char>(text_[pos_]);
-    if (c == '\\') {
+    if (text_[pos_] == '\\') {
       if (pos_ + 1 >= text_.size()) error("'\\' at the end of the grammar");
       const char e = text_[pos_ + 1];
       pos_ += 2;
@@ -389,16 +376,7 @@ class Parser {
         default: error(std::string("unknown escape '\\") + e + "'");
       }
     }
-    const int n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    if (n == 0 || pos_ + n > text_.size()) error("the grammar is not valid UTF-8");
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < n; ++i) {
-      const unsigned char b = static_cast<unsigned char>(text_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) error("the grammar is not valid UTF-8");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    pos_ += n;
-    return cp;
+    return static_cast<uint32_t>(utf8::next(text_, pos_));  // parse_all() checked the text is UTF-8
   }
 
   Elem parse_class(const std::string& owner) {

@@ -11,6 +11,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/structured/regex_grammar.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 
@@ -40,39 +41,15 @@ std::string gbnf_literal(const std::string& text) {
 
 namespace {
 
-// Code points of UTF-8 text (the callers' text is valid UTF-8: JSON strings, dumped JSON).
+// Code points of UTF-8 text (the callers' text is valid UTF-8: JSON strings, dumped JSON), and back.
 std::vector<uint32_t> code_points(const std::string& s) {
   std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += n;
-  }
+  for (size_t i = 0; i < s.size();) out.push_back(static_cast<uint32_t>(utf8::next(s, i)));
   return out;
 }
-std::string utf8(const std::vector<uint32_t>& cps, size_t from, size_t to) {
+std::string utf8_text(const std::vector<uint32_t>& cps, size_t from, size_t to) {
   std::string out;
-  for (size_t i = from; i < to; ++i) {
-    const uint32_t cp = cps[i];
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
+  for (size_t i = from; i < to; ++i) utf8::append(out, static_cast<char32_t>(cps[i]));
   return out;
 }
 
@@ -97,7 +74,7 @@ std::string trie_from(const std::vector<std::vector<uint32_t>>& words, size_t lo
       ++k;
     }
     const std::string rest = trie_from(words, a, b, k);
-    alts.push_back(gbnf_literal(utf8(words[a], depth, k)) + (rest.empty() ? "" : " " + rest));
+    alts.push_back(gbnf_literal(utf8_text(words[a], depth, k)) + (rest.empty() ? "" : " " + rest));
     a = b;
   }
   if (alts.empty()) return "";

@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/structured/grammar.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
@@ -65,15 +66,8 @@ const std::vector<Range> kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x16
 class RegexCompiler {
  public:
   RegexCompiler(std::string_view pattern, RegexText mode) : text_(pattern), mode_(mode) {
-    for (size_t i = 0; i < pattern.size();) {  // code points
-      const unsigned char c = static_cast<unsigned char>(pattern[i]);
-      const int n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-      if (n == 0 || i + n > pattern.size()) bad("is not valid UTF-8");
-      uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-      for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(pattern[i + k]) & 0x3F);
-      cps_.push_back(cp);
-      i += n;
-    }
+    if (!utf8::is_valid(pattern)) bad("is not valid UTF-8");
+    for (size_t i = 0; i < pattern.size();) cps_.push_back(static_cast<uint32_t>(utf8::next(pattern, i)));
   }
 
   std::string compile() {
