@@ -38,12 +38,15 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const
 }
 
 void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
-                         std::vector<LogitEdit>& edits) {
+                         std::span<const LogitEdit> edits, std::vector<LogitEdit>& out) {
   std::vector<int32_t> banned;
   bool can_end = false;
   constraint.banned(vocab_size, banned, can_end);
+  // Each end token once (a chat's stop tokens repeat EOS): one edit a token, or the samplers'
+  // save-and-restore of a banned logit would keep the ban.
   std::vector<int32_t> ends(end_tokens.begin(), end_tokens.end());
   std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
   std::vector<int32_t> merged;
   merged.reserve(banned.size() + ends.size());
   if (can_end) {
@@ -51,8 +54,7 @@ void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, s
   } else {
     std::set_union(banned.begin(), banned.end(), ends.begin(), ends.end(), std::back_inserter(merged));
   }
-  std::vector<LogitEdit> out;
-  out.reserve(merged.size() + edits.size());
+  out.reserve(out.size() + merged.size() + edits.size());
   size_t e = 0;
   for (int32_t token : merged) {
     while (e < edits.size() && edits[e].token < token) out.push_back(edits[e++]);
@@ -63,7 +65,6 @@ void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, s
     out.push_back(ban);
   }
   out.insert(out.end(), edits.begin() + static_cast<std::ptrdiff_t>(e), edits.end());
-  edits = std::move(out);
 }
 
 SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size) {
@@ -76,9 +77,7 @@ SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size)
     batch.rows.push_back(s.sampler);
     if (!any_edits) continue;
     if (s.constraint) {
-      std::vector<LogitEdit> edits = s.edits;
-      add_constraint_bans(*s.constraint, vocab_size, s.end_tokens, edits);
-      batch.edits.insert(batch.edits.end(), edits.begin(), edits.end());
+      add_constraint_bans(*s.constraint, vocab_size, s.end_tokens, s.edits, batch.edits);
     } else {
       batch.edits.insert(batch.edits.end(), s.edits.begin(), s.edits.end());
     }

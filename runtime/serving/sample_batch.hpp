@@ -81,10 +81,11 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& params, std::span<
                                         std::span<const int32_t> stop_ids);
 
 class TokenConstraintState;
-// Structured output's bans merged into `edits` (make_logit_edits' order: by token, one edit each):
-// every token the constraint bans, and the end tokens (EOS, stop_token_ids) too until the text may
-// end, when they are let through whatever the constraint says of them.
+// Structured output's bans merged with a sequence's own `edits` (make_logit_edits' order: by
+// token, one edit each), appended to `out` in that order: every token the constraint bans, and the
+// end tokens (EOS, stop_token_ids) too until the text may end, when they are let through whatever
+// the constraint says of them.
 void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
-                         std::vector<LogitEdit>& edits);
+                         std::span<const LogitEdit> edits, std::vector<LogitEdit>& out);
 
 }  // namespace kiln

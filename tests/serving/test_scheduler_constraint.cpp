@@ -82,7 +82,7 @@ TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may
   r.prompt = {5, 6, 7};
   r.params.temperature = 0.0f;
   r.params.max_tokens = 10;
-  r.params.stop_token_ids = {9};
+  r.params.stop_token_ids = {9, 0};  // a chat's stop tokens repeat EOS
   r.params.logit_bias = {{4, 1.5f}, {20, -2.0f}};
   r.params.constraint = script;
   s.add(r);
@@ -94,6 +94,9 @@ TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may
     CHECK(q.constraint != nullptr);
     const std::vector<LogitEdit> edits = edits_of(q, c.vocab_size);
     CHECK(std::is_sorted(edits.begin(), edits.end(), [](const LogitEdit& a, const LogitEdit& b) { return a.token < b.token; }));
+    CHECK(std::adjacent_find(edits.begin(), edits.end(), [](const LogitEdit& a, const LogitEdit& b) {
+            return a.token == b.token;
+          }) == edits.end());  // one edit a token
     // One edit a token: a ban for every one but `expect`, which keeps its own bias edit if it has one.
     CHECK(edits.size() == static_cast<size_t>(c.vocab_size - 1 + (expect == 4 ? 1 : 0)));
     CHECK_FALSE(banned(edits, expect));

@@ -149,7 +149,7 @@ TEST_CASE("token grammar: time of a JSON answer's masks over a real vocabulary",
     for (int32_t id : ids) {
       std::vector<LogitEdit> edits;
       const auto start = clock::now();
-      add_constraint_bans(*state, vocab_size, ends, edits);
+      add_constraint_bans(*state, vocab_size, ends, {}, edits);
       const double t = ms(clock::now() - start);
       total += t;
       worst = std::max(worst, t);
