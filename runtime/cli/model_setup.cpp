@@ -152,8 +152,7 @@ SamplingParams default_params(const CliOptions& o, const ModelSetup& setup) {
       p.constraint = setup.structured->grammar(o.grammar.empty() ? read_file(o.grammar_file) : o.grammar);
     } else {
       const std::string text = o.json_schema.empty() ? read_file(o.json_schema_file) : o.json_schema;
-      parse_json_strict(text, "the schema");  // duplicate keys, depth: refused as in any JSON kiln reads
-      p.constraint = setup.structured->json_schema(nlohmann::ordered_json::parse(text));  // in the file's key order
+      p.constraint = setup.structured->json_schema(parse_ordered_json_strict(text, "the schema"));  // in its key order
     }
   } catch (const Error& e) {
     fail(flag, ": ", e.what());

@@ -206,10 +206,7 @@ Request parse_line(const json& j, std::string_view line_text, const CliOptions& 
       const json& schema = f.at("json_schema");
       // In the line's key order (nlohmann::json sorts keys): from the line's text, already checked strictly.
       nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(line_text)["json_schema"];
-      if (schema.is_string()) {
-        parse_json_strict(schema.get<std::string>(), "field 'json_schema'");
-        ordered = nlohmann::ordered_json::parse(schema.get<std::string>());
-      }
+      if (schema.is_string()) ordered = parse_ordered_json_strict(schema.get<std::string>(), "field 'json_schema'");
       r.params.constraint = enc.setup.structured->json_schema(ordered);
     }
   }

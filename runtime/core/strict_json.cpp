@@ -12,8 +12,17 @@ namespace {
 using json = nlohmann::json;
 
 // Builds the document from nlohmann's SAX events, checking each object's keys and the depth as it
-// goes: a duplicate or a level too deep stops the parse where it is found.
-class StrictBuilder final : public nlohmann::json_sax<json> {
+// goes: a duplicate or a level too deep stops the parse where it is found. Json: nlohmann::json, or
+// ordered_json where the keys' order matters.
+template <typename Json>
+class StrictBuilder final : public nlohmann::json_sax<Json> {
+  using json = Json;
+  using number_integer_t = typename json::number_integer_t;
+  using number_unsigned_t = typename json::number_unsigned_t;
+  using number_float_t = typename json::number_float_t;
+  using string_t = typename json::string_t;
+  using binary_t = typename json::binary_t;
+
  public:
   StrictBuilder(const std::string& origin, int max_depth) : origin_(origin), max_depth_(max_depth) {}
 
@@ -76,16 +85,25 @@ class StrictBuilder final : public nlohmann::json_sax<json> {
   std::string key_;          // the key of the next value in the innermost object
 };
 
-}  // namespace
-
-json parse_json_strict(std::string_view text, const std::string& origin, int max_depth) {
-  StrictBuilder builder(origin, max_depth);
+template <typename Json>
+Json parse_strict(std::string_view text, const std::string& origin, int max_depth) {
+  StrictBuilder<Json> builder(origin, max_depth);
   try {
-    json::sax_parse(text.begin(), text.end(), &builder);
-  } catch (const json::exception& e) {
+    Json::sax_parse(text.begin(), text.end(), &builder);
+  } catch (const nlohmann::json::exception& e) {
     fail(origin, ": not valid JSON (", e.what(), ")");
   }
   return builder.take();
+}
+
+}  // namespace
+
+json parse_json_strict(std::string_view text, const std::string& origin, int max_depth) {
+  return parse_strict<json>(text, origin, max_depth);
+}
+
+nlohmann::ordered_json parse_ordered_json_strict(std::string_view text, const std::string& origin, int max_depth) {
+  return parse_strict<nlohmann::ordered_json>(text, origin, max_depth);
 }
 
 json read_json_file(const std::string& path, int max_depth) { return parse_json_strict(read_file(path), path, max_depth); }

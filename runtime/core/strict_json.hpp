@@ -26,6 +26,9 @@ inline constexpr int kJsonMaxDepth = 64;
 // Parses `text`; throws kiln::Error naming `origin` on a syntax error, a duplicate key, a number
 // out of range or nesting deeper than `max_depth`.
 nlohmann::json parse_json_strict(std::string_view text, const std::string& origin, int max_depth = kJsonMaxDepth);
+// The same, keeping each object's keys in the text's order (a JSON schema's properties).
+nlohmann::ordered_json parse_ordered_json_strict(std::string_view text, const std::string& origin,
+                                                 int max_depth = kJsonMaxDepth);
 
 // read_file(path) (a regular file, size-limited) parsed with parse_json_strict.
 nlohmann::json read_json_file(const std::string& path, int max_depth = kJsonMaxDepth);

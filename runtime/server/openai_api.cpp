@@ -293,11 +293,7 @@ void parse_structured(const Fields& f, const ApiModel& model, std::string_view r
         schema = nlohmann::ordered_json::parse(raw);
         for (const std::string& key : ask.at) schema = nlohmann::ordered_json(schema[key]);
       }
-      if (schema.is_string()) {
-        const std::string text = schema.get<std::string>();
-        parse_json_strict(text, "the schema");  // duplicate keys, depth, numbers: as the body
-        schema = nlohmann::ordered_json::parse(text);
-      }
+      if (schema.is_string()) schema = parse_ordered_json_strict(schema.get<std::string>(), "the schema");
       r.params.constraint = model.structured->json_schema(schema, compact);
     } else if (ask.kind == "choice") {
       if (!ask.value.is_array()) bad(ask.param, "'" + ask.param + "' choices must be a list of strings");
