@@ -3,23 +3,17 @@
 #include <algorithm>
 
 #include "runtime/core/error.hpp"
+#include "runtime/server/partial_tag.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
 
-// The length of the longest end of `text` that begins `tag`.
-size_t partial(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
-
+// Past the white space from `at` on.
 size_t skip_space(std::string_view text, size_t at) {
-  while (at < text.size() && (text[at] == ' ' || text[at] == '\n' || text[at] == '\r' || text[at] == '\t')) ++at;
-  return at;
+  return text.size() - utf8::trim_white_space(text.substr(at), true, false).size();
 }
 
 class ThinkParser : public ReasoningParser {
@@ -42,7 +36,7 @@ class ThinkParser : public ReasoningParser {
     s.reasoning_begin = begin;
     const size_t close = text.find(kClose, begin);
     if (close == std::string_view::npos) {
-      s.reasoning_end = final ? text.size() : text.size() - partial(text.substr(begin), kClose);
+      s.reasoning_end = final ? text.size() : text.size() - partial_tag(text.substr(begin), kClose);
       return s;
     }
     s.reasoning_end = close;

@@ -5,27 +5,23 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/strict_json.hpp"
+#include "runtime/server/partial_tag.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string_view trim(std::string_view s) {
-  const size_t a = s.find_first_not_of(" \t\r\n");
-  if (a == std::string_view::npos) return {};
-  return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
-}
+// Python's str.strip(), as vLLM's parsers strip what surrounds a call.
+std::string_view trim(std::string_view s) { return utf8::python_strip(s); }
 
 // A JSON value from a model's text, checked as strictly as any JSON kiln reads (depth, numbers),
 // in its own key order; nullopt when it does not parse.
 std::optional<ojson> parse_json(std::string_view text) {
   try {
-    parse_json_strict(text, "a tool call");
-    return ojson::parse(text);
+    return parse_ordered_json_strict(text, "a tool call");
   } catch (const Error&) {
-    return std::nullopt;
-  } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
 }
@@ -50,14 +46,6 @@ bool add_call(const ojson& v, std::initializer_list<const char*> argument_keys, 
   }
   calls.push_back({v["name"].get<std::string>(), "{}"});  // a call without arguments
   return true;
-}
-
-// The length of the longest end of `text` that begins `tag` (a tag still being written).
-size_t partial_tag(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
 }
 
 class HermesParser : public ToolCallParser {
