@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/structured/code_ranges.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
@@ -16,10 +17,10 @@ namespace {
 using Elem = Grammar::Elem;
 using Kind = Grammar::Kind;
 using Seq = std::vector<Elem>;
-using CodeRange = std::pair<uint32_t, uint32_t>;
+using CodeRange = code_ranges::Range;
 using ByteRange = std::pair<uint8_t, uint8_t>;
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+constexpr uint32_t kMaxCodePoint = code_ranges::kMaxCodePoint;
 
 int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
@@ -64,37 +65,10 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<ByteRange>
   out.push_back(std::move(seq));
 }
 
-// Sorted, merged ranges, surrogates (U+D800..U+DFFF: no UTF-8 encoding) removed.
+// Sorted, merged ranges (their complement when negated), surrogates removed.
 std::vector<CodeRange> normalize(std::vector<CodeRange> ranges, bool negate) {
-  std::sort(ranges.begin(), ranges.end());
-  std::vector<CodeRange> merged;
-  for (const CodeRange& r : ranges) {
-    if (!merged.empty() && r.first <= merged.back().second + 1) {
-      merged.back().second = std::max(merged.back().second, r.second);
-    } else {
-      merged.push_back(r);
-    }
-  }
-  if (negate) {
-    std::vector<CodeRange> complement;
-    uint32_t next = 0;
-    for (const CodeRange& r : merged) {
-      if (r.first > next) complement.emplace_back(next, r.first - 1);
-      next = r.second + 1;
-    }
-    if (next <= kMaxCodePoint) complement.emplace_back(next, kMaxCodePoint);
-    merged = std::move(complement);
-  }
-  std::vector<CodeRange> out;
-  for (const CodeRange& r : merged) {
-    if (r.second < 0xD800 || r.first > 0xDFFF) {
-      out.push_back(r);
-      continue;
-    }
-    if (r.first < 0xD800) out.emplace_back(r.first, 0xD7FF);
-    if (r.second > 0xDFFF) out.emplace_back(0xE000, r.second);
-  }
-  return out;
+  return code_ranges::minus(negate ? code_ranges::complement(ranges) : code_ranges::normalized(std::move(ranges)),
+                            code_ranges::kSurrogates);
 }
 
 class Parser {

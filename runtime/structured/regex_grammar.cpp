@@ -6,45 +6,20 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/structured/code_ranges.hpp"
 #include "runtime/structured/grammar.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 namespace {
 
-using Range = std::pair<uint32_t, uint32_t>;
-constexpr uint32_t kMax = 0x10FFFF;
+using code_ranges::complement;
+using code_ranges::minus;
+using code_ranges::normalized;
+using Range = code_ranges::Range;
 
 // Any character of a JSON string, as JSON writes it (the JSON grammar's `char`).
 constexpr const char* kJsonChar = R"(([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})))";
-
-std::vector<Range> normalized(std::vector<Range> r) {
-  std::sort(r.begin(), r.end());
-  std::vector<Range> out;
-  for (const Range& x : r) {
-    if (!out.empty() && x.first <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, x.second);
-    } else {
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-std::vector<Range> complement(const std::vector<Range>& r) {
-  std::vector<Range> out;
-  uint32_t next = 0;
-  for (const Range& x : normalized(r)) {
-    if (x.first > next) out.emplace_back(next, x.first - 1);
-    next = x.second + 1;
-  }
-  if (next <= kMax) out.emplace_back(next, kMax);
-  return out;
-}
-std::vector<Range> minus(const std::vector<Range>& a, const std::vector<Range>& b) {
-  std::vector<Range> both = complement(a);
-  both.insert(both.end(), b.begin(), b.end());
-  return complement(both);  // a ∩ ¬b = ¬(¬a ∪ b)
-}
 
 std::string escape(uint32_t cp) {
   char buf[16];
@@ -273,7 +248,7 @@ class RegexCompiler {
 
   // One character from `ranges`, as the text writes it.
   std::string set(const std::vector<Range>& ranges) {
-    std::vector<Range> r = minus(normalized(ranges), {{0xD800, 0xDFFF}});
+    std::vector<Range> r = minus(normalized(ranges), code_ranges::kSurrogates);
     if (r.empty()) bad("has a class that matches nothing");
     if (mode_ == RegexText::raw) return gbnf_class(r);
     // Inside a JSON string: '"', '\' and control characters only escaped, the rest as they are.
