@@ -449,6 +449,23 @@ void time_sampler(SamplerWorkspace& workspace) {
   }
 }
 
+// `batch` sampled by the CPU and by the GPU over the same logits, and how many logits the GPU left
+// other than they were (the edits are undone after sampling).
+struct BothSamples {
+  SampleResult cpu, gpu;
+  int64_t not_restored = 0;
+};
+BothSamples sample_both(CudaSampler& sampler, const std::vector<float>& logits, int32_t rows, int32_t vocab,
+                        const SampleBatch& batch) {
+  BothSamples out;
+  out.cpu = sample_batch_cpu(logits, vocab, batch);
+  DeviceLogits device(logits, rows, vocab, vocab);
+  out.gpu = sampler.sample(device.buffer.get(), vocab, vocab, batch, nullptr);
+  const std::vector<float> after = device.buffer.download();
+  for (size_t i = 0; i < logits.size(); ++i) out.not_restored += float_bits(after[i]) != float_bits(logits[i]);
+  return out;
+}
+
 // CudaSampler::sample(SampleBatch) against sample_batch_cpu: logit edits (logit_bias, min_tokens'
 // bans, repetition / frequency / presence penalties) must give the same tokens, the logits must be
 // back to their raw values afterwards, and chosen and top-N logprobs must agree to float rounding.
@@ -484,11 +501,10 @@ void compare_batches_with_cpu(CudaSampler& sampler) {
       }
       batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
     }
-    const SampleResult cpu = sample_batch_cpu(logits, vocab, batch);
-    DeviceLogits device(logits, rows, vocab, vocab);
-    const SampleResult gpu = sampler.sample(device.buffer.get(), vocab, vocab, batch, nullptr);
-    const std::vector<float> after = device.buffer.download();
-    for (size_t i = 0; i < logits.size(); ++i) restored_mismatches += float_bits(after[i]) != float_bits(logits[i]);
+    const BothSamples both = sample_both(sampler, logits, rows, vocab, batch);
+    const SampleResult& cpu = both.cpu;
+    const SampleResult& gpu = both.gpu;
+    restored_mismatches += both.not_restored;
     for (int32_t r = 0; r < rows; ++r) {
       ++compared;
       const SampleOutput& c = cpu.outputs[r];
@@ -548,15 +564,14 @@ void compare_bans_with_cpu(CudaSampler& sampler) {
     }
     batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
   }
-  const SampleResult cpu = sample_batch_cpu(logits, vocab, batch);
-  DeviceLogits device(logits, rows, vocab, vocab);
-  const SampleResult gpu = sampler.sample(device.buffer.get(), vocab, vocab, batch, nullptr);
-  const std::vector<float> after = device.buffer.download();
-  int64_t mismatches = 0, outside = 0, restored = 0;
-  for (size_t i = 0; i < logits.size(); ++i) restored += float_bits(after[i]) != float_bits(logits[i]);
+  const BothSamples both = sample_both(sampler, logits, rows, vocab, batch);
+  int64_t mismatches = 0, outside = 0;
+  const int64_t restored = both.not_restored;
   for (int32_t r = 0; r < rows; ++r) {
-    mismatches += cpu.outputs[r].token != gpu.outputs[r].token || cpu.outputs[r].status != gpu.outputs[r].status;
-    outside += !std::binary_search(allowed[r].begin(), allowed[r].end(), gpu.outputs[r].token);
+    const SampleOutput& c = both.cpu.outputs[r];
+    const SampleOutput& g = both.gpu.outputs[r];
+    mismatches += c.token != g.token || c.status != g.status;
+    outside += !std::binary_search(allowed[r].begin(), allowed[r].end(), g.token);
   }
   std::printf("  bans: %d rows, %zu banned in all, %lld token mismatches, %lld outside the allowed, %lld logits not restored\n",
               rows, batch.edits.size(), static_cast<long long>(mismatches), static_cast<long long>(outside),

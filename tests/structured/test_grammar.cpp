@@ -9,21 +9,14 @@
 #include "runtime/core/error.hpp"
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/grammar_matcher.hpp"
+#include "tests/structured/grammar_accepts.hpp"
 
 using namespace kiln;
 
 namespace {
 
-// Whether `text` is a whole sentence of the grammar (and, via prefix(), a prefix of one).
-bool accepts(const Grammar& g, const std::string& text) {
-  GrammarMatcher m(g);
-  const GrammarState s = m.advance(m.start(), text);
-  return s.can_end();
-}
-bool prefix(const Grammar& g, const std::string& text) {
-  GrammarMatcher m(g);
-  return !m.advance(m.start(), text).dead();
-}
+bool accepts(const Grammar& g, const std::string& text) { return test::grammar_accepts(g, text); }
+bool prefix(const Grammar& g, const std::string& text) { return test::grammar_prefix(g, text); }
 
 std::string parse_error(const std::string& gbnf) {
   try {

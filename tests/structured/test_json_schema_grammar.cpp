@@ -13,6 +13,7 @@
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/grammar_matcher.hpp"
 #include "runtime/structured/json_schema_grammar.hpp"
+#include "tests/structured/grammar_accepts.hpp"
 
 using namespace kiln;
 using ojson = nlohmann::ordered_json;
@@ -21,10 +22,7 @@ namespace {
 
 Grammar compile(const std::string& schema) { return Grammar::parse(json_schema_gbnf(ojson::parse(schema))); }
 
-bool json_accepts(const Grammar& g, const std::string& text) {
-  GrammarMatcher m(g);
-  return m.advance(m.start(), text).can_end();
-}
+bool json_accepts(const Grammar& g, const std::string& text) { return test::grammar_accepts(g, text); }
 
 // A random sentence of g: bytes drawn among those the grammar allows, ending where it may (at
 // random, or once past `soft` bytes, steering to closing punctuation so that strings end).
