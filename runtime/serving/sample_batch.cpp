@@ -1,9 +1,9 @@
 #include "runtime/serving/sample_batch.hpp"
 
 #include <algorithm>
-#include <iterator>
 #include <map>
 
+#include "runtime/core/error.hpp"
 #include "runtime/serving/sampling_params.hpp"
 #include "runtime/serving/scheduled_step.hpp"
 #include "runtime/serving/token_constraint.hpp"
@@ -37,51 +37,59 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const
   return out;
 }
 
-void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
-                         std::span<const LogitEdit> edits, std::vector<LogitEdit>& out) {
-  std::vector<int32_t> banned;
+void SampleBatch::check(int32_t vocab_size, const char* who) const {
+  if (!edit_offsets.empty() && edit_offsets.size() != rows.size() + 1) {
+    fail(who, ": ", edit_offsets.size(), " edit offsets for ", rows.size(), " rows");
+  }
+  if (mask_rows.empty()) return;
+  if (mask_rows.size() != rows.size()) fail(who, ": ", mask_rows.size(), " mask rows for ", rows.size(), " rows");
+  if (masks.size() % static_cast<size_t>(token_mask_words(vocab_size)) != 0) {
+    fail(who, ": ", masks.size(), " mask words are not whole masks of ", token_mask_words(vocab_size), " words");
+  }
+  for (int32_t k : mask_rows) {
+    if (k >= num_masks(vocab_size)) fail(who, ": mask ", k, " of ", num_masks(vocab_size));
+  }
+}
+
+void constraint_mask(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
+                     std::span<TokenMaskWord> mask) {
   bool can_end = false;
-  constraint.banned(vocab_size, banned, can_end);
-  // Each end token once (a chat's stop tokens repeat EOS): one edit a token, or the samplers'
-  // save-and-restore of a banned logit would keep the ban.
-  std::vector<int32_t> ends(end_tokens.begin(), end_tokens.end());
-  std::sort(ends.begin(), ends.end());
-  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
-  std::vector<int32_t> merged;
-  merged.reserve(banned.size() + ends.size());
-  if (can_end) {
-    std::set_difference(banned.begin(), banned.end(), ends.begin(), ends.end(), std::back_inserter(merged));
-  } else {
-    std::set_union(banned.begin(), banned.end(), ends.begin(), ends.end(), std::back_inserter(merged));
+  constraint.allowed(vocab_size, mask, can_end);
+  for (int32_t token : end_tokens) {
+    if (token < 0 || token >= vocab_size) continue;
+    const TokenMaskWord bit = TokenMaskWord{1} << (token & 63);
+    if (can_end) {
+      mask[token >> 6] |= bit;
+    } else {
+      mask[token >> 6] &= ~bit;
+    }
   }
-  out.reserve(out.size() + merged.size() + edits.size());
-  size_t e = 0;
-  for (int32_t token : merged) {
-    while (e < edits.size() && edits[e].token < token) out.push_back(edits[e++]);
-    LogitEdit ban;
-    if (e < edits.size() && edits[e].token == token) ban = edits[e++];
-    ban.token = token;
-    ban.banned = 1;
-    out.push_back(ban);
-  }
-  out.insert(out.end(), edits.begin() + static_cast<std::ptrdiff_t>(e), edits.end());
 }
 
 SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size) {
   SampleBatch batch;
-  bool any_edits = false;
-  for (const ScheduledSeq& s : seqs) any_edits = any_edits || (s.samples && (!s.edits.empty() || s.constraint));
+  bool any_edits = false, any_masks = false;
+  for (const ScheduledSeq& s : seqs) {
+    any_edits = any_edits || (s.samples && !s.edits.empty());
+    any_masks = any_masks || (s.samples && s.constraint);
+  }
   if (any_edits) batch.edit_offsets.push_back(0);
+  const auto words = static_cast<size_t>(token_mask_words(vocab_size));
   for (const ScheduledSeq& s : seqs) {
     if (!s.samples) continue;
     batch.rows.push_back(s.sampler);
-    if (!any_edits) continue;
-    if (s.constraint) {
-      add_constraint_bans(*s.constraint, vocab_size, s.end_tokens, s.edits, batch.edits);
-    } else {
+    if (any_edits) {
       batch.edits.insert(batch.edits.end(), s.edits.begin(), s.edits.end());
+      batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
     }
-    batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+    if (!any_masks) continue;
+    if (!s.constraint) {
+      batch.mask_rows.push_back(-1);
+      continue;
+    }
+    batch.mask_rows.push_back(static_cast<int32_t>(batch.masks.size() / words));
+    batch.masks.resize(batch.masks.size() + words);
+    constraint_mask(*s.constraint, vocab_size, s.end_tokens, std::span(batch.masks).last(words));
   }
   return batch;
 }

@@ -1,5 +1,5 @@
-// CUDA side of sample_batch.hpp: the logit edits applied in place before the sampler and undone
-// after it, and the raw logprobs (chosen token and top-N) of the restored rows. Same float
+// CUDA side of sample_batch.hpp: the logit edits and structured output's masks applied in place
+// before the sampler and undone after it, and the raw logprobs (chosen token and top-N) of the restored rows. Same float
 // operations as sample_batch_cpu: edits bit for bit, logprobs to the rounding of an fp64 sum.
 #include "runtime/serving/sample_batch_cuda.hpp"
 
@@ -12,6 +12,8 @@ namespace kiln {
 namespace {
 
 constexpr int kEditThreads = 128;
+constexpr int kMaskThreads = 256;
+constexpr int32_t kMaskTokensPerBlock = 8 * kMaskThreads;
 constexpr int kLogprobThreads = 256;
 
 void check(cudaError_t status, const char* what) {
@@ -35,6 +37,35 @@ __global__ void restore_edits_kernel(float* logits, int64_t row_stride, const Lo
   const int32_t row = blockIdx.x;
   float* x = logits + row * row_stride;
   for (int32_t i = offsets[row] + threadIdx.x; i < offsets[row + 1]; i += blockDim.x) x[edits[i].token] = saved[i];
+}
+
+// Blocks (row, slice of kMaskTokensPerBlock tokens). A masked row's logits are saved whole (its
+// mask's slot of `saved`, vocab floats) and those the mask does not allow become kBannedLogit;
+// restore copies the slot back. Whole rows: one coalesced pass, and the same cost whatever the
+// mask allows.
+__global__ void apply_masks_kernel(float* logits, int64_t row_stride, int32_t vocab, int32_t mask_words,
+                                   const TokenMaskWord* masks, const int32_t* mask_rows, float* saved) {
+  const int32_t k = mask_rows[blockIdx.x];
+  if (k < 0) return;
+  float* x = logits + blockIdx.x * row_stride;
+  const TokenMaskWord* mask = masks + static_cast<int64_t>(k) * mask_words;
+  float* slot = saved + static_cast<int64_t>(k) * vocab;
+  const int32_t end = min(vocab, static_cast<int32_t>(blockIdx.y + 1) * kMaskTokensPerBlock);
+  for (int32_t t = blockIdx.y * kMaskTokensPerBlock + threadIdx.x; t < end; t += blockDim.x) {
+    const float v = x[t];
+    slot[t] = v;
+    if (!token_allowed(mask, t)) x[t] = kBannedLogit;
+  }
+}
+
+__global__ void restore_masks_kernel(float* logits, int64_t row_stride, int32_t vocab, const int32_t* mask_rows,
+                                     const float* saved) {
+  const int32_t k = mask_rows[blockIdx.x];
+  if (k < 0) return;
+  float* x = logits + blockIdx.x * row_stride;
+  const float* slot = saved + static_cast<int64_t>(k) * vocab;
+  const int32_t end = min(vocab, static_cast<int32_t>(blockIdx.y + 1) * kMaskTokensPerBlock);
+  for (int32_t t = blockIdx.y * kMaskTokensPerBlock + threadIdx.x; t < end; t += blockDim.x) x[t] = slot[t];
 }
 
 // (logit, id) ordered as the top-N list is: higher logit first, lower id first among equals.
@@ -128,6 +159,23 @@ void launch_restore_logit_edits(float* logits, int64_t row_stride, int32_t num_r
   if (num_rows == 0) return;
   restore_edits_kernel<<<num_rows, kEditThreads, 0, stream>>>(logits, row_stride, edits, offsets, saved);
   check(cudaGetLastError(), "launching restore_edits_kernel");
+}
+
+void launch_apply_token_masks(float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
+                              const TokenMaskWord* masks, const int32_t* mask_rows, float* saved, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  const dim3 grid(num_rows, (vocab_size + kMaskTokensPerBlock - 1) / kMaskTokensPerBlock);
+  apply_masks_kernel<<<grid, kMaskThreads, 0, stream>>>(logits, row_stride, vocab_size, token_mask_words(vocab_size),
+                                                        masks, mask_rows, saved);
+  check(cudaGetLastError(), "launching apply_masks_kernel");
+}
+
+void launch_restore_token_masks(float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
+                                const int32_t* mask_rows, const float* saved, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  const dim3 grid(num_rows, (vocab_size + kMaskTokensPerBlock - 1) / kMaskTokensPerBlock);
+  restore_masks_kernel<<<grid, kMaskThreads, 0, stream>>>(logits, row_stride, vocab_size, mask_rows, saved);
+  check(cudaGetLastError(), "launching restore_masks_kernel");
 }
 
 void launch_logprobs(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,

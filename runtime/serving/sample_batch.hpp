@@ -5,7 +5,8 @@
 // (sample_batch_cpu) and CUDA (CudaSampler::sample) paths compute the same tokens bit for bit, and
 // the same logprobs to float rounding.
 //
-// Per row: the edits are applied to the logits, the row is sampled, and the edits are undone;
+// Per row: the edits are applied to the logits, then structured output's mask (a token it does not
+// allow becomes kBannedLogit), the row is sampled, and both are undone;
 // logprobs then read the raw row: logprob_i = (x_i - max) - log Σ exp(x_j - max) (sampling_exp,
 // summed in fp64), top-N ordered by logit (ties: lower id first).
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "runtime/serving/sampling_math.hpp"
+#include "runtime/serving/token_constraint.hpp"
 
 namespace kiln {
 
@@ -44,17 +46,36 @@ KILN_HOST_DEVICE inline float apply_logit_edit(float x, const LogitEdit& e) {
   return add_rn(x, -e.presence);
 }
 
+KILN_HOST_DEVICE inline bool token_allowed(const TokenMaskWord* mask, int32_t token) {
+  return (mask[token >> 6] >> (token & 63)) & 1u;
+}
+
 // A step's rows. edit_offsets is empty (no edits) or rows.size() + 1 offsets into edits.
+// mask_rows is empty (no masks) or one entry a row: -1 (no mask), or k: the row's mask is words
+// [k * token_mask_words(vocab), (k + 1) * token_mask_words(vocab)) of masks.
 struct SampleBatch {
   std::vector<SamplerRow> rows;
   std::vector<LogitEdit> edits;
   std::vector<int32_t> edit_offsets;
+  std::vector<TokenMaskWord> masks;
+  std::vector<int32_t> mask_rows;
 
-  static SampleBatch of(std::vector<SamplerRow> rows) { return SampleBatch{std::move(rows), {}, {}}; }
+  static SampleBatch of(std::vector<SamplerRow> rows) { return SampleBatch{std::move(rows), {}, {}, {}, {}}; }
   std::span<const LogitEdit> row_edits(size_t r) const {
     if (edit_offsets.empty()) return {};
     return std::span(edits).subspan(edit_offsets[r], edit_offsets[r + 1] - edit_offsets[r]);
   }
+  // Row r's mask, or an empty span when it has none.
+  std::span<const TokenMaskWord> row_mask(size_t r, int32_t vocab_size) const {
+    if (mask_rows.empty() || mask_rows[r] < 0) return {};
+    const auto words = static_cast<size_t>(token_mask_words(vocab_size));
+    return std::span(masks).subspan(static_cast<size_t>(mask_rows[r]) * words, words);
+  }
+  int32_t num_masks(int32_t vocab_size) const {
+    return static_cast<int32_t>(masks.size() / static_cast<size_t>(token_mask_words(vocab_size)));
+  }
+  // Throws unless the edit offsets and masks fit `rows` rows of vocab_size tokens.
+  void check(int32_t vocab_size, const char* who) const;
 };
 
 struct SampleResult {
@@ -80,12 +101,10 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& params, std::span<
                                         std::span<const int32_t> prompt_tokens, int32_t num_generated,
                                         std::span<const int32_t> stop_ids);
 
-class TokenConstraintState;
-// Structured output's bans merged with a sequence's own `edits` (make_logit_edits' order: by
-// token, one edit each), appended to `out` in that order: every token the constraint bans, and the
-// end tokens (EOS, stop_token_ids) too until the text may end, when they are let through whatever
-// the constraint says of them.
-void add_constraint_bans(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
-                         std::span<const LogitEdit> edits, std::vector<LogitEdit>& out);
+// Structured output's mask of a sequence's next sample, written to `mask` (token_mask_words(
+// vocab_size) words): the tokens the constraint allows, and the end tokens (EOS, stop_token_ids)
+// cleared until the text may end, when they are let through whatever the constraint says of them.
+void constraint_mask(TokenConstraintState& constraint, int32_t vocab_size, std::span<const int32_t> end_tokens,
+                     std::span<TokenMaskWord> mask);
 
 }  // namespace kiln

@@ -14,6 +14,12 @@ void launch_apply_logit_edits(float* logits, int64_t row_stride, int32_t num_row
                               const int32_t* offsets, float* saved, cudaStream_t stream);
 void launch_restore_logit_edits(float* logits, int64_t row_stride, int32_t num_rows, const LogitEdit* edits,
                                 const int32_t* offsets, const float* saved, cudaStream_t stream);
+// Row r's mask (mask_rows[r] = k >= 0) is masks[k * token_mask_words(vocab_size), ...); saved[k *
+// vocab_size, ...) receives the row's logits. Applied after the edits, restored before them.
+void launch_apply_token_masks(float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
+                              const TokenMaskWord* masks, const int32_t* mask_rows, float* saved, cudaStream_t stream);
+void launch_restore_token_masks(float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
+                                const int32_t* mask_rows, const float* saved, cudaStream_t stream);
 // For rows that asked (want_logprob, top_logprobs) and sampled fine (out[r].status): out[r].logprob
 // of out[r].token and top[r * kMaxTopLogprobs + k], k < top_logprobs, from the (raw) logits.
 void launch_logprobs(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,

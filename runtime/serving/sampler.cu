@@ -172,9 +172,13 @@ CudaSampler::CudaSampler(int32_t max_rows) : max_rows_(max_rows), workspace_(max
   // never reads uninitialized memory (compute-sanitizer initcheck flagged it).
   check_cuda(cudaMemset(device_top_, 0, sizeof(TokenLogprob) * kMaxTopLogprobs * max_rows), "zeroing top logprobs");
   check_cuda(cudaMalloc(&device_edit_offsets_, sizeof(int32_t) * (max_rows + 1)), "cudaMalloc(edit offsets)");
+  check_cuda(cudaMalloc(&device_mask_rows_, sizeof(int32_t) * max_rows), "cudaMalloc(mask rows)");
 }
 
 CudaSampler::~CudaSampler() {
+  cudaFree(device_mask_saved_);
+  cudaFree(device_mask_rows_);
+  cudaFree(device_masks_);
   cudaFree(device_saved_);
   cudaFree(device_edits_);
   cudaFree(device_edit_offsets_);
@@ -207,9 +211,7 @@ SampleResult CudaSampler::sample(float* logits, int64_t row_stride, int32_t voca
   if (n > max_rows_) fail("CUDA sampler: ", n, " rows exceed the ", max_rows_, " it was created for");
   SampleResult result;
   if (n == 0) return result;
-  if (!batch.edit_offsets.empty() && batch.edit_offsets.size() != batch.rows.size() + 1) {
-    fail("CUDA sampler: ", batch.edit_offsets.size(), " edit offsets for ", n, " rows");
-  }
+  batch.check(vocab_size, "CUDA sampler");
   bool logprobs = false;
   for (int32_t r = 0; r < n; ++r) {
     host_rows_[r] = batch.rows[r];
@@ -235,7 +237,28 @@ SampleResult CudaSampler::sample(float* logits, int64_t row_stride, int32_t voca
                                cudaMemcpyHostToDevice, stream), "copying logit edit offsets");
     launch_apply_logit_edits(logits, row_stride, n, device_edits_, device_edit_offsets_, device_saved_, stream);
   }
+  const bool masks = !batch.masks.empty();
+  if (masks) {
+    const size_t saved = static_cast<size_t>(batch.num_masks(vocab_size)) * static_cast<size_t>(vocab_size);
+    if (batch.masks.size() > mask_word_capacity_ || saved > mask_saved_capacity_) {
+      check_cuda(cudaStreamSynchronize(stream), "sampling");  // the old buffers may still be read
+      cudaFree(device_masks_);
+      cudaFree(device_mask_saved_);
+      mask_word_capacity_ = std::max(batch.masks.size(), 2 * mask_word_capacity_);
+      mask_saved_capacity_ = std::max(saved, 2 * mask_saved_capacity_);
+      check_cuda(cudaMalloc(&device_masks_, sizeof(TokenMaskWord) * mask_word_capacity_), "cudaMalloc(token masks)");
+      check_cuda(cudaMalloc(&device_mask_saved_, sizeof(float) * mask_saved_capacity_), "cudaMalloc(masked logits)");
+    }
+    check_cuda(cudaMemcpyAsync(device_masks_, batch.masks.data(), sizeof(TokenMaskWord) * batch.masks.size(),
+                               cudaMemcpyHostToDevice, stream), "copying token masks");
+    check_cuda(cudaMemcpyAsync(device_mask_rows_, batch.mask_rows.data(), sizeof(int32_t) * n, cudaMemcpyHostToDevice,
+                               stream), "copying mask rows");
+    launch_apply_token_masks(logits, row_stride, n, vocab_size, device_masks_, device_mask_rows_, device_mask_saved_,
+                             stream);
+  }
   launch_sampler(logits, row_stride, n, vocab_size, device_rows_, device_out_, workspace_, stream);
+  // Undone in the reverse order: a masked row's saved logits are the edited ones.
+  if (masks) launch_restore_token_masks(logits, row_stride, n, vocab_size, device_mask_rows_, device_mask_saved_, stream);
   if (edits) launch_restore_logit_edits(logits, row_stride, n, device_edits_, device_edit_offsets_, device_saved_, stream);
   result.top.assign(static_cast<size_t>(n) * kMaxTopLogprobs, TokenLogprob{});
   if (logprobs) {

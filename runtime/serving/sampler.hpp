@@ -72,8 +72,8 @@ class CudaSampler {
   // Copies rows in, samples, copies the outputs back; synchronizes with `stream`.
   std::vector<SampleOutput> sample(const float* logits, int64_t row_stride, int32_t vocab_size,
                                    std::span<const SamplerRow> rows, cudaStream_t stream);
-  // With the batch's logit edits and logprobs (sample_batch.hpp): the edits are applied to
-  // `logits` in place and undone before it returns. Synchronizes with `stream`.
+  // With the batch's logit edits, masks and logprobs (sample_batch.hpp): the edits and masks are
+  // applied to `logits` in place and undone before it returns. Synchronizes with `stream`.
   SampleResult sample(float* logits, int64_t row_stride, int32_t vocab_size, const SampleBatch& batch,
                       cudaStream_t stream);
 
@@ -99,6 +99,12 @@ class CudaSampler {
   LogitEdit* device_edits_ = nullptr;
   float* device_saved_ = nullptr;
   size_t edit_capacity_ = 0;
+  // Structured output's masks (grown on demand), which row uses which, and the masked rows' logits.
+  TokenMaskWord* device_masks_ = nullptr;
+  int32_t* device_mask_rows_ = nullptr;
+  float* device_mask_saved_ = nullptr;
+  size_t mask_word_capacity_ = 0;
+  size_t mask_saved_capacity_ = 0;
 };
 
 }  // namespace kiln

@@ -166,9 +166,7 @@ SampleResult sample_batch_cpu(std::span<const float> logits, int32_t vocab_size,
   if (vocab_size <= 0 || logits.size() != rows * static_cast<size_t>(vocab_size)) {
     fail("sample_batch_cpu: logits hold ", logits.size(), " values; expected ", rows, " rows x ", vocab_size, " tokens");
   }
-  if (!batch.edit_offsets.empty() && batch.edit_offsets.size() != rows + 1) {
-    fail("sample_batch_cpu: ", batch.edit_offsets.size(), " edit offsets for ", rows, " rows");
-  }
+  batch.check(vocab_size, "sample_batch_cpu");
   SampleResult result;
   result.outputs.reserve(rows);
   result.top.assign(rows * kMaxTopLogprobs, TokenLogprob{});
@@ -179,12 +177,18 @@ SampleResult sample_batch_cpu(std::span<const float> logits, int32_t vocab_size,
     const bool want_logprob = row.want_logprob != 0;
     row.want_logprob = 0;  // from the raw row, below
     const std::span<const LogitEdit> edits = batch.row_edits(r);
+    const std::span<const TokenMaskWord> mask = batch.row_mask(r, vocab_size);
     SampleOutput out;
-    if (edits.empty()) {
+    if (edits.empty() && mask.empty()) {
       out = sample_row_cpu(raw, row);
     } else {
       edited.assign(raw.begin(), raw.end());
       for (const LogitEdit& e : edits) edited[e.token] = apply_logit_edit(edited[e.token], e);
+      if (!mask.empty()) {
+        for (int32_t t = 0; t < vocab_size; ++t) {
+          if (!token_allowed(mask.data(), t)) edited[t] = kBannedLogit;
+        }
+      }
       out = sample_row_cpu(edited, row);
     }
     if (out.status == kSampleOk && (want_logprob || row.top_logprobs > 0)) {

@@ -27,7 +27,7 @@ struct ScheduledSeq {
   bool prompt_logits = false;          // keep the logits of every row (a prompt chunk; the request asked)
   std::vector<LogitEdit> edits;        // when samples: logit_bias, min_tokens and penalties (sample_batch.hpp)
   // When samples under structured output: the sequence's constraint (valid until on_step_done) and
-  // the tokens that end its text. sample_batch() asks it for its bans then, after the forward is
+  // the tokens that end its text. sample_batch() asks it for its mask then, after the forward is
   // launched, so that the host's work overlaps the GPU's.
   TokenConstraintState* constraint = nullptr;
   std::vector<int32_t> end_tokens;

@@ -106,12 +106,12 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
   if (s.samples) {
     s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
     const SamplingParams& p = seq.params;
-    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens || seq.constraint) {
+    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens) {
       std::vector<int32_t> stop_ids = p.stop_token_ids;
       if (!p.ignore_eos) stop_ids.insert(stop_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
       s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids);
     }
-    if (seq.constraint) {  // its bans come in sample_batch(), after the forward is launched
+    if (seq.constraint) {  // its mask comes in sample_batch(), after the forward is launched
       s.constraint = seq.constraint.get();
       s.end_tokens = end_tokens(p);
     }

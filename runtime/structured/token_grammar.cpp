@@ -73,19 +73,13 @@ class TokenGrammarState : public TokenConstraintState {
   TokenGrammarState(std::shared_ptr<const TokenGrammar> grammar, GrammarState state)
       : grammar_(std::move(grammar)), state_(std::move(state)) {}
 
-  void banned(int32_t vocab_size, std::vector<int32_t>& out, bool& can_end) override {
+  void allowed(int32_t vocab_size, std::span<TokenMaskWord> out, bool& can_end) override {
     const std::shared_ptr<const TokenGrammar::Mask> mask = grammar_->mask(state_);
-    out.clear();
-    // Ids past the bit words (the tokenizer's vocabulary, rounded up) are banned: no text.
-    for (int32_t w = 0; w * 64 < vocab_size; ++w) {
-      uint64_t banned = static_cast<size_t>(w) < mask->allowed.size() ? ~mask->allowed[w] : ~uint64_t{0};
-      while (banned) {
-        const int32_t id = w * 64 + __builtin_ctzll(banned);
-        banned &= banned - 1;
-        if (id >= vocab_size) break;
-        out.push_back(id);
-      }
-    }
+    // Ids past the tokenizer's vocabulary (a model's padded one) stay banned: they have no text.
+    const size_t words = std::min(out.size(), mask->allowed.size());
+    std::copy_n(mask->allowed.begin(), words, out.begin());
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(words), out.end(), TokenMaskWord{0});
+    if (vocab_size % 64 != 0 && !out.empty()) out.back() &= (TokenMaskWord{1} << (vocab_size % 64)) - 1;
     can_end = mask->can_end;
   }
 

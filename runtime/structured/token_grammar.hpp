@@ -64,7 +64,7 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
 
   // Allowed tokens of a state (bit per token id) and whether the text may end there.
   struct Mask {
-    std::vector<uint64_t> allowed;
+    std::vector<TokenMaskWord> allowed;
     bool can_end = false;
   };
   std::shared_ptr<const Mask> mask(const GrammarState& state) const;

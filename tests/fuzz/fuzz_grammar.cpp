@@ -17,6 +17,7 @@
 #include "runtime/structured/regex_grammar.hpp"
 #include "runtime/structured/token_grammar.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
+#include "tests/support/token_masks.hpp"
 
 namespace {
 
@@ -73,21 +74,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto grammar = kiln::TokenGrammar::make(kiln::Grammar::parse(gbnf), vocab());
     const int32_t vocab_size = static_cast<int32_t>(pieces().size()) + 3;  // model rows past the tokenizer
     auto state = grammar->start();
-    std::vector<int32_t> banned;
     for (size_t step = 0; step < 48; ++step) {
       bool can_end = false;
-      state->banned(vocab_size, banned, can_end);
-      if (!std::is_sorted(banned.begin(), banned.end()) || (!banned.empty() && (banned.front() < 0 || banned.back() >= vocab_size))) {
-        __builtin_trap();
-      }
-      if (std::adjacent_find(banned.begin(), banned.end()) != banned.end()) __builtin_trap();
       std::vector<int32_t> allowed;
-      for (int32_t id = 0, b = 0; id < vocab_size; ++id) {
-        if (b < static_cast<int32_t>(banned.size()) && banned[b] == id) {
-          ++b;
-        } else {
-          allowed.push_back(id);
-        }
+      try {
+        allowed = kiln::test::allowed_tokens(*state, vocab_size, can_end);
+      } catch (const kiln::Error&) {
+        __builtin_trap();  // bits past the vocabulary
       }
       if (allowed.empty() && !can_end) __builtin_trap();  // bans every token and may not end
       if (allowed.empty() || (can_end && step < picks.size() && (picks[step] & 0x80))) break;

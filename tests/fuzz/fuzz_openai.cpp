@@ -17,6 +17,7 @@
 #include "runtime/tokenizer/utf8.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 #include "tests/support/chatml_tokenizer.hpp"
+#include "tests/support/token_masks.hpp"
 
 namespace {
 
@@ -95,11 +96,13 @@ void serve(const kiln::ApiRequest& r, const kiln::ApiModel& m) {
       const std::vector<int32_t> ids = generated(r.prompts[p], m.vocab_size);
       if (r.params.constraint) {  // the scheduler's calls, along tokens the constraint may refuse
         auto state = r.params.constraint->start();
-        std::vector<int32_t> banned;
         bool can_end = false;
         for (int32_t id : ids) {
-          state->banned(m.vocab_size, banned, can_end);
-          if (!banned.empty() && banned.back() >= m.vocab_size) __builtin_trap();
+          try {
+            kiln::test::allowed_tokens(*state, m.vocab_size, can_end);
+          } catch (const kiln::Error&) {
+            __builtin_trap();  // bits past the vocabulary
+          }
           state->accept(id);
         }
       }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "runtime/serving/sample_batch.hpp"
@@ -101,4 +102,67 @@ TEST_CASE("logprobs are the raw model's: before edits, with the top-N in order")
   CHECK(top[2].token == 4);
   CHECK(top[0].logprob == Approx(expected(5.0f)).margin(1e-6));
   CHECK(top[2].logprob == Approx(expected(4.0f)).margin(1e-6));
+}
+
+// Structured output's masks (SampleBatch::masks): a token a row's mask does not allow is banned as a
+// banned edit would ban it, on top of the row's own edits; rows without a mask are untouched, and
+// logprobs stay the raw model's.
+TEST_CASE("a row's token mask bans what it does not allow, as banned edits would, beside unmasked rows") {
+  const int32_t vocab = 300;  // not a multiple of 64: the last word is partial
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(3 * vocab);
+  for (float& x : logits) x = normal(rng);
+  SampleBatch masked;
+  for (int r = 0; r < 3; ++r) {
+    SamplerRow row{.temperature = r == 0 ? 0.0f : 1.5f, .top_p = 0.9f, .seed = 11u + static_cast<uint64_t>(r)};
+    row.want_logprob = 1;
+    row.top_logprobs = 4;
+    masked.rows.push_back(row);
+  }
+  // Row 0: no mask. Row 1: eight tokens allowed. Row 2: all but every third, with its own edits.
+  masked.mask_rows = {-1, 0, 1};
+  masked.masks.assign(2 * token_mask_words(vocab), 0);
+  const auto allow = [&](int32_t k, int32_t t) { masked.masks[k * token_mask_words(vocab) + t / 64] |= TokenMaskWord{1} << (t % 64); };
+  for (int32_t t : {3, 64, 65, 127, 128, 200, 298, 299}) allow(0, t);
+  for (int32_t t = 0; t < vocab; ++t) {
+    if (t % 3 != 0) allow(1, t);
+  }
+  masked.edit_offsets = {0, 1, 1, 3};
+  masked.edits = {LogitEdit{.token = 7, .bias = 50.0f}, LogitEdit{.token = 5, .bias = 40.0f},
+                  LogitEdit{.token = 6, .bias = 40.0f}};
+  // The same as banned edits, merged with the row's own by token.
+  SampleBatch as_edits = masked;
+  as_edits.masks.clear();
+  as_edits.mask_rows.clear();
+  as_edits.edits = {LogitEdit{.token = 7, .bias = 50.0f}};
+  as_edits.edit_offsets = {0, 1};
+  for (int32_t k = 0; k < 2; ++k) {
+    for (int32_t t = 0; t < vocab; ++t) {
+      LogitEdit e{.token = t};
+      if (k == 1 && (t == 5 || t == 6)) e.bias = 40.0f;
+      if (!token_allowed(masked.masks.data() + k * token_mask_words(vocab), t)) e.banned = 1;
+      if (e.banned || e.bias != 0.0f) as_edits.edits.push_back(e);
+    }
+    as_edits.edit_offsets.push_back(static_cast<int32_t>(as_edits.edits.size()));
+  }
+  const SampleResult a = sample_batch_cpu(logits, vocab, masked);
+  const SampleResult b = sample_batch_cpu(logits, vocab, as_edits);
+  CHECK(a.outputs[0].token == 7);  // unmasked, its bias wins
+  for (int r = 0; r < 3; ++r) {
+    INFO("row " << r);
+    CHECK(a.outputs[r].status == kSampleOk);
+    CHECK(a.outputs[r].token == b.outputs[r].token);
+    CHECK(a.outputs[r].logprob == b.outputs[r].logprob);
+    if (r > 0) CHECK(token_allowed(masked.masks.data() + (r - 1) * token_mask_words(vocab), a.outputs[r].token));
+    for (int k = 0; k < 4; ++k) CHECK(a.row_top(r, 4)[k].token == b.row_top(r, 4)[k].token);
+  }
+  CHECK(a.outputs[2].token != 6);  // every third token is masked, whatever its bias
+  CHECK((a.outputs[2].token == 5));
+  // A batch whose masks do not fit its rows is refused by name.
+  SampleBatch bad = masked;
+  bad.mask_rows = {0, 1};
+  CHECK_THROWS_WITH(sample_batch_cpu(logits, vocab, bad), Catch::Contains("mask rows"));
+  bad.mask_rows = {0, 1, 2};
+  CHECK_THROWS_WITH(sample_batch_cpu(logits, vocab, bad), Catch::Contains("mask 2 of 2"));
 }

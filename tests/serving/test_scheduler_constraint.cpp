@@ -1,6 +1,6 @@
-// Structured output in the scheduler (SamplingParams::constraint): the constraint's bans become
-// banned logit edits merged with the request's own (logit_bias kept), the end tokens (EOS,
-// stop_token_ids) are banned until the constraint lets the text end and let through after, and the
+// Structured output in the scheduler (SamplingParams::constraint): the constraint's mask goes to
+// the sampler beside the request's own logit edits (logit_bias kept), the end tokens (EOS,
+// stop_token_ids) are masked until the constraint lets the text end and let through after, and the
 // constraint hears every sampled token but the end tokens.
 #include <catch2/catch.hpp>
 
@@ -13,6 +13,7 @@
 #include "runtime/serving/scheduled_step.hpp"
 #include "runtime/serving/scheduler.hpp"
 #include "runtime/serving/token_constraint.hpp"
+#include "tests/support/token_masks.hpp"
 
 using namespace kiln;
 
@@ -23,11 +24,9 @@ struct ScriptState : TokenConstraintState {
   std::vector<int32_t> script;
   std::shared_ptr<std::vector<int32_t>> heard;
   size_t k = 0;
-  void banned(int32_t vocab_size, std::vector<int32_t>& out, bool& can_end) override {
-    out.clear();
-    for (int32_t id = 0; id < vocab_size; ++id) {
-      if (k >= script.size() || id != script[k]) out.push_back(id);
-    }
+  void allowed(int32_t vocab_size, std::span<TokenMaskWord> mask, bool& can_end) override {
+    std::fill(mask.begin(), mask.end(), TokenMaskWord{0});
+    if (k < script.size() && script[k] < vocab_size) mask[script[k] / 64] |= TokenMaskWord{1} << (script[k] % 64);
     can_end = k >= script.size();
   }
   void accept(int32_t token) override {
@@ -46,19 +45,14 @@ struct Script : TokenConstraint {
   }
 };
 
-// The edits the sampler gets for the one sequence (sample_batch merges the constraint's bans).
-std::vector<LogitEdit> edits_of(const ScheduledSeq& s, int32_t vocab_size) {
-  return sample_batch(std::span<const ScheduledSeq>(&s, 1), vocab_size).edits;
+// What the sampler gets for the one sequence: its edits and (sample_batch asks the constraint) its
+// mask's allowed tokens.
+SampleBatch batch_of(const ScheduledSeq& s, int32_t vocab_size) {
+  return sample_batch(std::span<const ScheduledSeq>(&s, 1), vocab_size);
 }
-const LogitEdit* edit_of(const std::vector<LogitEdit>& edits, int32_t token) {
-  for (const LogitEdit& e : edits) {
-    if (e.token == token) return &e;
-  }
-  return nullptr;
-}
-bool banned(const std::vector<LogitEdit>& edits, int32_t token) {
-  const LogitEdit* e = edit_of(edits, token);
-  return e != nullptr && e->banned;
+std::vector<int32_t> allowed_of(const SampleBatch& b, int32_t vocab_size) {
+  REQUIRE(b.mask_rows == std::vector<int32_t>{0});
+  return kiln::test::mask_tokens(b.row_mask(0, vocab_size), vocab_size);
 }
 const ScheduledSeq& only(const ScheduledStep& step) {
   REQUIRE(step.decode.seqs.size() + step.prefill.seqs.size() == 1);
@@ -67,7 +61,7 @@ const ScheduledSeq& only(const ScheduledStep& step) {
 
 }  // namespace
 
-TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may end, logit_bias kept") {
+TEST_CASE("scheduler: a constraint's mask, the end tokens held back until it may end, logit_bias kept") {
   SchedulerConfig c;
   c.max_num_seqs = 4;
   c.max_batched_tokens = 64;
@@ -92,22 +86,16 @@ TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may
     const ScheduledSeq& q = only(step);
     REQUIRE(q.samples);
     CHECK(q.constraint != nullptr);
-    const std::vector<LogitEdit> edits = edits_of(q, c.vocab_size);
-    CHECK(std::is_sorted(edits.begin(), edits.end(), [](const LogitEdit& a, const LogitEdit& b) { return a.token < b.token; }));
-    CHECK(std::adjacent_find(edits.begin(), edits.end(), [](const LogitEdit& a, const LogitEdit& b) {
-            return a.token == b.token;
-          }) == edits.end());  // one edit a token
-    // One edit a token: a ban for every one but `expect`, which keeps its own bias edit if it has one.
-    CHECK(edits.size() == static_cast<size_t>(c.vocab_size - 1 + (expect == 4 ? 1 : 0)));
-    CHECK_FALSE(banned(edits, expect));
-    CHECK(banned(edits, 0));  // EOS: the text may not end yet
-    CHECK(banned(edits, 9));  // nor the stop token
-    CHECK(banned(edits, 20));
-    CHECK(edit_of(edits, 20)->bias == -2.0f);  // the request's own edit, banned on top
-    if (expect == 4) {
-      CHECK(edit_of(edits, 4)->bias == 1.5f);
-      CHECK_FALSE(edit_of(edits, 4)->banned);
-    }
+    const SampleBatch b = batch_of(q, c.vocab_size);
+    // Only `expect`: not EOS (the text may not end yet), nor the stop token.
+    CHECK(allowed_of(b, c.vocab_size) == std::vector<int32_t>{expect});
+    // The request's own edits, as they are: the mask does the banning.
+    REQUIRE(b.edits.size() == 2);
+    CHECK(b.edits[0].token == 4);
+    CHECK(b.edits[0].bias == 1.5f);
+    CHECK(b.edits[1].token == 20);
+    CHECK(b.edits[1].bias == -2.0f);
+    CHECK_FALSE(b.edits[0].banned);
     const auto events = s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{expect, 0.0f, kSampleOk}});
     REQUIRE(events.size() == 1);
     CHECK_FALSE(events[0].finished);
@@ -116,11 +104,7 @@ TEST_CASE("scheduler: a constraint's bans, the end tokens held back until it may
 
   // The script is done: only the end tokens remain.
   const ScheduledStep step = s.schedule();
-  const std::vector<LogitEdit> edits = edits_of(only(step), c.vocab_size);
-  CHECK_FALSE(banned(edits, 0));
-  CHECK_FALSE(banned(edits, 9));
-  CHECK(banned(edits, 3));
-  CHECK(banned(edits, 4));
+  CHECK(allowed_of(batch_of(only(step), c.vocab_size), c.vocab_size) == std::vector<int32_t>{0, 9});
   const auto events = s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{9, 0.0f, kSampleOk}});
   REQUIRE(events.size() == 1);
   CHECK(events[0].finished);

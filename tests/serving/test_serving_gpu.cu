@@ -531,54 +531,52 @@ void compare_batches_with_cpu(CudaSampler& sampler) {
   expect(worst_logprob <= 1e-4, "sample batch: logprobs within 1e-4 of the CPU's");
 }
 
-// Structured output's bans (add_constraint_bans): a row may ban all but a handful of a 151,936-token
-// vocabulary (JSON punctuation) or a few thousand (inside a string). The GPU must pick the CPU's
-// token, always an allowed one, and leave the logits as they were.
-void compare_bans_with_cpu(CudaSampler& sampler) {
-  const int32_t vocab = 151936, rows = 16;
+// Structured output's masks (SampleBatch::masks): a row may allow only a handful of a 151,936-token
+// vocabulary (JSON punctuation) or all but a few thousand (inside a string), beside unmasked rows
+// and the rows' own edits. The GPU must pick the CPU's token, always an allowed one, and leave the
+// logits as they were.
+void compare_masks_with_cpu(CudaSampler& sampler) {
+  const int32_t vocab = 151936, rows = 18;
+  const int32_t words = token_mask_words(vocab);
   const std::vector<float> logits = make_logits(rows, vocab, 777u);
   SampleBatch batch;
   batch.edit_offsets.push_back(0);
   std::mt19937 rng(99);
-  std::vector<std::vector<int32_t>> allowed(rows);
   for (int32_t r = 0; r < rows; ++r) {
     batch.rows.push_back(make_row(kNumParamSets, r, vocab));
-    const int32_t keep = r % 2 == 0 ? 1 + r % 5 : vocab - 3000 + r;  // a few allowed, or a few thousand banned
-    std::vector<uint8_t> ok(vocab, 0);
-    for (int32_t k = 0; k < keep;) {
-      const int32_t t = static_cast<int32_t>(rng() % vocab);
-      if (!ok[t]) {
-        ok[t] = 1;
-        ++k;
-      }
-    }
-    for (int32_t t = 0; t < vocab; ++t) {
-      if (ok[t]) {
-        allowed[r].push_back(t);
-        continue;
-      }
-      LogitEdit e;
-      e.token = t;
-      e.banned = 1;
-      batch.edits.push_back(e);
-    }
+    // An edit on a token that may or may not be allowed: the mask wins over its bias.
+    batch.edits.push_back(LogitEdit{.token = static_cast<int32_t>(rng() % vocab), .bias = 30.0f});
     batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+    if (r % 3 == 2) {
+      batch.mask_rows.push_back(-1);
+      continue;
+    }
+    batch.mask_rows.push_back(static_cast<int32_t>(batch.masks.size() / words));
+    const bool few = r % 3 == 0;
+    batch.masks.resize(batch.masks.size() + words, few ? 0 : ~TokenMaskWord{0});
+    TokenMaskWord* mask = batch.masks.data() + batch.masks.size() - words;
+    mask[words - 1] &= vocab % 64 == 0 ? ~TokenMaskWord{0} : (TokenMaskWord{1} << (vocab % 64)) - 1;
+    const int32_t flips = few ? 1 + r % 5 : 3000 + r;  // a few allowed, or a few thousand banned
+    for (int32_t k = 0; k < flips; ++k) {
+      const auto t = static_cast<int32_t>(rng() % vocab);
+      mask[t / 64] ^= (few == !token_allowed(mask, t)) ? TokenMaskWord{1} << (t % 64) : 0;
+    }
   }
   const BothSamples both = sample_both(sampler, logits, rows, vocab, batch);
   int64_t mismatches = 0, outside = 0;
-  const int64_t restored = both.not_restored;
   for (int32_t r = 0; r < rows; ++r) {
     const SampleOutput& c = both.cpu.outputs[r];
     const SampleOutput& g = both.gpu.outputs[r];
     mismatches += c.token != g.token || c.status != g.status;
-    outside += !std::binary_search(allowed[r].begin(), allowed[r].end(), g.token);
+    const std::span<const TokenMaskWord> mask = batch.row_mask(r, vocab);
+    outside += !mask.empty() && !token_allowed(mask.data(), g.token);
   }
-  std::printf("  bans: %d rows, %zu banned in all, %lld token mismatches, %lld outside the allowed, %lld logits not restored\n",
-              rows, batch.edits.size(), static_cast<long long>(mismatches), static_cast<long long>(outside),
-              static_cast<long long>(restored));
-  expect(mismatches == 0, "bans: tokens equal the CPU's");
-  expect(outside == 0, "bans: every token is an allowed one");
-  expect(restored == 0, "bans: logits restored after the edits");
+  std::printf("  masks: %d rows, %d masked, %lld token mismatches, %lld outside the allowed, %lld logits not restored\n",
+              rows, batch.num_masks(vocab), static_cast<long long>(mismatches), static_cast<long long>(outside),
+              static_cast<long long>(both.not_restored));
+  expect(mismatches == 0, "masks: tokens equal the CPU's");
+  expect(outside == 0, "masks: every masked row's token is an allowed one");
+  expect(both.not_restored == 0, "masks: logits restored after the masks and edits");
 }
 
 // Issue 13: 256 random requests of tiny-llama through a KV pool that holds about three at once,
@@ -616,9 +614,9 @@ TEST_CASE("the GPU sampler's logit edits and logprobs equal the CPU's", "[sample
   compare_batches_with_cpu(sampler);
 }
 
-TEST_CASE("structured output's bans of nearly the whole vocabulary: the GPU picks the CPU's allowed token", "[sampler]") {
+TEST_CASE("structured output's masks, allowing a handful of tokens or nearly all: the GPU picks the CPU's allowed token", "[sampler]") {
   CudaSampler sampler(64);
-  compare_bans_with_cpu(sampler);
+  compare_masks_with_cpu(sampler);
 }
 
 TEST_CASE("captured sampler launches replay with new rows", "[sampler]") {

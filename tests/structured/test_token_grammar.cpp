@@ -17,8 +17,10 @@
 #include "runtime/structured/json_schema_grammar.hpp"
 #include "runtime/structured/token_grammar.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
+#include "tests/support/token_masks.hpp"
 
 using namespace kiln;
+using kiln::test::allowed_tokens;
 
 namespace {
 
@@ -48,19 +50,17 @@ TEST_CASE("token grammar: the trie walk allows exactly the tokens the grammar ta
     GrammarState state = m.start();
     auto constraint = g->start();
     for (int step = 0; step < 60; ++step) {
-      std::vector<int32_t> banned;
       bool can_end = false;
-      constraint->banned(vocab_size, banned, can_end);
-      std::vector<int32_t> allowed;
+      const std::vector<int32_t> allowed = allowed_tokens(*constraint, vocab_size, can_end);
+      std::vector<int32_t> takes;
       for (int32_t id = 0; id < vocab_size; ++id) {
-        const bool takes = id < static_cast<int32_t>(kPieces.size()) && id != 0 && !kPieces[id].empty() &&
-                           !m.advance(state, kPieces[id]).dead();
-        const bool is_banned = std::binary_search(banned.begin(), banned.end(), id);
-        INFO("path " << path << " step " << step << " token " << id);
-        CHECK(takes == !is_banned);
-        if (takes) allowed.push_back(id);
+        if (id < static_cast<int32_t>(kPieces.size()) && id != 0 && !kPieces[id].empty() &&
+            !m.advance(state, kPieces[id]).dead()) {
+          takes.push_back(id);
+        }
       }
-      CHECK(std::is_sorted(banned.begin(), banned.end()));
+      INFO("path " << path << " step " << step);
+      CHECK(allowed == takes);
       CHECK(can_end == (state.can_end() || allowed.empty()));
       if (allowed.empty() || (can_end && rng() % 3 == 0)) {
         ++ended;
@@ -79,30 +79,26 @@ TEST_CASE("token grammar: masks are cached per state and shared by sequences, an
   const auto g = TokenGrammar::make(grammar, vocab());
   const int32_t n = static_cast<int32_t>(kPieces.size());
   auto a = g->start(), b = g->start();
-  std::vector<int32_t> banned_a, banned_b;
   bool end_a = false, end_b = true;
-  a->banned(n, banned_a, end_a);
-  b->banned(n, banned_b, end_b);
-  CHECK(banned_a == banned_b);
+  std::vector<int32_t> allowed_a = allowed_tokens(*a, n, end_a);
+  CHECK(allowed_a == allowed_tokens(*b, n, end_b));
+  CHECK(end_a == end_b);
   CHECK_FALSE(end_a);
   // "{" and "{\"": only the first fits.
-  CHECK_FALSE(std::binary_search(banned_a.begin(), banned_a.end(), 1));
-  CHECK(std::binary_search(banned_a.begin(), banned_a.end(), 3));
+  CHECK(allowed_a == std::vector<int32_t>{1});
   a->accept(1);  // "{"
   a->accept(38);  // "x"
-  a->banned(n, banned_a, end_a);
+  allowed_a = allowed_tokens(*a, n, end_a);
   CHECK_FALSE(end_a);
-  CHECK_FALSE(std::binary_search(banned_a.begin(), banned_a.end(), 2));  // "}"
-  CHECK(std::binary_search(banned_a.begin(), banned_a.end(), 43));  // "}\n": nothing may follow the "}"
+  CHECK(std::binary_search(allowed_a.begin(), allowed_a.end(), 2));  // "}"
+  CHECK_FALSE(std::binary_search(allowed_a.begin(), allowed_a.end(), 43));  // "}\n": nothing may follow the "}"
   a->accept(2);  // "}"
-  a->banned(n, banned_a, end_a);
+  CHECK(allowed_tokens(*a, n, end_a).empty());  // nothing more: only the end tokens (the caller's)
   CHECK(end_a);
-  CHECK(banned_a.size() == static_cast<size_t>(n));  // nothing more: only the end tokens (the caller's)
   // A token the grammar cannot take (a sampler bug, a bad replay) leaves a dead state: it may end.
   b->accept(2);  // "}" first
-  b->banned(n, banned_b, end_b);
+  CHECK(allowed_tokens(*b, n, end_b).empty());
   CHECK(end_b);
-  CHECK(banned_b.size() == static_cast<size_t>(n));
 }
 
 TEST_CASE("token grammar: a grammar that begins in more ways than the matcher follows is refused") {
@@ -119,7 +115,7 @@ TEST_CASE("token grammar: a grammar whose start matches nothing within the limit
 }
 
 // Timings, not a check (hidden: run with "[bench]"): a real vocabulary's trie, then a JSON answer's
-// steps: each step's bans as the scheduler takes them (banned() and the merge into logit edits),
+// steps: each step's mask as the scheduler takes it (constraint_mask: the state's mask and the end tokens),
 // first against an empty mask cache, then again. KILN_VOCAB_GGUF names a GGUF with a vocabulary
 // (../shared/data/tokenizer-vectors/ggml-vocab-deepseek-llm.gguf: 102,400 tokens).
 TEST_CASE("token grammar: time of a JSON answer's masks over a real vocabulary", "[.][bench]") {
@@ -145,20 +141,19 @@ TEST_CASE("token grammar: time of a JSON answer's masks over a real vocabulary",
   for (const char* round : {"first answer (masks computed)", "second answer (masks cached)"}) {
     auto state = g->start();
     double total = 0, worst = 0;
-    size_t edits_total = 0;
+    size_t allowed_total = 0;
+    std::vector<TokenMaskWord> mask(static_cast<size_t>(token_mask_words(vocab_size)));
     for (int32_t id : ids) {
-      std::vector<LogitEdit> edits;
       const auto start = clock::now();
-      add_constraint_bans(*state, vocab_size, ends, {}, edits);
+      constraint_mask(*state, vocab_size, ends, mask);
       const double t = ms(clock::now() - start);
       total += t;
       worst = std::max(worst, t);
-      edits_total += edits.size();
-      REQUIRE_FALSE(std::binary_search(edits.begin(), edits.end(), LogitEdit{.token = id},
-                                       [](const LogitEdit& a, const LogitEdit& b) { return a.token < b.token; }));
+      allowed_total += kiln::test::mask_tokens(mask, vocab_size).size();
+      REQUIRE(token_allowed(mask.data(), id));
       state->accept(id);
     }
-    WARN(round << ": " << ids.size() << " tokens, bans " << total << " ms in all, " << total / ids.size()
-               << " ms a token, the slowest " << worst << " ms; " << edits_total / ids.size() << " banned tokens a step");
+    WARN(round << ": " << ids.size() << " tokens, masks " << total << " ms in all, " << total / ids.size()
+               << " ms a token, the slowest " << worst << " ms; " << allowed_total / ids.size() << " allowed tokens a step");
   }
 }
