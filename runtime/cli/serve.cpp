@@ -65,7 +65,16 @@ int run_serve(const ModelDef& model, const CliOptions& o) {
     api.structured = setup->structured.get();
     if (!o.tool_call_parser.empty()) tool_parser = ToolCallParser::make(o.tool_call_parser);
     api.tool_parser = tool_parser.get();
-    if (!o.reasoning_parser.empty()) reasoning_parser = ReasoningParser::make(o.reasoning_parser);
+    if (!o.reasoning_parser.empty()) {
+      reasoning_parser = ReasoningParser::make(o.reasoning_parser);
+      if (api.tokenizer) {
+        api.think_tokens = ThinkTokens{api.tokenizer->token_id("<think>"), api.tokenizer->token_id("</think>")};
+      }
+      if (!api.think_tokens.found()) {
+        std::cerr << "kiln: --reasoning-parser " << o.reasoning_parser << ": the vocabulary has no single <think> and "
+                  << "</think> tokens; structured output will constrain the reasoning too" << std::endl;
+      }
+    }
     api.reasoning_parser = reasoning_parser.get();
     server.set_ready(&api, loop.get());
     std::cerr << "kiln: ready: " << name << " on " << setup->backend->name() << " (" << setup->backend->info().device

@@ -537,6 +537,12 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::stri
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
   parse_structured(f, model, raw, r);
   parse_tool_choice(f, model, raw, r);
+  if (r.params.constraint && model.reasoning_parser) {  // the constraint starts after the thinking (vLLM)
+    const ReasoningStart start = reasoning_start(
+        r.prompts[0], model.think_tokens, model.chat_stop_ids,
+        model.reasoning_parser->opened_by_template() ? ReasoningStart::open : ReasoningStart::may_open);
+    r.params.constraint = after_reasoning(std::move(r.params.constraint), model.think_tokens, start);
+  }
   for (int32_t id : model.chat_stop_ids) r.params.stop_token_ids.push_back(id);
   drop_repeated_stop_tokens(r.params);
   if (f.boolean("logprobs", false)) {

@@ -15,6 +15,7 @@
 #include "runtime/server/tool_parser.hpp"
 #include "runtime/serving/generation_defaults.hpp"
 #include "runtime/serving/sampling_params.hpp"
+#include "runtime/structured/after_reasoning.hpp"
 #include "runtime/structured/structured_outputs.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
@@ -44,8 +45,10 @@ struct ApiModel {
   StructuredOutputs* structured = nullptr;  // null without a tokenizer: structured output refused
   // --tool-call-parser (with --enable-auto-tool-choice): tool_choice "auto" answers parsed for calls.
   const ToolCallParser* tool_parser = nullptr;
-  // --reasoning-parser: chat answers' <think> blocks come back as reasoning_content.
+  // --reasoning-parser: chat answers' <think> blocks come back as reasoning_content, and structured
+  // output starts after the block (when the vocabulary spells <think> and </think> as one token each).
   const ReasoningParser* reasoning_parser = nullptr;
+  ThinkTokens think_tokens;
 };
 
 struct ApiRequest {

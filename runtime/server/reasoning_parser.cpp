@@ -46,6 +46,8 @@ class ThinkParser : public ReasoningParser {
     return s;
   }
 
+  bool opened_by_template() const override { return opened_; }
+
  private:
   bool opened_;
 };

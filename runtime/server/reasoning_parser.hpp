@@ -23,6 +23,9 @@ class ReasoningParser {
   // Where a whole answer's parts lie, or (streaming, `final` false) the parts settled so far: the
   // reasoning up to anything that may grow into </think>, the content once the reasoning ended.
   virtual Split split(std::string_view text, bool final) const = 0;
+  // Whether the chat template opens the block in the prompt (deepseek_r1) rather than the model
+  // (qwen3): where structured output starts when the prompt's last turn shows neither tag.
+  virtual bool opened_by_template() const = 0;
 
   // "qwen3" or "deepseek_r1"; throws kiln::Error naming the choices for any other name.
   static std::unique_ptr<ReasoningParser> make(const std::string& name);

@@ -1,6 +1,6 @@
 // libFuzzer: an OpenAI API request body as the server takes it (runtime/server/openai_api.hpp):
 // strict JSON, the model field, every sampling field, the prompt encoded or the chat rendered with
-// a small ChatML tokenizer (259 tokens) for a model of 512 vocabulary rows; then, for a request
+// a small ChatML tokenizer (261 tokens) for a model of 512 vocabulary rows; then, for a request
 // that parses, each choice's text through OutputProcessor (stop strings) and its response objects,
 // streamed and whole. The server answers bad input with ApiError (its status) or kiln::Error (400);
 // anything else would be its 500 "internal error", a finding. Also checked: a parsed request is
@@ -62,7 +62,7 @@ kiln::ApiModel api_model(bool special_tokens_in_text) {
   m.chat_template = &s.chat_template;
   m.chat_stop_ids = {257, 258};
   m.max_model_len = 512;
-  m.vocab_size = 512;  // rows past the tokenizer's 259, as a padded embedding has
+  m.vocab_size = 512;  // rows past the tokenizer's 261, as a padded embedding has
   m.special_tokens_in_text = special_tokens_in_text;
   m.structured = &structured();
   return m;
@@ -152,6 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::ApiModel model = api_model((data[0] & 2) != 0);
   model.tool_parser = tool_parser(data[0]);
   model.reasoning_parser = reasoning_parser(data[0]);
+  model.think_tokens = kiln::ThinkTokens{259, 260};
   kiln::fuzz::expect_kiln_errors_only([&] {
     const nlohmann::json body = kiln::parse_json_strict(kiln::fuzz::as_text(data + 1, size - 1), "the request body");
     try {

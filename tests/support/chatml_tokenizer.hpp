@@ -10,7 +10,8 @@
 namespace kiln::test {
 
 // 256 byte tokens (id = byte, no merges) plus <|im_start|> 256, <|im_end|> 257, <|endoftext|> 258,
-// all special.
+// all special, and a reasoning model's <think> 259 and </think> 260 (added, not special: their text
+// is the answer's, as in Qwen3's vocabulary).
 inline nlohmann::json chatml_tokenizer_json() {
   using nlohmann::json;
   json vocab = json::object();
@@ -19,6 +20,9 @@ inline nlohmann::json chatml_tokenizer_json() {
   int id = 256;
   for (const char* marker : {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}) {
     added.push_back({{"id", id++}, {"content", marker}, {"special", true}, {"normalized", false}});
+  }
+  for (const char* tag : {"<think>", "</think>"}) {
+    added.push_back({{"id", id++}, {"content", tag}, {"special", false}, {"normalized", false}});
   }
   return {{"added_tokens", added},
           {"normalizer", nullptr},
