@@ -222,8 +222,9 @@ std::optional<int> parse_options(const ModelDef& model, int argc, char** argv, C
     app.add_option("--served-model-name", o.served_model_name, "the model name of the API (default: the binary's model name)");
     auto* parser = app.add_option("--tool-call-parser", o.tool_call_parser,
                                   "with tools and tool_choice \"auto\", parse the calls the model writes into tool_calls: "
-                                  "hermes (Qwen2.5, Qwen3, SmolLM2), llama3_json (Llama 3.1, 3.2)")
-                       ->check(CLI::IsMember({"hermes", "llama3_json"}));
+                                  "hermes (Qwen2.5, Qwen3, SmolLM2), llama3_json (Llama 3.1, 3.2), pythonic (Llama 3.2, "
+                                  "Llama 4: [f(x=1)])")
+                       ->check(CLI::IsMember({"hermes", "llama3_json", "pythonic"}));
     app.add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
                  "vLLM's flag, accepted with --tool-call-parser (which alone turns the parsing on)")
         ->needs(parser);

@@ -6,6 +6,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/strict_json.hpp"
 #include "runtime/server/partial_tag.hpp"
+#include "runtime/server/pythonic_calls.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
@@ -140,12 +141,32 @@ class Llama3JsonParser : public ToolCallParser {
   static constexpr std::string_view kPythonTag = "<|python_tag|>";
 };
 
+// A whole answer that begins with "[" (pythonic_calls.hpp).
+class PythonicParser : public ToolCallParser {
+ public:
+  ParsedAnswer parse(std::string_view text) const override {
+    const std::string_view s = trim(text);
+    if (!s.empty() && s.front() == '[') {
+      if (std::optional<std::vector<ToolCall>> calls = parse_pythonic_calls(s)) return ParsedAnswer{"", std::move(*calls)};
+    }
+    return ParsedAnswer{std::string(s), {}};
+  }
+
+  size_t settled_content(std::string_view text) const override {
+    const size_t at = text.find_first_not_of(" \t\r\n");
+    if (at == std::string_view::npos) return 0;  // only whitespace yet: a call may follow
+    return text[at] == '[' ? 0 : text.size();    // a call list is the whole answer
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<ToolCallParser> ToolCallParser::make(const std::string& name) {
   if (name == "hermes") return std::make_unique<HermesParser>();
   if (name == "llama3_json") return std::make_unique<Llama3JsonParser>();
-  fail("tool call parser '", name, "' is not one of hermes (Qwen2.5, Qwen3, SmolLM2), llama3_json (Llama 3.1, 3.2)");
+  if (name == "pythonic") return std::make_unique<PythonicParser>();
+  fail("tool call parser '", name, "' is not one of hermes (Qwen2.5, Qwen3, SmolLM2), llama3_json (Llama 3.1, 3.2), "
+       "pythonic (Llama 3.2, Llama 4)");
 }
 
 }  // namespace kiln

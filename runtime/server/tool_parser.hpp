@@ -5,6 +5,8 @@
 //                Qwen3, Hermes); a block may hold a list of calls (SmolLM2's template).
 //   llama3_json  {"name": ..., "parameters": {...}} as the whole answer, several separated by ";"
 //                (Llama 3.1 / 3.2's JSON tool calling; <|python_tag|> before it is dropped).
+//   pythonic     [get_weather(city="Paris"), now()] as the whole answer (Llama 3.2's and Llama 4's
+//                pythonic templates; pythonic_calls.hpp).
 // Text that looks like a call but does not parse stays content, as vLLM leaves it.
 #pragma once
 
@@ -34,7 +36,7 @@ class ToolCallParser {
   // before anything that is, or may grow into, the start of a call.
   virtual size_t settled_content(std::string_view text) const = 0;
 
-  // "hermes" or "llama3_json"; throws kiln::Error naming the choices for any other name.
+  // "hermes", "llama3_json" or "pythonic"; throws kiln::Error naming the choices for any other name.
   static std::unique_ptr<ToolCallParser> make(const std::string& name);
 };
 

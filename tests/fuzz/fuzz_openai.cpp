@@ -7,7 +7,7 @@
 // one the engine takes (ids in the vocabulary, params.validate()), and every text delta is UTF-8;
 // a structured-output request's constraint is stepped along each choice's tokens.
 // Input: one byte of options (bit 0: /v1/chat/completions, else /v1/completions; bit 1:
-// --chat-special-tokens; bit 2: --tool-call-parser hermes, bit 3: llama3_json; bit 4:
+// --chat-special-tokens; bit 2: --tool-call-parser hermes, bit 3: llama3_json, both: pythonic; bit 4:
 // --reasoning-parser qwen3, bit 5: deepseek_r1), then the body.
 #include <nlohmann/json.hpp>
 
@@ -45,6 +45,8 @@ kiln::StructuredOutputs& structured() {
 const kiln::ToolCallParser* tool_parser(uint8_t options) {
   static const auto hermes = kiln::ToolCallParser::make("hermes");
   static const auto llama3 = kiln::ToolCallParser::make("llama3_json");
+  static const auto pythonic = kiln::ToolCallParser::make("pythonic");
+  if ((options & 12) == 12) return pythonic.get();
   return options & 4 ? hermes.get() : options & 8 ? llama3.get() : nullptr;
 }
 

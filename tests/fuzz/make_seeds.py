@@ -244,6 +244,22 @@ write(d, "choice0", bytes([2]) + json.dumps(["yes", "no", "\u00e9t\u00e9"]).enco
 for i, r in enumerate([r"^\d{4}-(0[1-9]|1[0-2])$", r"(?:[A-Z][a-z]+ ?){1,3}[.!?]", r"[^\s\\\"]{2,}|\x41\u00e9"]):
     write(d, "regex%d" % i, bytes([3]) + r.encode() + b"\0" + bytes(range(3, 70, 5)))
 
+# ---- a model's answer (first byte: 0 hermes, 1 llama3_json, 2 pythonic, 3 none; +4: deepseek_r1) ----
+d = corpus("fuzz_answer_parsers")
+answers = [
+    (0, 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+    (0, '<tool_call>[{"name": "f", "arguments": {"k": true}}, {"name": "g"}]</tool_call> then <tool'),
+    (1, '<|python_tag|>{"name": "t", "parameters": {"zone": "UTC"}}; {"name": "u", "parameters": {}}'),
+    (2, '[get_weather(city="Paris", days=2), now()]'),
+    (2, "[f(a='it\\'s', b=[1, -2.5e3, None], c={'k': (True, 0x1)}, d=\"\"\"two\nlines\"\"\")]"),
+    (2, '[f(s="\\u00e9\\x41\\101", n=1_000,)]'),
+    (6, '<think>\nplan\n</think>\n\n[g(x=3)]'),
+    (4, 'still thinking </think>\n\nThe answer.'),
+    (3, '<think>a</thi'),
+]
+for i, (options, text) in enumerate(answers):
+    write(d, "answer%d" % i, bytes([options]) + text.encode())
+
 # ---- chat ----
 d = corpus("fuzz_chat")
 for i, (system, user) in enumerate([("", "Hello!"), ("Be brief.", "What is 2+2?"),
@@ -306,6 +322,9 @@ dictionary("fuzz_grammar", json_words + keys(
     "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "#/$defs/") +
     ['"::="', '"root"', '"|"', '"("', '")"', '"*"', '"+"', '"?"', '"{2,}"', '"[^"', '"[a-z]"', '"\\\\x41"',
      '"\\\\u00e9"', '"."', '"#"'])
+dictionary("fuzz_answer_parsers", json_words + ['"<tool_call>"', '"</tool_call>"', '"<|python_tag|>"', '"<think>"',
+                                              '"</think>"', '";"', '"("', '")"', '"="', '"True"', '"None"', '"\'\'\'"',
+                                              '"\\\\x"', '"\\\\U0001"', '"1_0"', '"name"', '"arguments"', '"parameters"'])
 dictionary("fuzz_config_yaml", ['"name: "', '"model:"', '"build:"', '"\\x0a  "', '": "', '"- "', '"["', '"]"',
                                 '"{"', '"}"', '"&a "', '"*a"', '"---"', '"family: "', '"rope_scaling:"',
                                 '"hidden_size: "', '"1.0e-5"', '"true"', '"null"', '"~"', '"!!str "', '"<<: "'])

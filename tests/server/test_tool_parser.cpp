@@ -75,6 +75,41 @@ TEST_CASE("tool parser llama3_json: a whole answer of JSON calls, <|python_tag|>
   CHECK(p->settled_content("Sure, ") == 6);
 }
 
+TEST_CASE("tool parser pythonic: a whole answer of Python calls, keyword literals as JSON arguments") {
+  const auto p = ToolCallParser::make("pythonic");
+  ParsedAnswer a = p->parse(" [get_weather(city=\"Paris\", days=2), now()]\n");
+  CHECK(a.content.empty());
+  REQUIRE(a.calls.size() == 2);
+  CHECK(a.calls[0].name == "get_weather");
+  CHECK(a.calls[0].arguments == R"({"city":"Paris","days":2})");  // the model's order
+  CHECK(a.calls[1].name == "now");
+  CHECK(a.calls[1].arguments == "{}");
+  // Python's literals: quotes of both kinds and triple, escapes, True / False / None, negative and
+  // underscored numbers, floats, lists, tuples as arrays, (x) as x, dicts with int keys, trailing commas.
+  a = p->parse(R"([f(a='it\'s', b="\u00e9\x41\101\q", c="""two
+lines""", d=[True, False, None], e=-1_000, g=2.5e-3, h=(1, 2), i=(3), j={'k': [], 7: 'v', None: 0},)])");
+  REQUIRE(a.calls.size() == 1);
+  CHECK(a.calls[0].arguments ==
+        R"({"a":"it's","b":"éAA\\q","c":"two\nlines","d":[true,false,null],"e":-1000,"g":0.0025,"h":[1,2],"i":3,)"
+        R"("j":{"k":[],"7":"v","null":0}})");
+  // Not a call list: the answer is text, whole.
+  for (const char* text : {"[1, 2, 3]", "[]", "[f(1)]", "[f(x=y)]", "[os.system(c='ls')]", "[f(x=1, x=2)]", "[f(x={1, 2})]",
+                           "[f(x=0x1F)]", "[f(x=012)]", "[f(x=1e999)]", R"([f(x='a\N{BULLET}')])", R"([f(x='\ud800')])",
+                           "[f(x='open)]", "[f(x=1)] and more", "Call f(x=1) now.", "[f(x=1)", "[f(x=[1,)]",
+                           "[f(x=99999999999999999999)]", "[f(x='a\nb')]"}) {
+    a = p->parse(text);
+    INFO(text);
+    CHECK(a.calls.empty());
+    CHECK(a.content == text);
+  }
+  // Nesting past kJsonMaxDepth is refused, not followed.
+  CHECK(p->parse("[f(x=" + std::string(100000, '[') + std::string(100000, ']') + ")]").calls.empty());
+  CHECK(p->parse("[f(x=" + std::string(60, '[') + std::string(60, ']') + ")]").calls.size() == 1);
+  CHECK(p->settled_content(" ") == 0);
+  CHECK(p->settled_content("\n[get_wea") == 0);
+  CHECK(p->settled_content("Paris") == 5);
+}
+
 TEST_CASE("tool parser: an unknown name is an error naming the choices") {
   CHECK_THROWS_WITH(ToolCallParser::make("mistral"), Catch::Contains("'mistral'") && Catch::Contains("hermes"));
 }
