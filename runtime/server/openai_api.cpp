@@ -586,7 +586,8 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, const ApiModel& mode
       held_text_(request.chat && (request.tool_choice != ApiRequest::ToolChoice::text || model.reasoning_parser)
                      ? request.prompts.size() * request.n : 0),
       content_sent_(held_text_.size(), 0),
-      reasoning_sent_(held_text_.size(), 0) {}
+      reasoning_sent_(held_text_.size(), 0),
+      held_logprobs_(held_text_.size()) {}
 
 std::optional<std::vector<ToolCall>> ResponseBuilder::tool_calls(const std::string& text, std::string* content) const {
   std::vector<ToolCall> calls;
@@ -741,16 +742,22 @@ std::string ResponseBuilder::chunk(const ChoiceText& d) {
   json choice = {{"index", d.index}, {"logprobs", logprobs_json(d, offset)},
                  {"finish_reason", d.finish_reason ? json(d.finish_reason) : json(nullptr)}};
   offset += d.text.size();
+  const std::vector<PromptTokenLogprob>* prompt_logprobs = &d.prompt_logprobs;
   if (request_.chat && !held_text_.empty()) {
     // The answer's text is held and goes out as it settles: the reasoning up to anything that may
     // grow into </think>; then the content up to anything that may grow into a call (tool calls go
-    // out whole when their choice ends: a call's JSON must be complete to split it).
+    // out whole when their choice ends: a call's JSON must be complete to split it). The tokens'
+    // logprobs wait with it and go out with the next chunk sent.
     std::string& held = held_text_.at(d.index);
     size_t& sent = content_sent_.at(d.index);
     size_t& thought = reasoning_sent_.at(d.index);
+    ChoiceText& waiting = held_logprobs_.at(d.index);
     held += d.text;
+    waiting.token_ids.insert(waiting.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+    waiting.logprobs.insert(waiting.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    waiting.top_logprobs.insert(waiting.top_logprobs.end(), d.top_logprobs.begin(), d.top_logprobs.end());
+    waiting.prompt_logprobs.insert(waiting.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
     const bool final = d.finish_reason != nullptr;
-    choice["logprobs"] = nullptr;
     json delta = json::object();
     std::string_view body = held;
     if (model_.reasoning_parser) {
@@ -780,15 +787,21 @@ std::string ResponseBuilder::chunk(const ChoiceText& d) {
       sent = content.size();
     }
     choice["delta"] = std::move(delta);
+    choice["logprobs"] = logprobs_json(waiting, 0);
+    waiting.token_ids.clear();
+    waiting.logprobs.clear();
+    waiting.top_logprobs.clear();
+    prompt_logprobs = &waiting.prompt_logprobs;
   } else if (request_.chat) {
     choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
   } else {
     choice["text"] = d.text;
   }
   if (d.finish_reason) choice["stop_reason"] = d.stop_reason;
-  if (!d.prompt_logprobs.empty()) choice["prompt_logprobs"] = prompt_logprobs_json(d.prompt_logprobs);
+  if (!prompt_logprobs->empty()) choice["prompt_logprobs"] = prompt_logprobs_json(*prompt_logprobs);
   j["choices"] = json::array({choice});
   if (request_.include_usage) j["usage"] = nullptr;
+  if (prompt_logprobs != &d.prompt_logprobs) held_logprobs_.at(d.index).prompt_logprobs.clear();
   return sse(j);
 }
 

@@ -122,6 +122,9 @@ class ResponseBuilder {
   // much of its answer went out as content, and how far into the text its reasoning went out.
   std::vector<std::string> held_text_;
   std::vector<size_t> content_sent_, reasoning_sent_;
+  // The logprobs (and prompt logprobs) of held deltas that sent nothing yet: they go out with the
+  // choice's next chunk, so that a stream's logprobs add up to the whole answer's.
+  std::vector<ChoiceText> held_logprobs_;
 };
 
 nlohmann::json usage_json(const Usage& usage);

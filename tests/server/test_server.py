@@ -438,6 +438,15 @@ def case_parsed_tool_calls():
                                       temperature=1.0, tool_choice="none", extra_body={"guided_grammar": call})
         check(r.choices[0].message.tool_calls is None and "<tool_call>" in r.choices[0].message.content,
               f"tool_choice none: {r.choices[0]}")
+    # Llama 3.2's pythonic format: the whole answer a Python list of calls.
+    pythonic = 'root ::= "[get_weather(city=\'" [a-z]{1,6} "\', days=" [1-9] ")]"'
+    with Server(ARGS.binary, "--tool-call-parser", "pythonic") as s:
+        r = client(s).chat.completions.create(model="tiny-smollm2", messages=messages, tools=tools, max_tokens=200,
+                                              seed=1, temperature=1.0, extra_body={"guided_grammar": pythonic})
+        m = r.choices[0].message
+        args = json.loads(m.tool_calls[0].function.arguments) if m.tool_calls else {}
+        check(r.choices[0].finish_reason == "tool_calls" and m.content is None and len(m.tool_calls) == 1 and
+              args["city"].isalpha() and 1 <= args["days"] <= 9, f"pythonic call: {r.choices[0]}")
 
 
 def case_reasoning_parser():
@@ -461,6 +470,20 @@ def case_reasoning_parser():
                     reasoning += (ch.delta.model_extra or {}).get("reasoning_content") or ""
                     content += ch.delta.content or ""
             check(reasoning == m["reasoning_content"] and content == m["content"], f"streamed: {reasoning!r} {content!r}")
+        # Held text keeps its logprobs: the stream's add up to the whole answer's, prompt logprobs included.
+        body = {"messages": messages, "max_tokens": 200, "seed": 2, "temperature": 1.0, "guided_grammar": think,
+                "logprobs": True, "top_logprobs": 2, "prompt_logprobs": 1}
+        st, whole, _ = s.post("/v1/chat/completions", body)
+        streamed, prompt_lp = [], []
+        _, text, _ = s.request("POST", "/v1/chat/completions", dict(body, stream=True))
+        for event in [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]:
+            for ch in event.get("choices", []):
+                streamed += (ch.get("logprobs") or {}).get("content") or []
+                prompt_lp += [ch["prompt_logprobs"]] if ch.get("prompt_logprobs") else []
+        w = whole["choices"][0]
+        check(st == 200 and streamed == w["logprobs"]["content"] and len(streamed) > 5,
+              f"streamed logprobs of held text: {len(streamed)} against {len(w['logprobs']['content'])}")
+        check(prompt_lp == [w["prompt_logprobs"]], f"streamed prompt logprobs once, as whole: {prompt_lp[:1]}")
         st, r, _ = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 200, "seed": 1, "temperature": 1.0,
                                                    "guided_grammar": call, "tools": tools})
         c = r["choices"][0]
