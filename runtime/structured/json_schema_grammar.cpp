@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/structured/number_range.hpp"
 #include "runtime/structured/regex_grammar.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
@@ -126,45 +127,24 @@ const std::map<std::string, std::vector<std::string>>& primitive_uses() {
   return uses;
 }
 
+// The types each type-specific keyword applies to.
+const std::map<std::string, std::set<std::string>>& type_keywords() {
+  static const std::map<std::string, std::set<std::string>> keys = {
+      {"minLength", {"string"}}, {"maxLength", {"string"}}, {"pattern", {"string"}}, {"format", {"string"}},
+      {"minimum", {"integer", "number"}}, {"maximum", {"integer", "number"}},
+      {"exclusiveMinimum", {"integer", "number"}}, {"exclusiveMaximum", {"integer", "number"}},
+      {"items", {"array"}}, {"prefixItems", {"array"}}, {"minItems", {"array"}}, {"maxItems", {"array"}},
+      {"uniqueItems", {"array"}}, {"properties", {"object"}}, {"required", {"object"}},
+      {"additionalProperties", {"object"}},
+  };
+  return keys;
+}
+
 const std::set<std::string>& annotations() {
   static const std::set<std::string> keys = {"title", "description", "default", "examples", "$schema", "$id",
                                              "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
                                              "definitions", "strict", "discriminator"};
   return keys;
-}
-
-// The digit strings from a to b (the same length, a <= b), as GBNF: a's first digit then the rest of
-// a up to 9s, the digits between whole, b's first digit then 0s up to the rest of b.
-std::string digit_range(const std::string& a, const std::string& b) {
-  if (a == b) return "\"" + a + "\"";
-  if (a.size() == 1) return std::string("[") + a[0] + "-" + b[0] + "]";
-  const std::string first_a = "\"" + a.substr(0, 1) + "\"", first_b = "\"" + b.substr(0, 1) + "\"";
-  if (a[0] == b[0]) return first_a + " " + digit_range(a.substr(1), b.substr(1));
-  const size_t n = a.size() - 1;
-  std::string out = "(" + first_a + " " + digit_range(a.substr(1), std::string(n, '9'));
-  if (b[0] - a[0] >= 2) {
-    out += std::string(" | [") + static_cast<char>(a[0] + 1) + "-" + static_cast<char>(b[0] - 1) + "] [0-9]{" +
-           std::to_string(n) + "}";
-  }
-  return out + " | " + first_b + " " + digit_range(std::string(n, '0'), b.substr(1)) + ")";
-}
-
-// The integers in [lo, hi] (lo >= 0; hi -1: no bound, up to 16 digits) without leading zeros.
-std::string nonnegative(int64_t lo, int64_t hi) {
-  const std::string slo = std::to_string(lo), shi = hi >= 0 ? std::to_string(hi) : "";
-  std::string out;
-  const size_t last = hi >= 0 ? shi.size() : slo.size();
-  for (size_t len = slo.size(); len <= last; ++len) {
-    std::string a = slo;
-    if (len != slo.size()) {  // 10...0
-      a.assign(len, '0');
-      a[0] = '1';
-    }
-    const std::string b = hi >= 0 && len == shi.size() ? shi : std::string(len, '9');
-    out += (out.empty() ? "" : " | ") + digit_range(a, b);
-  }
-  if (hi < 0 && slo.size() < 16) out += " | [1-9] [0-9]{" + std::to_string(slo.size()) + ",15}";  // longer ones
-  return out;
 }
 
 // String formats as llama.cpp writes them (inside the quotes).
@@ -254,7 +234,7 @@ class SchemaCompiler {
       if (allowed.count(k) || annotations().count(k)) continue;
       bad(path, "the keyword '" + k + "' is not supported here (structured output supports type, properties, "
                 "required, additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern, "
-                "format (date, time, date-time, uuid), an integer's minimum and maximum, enum, const, anyOf, oneOf, "
+                "format (date, time, date-time, uuid), a number's or integer's minimum and maximum, enum, const, anyOf, oneOf, "
                 "allOf of one schema and $ref)");
     }
   }
@@ -336,9 +316,16 @@ class SchemaCompiler {
     if (s.contains("type") && s["type"].is_array()) {
       const json& types = s["type"];
       if (types.empty()) bad(path + "/type", "'type' must not be an empty list");
+      // Each type gets the keywords that apply to it ({"type": ["string", "null"], "maxLength": 3});
+      // any other keyword goes to every branch, where it is refused or is an annotation.
       std::string alts;
       for (const json& t : types) {
-        json one = s;
+        if (!t.is_string()) bad(path + "/type", "'type' must be a string or a list of strings");
+        json one = json::object();
+        for (const auto& [k, v] : s.items()) {
+          const auto owner = type_keywords().find(k);
+          if (k != "type" && (owner == type_keywords().end() || owner->second.count(t.get<std::string>()))) one[k] = v;
+        }
         one["type"] = t;
         alts += (alts.empty() ? "" : " | ") + visit(one, path, hint);
       }
@@ -360,7 +347,8 @@ class SchemaCompiler {
     }
     if (type == "string") return string_rule(s, path, hint);
     if (type == "integer") return integer_rule(s, path, hint);
-    if (type == "number" || type == "boolean" || type == "null") {
+    if (type == "number") return number_rule(s, path, hint);
+    if (type == "boolean" || type == "null") {
       check_keys(s, path, {"type"});
       return use(type);
     }
@@ -423,6 +411,41 @@ class SchemaCompiler {
     return out;
   }
 
+  // A number's bound: minimum / maximum, or the exclusive ones (a number since draft 6, a boolean
+  // beside minimum / maximum in draft 4), the tighter where both are given, as its exact decimal.
+  std::optional<DecimalBound> decimal_bound(const json& s, const std::string& path, bool lower) {
+    const char* key = lower ? "minimum" : "maximum";
+    const char* exclusive = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    std::optional<DecimalBound> out;
+    const auto read = [&](const char* k, bool strict) {
+      const std::optional<Decimal> d = Decimal::of(s[k]);
+      if (!d) {
+        bad(path + "/" + k, std::string("'") + k + "' must be a number below 1e15 in magnitude with at most 16 "
+                            "fractional digits");
+      }
+      const DecimalBound b{*d, strict};
+      if (!out) {
+        out = b;
+        return;
+      }
+      const int c = compare(b.value, out->value);
+      if ((lower ? c > 0 : c < 0) || (c == 0 && strict)) out = b;
+    };
+    const bool draft4 = s.contains(exclusive) && s[exclusive].is_boolean();
+    if (s.contains(key)) read(key, draft4 && s[exclusive].get<bool>());
+    if (s.contains(exclusive) && !draft4) read(exclusive, true);
+    return out;
+  }
+
+  std::string number_rule(const json& s, const std::string& path, const std::string& hint) {
+    check_keys(s, path, {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"});
+    const std::optional<DecimalBound> lo = decimal_bound(s, path, true), hi = decimal_bound(s, path, false);
+    if (!lo && !hi) return use("number");
+    const std::optional<std::string> range = decimal_range_gbnf(lo, hi);
+    if (!range) bad(path, "no number lies between its minimum and maximum");
+    return new_rule(hint, "(" + *range + ") " + use("space"));
+  }
+
   std::string integer_rule(const json& s, const std::string& path, const std::string& hint) {
     check_keys(s, path, {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"});
     const std::optional<int64_t> lo = bound(s, path, true), hi = bound(s, path, false);
@@ -431,9 +454,9 @@ class SchemaCompiler {
     std::vector<std::string> parts;
     if (!lo || *lo < 0) {  // -x for x in [max(1, -hi), -lo]
       const int64_t a = hi && *hi < 0 ? -*hi : 1, b = lo ? -*lo : -1;
-      parts.push_back("\"-\" (" + nonnegative(a, b) + ")");
+      parts.push_back("\"-\" (" + integer_range_gbnf(a, b) + ")");
     }
-    if (!hi || *hi >= 0) parts.push_back(nonnegative(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
+    if (!hi || *hi >= 0) parts.push_back(integer_range_gbnf(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
     std::string body;
     for (const std::string& p : parts) body += (body.empty() ? "" : " | ") + p;
     return new_rule(hint, "(" + body + ") " + use("space"));
@@ -448,7 +471,9 @@ class SchemaCompiler {
     std::vector<std::string> prefix;
     if (s.contains("prefixItems")) {
       const json& p = s["prefixItems"];
-      if (!p.is_array()) bad(path + "/prefixItems", "'prefixItems' must be an array of schemas");
+      if (!p.is_array() || p.size() > 4096) {
+        bad(path + "/prefixItems", "'prefixItems' must be an array of at most 4096 schemas");
+      }
       for (size_t i = 0; i < p.size(); ++i) {
         prefix.push_back(visit(p[i], path + "/prefixItems/" + std::to_string(i), hint + "-" + std::to_string(i)));
       }
@@ -474,17 +499,50 @@ class SchemaCompiler {
       tail = m == 0 ? "(" + item + " (\",\" " + sp + " " + item + ")" + more + ")?"
                     : "(\",\" " + sp + " " + item + ")" + more;
     }
-    for (int32_t i = m - 1; i >= 0; --i) {
-      const std::string here = (i == 0 ? "" : "\",\" " + sp + " ") + (i < k ? prefix[i] : item) +
-                               (tail.empty() ? "" : " " + tail);
-      tail = i < lo ? here : "(" + here + ")?";
+    const auto item_at = [&](int32_t i) { return (i == 0 ? "" : "\",\" " + sp + " ") + (i < k ? prefix[i] : item); };
+    // The optional items [lo, m), each the head of a rule holding the rest: linear in the items,
+    // however many (a text written out would copy its tail once per item, and nest as deep).
+    for (int32_t i = m - 1; i >= lo; --i) {
+      tail = "(" + new_rule(hint + "-rest", item_at(i) + (tail.empty() ? "" : " " + tail)) + ")?";
     }
-    const std::string body = "\"[\" " + sp + " " + tail + " \"]\" " + sp;
+    std::string body = "\"[\" " + sp;
+    for (int32_t i = 0; i < std::min(lo, m); ++i) body += " " + item_at(i);
+    body += (tail.empty() ? "" : " " + tail) + " \"]\" " + sp;
     return new_rule(hint, body);
+  }
+
+  // A key other than the properties' names (sorted code points; names[lo, hi) share their first
+  // `depth`), as llama.cpp's _not_strings writes it: a rule per trie node, taking the closing quote
+  // unless the text so far is a name, a name's next character, or any other character and then
+  // anything. (A name the model spells with \u escapes is not recognized as that name.)
+  std::string other_key(const std::vector<std::vector<uint32_t>>& names, size_t lo, size_t hi, size_t depth,
+                        const std::string& hint) {
+    use("char");
+    std::vector<std::string> alts;
+    const bool is_name = lo < hi && names[lo].size() == depth;  // unique and sorted: the shorter first
+    if (is_name) ++lo;
+    if (!is_name) alts.push_back("\"\\\"\"");
+    std::string others = "[^\"\\\\\\x00-\\x1F";
+    for (size_t a = lo; a < hi;) {
+      size_t b = a;
+      while (b < hi && names[b][depth] == names[a][depth]) ++b;
+      const uint32_t c = names[a][depth];
+      char esc[16];
+      std::snprintf(esc, sizeof esc, "\\U%08X", c);
+      others += esc;
+      alts.push_back(gbnf_literal(utf8_text(names[a], depth, depth + 1)) + " " + other_key(names, a, b, depth + 1, hint));
+      a = b;
+    }
+    alts.push_back("(" + others + "] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})) char* \"\\\"\"");
+    std::string body;
+    for (const std::string& x : alts) body += (body.empty() ? "" : " | ") + x;
+    return depth == 0 ? new_rule(hint + "-other-key", "\"\\\"\" (" + body + ")") : new_rule(hint + "-other-key", body);
   }
 
   std::string object_rule(const json& s, const std::string& path, const std::string& hint) {
     check_keys(s, path, {"type", "properties", "required", "additionalProperties"});
+    // Nothing said of its members: any object (as {"type": "array"} is any array).
+    if (!s.contains("properties") && !s.contains("required") && !s.contains("additionalProperties")) return use("object");
     const std::string sp = use("space");
     std::vector<std::pair<std::string, const json*>> props;
     if (s.contains("properties")) {
@@ -500,16 +558,29 @@ class SchemaCompiler {
       }
     }
     static const json kAny = json::object();
+    std::set<std::string> listed;
+    for (const auto& p : props) listed.insert(p.first);
     for (const std::string& r : required) {  // required but not described: any value
-      bool listed = false;
-      for (const auto& p : props) listed = listed || p.first == r;
-      if (!listed) props.emplace_back(r, &kAny);
+      if (!listed.count(r)) props.emplace_back(r, &kAny);
     }
     std::string extra;  // a pair of an additional property; empty: none allowed
     if (s.contains("additionalProperties")) {
       const json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) {
-        extra = new_rule(hint + "-extra", use("string") + " \":\" " + sp + " " +
+        // The names as written without escapes (those with quotes, backslashes or control
+        // characters are not kept out: the model writes them escaped).
+        std::vector<std::vector<uint32_t>> names;
+        for (const auto& p : props) {
+          std::vector<uint32_t> cps = code_points(p.first);
+          if (cps.size() > 1024) bad(path + "/properties", "a property name longer than 1024 characters beside 'additionalProperties'");
+          if (std::none_of(cps.begin(), cps.end(), [](uint32_t c) { return c < 0x20 || c == '"' || c == '\\'; })) {
+            names.push_back(std::move(cps));
+          }
+        }
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+        const std::string key = names.empty() ? use("string") : other_key(names, 0, names.size(), 0, hint) + " " + sp;
+        extra = new_rule(hint + "-extra", key + " \":\" " + sp + " " +
                                               visit(a, path + "/additionalProperties", hint + "-extra-value"));
       }
     }

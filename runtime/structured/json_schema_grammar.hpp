@@ -6,12 +6,12 @@
 //
 // Supported schema keywords: type (one or a list), properties, required, additionalProperties,
 // items, prefixItems, minItems, maxItems, minLength, maxLength, pattern (regex_grammar.hpp's
-// subset), format (date, time, date-time, uuid, as llama.cpp writes them), an integer's minimum,
-// maximum and exclusive bounds, enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref
-// into #/$defs or #/definitions (recursion allowed), and the annotations (title, description,
-// default, examples, ...), which change nothing. Any other keyword (a number's minimum, other
-// formats, uniqueItems, ...) is refused with an error naming it and where it is: ignored, it would
-// let through text the client's validator rejects.
+// subset), format (date, time, date-time, uuid, as llama.cpp writes them), an integer's or a
+// number's minimum, maximum and exclusive bounds (exact decimals: number_range.hpp), enum, const,
+// anyOf, oneOf (as anyOf), allOf of one schema, $ref into #/$defs or #/definitions (recursion
+// allowed), and the annotations (title, description, default, examples, ...), which change
+// nothing. Any other keyword (multipleOf, other formats, uniqueItems, ...) is refused with an error
+// naming it and where it is: ignored, it would let through text the client's validator rejects.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -153,7 +153,9 @@ TEST_CASE("json schema: hand-written texts accepted or refused as a validator wo
 TEST_CASE("json schema: what is not supported is an error naming the keyword and where") {
   CHECK_THAT(compile_error(R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^(?=9)[0-9]+$"}}})"),
              Catch::Contains("/properties/zip/pattern") && Catch::Contains("lookaround"));
-  CHECK_THAT(compile_error(R"({"type":"number","minimum":0})"), Catch::Contains("'minimum'"));
+  CHECK_THAT(compile_error(R"({"type":"number","multipleOf":0.5})"), Catch::Contains("'multipleOf'"));
+  CHECK_THAT(compile_error(R"({"type":"number","minimum":1,"exclusiveMaximum":1})"), Catch::Contains("no number lies between"));
+  CHECK_THAT(compile_error(R"({"type":"number","minimum":1e-20})"), Catch::Contains("/minimum") && Catch::Contains("16 fractional"));
   CHECK_THAT(compile_error(R"({"type":"integer","minimum":5,"maximum":4})"), Catch::Contains("no integer lies between"));
   CHECK_THAT(compile_error(R"({"type":"integer","maximum":1e300})"), Catch::Contains("16 digits"));
   CHECK_THAT(compile_error(R"({"type":"string","format":"email"})"), Catch::Contains("/format") && Catch::Contains("'format'"));
@@ -204,6 +206,104 @@ TEST_CASE("json schema: integer bounds, string patterns and formats") {
   CHECK(json_accepts(compile(R"({"format":"uuid"})"), R"("123e4567-e89b-12d3-a456-426614174000")"));
   CHECK(json_accepts(compile(R"({"type":"string","format":"date"})"), R"("1999-01-31")"));
   CHECK(json_accepts(compile(R"({"type":"string","format":"time"})"), R"("23:59:59Z")"));
+}
+
+// A number's bounds are exact decimals: each probe's acceptance against the value it spells, compared
+// as integers scaled by 10^16 (every probe and bound has at most 16 fractional digits).
+TEST_CASE("json schema: number bounds, inclusive and exclusive, decimal by decimal") {
+  const auto scaled = [](const std::string& text) {
+    __int128 v = 0;
+    size_t i = text[0] == '-' ? 1 : 0, frac = 0;
+    bool point = false;
+    for (; i < text.size(); ++i) {
+      if (text[i] == '.') {
+        point = true;
+        continue;
+      }
+      v = v * 10 + (text[i] - '0');
+      frac += point ? 1 : 0;
+    }
+    for (; frac < 16; ++frac) v *= 10;
+    return text[0] == '-' ? -v : v;
+  };
+  struct Case {
+    const char* schema;
+    const char *lo, *hi;  // null: none
+    bool lo_exclusive, hi_exclusive;
+  };
+  const Case cases[] = {
+      {R"({"type":"number","minimum":0,"maximum":1})", "0", "1", false, false},
+      {R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":1})", "0", "1", true, true},
+      {R"({"type":"number","minimum":0.25})", "0.25", nullptr, false, false},
+      {R"({"type":"number","maximum":-1.5})", nullptr, "-1.5", false, false},
+      {R"({"type":"number","minimum":-2.05,"exclusiveMaximum":3.1})", "-2.05", "3.1", false, true},
+      {R"({"type":"number","minimum":-0.001,"maximum":-0.0005})", "-0.001", "-0.0005", false, false},
+      {R"({"type":"number","minimum":1.25,"exclusiveMinimum":true,"maximum":1.5})", "1.25", "1.5", true, false},  // draft 4
+      {R"({"type":"number","minimum":12.5,"maximum":12.5})", "12.5", "12.5", false, false},
+      {R"({"type":"number","minimum":0.1,"exclusiveMinimum":0.1,"maximum":99})", "0.1", "99", true, false},  // the tighter
+      {R"({"type":"number","exclusiveMinimum":-7,"maximum":0})", "-7", "0", true, false},
+  };
+  std::vector<std::string> probes = {"0", "1", "0.5", "0.0", "1.0", "1.00001", "0.99999", "0.25", "0.250", "0.2499",
+                                     "0.2500000000000001", "-1.5", "-1.50", "-1.4", "-1.6", "-2.05", "-2.050", "-2.0501",
+                                     "-2.0499", "3.1", "3.0999999", "3.10", "-0.001", "-0.0010", "-0.0005", "-0.00051",
+                                     "-0.00049", "-0.0011", "1.25", "1.2500", "1.2501", "1.5", "1.50", "1.5001", "12.5",
+                                     "12.50", "12.49", "12", "13", "0.1", "0.10", "0.1000001", "99", "99.0", "99.01",
+                                     "-7", "-7.0", "-6.9999", "-8", "100", "123456789012345", "0.0000000000000001"};
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300; ++i) {  // and random ones near the bounds
+    std::string t = (rng() % 2 ? "-" : "") + std::to_string(rng() % 15);
+    if (rng() % 3 != 0) {
+      t += ".";
+      for (int d = 0, n = 1 + static_cast<int>(rng() % 5); d < n; ++d) t += static_cast<char>('0' + rng() % 10);
+    }
+    if (scaled(t) != 0 || t[0] != '-') probes.push_back(t);  // "-0", "-0.00": JSON, but not the grammar's form
+  }
+  for (const Case& c : cases) {
+    const Grammar g = compile(c.schema);
+    for (const std::string& t : probes) {
+      const __int128 v = scaled(t);
+      bool in = true;
+      if (c.lo) in = in && (c.lo_exclusive ? v > scaled(c.lo) : v >= scaled(c.lo));
+      if (c.hi) in = in && (c.hi_exclusive ? v < scaled(c.hi) : v <= scaled(c.hi));
+      INFO(c.schema << " " << t);
+      CHECK(json_accepts(g, t) == in);
+    }
+    CHECK_FALSE(json_accepts(g, "1e0"));  // no exponent, no "-0", no leading zeros
+    CHECK_FALSE(json_accepts(g, "-0"));
+    CHECK_FALSE(json_accepts(g, "00.5"));
+  }
+  check_sentences(R"({"type":"array","items":{"type":"number","minimum":-0.75,"exclusiveMaximum":2.5}})",
+                  [](const nlohmann::json& v) {
+                    for (const auto& x : v) {
+                      if (!x.is_number() || x.get<double>() < -0.75 || x.get<double>() >= 2.5) return false;
+                    }
+                    return true;
+                  });
+}
+
+TEST_CASE("json schema: an object of no stated members is any object; a type list gives each type its own keywords") {
+  const Grammar any = compile(R"({"type":"object","properties":{"meta":{"type":"object"}},"required":["meta"]})");
+  CHECK(json_accepts(any, R"({"meta":{"a":1,"b":[true]}})"));
+  CHECK(json_accepts(any, R"({"meta":{}})"));
+  CHECK_FALSE(json_accepts(any, R"({"meta":[]})"));
+  const Grammar opt = compile(R"({"type":["string","null"],"maxLength":3})");
+  CHECK(json_accepts(opt, R"("abc")"));
+  CHECK(json_accepts(opt, "null"));
+  CHECK_FALSE(json_accepts(opt, R"("abcd")"));
+  const Grammar obj = compile(R"({"type":["object","null"],"properties":{"x":{"type":"integer"}},"required":["x"]})");
+  CHECK(json_accepts(obj, R"({"x":1})"));
+  CHECK(json_accepts(obj, "null"));
+  CHECK_FALSE(json_accepts(obj, R"({"y":1})"));
+  // Additional properties may not take a declared property's name (nor write it twice).
+  const Grammar extra = compile(R"({"type":"object","properties":{"a":{"type":"integer"},"bc":{"type":"integer"}},"additionalProperties":true})");
+  CHECK(json_accepts(extra, R"({"a":1,"x":"y"})"));
+  CHECK(json_accepts(extra, R"({"ab":"y","b":2,"bcd":[],"":0})"));
+  CHECK(json_accepts(extra, R"({"bc":3,"b\u0063":1})"));  // (an escaped spelling is not recognized)
+  CHECK_FALSE(json_accepts(extra, R"({"a":"x"})"));
+  CHECK_FALSE(json_accepts(extra, R"({"a":1,"a":"x"})"));
+  CHECK_FALSE(json_accepts(extra, R"({"bc":"x"})"));
+  // A keyword of no listed type's is still refused where it would be ignored.
+  CHECK_THAT(compile_error(R"({"type":["number","null"],"multipleOf":2})"), Catch::Contains("'multipleOf'"));
 }
 
 TEST_CASE("json schema: compact JSON has no whitespace between tokens") {
