@@ -67,8 +67,8 @@ struct ScheduledStep {
 };
 
 // The sampler rows and logit edits of a phase's sampling sequences, in batch order (= the order of
-// the StepBatch's sampling logit rows), structured output's bans merged in (vocab_size: the
-// model's vocabulary, which they cover).
+// the StepBatch's sampling logit rows), and structured output's masks of the constrained ones
+// (vocab_size: the model's vocabulary, which they cover).
 SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size);
 
 }  // namespace kiln

@@ -296,8 +296,13 @@ class Parser {
 
   // x{lo,hi} appended to seq: x lo times, then x* (hi -1) or (x (x (...)?)?)? up to hi.
   void repeat(const std::string& owner, const Seq& x, int32_t lo, int32_t hi, Seq& seq) {
-    const size_t grown = seq.size() + x.size() * static_cast<size_t>(lo);
-    if (grown > static_cast<size_t>(Grammar::kMaxElems)) error("repetition too large");
+    // Counted as it goes, across every rule, before anything is built: the copies of x, and a
+    // helper rule of x and its end (and the reference to it) for each optional one past lo.
+    const size_t copies = static_cast<size_t>(lo) + (hi < 0 ? 1 : static_cast<size_t>(hi - lo));
+    expanded_ += copies * (x.size() + 3);
+    if (seq.size() + expanded_ > static_cast<size_t>(Grammar::kMaxElems)) {
+      error("repetitions expand past " + std::to_string(Grammar::kMaxElems) + " elements");
+    }
     for (int32_t i = 0; i < lo; ++i) seq.insert(seq.end(), x.begin(), x.end());
     if (hi < 0) {
       const int32_t r = rule_index(owner + "#" + std::to_string(helpers_++));  // r ::= x r |
@@ -465,6 +470,7 @@ class Parser {
   std::unordered_map<std::string, int32_t> index_;
   std::unordered_map<std::string, int32_t> sets_;
   int32_t helpers_ = 0;
+  size_t expanded_ = 0;  // elements repetitions have added, across every rule
   int nesting_ = 0;
   static constexpr int kMaxNesting = 256;
 };

@@ -51,14 +51,17 @@ class RegexCompiler {
       start_anchor = true;
       pos_ = 1;
     }
-    size_t end = cps_.size();
-    if (end > pos_ && cps_[end - 1] == '$' && !(end >= 2 && cps_[end - 2] == '\\')) {
+    // A final '$' is the end anchor unless escaped: an odd run of backslashes before it.
+    size_t slashes = 0;
+    while (cps_.size() >= slashes + 2 && cps_[cps_.size() - 2 - slashes] == '\\') ++slashes;
+    if (cps_.size() > pos_ && cps_.back() == '$' && slashes % 2 == 0) {
       end_anchor = true;
       cps_.pop_back();
     }
     std::string body = alternation(0);
     if (pos_ != cps_.size()) bad("has an unmatched ')'");
-    if (mode_ == RegexText::json_string) {  // a pattern searches the string
+    if (mode_ == RegexText::json_string && (!start_anchor || !end_anchor)) {  // a pattern searches the string
+      body = "(" + body + ")";  // "cat|dog" is one choice between the padding
       if (!start_anchor) body = std::string(kJsonChar) + "* " + body;
       if (!end_anchor) body = body + " " + kJsonChar + "*";
     }

@@ -24,8 +24,9 @@ std::shared_ptr<const TokenConstraint> StructuredOutputs::grammar(const std::str
     }
     trie = vocab();
   }
-  // Parsed outside the lock: a large grammar does not hold up other requests.
-  std::shared_ptr<const TokenConstraint> made = TokenGrammar::make(Grammar::parse(gbnf), trie);
+  // Parsed (and its first mask computed) outside the lock: a large grammar does not hold up other
+  // requests.
+  std::shared_ptr<const TokenConstraint> made = TokenGrammar::make_checked(Grammar::parse(gbnf), trie);
   std::lock_guard<std::mutex> lock(mutex_);
   cache_.emplace_front(gbnf, made);
   if (cache_.size() > kCachedGrammars) cache_.pop_back();

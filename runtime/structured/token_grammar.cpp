@@ -111,6 +111,18 @@ TokenGrammar::TokenGrammar(Grammar grammar, std::shared_ptr<const VocabTrie> voc
   }
 }
 
+std::shared_ptr<const TokenGrammar> TokenGrammar::make_checked(Grammar grammar, std::shared_ptr<const VocabTrie> vocab) {
+  auto g = make(std::move(grammar), std::move(vocab));
+  // The first mask, computed (and cached) here on the caller's thread: a grammar too ambiguous to
+  // follow over the vocabulary is refused before it reaches the engine.
+  if (g->mask(g->start_)->too_costly) {
+    fail("grammar: rule '", g->grammar_.names[g->grammar_.root], "' is too ambiguous to follow over the vocabulary (",
+         "more than ", kMaxWalkWork, " steps of its matcher for the first token): write it with fewer ways to match "
+         "the same text");
+  }
+  return g;
+}
+
 std::unique_ptr<TokenConstraintState> TokenGrammar::start() const {
   return std::make_unique<TokenGrammarState>(shared_from_this(), start_);
 }
@@ -127,12 +139,20 @@ std::shared_ptr<const TokenGrammar::Mask> TokenGrammar::mask(const GrammarState&
   const std::string key = state.key();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second.second);
+      return it->second.first;
+    }
   }
   auto mask = std::make_shared<const Mask>(walk(state));
   std::lock_guard<std::mutex> lock(mutex_);
-  if (cache_.size() >= kCachedMasks) cache_.clear();
-  cache_.emplace(key, mask);
+  if (cache_.count(key)) return mask;  // another thread walked the same state meanwhile
+  if (cache_.size() >= kCachedMasks) {  // the least recently used goes
+    cache_.erase(recent_.back());
+    recent_.pop_back();
+  }
+  recent_.push_front(key);
+  cache_.emplace(key, std::make_pair(mask, recent_.begin()));
   return mask;
 }
 
@@ -149,9 +169,12 @@ TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state) const {
   std::vector<GrammarMatcher::NodeSet> sets(1);
   sets[0] = matcher.import(state);
   // Depth first over the trie; sets[d] holds the grammar's stacks after a path of d bytes.
+  size_t work = 0;  // stacks stepped
   const auto visit = [&](auto& self, int32_t at, size_t depth) -> void {
     if (sets.size() <= depth + 1) sets.emplace_back();
     for (int32_t c = nodes[at].child_begin; c < nodes[at].child_end; ++c) {
+      work += sets[depth].size();
+      if (work > kMaxWalkWork) return;
       matcher.step(sets[depth], nodes[c].byte, sets[depth + 1]);
       const GrammarMatcher::NodeSet& next = sets[depth + 1];
       if (next.empty()) continue;
@@ -164,6 +187,12 @@ TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state) const {
     }
   };
   visit(visit, 0, 0);
+  if (work > kMaxWalkWork) {
+    m.too_costly = true;
+    m.allowed.assign(m.allowed.size(), 0);
+    m.can_end = true;  // end the text here rather than stall every request of the engine
+    return m;
+  }
   bool any = false;
   for (uint64_t w : m.allowed) any = any || w != 0;
   if (!any) m.can_end = true;  // the grammar wants bytes no token spells: end rather than ban all

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,6 +60,9 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
   // Held by a shared_ptr (start() hands its states a reference). Throws kiln::Error when the
   // grammar's start matches nothing within GrammarMatcher's limits.
   static std::shared_ptr<const TokenGrammar> make(Grammar grammar, std::shared_ptr<const VocabTrie> vocab);
+  // make(), and the start state's mask computed: throws kiln::Error when it costs more than
+  // kMaxWalkWork (a grammar that is ambiguous on purpose), so that a request is refused up front.
+  static std::shared_ptr<const TokenGrammar> make_checked(Grammar grammar, std::shared_ptr<const VocabTrie> vocab);
   TokenGrammar(Grammar grammar, std::shared_ptr<const VocabTrie> vocab);
   std::unique_ptr<TokenConstraintState> start() const override;
 
@@ -66,6 +70,7 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
   struct Mask {
     std::vector<TokenMaskWord> allowed;
     bool can_end = false;
+    bool too_costly = false;  // the walk stopped at kMaxWalkWork: nothing allowed, the text may end
   };
   std::shared_ptr<const Mask> mask(const GrammarState& state) const;
   GrammarState advance(const GrammarState& state, int32_t token) const;
@@ -73,6 +78,9 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
   int32_t vocab_size() const { return vocab_->vocab_size(); }
 
   static constexpr size_t kCachedMasks = 256;
+  // The most grammar stacks one mask's trie walk steps (a JSON string state over a 128K vocabulary
+  // takes about a million): past it a state's mask ends the text instead of stalling the engine.
+  static constexpr size_t kMaxWalkWork = size_t{1} << 24;
 
  private:
   Mask walk(const GrammarState& state) const;
@@ -81,7 +89,9 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
   std::shared_ptr<const VocabTrie> vocab_;
   GrammarState start_;
   mutable std::mutex mutex_;
-  mutable std::unordered_map<std::string, std::shared_ptr<const Mask>> cache_;
+  // Masks by state key, each with its place in recent_ (most recently used first).
+  mutable std::list<std::string> recent_;
+  mutable std::unordered_map<std::string, std::pair<std::shared_ptr<const Mask>, std::list<std::string>::iterator>> cache_;
 };
 
 }  // namespace kiln

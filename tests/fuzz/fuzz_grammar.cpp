@@ -1,10 +1,10 @@
 // libFuzzer: structured output's inputs as a client sends them (runtime/structured): a GBNF
 // grammar, a JSON schema, a list of choices or a regex, compiled into a TokenGrammar over a small
 // vocabulary (every byte, and pieces of JSON several bytes long); then 48 steps of generation, each
-// taking the constraint's bans and one allowed token chosen by the input's tail. Bad input must end
+// taking the constraint's mask and one allowed token chosen by the input's tail. Bad input must end
 // in kiln::Error; a crash, a hang (a grammar that expands forever), unbounded memory or another
-// exception is a finding. Checked too: the bans are sorted ids inside the vocabulary, and a state
-// that bans every token lets the text end.
+// exception is a finding. Checked too: the mask allows nothing past the vocabulary, and a state
+// that allows no token lets the text end.
 // Input: one byte of mode (0 GBNF, 1 JSON schema, 2 choices: a JSON list of strings, 3 a regex),
 // the text, then after a NUL byte the choices of tokens.
 #include <algorithm>

@@ -93,7 +93,13 @@ TEST_CASE("grammar: a client's mistakes are errors naming the rule or line") {
   CHECK_THAT(parse_error("root ::= [^\\x00-\\U0010FFFF]\n"), Catch::Contains("matches nothing"));
   CHECK_THAT(parse_error("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')') + "\n"),
              Catch::Contains("nest deeper"));
-  CHECK_THAT(parse_error("root ::= \"" + std::string(300, 'a') + "\"{4000}\n"), Catch::Contains("too large"));
+  CHECK_THAT(parse_error("root ::= \"" + std::string(300, 'a') + "\"{4000}\n"), Catch::Contains("expand past"));
+  // Counted across rules and for the optional copies too, before they are built: 20,000 rules of a
+  // 4,096-fold repetition would otherwise take gigabytes before the limit is seen.
+  std::string many = "root ::= r0\n";
+  for (int i = 0; i < 20000; ++i) many += "r" + std::to_string(i) + " ::= \"a\"{4096}\n";
+  CHECK_THAT(parse_error(many), Catch::Contains("expand past"));
+  CHECK_THAT(parse_error("root ::= \"" + std::string(20000, 'a') + "\"{0,4096}\n"), Catch::Contains("expand past"));
   // A rule named like a helper the parser makes is still the client's own.
   const Grammar g = Grammar::parse("root ::= (x)* root_0\nroot_0 ::= \"b\"\nx ::= \"a\"\n");
   CHECK(accepts(g, "aab"));

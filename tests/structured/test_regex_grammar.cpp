@@ -61,6 +61,14 @@ TEST_CASE("regex: inside a JSON string, as JSON writes it, and an unanchored pat
   CHECK(in_json("b+", "aaabbbccc"));                   // unanchored: anything around
   CHECK(in_json("^b+", R"(bb\u0041x)"));
   CHECK_FALSE(in_json("^b+$", "bbx"));
+  // An unanchored alternation is one choice between the padding: "cat|dog" finds either anywhere.
+  CHECK(in_json("cat|dog", "cats"));
+  CHECK(in_json("cat|dog", "hotdog"));
+  CHECK_FALSE(in_json("cat|dog", "cow"));
+  // An escaped backslash before '$' leaves it the anchor; an escaped '$' is a dollar.
+  CHECK(in_json(R"(^a\\$)", R"(a\\)"));
+  CHECK_FALSE(in_json(R"(^a\\$)", R"(a\\b)"));
+  CHECK(in_json(R"(^a\$)", "a$"));
 }
 
 TEST_CASE("regex: what a grammar cannot follow is an error naming it") {

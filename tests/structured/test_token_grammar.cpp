@@ -114,6 +114,27 @@ TEST_CASE("token grammar: a grammar whose start matches nothing within the limit
   CHECK_THROWS_WITH(TokenGrammar::make(Grammar::parse(chain), vocab()), Catch::Contains("matches nothing within"));
 }
 
+TEST_CASE("token grammar: a grammar too ambiguous to follow over a large vocabulary is refused up front") {
+  // Every four-letter word, and 300 runs of letters in a row: after "ab" any of the 300 runs may
+  // hold each letter, so the first mask's walk steps some 300 stacks at each of 475K trie nodes.
+  std::vector<std::string> words;
+  for (char a = 'a'; a <= 'z'; ++a) {
+    for (char b = 'a'; b <= 'z'; ++b) {
+      for (char c = 'a'; c <= 'z'; ++c) {
+        for (char d = 'a'; d <= 'z'; ++d) words.push_back({a, b, c, d});
+      }
+    }
+  }
+  const auto big = std::make_shared<const VocabTrie>(
+      static_cast<int32_t>(words.size()), [&](int32_t id) { return words[id]; }, [](int32_t) { return false; });
+  std::string runs = "root ::=";
+  for (int i = 0; i < 300; ++i) runs += " s";
+  runs += "\ns ::= [a-z]*\n";
+  CHECK_THROWS_WITH(TokenGrammar::make_checked(Grammar::parse(runs), big), Catch::Contains("too ambiguous"));
+  // An ordinary grammar over the same vocabulary is not.
+  CHECK_NOTHROW(TokenGrammar::make_checked(Grammar::parse("root ::= [a-z]+ (\" \" [a-z]+)*\n"), big));
+}
+
 // Timings, not a check (hidden: run with "[bench]"): a real vocabulary's trie, then a JSON answer's
 // steps: each step's mask as the scheduler takes it (constraint_mask: the state's mask and the end tokens),
 // first against an empty mask cache, then again. KILN_VOCAB_GGUF names a GGUF with a vocabulary
