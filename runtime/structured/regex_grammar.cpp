@@ -291,6 +291,18 @@ class RegexCompiler {
 
 }  // namespace
 
-std::string regex_gbnf(std::string_view pattern, RegexText mode) { return RegexCompiler(pattern, mode).compile(); }
+std::string regex_gbnf(std::string_view pattern, RegexText mode) {
+  std::string body = RegexCompiler(pattern, mode).compile();
+  // A repetition of a part that can match nothing ((a*)*, (a|)+) is a loop the grammar refuses as
+  // left recursion: said here of the pattern, where the client wrote it.
+  try {
+    Grammar::parse("root ::= " + body + "\n");
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find("left-recursive") == std::string_view::npos) throw;
+    fail("pattern '", pattern, "' repeats a part that can match nothing (as in (a*)* or (a|)+): write the repeated "
+         "part so that it takes at least one character");
+  }
+  return body;
+}
 
 }  // namespace kiln
