@@ -12,7 +12,7 @@ namespace kiln {
 
 std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const std::pair<int32_t, int32_t>> output_counts,
                                         std::span<const int32_t> prompt_tokens, int32_t num_generated,
-                                        std::span<const int32_t> stop_ids) {
+                                        std::span<const int32_t> stop_ids, std::span<const int32_t> bad_tokens) {
   std::map<int32_t, LogitEdit> edits;
   const auto edit = [&](int32_t token) -> LogitEdit& {
     LogitEdit& e = edits[token];
@@ -23,6 +23,7 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const
   if (num_generated < p.min_tokens) {
     for (int32_t token : stop_ids) edit(token).banned = 1;
   }
+  for (int32_t token : bad_tokens) edit(token).banned = 1;
   if (p.repetition_penalty != 1.0f) {
     for (int32_t token : prompt_tokens) edit(token).repetition = p.repetition_penalty;
   }
@@ -34,6 +35,16 @@ std::vector<LogitEdit> make_logit_edits(const SamplingParams& p, std::span<const
   std::vector<LogitEdit> out;
   out.reserve(edits.size());
   for (const auto& [token, e] : edits) out.push_back(e);
+  return out;
+}
+
+std::vector<int32_t> bad_word_bans(const std::vector<std::vector<int32_t>>& words, std::span<const int32_t> output) {
+  std::vector<int32_t> out;
+  for (const std::vector<int32_t>& w : words) {
+    const size_t rest = w.size() - 1;
+    if (rest > output.size()) continue;
+    if (std::equal(w.begin(), w.end() - 1, output.end() - static_cast<std::ptrdiff_t>(rest))) out.push_back(w.back());
+  }
   return out;
 }
 
@@ -71,7 +82,7 @@ SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size)
   bool any_edits = false, any_masks = false;
   for (const ScheduledSeq& s : seqs) {
     any_edits = any_edits || (s.samples && !s.edits.empty());
-    any_masks = any_masks || (s.samples && s.constraint);
+    any_masks = any_masks || (s.samples && (s.constraint || s.allowed));
   }
   if (any_edits) batch.edit_offsets.push_back(0);
   const auto words = static_cast<size_t>(token_mask_words(vocab_size));
@@ -83,13 +94,17 @@ SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size)
       batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
     }
     if (!any_masks) continue;
-    if (!s.constraint) {
+    if (!s.constraint && !s.allowed) {
       batch.mask_rows.push_back(-1);
       continue;
     }
     batch.mask_rows.push_back(static_cast<int32_t>(batch.masks.size() / words));
-    batch.masks.resize(batch.masks.size() + words);
-    constraint_mask(*s.constraint, vocab_size, s.end_tokens, std::span(batch.masks).last(words));
+    if (s.constraint) {
+      batch.masks.resize(batch.masks.size() + words);
+      constraint_mask(*s.constraint, vocab_size, s.end_tokens, std::span(batch.masks).last(words));
+    } else {
+      batch.masks.insert(batch.masks.end(), s.allowed->begin(), s.allowed->end());
+    }
   }
   return batch;
 }

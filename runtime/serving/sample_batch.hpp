@@ -95,11 +95,15 @@ struct PromptTokenLogprob {
 
 // The edits of one sequence's next sample. output_counts: (token, count) of the generated tokens;
 // prompt_tokens: the distinct prompt tokens (for the repetition penalty); num_generated: tokens
-// generated so far; stop_ids: EOS (unless ignore_eos) and stop_token_ids, banned below min_tokens.
-// Sorted by token; at most one edit per token.
+// generated so far; stop_ids: EOS (unless ignore_eos) and stop_token_ids, banned below min_tokens;
+// bad_tokens: banned too (bad_word_bans). Sorted by token; at most one edit per token.
 std::vector<LogitEdit> make_logit_edits(const SamplingParams& params, std::span<const std::pair<int32_t, int32_t>> output_counts,
                                         std::span<const int32_t> prompt_tokens, int32_t num_generated,
-                                        std::span<const int32_t> stop_ids);
+                                        std::span<const int32_t> stop_ids, std::span<const int32_t> bad_tokens = {});
+
+// vLLM's bad_words at this step: every one-token word, and each longer word's last token where the
+// generated tokens (`output`) end with the rest of the word.
+std::vector<int32_t> bad_word_bans(const std::vector<std::vector<int32_t>>& words, std::span<const int32_t> output);
 
 // Structured output's mask of a sequence's next sample, written to `mask` (token_mask_words(
 // vocab_size) words): the tokens the constraint allows, and the end tokens (EOS, stop_token_ids)

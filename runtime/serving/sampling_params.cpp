@@ -63,6 +63,21 @@ void SamplingParams::validate() const {
       fail("sampling parameter logit_bias[", token, "] = ", bias, ": expected a value in [-100, 100]");
     }
   }
+  for (size_t w = 0; w < bad_words_ids.size(); ++w) {
+    if (bad_words_ids[w].empty()) fail("sampling parameter bad_words[", w, "]: a word of no tokens");
+    for (int32_t id : bad_words_ids[w]) {
+      if (id < 0) fail("sampling parameter bad_words[", w, "]: token id ", id, ": expected a token id >= 0");
+    }
+  }
+  for (size_t i = 0; i < allowed_token_ids.size(); ++i) {
+    if (allowed_token_ids[i] < 0) {
+      fail("sampling parameter allowed_token_ids[", i, "] = ", allowed_token_ids[i], ": expected a token id >= 0");
+    }
+  }
+  if (constraint && !allowed_token_ids.empty()) {
+    fail("sampling parameter allowed_token_ids cannot be combined with structured output: the format decides which "
+         "tokens may come");
+  }
   check_stop_strings(stop);
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0) {

@@ -45,6 +45,12 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;       // [-2, 2]: minus this times the count of each generated token
   float repetition_penalty = 1.0f;      // > 0: tokens of the prompt or the output: x>0 ? x/r : x*r
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias in [-100, 100]) added to the logit
+  // vLLM's bad_words, as token sequences: a one-token word is never sampled; a longer word's last
+  // token is banned where the generated tokens end with the rest of it.
+  std::vector<std::vector<int32_t>> bad_words_ids;
+  // vLLM's allowed_token_ids: the only tokens that may be sampled (empty: any; EOS too only if
+  // listed). Not with structured output.
+  std::vector<int32_t> allowed_token_ids;
 
   // Text-level stopping, applied by the detokenizer (runtime/server/output_processor.hpp).
   std::vector<std::string> stop;        // finish when the text reaches one (not emitted)

@@ -31,6 +31,7 @@ struct ScheduledSeq {
   // launched, so that the host's work overlaps the GPU's.
   TokenConstraintState* constraint = nullptr;
   std::vector<int32_t> end_tokens;
+  const std::vector<TokenMaskWord>* allowed = nullptr;  // when samples: allowed_token_ids' mask (the sequence's)
   // Prompt logprobs (params.prompt_logprobs): the prompt tokens that rows 0, 1, ... of this chunk
   // predict (positions start + 1, ...; the sampling row, if any, is not among them), and the top-N.
   std::vector<int32_t> prompt_targets;

@@ -52,6 +52,18 @@ void Scheduler::add(Request request) {
         fail("logit_bias token ", token, " is outside the vocabulary [0, ", config_.vocab_size, ")");
       }
     }
+    for (int32_t token : request.params.allowed_token_ids) {
+      if (token >= config_.vocab_size) {
+        fail("allowed token ", token, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+      }
+    }
+    for (const std::vector<int32_t>& word : request.params.bad_words_ids) {
+      for (int32_t token : word) {
+        if (token >= config_.vocab_size) {
+          fail("bad word token ", token, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+        }
+      }
+    }
     if (static_cast<int64_t>(prompt.size()) > config_.max_context) {
       fail("the prompt has ", prompt.size(), " tokens; the model's max context is ", config_.max_context);
     }
@@ -73,6 +85,10 @@ void Scheduler::add(Request request) {
   seq->params = std::move(request.params);
   seq->prompt_logits = request.prompt_logits;
   if (seq->params.constraint) seq->constraint = seq->params.constraint->start();
+  if (!seq->params.allowed_token_ids.empty()) {
+    seq->allowed_mask.assign(static_cast<size_t>(token_mask_words(config_.vocab_size)), 0);
+    for (int32_t t : seq->params.allowed_token_ids) seq->allowed_mask[t / 64] |= TokenMaskWord{1} << (t % 64);
+  }
   if (seq->params.repetition_penalty != 1.0f) {
     seq->prompt_set = seq->tokens;
     std::sort(seq->prompt_set.begin(), seq->prompt_set.end());
@@ -106,11 +122,15 @@ ScheduledSeq Scheduler::make_scheduled(const Sequence& seq, int32_t num_new_toke
   if (s.samples) {
     s.sampler = make_sampler_row(seq.params, seq.seed, static_cast<uint64_t>(seq.num_generated()));
     const SamplingParams& p = seq.params;
-    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens) {
+    if (p.has_penalties() || !p.logit_bias.empty() || seq.num_generated() < p.min_tokens || !p.bad_words_ids.empty()) {
       std::vector<int32_t> stop_ids = p.stop_token_ids;
       if (!p.ignore_eos) stop_ids.insert(stop_ids.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
-      s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids);
+      const std::span<const int32_t> output(seq.tokens.data() + seq.num_prompt_tokens,
+                                            static_cast<size_t>(seq.num_generated()));
+      s.edits = make_logit_edits(p, seq.output_counts, seq.prompt_set, seq.num_generated(), stop_ids,
+                                 bad_word_bans(p.bad_words_ids, output));
     }
+    if (!seq.allowed_mask.empty()) s.allowed = &seq.allowed_mask;
     if (seq.constraint) {  // its mask comes in sample_batch(), after the forward is launched
       s.constraint = seq.constraint.get();
       s.end_tokens = end_tokens(p);

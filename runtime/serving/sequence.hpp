@@ -76,6 +76,7 @@ struct Sequence {
   bool prompt_logits = false;     // Request::prompt_logits
   // Where the text stands in params.constraint (structured output); null without one.
   std::unique_ptr<TokenConstraintState> constraint;
+  std::vector<TokenMaskWord> allowed_mask;  // params.allowed_token_ids as a mask; empty: none
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_generated() const { return num_tokens() - num_prompt_tokens; }

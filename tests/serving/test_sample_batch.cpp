@@ -104,6 +104,19 @@ TEST_CASE("logprobs are the raw model's: before edits, with the top-N in order")
   CHECK(top[2].logprob == Approx(expected(4.0f)).margin(1e-6));
 }
 
+TEST_CASE("bad_word_bans: one-token words always, a longer word's last token after the rest of it") {
+  const std::vector<std::vector<int32_t>> words = {{5}, {1, 2, 3}, {2, 9}};
+  CHECK(bad_word_bans(words, std::vector<int32_t>{}) == std::vector<int32_t>{5});
+  CHECK(bad_word_bans(words, std::vector<int32_t>{7, 1, 2}) == std::vector<int32_t>{5, 3, 9});
+  CHECK(bad_word_bans(words, std::vector<int32_t>{1, 2, 4}) == std::vector<int32_t>{5});
+  CHECK(bad_word_bans(words, std::vector<int32_t>{2}) == std::vector<int32_t>{5, 9});
+  SamplingParams p;
+  const std::vector<int32_t> bans = {9, 3};
+  const std::vector<LogitEdit> e = make_logit_edits(p, {}, {}, 0, {}, bans);
+  REQUIRE(e.size() == 2);
+  CHECK((e[0].token == 3 && e[0].banned && e[1].token == 9 && e[1].banned));
+}
+
 // Structured output's masks (SampleBatch::masks): a token a row's mask does not allow is banned as a
 // banned edit would ban it, on top of the row's own edits; rows without a mask are untouched, and
 // logprobs stay the raw model's.

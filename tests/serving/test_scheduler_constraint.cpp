@@ -112,6 +112,38 @@ TEST_CASE("scheduler: a constraint's mask, the end tokens held back until it may
   CHECK(*script->heard == std::vector<int32_t>{3, 4});  // the stop token is not the constraint's text
 }
 
+TEST_CASE("scheduler: allowed_token_ids as a mask, bad_words as bans that follow the generated tokens") {
+  SchedulerConfig c;
+  c.max_num_seqs = 4;
+  c.max_batched_tokens = 64;
+  c.max_context = 64;
+  c.vocab_size = 70;  // past one mask word
+  c.eos_token_ids = {0};
+  Scheduler s(c, BlockManager(16, 4));
+  Request r;
+  r.id = 1;
+  r.prompt = {5, 6};
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = 10;
+  r.params.allowed_token_ids = {3, 4, 65};
+  r.params.bad_words_ids = {{4, 65}, {30}};
+  s.add(r);
+  ScheduledStep step = s.schedule();
+  SampleBatch b = batch_of(only(step), c.vocab_size);
+  CHECK(allowed_of(b, c.vocab_size) == std::vector<int32_t>{3, 4, 65});  // not EOS: it is not listed
+  REQUIRE(b.edits.size() == 1);
+  CHECK((b.edits[0].token == 30 && b.edits[0].banned));
+  s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{4, 0.0f, kSampleOk}});
+  step = s.schedule();
+  b = batch_of(only(step), c.vocab_size);
+  REQUIRE(b.edits.size() == 2);  // after 4, the word "4 65" would end with 65
+  CHECK((b.edits[0].token == 30 && b.edits[1].token == 65 && b.edits[1].banned));
+  Request bad = r;
+  bad.id = 2;
+  bad.params.allowed_token_ids = {70};
+  CHECK_THROWS_WITH(s.add(bad), Catch::Contains("allowed token 70"));
+}
+
 TEST_CASE("scheduler: structured output and min_tokens are refused together") {
   SchedulerConfig c;
   c.max_context = 64;
