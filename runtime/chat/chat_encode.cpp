@@ -102,18 +102,63 @@ JinjaChatTemplate chat_template_for(const Tokenizer& tokenizer, const std::strin
   return JinjaChatTemplate(source, bos, eos, std::move(origin));
 }
 
+namespace {
+
+// HF's continue_final_message: the rendered chat cut right after the last occurrence of the last
+// message's text (its last text part, for a list of parts), stripped of surrounding white space as
+// templates often strip it; with its trailing white space where the template kept the text whole.
+void cut_after_final_message(std::string& rendered, const json& messages) {
+  const auto no_text = [] {
+    fail("continue_final_message: the last message has no text to continue");
+  };
+  if (!messages.is_array() || messages.empty() || !messages.back().is_object()) no_text();
+  const json& content = messages.back().value("content", json());
+  std::string text;
+  if (content.is_string()) {
+    text = content.get<std::string>();
+  } else if (content.is_array()) {
+    bool found = false;
+    for (auto it = content.rbegin(); it != content.rend() && !found; ++it) {
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) {
+        text = (*it)["text"].get<std::string>();
+        found = true;
+      }
+    }
+    if (!found) no_text();
+  } else {
+    no_text();
+  }
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  size_t b = 0, e = text.size();
+  while (b < e && is_space(text[b])) ++b;
+  while (e > b && is_space(text[e - 1])) --e;
+  const std::string_view stripped = std::string_view(text).substr(b, e - b);
+  const std::string_view lstripped = std::string_view(text).substr(b);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos) {
+    fail("continue_final_message: the last message's text does not appear in the chat as the template renders it");
+  }
+  const bool kept = std::string_view(rendered).substr(at, lstripped.size()) == text;
+  rendered.resize(at + (kept ? lstripped.size() : stripped.size()));
+}
+
+}  // namespace
+
 EncodedChat encode_chat(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template, const json& messages,
-                        bool add_generation_prompt, const json& extra, bool special_tokens_in_text) {
+                        bool add_generation_prompt, const json& extra, bool special_tokens_in_text,
+                        bool continue_final_message) {
   EncodedChat out;
   if (special_tokens_in_text) {
     out.text = chat_template.render(messages, add_generation_prompt, extra);
+    if (continue_final_message) cut_after_final_message(out.text, messages);
     out.ids = tokenizer.encode(out.text, /*add_bos=*/false);
     return out;
   }
   Escaper escaper(tokenizer);
   const json safe_messages = escaper.escape(messages);
   const json safe_extra = escaper.escape(extra);
-  const std::string rendered = chat_template.render(safe_messages, add_generation_prompt, safe_extra);
+  std::string rendered = chat_template.render(safe_messages, add_generation_prompt, safe_extra);
+  if (continue_final_message) cut_after_final_message(rendered, safe_messages);
 
   // Template runs (special) and the messages' swapped spellings (plain), in order.
   std::vector<TextPiece> pieces;

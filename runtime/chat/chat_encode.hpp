@@ -29,9 +29,13 @@ struct EncodedChat {
 JinjaChatTemplate chat_template_for(const Tokenizer& tokenizer, const std::string& source, std::string origin);
 
 // special_tokens_in_text: the old behaviour (--chat-special-tokens): the whole rendered prompt is
-// encoded with special-token parsing on. Throws kiln::Error as JinjaChatTemplate::render does.
+// encoded with special-token parsing on. continue_final_message (vLLM's, HF's apply_chat_template's):
+// the prompt ends where the last message's text does, its end of turn cut, so that the model goes
+// on writing it (a prefilled assistant answer). Throws kiln::Error as JinjaChatTemplate::render
+// does, and when the last message has no text or the template does not show it.
 EncodedChat encode_chat(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,
                         const nlohmann::json& messages, bool add_generation_prompt,
-                        const nlohmann::json& extra = nlohmann::json::object(), bool special_tokens_in_text = false);
+                        const nlohmann::json& extra = nlohmann::json::object(), bool special_tokens_in_text = false,
+                        bool continue_final_message = false);
 
 }  // namespace kiln

@@ -124,6 +124,49 @@ void refuse_unsupported(const Fields& f) {
   if (f.has("use_beam_search") && f.boolean("use_beam_search", false)) {
     bad("use_beam_search", "'use_beam_search' is not supported");
   }
+  // vLLM's fields that would change the answer and are not done here.
+  for (const char* field : {"structural_tag", "logits_processors", "chat_template"}) {
+    if (f.has(field)) {
+      bad(field, std::string("'") + field + "' is not supported" +
+                     (std::string(field) == "chat_template" ? " (the server's template is --chat-template's)" : ""));
+    }
+  }
+  if (f.has("priority") && f.integer("priority", INT64_MIN, INT64_MAX, 0) != 0) {
+    bad("priority", "'priority' is not supported (requests are served first come, first served)");
+  }
+}
+
+// vLLM's bad_words as token sequences, as vLLM tokenizes them: each word (leading space dropped)
+// alone, and with a space before it where that spells the word as a different first token in as
+// many tokens (the word inside a text).
+void parse_bad_words(const json& words, const ApiModel& model, SamplingParams& p) {
+  if (!words.is_array() || words.size() > 1024) bad("bad_words", "'bad_words' must be a list of at most 1024 strings");
+  const Tokenizer& t = need_tokenizer(model, "bad_words");
+  for (const json& w : words) {
+    if (!w.is_string()) bad("bad_words", "'bad_words' must be a list of strings, not holding " + w.dump());
+    const std::string word(utf8::trim_white_space(w.get<std::string>(), true, false));
+    if (word.empty()) bad("bad_words", "'bad_words' holds an empty word");
+    const std::vector<int32_t> alone = t.encode(word, /*add_bos=*/false);
+    if (alone.empty()) bad("bad_words", "'bad_words': '" + word + "' has no tokens");
+    p.bad_words_ids.push_back(alone);
+    const std::vector<int32_t> spaced = t.encode(" " + word, /*add_bos=*/false);
+    if (!spaced.empty() && spaced.size() == alone.size() && spaced[0] != alone[0]) p.bad_words_ids.push_back(spaced);
+  }
+}
+
+// vLLM's truncate_prompt_tokens: only the prompt's last k tokens (-1: as many as the model takes
+// with room for one new token).
+void truncate_prompts(const Fields& f, const ApiModel& model, ApiRequest& r) {
+  if (!f.has("truncate_prompt_tokens")) return;
+  int64_t k = f.integer("truncate_prompt_tokens", -1, INT32_MAX, -1);
+  if (k == 0) bad("truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 (the model's length) or at least 1");
+  if (k < 0) k = model.max_model_len - 1;
+  for (size_t i = 0; i < r.prompts.size(); ++i) {
+    std::vector<int32_t>& p = r.prompts[i];
+    if (static_cast<int64_t>(p.size()) <= k) continue;
+    p.erase(p.begin(), p.end() - k);
+    r.prompt_texts[i] = model.tokenizer ? model.tokenizer->decode(p) : "";
+  }
 }
 
 // Each stop token once, in the order first given: the list is copied into every choice, so it is
@@ -152,6 +195,13 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
   if (f.has("seed")) p.seed = static_cast<uint64_t>(f.integer("seed", INT64_MIN, INT64_MAX, 0));
   r.n = static_cast<int32_t>(f.integer("n", 1, 128, 1));
   r.stream = f.boolean("stream", false);
+  r.tokens_as_ids = f.boolean("return_tokens_as_token_ids", false);
+  if (f.has("allowed_token_ids")) {
+    const json& a = f.body["allowed_token_ids"];
+    if (!a.is_array() || a.empty()) bad("allowed_token_ids", "'allowed_token_ids' must be a non-empty list of token ids");
+    p.allowed_token_ids = token_ids(a, "allowed_token_ids", model);
+  }
+  if (f.has("bad_words")) parse_bad_words(f.body["bad_words"], model, p);
 
   if (f.has("stop")) {
     const json& stop = f.body["stop"];
@@ -460,9 +510,10 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model, std
   ApiRequest r;
   if (!f.has("prompt")) bad("prompt", "'prompt' is required");
   const json& prompt = body["prompt"];
+  const bool special = f.boolean("add_special_tokens", true);  // vLLM: the BOS, for a text prompt
   const auto add_text = [&](const std::string& text) {
     const Tokenizer& t = need_tokenizer(model, "prompt");
-    r.prompts.push_back(t.encode(text, t.add_bos_by_default()));
+    r.prompts.push_back(t.encode(text, special && t.add_bos_by_default()));
     r.prompt_texts.push_back(text);
   };
   if (prompt.is_string()) {
@@ -482,11 +533,12 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model, std
   } else {
     bad("prompt", "'prompt' must be a non-empty string, list of strings, list of token ids or list of such lists");
   }
-  for (const auto& p : r.prompts) check_length(p, model, "prompt");
   if (r.prompt_texts.size() != r.prompts.size()) {
     r.prompt_texts.clear();
     for (const auto& p : r.prompts) r.prompt_texts.push_back(model.tokenizer ? model.tokenizer->decode(p) : "");
   }
+  truncate_prompts(f, model, r);
+  for (const auto& p : r.prompts) check_length(p, model, "prompt");
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(16));
   parse_structured(f, model, raw, r);
@@ -520,18 +572,26 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::stri
     extra = body["chat_template_kwargs"];
   }
   if (f.has("tools")) extra["tools"] = body["tools"];
-  const bool add_generation_prompt = f.boolean("add_generation_prompt", true);
+  if (f.has("documents")) extra["documents"] = body["documents"];  // for templates that cite them (RAG)
+  const bool continue_final = f.boolean("continue_final_message", false);
+  const bool add_generation_prompt = f.boolean("add_generation_prompt", !continue_final);
+  if (continue_final && add_generation_prompt) {
+    bad("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+  }
   EncodedChat chat;
   try {
-    // The template writes the BOS (and its special tokens) as text: no BOS added here (vLLM). The
-    // messages' text stays text, unlike vLLM: a client cannot write another role's turn.
+    // The template writes the BOS (and its special tokens) as text: no BOS added here unless the
+    // client asks (vLLM's add_special_tokens). The messages' text stays text, unlike vLLM: a client
+    // cannot write another role's turn.
     chat = encode_chat(t, *model.chat_template, body["messages"], add_generation_prompt, extra,
-                       model.special_tokens_in_text);
+                       model.special_tokens_in_text, continue_final);
   } catch (const Error& e) {
     bad("messages", e.what());
   }
+  if (f.boolean("add_special_tokens", false) && t.bos_id() >= 0) chat.ids.insert(chat.ids.begin(), t.bos_id());
   r.prompts.push_back(std::move(chat.ids));
   r.prompt_texts.push_back(std::move(chat.text));
+  truncate_prompts(f, model, r);
   check_length(r.prompts.back(), model, "messages");
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
@@ -654,6 +714,7 @@ json ResponseBuilder::logprobs_json(const ChoiceText& c, size_t text_offset) con
   // A token's text; one that is not whole UTF-8 (part of a character) is written as its bytes,
   // "bytes:\\xe2\\x80" (OpenAI's notation), so different tokens never share a key.
   const auto token_text = [&](int32_t id) -> std::string {
+    if (request_.tokens_as_ids) return "token_id:" + std::to_string(id);  // vLLM's spelling
     if (!t) return std::to_string(id);
     const std::string_view bytes = raw(id);
     if (utf8::is_valid(bytes)) return std::string(bytes);

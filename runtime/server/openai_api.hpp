@@ -58,6 +58,7 @@ struct ApiRequest {
   int32_t n = 1;
   bool echo = false;            // completions: prepend the prompt to the text
   int32_t logprobs = -1;        // completions: top-N per token (-1: none); chat: top_logprobs
+  bool tokens_as_ids = false;   // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>"
   std::vector<std::vector<int32_t>> prompts;  // one per prompt (chat: one)
   std::vector<std::string> prompt_texts;      // for echo
   SamplingParams params;        // params.seed, if given, is choice 0's; choice i uses seed + i

@@ -254,6 +254,27 @@ def case_penalties_and_logit_bias():
         r = c.completions.create(extra_body={"min_tokens": 8, "stop_token_ids": [target]}, **{**base, "logit_bias": {str(target): 100}})
         check(r.usage.completion_tokens >= 8, f"min_tokens: {r.usage.completion_tokens} tokens")
         check(plain.usage.completion_tokens >= 1, "plain output")
+        # allowed_token_ids: every token among them (named by id: return_tokens_as_token_ids).
+        allowed = [target, 300, 301, 302]
+        r = c.completions.create(extra_body={"allowed_token_ids": allowed, "return_tokens_as_token_ids": True},
+                                 **{**base, "temperature": 1.0, "seed": 3, "max_tokens": 16})
+        ids = [int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens]
+        check(len(ids) == 16 and set(ids) <= set(allowed), f"allowed_token_ids: {ids}")
+        # bad_words: a word that is one token alone and one after a space, which logit_bias makes greedy
+        # pick every time, never comes (the ban wins over the bias).
+        def ids_of(text):
+            return s.post("/tokenize", {"prompt": text, "add_special_tokens": False})[1]["tokens"]
+        words = [w for w in ("mountains", "capital", "Paris", "the", "sky", "blue", "a")
+                 if len(ids_of(w)) == 1 and len(ids_of(" " + w)) == 1 and ids_of(w) != ids_of(" " + w)]
+        check(len(words) > 0, "a word of one token alone and after a space in the tiny vocabulary")
+        spaced = ids_of(" " + words[0])[0]
+        banned = {ids_of(words[0])[0], spaced}
+        r = c.completions.create(logit_bias={str(spaced): 100}, extra_body={"return_tokens_as_token_ids": True}, **base)
+        check(f"token_id:{spaced}" in r.choices[0].logprobs.tokens, "the bias alone picks the word")
+        r = c.completions.create(logit_bias={str(spaced): 100},
+                                 extra_body={"bad_words": [words[0]], "return_tokens_as_token_ids": True}, **base)
+        ids = [int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens]
+        check(not banned & set(ids), f"bad_words {words[0]!r}: {ids} holds {banned}")
 
 
 def case_n_and_seed():

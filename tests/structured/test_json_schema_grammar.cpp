@@ -281,7 +281,7 @@ TEST_CASE("json schema: number bounds, inclusive and exclusive, decimal by decim
                   });
 }
 
-TEST_CASE("json schema: an object of no stated members is any object; a type list gives each type its own keywords") {
+TEST_CASE("json schema: an object of no stated members is any object, and a type list gives each type its own keywords") {
   const Grammar any = compile(R"({"type":"object","properties":{"meta":{"type":"object"}},"required":["meta"]})");
   CHECK(json_accepts(any, R"({"meta":{"a":1,"b":[true]}})"));
   CHECK(json_accepts(any, R"({"meta":{}})"));
