@@ -52,7 +52,10 @@ void SampleBatch::check(int32_t vocab_size, const char* who) const {
   if (!edit_offsets.empty() && edit_offsets.size() != rows.size() + 1) {
     fail(who, ": ", edit_offsets.size(), " edit offsets for ", rows.size(), " rows");
   }
-  if (mask_rows.empty()) return;
+  if (mask_rows.empty()) {
+    if (!masks.empty()) fail(who, ": ", masks.size(), " mask words and no mask rows");
+    return;
+  }
   if (mask_rows.size() != rows.size()) fail(who, ": ", mask_rows.size(), " mask rows for ", rows.size(), " rows");
   if (masks.size() % static_cast<size_t>(token_mask_words(vocab_size)) != 0) {
     fail(who, ": ", masks.size(), " mask words are not whole masks of ", token_mask_words(vocab_size), " words");

@@ -1,6 +1,7 @@
-// CUDA side of sample_batch.hpp: the logit edits and structured output's masks applied in place
-// before the sampler and undone after it, and the raw logprobs (chosen token and top-N) of the restored rows. Same float
-// operations as sample_batch_cpu: edits bit for bit, logprobs to the rounding of an fp64 sum.
+// CUDA side of sample_batch.hpp: the logit edits and the token masks applied in place before the
+// sampler and undone after it, and the raw logprobs (chosen token and top-N) of the restored rows.
+// Same float operations as sample_batch_cpu: edits and masks bit for bit, logprobs to the rounding
+// of an fp64 sum.
 #include "runtime/serving/sample_batch_cuda.hpp"
 
 #include <cfloat>

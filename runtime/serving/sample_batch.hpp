@@ -1,14 +1,15 @@
 // One step's sampling work beyond the plain sampler (sampling_math.hpp): vLLM's logit processing
-// before sampling — logit_bias, min_tokens, and the repetition, frequency and presence penalties —
-// as a short list of per-token edits per row, and the log-probabilities (chosen token and top-N)
-// from the raw logits, as vLLM's default "raw_logprobs" mode reports them. The CPU
+// before sampling — logit_bias, min_tokens, bad_words, and the repetition, frequency and presence
+// penalties — as a short list of per-token edits per row; a token mask per row where only some
+// tokens may come (structured output, allowed_token_ids); and the log-probabilities (chosen token
+// and top-N) from the raw logits, as vLLM's default "raw_logprobs" mode reports them. The CPU
 // (sample_batch_cpu) and CUDA (CudaSampler::sample) paths compute the same tokens bit for bit, and
 // the same logprobs to float rounding.
 //
-// Per row: the edits are applied to the logits, then structured output's mask (a token it does not
-// allow becomes kBannedLogit), the row is sampled, and both are undone;
-// logprobs then read the raw row: logprob_i = (x_i - max) - log Σ exp(x_j - max) (sampling_exp,
-// summed in fp64), top-N ordered by logit (ties: lower id first).
+// Per row: the edits are applied to the logits, then the mask (a token it does not allow becomes
+// kBannedLogit), the row is sampled, and both are undone; logprobs then read the raw row:
+// logprob_i = (x_i - max) - log Σ exp(x_j - max) (sampling_exp, summed in fp64), top-N ordered by
+// logit (ties: lower id first).
 #pragma once
 
 #include <cfloat>

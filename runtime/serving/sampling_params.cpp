@@ -48,6 +48,12 @@ void SamplingParams::validate() const {
     fail("sampling parameter min_tokens = ", min_tokens, " cannot be combined with structured output: the format decides "
          "where the text ends");
   }
+  if (constraint && ignore_eos) {
+    // EOS would be offered where the format may end, sampled, and then neither end the text nor
+    // be part of the format.
+    fail("sampling parameter ignore_eos cannot be combined with structured output: the format decides where the text "
+         "ends");
+  }
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
     fail("sampling parameter presence_penalty = ", presence_penalty, ": expected a value in [-2, 2]");
   }

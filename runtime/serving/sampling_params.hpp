@@ -58,7 +58,7 @@ struct SamplingParams {
   bool skip_special_tokens = true;      // special tokens' text is left out of the output
 
   // Structured output: the text must follow this (a JSON schema, a grammar, ...). Its end tokens
-  // (EOS, stop_token_ids) are banned until the text may end there. Not with min_tokens.
+  // (EOS, stop_token_ids) are banned until the text may end there. Not with min_tokens or ignore_eos.
   std::shared_ptr<const TokenConstraint> constraint;
 
   bool has_penalties() const {

@@ -205,6 +205,8 @@ completions = [
     {"prompt": [[1, 2], [3]], "max_completion_tokens": 3, "best_of": 1, "ignore_eos": True, "skip_special_tokens": False},
     {"prompt": "Pick", "max_tokens": 8, "guided_choice": ["red", "green"], "n": 2},
     {"prompt": "Code", "guided_grammar": "root ::= \"id-\" [0-9]{3}"},
+    {"prompt": "Hello there", "truncate_prompt_tokens": 3, "allowed_token_ids": [5, 6, 300], "bad_words": ["lo", " e"],
+     "add_special_tokens": False, "return_tokens_as_token_ids": True, "logprobs": 1},
 ]
 chats = [
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|>"}],
@@ -220,6 +222,8 @@ chats = [
      "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}], "tool_choice": "required"},
     {"messages": [{"role": "user", "content": "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"}],
      "tools": [{"type": "function", "function": {"name": "f"}}], "stream": True},
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure, "}],
+     "continue_final_message": True, "add_generation_prompt": False, "documents": [{"title": "t", "text": "x"}]}
 ]
 for i, body in enumerate(completions):
     write(d, "completion%d" % i, bytes([0]) + json.dumps(body).encode())
@@ -313,7 +317,8 @@ dictionary("fuzz_openai", json_words + keys(
     "skip_special_tokens", "include_stop_str_in_output", "chat_template_kwargs", "add_generation_prompt", "tools",
     "response_format", "json_object", "json_schema", "schema", "guided_json", "guided_choice", "guided_grammar",
     "structured_outputs", "use_beam_search", "user", "tool_choice", "required", "function", "properties", "items",
-    "anyOf", "enum", "const", "$ref", "$defs",
+    "anyOf", "enum", "const", "$ref", "$defs", "allowed_token_ids", "bad_words", "truncate_prompt_tokens",
+    "add_special_tokens", "continue_final_message", "documents", "return_tokens_as_token_ids", "priority",
     "<|im_start|>", "<|im_end|>", "<|endoftext|>"))
 dictionary("fuzz_grammar", json_words + keys(
     "type", "object", "array", "string", "integer", "number", "boolean", "null", "properties", "required",

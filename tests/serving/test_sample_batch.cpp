@@ -178,4 +178,6 @@ TEST_CASE("a row's token mask bans what it does not allow, as banned edits would
   CHECK_THROWS_WITH(sample_batch_cpu(logits, vocab, bad), Catch::Contains("mask rows"));
   bad.mask_rows = {0, 1, 2};
   CHECK_THROWS_WITH(sample_batch_cpu(logits, vocab, bad), Catch::Contains("mask 2 of 2"));
+  bad.mask_rows.clear();
+  CHECK_THROWS_WITH(sample_batch_cpu(logits, vocab, bad), Catch::Contains("no mask rows"));
 }

@@ -144,7 +144,7 @@ TEST_CASE("scheduler: allowed_token_ids as a mask, bad_words as bans that follow
   CHECK_THROWS_WITH(s.add(bad), Catch::Contains("allowed token 70"));
 }
 
-TEST_CASE("scheduler: structured output and min_tokens are refused together") {
+TEST_CASE("scheduler: structured output with min_tokens, ignore_eos or allowed_token_ids is refused") {
   SchedulerConfig c;
   c.max_context = 64;
   c.max_batched_tokens = 256;
@@ -158,4 +158,10 @@ TEST_CASE("scheduler: structured output and min_tokens are refused together") {
   r.params.min_tokens = 2;
   r.params.constraint = std::make_shared<Script>();
   CHECK_THROWS_WITH(s.add(r), Catch::Contains("min_tokens") && Catch::Contains("structured output"));
+  r.params.min_tokens = 0;
+  r.params.ignore_eos = true;
+  CHECK_THROWS_WITH(s.add(r), Catch::Contains("ignore_eos") && Catch::Contains("structured output"));
+  r.params.ignore_eos = false;
+  r.params.allowed_token_ids = {3};
+  CHECK_THROWS_WITH(s.add(r), Catch::Contains("allowed_token_ids") && Catch::Contains("structured output"));
 }
