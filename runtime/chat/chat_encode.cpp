@@ -3,6 +3,7 @@
 #include <map>
 
 #include "runtime/core/error.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace kiln {
 
@@ -128,12 +129,9 @@ void cut_after_final_message(std::string& rendered, const json& messages) {
   } else {
     no_text();
   }
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-  size_t b = 0, e = text.size();
-  while (b < e && is_space(text[b])) ++b;
-  while (e > b && is_space(text[e - 1])) --e;
-  const std::string_view stripped = std::string_view(text).substr(b, e - b);
-  const std::string_view lstripped = std::string_view(text).substr(b);
+  // Python's str.strip() and lstrip(), as HF strips (Unicode white space too).
+  const std::string_view stripped = utf8::python_strip(text);
+  const std::string_view lstripped = std::string_view(text).substr(static_cast<size_t>(stripped.data() - text.data()));
   const size_t at = rendered.rfind(stripped);
   if (at == std::string::npos) {
     fail("continue_final_message: the last message's text does not appear in the chat as the template renders it");

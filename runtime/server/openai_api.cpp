@@ -154,6 +154,21 @@ void parse_bad_words(const json& words, const ApiModel& model, SamplingParams& p
   }
 }
 
+// What structured output (or a forced tool call) cannot take beside it, by name: the format decides
+// where the text ends and which tokens come (SamplingParams::validate holds the same rule).
+void refuse_beside_constraint(const Fields& f, const ApiRequest& r) {
+  if (!r.params.constraint) return;
+  for (const char* field : {"ignore_eos", "allowed_token_ids", "bad_words"}) {
+    const bool set = std::string(field) == "ignore_eos" ? r.params.ignore_eos
+                     : std::string(field) == "allowed_token_ids" ? !r.params.allowed_token_ids.empty()
+                                                                  : !r.params.bad_words_ids.empty();
+    if (set) {
+      bad(field, std::string("'") + field + "' cannot be combined with structured output or a forced tool call: the "
+                 "format decides which tokens come and where the text ends");
+    }
+  }
+}
+
 // vLLM's truncate_prompt_tokens: only the prompt's last k tokens (-1: as many as the model takes
 // with room for one new token).
 void truncate_prompts(const Fields& f, const ApiModel& model, ApiRequest& r) {
@@ -200,8 +215,14 @@ void parse_sampling(const Fields& f, const ApiModel& model, ApiRequest& r) {
     const json& a = f.body["allowed_token_ids"];
     if (!a.is_array() || a.empty()) bad("allowed_token_ids", "'allowed_token_ids' must be a non-empty list of token ids");
     p.allowed_token_ids = token_ids(a, "allowed_token_ids", model);
+    std::sort(p.allowed_token_ids.begin(), p.allowed_token_ids.end());  // each once: copied into every choice
+    p.allowed_token_ids.erase(std::unique(p.allowed_token_ids.begin(), p.allowed_token_ids.end()),
+                              p.allowed_token_ids.end());
   }
   if (f.has("bad_words")) parse_bad_words(f.body["bad_words"], model, p);
+  if (!p.bad_words_ids.empty() && !p.allowed_token_ids.empty()) {
+    bad("bad_words", "'bad_words' cannot be combined with 'allowed_token_ids' (list the allowed tokens without them)");
+  }
 
   if (f.has("stop")) {
     const json& stop = f.body["stop"];
@@ -469,6 +490,7 @@ void parse_max_tokens(const Fields& f, const ApiModel& model, ApiRequest& r, int
 //   (a 400 KB body) would be 172 M entries, tens of GB. 4 M entries (a few hundred MB of answer)
 //   is far above an evaluation harness's prompt-and-answer logprobs.
 constexpr int64_t kMaxLogprobEntries = int64_t{1} << 22;
+constexpr int64_t kMaxListedTokens = int64_t{1} << 22;  // 16 MiB of token ids
 
 void check_volume(const ApiRequest& r, const ApiModel& model) {
   int64_t prompt_entries = 0, token_entries = 0;
@@ -486,6 +508,16 @@ void check_volume(const ApiRequest& r, const ApiModel& model) {
         " a request: ask for fewer prompts, choices, tokens or alternatives");
   }
   const int64_t choices = static_cast<int64_t>(r.prompts.size()) * r.n;
+  // The token lists every choice carries a copy of.
+  int64_t bad_word_tokens = 0;
+  for (const auto& w : r.params.bad_words_ids) bad_word_tokens += static_cast<int64_t>(w.size());
+  const int64_t listed = choices * (static_cast<int64_t>(r.params.allowed_token_ids.size()) + bad_word_tokens);
+  if (listed > kMaxListedTokens) {
+    bad(bad_word_tokens > static_cast<int64_t>(r.params.allowed_token_ids.size()) ? "bad_words" : "allowed_token_ids",
+        "this request lists " + std::to_string(listed) + " tokens across its completions (allowed_token_ids and "
+        "bad_words' tokens, copied into each); the server takes at most " + std::to_string(kMaxListedTokens) +
+        " a request");
+  }
   if (choices > model.max_choices) {
     bad(r.prompts.size() > 1 ? "prompt" : "n",
         "this request asks for " + std::to_string(choices) + " completions (" + std::to_string(r.prompts.size()) +
@@ -542,6 +574,7 @@ ApiRequest parse_completion_request(const json& body, const ApiModel& model, std
   parse_sampling(f, model, r);
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(16));
   parse_structured(f, model, raw, r);
+  refuse_beside_constraint(f, r);
   r.echo = f.boolean("echo", false);
   if (f.has("logprobs")) {
     if (body["logprobs"].is_boolean()) bad("logprobs", "'logprobs' of /v1/completions is a count of alternatives (0 to 20), not a boolean");
@@ -588,7 +621,8 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::stri
   } catch (const Error& e) {
     bad("messages", e.what());
   }
-  if (f.boolean("add_special_tokens", false) && t.bos_id() >= 0) chat.ids.insert(chat.ids.begin(), t.bos_id());
+  // As HF's tokenizer adds it to the rendered text: only where the tokenizer adds a BOS at all.
+  if (f.boolean("add_special_tokens", false) && t.add_bos_by_default()) chat.ids.insert(chat.ids.begin(), t.bos_id());
   r.prompts.push_back(std::move(chat.ids));
   r.prompt_texts.push_back(std::move(chat.text));
   truncate_prompts(f, model, r);
@@ -597,6 +631,7 @@ ApiRequest parse_chat_request(const json& body, const ApiModel& model, std::stri
   parse_max_tokens(f, model, r, model.defaults.max_new_tokens.value_or(INT32_MAX));
   parse_structured(f, model, raw, r);
   parse_tool_choice(f, model, raw, r);
+  refuse_beside_constraint(f, r);
   if (r.params.constraint && model.reasoning_parser) {  // the constraint starts after the thinking (vLLM)
     const ReasoningStart start = reasoning_start(
         r.prompts[0], model.think_tokens, model.chat_stop_ids,

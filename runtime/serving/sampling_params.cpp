@@ -80,6 +80,10 @@ void SamplingParams::validate() const {
       fail("sampling parameter allowed_token_ids[", i, "] = ", allowed_token_ids[i], ": expected a token id >= 0");
     }
   }
+  if (!bad_words_ids.empty() && (constraint || !allowed_token_ids.empty())) {
+    // A bad word could ban every token the mask allows: the sampler would then pick among banned ones.
+    fail("sampling parameter bad_words cannot be combined with structured output or allowed_token_ids");
+  }
   if (constraint && !allowed_token_ids.empty()) {
     fail("sampling parameter allowed_token_ids cannot be combined with structured output: the format decides which "
          "tokens may come");

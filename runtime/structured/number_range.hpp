@@ -1,7 +1,8 @@
 // JSON schema numeric ranges as GBNF (json_schema_grammar.hpp): the integers between two bounds,
 // and the decimals between two bounds (a number's minimum / maximum / exclusive bounds), exactly:
-// a bound such as 0.1 is the decimal the schema wrote, not the nearest double, and the grammar
-// compares digit by digit. The texts are JSON's own forms as the schema rules write them: no
+// a bound such as 0.1 is the shortest decimal that reads back as the schema's double (0.1, not
+// the double's exact binary value; a bound written with more than the 15-17 digits a double keeps
+// is rounded there), and the grammar compares digit by digit. The texts are JSON's own forms as the schema rules write them: no
 // leading zeros, at most 16 integral and 16 fractional digits; a bounded number has no exponent
 // (each value in range has a plain form) and no "-0".
 #pragma once

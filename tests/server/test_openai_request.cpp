@@ -35,6 +35,7 @@ struct Served {
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
       "<s>", "<|endoftext|>", "a test template"};
+  StructuredOutputs structured{tokenizer};
   ApiModel model;
   Served() {
     model.name = "test";
@@ -43,6 +44,7 @@ struct Served {
     model.chat_stop_ids = {257, 258};
     model.max_model_len = 64;
     model.vocab_size = 300;
+    model.structured = &structured;
   }
 };
 
@@ -137,14 +139,30 @@ TEST_CASE("request fields: documents reach the template, tokens can be named by 
   }
   CHECK(refused_param({{"prompt", "ab"}, {"priority", 3}}, s.model, false) == "priority");
   // allowed_token_ids and bad_words reach the sampling parameters (the scheduler applies them).
-  ApiRequest a = parse_completion_request({{"prompt", "ab"}, {"allowed_token_ids", {5, 7}}, {"bad_words", {" cat", "x"}}},
-                                          s.model);
+  ApiRequest a = parse_completion_request({{"prompt", "ab"}, {"allowed_token_ids", {5, 7}}}, s.model);
   CHECK(a.params.allowed_token_ids == std::vector<int32_t>{5, 7});
+  a = parse_completion_request({{"prompt", "ab"}, {"bad_words", {" cat", "x"}}}, s.model);
   // Byte tokens: " cat" is a different first token in more tokens, so only the word alone.
   CHECK(a.params.bad_words_ids == std::vector<std::vector<int32_t>>{{'c', 'a', 't'}, {'x'}});
   CHECK(refused_param({{"prompt", "ab"}, {"allowed_token_ids", json::array()}}, s.model, false) == "allowed_token_ids");
   CHECK(refused_param({{"prompt", "ab"}, {"allowed_token_ids", {300}}}, s.model, false) == "allowed_token_ids");
   CHECK(refused_param({{"prompt", "ab"}, {"bad_words", {"  "}}}, s.model, false) == "bad_words");
   CHECK(refused_param({{"prompt", "ab"}, {"bad_words", "cat"}}, s.model, false) == "bad_words");
+  CHECK(parse_completion_request({{"prompt", "ab"}, {"allowed_token_ids", {7, 5, 7, 5}}}, s.model).params.allowed_token_ids ==
+        std::vector<int32_t>{5, 7});  // each once: every choice carries a copy
+  // Not together, nor beside structured output: a ban could leave no allowed token.
+  CHECK(refused_param({{"prompt", "ab"}, {"allowed_token_ids", {5}}, {"bad_words", {"x"}}}, s.model, false) == "bad_words");
+  const json choice = {{"prompt", "ab"}, {"guided_choice", {"yes", "no"}}};
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"ignore_eos", true}, {"allowed_token_ids", {5}}, {"bad_words", {"x"}}}) {
+    json b = choice;
+    b[field] = value;
+    CHECK(refused_param(b, s.model, false) == field);
+  }
+  // What every choice copies is bounded: 10 long words x 128 choices.
+  json many = {{"prompt", "ab"}, {"n", 128}, {"max_tokens", 1}};
+  many["bad_words"] = json::array();
+  for (int i = 0; i < 10; ++i) many["bad_words"].push_back(std::string(5000, 'a'));
+  CHECK(refused_param(many, s.model, false) == "bad_words");
   CHECK(refused_param({{"prompt", "ab"}, {"priority", 0}}, s.model, false).empty());
 }

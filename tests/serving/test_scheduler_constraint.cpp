@@ -126,11 +126,22 @@ TEST_CASE("scheduler: allowed_token_ids as a mask, bad_words as bans that follow
   r.params.temperature = 0.0f;
   r.params.max_tokens = 10;
   r.params.allowed_token_ids = {3, 4, 65};
-  r.params.bad_words_ids = {{4, 65}, {30}};
   s.add(r);
   ScheduledStep step = s.schedule();
   SampleBatch b = batch_of(only(step), c.vocab_size);
   CHECK(allowed_of(b, c.vocab_size) == std::vector<int32_t>{3, 4, 65});  // not EOS: it is not listed
+  CHECK(b.edits.empty());
+  s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{4, 0.0f, kSampleOk}});
+  CHECK(s.abort(1, FinishReason::Aborted));
+
+  Request w = r;
+  w.id = 2;
+  w.params.allowed_token_ids.clear();
+  w.params.bad_words_ids = {{4, 65}, {30}};
+  s.add(w);
+  step = s.schedule();
+  b = batch_of(only(step), c.vocab_size);
+  CHECK(b.mask_rows.empty());
   REQUIRE(b.edits.size() == 1);
   CHECK((b.edits[0].token == 30 && b.edits[0].banned));
   s.on_step_done(step, std::vector<SampleOutput>{SampleOutput{4, 0.0f, kSampleOk}});
@@ -139,9 +150,12 @@ TEST_CASE("scheduler: allowed_token_ids as a mask, bad_words as bans that follow
   REQUIRE(b.edits.size() == 2);  // after 4, the word "4 65" would end with 65
   CHECK((b.edits[0].token == 30 && b.edits[1].token == 65 && b.edits[1].banned));
   Request bad = r;
-  bad.id = 2;
+  bad.id = 3;
   bad.params.allowed_token_ids = {70};
   CHECK_THROWS_WITH(s.add(bad), Catch::Contains("allowed token 70"));
+  bad.params.allowed_token_ids = {3};
+  bad.params.bad_words_ids = {{3}};
+  CHECK_THROWS_WITH(s.add(bad), Catch::Contains("bad_words cannot be combined"));
 }
 
 TEST_CASE("scheduler: structured output with min_tokens, ignore_eos or allowed_token_ids is refused") {
