@@ -763,7 +763,8 @@ json ResponseBuilder::logprobs_json(const ChoiceText& c, size_t text_offset) con
   };
   const auto token_bytes = [&](int32_t id) {
     json bytes = json::array();
-    for (unsigned char b : raw(id)) bytes.push_back(b);
+    // Named by id, a token's bytes are its name's, as vLLM writes them.
+    for (unsigned char b : request_.tokens_as_ids ? token_text(id) : std::string(raw(id))) bytes.push_back(b);
     return bytes;
   };
   if (request_.chat) {

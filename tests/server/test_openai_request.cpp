@@ -132,6 +132,13 @@ TEST_CASE("request fields: documents reach the template, tokens can be named by 
   const json out = builder.response({c}, Usage{});
   CHECK(out["choices"][0]["logprobs"]["tokens"][0] == "token_id:97");
   CHECK(out["choices"][0]["logprobs"]["top_logprobs"][0].contains("token_id:97"));
+  json chat_body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 1},
+                    {"return_tokens_as_token_ids", true}};
+  const ApiRequest chat = parse_chat_request(chat_body, s.model);
+  ResponseBuilder chat_builder(chat, s.model);
+  const json entry = chat_builder.response({c}, Usage{})["choices"][0]["logprobs"]["content"][0];
+  CHECK(entry["token"] == "token_id:97");
+  CHECK(entry["bytes"] == json::array({'t', 'o', 'k', 'e', 'n', '_', 'i', 'd', ':', '9', '7'}));  // vLLM: the name's bytes
 
   for (const char* field : {"structural_tag", "logits_processors", "chat_template"}) {
     json b = {{"prompt", "ab"}, {field, json::array({1})}};
