@@ -412,7 +412,7 @@ class SchemaCompiler {
   }
 
   // A number's bound: minimum / maximum, or the exclusive ones (a number since draft 6, a boolean
-  // beside minimum / maximum in draft 4), the tighter where both are given, as its exact decimal.
+  // beside minimum / maximum in draft 4), the tighter where both are given, as the decimal it reads as.
   std::optional<DecimalBound> decimal_bound(const json& s, const std::string& path, bool lower) {
     const char* key = lower ? "minimum" : "maximum";
     const char* exclusive = lower ? "exclusiveMinimum" : "exclusiveMaximum";
