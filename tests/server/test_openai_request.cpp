@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/server/openai_api.hpp"
+#include "tests/support/chatml_api_model.hpp"
 #include "tests/support/chatml_tokenizer.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -36,16 +37,7 @@ struct Served {
       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
       "<s>", "<|endoftext|>", "a test template"};
   StructuredOutputs structured{tokenizer};
-  ApiModel model;
-  Served() {
-    model.name = "test";
-    model.tokenizer = &tokenizer;
-    model.chat_template = &chat_template;
-    model.chat_stop_ids = {257, 258};
-    model.max_model_len = 64;
-    model.vocab_size = 300;
-    model.structured = &structured;
-  }
+  ApiModel model = test::chatml_api_model(tokenizer, chat_template, &structured, 64);
 };
 
 std::string text_of(const Tokenizer& t, const std::vector<int32_t>& ids) { return t.decode(ids); }

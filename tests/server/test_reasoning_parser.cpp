@@ -9,6 +9,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/server/openai_api.hpp"
 #include "runtime/server/reasoning_parser.hpp"
+#include "tests/support/chatml_api_model.hpp"
 #include "tests/support/chatml_tokenizer.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/token_masks.hpp"
@@ -83,14 +84,7 @@ TEST_CASE("a chat request's structured output starts after the reasoning, as the
   StructuredOutputs structured(tokenizer);
   const auto qwen3 = ReasoningParser::make("qwen3");
   const auto r1 = ReasoningParser::make("deepseek_r1");
-  ApiModel m;
-  m.name = "test";
-  m.tokenizer = &tokenizer;
-  m.chat_template = &chat_template;
-  m.chat_stop_ids = {257, 258};
-  m.max_model_len = 256;
-  m.vocab_size = 300;
-  m.structured = &structured;
+  ApiModel m = test::chatml_api_model(tokenizer, chat_template, &structured, 256);
   m.think_tokens = ThinkTokens{tokenizer.token_id("<think>"), tokenizer.token_id("</think>")};
   REQUIRE(m.think_tokens.open == 259);
   REQUIRE(m.think_tokens.close == 260);
