@@ -15,6 +15,7 @@
 #pragma once
 
 #include "templates/blocks/attention_paging.cuh"
+#include "templates/blocks/mma.cuh"
 #include "templates/blocks/split_kv.cuh"
 #include "templates/common.cuh"
 
@@ -52,13 +53,22 @@ struct DecodeShape {
 //             q_group + g·kHeadDim).
 // attention_decode_partition runs both at once. The per-op kernels run one partition per block; the
 // whole-step decode kernel (decode_step.cuh) runs two per block, so all compute the same bits.
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
+//
+// kRing > 0: the passes after the first come through a ring of kRing passes in shared memory
+// (ring_bytes(); each lane copies its own vectors with cp.async and reads only those, so no barrier
+// guards it), kRing passes in flight while one is used, where the registers held one: at long
+// contexts a block's chain of loads, not the bandwidth, bounded it. The same vectors meet the same
+// sums in the same order: the bits are those of kRing = 0.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions, int kRing = 0>
 struct DecodePartition {
   using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
   using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
   static constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
   static constexpr int U = Shape::kUnroll;
   using Bits = typename BitsOf<V>::type;
+  static_assert(kRing == 0 || sizeof(Bits) == 16, "DecodePartition: the ring copies 16-byte vectors");
+  // Shared memory of the ring: [kRing][U][CPL][thread] vectors (a warp's lanes side by side).
+  static constexpr int kRingBytes = kRing * U * CPL * Shape::kThreads * static_cast<int>(sizeof(Bits));
 
   int ctx = 0, start = 0, n = 0, first_page = 0, fresh = -1;
   // The warp's first keys and values (keys first + u·kKeysPerPass + this lane's slot): at a short
@@ -94,18 +104,73 @@ struct DecodePartition {
     }
   }
 
-  // A pass's key (kv = 0) or value (kv = 1) vectors from key `base` on: the first pass's from the
-  // registers begin() filled, later ones loaded (the cache has the new token by then).
-  __device__ __forceinline__ void pass_vectors(const bf16* cache, const int* page_ids, int kv_head, int base,
-                                               int first, int kv, int lane, const Bits (&first_regs)[U][CPL],
-                                               Bits (&regs)[U][CPL]) const {
-    if (base == first) {
+  // Keys a block's pass covers: kUnroll vectors a lane.
+  static constexpr int kPassKeys = Shape::kKeysPerPass * U;
+
+  // This thread's slot of vector (u, c) in ring stage `stage`.
+  __device__ __forceinline__ static Bits* ring_slot(Bits* ring, int stage, int u, int c, int tid) {
+    return ring + ((stage * U + u) * CPL + c) * Shape::kThreads + tid;
+  }
+
+  // Copies (cp.async, one commit group) this lane's vectors of pass `pass` (keys first + pass ·
+  // kPassKeys on) into ring stage (pass - 1) % kRing; a pass past the partition copies nothing but
+  // still commits, so that the count of groups in flight stays the same.
+  __device__ __forceinline__ void ring_issue(const bf16* cache, const int* page_ids, int kv_head, int first, int pass,
+                                             int passes, int kv, int lane, int tid, Bits* ring) const {
+    if (pass < passes) {
+      const int key_slot = lane / Shape::kLanesPerKey, sub = lane % Shape::kLanesPerKey;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int key = first + pass * kPassKeys + u * Shape::kKeysPerPass + key_slot;
+        const int pos = start + key;
+        const bf16* vec =
+            key < n ? Layout::vec(cache, page_ids[pos / kPageSize - first_page], kv, kv_head, pos % kPageSize) : cache;
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+          const int chunk = c * Shape::kLanesPerKey + sub;
+          const bool valid = key < n && chunk < Shape::kChunks;
+          cp_async_16(ring_slot(ring, (pass - 1) % kRing, u, c, tid), valid ? vec + chunk * V : cache, valid);
+        }
+      }
+    }
+    cp_async_commit();
+  }
+
+  // Pass `pass`'s vectors: the first from `first_regs` (begin()), later ones from the ring (their
+  // copies waited for; the next one issued into the stage freed by the pass before) or, without a
+  // ring, loaded here.
+  __device__ __forceinline__ void pass_in(const bf16* cache, const int* page_ids, int kv_head, int first, int pass,
+                                          int passes, int kv, int lane, int tid, Bits* ring,
+                                          const Bits (&first_regs)[U][CPL], Bits (&regs)[U][CPL]) const {
+    if (pass == 0) {
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int c = 0; c < CPL; ++c) regs[u][c] = first_regs[u][c];
+    } else if constexpr (kRing > 0) {
+      cp_async_wait<kRing - 1>();  // pass `pass` has landed (kRing groups were in flight)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) regs[u][c] = *ring_slot(ring, (pass - 1) % kRing, u, c, tid);
     } else {
-      load_vectors(cache, page_ids, kv_head, base, kv, -1, lane, regs);
+      load_vectors(cache, page_ids, kv_head, first + pass * kPassKeys, kv, -1, lane, regs);
+    }
+  }
+
+  // After pass `pass` is used: the ring's copy of pass `pass` + kRing, into the stage it freed.
+  __device__ __forceinline__ void pass_done(const bf16* cache, const int* page_ids, int kv_head, int first, int pass,
+                                            int passes, int kv, int lane, int tid, Bits* ring) const {
+    if constexpr (kRing > 0) {
+      if (pass > 0) ring_issue(cache, page_ids, kv_head, first, pass + kRing, passes, kv, lane, tid, ring);
+    }
+  }
+
+  // The ring's first kRing passes (1..kRing) of keys (kv = 0) or values (kv = 1).
+  __device__ __forceinline__ void ring_start(const bf16* cache, const int* page_ids, int kv_head, int first,
+                                             int passes, int kv, int lane, int tid, Bits* ring) const {
+    if constexpr (kRing > 0) {
+      for (int pass = 1; pass <= kRing; ++pass) ring_issue(cache, page_ids, kv_head, first, pass, passes, kv, lane, tid, ring);
     }
   }
 
@@ -131,10 +196,11 @@ struct DecodePartition {
     return true;
   }
 
+  // ring: kRingBytes of shared memory (kRing > 0; not read otherwise).
   template <typename Sync>
   __device__ __forceinline__ void finish(const bf16* q_group, const bf16* cache, bf16* out, float scale_log2,
                                          float* scratch, int seq, int kv_head, int part, float* smem, int tid,
-                                         Sync&& sync) {
+                                         Sync&& sync, Bits* ring = nullptr) {
     const bool single = ctx <= kPartition;
     float* scores = smem;                          // [G][kPartition]
     float* partial = smem;                         // [kWarps][G][D], after the scores are used
@@ -174,9 +240,12 @@ struct DecodePartition {
     }
 
     // ---- scores: s[g][key] = q_g · k_key (log2 units) ----
-    for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
+    const int passes = n > first ? ceil_div(n - first, kPassKeys) : 0;
+    ring_start(cache, page_ids, kv_head, first, passes, 0, lane, tid, ring);
+    for (int pass = 0; pass < passes; ++pass) {
+      const int base = first + pass * kPassKeys;
       Bits regs[U][CPL];
-      pass_vectors(cache, page_ids, kv_head, base, first, 0, lane, first_keys, regs);
+      pass_in(cache, page_ids, kv_head, first, pass, passes, 0, lane, tid, ring, first_keys, regs);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int key = base + u * Shape::kKeysPerPass + key_slot;
@@ -209,6 +278,7 @@ struct DecodePartition {
           for (int g = 0; g < G; ++g) scores[g * kPartition + key] = dot[g];
         }
       }
+      pass_done(cache, page_ids, kv_head, first, pass, passes, 0, lane, tid, ring);
     }
     sync();
 
@@ -239,9 +309,11 @@ struct DecodePartition {
       for (int c = 0; c < CPL; ++c)
 #pragma unroll
         for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
-    for (int base = first; base < n; base += Shape::kKeysPerPass * U) {
+    ring_start(cache, page_ids, kv_head, first, passes, 1, lane, tid, ring);
+    for (int pass = 0; pass < passes; ++pass) {
+      const int base = first + pass * kPassKeys;
       Bits regs[U][CPL];
-      pass_vectors(cache, page_ids, kv_head, base, first, 1, lane, first_values, regs);
+      pass_in(cache, page_ids, kv_head, first, pass, passes, 1, lane, tid, ring, first_values, regs);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int key = base + u * Shape::kKeysPerPass + key_slot;
@@ -261,6 +333,7 @@ struct DecodePartition {
           }
         }
       }
+      pass_done(cache, page_ids, kv_head, first, pass, passes, 1, lane, tid, ring);
     }
     // Lanes holding the same chunks of different keys combine; then the warps combine in shared memory.
 #pragma unroll

@@ -50,8 +50,12 @@ struct PrepAttentionShape {
   static constexpr int kQBytes = round_up(kGroup * kHeadDim * 2, 16);
   static constexpr int kStagedBytes = round_up(kPrepGroups * kHeadDim * 2, 16);
   static constexpr int kRopeBytes = round_up(kHeadDim / 2 * 8, 16);  // (cos, sin) float pairs
-  static constexpr int kSmemBytes =
-      max_int(kAttnBytes + kQBytes + kStagedBytes + kRopeBytes, round_up((kMaxPartitions + 1) * 4, 16));
+  // The attention's passes after the first through a ring of 3 in shared memory (DecodePartition's
+  // kRing; vectors of 16 bytes only).
+  static constexpr int kRing = Attn::kVec == 8 ? 3 : 0;
+  using Partition = DecodePartition<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions, kRing>;
+  static constexpr int kRingOffset = kAttnBytes + kQBytes + kStagedBytes + kRopeBytes;
+  static constexpr int kSmemBytes = max_int(kRingOffset + Partition::kRingBytes, round_up((kMaxPartitions + 1) * 4, 16));
 };
 
 // kMinBlocksPerSm: the blocks an SM its registers are bounded for (2), or 0: unbounded (no
@@ -88,7 +92,8 @@ __global__ void __launch_bounds__(
   const float2* row = rope_row<D>(rope, positions[seq]);
   for (int i = tid; i < D / 2; i += Shape::kThreads) rope_pairs[i] = row[i];
   const bool holds_new = (parts - 1) % launched == part;  // the partition with the new token is ours
-  DecodePartition<kHeads, kKvHeads, D, kPageSize, kPartition, kMaxPartitions> attention;
+  typename Shape::Partition attention;
+  auto* ring = reinterpret_cast<typename Shape::Partition::Bits*>(smem + Shape::kRingOffset);
   const bool attends = attention.begin(cache, context_len, block_tables, max_pages_per_seq, seq, kv_head, part,
                                        part == parts - 1, attn_smem, tid, [] { __syncthreads(); });
   pdl_release_and_wait();
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(
   unsigned done = 0;
   for (;;) {
     attention.finish(q_group, cache, out, scale_log2, scratch, seq, kv_head, part, attn_smem, tid,
-                     [] { __syncthreads(); });
+                     [] { __syncthreads(); }, ring);
     ++done;
     part += launched;
     if (part >= parts) break;
