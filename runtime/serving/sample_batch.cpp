@@ -4,6 +4,7 @@
 #include <map>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/parallel.hpp"
 #include "runtime/serving/sampling_params.hpp"
 #include "runtime/serving/scheduled_step.hpp"
 #include "runtime/serving/token_constraint.hpp"
@@ -89,6 +90,7 @@ SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size)
   }
   if (any_edits) batch.edit_offsets.push_back(0);
   const auto words = static_cast<size_t>(token_mask_words(vocab_size));
+  std::vector<std::pair<const ScheduledSeq*, size_t>> constrained;  // and where its mask goes
   for (const ScheduledSeq& s : seqs) {
     if (!s.samples) continue;
     batch.rows.push_back(s.sampler);
@@ -103,12 +105,22 @@ SampleBatch sample_batch(std::span<const ScheduledSeq> seqs, int32_t vocab_size)
     }
     batch.mask_rows.push_back(static_cast<int32_t>(batch.masks.size() / words));
     if (s.constraint) {
+      constrained.emplace_back(&s, batch.masks.size());
       batch.masks.resize(batch.masks.size() + words);
-      constraint_mask(*s.constraint, vocab_size, s.end_tokens, std::span(batch.masks).last(words));
     } else {
       batch.masks.insert(batch.masks.end(), s.allowed->begin(), s.allowed->end());
     }
   }
+  // The constrained rows' masks at once: a state the cache has not seen walks the vocabulary's trie
+  // (milliseconds over 100K tokens), and each sequence's state is its own (the shared grammars and
+  // their caches are thread-safe). The pool is idle here: the GPU runs the forward, the CPU
+  // backend's is done.
+  parallel_for(static_cast<int64_t>(constrained.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto& [s, at] = constrained[static_cast<size_t>(i)];
+      constraint_mask(*s->constraint, vocab_size, s->end_tokens, std::span(batch.masks).subspan(at, words));
+    }
+  });
   return batch;
 }
 

@@ -12,6 +12,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/serving/sample_batch.hpp"
+#include "runtime/serving/scheduled_step.hpp"
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/grammar_matcher.hpp"
 #include "runtime/structured/json_schema_grammar.hpp"
@@ -99,6 +100,44 @@ TEST_CASE("token grammar: masks are cached per state and shared by sequences, an
   b->accept(2);  // "}" first
   CHECK(allowed_tokens(*b, n, end_b).empty());
   CHECK(end_b);
+}
+
+TEST_CASE("token grammar: a batch's masks, computed at once, equal each computed alone") {
+  const std::string schema = R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"array","items":{"type":"number"}}}})";
+  const auto g = TokenGrammar::make(Grammar::parse(json_schema_gbnf(nlohmann::ordered_json::parse(schema))), vocab());
+  const int32_t vocab_size = static_cast<int32_t>(kPieces.size()) + 5;
+  // 24 sequences, each a different number of steps into its own answer.
+  std::mt19937 rng(9);
+  std::vector<std::unique_ptr<TokenConstraintState>> states, twins;
+  for (int i = 0; i < 24; ++i) {
+    states.push_back(g->start());
+    twins.push_back(g->start());
+    for (int step = 0; step < i % 9; ++step) {
+      bool can_end = false;
+      const std::vector<int32_t> allowed = allowed_tokens(*states.back(), vocab_size, can_end);
+      if (allowed.empty()) break;
+      const int32_t pick = allowed[rng() % allowed.size()];
+      states.back()->accept(pick);
+      twins.back()->accept(pick);
+    }
+  }
+  std::vector<ScheduledSeq> seqs(states.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].samples = i % 5 != 4;  // some rows do not sample
+    seqs[i].constraint = states[i].get();
+    seqs[i].end_tokens = {0};
+  }
+  const SampleBatch batch = sample_batch(seqs, vocab_size);
+  size_t row = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].samples) continue;
+    std::vector<TokenMaskWord> alone(static_cast<size_t>(token_mask_words(vocab_size)));
+    constraint_mask(*twins[i], vocab_size, seqs[i].end_tokens, alone);
+    const std::span<const TokenMaskWord> got = batch.row_mask(row++, vocab_size);
+    INFO("sequence " << i);
+    CHECK(std::vector<TokenMaskWord>(got.begin(), got.end()) == alone);
+  }
+  CHECK(row == batch.rows.size());
 }
 
 TEST_CASE("token grammar: a grammar that begins in more ways than the matcher follows is refused") {
