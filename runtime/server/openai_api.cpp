@@ -158,10 +158,10 @@ void parse_bad_words(const json& words, const ApiModel& model, SamplingParams& p
 // where the text ends and which tokens come (SamplingParams::validate holds the same rule).
 void refuse_beside_constraint(const Fields& f, const ApiRequest& r) {
   if (!r.params.constraint) return;
-  for (const char* field : {"ignore_eos", "allowed_token_ids", "bad_words"}) {
-    const bool set = std::string(field) == "ignore_eos" ? r.params.ignore_eos
-                     : std::string(field) == "allowed_token_ids" ? !r.params.allowed_token_ids.empty()
-                                                                  : !r.params.bad_words_ids.empty();
+  const std::pair<const char*, bool> fields[] = {{"ignore_eos", r.params.ignore_eos},
+                                                 {"allowed_token_ids", !r.params.allowed_token_ids.empty()},
+                                                 {"bad_words", !r.params.bad_words_ids.empty()}};
+  for (const auto& [field, set] : fields) {
     if (set) {
       bad(field, std::string("'") + field + "' cannot be combined with structured output or a forced tool call: the "
                  "format decides which tokens come and where the text ends");

@@ -16,6 +16,10 @@ namespace kiln {
 // A bitmask over token ids: bit t % 64 of word t / 64 is token t.
 using TokenMaskWord = uint64_t;
 constexpr int32_t token_mask_words(int32_t vocab_size) { return (vocab_size + 63) / 64; }
+// The bits of a mask's last word that are tokens of the vocabulary (the rest must stay clear).
+constexpr TokenMaskWord last_mask_word_bits(int32_t vocab_size) {
+  return vocab_size % 64 == 0 ? ~TokenMaskWord{0} : (TokenMaskWord{1} << (vocab_size % 64)) - 1;
+}
 
 class TokenConstraintState {
  public:

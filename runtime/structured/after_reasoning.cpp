@@ -15,7 +15,7 @@ class AfterReasoningState : public TokenConstraintState {
   void allowed(int32_t vocab_size, std::span<TokenMaskWord> mask, bool& can_end) override {
     if (phase_ == Phase::thinking) {
       std::fill(mask.begin(), mask.end(), ~TokenMaskWord{0});
-      if (vocab_size % 64 != 0 && !mask.empty()) mask.back() = (TokenMaskWord{1} << (vocab_size % 64)) - 1;
+      if (!mask.empty()) mask.back() = last_mask_word_bits(vocab_size);
       can_end = true;
       return;
     }

@@ -79,7 +79,7 @@ class TokenGrammarState : public TokenConstraintState {
     const size_t words = std::min(out.size(), mask->allowed.size());
     std::copy_n(mask->allowed.begin(), words, out.begin());
     std::fill(out.begin() + static_cast<std::ptrdiff_t>(words), out.end(), TokenMaskWord{0});
-    if (vocab_size % 64 != 0 && !out.empty()) out.back() &= (TokenMaskWord{1} << (vocab_size % 64)) - 1;
+    if (!out.empty()) out.back() &= last_mask_word_bits(vocab_size);
     can_end = mask->can_end;
   }
 

@@ -555,7 +555,7 @@ void compare_masks_with_cpu(CudaSampler& sampler) {
     const bool few = r % 3 == 0;
     batch.masks.resize(batch.masks.size() + words, few ? 0 : ~TokenMaskWord{0});
     TokenMaskWord* mask = batch.masks.data() + batch.masks.size() - words;
-    mask[words - 1] &= vocab % 64 == 0 ? ~TokenMaskWord{0} : (TokenMaskWord{1} << (vocab % 64)) - 1;
+    mask[words - 1] &= last_mask_word_bits(vocab);
     const int32_t flips = few ? 1 + r % 5 : 3000 + r;  // a few allowed, or a few thousand banned
     for (int32_t k = 0; k < flips; ++k) {
       const auto t = static_cast<int32_t>(rng() % vocab);

@@ -25,7 +25,7 @@ inline std::vector<int32_t> mask_tokens(std::span<const TokenMaskWord> mask, int
 inline std::vector<int32_t> allowed_tokens(TokenConstraintState& state, int32_t vocab_size, bool& can_end) {
   std::vector<TokenMaskWord> mask(static_cast<size_t>(token_mask_words(vocab_size)), ~TokenMaskWord{0});
   state.allowed(vocab_size, mask, can_end);
-  if (vocab_size % 64 != 0 && (mask.back() >> (vocab_size % 64)) != 0) {
+  if ((mask.back() & ~last_mask_word_bits(vocab_size)) != 0) {
     fail("constraint state: bits set past the vocabulary's ", vocab_size, " tokens");
   }
   return mask_tokens(mask, vocab_size);
