@@ -314,12 +314,15 @@ class Parser {
       return;
     }
     int32_t tail = -1;  // (x tail)? built from the innermost out
+    Grammar::Repetition chain;
     for (int32_t i = lo; i < hi; ++i) {
       Seq body = x;
       if (tail >= 0) body.push_back(Elem{Kind::Ref, tail});
       tail = helper_rule(owner, {body, Seq{}});
+      chain.rules.push_back(tail);
     }
     if (tail >= 0) seq.push_back(Elem{Kind::Ref, tail});
+    if (chain.rules.size() > 1) g_.repetitions.push_back(std::move(chain));
   }
 
   static int hex_value(char c) {

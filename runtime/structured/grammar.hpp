@@ -40,6 +40,13 @@ struct Grammar {
   std::vector<std::vector<int32_t>> alts;  // per rule: the index in elems of each alternative's first element
   std::vector<std::string> names;          // per rule (helper rules: "<rule>#<n>")
   int32_t root = 0;
+  // The optional copies of each bounded repetition x{m,n} (n > m + 1) as the parser built them:
+  // rules[k] ::= x rules[k-1] | (empty), rules[0] ::= x | (empty), so rules[k] allows k + 1 more
+  // copies of x (repeat_counts.hpp lets the states that differ only in that count share masks).
+  struct Repetition {
+    std::vector<int32_t> rules;
+  };
+  std::vector<Repetition> repetitions;
 
   // Throws kiln::Error on a syntax error (with the line), an undefined or missing rule, left
   // recursion, or more than kMaxElems elements after repetitions are expanded.

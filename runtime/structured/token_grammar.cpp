@@ -57,6 +57,19 @@ VocabTrie::VocabTrie(int32_t vocab_size, const std::function<std::string(int32_t
     }
     nodes_[w.node].child_end = static_cast<int32_t>(nodes_.size());
   }
+  // Children come after their parents (breadth first): the longest tokens below, bottom up.
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    Node& n = nodes_[i];
+    if (n.token_end > n.token_begin) n.longest = static_cast<int32_t>(this->bytes(ids_[n.token_begin]).size());
+    for (int32_t c = n.child_begin; c < n.child_end; ++c) n.longest = std::max(n.longest, nodes_[c].longest);
+  }
+  const size_t words = (static_cast<size_t>(vocab_size) + 63) / 64;
+  up_to_.assign(kShortBytes + 1, std::vector<TokenMaskWord>(words, 0));
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    const size_t n = this->bytes(id).size();  // 0: a token that never matches
+    if (n == 0) continue;
+    for (size_t b = n; b <= kShortBytes; ++b) up_to_[b][id / 64] |= TokenMaskWord{1} << (id % 64);
+  }
 }
 
 std::shared_ptr<const VocabTrie> VocabTrie::of(const Tokenizer& tokenizer) {
@@ -97,7 +110,7 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::make(Grammar grammar, std::sha
 }
 
 TokenGrammar::TokenGrammar(Grammar grammar, std::shared_ptr<const VocabTrie> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+    : grammar_(std::move(grammar)), repeats_(grammar_), vocab_(std::move(vocab)) {
   GrammarMatcher matcher(grammar_);
   start_ = matcher.start();
   if (start_.dead()) {
@@ -144,7 +157,7 @@ std::shared_ptr<const TokenGrammar::Mask> TokenGrammar::mask(const GrammarState&
       return it->second.first;
     }
   }
-  auto mask = std::make_shared<const Mask>(walk(state));
+  auto mask = std::make_shared<const Mask>(compute(state));
   std::lock_guard<std::mutex> lock(mutex_);
   if (cache_.count(key)) return mask;  // another thread walked the same state meanwhile
   if (cache_.size() >= kCachedMasks) {  // the least recently used goes
@@ -156,7 +169,38 @@ std::shared_ptr<const TokenGrammar::Mask> TokenGrammar::mask(const GrammarState&
   return mask;
 }
 
-TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state) const {
+size_t TokenGrammar::shared_masks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return shared_;
+}
+
+TokenGrammar::Mask TokenGrammar::compute(const GrammarState& state) const {
+  RepeatCounts::Canonical canon = repeats_.canonical(state, kSharedBytes);
+  // Where the two agree on no more than single bytes, the walk for the rest is the whole walk.
+  if (!canon.changed || canon.agree_bytes < 2) return walk(state, 0);
+  const std::shared_ptr<const Mask> shared = mask(canon.state);  // canonical: walked whole
+  Mask m = walk(state, canon.agree_bytes);
+  if (shared->too_costly || m.too_costly) {
+    m.too_costly = true;
+    m.allowed.assign(m.allowed.size(), 0);
+    m.can_end = true;
+    return m;
+  }
+  const std::vector<TokenMaskWord>& shorter = vocab_->tokens_up_to(static_cast<int>(canon.agree_bytes));
+  bool any = false;
+  for (size_t w = 0; w < m.allowed.size(); ++w) {
+    m.allowed[w] |= shared->allowed[w] & shorter[w];
+    any = any || m.allowed[w] != 0;
+  }
+  m.can_end = state.can_end() || !any;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++shared_;
+  }
+  return m;
+}
+
+TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state, int64_t skip_bytes) const {
   Mask m;
   m.allowed.assign((static_cast<size_t>(vocab_->vocab_size()) + 63) / 64, 0);
   m.can_end = state.can_end();
@@ -173,14 +217,17 @@ TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state) const {
   const auto visit = [&](auto& self, int32_t at, size_t depth) -> void {
     if (sets.size() <= depth + 1) sets.emplace_back();
     for (int32_t c = nodes[at].child_begin; c < nodes[at].child_end; ++c) {
+      if (nodes[c].longest <= skip_bytes) continue;  // every token below is one the caller has
       work += sets[depth].size();
       if (work > kMaxWalkWork) return;
       matcher.step(sets[depth], nodes[c].byte, sets[depth + 1]);
       const GrammarMatcher::NodeSet& next = sets[depth + 1];
       if (next.empty()) continue;
-      const int32_t* ids = vocab_->tokens(nodes[c]);
-      for (int32_t k = 0; k < nodes[c].token_end - nodes[c].token_begin; ++k) {
-        m.allowed[ids[k] / 64] |= uint64_t{1} << (ids[k] % 64);
+      if (static_cast<int64_t>(depth) + 1 > skip_bytes) {  // the tokens spelled by this path
+        const int32_t* ids = vocab_->tokens(nodes[c]);
+        for (int32_t k = 0; k < nodes[c].token_end - nodes[c].token_begin; ++k) {
+          m.allowed[ids[k] / 64] |= uint64_t{1} << (ids[k] % 64);
+        }
       }
       const bool only_end = next.size() == 1 && next[0] == GrammarMatcher::kAccept;
       if (!only_end) self(self, c, depth + 1);

@@ -5,7 +5,8 @@
 // prunes a subtree as soon as no stack survives, so a state in the middle of JSON punctuation
 // visits a handful of nodes and one inside a string most of them. Masks are cached per grammar
 // state (a response revisits the same few states: inside a string, after a comma, ...), shared by
-// every sequence of the grammar.
+// every sequence of the grammar; the states a bounded repetition makes, one per count ("maxLength":
+// 60), take their short tokens from one canonical state's mask (repeat_counts.hpp).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "runtime/serving/token_constraint.hpp"
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/grammar_matcher.hpp"
+#include "runtime/structured/repeat_counts.hpp"
 
 namespace kiln {
 
@@ -37,6 +39,7 @@ class VocabTrie {
   struct Node {
     int32_t child_begin = 0, child_end = 0;  // children: nodes [child_begin, child_end), by byte
     int32_t token_begin = 0, token_end = 0;  // tokens spelled by the path to here: ids_[...]
+    int32_t longest = 0;                     // bytes of the longest token at or below this node
     uint8_t byte = 0;                        // the edge from the parent
   };
   const std::vector<Node>& nodes() const { return nodes_; }  // nodes()[0]: the root
@@ -46,6 +49,9 @@ class VocabTrie {
   std::string_view bytes(int32_t id) const {
     return std::string_view(text_).substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
   }
+  // The tokens of 1 to `bytes` bytes (bytes <= kShortBytes), bit per id.
+  static constexpr int kShortBytes = 32;
+  const std::vector<TokenMaskWord>& tokens_up_to(int bytes) const { return up_to_[bytes]; }
 
  private:
   int32_t vocab_size_;
@@ -53,6 +59,7 @@ class VocabTrie {
   std::vector<int32_t> ids_;
   std::string text_;               // every matching token's bytes, by id
   std::vector<int64_t> offsets_;   // vocab_size + 1
+  std::vector<std::vector<TokenMaskWord>> up_to_;  // [0, kShortBytes]
 };
 
 class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this<TokenGrammar> {
@@ -78,20 +85,29 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
   int32_t vocab_size() const { return vocab_->vocab_size(); }
 
   static constexpr size_t kCachedMasks = 256;
+  // States that differ only in a bounded repetition's count share the mask of their canonical
+  // state for tokens up to this many bytes (repeat_counts.hpp); the longer ones are walked.
+  static constexpr int kSharedBytes = VocabTrie::kShortBytes;
+  // Masks computed so far that took their short tokens from a canonical state's (for tests, benches).
+  size_t shared_masks() const;
   // The most grammar stacks one mask's trie walk steps (a JSON string state over a 128K vocabulary
   // takes about a million): past it a state's mask ends the text instead of stalling the engine.
   static constexpr size_t kMaxWalkWork = size_t{1} << 24;
 
  private:
-  Mask walk(const GrammarState& state) const;
+  // The tokens of more than `skip_bytes` bytes that state allows (all of them at 0).
+  Mask walk(const GrammarState& state, int64_t skip_bytes) const;
+  Mask compute(const GrammarState& state) const;
 
   Grammar grammar_;
+  RepeatCounts repeats_;
   std::shared_ptr<const VocabTrie> vocab_;
   GrammarState start_;
   mutable std::mutex mutex_;
   // Masks by state key, each with its place in recent_ (most recently used first).
   mutable std::list<std::string> recent_;
   mutable std::unordered_map<std::string, std::pair<std::shared_ptr<const Mask>, std::list<std::string>::iterator>> cache_;
+  mutable size_t shared_ = 0;
 };
 
 }  // namespace kiln

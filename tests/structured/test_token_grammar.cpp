@@ -75,6 +75,70 @@ TEST_CASE("token grammar: the trie walk allows exactly the tokens the grammar ta
   CHECK(ended > 0);
 }
 
+namespace {
+
+// Long tokens around the lengths where a bounded repetition's counts start to matter, and the
+// JSON and grammar pieces that close one repetition and open the next.
+std::vector<std::string> bounded_pieces() {
+  std::vector<std::string> p = {"<eos>", "{", "}", "[", "]", ",", ":", " ", "\"", "\",", "\":", "\":\"", "{\"s\":\"",
+                                "\",\"t\":[\"", "\",\"", "\"]", "\"]}", "]}", "\"s\"", "\"t\"", "a\"", "aaaa\",\"", "ab",
+                                "c", "abab", "ababab!", "!", "!x", "x", "y", "xy", "xyxyxy", "\xC3\xA9", "\xC3\xA9\xC3\xA9a"};
+  for (int n : {1, 2, 3, 5, 8, 13, 16, 31, 32, 33, 40, 47}) {
+    p.push_back(std::string(static_cast<size_t>(n), 'a'));
+    p.push_back(std::string(static_cast<size_t>(n), 'a') + "\",\"");
+    p.push_back(std::string(static_cast<size_t>(n / 2), 'c') + "ab");
+    p.push_back("!" + std::string(static_cast<size_t>(n), 'x'));
+  }
+  return p;
+}
+
+// Along random paths, the allowed tokens equal a token-by-token check of the grammar.
+void check_random_paths(const Grammar& grammar, const TokenGrammar& g, const std::vector<std::string>& pieces,
+                        int paths, int steps, uint32_t seed) {
+  const auto n = static_cast<int32_t>(pieces.size());
+  std::mt19937 rng(seed);
+  for (int path = 0; path < paths; ++path) {
+    GrammarMatcher m(grammar);
+    GrammarState state = m.start();
+    auto constraint = g.start();
+    for (int step = 0; step < steps; ++step) {
+      bool can_end = false;
+      const std::vector<int32_t> allowed = allowed_tokens(*constraint, n, can_end);
+      std::vector<int32_t> takes;
+      for (int32_t id = 1; id < n; ++id) {
+        if (!pieces[id].empty() && !m.advance(state, pieces[id]).dead()) takes.push_back(id);
+      }
+      INFO("path " << path << " step " << step);
+      REQUIRE(allowed == takes);
+      CHECK(can_end == (state.can_end() || allowed.empty()));
+      if (allowed.empty() || (can_end && rng() % 4 == 0)) break;
+      const int32_t pick = allowed[rng() % allowed.size()];
+      constraint->accept(pick);
+      state = m.advance(state, pieces[pick]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("token grammar: states that differ in a bounded repetition's count share masks, exactly") {
+  const std::vector<std::string> pieces = bounded_pieces();
+  const auto trie = std::make_shared<const VocabTrie>(
+      static_cast<int32_t>(pieces.size()), [&](int32_t id) { return pieces[id]; }, [](int32_t id) { return id == 0; });
+  const char* schema =
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":45},"t":{"type":"array","items":{"type":"string","minLength":1,"maxLength":6},"maxItems":4}},"required":["s","t"]})";
+  const char* gbnf = R"(root ::= ("ab" | "c"){2,40} "!" ([x-z] "y"?){0,50}
+)";
+  for (const std::string& text : {json_schema_gbnf(nlohmann::ordered_json::parse(schema)), std::string(gbnf)}) {
+    INFO(text);
+    const Grammar grammar = Grammar::parse(text);
+    CHECK_FALSE(grammar.repetitions.empty());
+    const auto g = TokenGrammar::make(grammar, trie);
+    check_random_paths(grammar, *g, pieces, 60, 80, 11);
+    CHECK(g->shared_masks() > 0);  // the paths went through states that shared
+  }
+}
+
 TEST_CASE("token grammar: masks are cached per state and shared by sequences, and a dead state may end") {
   const Grammar grammar = Grammar::parse(R"(root ::= "{" "x"* "}")");
   const auto g = TokenGrammar::make(grammar, vocab());
@@ -191,13 +255,17 @@ TEST_CASE("token grammar: time of a JSON answer's masks over a real vocabulary",
   const auto trie = VocabTrie::of(tokenizer);
   WARN("vocabulary " << tokenizer.vocab_size() << " tokens, trie " << trie->nodes().size() << " nodes, built in "
                      << ms(clock::now() - t0) << " ms");
-  const auto schema = nlohmann::ordered_json::parse(
-      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}},"ok":{"type":"boolean"}},"required":["name","age","tags","ok"]})");
-  const auto g = TokenGrammar::make(Grammar::parse(json_schema_gbnf(schema)), trie);
+  // Unbounded strings, then bounded ones (each character a new state: the expensive case).
+  const char* schemas[] = {
+      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}},"ok":{"type":"boolean"}},"required":["name","age","tags","ok"]})",
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":60},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string","maxLength":12},"maxItems":5},"ok":{"type":"boolean"}},"required":["name","age","tags","ok"]})"};
   const std::vector<int32_t> ids = tokenizer.encode(
       R"({"name": "John Smith the third, of the house of Windsor", "age": 42, "tags": ["alpha", "beta gamma", "delta"], "ok": true})");
   const int32_t vocab_size = static_cast<int32_t>(tokenizer.vocab_size());
   const std::vector<int32_t> ends = {0};
+  for (const char* text : schemas) {
+  const auto g = TokenGrammar::make(Grammar::parse(json_schema_gbnf(nlohmann::ordered_json::parse(text))), trie);
+  WARN("schema " << text);
   for (const char* round : {"first answer (masks computed)", "second answer (masks cached)"}) {
     auto state = g->start();
     double total = 0, worst = 0;
@@ -215,5 +283,6 @@ TEST_CASE("token grammar: time of a JSON answer's masks over a real vocabulary",
     }
     WARN(round << ": " << ids.size() << " tokens, masks " << total << " ms in all, " << total / ids.size()
                << " ms a token, the slowest " << worst << " ms; " << allowed_total / ids.size() << " allowed tokens a step");
+  }
   }
 }
