@@ -3,9 +3,9 @@
 //
 // Pass 1 (grid: sequence × KV head × partition): a block takes one KV head with all the query
 // heads that share it (GQA: K and V are read once for the group) and one partition of kPartition
-// keys. It stores the scores in shared memory, takes their max and exp-sum per head, then sums
-// p · v. A sequence that fits in one partition is finished there; otherwise the block writes its
-// (max, exp-sum, unnormalized output) to scratch.
+// keys (more at long contexts: split_kv_partition_keys). It stores the scores in shared memory,
+// takes their max and exp-sum per head, then sums p · v. A sequence that fits in one partition is
+// finished there; otherwise the block writes its (max, exp-sum, unnormalized output) to scratch.
 // Pass 2 (grid: head × sequence): merges the partitions of sequences longer than one partition
 // (blocks/split_kv.cuh, shared with MLA decode).
 //
@@ -23,8 +23,11 @@ namespace kiln {
 
 namespace detail {
 
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition>
+// kPartition / kMaxPartitions: the build's partition and count (a partition's keys at long
+// contexts grow up to kMaxKeys: split_kv_partition_keys).
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
 struct DecodeShape {
+  static constexpr int kMaxKeys = split_kv_max_partition_keys<kPartition, kMaxPartitions>();
   static constexpr int kGroup = kHeads / kKvHeads;                  // query heads per KV head
   static constexpr int kVec = vec_width(kHeadDim, 2);               // bf16 per load (8: 16 bytes)
   static constexpr int kChunks = kHeadDim / kVec;                   // loads per K or V vector
@@ -35,10 +38,10 @@ struct DecodeShape {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeysPerPass = kWarps * kKeysPerWarp;
   static constexpr int kUnroll = 4;                                 // K/V vectors in flight per lane
-  static constexpr int kMaxPages = ceil_div(kPartition, kPageSize) + 1;  // a partition may straddle pages
-  // Shared memory: scores [kGroup][kPartition], later reused for the per-warp partial outputs
+  static constexpr int kMaxPages = ceil_div(kMaxKeys, kPageSize) + 1;  // a partition may straddle pages
+  // Shared memory: scores [kGroup][kMaxKeys], later reused for the per-warp partial outputs
   // [kWarps][kGroup][kHeadDim]; then max and exp-sum per head; then the partition's page ids.
-  static constexpr int kUnionFloats = max_int(kGroup * kPartition, kWarps * kGroup * kHeadDim);
+  static constexpr int kUnionFloats = max_int(kGroup * kMaxKeys, kWarps * kGroup * kHeadDim);
   static constexpr int kSmemBytes = (kUnionFloats + 2 * kGroup) * 4 + kMaxPages * 4;
 };
 
@@ -61,16 +64,17 @@ struct DecodeShape {
 // sums in the same order: the bits are those of kRing = 0.
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions, int kRing = 0>
 struct DecodePartition {
-  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>;
   using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
   static constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
+  static constexpr int K = Shape::kMaxKeys;  // the scores' row stride
   static constexpr int U = Shape::kUnroll;
   using Bits = typename BitsOf<V>::type;
   static_assert(kRing == 0 || sizeof(Bits) == 16, "DecodePartition: the ring copies 16-byte vectors");
   // Shared memory of the ring: [kRing][U][CPL][thread] vectors (a warp's lanes side by side).
   static constexpr int kRingBytes = kRing * U * CPL * Shape::kThreads * static_cast<int>(sizeof(Bits));
 
-  int ctx = 0, start = 0, n = 0, first_page = 0, fresh = -1;
+  int ctx = 0, keys = 0, start = 0, n = 0, first_page = 0, fresh = -1;  // keys: the partitions' size
   // The warp's first keys and values (keys first + u·kKeysPerPass + this lane's slot): at a short
   // context (one pass: 64 keys at head dim 128) the whole partition, so the values cost no round
   // trip to memory after the softmax.
@@ -103,6 +107,10 @@ struct DecodePartition {
       if (key < n && key != skip) load_vector(cache, page_ids, kv_head, key, kv, sub, regs[u]);
     }
   }
+
+  // The scores' lane sums split the heads between lanes where the group is a power of two that
+  // the key's lanes can share out.
+  static constexpr bool kSplitHeads = G > 1 && (G & (G - 1)) == 0 && G <= Shape::kLanesPerKey;
 
   // Keys a block's pass covers: kUnroll vectors a lane.
   static constexpr int kPassKeys = Shape::kKeysPerPass * U;
@@ -179,9 +187,10 @@ struct DecodePartition {
                                         int max_pages_per_seq, int seq, int kv_head, int part, bool writes_new,
                                         float* smem, int tid, Sync&& sync) {
     ctx = min(context_len[seq], kMaxPartitions * kPartition);
-    start = part * kPartition;
+    keys = split_kv_partition_keys<kPartition, kMaxPartitions, 0>(ctx);
+    start = part * keys;
     if (part > 0 && start >= ctx) return false;
-    n = max(0, min(kPartition, ctx - start));
+    n = max(0, min(keys, ctx - start));
     fresh = writes_new && n > 0 ? n - 1 : -1;
     first_page = start / kPageSize;
     const int num_pages = n > 0 ? (start + n - 1) / kPageSize - first_page + 1 : 0;
@@ -201,8 +210,8 @@ struct DecodePartition {
   __device__ __forceinline__ void finish(const bf16* q_group, const bf16* cache, bf16* out, float scale_log2,
                                          float* scratch, int seq, int kv_head, int part, float* smem, int tid,
                                          Sync&& sync, Bits* ring = nullptr) {
-    const bool single = ctx <= kPartition;
-    float* scores = smem;                          // [G][kPartition]
+    const bool single = ctx <= keys;
+    float* scores = smem;                          // [G][K]
     float* partial = smem;                         // [kWarps][G][D], after the scores are used
     float* head_max = smem + Shape::kUnionFloats;  // [G]
     float* head_sum = head_max + G;                // [G]
@@ -266,31 +275,55 @@ struct DecodePartition {
             }
           }
         }
+        if constexpr (kSplitHeads) {
+          // Each halving step of the key's lanes also halves the heads a lane keeps (it sends the
+          // other half to its partner): G - 1 + log2(lanes / G) shuffles where G · log2(lanes) were.
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
+          for (int offset = Shape::kLanesPerKey / 2, heads = G; heads > 1; offset /= 2, heads /= 2) {
+            const bool upper = (sub & offset) != 0;
 #pragma unroll
-          for (int offset = Shape::kLanesPerKey / 2; offset > 0; offset /= 2) {
-            dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], offset);
+            for (int h = 0; h < heads / 2; ++h) {
+              const float keep = upper ? dot[h + heads / 2] : dot[h], send = upper ? dot[h] : dot[h + heads / 2];
+              dot[h] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+            }
           }
-        }
-        if (sub == 0 && key < n) {
 #pragma unroll
-          for (int g = 0; g < G; ++g) scores[g * kPartition + key] = dot[g];
+          for (int offset = Shape::kLanesPerKey / (2 * G); offset > 0; offset /= 2) {
+            dot[0] += __shfl_xor_sync(0xffffffffu, dot[0], offset);
+          }
+          // Lane sub holds head (sub / (lanes / G)) read bit by bit from the top: the halves it kept.
+          constexpr int kSpan = Shape::kLanesPerKey / G;
+          if (sub % kSpan == 0 && key < n) scores[(sub / kSpan) * K + key] = dot[0];
+        } else {
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+#pragma unroll
+            for (int offset = Shape::kLanesPerKey / 2; offset > 0; offset /= 2) {
+              dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], offset);
+            }
+          }
+          if (sub == 0 && key < n) {
+#pragma unroll
+            for (int g = 0; g < G; ++g) scores[g * K + key] = dot[g];
+          }
         }
       }
       pass_done(cache, page_ids, kv_head, first, pass, passes, 0, lane, tid, ring);
     }
+    // The values' first ring passes go out now, so that their loads overlap the softmax: this lane
+    // is done with its ring slots (each lane reads only its own).
+    ring_start(cache, page_ids, kv_head, first, passes, 1, lane, tid, ring);
     sync();
 
     // ---- softmax numerators per head: p = exp2(s - max), with the max and the sum kept ----
     for (int g = warp; g < G; g += Shape::kWarps) {
       float m = neg_inf();
-      for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * kPartition + i]);
+      for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g * K + i]);
       m = warp_max(m);
       float l = 0.0f;
       for (int i = lane; i < n; i += 32) {
-        const float p = exp2f(scores[g * kPartition + i] - m);
-        scores[g * kPartition + i] = p;
+        const float p = exp2f(scores[g * K + i] - m);
+        scores[g * K + i] = p;
         l += p;
       }
       l = warp_sum(l);
@@ -309,7 +342,6 @@ struct DecodePartition {
       for (int c = 0; c < CPL; ++c)
 #pragma unroll
         for (int e = 0; e < V; ++e) acc[g][c][e] = 0.0f;
-    ring_start(cache, page_ids, kv_head, first, passes, 1, lane, tid, ring);
     for (int pass = 0; pass < passes; ++pass) {
       const int base = first + pass * kPassKeys;
       Bits regs[U][CPL];
@@ -325,7 +357,7 @@ struct DecodePartition {
               unpack_bf16<V>(regs[u][c], v);
 #pragma unroll
               for (int g = 0; g < G; ++g) {
-                const float p = scores[g * kPartition + key];
+                const float p = scores[g * K + key];
 #pragma unroll
                 for (int e = 0; e < V; ++e) acc[g][c][e] += p * v[e];
               }
@@ -394,7 +426,7 @@ __device__ __forceinline__ void attention_decode_partition(const bf16* q_group, 
 }
 
 template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kRow, int kPartition, int kMaxPartitions>
-__global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>::kThreads)
+__global__ void __launch_bounds__(DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>::kThreads)
     attention_decode_partition_kernel(const bf16* __restrict__ q_rows, const bf16* __restrict__ cache,
                                       bf16* __restrict__ out, const int* __restrict__ context_len,
                                       const int* __restrict__ block_tables, int max_pages_per_seq, float scale_log2,
@@ -432,7 +464,7 @@ void attention_decode(const bf16* q_rows, const bf16* cache, bf16* out, const in
   static_assert(kHeadDim > 0 && kPageSize > 0 && kPartition > 0 && kMaxPartitions > 0,
                 "attention_decode: sizes must be positive");
   static_assert(kHeads * kHeadDim <= kRow, "attention_decode: q heads must fit in a row");
-  using Shape = detail::DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  using Shape = detail::DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>;
   if (num_seqs <= 0) return;
   constexpr auto partition_kernel =
       detail::attention_decode_partition_kernel<kHeads, kKvHeads, kHeadDim, kPageSize, kRow, kPartition,

@@ -80,7 +80,7 @@ struct StepPlan {
   static constexpr int kWK = GemvShape<L.n, L.k, L.sms, 1>::kWarpsK;
 
   // Attention: two (partition, sequence, KV head) tasks per block, each on half the warps.
-  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, S.attn.page_size, S.attn.partition>;
+  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, S.attn.page_size, S.attn.partition, S.attn.max_partitions>;
   using Prep = HeadNormShape<kHeadDim, S.prep.row>;
   static constexpr int kAttnThreads = Attn::kThreads;
   static_assert(2 * kAttnThreads == kThreads, "decode_step: two attention tasks per block");

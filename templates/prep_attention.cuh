@@ -40,7 +40,7 @@ namespace detail {
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, int kPartition, int kMaxPartitions>
 struct PrepAttentionShape {
   static constexpr int kGroup = kHeads / kKvHeads;
-  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition>;
+  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>;
   using Prep = HeadNormShape<kHeadDim, kRow>;
   static constexpr int kThreads = Attn::kThreads;
   static constexpr int kPrepGroups = kThreads / Prep::kLanes;  // head vectors prepared at once
@@ -152,16 +152,24 @@ constexpr long long prep_attention_scratch_floats(int max_batch) {
   return split_kv_scratch_floats(static_cast<long long>(max_batch) * S.heads, S.max_partitions, S.head_dim);
 }
 
+// The most partitions a sequence's context is cut into (split_kv_partition_keys: past
+// kSplitKvSpread, the partitions grow instead).
+template <shape::prep_attention S>
+constexpr int prep_attention_most_parts() {
+  return S.max_partitions < detail::kSplitKvSpread ? S.max_partitions : detail::kSplitKvSpread;
+}
+
 // Partition slots prep_attention launches per (sequence, KV head) for num_seqs sequences on a GPU
 // that holds `resident` of its blocks at once: as many as fit beside the others (all, when they
-// do; at least 1, at most max_partitions; all when resident is unknown, 0). A function of the batch
-// size alone, so a CUDA graph captured for a bucket stays right for any context lengths.
+// do; at least 1, at most prep_attention_most_parts; all when resident is unknown, 0). A function
+// of the batch size alone, so a CUDA graph captured for a bucket stays right for any context lengths.
 template <shape::prep_attention S>
 constexpr int prep_attention_launched_parts(int num_seqs, int resident) {
-  if (resident <= 0) return S.max_partitions;
+  if (resident <= 0) return prep_attention_most_parts<S>();
   const long long pairs = static_cast<long long>(num_seqs) * S.kv_heads;
   const long long fit = resident / pairs;
-  return fit < 1 ? 1 : fit > S.max_partitions ? S.max_partitions : static_cast<int>(fit);
+  const int most = prep_attention_most_parts<S>();
+  return fit < 1 ? 1 : fit > most ? most : static_cast<int>(fit);
 }
 
 // Blocks an SM prep_attention's kernel is built for, for num_seqs sequences on a GPU that holds
@@ -176,7 +184,7 @@ constexpr int prep_attention_launched_parts(int num_seqs, int resident) {
 template <shape::prep_attention S>
 constexpr int prep_attention_blocks_per_sm(int num_seqs, int resident_one) {
   if (resident_one <= 0) return 1;
-  return static_cast<long long>(num_seqs) * S.kv_heads * S.max_partitions <= resident_one ? 1 : 2;
+  return static_cast<long long>(num_seqs) * S.kv_heads * prep_attention_most_parts<S>() <= resident_one ? 1 : 2;
 }
 
 namespace detail {

@@ -58,14 +58,33 @@ __device__ __forceinline__ void split_kv_merge_row(const float* scratch, long lo
   }
 }
 
-// Keys per partition of a sequence of context_len keys. kTile == 0: kPartition keys. kTile > 0:
-// the context's tiles of kTile keys dealt evenly over at most kMaxPartitions partitions, so that a
-// short context spans several blocks too (MLA decode, where one block serves every head of a
-// sequence). Either way it depends on the context alone: a sequence's bits do not depend on its batch.
+// kTile == 0 (the GQA decode): past kSplitKvSpread partitions of kPartition keys, the partitions
+// grow instead (multiples of kSplitKvGrain keys) and stay kSplitKvSpread. 32 partitions over Llama's
+// and Qwen3's 8 KV heads are 256 blocks, about what an H100 / H200 runs at once (two an SM, 264):
+// more, and a block takes a second partition after its first, a second chain of page-table and
+// first-key loads; Llama-3.1-8B at 32,000 tokens of context took 75.5 µs a layer in 63 partitions
+// of 512 keys, 63.4 in 32 of 1,024 (H100, bench/RESULTS.md, 2026-12-05 forty-fourth session).
+inline constexpr int kSplitKvSpread = 32;
+inline constexpr int kSplitKvGrain = 64;
+
+// The most keys a partition of the GQA decode takes (kTile == 0): what its scores' shared memory holds.
+template <int kPartition, int kMaxPartitions>
+__host__ __device__ constexpr int split_kv_max_partition_keys() {
+  const int grown = kSplitKvGrain * ceil_div(ceil_div(kPartition * kMaxPartitions, kSplitKvGrain), kSplitKvSpread);
+  return kPartition > grown ? kPartition : grown;
+}
+
+// Keys per partition of a sequence of context_len keys. kTile == 0: kPartition keys, or more at
+// contexts past kSplitKvSpread of them (above). kTile > 0: the context's tiles of kTile keys dealt
+// evenly over at most kMaxPartitions partitions, so that a short context spans several blocks too
+// (MLA decode, where one block serves every head of a sequence). Either way it depends on the
+// context alone: a sequence's bits do not depend on its batch.
 template <int kPartition, int kMaxPartitions, int kTile>
 __device__ __forceinline__ int split_kv_partition_keys(int context_len) {
   if constexpr (kTile == 0) {
-    return kPartition;
+    const int ctx = min(context_len, kPartition * kMaxPartitions);
+    if (ctx <= kPartition * kSplitKvSpread) return kPartition;
+    return kSplitKvGrain * ceil_div(ceil_div(ctx, kSplitKvGrain), kSplitKvSpread);
   } else {
     const int tiles = ceil_div(min(context_len, kPartition * kMaxPartitions), kTile);
     return kTile * max(1, ceil_div(tiles, kMaxPartitions));

@@ -431,6 +431,7 @@ void bench_prep_attentions() {
     }
   }
   // The 8B built for 32k tokens (65 partitions): one sequence at 32,000, and 256 short ones.
+  // (At 32,000 tokens its partitions grow to 1,024 keys: split_kv_partition_keys.)
   bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
   bench_prep_attention<32, 8, 128, 16, 512, 16>(256, 160);
 }

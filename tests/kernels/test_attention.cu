@@ -184,6 +184,8 @@ TEST_CASE("attention, decode: split-KV partitions and their merge", "[attention]
   check_decode<kOdd48>(contexts);
   check_decode<kOdd40>(contexts);
   check_decode<llama1b::kAttention>({1, 513, 4000, 8192});  // as generated: partitions of 512 up to 8192 keys
+  // Past 32 partitions of 64 keys, fewer bigger ones (split_kv_partition_keys).
+  check_decode<with_partitions(llama1b::kAttention, 64, 200)>({2048, 2049, 6001, 12800});
   check_decode<tiny_qwen3::kAttention>({1, 100, 512});
   std::vector<int> batch(64);
   for (int i = 0; i < 64; ++i) batch[i] = 1 + (i * 997) % 3000;

@@ -123,6 +123,11 @@ static_assert(prep_attention_blocks_per_sm<kSlotsShape>(1, 132) == 1);
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(2, 132) == 2);
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 132) == 2);
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 0) == 1);
+// A long context's partitions grow past 32 of them: the slots stop there.
+constexpr shape::prep_attention kLongShape = with_partitions(llama1b::kPrepAttention, 512, 65);
+static_assert(prep_attention_launched_parts<kLongShape>(1, 264) == detail::kSplitKvSpread);
+static_assert(detail::split_kv_max_partition_keys<512, 65>() == 1088);  // 33,280 keys at most: 1,088 a partition
+static_assert(detail::split_kv_max_partition_keys<512, 16>() == 512);
 
 TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for bit", "[attention]") {
   const std::vector<int> contexts = {1, 7, 200, 1500};
@@ -131,6 +136,9 @@ TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for b
   check_prep_attention<with_partitions(smollm2::kPrepAttention, 64, 32)>(contexts);
   check_prep_attention<with_partitions(tiny_qwen3::kPrepAttention, 16, 40)>({1, 16, 17, 100, 640});
   check_prep_attention<llama1b::kPrepAttention>({1, 513, 4000, 8192});
+  // Past 32 partitions of 64 keys they grow (split_kv_partition_keys): 2,049 keys in 17 of 128,
+  // 12,800 in 32 of 448.
+  check_prep_attention<with_partitions(llama1b::kPrepAttention, 64, 200)>({1, 2048, 2049, 6001, 12800});
   std::vector<int> batch(64);
   for (int i = 0; i < 64; ++i) batch[i] = 1 + (i * 997) % 3000;
   check_prep_attention<qwen06::kPrepAttention>(batch);
