@@ -82,7 +82,7 @@ namespace {
 std::vector<std::string> bounded_pieces() {
   std::vector<std::string> p = {"<eos>", "{", "}", "[", "]", ",", ":", " ", "\"", "\",", "\":", "\":\"", "{\"s\":\"",
                                 "\",\"t\":[\"", "\",\"", "\"]", "\"]}", "]}", "\"s\"", "\"t\"", "a\"", "aaaa\",\"", "ab",
-                                "c", "abab", "ababab!", "!", "!x", "x", "y", "xy", "xyxyxy", "\xC3\xA9", "\xC3\xA9\xC3\xA9a"};
+                                "c", "abab", "ababab!", "!", "!x", "x", "y", "xy", "xyxyxy", "\xC3\xA9", "\xC3\xA9\xC3\xA9" "a"};
   for (int n : {1, 2, 3, 5, 8, 13, 16, 31, 32, 33, 40, 47}) {
     p.push_back(std::string(static_cast<size_t>(n), 'a'));
     p.push_back(std::string(static_cast<size_t>(n), 'a') + "\",\"");
