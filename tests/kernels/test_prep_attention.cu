@@ -137,7 +137,7 @@ TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for b
   check_prep_attention<with_partitions(tiny_qwen3::kPrepAttention, 16, 40)>({1, 16, 17, 100, 640});
   check_prep_attention<llama1b::kPrepAttention>({1, 513, 4000, 8192});
   // Past 32 partitions of 64 keys they grow (split_kv_partition_keys): 2,049 keys in 17 of 128,
-  // 12,800 in 32 of 448.
+  // 12,800 in 29 of 448.
   check_prep_attention<with_partitions(llama1b::kPrepAttention, 64, 200)>({1, 2048, 2049, 6001, 12800});
   std::vector<int> batch(64);
   for (int i = 0; i < 64; ++i) batch[i] = 1 + (i * 997) % 3000;
