@@ -491,7 +491,8 @@ __global__ void __launch_bounds__(StepPlan<Step>::kThreads, 1)
       GroupBarrier half_sync{1 + half, Plan::kAttnThreads};
       // A round gives each half a task (partition-major: the real ones come first); a half passes
       // kAttnRoundBarriers barrier phases per round, with a task or not (GroupBarrier says why).
-      const int tasks = kMaxPartitions * T * kKvHeads;
+      // (Only a context's real partitions: past kSplitKvSpread they grow instead of adding rounds.)
+      const int tasks = split_kv_most_parts<kMaxPartitions>() * T * kKvHeads;
       // (pad_to is in the loop's increment, so it follows a `continue` too.)
       for (int first = blockIdx.x; first < tasks;
            first += 2 * gridDim.x, half_sync.pad_to(Plan::kAttnRoundBarriers)) {

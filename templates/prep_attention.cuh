@@ -156,7 +156,7 @@ constexpr long long prep_attention_scratch_floats(int max_batch) {
 // kSplitKvSpread, the partitions grow instead).
 template <shape::prep_attention S>
 constexpr int prep_attention_most_parts() {
-  return S.max_partitions < detail::kSplitKvSpread ? S.max_partitions : detail::kSplitKvSpread;
+  return detail::split_kv_most_parts<S.max_partitions>();
 }
 
 // Partition slots prep_attention launches per (sequence, KV head) for num_seqs sequences on a GPU

@@ -67,11 +67,23 @@ __device__ __forceinline__ void split_kv_merge_row(const float* scratch, long lo
 inline constexpr int kSplitKvSpread = 32;
 inline constexpr int kSplitKvGrain = 64;
 
+// Keys a partition of the GQA decode takes over a context of ctx keys (at most the build's).
+template <int kPartition>
+__host__ __device__ constexpr int split_kv_grown_keys(int ctx) {
+  if (ctx <= kPartition * kSplitKvSpread) return kPartition;
+  return kSplitKvGrain * ceil_div(ceil_div(ctx, kSplitKvGrain), kSplitKvSpread);
+}
+
 // The most keys a partition of the GQA decode takes (kTile == 0): what its scores' shared memory holds.
 template <int kPartition, int kMaxPartitions>
 __host__ __device__ constexpr int split_kv_max_partition_keys() {
-  const int grown = kSplitKvGrain * ceil_div(ceil_div(kPartition * kMaxPartitions, kSplitKvGrain), kSplitKvSpread);
-  return kPartition > grown ? kPartition : grown;
+  return split_kv_grown_keys<kPartition>(kPartition * kMaxPartitions);
+}
+
+// The most partitions the GQA decode cuts a context into: the tasks and slots its kernels launch.
+template <int kMaxPartitions>
+__host__ __device__ constexpr int split_kv_most_parts() {
+  return kMaxPartitions < kSplitKvSpread ? kMaxPartitions : kSplitKvSpread;
 }
 
 // Keys per partition of a sequence of context_len keys. kTile == 0: kPartition keys, or more at
@@ -82,9 +94,7 @@ __host__ __device__ constexpr int split_kv_max_partition_keys() {
 template <int kPartition, int kMaxPartitions, int kTile>
 __device__ __forceinline__ int split_kv_partition_keys(int context_len) {
   if constexpr (kTile == 0) {
-    const int ctx = min(context_len, kPartition * kMaxPartitions);
-    if (ctx <= kPartition * kSplitKvSpread) return kPartition;
-    return kSplitKvGrain * ceil_div(ceil_div(ctx, kSplitKvGrain), kSplitKvSpread);
+    return split_kv_grown_keys<kPartition>(min(context_len, kPartition * kMaxPartitions));
   } else {
     const int tiles = ceil_div(min(context_len, kPartition * kMaxPartitions), kTile);
     return kTile * max(1, ceil_div(tiles, kMaxPartitions));
