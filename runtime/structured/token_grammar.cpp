@@ -169,6 +169,15 @@ std::shared_ptr<const TokenGrammar::Mask> TokenGrammar::mask(const GrammarState&
   return mask;
 }
 
+// A walk that stopped at kMaxWalkWork: nothing allowed, and the text ends here rather than stall
+// every request of the engine.
+TokenGrammar::Mask TokenGrammar::too_costly(Mask m) {
+  m.too_costly = true;
+  m.allowed.assign(m.allowed.size(), 0);
+  m.can_end = true;
+  return m;
+}
+
 size_t TokenGrammar::shared_masks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return shared_;
@@ -180,12 +189,7 @@ TokenGrammar::Mask TokenGrammar::compute(const GrammarState& state) const {
   if (!canon.changed || canon.agree_bytes < 2) return walk(state, 0);
   const std::shared_ptr<const Mask> shared = mask(canon.state);  // canonical: walked whole
   Mask m = walk(state, canon.agree_bytes);
-  if (shared->too_costly || m.too_costly) {
-    m.too_costly = true;
-    m.allowed.assign(m.allowed.size(), 0);
-    m.can_end = true;
-    return m;
-  }
+  if (shared->too_costly || m.too_costly) return too_costly(std::move(m));
   const std::vector<TokenMaskWord>& shorter = vocab_->tokens_up_to(static_cast<int>(canon.agree_bytes));
   bool any = false;
   for (size_t w = 0; w < m.allowed.size(); ++w) {
@@ -234,12 +238,7 @@ TokenGrammar::Mask TokenGrammar::walk(const GrammarState& state, int64_t skip_by
     }
   };
   visit(visit, 0, 0);
-  if (work > kMaxWalkWork) {
-    m.too_costly = true;
-    m.allowed.assign(m.allowed.size(), 0);
-    m.can_end = true;  // end the text here rather than stall every request of the engine
-    return m;
-  }
+  if (work > kMaxWalkWork) return too_costly(std::move(m));
   bool any = false;
   for (uint64_t w : m.allowed) any = any || w != 0;
   if (!any) m.can_end = true;  // the grammar wants bytes no token spells: end rather than ban all

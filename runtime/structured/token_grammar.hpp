@@ -98,6 +98,7 @@ class TokenGrammar : public TokenConstraint, public std::enable_shared_from_this
   // The tokens of more than `skip_bytes` bytes that state allows (all of them at 0).
   Mask walk(const GrammarState& state, int64_t skip_bytes) const;
   Mask compute(const GrammarState& state) const;
+  static Mask too_costly(Mask m);
 
   Grammar grammar_;
   RepeatCounts repeats_;
