@@ -434,6 +434,8 @@ void bench_prep_attentions() {
   // (At 32,000 tokens its partitions grow to 1,024 keys: split_kv_partition_keys.)
   bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
   bench_prep_attention<32, 8, 128, 16, 512, 16>(256, 160);
+  bench_prep_attention<32, 8, 64, 16, 512, 16>(256, 160);   // Llama-3.2-1B's heads
+  bench_prep_attention<16, 8, 128, 16, 512, 16>(256, 160);  // Qwen3-0.6B's
 }
 
 // Prefill attention of one causal prompt: the kernel attention_prefill chooses, and, beside it, the

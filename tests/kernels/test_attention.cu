@@ -32,6 +32,9 @@ constexpr shape::attention kNoGqa{.heads = 6, .kv_heads = 6, .head_dim = 64, .pa
 // and 5 query heads a KV head (a block's 128 rows split tokens across its warpgroups).
 constexpr shape::attention kNoGqa128{.heads = 4, .kv_heads = 4, .head_dim = 128, .page_size = 16, .row = 1536,
                                      .scale = 0.08838835f, .partition = 512, .max_partitions = 16};
+// Llama-3.1-8B's heads (4 query heads a KV head at head dim 128).
+constexpr shape::attention kLlama8b{.heads = 32, .kv_heads = 8, .head_dim = 128, .page_size = 16, .row = 6144,
+                                    .scale = 0.08838835f, .partition = 512, .max_partitions = 16};
 constexpr shape::attention kPage5x128{.heads = 10, .kv_heads = 2, .head_dim = 128, .page_size = 5, .row = 1792,
                                       .scale = 0.08838835f, .partition = 512, .max_partitions = 16};
 
@@ -187,6 +190,10 @@ TEST_CASE("attention, decode: split-KV partitions and their merge", "[attention]
   // Past 32 partitions of 64 keys, fewer bigger ones (split_kv_partition_keys).
   check_decode<with_partitions(llama1b::kAttention, 64, 200)>({2048, 2049, 6001, 12800});
   check_decode<tiny_qwen3::kAttention>({1, 100, 512});
+  check_decode<kLlama8b>({1, 9, 160, 513, 8000});
+  check_decode<with_partitions(kLlama8b, 64, 32)>({1, 63, 64, 65, 200, 1500});
+  check_decode<kNoGqa128>({1, 7, 200, 1500});
+  check_decode<kPage5x128>({1, 7, 200, 1500});
   std::vector<int> batch(64);
   for (int i = 0; i < 64; ++i) batch[i] = 1 + (i * 997) % 3000;
   check_decode<llama1b::kAttention>(batch);

@@ -129,6 +129,15 @@ static_assert(prep_attention_launched_parts<kLongShape>(1, 264) == detail::kSpli
 static_assert(detail::split_kv_max_partition_keys<512, 65>() == 1088);  // 33,280 keys at most: 1,088 a partition
 static_assert(detail::split_kv_max_partition_keys<512, 16>() == 512);
 
+// Llama-3.1-8B's heads (4 query heads a KV head at head dim 128), with its ring of passes.
+constexpr shape::prep_attention kLlama8bPrep = [] {
+  shape::prep_attention s = llama1b::kPrepAttention;
+  s.head_dim = 128;
+  s.row = 6144;
+  s.scale = 0.08838835f;
+  return s;
+}();
+
 TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for bit", "[attention]") {
   const std::vector<int> contexts = {1, 7, 200, 1500};
   check_prep_attention<with_partitions(llama1b::kPrepAttention, 64, 32)>(contexts);
@@ -136,6 +145,7 @@ TEST_CASE("prep_attention equals attention_prep then attention_decode, bit for b
   check_prep_attention<with_partitions(smollm2::kPrepAttention, 64, 32)>(contexts);
   check_prep_attention<with_partitions(tiny_qwen3::kPrepAttention, 16, 40)>({1, 16, 17, 100, 640});
   check_prep_attention<llama1b::kPrepAttention>({1, 513, 4000, 8192});
+  check_prep_attention<kLlama8bPrep>({1, 64, 65, 160, 8000});
   // Past 32 partitions of 64 keys they grow (split_kv_partition_keys): 2,049 keys in 17 of 128,
   // 12,800 in 29 of 448.
   check_prep_attention<with_partitions(llama1b::kPrepAttention, 64, 200)>({1, 2048, 2049, 6001, 12800});
