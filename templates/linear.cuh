@@ -62,8 +62,19 @@ struct GemvShape {
   static constexpr int kWarps = kWarpsN * kBlockWarpsK;
   static constexpr int kThreads = kWarps * 32;
   // Column steps per load group (a warp keeps one group in flight while it multiplies the previous
-  // one): more bytes in flight, bounded by registers.
-  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : max_int(1, 4 / kTokenTiles);
+  // one): more bytes in flight, bounded by registers. At one token tile, 4 steps take ~117
+  // registers a thread and 2 take ~62 (ptxas 13.0, sm_90a): an SM holds 16 warps of the one, 32 of
+  // the other. Where a warp's split is at most 4 steps, 2-step groups issue its loads about as
+  // early, so when the blocks outnumber what 4 steps let the SMs hold at once but not what 2 do, 2
+  // run them in one wave instead of two: Qwen3-0.6B's gate_up (384 blocks of 8 warps, 4 steps a
+  // warp) 9.70 -> 8.70 µs at one token, the model's step 1.9% shorter at batch 8 (H100). Longer
+  // splits keep 4, whose deeper first group is what the kernel requests before its PDL wait:
+  // Llama-3.1-8B's qkv and gate_up at 2 made its step 1.2% longer (bench/RESULTS.md, 2026-12-06).
+  static constexpr int kStepsPerWarp = ceil_div(kSteps, kWarpsK);
+  static constexpr int kRowBlocksPerSm4 = max_int(1, 16 / kWarps), kRowBlocksPerSm2 = max_int(1, 32 / kWarps);
+  static constexpr bool kOneWaveAtTwo = kTokenTiles == 1 && !kWide && kStepsPerWarp <= 4 &&
+                                        kRowBlocks > kRowBlocksPerSm4 * kSMs && kRowBlocks <= kRowBlocksPerSm2 * kSMs;
+  static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : kOneWaveAtTwo ? 2 : max_int(1, 4 / kTokenTiles);
   static_assert(kThreads <= 1024, "gemv: at most 1024 threads per block");
   static_assert(!kWide || (kWarpsNSet == 0 && kWarpsKSet == 0), "gemv: the wide plan takes no overrides");
 };

@@ -112,6 +112,48 @@ void bench_gemv_batched_variant(const GemvData<kN, kK>& data, int tokens) {
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us, data.bytes(tokens));
 }
 
+// The narrow plan's input with every token's row read as token 0's (wrong sums: a timing probe,
+// --small-batch): what the GEMV costs at 8 tokens when its input loads are those of one token.
+template <int kK, int kVec>
+struct BroadcastInput : detail::Bf16Input<kK, kVec> {
+  using Row = typename detail::Bf16Input<kK, kVec>::Row;
+  template <int kTiles, int kThreads>
+  __device__ __forceinline__ void rows(int, int, Row (&rows)[kTiles]) const {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) rows[j] = this->in;
+  }
+};
+
+// Batch 8 against batch 1 on one shape (--small-batch), three rounds: the default, unrolls 2 and 4
+// and twice the row tiles a block (the same sums), each at 1 and 8 tokens, and the input loads of
+// one token at 8 (BroadcastInput).
+template <int kN, int kK>
+void bench_gemv_small_batch() {
+  GemvData<kN, kK> data;
+  const std::string shape = std::to_string(kK) + " -> " + std::to_string(kN);
+  using Shape = detail::GemvShape<kN, kK, kSms, 1>;
+  for (int round = 0; round < 3; ++round) {
+    for (int tokens : {1, 8}) {
+      const double us = median_us([&](int i) {
+        kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
+            as_bf16(data.in), data.weight(i), data.out.get(), tokens, data.scratch.get(), nullptr);
+      });
+      print_gemv_row(shape, "default (unroll " + std::to_string(Shape::kUnroll) + ")", tokens, us, data.bytes(tokens));
+      bench_gemv_variant<kN, kK, 1, Shape::kWarpsN, Shape::kWarpsK, 2>(data, tokens);
+      bench_gemv_variant<kN, kK, 1, Shape::kWarpsN, Shape::kWarpsK, 4>(data, tokens);
+      // Twice the row tiles a block (the same sums): its warps on one column step share the inputs in L1.
+      if constexpr (Shape::kWarpsN * Shape::kWarpsK * 2 <= 32) {
+        bench_gemv_variant<kN, kK, 1, Shape::kWarpsN * 2, Shape::kWarpsK, 2>(data, tokens);
+      }
+    }
+    const double us = median_us([&](int i) {
+      detail::launch_gemv_input<kN, kK, LinearOut::store_f32, Shape>(BroadcastInput<kK, Shape::kVec>{{as_bf16(data.in)}},
+                                                                     data.weight(i), data.out.get(), nullptr, 8, nullptr);
+    });
+    print_gemv_row(shape, "token 0's loads (probe)", 8, us, data.bytes(8));
+  }
+}
+
 // Other geometries of the batched GEMV beside the chosen one.
 template <int kN, int kK, int kTiles>
 void bench_gemv_batched_variants(const GemvData<kN, kK>& data, int tokens) {
@@ -744,13 +786,15 @@ int main(int argc, char** argv) {
   // --moe-decode: the routed experts' decode streaming kernels at each column split;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
+  // --small-batch: the bf16 GEMVs of Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B at 8 tokens against 1,
+  // unrolls 2 and 4 (bench_gemv_small_batch).
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
   // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q2_K, Q3_K): only that format's quantized GEMVs (a short device call).
   // --layer-chain: a Llama-3.1-8B layer's Q8_0 and Q4_K GEMVs chained with and without its small
   // kernels (bench_layer_chain).
   // --two-formats: Llama-3.1-8B's qkv in a Q4_K_M file's two formats, one launch or two (bench_two_formats).
   bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
-  bool decode_attention = false;
+  bool decode_attention = false, small_batch = false;
   std::string format;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -761,6 +805,7 @@ int main(int argc, char** argv) {
     prefill_only = prefill_only || arg == "--prefill-only";
     moe_only = moe_only || arg == "--moe-only";
     batched = batched || arg == "--batched";
+    small_batch = small_batch || arg == "--small-batch";
     decode_attention = decode_attention || arg == "--decode-attention";
     if (arg == "--two-formats") {
       bench_two_formats();
@@ -797,6 +842,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
+  if (small_batch) {  // Llama-3.2-1B's, Qwen3-0.6B's and Llama-3.1-8B's projections and LM heads
+    bench_gemv_small_batch<3072, 2048>();
+    bench_gemv_small_batch<2048, 2048>();
+    bench_gemv_small_batch<16384, 2048>();
+    bench_gemv_small_batch<2048, 8192>();
+    bench_gemv_small_batch<128256, 2048>();
+    bench_gemv_small_batch<4096, 1024>();
+    bench_gemv_small_batch<1024, 2048>();
+    bench_gemv_small_batch<6144, 1024>();
+    bench_gemv_small_batch<1024, 3072>();
+    bench_gemv_small_batch<151936, 1024>();
+    bench_gemv_small_batch<6144, 4096>();
+    bench_gemv_small_batch<28672, 4096>();
+    bench_gemv_small_batch<4096, 14336>();
+    return 0;
+  }
   if (batched) {
     bench_gemv_batches<6144, 4096>();
     bench_gemv_batches<4096, 4096>();

@@ -35,6 +35,16 @@ std::string describe(const char* path, int tokens) {
          std::to_string(tokens);
 }
 
+// An output before the op: the residual it adds into (add_f32), else poison.
+template <shape::linear S>
+void start_output(DeviceBuffer<Stored<S>>& out, const std::vector<float>& residual) {
+  if constexpr (S.out == LinearOut::add_f32) {
+    out.upload(residual);
+  } else {
+    out.poison();
+  }
+}
+
 // The reference output of `rows` of `in` (and, for add_f32, the residual they are added to).
 template <shape::linear S>
 std::vector<float> reference(const std::vector<float>& in, const std::vector<float>& weight,
@@ -56,11 +66,7 @@ void check_gemv(const std::vector<int>& token_counts) {
     const auto residual = random_f32(static_cast<size_t>(tokens) * S.n, rng, 10.0f);
     DeviceBuffer<uint16_t> d_in(in);
     DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(tokens) * S.n);
-    if constexpr (S.out == LinearOut::add_f32) {
-      d_out.upload(residual);
-    } else {
-      d_out.poison();
-    }
+    start_output<S>(d_out, residual);
     kiln::linear<S>(as_bf16(d_in), as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()), tokens, scratch.get(),
                     nullptr);
     const std::string what = describe<S>("gemv", tokens);
@@ -86,11 +92,7 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows, bool decode = false) {
   const auto residual = random_f32(static_cast<size_t>(rows) * S.n, rng, 10.0f);
   DeviceBuffer<uint16_t> d_in(in), d_weight(weight);
   DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(rows) * S.n);
-  if constexpr (S.out == LinearOut::add_f32) {
-    d_out.upload(residual);
-  } else {
-    d_out.poison();
-  }
+  start_output<S>(d_out, residual);
   CudaContext ctx;
   ctx.gemm = &runner;
   auto* out = reinterpret_cast<Out<S>*>(d_out.get());
@@ -113,11 +115,7 @@ void check_cublaslt(cuda::GemmRunner& runner, int rows, bool decode = false) {
   check_launch(what);
   const std::vector<float> got_all = outputs();
   if (decode) {  // split-K or not, the same step gives the same bits again
-    if constexpr (S.out == LinearOut::add_f32) {
-      d_out.upload(residual);
-    } else {
-      d_out.poison();
-    }
+    start_output<S>(d_out, residual);
     multiply();
     const std::vector<float> again = outputs();
     CHECK(std::memcmp(again.data(), got_all.data(), got_all.size() * sizeof(float)) == 0);
@@ -357,6 +355,49 @@ TEST_CASE("linear, decode: the GEMV at every model's projection shapes", "[linea
   check_gemv<qwen06::kLinearDownProj>(real);
   check_gemv<qwen06::kLinearLmHead>({1, 16});
   check_gemv<dsv2lite::kLinearRouter>(real);  // fp32 router logits, 64 rows
+}
+
+// The narrow plan sums a split's column steps in step order whatever its unroll (the steps a
+// load group holds): unrolls 1, 2 and 4 give the same bits at 1 and 8 tokens. GemvShape picks the
+// unroll from the shape (2 where a warp's split is short and 4's registers would leave blocks for a
+// second wave), so this is what keeps that choice out of the outputs.
+template <shape::linear S>
+void check_unrolls_agree() {
+  std::mt19937 rng(13000 + S.n + S.k);
+  const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
+  DeviceBuffer<uint16_t> d_weight(weight);
+  for (int tokens : {1, 8}) {
+    const auto in = random_bf16(static_cast<size_t>(tokens) * S.k, rng);
+    const auto residual = random_f32(static_cast<size_t>(tokens) * S.n, rng, 10.0f);
+    DeviceBuffer<uint16_t> d_in(in);
+    std::vector<Stored<S>> got[3];
+    auto run = [&]<int kUnroll>(std::vector<Stored<S>>& out_bits) {
+      using Shape = detail::GemvShape<S.n, S.k, S.sms, 1, false, 0, 0, kUnroll>;
+      DeviceBuffer<Stored<S>> d_out(static_cast<size_t>(tokens) * S.n);
+      start_output<S>(d_out, residual);
+      detail::launch_gemv_input<S.n, S.k, S.out, Shape>(detail::Bf16Input<S.k, Shape::kVec>{as_bf16(d_in)},
+                                                         as_bf16(d_weight), reinterpret_cast<Out<S>*>(d_out.get()),
+                                                         nullptr, tokens, nullptr);
+      check_launch(describe<S>(("gemv, unroll " + std::to_string(kUnroll)).c_str(), tokens));
+      out_bits = d_out.download();
+    };
+    run.template operator()<1>(got[0]);
+    run.template operator()<2>(got[1]);
+    run.template operator()<4>(got[2]);
+    INFO(describe<S>("gemv, unrolls 1 and 2 against 4", tokens));
+    CHECK(std::memcmp(got[0].data(), got[2].data(), got[2].size() * sizeof(Stored<S>)) == 0);
+    CHECK(std::memcmp(got[1].data(), got[2].data(), got[2].size() * sizeof(Stored<S>)) == 0);
+  }
+}
+
+TEST_CASE("linear, decode: the GEMV's unroll leaves its bits alone", "[linear]") {
+  constexpr auto kGateUp = qwen06::kLinearGateUpProj;
+  static_assert(detail::GemvShape<kGateUp.n, kGateUp.k, kGateUp.sms, 1>::kUnroll == 2, "the shape that takes 2");
+  check_unrolls_agree<qwen06::kLinearGateUpProj>();  // 384 tiles, 8 splits of 4 steps: unroll 2 chosen
+  check_unrolls_agree<llama1b::kLinearDownProj>();   // 128 tiles, 16 splits of 16 steps
+  check_unrolls_agree<llama1b::kLinearQkvProj>();
+  check_unrolls_agree<shape::linear{.n = 1000, .k = 200, .out = LinearOut::add_f32, .sms = 132}>();  // odd shapes
+  check_unrolls_agree<shape::linear{.n = 200, .k = 144, .out = LinearOut::store_bf16, .sms = 132}>();
 }
 
 TEST_CASE("linear, decode: the GEMV at odd shapes", "[linear]") {
