@@ -125,7 +125,7 @@ struct BroadcastInput : detail::Bf16Input<kK, kVec> {
 };
 
 // Batch 8 against batch 1 on one shape (--small-batch), three rounds: the default, unrolls 2 and 4
-// and twice the row tiles a block (the same sums), each at 1 and 8 tokens, and the input loads of
+// and twice the row tiles a block at both (the same sums), each at 1 and 8 tokens, and the input loads of
 // one token at 8 (BroadcastInput).
 template <int kN, int kK>
 void bench_gemv_small_batch() {
@@ -144,6 +144,7 @@ void bench_gemv_small_batch() {
       // Twice the row tiles a block (the same sums): its warps on one column step share the inputs in L1.
       if constexpr (Shape::kWarpsN * Shape::kWarpsK * 2 <= 32) {
         bench_gemv_variant<kN, kK, 1, Shape::kWarpsN * 2, Shape::kWarpsK, 2>(data, tokens);
+        bench_gemv_variant<kN, kK, 1, Shape::kWarpsN * 2, Shape::kWarpsK, 4>(data, tokens);
       }
     }
     const double us = median_us([&](int i) {
