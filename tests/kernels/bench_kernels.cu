@@ -125,8 +125,8 @@ struct BroadcastInput : detail::Bf16Input<kK, kVec> {
 };
 
 // Batch 8 against batch 1 on one shape (--small-batch), three rounds: the default, unrolls 2 and 4
-// and twice the row tiles a block at both (the same sums), each at 1 and 8 tokens, and the input loads of
-// one token at 8 (BroadcastInput).
+// and twice the row tiles a block at both (the same sums), each at 1 and 8 tokens, and the input
+// loads of one token at 8 (BroadcastInput).
 template <int kN, int kK>
 void bench_gemv_small_batch() {
   GemvData<kN, kK> data;
@@ -787,8 +787,8 @@ int main(int argc, char** argv) {
   // --moe-decode: the routed experts' decode streaming kernels at each column split;
   // --fp8: only Qwen3-8B's projections in FP8 and in bf16.
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
-  // --small-batch: the bf16 GEMVs of Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B at 8 tokens against 1,
-  // unrolls 2 and 4 (bench_gemv_small_batch).
+  // --small-batch: the bf16 GEMVs of Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B at 8 tokens against 1:
+  // unrolls 2 and 4, twice the row tiles a block, one token's loads as a probe (bench_gemv_small_batch).
   // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
   // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q2_K, Q3_K): only that format's quantized GEMVs (a short device call).
   // --layer-chain: a Llama-3.1-8B layer's Q8_0 and Q4_K GEMVs chained with and without its small

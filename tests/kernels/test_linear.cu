@@ -393,7 +393,7 @@ void check_unrolls_agree() {
 TEST_CASE("linear, decode: the GEMV's unroll leaves its bits alone", "[linear]") {
   constexpr auto kGateUp = qwen06::kLinearGateUpProj;
   static_assert(detail::GemvShape<kGateUp.n, kGateUp.k, kGateUp.sms, 1>::kUnroll == 2, "the shape that takes 2");
-  check_unrolls_agree<qwen06::kLinearGateUpProj>();  // 384 tiles, 8 splits of 4 steps: unroll 2 chosen
+  check_unrolls_agree<kGateUp>();                   // 384 tiles, 8 splits of 4 steps
   check_unrolls_agree<llama1b::kLinearDownProj>();   // 128 tiles, 16 splits of 16 steps
   check_unrolls_agree<llama1b::kLinearQkvProj>();
   check_unrolls_agree<shape::linear{.n = 1000, .k = 200, .out = LinearOut::add_f32, .sms = 132}>();  // odd shapes
