@@ -39,9 +39,13 @@ struct DecodeShape {
   static constexpr int kKeysPerPass = kWarps * kKeysPerWarp;
   static constexpr int kUnroll = 4;                                 // K/V vectors in flight per lane
   static constexpr int kMaxPages = ceil_div(kMaxKeys, kPageSize) + 1;  // a partition may straddle pages
-  // Shared memory: scores [kGroup][kMaxKeys], later reused for the per-warp partial outputs
+  // The scores' row stride: kMaxKeys (a multiple of 32) and one float per key a warp's pass stores
+  // at once, so that the heads' scores of those keys fall in different banks (at kMaxKeys the 4
+  // heads of a Llama group stored 4-way conflicted: ncu, H100, 2026-12-06).
+  static constexpr int kScoreStride = kMaxKeys + kKeysPerWarp;
+  // Shared memory: scores [kGroup][kScoreStride], later reused for the per-warp partial outputs
   // [kWarps][kGroup][kHeadDim]; then max and exp-sum per head; then the partition's page ids.
-  static constexpr int kUnionFloats = max_int(kGroup * kMaxKeys, kWarps * kGroup * kHeadDim);
+  static constexpr int kUnionFloats = max_int(kGroup * kScoreStride, kWarps * kGroup * kHeadDim);
   static constexpr int kSmemBytes = (kUnionFloats + 2 * kGroup) * 4 + kMaxPages * 4;
 };
 
@@ -67,7 +71,7 @@ struct DecodePartition {
   using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>;
   using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
   static constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
-  static constexpr int K = Shape::kMaxKeys;  // the scores' row stride
+  static constexpr int K = Shape::kScoreStride;  // the scores' row stride
   static constexpr int U = Shape::kUnroll;
   using Bits = typename BitsOf<V>::type;
   static_assert(kRing == 0 || sizeof(Bits) == 16, "DecodePartition: the ring copies 16-byte vectors");
@@ -111,6 +115,12 @@ struct DecodePartition {
   // The scores' lane sums split the heads between lanes where the group is a power of two that
   // the key's lanes can share out.
   static constexpr bool kSplitHeads = G > 1 && (G & (G - 1)) == 0 && G <= Shape::kLanesPerKey;
+
+  // The warps' partial outputs go to shared memory as 16-byte quads where a lane's chunk is 8
+  // values: its first quad at chunk · 4, its second at D / 2 + chunk · 4, so that the lanes of one
+  // store fill consecutive banks (stored value by value, a chunk's 8 floats apart, they conflicted
+  // 4-way), and the sum reads each place of a row in order. The same sums, in the same order.
+  static constexpr bool kQuadPartials = V == 8 && D % 16 == 0;
 
   // Keys a block's pass covers: kUnroll vectors a lane.
   static constexpr int kPassKeys = Shape::kKeysPerPass * U;
@@ -385,18 +395,27 @@ struct DecodePartition {
         for (int c = 0; c < CPL; ++c) {
           const int chunk = c * Shape::kLanesPerKey + sub;
           if (chunk < Shape::kChunks) {
+            float* row = partial + (warp * G + g) * D;
+            if constexpr (kQuadPartials) {  // the lane's two quads of its chunk, each among its neighbours'
+              *reinterpret_cast<float4*>(row + chunk * 4) =
+                  make_float4(acc[g][c][0], acc[g][c][1], acc[g][c][2], acc[g][c][3]);
+              *reinterpret_cast<float4*>(row + D / 2 + chunk * 4) =
+                  make_float4(acc[g][c][4], acc[g][c][5], acc[g][c][6], acc[g][c][7]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < V; ++e) partial[(warp * G + g) * D + chunk * V + e] = acc[g][c][e];
+              for (int e = 0; e < V; ++e) row[chunk * V + e] = acc[g][c][e];
+            }
           }
         }
     }
     sync();
 
     for (int i = tid; i < G * D; i += Shape::kThreads) {
-      const int g = i / D, d = i % D;
+      const int g = i / D, at = i % D;  // `at`: the place in a partial row; d: the output it holds
+      const int d = kQuadPartials ? (at % (D / 2)) / 4 * V + (at / (D / 2)) * 4 + at % 4 : at;
       float o = 0.0f;
 #pragma unroll
-      for (int w = 0; w < Shape::kWarps; ++w) o += partial[(w * G + g) * D + d];
+      for (int w = 0; w < Shape::kWarps; ++w) o += partial[(w * G + g) * D + at];
       const int head = kv_head * G + g;
       if (single) {
         const float l = head_sum[g];

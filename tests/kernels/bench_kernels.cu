@@ -465,8 +465,9 @@ void bench_prep_attention(int batch, int context) {
 
 // Llama-3.1-8B's and Llama-3.2-1B's decode attention (--decode-attention): batch 1, 8 and 64 at a
 // short context (a chat's first replies) and at longer ones.
-void bench_prep_attentions() {
+void bench_prep_attentions(bool only_256) {
   for (const int batch : {1, 8, 64}) {
+    if (only_256) break;
     for (const int context : {96, 1024, 8000}) {
       if (batch * context > 64 * 1024) continue;  // the caches beyond L2 stay within memory
       bench_prep_attention<32, 8, 128, 16, 512, 16>(batch, context);
@@ -475,7 +476,7 @@ void bench_prep_attentions() {
   }
   // The 8B built for 32k tokens (65 partitions): one sequence at 32,000, and 256 short ones.
   // (At 32,000 tokens its partitions grow to 1,024 keys: split_kv_partition_keys.)
-  bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
+  if (!only_256) bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
   bench_prep_attention<32, 8, 128, 16, 512, 16>(256, 160);
   bench_prep_attention<32, 8, 64, 16, 512, 16>(256, 160);   // Llama-3.2-1B's heads
   bench_prep_attention<16, 8, 128, 16, 512, 16>(256, 160);  // Qwen3-0.6B's
@@ -789,13 +790,14 @@ int main(int argc, char** argv) {
   // --batched: the bf16 GEMVs of Llama-3.1-8B and Llama-3.2-1B at 16, 32 and 64 tokens.
   // --small-batch: the bf16 GEMVs of Llama-3.2-1B, Qwen3-0.6B and Llama-3.1-8B at 8 tokens against 1:
   // unrolls 2 and 4, twice the row tiles a block, one token's loads as a probe (bench_gemv_small_batch).
-  // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B.
+  // --decode-attention: the decode's attention op (prep_attention) of Llama-3.1-8B and Llama-3.2-1B;
+  // --decode-attention-256: only its batches of 256 (a short run to profile).
   // --format NAME (Q4_0, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q2_K, Q3_K): only that format's quantized GEMVs (a short device call).
   // --layer-chain: a Llama-3.1-8B layer's Q8_0 and Q4_K GEMVs chained with and without its small
   // kernels (bench_layer_chain).
   // --two-formats: Llama-3.1-8B's qkv in a Q4_K_M file's two formats, one launch or two (bench_two_formats).
   bool sweep = true, quant_only = false, fp8 = false, prefill_only = false, moe_only = false, batched = false;
-  bool decode_attention = false, small_batch = false;
+  bool decode_attention = false, small_batch = false, only_256 = false;
   std::string format;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -807,7 +809,8 @@ int main(int argc, char** argv) {
     moe_only = moe_only || arg == "--moe-only";
     batched = batched || arg == "--batched";
     small_batch = small_batch || arg == "--small-batch";
-    decode_attention = decode_attention || arg == "--decode-attention";
+    decode_attention = decode_attention || arg == "--decode-attention" || arg == "--decode-attention-256";
+    only_256 = only_256 || arg == "--decode-attention-256";
     if (arg == "--two-formats") {
       bench_two_formats();
       return 0;
@@ -839,7 +842,7 @@ int main(int argc, char** argv) {
   g_copy_gbps = measure_copy_gbps();
   std::printf("device-to-device cudaMemcpy: %.1f GB/s (bytes read + written)\n\n", g_copy_gbps);
   if (decode_attention) {
-    bench_prep_attentions();
+    bench_prep_attentions(only_256);
     return 0;
   }
   std::printf("%-22s %-26s %6s %10s %10s %8s\n", "gemv K -> N", "geometry", "tokens", "us", "GB/s", "of copy");
