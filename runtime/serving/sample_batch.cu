@@ -4,6 +4,7 @@
 // of an fp64 sum.
 #include "runtime/serving/sample_batch_cuda.hpp"
 
+#include <algorithm>
 #include <cfloat>
 
 #include "runtime/core/error.hpp"
@@ -72,38 +73,143 @@ __global__ void restore_masks_kernel(float* logits, int64_t row_stride, int32_t 
 // (logit, id) ordered as the top-N list is: higher logit first, lower id first among equals.
 __device__ inline bool ranks_before(float xa, int32_t a, float xb, int32_t b) { return xa > xb || (xa == xb && a < b); }
 
-// One block per row: max, the fp64 sum of sampling_exp(x - max) (a fixed reduction order, so the
-// result is deterministic), the chosen token's logprob, then the top-N by N rounds of a block
-// argmax over the tokens ranked after the previous pick.
-__global__ void logprobs_kernel(const float* logits, int64_t row_stride, int32_t vocab, const SamplerRow* rows,
-                                SampleOutput* out, TokenLogprob* top) {
-  __shared__ float s_max[kLogprobThreads];
-  __shared__ double s_sum[kLogprobThreads];
-  __shared__ int32_t s_id[kLogprobThreads];
-  const int32_t row = blockIdx.x;
-  const int tid = threadIdx.x;
-  const SamplerRow r = rows[row];
-  if (out[row].status != kSampleOk || (!r.want_logprob && r.top_logprobs <= 0)) return;
-  const float* x = logits + row * row_stride;
+// The raw logprobs, over slices of each row (kLogprobSlice tokens, logprob_parts of them) so that
+// a batch of one spreads over the GPU: one 256-thread block per row took ~0.2 ms of a 128,256-token
+// row, a fifth of Llama-3.2-1B's decode step (with --logprobs 1.218 ms a step at batch 1, 1.029
+// split, against 1.005 without; H100, 2026-12-06, bench/RESULTS.md). Three launches, each block
+// (row, slice) but the last's (row):
+//   slices  the slice's max, and its top-N by N rounds of a block argmax over the slice's tokens
+//           ranked after the previous pick (candidates: the row's top-N is among the slices');
+//   sums    the row's max (the slices' maxima: an exact max, in any order), then the slice's fp64
+//           sum of sampling_exp(x - max) in a fixed order;
+//   finish  the slices' sums added in slice order (so the result is deterministic, whatever the
+//           batch), the chosen token's logprob, and the top-N merged from the candidates.
+// Rows that did not ask (want_logprob, top_logprobs) or did not sample fine (out[r].status) return
+// at once in every launch.
+__device__ inline bool wants_logprobs(const SamplerRow& r, const SampleOutput& o) {
+  return o.status == kSampleOk && (r.want_logprob || r.top_logprobs > 0);
+}
 
-  float m = -FLT_MAX;
-  for (int32_t i = tid; i < vocab; i += blockDim.x) m = fmaxf(m, x[i]);
-  s_max[tid] = m;
+// The block's best (logit, id) over its values (id < 0: none), in thread 0's s_x[0], s_id[0]; every
+// thread returns it.
+__device__ inline TokenLogprob block_best(float x, int32_t id, float* s_x, int32_t* s_id) {
+  const int tid = threadIdx.x;
+  s_x[tid] = x;
+  s_id[tid] = id;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (tid < stride) s_max[tid] = fmaxf(s_max[tid], s_max[tid + stride]);
+    if (tid < stride) {
+      const int32_t other = s_id[tid + stride];
+      if (other >= 0 && (s_id[tid] < 0 || ranks_before(s_x[tid + stride], other, s_x[tid], s_id[tid]))) {
+        s_x[tid] = s_x[tid + stride];
+        s_id[tid] = other;
+      }
+    }
     __syncthreads();
   }
-  m = s_max[0];
+  const TokenLogprob best{s_id[0], s_x[0]};
+  __syncthreads();
+  return best;
+}
+
+// Writes each slice's maximum (part_max [row][part]) and its top-N candidates (candidates
+// [row][part][kMaxTopLogprobs]: token, raw logit; token -1: none).
+__global__ void logprob_slices_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t slice,
+                                      const SamplerRow* rows, const SampleOutput* out, LogprobScratch scratch) {
+  __shared__ float s_x[kLogprobThreads];
+  __shared__ int32_t s_id[kLogprobThreads];
+  const int32_t row = blockIdx.x, part = blockIdx.y, parts = gridDim.y, tid = threadIdx.x;
+  const SamplerRow r = rows[row];
+  if (!wants_logprobs(r, out[row])) return;
+  const float* x = logits + row * row_stride;
+  const int32_t begin = part * slice, end = min(vocab, begin + slice);
+  float m = -FLT_MAX;
+  for (int32_t i = begin + tid; i < end; i += blockDim.x) m = fmaxf(m, x[i]);
+  s_x[tid] = m;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (tid < stride) s_x[tid] = fmaxf(s_x[tid], s_x[tid + stride]);
+    __syncthreads();
+  }
+  if (tid == 0) scratch.part_max[row * parts + part] = s_x[0];
+  __syncthreads();
+  TokenLogprob* candidates = scratch.candidates + (static_cast<int64_t>(row) * parts + part) * kMaxTopLogprobs;
+  const int32_t n = min(r.top_logprobs, kMaxTopLogprobs);
+  TokenLogprob prev{-1, FLT_MAX};
+  for (int32_t k = 0; k < n; ++k) {
+    float best_x = 0.0f;
+    int32_t best = -1;
+    for (int32_t i = begin + tid; i < end; i += blockDim.x) {
+      const float v = x[i];
+      if ((k == 0 || ranks_before(prev.logprob, prev.token, v, i)) && (best < 0 || ranks_before(v, i, best_x, best))) {
+        best_x = v;
+        best = i;
+      }
+    }
+    prev = block_best(best_x, best, s_x, s_id);
+    if (prev.token < 0) {  // the slice has run out: its other candidates are none
+      if (tid == 0) {
+        for (int32_t rest = k; rest < n; ++rest) candidates[rest] = TokenLogprob{};
+      }
+      break;
+    }
+    if (tid == 0) candidates[k] = prev;
+  }
+}
+
+__device__ inline float row_max(const LogprobScratch& scratch, int32_t row, int32_t parts, float* s_x) {
+  const int tid = threadIdx.x;
+  float m = -FLT_MAX;
+  for (int32_t p = tid; p < parts; p += blockDim.x) m = fmaxf(m, scratch.part_max[row * parts + p]);
+  s_x[tid] = m;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (tid < stride) s_x[tid] = fmaxf(s_x[tid], s_x[tid + stride]);
+    __syncthreads();
+  }
+  m = s_x[0];
+  __syncthreads();
+  return m;
+}
+
+__global__ void logprob_sums_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t slice,
+                                    const SamplerRow* rows, const SampleOutput* out, LogprobScratch scratch) {
+  __shared__ float s_x[kLogprobThreads];
+  __shared__ double s_sum[kLogprobThreads];
+  const int32_t row = blockIdx.x, part = blockIdx.y, parts = gridDim.y, tid = threadIdx.x;
+  if (!wants_logprobs(rows[row], out[row])) return;
+  const float* x = logits + row * row_stride;
+  const float m = row_max(scratch, row, parts, s_x);
+  const int32_t begin = part * slice, end = min(vocab, begin + slice);
   double sum = 0.0;
-  for (int32_t i = tid; i < vocab; i += blockDim.x) sum += static_cast<double>(sampling_exp(__fsub_rn(x[i], m)));
+  for (int32_t i = begin + tid; i < end; i += blockDim.x) sum += static_cast<double>(sampling_exp(__fsub_rn(x[i], m)));
   s_sum[tid] = sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (tid < stride) s_sum[tid] = s_sum[tid] + s_sum[tid + stride];
     __syncthreads();
   }
-  const double log_sum = log(s_sum[0]);
+  if (tid == 0) scratch.part_sum[row * parts + part] = s_sum[0];
+}
+
+__global__ void logprob_finish_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t parts,
+                                      const SamplerRow* rows, SampleOutput* out, TokenLogprob* top,
+                                      LogprobScratch scratch) {
+  __shared__ float s_x[kLogprobThreads];
+  __shared__ int32_t s_id[kLogprobThreads];
+  __shared__ double s_log_sum;
+  const int32_t row = blockIdx.x, tid = threadIdx.x;
+  const SamplerRow r = rows[row];
+  if (!wants_logprobs(r, out[row])) return;
+  const float* x = logits + row * row_stride;
+  const float m = row_max(scratch, row, parts, s_x);
+  if (tid == 0) {
+    double total = 0.0;
+    for (int32_t p = 0; p < parts; ++p) total += scratch.part_sum[row * parts + p];
+    s_log_sum = log(total);
+  }
+  __syncthreads();
+  const double log_sum = s_log_sum;
   const auto logprob = [&](float v) { return static_cast<float>(static_cast<double>(__fsub_rn(v, m)) - log_sum); };
   if (r.want_logprob && tid == 0) out[row].logprob = logprob(x[out[row].token]);
 
@@ -113,36 +219,24 @@ __global__ void logprobs_kernel(const float* logits, int64_t row_stride, int32_t
   if (tid == 0) {
     for (int32_t k = n; k < asked; ++k) top[row * kMaxTopLogprobs + k] = TokenLogprob{};
   }
-  float prev_x = FLT_MAX;
-  int32_t prev_id = -1;
+  const TokenLogprob* candidates = scratch.candidates + static_cast<int64_t>(row) * parts * kMaxTopLogprobs;
+  const int32_t count = parts * kMaxTopLogprobs;
+  TokenLogprob prev{-1, FLT_MAX};
   for (int32_t k = 0; k < n; ++k) {
     float best_x = 0.0f;
     int32_t best = -1;
-    for (int32_t i = tid; i < vocab; i += blockDim.x) {
-      const float v = x[i];
-      const bool after_prev = k == 0 || ranks_before(prev_x, prev_id, v, i);
-      if (after_prev && (best < 0 || ranks_before(v, i, best_x, best))) {
-        best_x = v;
-        best = i;
+    for (int32_t c = tid; c < count; c += blockDim.x) {
+      if (c % kMaxTopLogprobs >= n) continue;  // a slice wrote n candidates at most
+      const TokenLogprob e = candidates[c];
+      if (e.token < 0) continue;
+      if ((k == 0 || ranks_before(prev.logprob, prev.token, e.logprob, e.token)) &&
+          (best < 0 || ranks_before(e.logprob, e.token, best_x, best))) {
+        best_x = e.logprob;
+        best = e.token;
       }
     }
-    s_max[tid] = best_x;
-    s_id[tid] = best;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-      if (tid < stride) {
-        const int32_t other = s_id[tid + stride];
-        if (other >= 0 && (s_id[tid] < 0 || ranks_before(s_max[tid + stride], other, s_max[tid], s_id[tid]))) {
-          s_max[tid] = s_max[tid + stride];
-          s_id[tid] = other;
-        }
-      }
-      __syncthreads();
-    }
-    prev_x = s_max[0];
-    prev_id = s_id[0];
-    if (tid == 0) top[row * kMaxTopLogprobs + k] = TokenLogprob{prev_id, logprob(prev_x)};
-    __syncthreads();
+    prev = block_best(best_x, best, s_x, s_id);
+    if (tid == 0) top[row * kMaxTopLogprobs + k] = TokenLogprob{prev.token, logprob(prev.logprob)};
   }
 }
 
@@ -179,11 +273,23 @@ void launch_restore_token_masks(float* logits, int64_t row_stride, int32_t num_r
   check(cudaGetLastError(), "launching restore_masks_kernel");
 }
 
+int32_t logprob_parts(int32_t vocab_size) {
+  return std::clamp((vocab_size + kLogprobSlice - 1) / kLogprobSlice, 1, kLogprobMaxParts);
+}
+
 void launch_logprobs(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
-                     const SamplerRow* rows, SampleOutput* out, TokenLogprob* top, cudaStream_t stream) {
+                     const SamplerRow* rows, SampleOutput* out, TokenLogprob* top, LogprobScratch scratch,
+                     cudaStream_t stream) {
   if (num_rows == 0) return;
-  logprobs_kernel<<<num_rows, kLogprobThreads, 0, stream>>>(logits, row_stride, vocab_size, rows, out, top);
-  check(cudaGetLastError(), "launching logprobs_kernel");
+  const int32_t parts = logprob_parts(vocab_size), slice = (vocab_size + parts - 1) / parts;
+  const dim3 grid(num_rows, parts);
+  logprob_slices_kernel<<<grid, kLogprobThreads, 0, stream>>>(logits, row_stride, vocab_size, slice, rows, out, scratch);
+  check(cudaGetLastError(), "launching logprob_slices_kernel");
+  logprob_sums_kernel<<<grid, kLogprobThreads, 0, stream>>>(logits, row_stride, vocab_size, slice, rows, out, scratch);
+  check(cudaGetLastError(), "launching logprob_sums_kernel");
+  logprob_finish_kernel<<<num_rows, kLogprobThreads, 0, stream>>>(logits, row_stride, vocab_size, parts, rows, out, top,
+                                                                  scratch);
+  check(cudaGetLastError(), "launching logprob_finish_kernel");
 }
 
 }  // namespace kiln

@@ -20,9 +20,25 @@ void launch_apply_token_masks(float* logits, int64_t row_stride, int32_t num_row
                               const TokenMaskWord* masks, const int32_t* mask_rows, float* saved, cudaStream_t stream);
 void launch_restore_token_masks(float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
                                 const int32_t* mask_rows, const float* saved, cudaStream_t stream);
+// The logprobs' passes split a row into slices of about this many tokens, at most kLogprobMaxParts
+// of them (larger vocabularies take longer slices): logprob_parts(vocab) slices a row.
+constexpr int32_t kLogprobSlice = 4096;
+constexpr int32_t kLogprobMaxParts = 64;
+int32_t logprob_parts(int32_t vocab_size);
+
+// Device scratch of launch_logprobs for num_rows rows of a vocabulary: each row's slices' maxima,
+// fp64 sums and top-N candidates ([rows][logprob_parts], [rows][parts][kMaxTopLogprobs]).
+struct LogprobScratch {
+  float* part_max = nullptr;
+  double* part_sum = nullptr;
+  TokenLogprob* candidates = nullptr;
+};
+
 // For rows that asked (want_logprob, top_logprobs) and sampled fine (out[r].status): out[r].logprob
 // of out[r].token and top[r * kMaxTopLogprobs + k], k < top_logprobs, from the (raw) logits.
+// scratch: sized for num_rows rows of kLogprobMaxParts slices.
 void launch_logprobs(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab_size,
-                     const SamplerRow* rows, SampleOutput* out, TokenLogprob* top, cudaStream_t stream);
+                     const SamplerRow* rows, SampleOutput* out, TokenLogprob* top, LogprobScratch scratch,
+                     cudaStream_t stream);
 
 }  // namespace kiln

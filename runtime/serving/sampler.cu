@@ -171,6 +171,11 @@ CudaSampler::CudaSampler(int32_t max_rows) : max_rows_(max_rows), workspace_(max
   // A row's slots past its top_n are copied back with it and never read; zeroed once, so that copy
   // never reads uninitialized memory (compute-sanitizer initcheck flagged it).
   check_cuda(cudaMemset(device_top_, 0, sizeof(TokenLogprob) * kMaxTopLogprobs * max_rows), "zeroing top logprobs");
+  const size_t slices = static_cast<size_t>(max_rows) * kLogprobMaxParts;
+  check_cuda(cudaMalloc(&logprob_scratch_.part_max, sizeof(float) * slices), "cudaMalloc(logprob maxima)");
+  check_cuda(cudaMalloc(&logprob_scratch_.part_sum, sizeof(double) * slices), "cudaMalloc(logprob sums)");
+  check_cuda(cudaMalloc(&logprob_scratch_.candidates, sizeof(TokenLogprob) * kMaxTopLogprobs * slices),
+             "cudaMalloc(logprob candidates)");
   check_cuda(cudaMalloc(&device_edit_offsets_, sizeof(int32_t) * (max_rows + 1)), "cudaMalloc(edit offsets)");
   check_cuda(cudaMalloc(&device_mask_rows_, sizeof(int32_t) * max_rows), "cudaMalloc(mask rows)");
 }
@@ -182,6 +187,9 @@ CudaSampler::~CudaSampler() {
   cudaFree(device_saved_);
   cudaFree(device_edits_);
   cudaFree(device_edit_offsets_);
+  cudaFree(logprob_scratch_.candidates);
+  cudaFree(logprob_scratch_.part_sum);
+  cudaFree(logprob_scratch_.part_max);
   cudaFree(device_top_);
   cudaFree(device_raw_rows_);
   cudaFree(device_out_);
@@ -264,7 +272,8 @@ SampleResult CudaSampler::sample(float* logits, int64_t row_stride, int32_t voca
   if (logprobs) {
     check_cuda(cudaMemcpyAsync(device_raw_rows_, batch.rows.data(), sizeof(SamplerRow) * n, cudaMemcpyHostToDevice, stream),
                "copying sampler rows");
-    launch_logprobs(logits, row_stride, n, vocab_size, device_raw_rows_, device_out_, device_top_, stream);
+    launch_logprobs(logits, row_stride, n, vocab_size, device_raw_rows_, device_out_, device_top_, logprob_scratch_,
+                    stream);
     check_cuda(cudaMemcpyAsync(result.top.data(), device_top_, sizeof(TokenLogprob) * kMaxTopLogprobs * n,
                                cudaMemcpyDeviceToHost, stream), "copying top logprobs");
   }
@@ -296,7 +305,7 @@ SampleResult CudaSampler::logprobs(const float* logits, int64_t row_stride, int3
     check_cuda(cudaMemcpyAsync(device_out_, host_out_, sizeof(SampleOutput) * count, cudaMemcpyHostToDevice, stream),
                "copying logprob tokens");
     launch_logprobs(logits + first * row_stride, row_stride, count, vocab_size, device_raw_rows_, device_out_, device_top_,
-                    stream);
+                    logprob_scratch_, stream);
     check_cuda(cudaMemcpyAsync(result.top.data() + static_cast<size_t>(first) * kMaxTopLogprobs, device_top_,
                                sizeof(TokenLogprob) * kMaxTopLogprobs * count, cudaMemcpyDeviceToHost, stream),
                "copying top logprobs");

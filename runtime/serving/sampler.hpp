@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/serving/sample_batch.hpp"
+#include "runtime/serving/sample_batch_cuda.hpp"
 #include "runtime/serving/sampling_math.hpp"
 
 namespace kiln {
@@ -95,6 +96,7 @@ class CudaSampler {
   // (grown on demand) with their offsets and the logits they replace.
   SamplerRow* device_raw_rows_ = nullptr;
   TokenLogprob* device_top_ = nullptr;
+  LogprobScratch logprob_scratch_;  // launch_logprobs' slices, for max_rows rows
   int32_t* device_edit_offsets_ = nullptr;
   LogitEdit* device_edits_ = nullptr;
   float* device_saved_ = nullptr;
