@@ -464,19 +464,22 @@ void bench_prep_attention(int batch, int context) {
 }
 
 // Llama-3.1-8B's and Llama-3.2-1B's decode attention (--decode-attention): batch 1, 8 and 64 at a
-// short context (a chat's first replies) and at longer ones.
+// short context (a chat's first replies) and at longer ones; with only_256 (--decode-attention-256)
+// the batches of 256 alone.
 void bench_prep_attentions(bool only_256) {
-  for (const int batch : {1, 8, 64}) {
-    if (only_256) break;
-    for (const int context : {96, 1024, 8000}) {
-      if (batch * context > 64 * 1024) continue;  // the caches beyond L2 stay within memory
-      bench_prep_attention<32, 8, 128, 16, 512, 16>(batch, context);
-      bench_prep_attention<32, 8, 64, 16, 512, 16>(batch, context);
+  if (!only_256) {
+    for (const int batch : {1, 8, 64}) {
+      for (const int context : {96, 1024, 8000}) {
+        if (batch * context > 64 * 1024) continue;  // the caches beyond L2 stay within memory
+        bench_prep_attention<32, 8, 128, 16, 512, 16>(batch, context);
+        bench_prep_attention<32, 8, 64, 16, 512, 16>(batch, context);
+      }
     }
+    // The 8B built for 32k tokens (65 partitions): one sequence at 32,000.
+    // (At 32,000 tokens its partitions grow to 1,024 keys: split_kv_partition_keys.)
+    bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
   }
-  // The 8B built for 32k tokens (65 partitions): one sequence at 32,000, and 256 short ones.
-  // (At 32,000 tokens its partitions grow to 1,024 keys: split_kv_partition_keys.)
-  if (!only_256) bench_prep_attention<32, 8, 128, 16, 512, 65>(1, 32000);
+  // 256 short sequences.
   bench_prep_attention<32, 8, 128, 16, 512, 16>(256, 160);
   bench_prep_attention<32, 8, 64, 16, 512, 16>(256, 160);   // Llama-3.2-1B's heads
   bench_prep_attention<16, 8, 128, 16, 512, 16>(256, 160);  // Qwen3-0.6B's
