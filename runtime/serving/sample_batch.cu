@@ -112,6 +112,21 @@ __device__ inline TokenLogprob block_best(float x, int32_t id, float* s_x, int32
   return best;
 }
 
+// The maximum of every thread's x, in every thread (s_x: blockDim.x floats of shared memory, free
+// again on return).
+__device__ inline float block_max(float x, float* s_x) {
+  const int tid = threadIdx.x;
+  s_x[tid] = x;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (tid < stride) s_x[tid] = fmaxf(s_x[tid], s_x[tid + stride]);
+    __syncthreads();
+  }
+  const float m = s_x[0];
+  __syncthreads();
+  return m;
+}
+
 // Writes each slice's maximum (part_max [row][part]) and its top-N candidates (candidates
 // [row][part][kMaxTopLogprobs]: token, raw logit; token -1: none).
 __global__ void logprob_slices_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t slice,
@@ -125,14 +140,8 @@ __global__ void logprob_slices_kernel(const float* logits, int64_t row_stride, i
   const int32_t begin = part * slice, end = min(vocab, begin + slice);
   float m = -FLT_MAX;
   for (int32_t i = begin + tid; i < end; i += blockDim.x) m = fmaxf(m, x[i]);
-  s_x[tid] = m;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (tid < stride) s_x[tid] = fmaxf(s_x[tid], s_x[tid + stride]);
-    __syncthreads();
-  }
-  if (tid == 0) scratch.part_max[row * parts + part] = s_x[0];
-  __syncthreads();
+  m = block_max(m, s_x);
+  if (tid == 0) scratch.part_max[row * parts + part] = m;
   TokenLogprob* candidates = scratch.candidates + (static_cast<int64_t>(row) * parts + part) * kMaxTopLogprobs;
   const int32_t n = min(r.top_logprobs, kMaxTopLogprobs);
   TokenLogprob prev{-1, FLT_MAX};
@@ -157,19 +166,11 @@ __global__ void logprob_slices_kernel(const float* logits, int64_t row_stride, i
   }
 }
 
+// The row's maximum, from its slices' (logprob_slices_kernel), in every thread.
 __device__ inline float row_max(const LogprobScratch& scratch, int32_t row, int32_t parts, float* s_x) {
-  const int tid = threadIdx.x;
   float m = -FLT_MAX;
-  for (int32_t p = tid; p < parts; p += blockDim.x) m = fmaxf(m, scratch.part_max[row * parts + p]);
-  s_x[tid] = m;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (tid < stride) s_x[tid] = fmaxf(s_x[tid], s_x[tid + stride]);
-    __syncthreads();
-  }
-  m = s_x[0];
-  __syncthreads();
-  return m;
+  for (int32_t p = threadIdx.x; p < parts; p += blockDim.x) m = fmaxf(m, scratch.part_max[row * parts + p]);
+  return block_max(m, s_x);
 }
 
 __global__ void logprob_sums_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t slice,
