@@ -148,6 +148,23 @@ void phase_headers(const Op& op, Phase phase, std::vector<std::string>& out) {
   }
 }
 
+// The prefill's logits projection (rows "N"): cuda::prefill_logits (gemm.hpp), the rows a token is
+// sampled from on the op's decode kernel, the others on cuBLASLt.
+std::string prefill_logits_call(const Op& op, const Graph& g) {
+  std::vector<std::string> args = {"ctx"};
+  for (const ArgSpec* a : op.record().args_of(Phase::prefill)) {
+    const std::string expr = arg_expr(op, g, *a, true);
+    if (a->source != ArgSource::fp8) {
+      args.push_back(expr);
+    } else if (expr != "Fp8Rows{}") {
+      fail("internal: the logits projection ", op.label, " was given FP8 inputs (", expr, ")");
+    }
+  }
+  args.push_back("step.num_samples");
+  args.push_back(wrapper_name(op, Phase::decode));
+  return "cuda::prefill_logits<" + shape_constant(op) + ">(" + join(args) + ");";
+}
+
 }  // namespace
 
 std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
@@ -210,6 +227,7 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
       args.insert(args.begin(), shape_constant(op));  // ref::<op>(shape, args...)
       return {call.function + "(" + join(args) + ");"};
     case CallHow::host:  // cuda::linear<shape>(ctx, args...): cuBLASLt, launched from the host side
+      if (op.kind == OpKind::linear && op.rows == "N") return {prefill_logits_call(op, g)};
       args.insert(args.begin(), "ctx");
       return {call.function + "<" + shape_constant(op) + ">(" + join(args) + ");"};
     case CallHow::parts: {

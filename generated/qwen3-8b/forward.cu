@@ -66,7 +66,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 4096] · lm_head[151936, 4096]ᵀ   (fp32)
-  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
+  cuda::prefill_logits<kLinearLmHead>(ctx, h, w.lm_head, logits, N, step.num_samples, linear_lm_head);
 }
 
 // Decode: every sequence brings one new token. Projections are our GEMV kernels (weights read

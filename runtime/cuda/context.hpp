@@ -23,6 +23,7 @@ struct CudaStep {
   int num_tokens = 0;
   int num_seqs = 0;
   int num_logits = 0;
+  int num_samples = 0;          // the first logit rows: one per sequence that samples (StepBatch::num_samples)
   int max_query_len = 0;        // longest run of new tokens of one sequence (prefill grid)
   int max_pages_per_seq = 0;    // row stride of block_tables
   const int* token_ids = nullptr;     // [num_tokens]

@@ -137,4 +137,28 @@ void linear(const CudaContext& ctx, const __nv_bfloat16* in, Fp8Rows in_fp8, Gpu
   linear<S>(ctx, in, ctx.dequantized, out, tokens);
 }
 
+// The prefill's logits (the linear op over the rows that need them, codegen's rows "N"): the first
+// `samples` rows, those a token is sampled from (StepBatch::num_samples: one per sequence, so at
+// most the build's max_batch, what the decode kernels' scratch holds), as a decode step scores its
+// rows: `gemv`, the op's decode kernel, or cuBLASLt where cuda::decode_on_gemm says so; the rest
+// (prompt logits) on cuBLASLt. The GEMV reads the weight once, as stored, where cuBLASLt's GEMM of a
+// few rows streamed at ~2.2 TB/s (Llama-3.2-1B's 525 MB LM head: 230 µs on an H100) and a quantized
+// matrix was first expanded to bf16 in full; and a sampled row's logits have the bits a decode
+// step gives that row, whatever else shares the step.
+template <shape::linear S, typename Gemv>
+void prefill_logits(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix weight, float* out, int rows,
+                    int samples, Gemv gemv) {
+  static_assert(S.out == LinearOut::store_f32, "cuda::prefill_logits: logits are fp32");
+  if (samples < 0 || samples > rows) fail("internal: prefill_logits of ", rows, " rows given ", samples, " sample rows");
+  if (samples > 0) {
+    if (decode_on_gemm(ctx, weight, samples)) {
+      decode_linear<S>(ctx, in, weight, out, samples);
+    } else {
+      gemv(in, weight, out, samples, ctx.scratch, ctx.stream);
+    }
+  }
+  const int64_t first = samples;
+  if (rows > samples) linear<S>(ctx, in + first * S.k, Fp8Rows{}, weight, out + first * S.n, rows - samples);
+}
+
 }  // namespace kiln::cuda

@@ -124,6 +124,7 @@ class PhaseStaging {
     d.num_tokens = step.num_tokens();
     d.num_seqs = step.num_seqs();
     d.num_logits = step.num_logits();
+    d.num_samples = step.num_samples;
     d.max_query_len = step.max_query_len();
     d.max_pages_per_seq = step.max_pages_per_seq;
     d.token_ids = at(step.token_ids);

@@ -149,7 +149,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
   // h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
   // logits = h[N, 2048] · lm_head[51200, 2048]ᵀ   (fp32)   (this rank's tokens)
-  cuda::linear<kLinearLmHead>(ctx, h, Fp8Rows{}, w.lm_head, logits, N);
+  cuda::prefill_logits<kLinearLmHead>(ctx, h, w.lm_head, logits, N, step.num_samples, linear_lm_head);
   // logits[N, 102400] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
 }
