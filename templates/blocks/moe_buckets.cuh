@@ -180,6 +180,17 @@ struct ExpertPairTiles {
   }
   template <typename Args>
   __device__ static void prologue(const Args&, int, int, int) {}
+  // Tile `index` of the tiles of tile_rows rows over every expert's pairs (tile_gemm_wgmma.cuh).
+  template <typename Args>
+  __device__ static GroupTile tile(const Args& a, int index, int tile_rows) {
+    return locate_group_tile<kExperts>(a.scratch, index, tile_rows);
+  }
+  // Every expert's B as one matrix [kExperts × kN rows][kK] (the tensor copy engine's map).
+  static constexpr int kGroups = kExperts;
+  template <typename Args>
+  static const bf16* b_base(const Args& a) {
+    return a.weight;
+  }
 };
 
 // Row tiles of kTileRows pairs over all experts: at most ceil(pairs / kTileRows) + (experts used).
@@ -190,10 +201,11 @@ inline int expert_tile_bound(int tokens) {
 }
 
 // The grouped GEMM P over the experts' pairs of `tokens` tokens on Hopper: 128 × 256 tiles on
-// wgmma (tile_gemm_wgmma.cuh; gated problems too).
+// wgmma, an expert's row tiles in pairs (tile_gemm_wgmma.cuh; gated problems too).
 template <class P, int kExperts, int kTopK>
 inline void launch_expert_gemm_wgmma(const typename P::Args& args, int tokens, cudaStream_t stream) {
-  const dim3 grid(tile_gemm_wgmma_column_tiles<P>(), expert_tile_bound<kExperts, kTopK, TileGemmWgmmaShape::kBM>(tokens));
+  constexpr int kPairRows = 2 * TileGemmWgmmaShape::kBM;
+  const dim3 grid(2 * tile_gemm_wgmma_column_tiles<P>(), expert_tile_bound<kExperts, kTopK, kPairRows>(tokens));
   launch_tile_gemm_wgmma<P>(args, grid, stream);
 }
 

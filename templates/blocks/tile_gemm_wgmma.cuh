@@ -1,13 +1,21 @@
 // The grouped tile GEMM on Hopper's warpgroup tensor cores (sm_90a: wgmma.mma_async), for the
 // routed experts' prefill: C[m, n] = Σ_k A[m, k] · B[n, k] over the rows of one group (an expert's
 // pairs), B [kN][kK] with K-contiguous rows (nn.Linear weights). The problem interface is
-// tile_gemm.cuh's (a_row, b_matrix, store, prologue), with tiles of 128 rows (locate_tile<128>).
+// tile_gemm.cuh's (a_row, b_matrix, store, prologue), plus tile (a group's row tiles), kGroups and
+// b_base (every group's B as one matrix, for the tensor copy engine's map).
 //
 // A block computes 128 rows × 256 columns: two warpgroups of 64 rows, each multiplying its rows by
 // the block's whole B tile (two m64n128k16 products per k16 step, A and B from shared memory). K
-// goes by 64 (one 128-byte swizzled row per tile row) through 4 shared-memory stages that cp.async
-// fills two tiles ahead: every gathered row of A has its own address, which the tensor copy engine
-// cannot take. A warpgroup whose rows are all past the group's end skips its products.
+// goes by 64 (one 128-byte swizzled row per tile row) through 4 shared-memory stages filled two
+// tiles ahead: A's rows by cp.async (every gathered row has its own address, which the tensor copy
+// engine cannot take), B's 256 rows by the tensor copy engine (TMA, blocks/tma.cuh) as two boxes of
+// 128 rows counted on the stage's mbarrier. A warpgroup whose rows are all past the group's end
+// skips its products.
+//
+// The grid: x = 2 × the column tile + which of a pair of row tiles, y = the pair: a group's rows go
+// in pairs of 256, and the two blocks of a pair (the same columns, so the same B tiles) are
+// dispatched one after the other, each reading B while the other does (DeepSeek-V2-Lite's gate|up
+// at 2,048 tokens on an H100: 351 -> 339 us against row tiles in y; bench/RESULTS.md 2026-12-06).
 //
 // A gated problem (P::kGated, SwiGLU's gate | up rows) has B = [gate rows; up rows], kN / 2 each:
 // the block's 256 columns are gate features [n0, n0 + 128) and the same up features, so each
@@ -23,8 +31,14 @@
 #pragma once
 
 #include "templates/blocks/mma.cuh"
+#include "templates/blocks/tma.cuh"
 #include "templates/blocks/wgmma.cuh"
 #include "templates/common.cuh"
+
+#ifndef __CUDACC_RTC__
+#include <stdexcept>
+#include <string>
+#endif
 
 namespace kiln::detail {
 
@@ -33,7 +47,8 @@ struct TileGemmWgmmaShape {
   static constexpr int kThreads = 256;  // two warpgroups
   static constexpr int kABytes = kBM * kSwizzleRowBytes, kBBytes = kBN * kSwizzleRowBytes;
   static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kSwizzleGroupBytes;  // + room to align
-  static constexpr int kAPer = kBM * 8 / kThreads, kBPer = kBN * 8 / kThreads;  // 16-byte chunks per thread
+  static constexpr int kAPer = kBM * 8 / kThreads;  // 16-byte chunks of A per thread
+  static constexpr int kBoxRows = kBN / 2, kBoxBytes = kBoxRows * kSwizzleRowBytes;  // B's two TMA boxes
   // Measured and lost (DeepSeek-V2-Lite's gate_up with SwiGLU at 2,048 tokens on an H200, 2026-11-28;
   // ncu there: tensor pipe 50% busy, DRAM 37%, one block a SM):
   // - B's k-tiles asked into L2 ahead of the copies (a 128-byte cp.async.bulk.prefetch.L2 per B
@@ -46,6 +61,12 @@ struct TileGemmWgmmaShape {
   //   as slow unclustered with each block copying its whole B by TMA (598), so the loss is in that
   //   pipeline, not in the multicast; not found in the session's device time.
   // - Rows past a group's end not copied at all (no zero-filling cp.async): 402 -> 424 us.
+  // - A pair's two blocks in a cluster, each copying one box of B into both (TMA multicast: B read
+  //   from L2 once for 256 rows), 2026-12-06 on an H100, gate|up at 2,048 tokens: 339 -> 434 us
+  //   with an mbarrier a stage that the other block's warps arrive on when done with it (the
+  //   copy's thread waiting there), 500 with a cluster barrier a k-tile instead, and as slow
+  //   (503) with that barrier but no multicast: the pair's pacing, not the copies, loses (ncu: L2
+  //   56% against 77%, tensor pipes 34% against 51%). The same bits in every variant.
 };
 
 // Whether P's columns are gate | up halves (see the top).
@@ -53,7 +74,8 @@ template <class P>
 constexpr bool kGatedProblem = requires { requires P::kGated; };
 
 template <class P>
-__global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgmma_kernel(const typename P::Args args) {
+__global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1)
+    tile_gemm_wgmma_kernel(const typename P::Args args, const __grid_constant__ TmaMap b_map) {
   pdl_release_and_wait();
   using S = TileGemmWgmmaShape;
   constexpr int kN = P::kN, kK = P::kK, BM = S::kBM, BN = S::kBN, BK = S::kBK;
@@ -64,18 +86,24 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
   static_assert(!P::kBKMajor && kK % 8 == 0, "tile_gemm_wgmma: B [N][K] with rows of whole 16-byte chunks");
   static_assert(!kGated || kN % 2 == 0, "tile_gemm_wgmma: gated B has two halves of kN / 2 rows");
   static_assert(S::kStages >= S::kAhead + 2, "a stage is refilled once every warpgroup's products of it are done");
+  static_assert(BK == kTmaBoxCols && S::kBBytes == 2 * S::kBoxBytes, "B's k-tile is two boxes of the map");
 
-  int group = 0, m0 = 0, rows = 0;
-  if (!P::template locate_tile<BM>(args, group, m0, rows)) return;  // the same answer in every warp
-  if (blockIdx.x == 0) P::prologue(args, group, m0, rows);
-  const int n0 = blockIdx.x * kBlockCols;
+  // The pair of row tiles (blockIdx.y) and which of its two this block takes (blockIdx.x % 2).
+  const auto pair = P::tile(args, static_cast<int>(blockIdx.y), 2 * BM);  // group, first row, group's rows
+  if (pair.group < 0) return;  // the same answer in every warp
+  const int group = pair.group, m0 = pair.first + static_cast<int>(blockIdx.x % 2) * BM;
+  const int rows = min(BM, pair.rows - m0);
+  if (rows <= 0) return;  // the second tile of a pair whose rows fit the first
+  if (blockIdx.x / 2 == 0) P::prologue(args, group, m0, rows);
+  const int n0 = static_cast<int>(blockIdx.x / 2) * kBlockCols;
 
   extern __shared__ float4 smem_f4[];
   // The swizzle pattern repeats every 1024 bytes of address: the tiles start on such a boundary.
   char* smem = reinterpret_cast<char*>(
       (reinterpret_cast<unsigned long long>(smem_f4) + kSwizzleGroupBytes - 1) & ~(kSwizzleGroupBytes - 1ull));
-  char* a_s = smem;                          // [kStages][BM rows × 128 bytes]
-  char* b_s = smem + S::kStages * S::kABytes;  // [kStages][BN rows × 128 bytes]
+  char* a_s = smem;                            // [kStages][BM rows × 128 bytes]
+  char* b_s = smem + S::kStages * S::kABytes;  // [kStages][BN rows × 128 bytes]: box 0's rows, then box 1's
+  __shared__ unsigned long long b_landed[S::kStages];  // stage s's B k-tile is in (both boxes)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, q = lane % 4;
@@ -83,8 +111,14 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
   // keeps the wgmma pipeline across the branch on it (`busy`) instead of serializing it.
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
 
-  // This thread's chunks: 16 bytes at k = 8·kc of rows r0 + 32·i, the k offset moving by BK a tile.
-  // Chunks outside the matrix copy nothing (src-size 0) but still name an address inside it.
+  if (tid == 0) {
+    for (int s = 0; s < S::kStages; ++s) mbarrier_init(&b_landed[s], 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  // This thread's chunks of A: 16 bytes at k = 8·kc of rows r0 + 32·i, the k offset moving by BK a
+  // tile. Chunks outside the matrix copy nothing (src-size 0) but still name an address inside it.
   const int kc = tid % 8, r0 = tid / 8, kc_safe = 8 * kc < kK ? 8 * kc : 0;
   const bf16* a_src[S::kAPer];
   bool a_ok[S::kAPer];
@@ -94,31 +128,25 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
     a_ok[i] = r < rows;
     a_src[i] = P::a_row(args, group, m0 + (a_ok[i] ? r : 0)) + kc_safe;
   }
-  const bf16* b_mat = P::b_matrix(args, group);
-  const bf16* b_src[S::kBPer];
-  bool b_ok[S::kBPer];
-#pragma unroll
-  for (int i = 0; i < S::kBPer; ++i) {
-    const int r = r0 + 32 * i;  // tile row r: B row n0 + r, or gated: feature n0 + r % 128 of half r / 128
-    const int col = kGated ? n0 + r % (BN / 2) : n0 + r;
-    const int b_row = kGated ? (r / (BN / 2)) * kCols + col : col;
-    b_ok[i] = col < kCols;
-    b_src[i] = b_mat + static_cast<long long>(b_ok[i] ? b_row : 0) * kK + kc_safe;
-  }
+  // B's boxes, as rows of the map (every group's kN rows in turn): box 0 the block's first 128
+  // columns, box 1 the next 128, or gated the same features' up rows. Rows past the block's
+  // columns are copied but never stored (past the matrix: zeros, as are columns past kK).
+  const int box_row0 = group * kN + n0;
+  const int box_row1 = box_row0 + (kGated ? kCols : S::kBoxRows);
   auto load_tile = [&](int stage, int kt) {
     const int k0 = kt * BK;
     const bool k_ok = k0 + 8 * kc < kK;
     char* a_t = a_s + stage * S::kABytes;
-    char* b_t = b_s + stage * S::kBBytes;
 #pragma unroll
     for (int i = 0; i < S::kAPer; ++i) {
       const bool ok = a_ok[i] && k_ok;
       cp_async_16(a_t + swizzled_offset(BM, r0 + 32 * i, kc), ok ? a_src[i] + k0 : a_src[i], ok);
     }
-#pragma unroll
-    for (int i = 0; i < S::kBPer; ++i) {
-      const bool ok = b_ok[i] && k_ok;
-      cp_async_16(b_t + swizzled_offset(BN, r0 + 32 * i, kc), ok ? b_src[i] + k0 : b_src[i], ok);
+    if (tid == 0) {
+      char* b_t = b_s + stage * S::kBBytes;
+      mbarrier_arrive_expect_tx(&b_landed[stage], S::kBBytes);
+      tma_load_2d(b_t, &b_map, k0, box_row0, &b_landed[stage]);
+      tma_load_2d(b_t + S::kBoxBytes, &b_map, k0, box_row1, &b_landed[stage]);
     }
   };
 
@@ -135,11 +163,12 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
     cp_async_commit();
   }
   for (int kt = 0; kt < kKTiles; ++kt) {
-    cp_async_wait<S::kAhead - 1>();  // tile kt has landed (this thread's copies)
-    fence_proxy_async_shared();      // ... is visible to the tensor cores' reads
+    cp_async_wait<S::kAhead - 1>();  // tile kt's rows of A have landed (this thread's copies)
+    fence_proxy_async_shared();      // ... are visible to the tensor cores' reads
     __syncthreads();                 // ... for every thread's copies; every product of tile kt - 2 is done
     if (kt + S::kAhead < kKTiles) load_tile((kt + S::kAhead) % S::kStages, kt + S::kAhead);
     cp_async_commit();
+    mbarrier_wait(&b_landed[kt % S::kStages], (kt / S::kStages) & 1);  // tile kt's B, both boxes
     if (busy) {
       const int stage = kt % S::kStages;
       const unsigned long long a_desc = k_major_descriptor(a_s + stage * S::kABytes + wg * 64 * kSwizzleRowBytes);
@@ -192,8 +221,9 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1) tile_gemm_wgm
   }
 }
 
-// grid: (column tiles of 256, or gated of 128 features: tile_gemm_wgmma_column_tiles; row tiles of
-// 128 as the problem's locate_tile<128> reads them). Only on compute capability 9.0 (wgmma_device()).
+// grid: (2 × the column tiles of 256, or gated of 128 features: tile_gemm_wgmma_column_tiles; the
+// pairs of row tiles, as the problem's tile(index, 256) counts them). Only on compute capability
+// 9.0 (wgmma_device()).
 template <class P>
 constexpr int tile_gemm_wgmma_column_tiles() {
   constexpr int kBN = TileGemmWgmmaShape::kBN;
@@ -203,9 +233,18 @@ constexpr int tile_gemm_wgmma_column_tiles() {
 template <class P>
 inline void launch_tile_gemm_wgmma(const typename P::Args& args, dim3 grid, cudaStream_t stream) {
   using S = TileGemmWgmmaShape;
+  TmaMap b_map{};
+#ifndef __CUDACC_RTC__
+  const long long b_rows = static_cast<long long>(P::kGroups) * P::kN;
+  if (!bf16_rows_tma_map(P::b_base(args), b_rows, P::kK, S::kBoxRows, b_map)) {
+    throw std::runtime_error("tile_gemm_wgmma: the driver gave no tensor copy map of the experts' weights [" +
+                             std::to_string(b_rows) + " x " + std::to_string(P::kK) +
+                             "] (cuTensorMapEncodeTiled; the base must be 16-byte aligned)");
+  }
+#endif
   constexpr auto kernel = tile_gemm_wgmma_kernel<P>;
   allow_dynamic_smem_once<kernel, S::kSmemBytes>();
-  KILN_LAUNCH(kernel, grid, S::kThreads, S::kSmemBytes, stream, args);
+  KILN_LAUNCH(kernel, grid, S::kThreads, S::kSmemBytes, stream, args, b_map);
 }
 
 }  // namespace kiln::detail
