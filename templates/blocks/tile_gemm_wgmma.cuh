@@ -66,7 +66,7 @@ struct TileGemmWgmmaShape {
   //   with an mbarrier a stage that the other block's warps arrive on when done with it (the
   //   copy's thread waiting there), 500 with a cluster barrier a k-tile instead, and as slow
   //   (503) with that barrier but no multicast: the pair's pacing, not the copies, loses (ncu: L2
-  //   56% against 77%, tensor pipes 34% against 51%). The same bits in every variant.
+  //   56% against 77%, SM throughput 34% against 51%). The same bits in every variant.
 };
 
 // Whether P's columns are gate | up halves (see the top).
