@@ -70,7 +70,42 @@ void check_gate_up(const std::vector<int>& token_counts) {
   check_launch("moe_gate_up, 0 tokens");
 }
 
+// moe_bucket_kernel's scratch (moe_buckets.cuh) against a stable counting sort on the host: each
+// expert's first slot, the pairs' count, then every expert's pairs ascending; pairs of another
+// rank's experts (id -1) left out.
+template <int kExperts, int kTopK>
+void check_buckets(int tokens, std::mt19937& rng) {
+  std::vector<int> ids = make_ids(tokens, kExperts, kTopK, rng);
+  for (size_t p = 3; p < ids.size(); p += 7) ids[p] = -1;
+  std::vector<int> want(kExperts + 1, 0), placed(kExperts, 0);
+  for (const int e : ids) {
+    if (e >= 0) ++want[e + 1];
+  }
+  for (int e = 0; e < kExperts; ++e) want[e + 1] += want[e];
+  want.resize(kExperts + 1 + static_cast<size_t>(want[kExperts]));
+  for (int p = 0; p < static_cast<int>(ids.size()); ++p) {
+    if (ids[p] >= 0) want[kExperts + 1 + want[ids[p]] + placed[ids[p]]++] = p;
+  }
+  DeviceBuffer<int> d_ids(ids), d_scratch(kExperts + 1 + ids.size());
+  d_scratch.poison();
+  detail::launch_moe_bucket<kExperts, kTopK>(d_ids.get(), d_scratch.get(), tokens, nullptr);
+  check_launch("moe_bucket " + std::to_string(kExperts) + " experts, " + std::to_string(tokens) + " tokens");
+  std::vector<int> have = d_scratch.download();
+  have.resize(want.size());
+  INFO("moe_bucket " << kExperts << " experts, top " << kTopK << ", " << tokens << " tokens");
+  CHECK(have == want);
+}
+
 }  // namespace
+
+TEST_CASE("moe_bucket sorts each step's pairs by expert and keeps their order", "[moe_gate_up]") {
+  std::mt19937 rng(4242);
+  for (const int tokens : {1, 2, 7, 64, 65, 300, 2048}) {
+    check_buckets<64, 6>(tokens, rng);   // DeepSeek-V2-Lite
+    check_buckets<160, 6>(tokens, rng);  // DeepSeek-V2
+    check_buckets<8, 3>(tokens, rng);    // the tiny models' and a tensor-parallel rank's few experts
+  }
+}
 
 TEST_CASE("moe_gate_up multiplies each token by its chosen experts; moe_gate_up_act applies silu(gate) ⊙ up", "[moe_gate_up]") {
   // Under a sanitizer (quick_run) DeepSeek-V2-Lite's shape runs at decode sizes only (the tiny
