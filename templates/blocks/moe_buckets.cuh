@@ -154,8 +154,8 @@ inline void launch_moe_bucket(const int* ids, int* scratch, int tokens, cudaStre
   KILN_LAUNCH(kernel, 1, 1024, kSmem, stream, ids, scratch, tokens * kTopK);
 }
 
-// ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 (tile_gemm.cuh) or 128
-// (tile_gemm_wgmma.cuh) of its pairs ----
+// ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 (tile_gemm.cuh) or pairs
+// of 128-row tiles (tile_gemm_wgmma.cuh) of its pairs ----
 
 template <int kExperts, int kTileRows = 64>
 __device__ __forceinline__ bool locate_expert_tile(const int* scratch, int& group, int& m0, int& rows) {
@@ -174,10 +174,6 @@ struct ExpertPairTiles {
   template <typename Args>
   __device__ static bool locate(const Args& a, int& group, int& m0, int& rows) {
     return locate_expert_tile<kExperts>(a.scratch, group, m0, rows);
-  }
-  template <int kTileRows, typename Args>
-  __device__ static bool locate_tile(const Args& a, int& group, int& m0, int& rows) {
-    return locate_expert_tile<kExperts, kTileRows>(a.scratch, group, m0, rows);
   }
   template <typename Args>
   __device__ static int pair(const Args& a, int group, int m) {
