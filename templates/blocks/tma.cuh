@@ -50,6 +50,7 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const TmaMap* map, int x
       : "memory");
 #endif
 }
+
 #ifndef __CUDACC_RTC__
 // The map of a bf16 matrix [rows][cols] (rows cols · 2 bytes apart; base 16-byte aligned, cols a
 // multiple of 8) read in boxes of box_rows × kTmaBoxCols into the 128-byte swizzle; coordinates past
