@@ -12,7 +12,7 @@
 //                      one token on an H200: 27.6 us -> 16.0 + 3.0 for the sum, where one block
 //                      per 16 output rows had gone over the used experts one after another);
 //                      larger T as the prefill.
-//   moe_down_prefill   the grouped GEMM at every T (on Hopper: 128 × 256 tiles on wgmma,
+//   moe_down_prefill   the grouped GEMM at every T (on Hopper: 192 × 256 tiles on wgmma,
 //                      tile_gemm_wgmma.cuh); shapes whose rows cannot be read 16 bytes at a time
 //                      stream at every T.
 #pragma once

@@ -5,7 +5,7 @@
 //             expert and the pairs of that expert (passes of 8 or 16), so each chosen expert is
 //             read from DRAM once per call;
 //   larger T  grouped tensor-core GEMM over (expert, tile of its pairs, tile of the rows): on
-//             Hopper 128 × 256 tiles on wgmma (tile_gemm_wgmma.cuh), elsewhere 64 × 128 on mma.sync.
+//             Hopper 192 × 256 tiles on wgmma (tile_gemm_wgmma.cuh), elsewhere 64 × 128 on mma.sync.
 // Prefill steps (moe_gate_up_prefill) take the GEMM at every T, so that a token's outputs have the
 // same bits whatever else is in its step (a prompt alone, chunked or batched with others).
 // The fused op moe_gate_up_act (codegen/fuse.cpp) writes silu(gate) ⊙ up, never the gate | up

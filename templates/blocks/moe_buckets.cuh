@@ -77,7 +77,8 @@ __device__ __forceinline__ GroupTile locate_group_tile(const int* __restrict__ o
 // warps (warp w scanning experts w, w + 32, ... over the 32 warps' counts, then warp 0 the
 // experts' totals) gave the same scratch but 2.24 -> 4.09 us a launch at one token (64 experts),
 // 3.15 -> 7.75 (160), 22.3 -> 23.9 at 2,048 tokens: its column reads conflict on one bank and
-// it adds two block barriers.
+// it adds two block barriers. Nor (55th session) the ids staged in shared memory first, every
+// thread's loads in flight at once: the same 24.2 us at 2,048 tokens, 45.3 at 4,096.
 // =====================================================================================
 
 template <int kExperts, int kTopK>
@@ -155,7 +156,7 @@ inline void launch_moe_bucket(const int* ids, int* scratch, int tokens, cudaStre
 }
 
 // ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 (tile_gemm.cuh) or pairs
-// of 128-row tiles (tile_gemm_wgmma.cuh) of its pairs ----
+// of 192-row tiles (tile_gemm_wgmma.cuh) of its pairs ----
 
 template <int kExperts, int kTileRows = 64>
 __device__ __forceinline__ bool locate_expert_tile(const int* scratch, int& group, int& m0, int& rows) {
@@ -201,7 +202,7 @@ inline int expert_tile_bound(int tokens) {
   return ceil_div(pairs, kTileRows) + min_int(kExperts, pairs);
 }
 
-// The grouped GEMM P over the experts' pairs of `tokens` tokens on Hopper: 128 × 256 tiles on
+// The grouped GEMM P over the experts' pairs of `tokens` tokens on Hopper: 192 × 256 tiles on
 // wgmma, an expert's row tiles in pairs (tile_gemm_wgmma.cuh; gated problems too).
 template <class P, int kExperts, int kTopK>
 inline void launch_expert_gemm_wgmma(const typename P::Args& args, int tokens, cudaStream_t stream) {

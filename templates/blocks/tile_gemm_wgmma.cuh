@@ -4,8 +4,8 @@
 // tile_gemm.cuh's (a_row, b_matrix, store, prologue), plus tile (a group's row tiles), kGroups and
 // b_base (every group's B as one matrix, for the tensor copy engine's map).
 //
-// A block computes 128 rows × 256 columns: two warpgroups of 64 rows, each multiplying its rows by
-// the block's whole B tile (two m64n128k16 products per k16 step, A and B from shared memory). K
+// A block computes 192 rows × 256 columns: three warpgroups of 64 rows, each multiplying its rows
+// by the block's whole B tile (two m64n128k16 products per k16 step, A and B from shared memory). K
 // goes by 64 (one 128-byte swizzled row per tile row) through 4 shared-memory stages filled two
 // tiles ahead: A's rows by cp.async (every gathered row has its own address, which the tensor copy
 // engine cannot take), B's 256 rows by the tensor copy engine (TMA, blocks/tma.cuh) as two boxes of
@@ -13,7 +13,7 @@
 // skips its products.
 //
 // The grid: x = 2 × the column tile + which of a pair of row tiles, y = the pair: a group's rows go
-// in pairs of 256, and the two blocks of a pair (the same columns, so the same B tiles) are
+// in pairs of 384, and the two blocks of a pair (the same columns, so the same B tiles) are
 // dispatched one after the other, each reading B while the other does (DeepSeek-V2-Lite's gate|up
 // at 2,048 tokens on an H100: 351 -> 339 us against row tiles in y; bench/RESULTS.md 2026-12-06).
 //
@@ -25,7 +25,11 @@
 // Why these sizes: an expert's pairs are few (2,048 tokens × top-6 of 64 experts: ~190 each), so
 // rows per tile are what the tile can reuse B over; 128 × 256 reads 48 KB per 4.2 MFLOP k-tile,
 // where the mma.sync tile_gemm's 64 × 128 reads 24 KB per 1 MFLOP (bench_kernels --moe-only,
-// DeepSeek-V2-Lite's gate|up at 2,048 tokens on an H200: 348 against 175 TFLOP/s).
+// DeepSeek-V2-Lite's gate|up at 2,048 tokens on an H200: 348 against 175 TFLOP/s), and 192 × 256
+// 56 KB per 6.3 MFLOP, with an expert of up to 192 pairs reading its B once (H100, 2,048 tokens:
+// gate|up 341.0 -> 326.4 us, down 203.2 -> 196.1 against 128 rows; bench/RESULTS.md 2026-12-06,
+// 55th session). Four warpgroups would need 128 accumulators of 512 threads: more registers than
+// an SM has; three take 162 of the 168 each can have, and four stages 225 of 227 KB.
 // The same bits for a row whatever other rows share its tile: every output is one warpgroup's
 // accumulation over k in order.
 #pragma once
@@ -43,8 +47,9 @@
 namespace kiln::detail {
 
 struct TileGemmWgmmaShape {
-  static constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kAhead = 2;
-  static constexpr int kThreads = 256;  // two warpgroups
+  static constexpr int kWarpGroups = 3;
+  static constexpr int kBM = 64 * kWarpGroups, kBN = 256, kBK = 64, kStages = 4, kAhead = 2;
+  static constexpr int kThreads = 128 * kWarpGroups;
   static constexpr int kABytes = kBM * kSwizzleRowBytes, kBBytes = kBN * kSwizzleRowBytes;
   static constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kSwizzleGroupBytes;  // + room to align
   static constexpr int kAPer = kBM * 8 / kThreads;  // 16-byte chunks of A per thread
@@ -67,6 +72,12 @@ struct TileGemmWgmmaShape {
   //   copy's thread waiting there), 500 with a cluster barrier a k-tile instead, and as slow
   //   (503) with that barrier but no multicast: the pair's pacing, not the copies, loses (ncu: L2
   //   56% against 77%, SM throughput 34% against 51%). The same bits in every variant.
+  // - 2026-12-06 (55th session, H100, gate|up at 2,048 tokens against 325 us with 192-row tiles):
+  //   the operands swapped (weight rows as wgmma's M, an expert's pairs as N up to 256, so that
+  //   each weight row is read once) 412-461 us, its stages holding 24 KB of weights in flight
+  //   against 32; an mbarrier pair a stage in place of the block barrier 329; B's tiles asked into
+  //   L2 4-8 k-tiles ahead by cp.async.bulk.prefetch.tensor 375-423; the multicast pair with five B
+  //   stages 433.
 };
 
 // Whether P's columns are gate | up halves (see the top).
@@ -117,14 +128,15 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1)
   }
   __syncthreads();
 
-  // This thread's chunks of A: 16 bytes at k = 8·kc of rows r0 + 32·i, the k offset moving by BK a
-  // tile. Chunks outside the matrix copy nothing (src-size 0) but still name an address inside it.
+  // This thread's chunks of A: 16 bytes at k = 8·kc of rows r0 + kRowStep·i, the k offset moving by
+  // BK a tile. Chunks outside the matrix copy nothing (src-size 0) but still name an address inside it.
+  constexpr int kRowStep = S::kThreads / 8;
   const int kc = tid % 8, r0 = tid / 8, kc_safe = 8 * kc < kK ? 8 * kc : 0;
   const bf16* a_src[S::kAPer];
   bool a_ok[S::kAPer];
 #pragma unroll
   for (int i = 0; i < S::kAPer; ++i) {
-    const int r = r0 + 32 * i;
+    const int r = r0 + kRowStep * i;
     a_ok[i] = r < rows;
     a_src[i] = P::a_row(args, group, m0 + (a_ok[i] ? r : 0)) + kc_safe;
   }
@@ -140,7 +152,7 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < S::kAPer; ++i) {
       const bool ok = a_ok[i] && k_ok;
-      cp_async_16(a_t + swizzled_offset(BM, r0 + 32 * i, kc), ok ? a_src[i] + k0 : a_src[i], ok);
+      cp_async_16(a_t + swizzled_offset(BM, r0 + kRowStep * i, kc), ok ? a_src[i] + k0 : a_src[i], ok);
     }
     if (tid == 0) {
       char* b_t = b_s + stage * S::kBBytes;
@@ -150,7 +162,7 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1)
     }
   };
 
-  float acc[2][64];  // columns [0, 128) and [128, 256) of the block's tile
+  float acc[2][64];  // columns [0, 128) and [128, 256) of the warpgroup's 64 rows
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -222,7 +234,7 @@ __global__ void __launch_bounds__(TileGemmWgmmaShape::kThreads, 1)
 }
 
 // grid: (2 × the column tiles of 256, or gated of 128 features: tile_gemm_wgmma_column_tiles; the
-// pairs of row tiles, as the problem's tile(index, 256) counts them). Only on compute capability
+// pairs of row tiles, as the problem's tile(index, 2 · kBM) counts them). Only on compute capability
 // 9.0 (wgmma_device()).
 template <class P>
 constexpr int tile_gemm_wgmma_column_tiles() {
