@@ -112,19 +112,25 @@ __device__ inline TokenLogprob block_best(float x, int32_t id, float* s_x, int32
   return best;
 }
 
-// The maximum of every thread's x, in every thread (s_x: blockDim.x floats of shared memory, free
-// again on return).
-__device__ inline float block_max(float x, float* s_x) {
+// Every thread's x combined by `op` over the block, in a fixed tree (the halves folded at strides
+// blockDim.x / 2, / 4, ...), in every thread (s: blockDim.x values of shared memory, free again on
+// return).
+template <class T, class Op>
+__device__ inline T block_reduce(T x, T* s, Op op) {
   const int tid = threadIdx.x;
-  s_x[tid] = x;
+  s[tid] = x;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (tid < stride) s_x[tid] = fmaxf(s_x[tid], s_x[tid + stride]);
+    if (tid < stride) s[tid] = op(s[tid], s[tid + stride]);
     __syncthreads();
   }
-  const float m = s_x[0];
+  const T r = s[0];
   __syncthreads();
-  return m;
+  return r;
+}
+
+__device__ inline float block_max(float x, float* s_x) {
+  return block_reduce(x, s_x, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // Writes each slice's maximum (part_max [row][part]) and its top-N candidates (candidates
@@ -184,13 +190,8 @@ __global__ void logprob_sums_kernel(const float* logits, int64_t row_stride, int
   const int32_t begin = part * slice, end = min(vocab, begin + slice);
   double sum = 0.0;
   for (int32_t i = begin + tid; i < end; i += blockDim.x) sum += static_cast<double>(sampling_exp(__fsub_rn(x[i], m)));
-  s_sum[tid] = sum;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (tid < stride) s_sum[tid] = s_sum[tid] + s_sum[tid + stride];
-    __syncthreads();
-  }
-  if (tid == 0) scratch.part_sum[row * parts + part] = s_sum[0];
+  sum = block_reduce(sum, s_sum, [](double a, double b) { return a + b; });
+  if (tid == 0) scratch.part_sum[row * parts + part] = sum;
 }
 
 __global__ void logprob_finish_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t parts,
