@@ -148,17 +148,29 @@ void phase_headers(const Op& op, Phase phase, std::vector<std::string>& out) {
   }
 }
 
-// The prefill's logits projection (rows "N"): cuda::prefill_logits (gemm.hpp), the rows a token is
-// sampled from on the op's decode kernel, the others on cuBLASLt.
-std::string prefill_logits_call(const Op& op, const Graph& g) {
+// The arguments of the op's prefill call on cuBLASLt, "ctx" first, without its FP8 inputs: their
+// expression goes to *fp8, the matrix's to *weight, where asked.
+std::vector<std::string> host_args_without_fp8(const Op& op, const Graph& g, std::string* fp8, std::string* weight) {
   std::vector<std::string> args = {"ctx"};
   for (const ArgSpec* a : op.record().args_of(Phase::prefill)) {
     const std::string expr = arg_expr(op, g, *a, true);
-    if (a->source != ArgSource::fp8) {
-      args.push_back(expr);
-    } else if (expr != "Fp8Rows{}") {
-      fail("internal: the logits projection ", op.label, " was given FP8 inputs (", expr, ")");
+    if (a->source == ArgSource::fp8) {
+      if (fp8 != nullptr) *fp8 = expr;
+      continue;
     }
+    args.push_back(expr);
+    if (a->source == ArgSource::matrix && weight != nullptr) *weight = expr;
+  }
+  return args;
+}
+
+// The prefill's logits projection (rows "N"): cuda::prefill_logits (gemm.hpp), the rows a token is
+// sampled from on the op's decode kernel, the others on cuBLASLt.
+std::string prefill_logits_call(const Op& op, const Graph& g) {
+  std::string fp8;
+  std::vector<std::string> args = host_args_without_fp8(op, g, &fp8, nullptr);
+  if (!fp8.empty() && fp8 != "Fp8Rows{}") {
+    fail("internal: the logits projection ", op.label, " was given FP8 inputs (", fp8, ")");
   }
   args.push_back("step.num_samples");
   args.push_back(wrapper_name(op, Phase::decode));
@@ -209,13 +221,8 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
           // cuda::decode_linear with the prefill's arguments (on the stream: ctx.fork gives no side
           // stream past a pass) but its FP8 inputs (no op writes them at decode; it takes bf16
           // matrices only).
-          std::vector<std::string> host = {"ctx"};
           std::string weight;
-          for (const ArgSpec* a : op.record().args_of(Phase::prefill)) {
-            if (a->source == ArgSource::fp8) continue;
-            host.push_back(arg_expr(op, g, *a, true));
-            if (a->source == ArgSource::matrix) weight = host.back();
-          }
+          const std::vector<std::string> host = host_args_without_fp8(op, g, nullptr, &weight);
           if (op.record().call(Phase::prefill).how != CallHow::host) fail("internal: linear's prefill call is not cuBLASLt's");
           if (weight.empty()) fail("internal: linear's prefill call takes no matrix argument");
           const std::string gemm_call = "cuda::decode_linear<" + shape_constant(op) + ">(" + join(host) + ");";
