@@ -15,6 +15,14 @@
 // of one column split (two: each input it reads serves 32 rows); how many, and how many warps a
 // block, is chosen from the shape so that the SMs get even shares (batched_gemv_block).
 //
+// Shapes with fewer row tiles than SMs (the wide plan's: Llama-3.2-1B's and Qwen3-0.6B's o_proj and
+// down_proj, 16 splits a tile) take the wide form: a block holds a group of the splits of many row
+// tiles (kBlockWarpsK of them; the groups in blocks side by side, blockIdx.y), so that every SM has a
+// block and the token rows a block copies serve all its tiles; each split's sums go to the plan's
+// scratch and gemv_sum_splits_kernel adds them, as the wide plan's kernel does. Before it those
+// shapes ran the wide plan's register-pipelined kernel at 1.2 TB/s at 64 tokens (1B down_proj 27.5
+// µs, bench/RESULTS.md 2026-11-29).
+//
 // Bits: the warp for (row tile, split wk) sums the column steps wk, wk + kWarpsK, ... in order with
 // the same mma (mma_row_chunk: the same lane layout and k permutation), and the splits are added in
 // split order from 0.0f, as sum_column_splits does: the plan's split depends on the shape only.
@@ -62,22 +70,68 @@ constexpr BatchedGemvBlock batched_gemv_block(int row_tiles, int warps_k, int sm
   return best;
 }
 
-template <int kN, int kK, int kSMs, int kTokenTiles, int kTilesPerWarpSet = 0, int kBlockWarps = 0, int kStagesSet = 0>
+// The wide form's geometry: row tiles a warp, warps a block and splits a block (block_warps_k, at
+// most half the plan's, so that a block's token rows serve many row tiles). Chosen as above (the
+// busiest SM's tile-splits, then the most warps an SM), ties going to fewer row blocks (each row
+// block copies every token column once) and then to two tiles a warp.
+struct BatchedGemvWideBlock {
+  int tiles_per_warp;
+  int warps;
+  int block_warps_k;
+};
+
+constexpr BatchedGemvWideBlock batched_gemv_wide_block(int row_tiles, int warps_k, int sms) {
+  constexpr BatchedGemvWideBlock kCandidates[] = {{1, 16, 1}, {1, 8, 1}, {2, 8, 1}, {2, 16, 1},
+                                                   {1, 16, 2}, {1, 8, 2}, {2, 8, 2}, {1, 16, 4}};
+  BatchedGemvWideBlock best{0, 0, 0};
+  long long best_units = 0, best_warps = 0, best_row_blocks = 0;
+  for (const BatchedGemvWideBlock c : kCandidates) {
+    if (c.warps % c.block_warps_k != 0 || warps_k % c.block_warps_k != 0 || warps_k / c.block_warps_k < 2) continue;
+    const int tiles = c.warps / c.block_warps_k * c.tiles_per_warp;
+    const int row_blocks = (row_tiles + tiles - 1) / tiles;
+    const int blocks = row_blocks * (warps_k / c.block_warps_k);
+    const int per_sm = (blocks + sms - 1) / sms;
+    const int resident = c.warps <= 8 ? 2 : 1;
+    const long long units = static_cast<long long>(per_sm) * tiles * c.block_warps_k;
+    const long long warps_per_sm = static_cast<long long>(per_sm < resident ? per_sm : resident) * c.warps;
+    const bool better =
+        best.warps == 0 || units < best_units ||
+        (units == best_units &&
+         (warps_per_sm > best_warps ||
+          (warps_per_sm == best_warps &&
+           (row_blocks < best_row_blocks || (row_blocks == best_row_blocks && c.tiles_per_warp > best.tiles_per_warp)))));
+    if (better) best = c, best_units = units, best_warps = warps_per_sm, best_row_blocks = row_blocks;
+  }
+  return best;
+}
+
+// kWide: the wide form (a group of splits a block, the sums through scratch); its geometry is
+// batched_gemv_wide_block's unless the Set parameters give it (kBlockWarpsKSet: splits a block).
+template <int kN, int kK, int kSMs, int kTokenTiles, int kTilesPerWarpSet = 0, int kBlockWarps = 0, int kStagesSet = 0,
+          bool kWideSet = false, int kBlockWarpsKSet = 0>
 struct BatchedGemvShape {
   static constexpr GemvPlan kPlan = gemv_plan(kN, kK, kSMs);
   static constexpr int kSteps = kPlan.steps;
   static constexpr int kRowTiles = kPlan.row_tiles;
   static constexpr int kWarpsK = kPlan.warps_k;  // the sum order's split
+  static constexpr bool kWide = kWideSet;
   static constexpr BatchedGemvBlock kBlock = batched_gemv_block(kRowTiles, kWarpsK, kSMs);
-  static constexpr int kTilesPerWarp = kTilesPerWarpSet > 0 ? kTilesPerWarpSet : kBlock.tiles_per_warp;
-  // Warps a block: all the splits of kWarpsN row groups.
-  static constexpr int kWarpsN = max_int(1, (kBlockWarps > 0 ? kBlockWarps : kBlock.warps) / kWarpsK);
-  static constexpr int kWarps = kWarpsN * kWarpsK;
+  static constexpr BatchedGemvWideBlock kWideBlock = batched_gemv_wide_block(kRowTiles, kWarpsK, kSMs);
+  static constexpr int kTilesPerWarp = kTilesPerWarpSet > 0 ? kTilesPerWarpSet
+                                       : kWide                ? kWideBlock.tiles_per_warp
+                                                              : kBlock.tiles_per_warp;
+  // Splits a block: all of them, or (wide) a group; the groups' blocks side by side (blockIdx.y).
+  static constexpr int kBlockWarpsK = !kWide ? kWarpsK : kBlockWarpsKSet > 0 ? kBlockWarpsKSet : kWideBlock.block_warps_k;
+  static constexpr int kGroups = kWarpsK / kBlockWarpsK;
+  // Warps a block: the block's splits of kWarpsN row groups.
+  static constexpr int kWarpsN =
+      max_int(1, (kBlockWarps > 0 ? kBlockWarps : kWide ? kWideBlock.warps : kBlock.warps) / kBlockWarpsK);
+  static constexpr int kWarps = kWarpsN * kBlockWarpsK;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockTiles = kWarpsN * kTilesPerWarp;
   static constexpr int kRowBlocks = ceil_div(kRowTiles, kBlockTiles);
-  // A stage is one round: one column step of every warp (kWarpsK steps), its weights (each lane's
-  // 16-byte chunks where the lane reads them back) and the token rows at those columns.
+  // A stage is one round: one column step of every warp (kBlockWarpsK steps), its weights (each
+  // lane's 16-byte chunks where the lane reads them back) and the token rows at those columns.
   static constexpr int kRounds = ceil_div(kSteps, kWarpsK);
   static constexpr int kTokenTileCount = kTokenTiles;
   static constexpr int kTokens = kTokenTiles * 8;
@@ -85,7 +139,7 @@ struct BatchedGemvShape {
   static constexpr int kWeightBytes = kWarps * kWarpWeightBytes;
   // A token's row of a stage, padded so that its length is an odd multiple of 64 bytes: lanes g
   // and g + 1 (two tokens) of a quarter warp then read the two halves of the banks.
-  static constexpr int kRowBytes = kWarpsK * 64 + ((kWarpsK * 64) % 128 == 0 ? 64 : 0);
+  static constexpr int kRowBytes = kBlockWarpsK * 64 + ((kBlockWarpsK * 64) % 128 == 0 ? 64 : 0);
   static constexpr int kStageBytes = kWeightBytes + kTokens * kRowBytes;
   // Blocks an SM holds (16 warps an SM: 128 registers a thread), and stages in flight: as many as
   // fit in their share of its 227 KB of shared memory, at most 6.
@@ -94,11 +148,14 @@ struct BatchedGemvShape {
       kStagesSet > 0 ? kStagesSet : max_int(2, min_int(6, 220 * 1024 / kBlocksPerSm / kStageBytes));
   // The splits' sums of kEpilogueTiles token tiles at once, in the stages' space (one token tile
   // where not even two fit): the fewer the passes, the fewer the barriers.
+  // (The wide form stores each split's sums from registers.)
   static constexpr int kTilePartialBytes = kBlockTiles * kWarpsK * 128 * 4;
   static constexpr int kEpilogueTiles = max_int(1, min_int(kTokenTiles, kStages * kStageBytes / kTilePartialBytes));
-  static constexpr int kPartialBytes = kEpilogueTiles * kTilePartialBytes;
+  static constexpr int kPartialBytes = kWide ? 0 : kEpilogueTiles * kTilePartialBytes;
   static constexpr int kSmemBytes = max_int(kStages * kStageBytes, kPartialBytes);
-  static_assert(kWarpsK <= 16 && kWarps % kWarpsK == 0, "batched GEMV: row groups of at most 16 splits");
+  static_assert(kWarpsK <= 16 && kWarps % kBlockWarpsK == 0 && kWarpsK % kBlockWarpsK == 0,
+                "batched GEMV: row groups of at most 16 splits, in whole groups");
+  static_assert(!kWide || kGroups > 1, "batched GEMV: the wide form splits the splits over blocks");
   static_assert(kK % 8 == 0, "batched GEMV: rows of whole 16-byte chunks");
 };
 
@@ -111,17 +168,27 @@ constexpr bool use_batched_gemv() {
   return kTokenTiles >= 2 && kK % 8 == 0 && p.blocks >= kSMs && p.warps_k <= 8;
 }
 
+// Whether such a pass takes the wide form instead: shapes with fewer row tiles than SMs whose
+// plan's scratch holds each split's sums (gemv_scratch_floats) and splits at least 4 ways.
+template <int kN, int kK, int kSMs, int kTokenTiles>
+constexpr bool use_batched_gemv_wide() {
+  constexpr GemvPlan p = gemv_plan(kN, kK, kSMs);
+  return kTokenTiles >= 2 && kK % 8 == 0 && p.blocks < kSMs && p.warps_k >= 4 && gemv_scratch_floats(kN, kK, kSMs, 64) > 0;
+}
+
 template <int kN, int kK, LinearOut kOut, typename Shape>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
     gemv_batched_kernel(const bf16* __restrict__ in, const bf16* __restrict__ weight,
-                        typename LinearOutType<kOut>::type* __restrict__ out, int tokens) {
-  constexpr int T = Shape::kTokenTileCount, WK = Shape::kWarpsK, TW = Shape::kTilesPerWarp;
+                        typename LinearOutType<kOut>::type* __restrict__ out, float* __restrict__ partials,
+                        int tokens) {
+  constexpr int T = Shape::kTokenTileCount, WK = Shape::kWarpsK, WKB = Shape::kBlockWarpsK, TW = Shape::kTilesPerWarp;
   constexpr int R = Shape::kRounds, S = Shape::kStages;
   extern __shared__ uint4 smem_u4[];
   char* smem = reinterpret_cast<char*>(smem_u4);
 
+  // wk: the warp's split of the plan (the sum order); its place in the block's group, wk_in.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wn = warp / WK, wk = warp % WK;
+  const int wn = warp / WKB, wk_in = warp % WKB, wk = blockIdx.y * WKB + wk_in;
   const int g = lane / 4, q = lane % 4;
   const int first_tile = blockIdx.x * Shape::kBlockTiles + wn * TW;
 
@@ -139,7 +206,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   }
   // Round r's weights: this lane's chunks of its rows at the warp's step r·WK + wk; nothing past
   // its last step (the warp skips that round). Past kK (rows not whole steps): zeros.
-  const int lane_col = wk * 32 + q * 8;
+  const int lane_col = wk * 32 + q * 8;  // in a round's columns of the matrix; of the stage's: wk_in
+  const int stage_col = wk_in * 32 + q * 8;
   auto copy_weights = [&](int r, char* stage) {
     if (r * WK + wk < Shape::kSteps) {
       char* dst = stage + warp * Shape::kWarpWeightBytes + lane * 16;
@@ -154,10 +222,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
       }
     }
   };
-  // Round r's token rows: columns [r·WK·32, (r + 1)·WK·32), zeros past `tokens` (those columns of
-  // the mma are never stored) and past kK. A thread's chunks are the same every round but for the
-  // column: their offsets are worked out once.
-  constexpr int kChunks = WK * 4;  // 16-byte chunks of a token's row in a stage
+  // Round r's token rows: the block's columns [r·WK·32 + blockIdx.y·WKB·32, ... + WKB·32), zeros
+  // past `tokens` (those columns of the mma are never stored) and past kK. A thread's chunks are
+  // the same every round but for the column: their offsets are worked out once.
+  constexpr int kChunks = WKB * 4;  // 16-byte chunks of a token's row in a stage
   constexpr int kCopies = Shape::kTokens * kChunks;
   constexpr int kPerThread = ceil_div(kCopies, Shape::kThreads);
   // dst_off -1: no chunk (the last threads, where the copies do not divide evenly); src_off -1: a
@@ -171,11 +239,11 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
     src_off[k] = t < tokens ? t * kK + c * 8 : -1;
   }
   auto copy_inputs = [&](int r, char* stage) {
-    const int col0 = r * WK * 32;
+    const int col0 = (r * WK + blockIdx.y * WKB) * 32;
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       if (kCopies % Shape::kThreads != 0 && dst_off[k] < 0) continue;
-      const bool whole = kK % (WK * 32) == 0 || col0 + WK * 32 <= kK;  // no column of the round past kK
+      const bool whole = kK % (WK * 32) == 0 || col0 + WKB * 32 <= kK;  // no column of the round past kK
       const int c8 = (dst_off[k] - Shape::kWeightBytes) % Shape::kRowBytes / 2;
       const bool valid = src_off[k] >= 0 && (whole || col0 + c8 < kK);
       cp_async_16(stage + dst_off[k], valid ? in + (src_off[k] + col0) : in, valid);
@@ -227,7 +295,7 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
       a[t][0] = *reinterpret_cast<const uint4*>(mine + (t * 2) * 512);
       a[t][1] = *reinterpret_cast<const uint4*>(mine + (t * 2 + 1) * 512);
     }
-    const char* x = here + Shape::kWeightBytes + g * Shape::kRowBytes + lane_col * 2;
+    const char* x = here + Shape::kWeightBytes + g * Shape::kRowBytes + stage_col * 2;
 #pragma unroll
     for (int j = 0; j < T; ++j) {
       const uint4 b = *reinterpret_cast<const uint4*>(x + j * 8 * Shape::kRowBytes);
@@ -236,6 +304,21 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
     }
   }
   cp_async_wait<0>();
+  if constexpr (Shape::kWide) {
+    // Each split's sums into partials [kWarpsK][tokens][kN] for gemv_sum_splits_kernel. Lane (g,
+    // q)'s c-th value is row g + 8·(c / 2), token 2q + c % 2 of the tile (mma.cuh's C); a tile past
+    // the matrix has rows past kN.
+#pragma unroll
+    for (int t = 0; t < TW; ++t)
+#pragma unroll
+      for (int j = 0; j < T; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int n = (first_tile + t) * 16 + g + 8 * (c / 2), tok = j * 8 + 2 * q + c % 2;
+          if (n < kN && tok < tokens) partials[(static_cast<long long>(wk) * tokens + tok) * kN + n] = acc[t][j][c];
+        }
+    return;
+  }
   __syncthreads();  // the stages' space becomes the splits' sums
 
   // kEpilogueTiles token tiles a pass: every warp's sums into shared memory, then each output the
@@ -268,13 +351,19 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   }
 }
 
-// One pass of at most 8 · kTokenTiles tokens.
+// One pass of at most 8 · kTokenTiles tokens. partials: the wide form's (gemv_scratch_floats),
+// unused by the other.
 template <int kN, int kK, LinearOut kOut, int kSMs, int kTokenTiles, typename Shape = BatchedGemvShape<kN, kK, kSMs, kTokenTiles>>
 inline void launch_gemv_batched(const bf16* in, const bf16* weight, typename LinearOutType<kOut>::type* out,
-                                int tokens, cudaStream_t stream) {
+                                float* partials, int tokens, cudaStream_t stream) {
   constexpr auto kernel = gemv_batched_kernel<kN, kK, kOut, Shape>;
   allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
-  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks), Shape::kThreads, Shape::kSmemBytes, stream, in, weight, out, tokens);
+  KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, Shape::kSmemBytes, stream, in, weight,
+              out, partials, tokens);
+  if constexpr (Shape::kWide) {
+    auto sum = gemv_sum_splits_kernel<kN, Shape::kWarpsK, kOut>;
+    KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);
+  }
 }
 
 }  // namespace detail

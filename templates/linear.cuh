@@ -282,10 +282,11 @@ constexpr long long linear_scratch_floats(int max_batch) {
 
 // out is bf16* for LinearOut::store_bf16, float* otherwise. Any token count: passes of up to
 // kStreamPassTokens tokens, each reading the weights once; passes of two token tiles or more
-// (9+ tokens) on shapes whose narrow plan has a block for every SM take the batched GEMV
-// (gemv_batched.cuh) where the GPU's shared memory holds its stages; others of kGemvWideTokenTiles
-// token tiles or more take the wide plan where it pays (GemvPlan::wide), whose partial sums go
-// through `scratch` (linear_scratch_floats).
+// (9+ tokens) take the batched GEMV (gemv_batched.cuh) where the GPU's shared memory holds its
+// stages: shapes whose narrow plan has a block for every SM in its narrow form, shapes with fewer
+// row tiles than SMs in its wide form (partial sums through `scratch`, linear_scratch_floats);
+// otherwise passes of kGemvWideTokenTiles token tiles or more take the wide plan where it pays
+// (GemvPlan::wide), whose partial sums go through `scratch` too.
 // Every path gives every token the same bits.
 template <shape::linear S>
 void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
@@ -302,7 +303,15 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
       if constexpr (detail::use_batched_gemv<kN, kK, S.sms, kTiles>()) {
         if (detail::device_smem_fits(detail::BatchedGemvShape<kN, kK, S.sms, kTiles>::kSmemBytes)) {
           detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles>(in + static_cast<long long>(done) * kK, weight, y,
-                                                                  n, stream);
+                                                                  nullptr, n, stream);
+          return;
+        }
+      }
+      if constexpr (detail::use_batched_gemv_wide<kN, kK, S.sms, kTiles>()) {
+        using Wide = detail::BatchedGemvShape<kN, kK, S.sms, kTiles, 0, 0, 0, true>;
+        if (detail::device_smem_fits(Wide::kSmemBytes)) {
+          detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles, Wide>(in + static_cast<long long>(done) * kK, weight,
+                                                                        y, scratch, n, stream);
           return;
         }
       }

@@ -104,11 +104,25 @@ void bench_gemv_batched_variant(const GemvData<kN, kK>& data, int tokens) {
   using Shape = detail::BatchedGemvShape<kN, kK, kSms, kTiles, kTilesPerWarp, kBlockWarps, kStages>;
   const double us = median_us([&](int i) {
     detail::launch_gemv_batched<kN, kK, LinearOut::store_f32, kSms, kTiles, Shape>(as_bf16(data.in), data.weight(i),
-                                                                                   data.out.get(), tokens, nullptr);
+                                                                                   data.out.get(), nullptr, tokens, nullptr);
   });
   char variant[64];
   std::snprintf(variant, sizeof variant, "batched tw %d w %d st %d (%d blk)", kTilesPerWarp, Shape::kWarps,
                 Shape::kStages, Shape::kRowBlocks);
+  print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us, data.bytes(tokens));
+}
+
+// The batched GEMV's wide form at one geometry (row tiles a warp, warps a block, splits a block).
+template <int kN, int kK, int kTiles, int kTilesPerWarp, int kBlockWarps, int kBlockWarpsK>
+void bench_gemv_batched_wide_variant(const GemvData<kN, kK>& data, int tokens) {
+  using Shape = detail::BatchedGemvShape<kN, kK, kSms, kTiles, kTilesPerWarp, kBlockWarps, 0, true, kBlockWarpsK>;
+  const double us = median_us([&](int i) {
+    detail::launch_gemv_batched<kN, kK, LinearOut::store_f32, kSms, kTiles, Shape>(
+        as_bf16(data.in), data.weight(i), data.out.get(), data.scratch.get(), tokens, nullptr);
+  });
+  char variant[64];
+  std::snprintf(variant, sizeof variant, "wide tw %d w %d wkb %d st %d (%dx%d)", kTilesPerWarp, Shape::kWarps,
+                kBlockWarpsK, Shape::kStages, Shape::kRowBlocks, Shape::kGroups);
   print_gemv_row(std::to_string(kK) + " -> " + std::to_string(kN), variant, tokens, us, data.bytes(tokens));
 }
 
@@ -187,11 +201,22 @@ void bench_gemv_batch(const GemvData<kN, kK>& data, int tokens) {
     kiln::linear<shape::linear{.n = kN, .k = kK, .out = LinearOut::store_f32, .sms = kSms}>(
         as_bf16(data.in), data.weight(i), data.out.get(), tokens, data.scratch.get(), nullptr);
   });
-  if constexpr (!detail::use_batched_gemv<kN, kK, kSms, kTiles>()) {
+  if constexpr (detail::use_batched_gemv_wide<kN, kK, kSms, kTiles>()) {
+    using Wide = detail::BatchedGemvShape<kN, kK, kSms, kTiles, 0, 0, 0, true>;
+    char chosen[64];
+    std::snprintf(chosen, sizeof chosen, "wide: tw %d w %d wkb %d st %d", Wide::kTilesPerWarp, Wide::kWarps,
+                  Wide::kBlockWarpsK, Wide::kStages);
+    print_gemv_row(shape, chosen, tokens, us, data.bytes(tokens));
+    // Other geometries of the wide form.
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 1, 16, 1>(data, tokens);
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 1, 8, 1>(data, tokens);
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 2, 8, 1>(data, tokens);
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 2, 16, 1>(data, tokens);
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 1, 16, 2>(data, tokens);
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 1, 8, 2>(data, tokens);
+    bench_gemv_batched_wide_variant<kN, kK, kTiles, 1, 16, 4>(data, tokens);
+  } else if constexpr (!detail::use_batched_gemv<kN, kK, kSms, kTiles>()) {
     print_gemv_row(shape, "default (same)", tokens, us, data.bytes(tokens));
-    // Fewer row tiles than SMs: one tile a block, every split in it (the wide plan splits them
-    // over blocks instead).
-    if constexpr (gemv_plan(kN, kK, kSms).warps_k == 16) bench_gemv_batched_variant<kN, kK, kTiles, 1, 16, 0>(data, tokens);
   } else {
     using Batched = detail::BatchedGemvShape<kN, kK, kSms, kTiles>;
     char chosen[64];
@@ -209,7 +234,7 @@ void run_gemv_batch_once() {
   constexpr int kTiles = 8;
   launch_plain_gemv<kN, kK, kTiles>(data, 0, 64);
   detail::launch_gemv_batched<kN, kK, LinearOut::store_f32, kSms, kTiles>(as_bf16(data.in), data.weight(1),
-                                                                          data.out.get(), 64, nullptr);
+                                                                          data.out.get(), nullptr, 64, nullptr);
   KILN_CUDA_OK(cudaDeviceSynchronize());
 }
 
@@ -876,6 +901,8 @@ int main(int argc, char** argv) {
     bench_gemv_batches<16384, 2048>();
     bench_gemv_batches<2048, 8192>();
     bench_gemv_batches<128256, 2048>();
+    bench_gemv_batches<1024, 2048>();  // Qwen3-0.6B's o_proj and down_proj
+    bench_gemv_batches<1024, 3072>();
     return 0;
   }
   if (fp8) {  // Qwen3-8B's qkv, o, gate_up, down and LM head
