@@ -75,6 +75,10 @@ void emit_op(const Op& op, const Graph& g, Phase phase, Code& c) {
     comment_parts(op, c);
     if (!op.parts.empty() && phase != Phase::ref) c.comment("(one fused kernel)");
   }
+  if (phase == Phase::decode && !op.pending_sums.empty()) {
+    c.comment(op.kind == OpKind::linear ? "(where its column splits sum through scratch, the RMSNorm after it adds them)"
+                                        : "(first adding into " + op.args.at("x") + " the split sums the projection before it left, if any)");
+  }
   // The rows' FP8 inputs in their place, where the projection after the op is FP8 (fuse.cpp).
   for (const ArgSpec* a : op.record().args_of(phase)) {
     if (a->source != ArgSource::fp8 || op.kind == OpKind::linear || !op.args.count(a->name)) continue;
@@ -159,6 +163,18 @@ void side_stream_edges(const Op& op, SideStream& side, Code& c) {
   side.writes.clear();
 }
 
+// Whether some op passes the decode's pending sums (fuse.cpp's pair_pending_sums).
+bool pends_sums(const Graph& g) {
+  for (const LayerBlock& block : g.blocks) {
+    for (const auto& stage : block.stages) {
+      for (const Op& op : stage.second) {
+        if (!op.pending_sums.empty()) return true;
+      }
+    }
+  }
+  return false;
+}
+
 void emit_body(const Graph& g, Phase phase, Code& c) {
   const bool gpu = phase != Phase::ref;
   c.line(gpu ? "const int T = step.num_tokens;   // tokens in this step" : "const int64_t T = step.num_tokens();   // tokens in this step");
@@ -172,6 +188,12 @@ void emit_body(const Graph& g, Phase phase, Code& c) {
   emit_buffers(g, phase, c);
   c.line();
   for (const Op& op : g.prologue) emit_op(op, g, phase, c);
+  if (phase == Phase::decode && pends_sums(g)) {
+    c.line();
+    c.comment("A residual projection's column-split sums, where it leaves them in scratch for the RMSNorm");
+    c.comment("right after it to add (templates/pending_sums.hpp).");
+    c.line("PendingSums pending;");
+  }
 
   for (const LayerBlock& block : g.blocks) {
     c.line();

@@ -143,6 +143,7 @@ std::string emit_model_hpp(const ModelSpec& spec, const Graph& g) {
   c.line();
   c.line("#include \"codegen/op_shapes.hpp\"");
   c.line("#include \"templates/fp8_rows.hpp\"");
+  c.line("#include \"templates/pending_sums.hpp\"");
   c.line("#include \"templates/weight_matrix.hpp\"");
   c.line();
   c.line("namespace " + spec.ns() + " {");

@@ -45,6 +45,7 @@ std::string cuda_param_type(const Op& op, const Graph& g, const ArgSpec& a) {
       if (a.name == "rank") return "int";
       fail("internal: ops.def: unknown context field ", a.name);
     case ArgSource::fp8: return "Fp8Rows";
+    case ArgSource::sums: return "PendingSums*";
   }
   fail("internal: unknown argument source");
 }
@@ -78,6 +79,7 @@ std::string arg_expr(const Op& op, const Graph& g, const ArgSpec& a, bool gpu) {
       if (!op.args.count(a.name)) return "Fp8Rows{}";
       return std::string(op.fp8_per_head ? "cuda::fp8_head_inputs_for(ctx, " : "cuda::fp8_inputs_for(ctx, ") +
              weight_expr(g, op.args.at(a.name)) + ")";
+    case ArgSource::sums: return op.pending_sums.empty() ? "nullptr" : op.pending_sums;
     case ArgSource::step:
       if (a.name == "step") return "step";
       if (gpu) return "step." + a.name;

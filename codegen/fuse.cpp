@@ -16,6 +16,9 @@
 //                    reads: in the prefill it writes them as that projection's FP8 inputs where the
 //                    matrix is FP8 (templates/fp8_rows.hpp), so the GEMM skips its own pass over
 //                    the rows (pair_fp8_inputs; not an op of its own: an `fp8` argument of both).
+//   pending sums     a decode residual projection whose column splits sum through scratch leaves
+//                    those sums to the RMSNorm right after it (pair_pending_sums; a `sums`
+//                    argument of both): one launch fewer, the same bits.
 //
 // Folding RMSNorm or silu(gate)·up into the next projection's input load was built and measured
 // too, and lost: every GEMV block recomputes the folded input, which costs more than the launch
@@ -218,6 +221,31 @@ void pair_fp8_inputs(Graph& g) {
   }
 }
 
+// Pairs a decode residual projection (linear adding into an fp32 buffer) with the RMSNorm of that
+// buffer right after it — in the layer, or, for the layer's last op, the next layer's first op (the
+// block's last layer pairs with nothing) — so that where the projection's splits sum through
+// scratch the norm adds them (templates/pending_sums.hpp): one launch fewer each. Both on the main
+// stream (an op beside the others has a scratch of its own), in blocks without tensor-parallel
+// branches (whose collectives come between).
+void pair_pending_sums(Graph& g) {
+  for (LayerBlock& block : g.blocks) {
+    const std::vector<Op*> body = block_ops(block);
+    const bool one_rank = std::all_of(body.begin(), body.end(), [](const Op* op) { return op->rank_case.empty(); });
+    if (!one_rank || body.size() < 2) continue;
+    for (size_t i = 0; i < body.size(); ++i) {
+      Op& op = *body[i];
+      const bool wraps = i + 1 == body.size();
+      Op& next = *body[wraps ? 0 : i + 1];
+      if (op.beside || next.beside) continue;
+      if (op.kind != OpKind::linear || op.shape.at("out") != linear_out_name(LinearOut::add_f32) || op.rows != "T") continue;
+      if (next.kind != OpKind::rmsnorm || next.args.at("x") != op.args.at("out") || next.rows != "T") continue;
+      if (next.record().call(Phase::decode).how != CallHow::kernel) continue;
+      op.pending_sums = wraps ? "layer + 1 < " + g.layer_bound(block.last) + " ? &pending : nullptr" : "&pending";
+      next.pending_sums = "&pending";
+    }
+  }
+}
+
 }  // namespace
 
 void fuse(Graph& g) {
@@ -233,6 +261,7 @@ void fuse(Graph& g) {
     }
   }
   pair_fp8_inputs(g);
+  pair_pending_sums(g);
 }
 
 }  // namespace kiln::codegen

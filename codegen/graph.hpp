@@ -65,6 +65,10 @@ struct Op {
   // FP8 inputs (pair_fp8_inputs) written by an op that sees a row one head at a time (the
   // attention), so scaled per 128 columns whatever the matrix's scale: set on it and its projection.
   bool fp8_per_head = false;
+  // Decode: a residual projection's split sums left for the RMSNorm after it (pair_pending_sums):
+  // what both pass for their `sums` argument ("&pending", or a condition on the layer); "" passes
+  // nullptr (the projection adds its sums itself).
+  std::string pending_sums;
 
   const OpRecord& record() const { return codegen::record(kind); }
   // Buffers (in the record's argument order) and weight fields bound to its arguments.

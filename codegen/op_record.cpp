@@ -26,7 +26,7 @@ ArgSource source_of(const std::string& s) {
       {"weight", ArgSource::weight}, {"weight_opt", ArgSource::weight_opt}, {"matrix", ArgSource::matrix}, {"warm", ArgSource::warm},
       {"rows", ArgSource::rows},
       {"step", ArgSource::step},     {"kv", ArgSource::kv},     {"ctx", ArgSource::ctx},
-      {"layer", ArgSource::layer},   {"fp8", ArgSource::fp8}};
+      {"layer", ArgSource::layer},   {"fp8", ArgSource::fp8},   {"sums", ArgSource::sums}};
   for (const auto& [name, source] : kSources) {
     if (s == name) return source;
   }

@@ -16,7 +16,7 @@ enum class OpKind {
 enum class Phase { prefill, decode, ref };
 constexpr Phase kPhases[] = {Phase::prefill, Phase::decode, Phase::ref};
 
-enum class ArgSource { in, in_opt, out, inout, weight, weight_opt, matrix, warm, rows, step, kv, ctx, layer, fp8 };
+enum class ArgSource { in, in_opt, out, inout, weight, weight_opt, matrix, warm, rows, step, kv, ctx, layer, fp8, sums };
 
 struct ShapeMember {
   std::string type;  // int, float, bool, LinearOut

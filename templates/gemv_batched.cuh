@@ -352,14 +352,15 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
 }
 
 // One pass of at most 8 · kTokenTiles tokens. partials: the wide form's (gemv_scratch_floats),
-// unused by the other.
+// unused by the other; add_splits: false leaves the wide form's sums there (PendingSums).
 template <int kN, int kK, LinearOut kOut, int kSMs, int kTokenTiles, typename Shape = BatchedGemvShape<kN, kK, kSMs, kTokenTiles>>
 inline void launch_gemv_batched(const bf16* in, const bf16* weight, typename LinearOutType<kOut>::type* out,
-                                float* partials, int tokens, cudaStream_t stream) {
+                                float* partials, int tokens, cudaStream_t stream, bool add_splits = true) {
   constexpr auto kernel = gemv_batched_kernel<kN, kK, kOut, Shape>;
   allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
   KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, Shape::kSmemBytes, stream, in, weight,
               out, partials, tokens);
+  if (!add_splits) return;
   if constexpr (Shape::kWide) {
     auto sum = gemv_sum_splits_kernel<kN, Shape::kWarpsK, kOut>;
     KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);

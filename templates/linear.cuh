@@ -20,6 +20,7 @@
 #include "templates/blocks/stream_rows.cuh"
 #include "templates/common.cuh"
 #include "templates/gemv_plan.hpp"
+#include "templates/pending_sums.hpp"
 
 namespace kiln {
 
@@ -252,12 +253,14 @@ __global__ void __launch_bounds__(256)
 
 // One pass of at most 8 · Shape::kTokenTileCount tokens of `input`; partials: the wide plan's
 // scratch (gemv_scratch_floats), unused by the narrow plan.
+// add_splits: false leaves the wide plan's partial sums in `partials` (PendingSums).
 template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
 inline void launch_gemv_input(const Input& input, const bf16* weight, typename LinearOutType<kOut>::type* out,
-                              float* partials, int tokens, cudaStream_t stream) {
+                              float* partials, int tokens, cudaStream_t stream, bool add_splits = true) {
   auto kernel = gemv_kernel<kN, kK, kOut, Shape, Input>;
   KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, 0, stream, input, weight, out,
               partials, tokens);
+  if (!add_splits) return;
   if constexpr (Shape::kGroups > 1) {
     auto sum = gemv_sum_splits_kernel<kN, Shape::kWarpsK, kOut>;
     KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);
@@ -288,12 +291,22 @@ constexpr long long linear_scratch_floats(int max_batch) {
 // otherwise passes of kGemvWideTokenTiles token tiles or more take the wide plan where it pays
 // (GemvPlan::wide), whose partial sums go through `scratch` too.
 // Every path gives every token the same bits.
+//
+// leave (residual outputs, LinearOut::add_f32): where the call is one pass whose path sums the
+// splits through `scratch`, those sums are left there, not added into `out`, and *leave says so
+// (PendingSums; rmsnorm adds them); otherwise *leave is emptied and `out` is complete.
 template <shape::linear S>
 void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
-            float* scratch, cudaStream_t stream) {
+            float* scratch, PendingSums* leave, cudaStream_t stream) {
   constexpr int kN = S.n, kK = S.k;
   static_assert(kN > 0 && kK > 0 && S.sms > 0, "linear: sizes must be positive");
   using Input = detail::Bf16Input<kK, detail::vec_width(kK, 2)>;
+  if (leave != nullptr) *leave = {};
+  bool left = false;  // this pass's partial sums stay in `scratch`
+  if constexpr (S.out == LinearOut::add_f32) {
+    left = leave != nullptr && tokens > 0 && tokens <= detail::kStreamPassTokens;
+    if (left) *leave = {out, scratch, gemv_plan(kN, kK, S.sms).warps_k, tokens, kN};
+  }
   for (int done = 0; done < tokens; done += detail::kStreamPassTokens) {
     const int n = detail::min_int(detail::kStreamPassTokens, tokens - done);
     const Input input{in + static_cast<long long>(done) * kK};
@@ -304,6 +317,7 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
         if (detail::device_smem_fits(detail::BatchedGemvShape<kN, kK, S.sms, kTiles>::kSmemBytes)) {
           detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles>(in + static_cast<long long>(done) * kK, weight, y,
                                                                   nullptr, n, stream);
+          if (leave != nullptr) *leave = {};  // summed in the block
           return;
         }
       }
@@ -311,15 +325,22 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
         using Wide = detail::BatchedGemvShape<kN, kK, S.sms, kTiles, 0, 0, 0, true>;
         if (detail::device_smem_fits(Wide::kSmemBytes)) {
           detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles, Wide>(in + static_cast<long long>(done) * kK, weight,
-                                                                        y, scratch, n, stream);
+                                                                        y, scratch, n, stream, !left);
           return;
         }
       }
       constexpr bool kWide = gemv_plan(kN, kK, S.sms).wide && kTiles >= detail::kGemvWideTokenTiles;
       using Shape = detail::GemvShape<kN, kK, S.sms, kTiles, kWide>;
-      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream);
+      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream, !left);
+      if (Shape::kGroups == 1 && leave != nullptr) *leave = {};  // summed in the block
     });
   }
+}
+
+template <shape::linear S>
+void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
+            float* scratch, cudaStream_t stream) {
+  linear<S>(in, weight, out, tokens, scratch, nullptr, stream);
 }
 
 }  // namespace kiln

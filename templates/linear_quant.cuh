@@ -361,10 +361,12 @@ void linear_quant_parts(const bf16* in, const GpuMatrix& w, typename LinearOutTy
 // The decode linear op over any GpuMatrix: passes of up to 64 tokens, each reading the weights once.
 // Only a weight stacked from pieces (shape::linear::stacked: q | k | v, gate | up) may be in two
 // formats (the loader splits no other: runtime/model/weight_loader.cpp), so only its op
-// instantiates linear_quant_parts' kernels.
+// instantiates linear_quant_parts' kernels. leave: as the bf16 linear's (only bf16 rows split
+// their sums through scratch; the quantized GEMVs empty it).
 template <shape::linear S>
 void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
-            float* scratch, cudaStream_t stream) {
+            float* scratch, PendingSums* leave, cudaStream_t stream) {
+  if (leave != nullptr) *leave = {};
   if constexpr (S.stacked) {
     if (weight.split > 0) {
       detail::linear_quant_parts<S>(in, weight, out, tokens, stream);
@@ -377,7 +379,13 @@ void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.o
     });
     if (quantized) return;
   }
-  linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, stream);
+  linear<S>(in, static_cast<const bf16*>(weight.data), out, tokens, scratch, leave, stream);
+}
+
+template <shape::linear S>
+void linear(const bf16* in, GpuMatrix weight, typename detail::LinearOutType<S.out>::type* out, int tokens,
+            float* scratch, cudaStream_t stream) {
+  linear<S>(in, weight, out, tokens, scratch, nullptr, stream);
 }
 
 }  // namespace kiln

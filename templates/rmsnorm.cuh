@@ -7,6 +7,12 @@
 #include "templates/blocks/fp8_quantize.cuh"
 #include "templates/blocks/row_norm.cuh"
 #include "templates/common.cuh"
+#include "templates/pending_sums.hpp"
+
+#ifndef __CUDACC_RTC__
+#include <stdexcept>
+#include <string>
+#endif
 
 namespace kiln {
 
@@ -52,6 +58,73 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fp8_kernel(const float* __re
   }
 }
 
+// The decode's RMSNorm right after a residual projection that left its column splits' sums
+// (PendingSums, rows [gridDim.x, kDim]): adds them into the row first — split 0 first, from 0.0f,
+// then into the residual, as gemv_sum_splits_kernel does — stores the row, and normalizes the values
+// it holds as rmsnorm_kernel does: the residual and the output have the bits of the two kernels.
+// kSplits: the split count where it is one of the plans' usual ones, so that a thread requests all
+// its partial sums at once (one block a row has a row's 16 × 8 KB to read: with a loop over a
+// run-time count Llama-3.2-1B's norm took 3 µs more than the sums kernel and the norm together,
+// H100); 0: `splits`, in a loop.
+template <int kDim, int kVec, int kThreads, int kSplits>
+__global__ void __launch_bounds__(kThreads) rmsnorm_sums_kernel(float* __restrict__ x, const float* __restrict__ partials,
+                                                                int splits, const bf16* __restrict__ weight,
+                                                                bf16* __restrict__ out, float eps) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+  float w[kSteps][kVec];
+  load_norm_weight<kDim, kVec, kThreads>(weight, w);
+  pdl_release_and_wait();
+  const long long r = blockIdx.x, count = static_cast<long long>(gridDim.x) * kDim;
+  const float* p = partials + r * kDim;
+  float sum[kSteps][kVec] = {};
+  if constexpr (kSplits > 0) {
+    float part[kSteps][kSplits][kVec];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k) {
+        if (i < kDim) load_f32<kVec>(p + k * count + i, part[s][k]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[s][j] += part[s][k][j];
+  } else {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
+      for (int k = 0; k < splits && i < kDim; ++k) {
+        float part[kVec];
+        load_f32<kVec>(p + k * count + i, part);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[s][j] += part[j];
+      }
+    }
+  }
+  float v[kSteps][kVec];
+  rmsnorm_load_row<kDim, kVec, kThreads>(x + r * kDim, threadIdx.x, v);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
+    if (i >= kDim) continue;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[s][j] += sum[s][j];
+    store_f32<kVec>(x + r * kDim + i, v[s]);
+  }
+  float y[kSteps][kVec];
+  rmsnorm_held_row<kDim, kVec, kThreads>(v, w, eps, y);
+  bf16* o = out + r * kDim;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
+    if (i < kDim) store_bf16<kVec>(o + i, y[s]);
+  }
+}
+
 }  // namespace detail
 
 template <shape::rmsnorm S>
@@ -61,6 +134,31 @@ void rmsnorm(const float* x, const bf16* weight, bf16* out, int rows, cudaStream
   using Shape = detail::RmsnormShape<S.dim>;
   auto kernel = detail::rmsnorm_kernel<S.dim, Shape::kVec, Shape::kThreads, false>;
   KILN_LAUNCH(kernel, rows, Shape::kThreads, 0, stream, x, nullptr, weight, out, S.eps);
+}
+
+// The decode's call: `sums`, where not null and not empty, are a residual projection's split sums
+// for the rows x (PendingSums::out; codegen pairs them: pair_pending_sums): added into x first, in
+// this kernel, and emptied.
+template <shape::rmsnorm S>
+void rmsnorm(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  if (sums == nullptr || !*sums) {
+    rmsnorm<S>(x, weight, out, rows, stream);
+    return;
+  }
+  const PendingSums p = *sums;
+  *sums = {};
+#ifndef __CUDACC_RTC__
+  if (p.out != x || p.tokens != rows || p.n != S.dim) {
+    throw std::logic_error("rmsnorm: the pending sums are of other rows (" + std::to_string(p.tokens) + " × " +
+                           std::to_string(p.n) + ") than its " + std::to_string(rows) + " × " + std::to_string(S.dim));
+  }
+#endif
+  if (rows <= 0) return;
+  using Shape = detail::RmsnormShape<S.dim>;
+  auto kernel = p.splits == 16  ? detail::rmsnorm_sums_kernel<S.dim, Shape::kVec, Shape::kThreads, 16>
+                : p.splits == 8 ? detail::rmsnorm_sums_kernel<S.dim, Shape::kVec, Shape::kThreads, 8>
+                                : detail::rmsnorm_sums_kernel<S.dim, Shape::kVec, Shape::kThreads, 0>;
+  KILN_LAUNCH(kernel, rows, Shape::kThreads, 0, stream, p.out, p.partials, p.splits, weight, out, S.eps);
 }
 
 // The prefill's call: the bf16 rows `out`, or, where `out_fp8` is given, those rows' FP8 codes and

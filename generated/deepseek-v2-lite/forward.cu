@@ -154,6 +154,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 2048));
 
+  // A residual projection's column-split sums, where it leaves them in scratch for the RMSNorm
+  // right after it to add (templates/pending_sums.hpp).
+  PendingSums pending;
+
   // ---- decoder_layer (dense MLP) ----
   for (int layer = 0; layer < kFirstKDenseReplace; ++layer) {
     const LayerWeights<bf16>& lw = w.layers[layer];
@@ -161,14 +165,15 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, &pending, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, nullptr, side);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 3072, 2048));
     ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
@@ -188,21 +193,24 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     mla_v_up_decode(o_lat, lw.w_uv, attn, T, stream);
     ctx.mark("mla_v_up", OpReads::weights, 2097152);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, &pending, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 2048));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[21888, 2048]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 21888, 2048));
     // act = silu(gate) ⊙ up   (10944 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 10944] · down_proj[2048, 10944]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kFirstKDenseReplace ? &pending : nullptr, stream);
     ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 10944));
   }
 
@@ -213,14 +221,14 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, nullptr, side);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 3072, 2048));
     ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
@@ -240,25 +248,27 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     mla_v_up_decode(o_lat, lw.w_uv, attn, T, stream);
     ctx.mark("mla_v_up", OpReads::weights, 2097152);
     // x += attn[T, 2048] · o_proj[2048, 2048]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, &pending, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 2048));
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, nullptr, side);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 5632, 2048));
     // shared_act = silu(gate) ⊙ up   (2816 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // shared_out = shared_act[T, 2816] · shared_down[2048, 2816]ᵀ   (fp32)   (added by the routed experts' sum)
-    linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, side);
+    linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, nullptr, side);
     ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 2048, 2816));
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
-    linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
+    linear_router(h, lw.router, router_logits, T, ctx.scratch, nullptr, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 64, 2048));
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
@@ -279,7 +289,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 4096);
   // logits = h[N, 2048] · lm_head[102400, 2048]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 102400, 2048));
 }
 

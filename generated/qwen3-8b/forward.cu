@@ -87,6 +87,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 4096));
 
+  // A residual projection's column-split sums, where it leaves them in scratch for the RMSNorm
+  // right after it to add (templates/pending_sums.hpp).
+  PendingSums pending;
+
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<bf16>& lw = w.layers[layer];
@@ -94,10 +98,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    rmsnorm_4096_decode(x, lw.input_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_4096_decode(x, lw.input_layernorm, h, T, &pending, stream);
     ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[6144, 4096]ᵀ   (q 4096 | k 1024 | v 1024)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 6144, 4096));
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 128)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 1000000)
@@ -107,21 +112,24 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     prep_attention(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
     ctx.mark("prep_attention", OpReads::kv_cache, 512);
     // x += attn[T, 4096] · o_proj[4096, 4096]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, &pending, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 4096, 4096));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[24576, 4096]ᵀ   (gate 12288 | up 12288)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 24576, 4096));
     // act = silu(gate) ⊙ up   (12288 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 12288] · down_proj[4096, 12288]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);
     ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 4096, 12288));
   }
 
@@ -130,7 +138,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 8192);
   // logits = h[N, 4096] · lm_head[151936, 4096]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 151936, 4096));
 }
 

@@ -82,6 +82,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 576));
 
+  // A residual projection's column-split sums, where it leaves them in scratch for the RMSNorm
+  // right after it to add (templates/pending_sums.hpp).
+  PendingSums pending;
+
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<bf16>& lw = w.layers[layer];
@@ -89,10 +93,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (576 features)
-    rmsnorm_576_decode(x, lw.input_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_576_decode(x, lw.input_layernorm, h, T, &pending, stream);
     ctx.mark("input_layernorm", OpReads::weights, 1152);
     // qkv = h[T, 576] · qkv_proj[960, 576]ᵀ   (q 576 | k 192 | v 192)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 960, 576));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 100000)
     // k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 64, pages of 16 tokens)
@@ -101,21 +106,24 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     prep_attention(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 576] · o_proj[576, 576]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, &pending, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 576, 576));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (576 features)
-    rmsnorm_576_decode(x, lw.post_attention_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_576_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 1152);
     // gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 3072, 576));
     // act = silu(gate) ⊙ up   (1536 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 1536] · down_proj[576, 1536]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);
     ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 576, 1536));
   }
 
@@ -124,7 +132,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_576(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 1152);
   // logits = h[N, 576] · lm_head[49152, 576]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 49152, 576));
 }
 

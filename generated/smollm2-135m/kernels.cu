@@ -25,13 +25,13 @@ void rmsnorm_576_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows 
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (576 features)
-void rmsnorm_576_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm576>(x, weight, out, rows, stream);
+void rmsnorm_576_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm576>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 576] · qkv_proj[960, 576]ᵀ   (q 576 | k 192 | v 192)
-void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (q/k prep): q, k = RoPE(q, k; positions)   (pairs (i, i + 32), theta 100000); then k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 64, pages of 16 tokens)
@@ -50,13 +50,13 @@ void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, con
 }
 
 // self_attn.o_proj: x += attn[T, 576] · o_proj[576, 576]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536)
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (1536 features)
@@ -70,8 +70,8 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 1536] · down_proj[576, 1536]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
@@ -80,8 +80,8 @@ void rmsnorm_rows_576(const float* x, const int* logit_rows, const bf16* weight,
 }
 
 // lm_head: logits = h[N, 576] · lm_head[49152, 576]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kMaxBatch * kPrepAttention.kv_heads <= kDecodeCounterWords);

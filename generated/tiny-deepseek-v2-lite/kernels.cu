@@ -28,18 +28,18 @@ void rmsnorm_48_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows o
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (48 features)
-void rmsnorm_48_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm48>(x, weight, out, rows, stream);
+void rmsnorm_48_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm48>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_proj: q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
-void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000); then k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (30 values per token, pages of 16)
@@ -63,13 +63,13 @@ void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens,
 }
 
 // self_attn.o_proj: x += attn[T, 30] · o_proj[48, 30]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (80 features)
@@ -83,13 +83,13 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
@@ -103,13 +103,13 @@ void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaSt
 }
 
 // mlp.shared_experts.down_proj: shared_out = shared_act[T, 40] · shared_down[48, 40]ᵀ   (fp32)   (added by the routed experts' sum)
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate: router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
-void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
@@ -143,8 +143,8 @@ void rmsnorm_rows_48(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 48] · lm_head[384, 48]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);

@@ -29,18 +29,18 @@ void rmsnorm_64_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows o
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
-void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
+void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_a_proj: q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_a_layernorm: q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
@@ -49,8 +49,8 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 }
 
 // self_attn.q_b_proj: q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
-void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
@@ -74,13 +74,13 @@ void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens,
 }
 
 // self_attn.o_proj: x += attn[T, 48] · o_proj[64, 48]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (96 features)
@@ -94,13 +94,13 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (24 features)
@@ -114,13 +114,13 @@ void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaSt
 }
 
 // mlp.shared_experts.down_proj: shared_out = shared_act[T, 24] · shared_down[64, 24]ᵀ   (fp32)   (added by the routed experts' sum)
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate: router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
@@ -154,8 +154,8 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);

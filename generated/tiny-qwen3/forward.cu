@@ -83,6 +83,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 64));
 
+  // A residual projection's column-split sums, where it leaves them in scratch for the RMSNorm
+  // right after it to add (templates/pending_sums.hpp).
+  PendingSums pending;
+
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<bf16>& lw = w.layers[layer];
@@ -90,10 +94,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, &pending, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[256, 64]ᵀ   (q 128 | k 64 | v 64)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 256, 64));
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
@@ -103,21 +108,24 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     prep_attention(qkv, lw.q_norm, lw.k_norm, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
     ctx.mark("prep_attention", OpReads::kv_cache, 128);
     // x += attn[T, 128] · o_proj[64, 128]ᵀ   (residual add fused)
-    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, &pending, stream);
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 128));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[256, 64]ᵀ   (gate 128 | up 128)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 256, 64));
     // act = silu(gate) ⊙ up   (128 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 128] · down_proj[64, 128]ᵀ   (residual add fused)
-    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
+    linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);
     ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 128));
   }
 
@@ -126,7 +134,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[512, 64]ᵀ   (fp32)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 512, 64));
 }
 

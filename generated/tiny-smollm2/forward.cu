@@ -82,6 +82,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   embed_tokens(step.token_ids, w.embed_tokens, x, ctx.rank, T, stream);
   ctx.mark("embed", OpReads::token_rows, kiln::matrix_bytes(w.embed_tokens, 1, 144));
 
+  // A residual projection's column-split sums, where it leaves them in scratch for the RMSNorm
+  // right after it to add (templates/pending_sums.hpp).
+  PendingSums pending;
+
   // ---- decoder_layer ----
   for (int layer = 0; layer < kNumLayers; ++layer) {
     const LayerWeights<bf16>& lw = w.layers[layer];
@@ -89,13 +93,14 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (144 features)
-    rmsnorm_144_decode(x, lw.input_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_144_decode(x, lw.input_layernorm, h, T, &pending, stream);
     ctx.mark("input_layernorm", OpReads::weights, 288);
     // qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
     if (cuda::decode_on_gemm(ctx, lw.qkv_proj, T)) {
       cuda::decode_linear<kLinearQkvProj>(ctx, h, lw.qkv_proj, qkv, T);
     } else {
-      linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+      linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     }
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 240, 144));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000)
@@ -105,32 +110,35 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     prep_attention(qkv, nullptr, nullptr, step.positions, ctx.rope, step.slot_mapping, kv, attn, step.context_len, step.block_tables, step.max_pages_per_seq, step.num_seqs, ctx.scratch, ctx.decode_counters, stream);
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     // x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
     if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {
       cuda::decode_linear<kLinearOProj>(ctx, attn, lw.o_proj, x, T);
     } else {
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, &pending, stream);
     }
     ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 144, 144));
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (144 features)
-    rmsnorm_144_decode(x, lw.post_attention_layernorm, h, T, stream);
+    // (first adding into x the split sums the projection before it left, if any)
+    rmsnorm_144_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 288);
     // gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
     if (cuda::decode_on_gemm(ctx, lw.gate_up_proj, T)) {
       cuda::decode_linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
     } else {
-      linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+      linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     }
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 768, 144));
     // act = silu(gate) ⊙ up   (384 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
+    // (where its column splits sum through scratch, the RMSNorm after it adds them)
     if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {
       cuda::decode_linear<kLinearDownProj>(ctx, act, lw.down_proj, x, T);
     } else {
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);
     }
     ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 144, 384));
   }
@@ -143,7 +151,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {
     cuda::decode_linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);
   } else {
-    linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+    linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   }
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 640, 144));
 }

@@ -25,13 +25,13 @@ void rmsnorm_144_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows 
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (144 features)
-void rmsnorm_144_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm144>(x, weight, out, rows, stream);
+void rmsnorm_144_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm144>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 144] · qkv_proj[240, 144]ᵀ   (q 144 | k 48 | v 48)
-void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (q/k prep): q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 100000); then k_cache[slot], v_cache[slot] = k, v   (3 KV heads × 16, pages of 16 tokens)
@@ -50,13 +50,13 @@ void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, con
 }
 
 // self_attn.o_proj: x += attn[T, 144] · o_proj[144, 144]ᵀ   (residual add fused)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (384 features)
@@ -70,8 +70,8 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
@@ -80,8 +80,8 @@ void rmsnorm_rows_144(const float* x, const int* logit_rows, const bf16* weight,
 }
 
 // lm_head: logits = h[N, 144] · lm_head[640, 144]ᵀ   (fp32)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kMaxBatch * kPrepAttention.kv_heads <= kDecodeCounterWords);

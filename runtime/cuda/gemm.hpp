@@ -154,7 +154,7 @@ void prefill_logits(const CudaContext& ctx, const __nv_bfloat16* in, GpuMatrix w
     if (decode_on_gemm(ctx, weight, samples)) {
       decode_linear<S>(ctx, in, weight, out, samples);
     } else {
-      gemv(in, weight, out, samples, ctx.scratch, ctx.stream);
+      gemv(in, weight, out, samples, ctx.scratch, nullptr, ctx.stream);
     }
   }
   const int64_t first = samples;

@@ -21,24 +21,39 @@ __device__ __forceinline__ void rms_apply(const float (&x)[kVec], float scale, c
   for (int j = 0; j < kVec; ++j) y[j] = x[j] * scale * w[j];
 }
 
-// Thread `thread` of a kThreads-wide rmsnorm block: loads its values of the fp32 row into v and
-// returns its part of Σx². rmsnorm adds the parts with block_sum (warp butterflies, then the warps
-// in order).
+// The same part of Σx² over values the thread already holds, in rmsnorm_partial_sum_sq's layout.
 template <int kDim, int kVec, int kThreads>
-__device__ __forceinline__ float rmsnorm_partial_sum_sq(const float* row, unsigned thread,
-                                                        float (&v)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+__device__ __forceinline__ float rmsnorm_held_sum_sq(const float (&v)[ceil_div(kDim, kThreads * kVec)][kVec],
+                                                     unsigned thread) {
   constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
   float sum_sq = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + thread) * kVec;
-    if (i < kDim) {
-      load_f32<kVec>(row + i, v[s]);
+    if ((s * kThreads + static_cast<int>(thread)) * kVec < kDim) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
     }
   }
   return sum_sq;
+}
+
+// Thread `thread` of a kThreads-wide rmsnorm block: loads its values of the fp32 row into v and
+// returns its part of Σx². rmsnorm adds the parts with block_sum (warp butterflies, then the warps
+// in order).
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ void rmsnorm_load_row(const float* row, unsigned thread,
+                                                 float (&v)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+#pragma unroll
+  for (int s = 0; s < ceil_div(kDim, kThreads * kVec); ++s) {
+    const int i = (s * kThreads + static_cast<int>(thread)) * kVec;
+    if (i < kDim) load_f32<kVec>(row + i, v[s]);
+  }
+}
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ float rmsnorm_partial_sum_sq(const float* row, unsigned thread,
+                                                        float (&v)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+  rmsnorm_load_row<kDim, kVec, kThreads>(row, thread, v);
+  return rmsnorm_held_sum_sq<kDim, kVec, kThreads>(v, thread);
 }
 
 // Thread `threadIdx.x`'s values of the norm's weight, loaded before the wait for the kernel before
@@ -53,21 +68,31 @@ __device__ __forceinline__ void load_norm_weight(const bf16* weight, float (&w)[
   }
 }
 
-// Thread `threadIdx.x`'s values of the normalized row `in` (every thread of the block calls it):
-// y = x · scale · weight in fp32, before the rounding of the output.
+// rmsnorm_row over values the thread already holds (rmsnorm_partial_sum_sq's layout): a kernel that
+// computes the row itself (rmsnorm's with pending sums) normalizes it with the same operations.
 template <int kDim, int kVec, int kThreads>
-__device__ __forceinline__ void rmsnorm_row(const float* in, const float (&w)[ceil_div(kDim, kThreads * kVec)][kVec],
-                                            float eps, float (&y)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+__device__ __forceinline__ void rmsnorm_held_row(const float (&v)[ceil_div(kDim, kThreads * kVec)][kVec],
+                                                 const float (&w)[ceil_div(kDim, kThreads * kVec)][kVec], float eps,
+                                                 float (&y)[ceil_div(kDim, kThreads * kVec)][kVec]) {
   constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
   __shared__ float scratch[kThreads / 32];
-  float v[kSteps][kVec];
-  const float sum_sq = rmsnorm_partial_sum_sq<kDim, kVec, kThreads>(in, threadIdx.x, v);
+  const float sum_sq = rmsnorm_held_sum_sq<kDim, kVec, kThreads>(v, threadIdx.x);
   const float total = block_sum<kThreads>(sum_sq, scratch);
   const float scale = rms_scale(total, kDim, eps);
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     if ((s * kThreads + static_cast<int>(threadIdx.x)) * kVec < kDim) rms_apply<kVec>(v[s], scale, w[s], y[s]);
   }
+}
+
+// Thread `threadIdx.x`'s values of the normalized row `in` (every thread of the block calls it):
+// y = x · scale · weight in fp32, before the rounding of the output.
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ void rmsnorm_row(const float* in, const float (&w)[ceil_div(kDim, kThreads * kVec)][kVec],
+                                            float eps, float (&y)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+  float v[ceil_div(kDim, kThreads * kVec)][kVec];
+  rmsnorm_load_row<kDim, kVec, kThreads>(in, threadIdx.x, v);
+  rmsnorm_held_row<kDim, kVec, kThreads>(v, w, eps, y);
 }
 
 // One block per output row; the row stays in registers between the reduction and the scaling.

@@ -200,6 +200,38 @@ TEST_CASE("FP8 inputs: a norm, attention or silu·mul writes them for the projec
   }
 }
 
+TEST_CASE("Pending sums: a decode residual projection leaves its split sums to the RMSNorm right after it") {
+  // "op weight: expression", every layer block's in order.
+  const auto paired = [](const char* config) {
+    const Graph g = build_graph(load_config(kConfigs + config + ".yaml"));
+    std::vector<std::string> out;
+    for (const LayerBlock& block : g.blocks) {
+      for (const auto& [stage, ops] : block.stages) {
+        for (const Op& op : ops) {
+          if (op.pending_sums.empty()) continue;
+          const std::string& weight = op.args.at("weight");
+          out.push_back(std::string(op_name(op.kind)) + " " + weight + ": " + op.pending_sums);
+        }
+      }
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  // o_proj with the norm after it; down_proj with the next layer's first op, but in the last layer.
+  const V dense = {"rmsnorm input_layernorm: &pending", "linear o_proj: &pending",
+                   "rmsnorm post_attention_layernorm: &pending",
+                   "linear down_proj: layer + 1 < kNumLayers ? &pending : nullptr"};
+  CHECK(paired("llama-3.2-1b") == dense);
+  CHECK(paired("qwen3-0.6b") == dense);
+  CHECK(paired("llama-3.1-8b") == dense);  // its GEMVs add their splits in the block: nothing is left at run time
+  // DeepSeek-V2-Lite: its dense first layer as above, within that block; its MoE layers end in the
+  // routed experts, so only o_proj pairs there (kv_a_proj and the shared experts run beside).
+  CHECK(paired("deepseek-v2-lite") == V{"rmsnorm input_layernorm: &pending", "linear o_proj: &pending",
+                                        "rmsnorm post_attention_layernorm: &pending",
+                                        "linear down_proj: layer + 1 < kFirstKDenseReplace ? &pending : nullptr",
+                                        "linear o_proj: &pending", "rmsnorm post_attention_layernorm: &pending"});
+}
+
 TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full chunk pays (171 tokens)") {
   // latent·(nope + v) / (2·latent - nope - v) = 512·256 / 768 ≈ 170.7 new tokens a chunk.
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
@@ -233,11 +265,11 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
   size_t at = forward.find("---- decoder_layer (DeepSeekMoE) ----", decode);
   for (const char* line :
        {"cudaStream_t side = ctx.fork(T);",
-        "linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, side);", "linear_q_proj(h,",
+        "linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, nullptr, side);", "linear_q_proj(h,",
         "ctx.join(side);", "mla_prep(", "side = ctx.fork(T);   // again",
-        "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, side);",
+        "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, nullptr, side);",
         "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);",
-        "linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, side);", "linear_router(h,",
+        "linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, nullptr, side);", "linear_router(h,",
         "moe_experts_gate_up_act_decode(", "ctx.join(side);",
         "moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x,"}) {
     INFO(line);
@@ -287,7 +319,7 @@ TEST_CASE("Builds of max_batch past one GEMV pass take cuBLASLt for the projecti
   const std::vector<Expect> cases = {
       {"deepseek-v2-lite.yaml",
        {"if (cuda::decode_on_gemm(ctx, lw.q_proj, T)) {", "  cuda::decode_linear<kLinearQProj>(ctx, h, lw.q_proj, q, T);",
-        "} else {", "  linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);",
+        "} else {", "  linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, nullptr, stream);",
         "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {", "  cuda::decode_linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);"}},
       {"llama-3.1-8b.yaml",
        {"if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {", "if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {",

@@ -194,13 +194,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 1536, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 8 heads, theta 10000, YaRN scaling)
@@ -220,11 +220,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 1048576);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 1024));
     } else {
       // x = attn[T, 1024] · o_proj[2048, 1024]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 1024));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
@@ -233,21 +233,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 10944, 2048));
     // act = silu(gate) ⊙ up   (5472 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 5472] · down_proj[2048, 5472]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 5472));
     } else {
       // x = act[T, 5472] · down_proj[2048, 5472]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 2048, 5472));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
@@ -262,13 +262,13 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 4096);
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 2048));
     // q = h[T, 2048] · q_proj[1536, 2048]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, stream);
+    linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_proj", OpReads::weights, kiln::matrix_bytes(lw.q_proj, 1536, 2048));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 8 heads, theta 10000, YaRN scaling)
@@ -288,11 +288,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 1048576);
     if (ctx.rank == 0) {
       // x += attn[T, 1024] · o_proj[2048, 1024]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 1024));
     } else {
       // x = attn[T, 1024] · o_proj[2048, 1024]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 2048, 1024));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms shared_gate_up in L2 meanwhile
@@ -301,27 +301,27 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
-    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
-    linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
+    linear_router(h, lw.router, router_logits, T, ctx.scratch, nullptr, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 64, 2048));
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1; ids of this rank's 32 experts, -1 for the others')
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // shared_gate_up = h[T, 2048] · shared_gate_up[2816, 2048]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 2816, 2048));
     // shared_act = silu(gate) ⊙ up   (1408 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+      linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 2048, 1408));
     } else {
       // x = shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+      linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 2048, 1408));
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
@@ -342,7 +342,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_2048(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 4096);
   // logits = h[N, 2048] · lm_head[51200, 2048]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 51200, 2048));
   // logits[N, 102400] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);

@@ -28,18 +28,18 @@ void rmsnorm_2048_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (2048 features)
-void rmsnorm_2048_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm2048>(x, weight, out, rows, stream);
+void rmsnorm_2048_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm2048>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_proj: q = h[T, 2048] · q_proj[768, 2048]ᵀ   (per head: nope 128 | rope 64)
-void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)
@@ -63,18 +63,18 @@ void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens,
 }
 
 // self_attn.o_proj: x += attn[T, 512] · o_proj[2048, 512]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 512] · o_proj[2048, 512]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 2048] · gate_up_proj[5472, 2048]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (2736 features)
@@ -88,18 +88,18 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 2736] · down_proj[2048, 2736]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.down_proj: x = act[T, 2736] · down_proj[2048, 2736]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate: router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
-void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1; ids of this rank's 16 experts, -1 for the others')
@@ -108,8 +108,8 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 2048] · shared_gate_up[1408, 2048]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (704 features)
@@ -123,13 +123,13 @@ void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaSt
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 704] · shared_down[2048, 704]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.down_proj: x = shared_act[T, 704] · shared_down[2048, 704]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read); then moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
@@ -158,8 +158,8 @@ void rmsnorm_rows_2048(const float* x, const int* logit_rows, const bf16* weight
 }
 
 // lm_head: logits = h[N, 2048] · lm_head[25600, 2048]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);

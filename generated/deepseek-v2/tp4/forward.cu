@@ -205,19 +205,19 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
-    rmsnorm_5120_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_5120_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 10240);
     // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
-    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
+    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 3072);
     // q = q_a[T, 1536] · q_b_proj[6144, 1536]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
+    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 6144, 1536));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 32 heads, theta 10000, YaRN scaling)
@@ -237,11 +237,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 4194304);
     if (ctx.rank == 0) {
       // x += attn[T, 4096] · o_proj[5120, 4096]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 5120, 4096));
     } else {
       // x = attn[T, 4096] · o_proj[5120, 4096]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 5120, 4096));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
@@ -250,21 +250,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
-    rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // gate_up = h[T, 5120] · gate_up_proj[6144, 5120]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 6144, 5120));
     // act = silu(gate) ⊙ up   (3072 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 3072] · down_proj[5120, 3072]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 5120, 3072));
     } else {
       // x = act[T, 3072] · down_proj[5120, 3072]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 5120, 3072));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's kv_a_proj_with_mqa in L2 meanwhile
@@ -279,19 +279,19 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (5120 features)
-    rmsnorm_5120_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_5120_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 10240);
     // kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 576, 5120));
     // q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
-    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
+    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 1536, 5120));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 3072);
     // q = q_a[T, 1536] · q_b_proj[6144, 1536]ᵀ   (per head: nope 128 | rope 64)
-    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
+    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 6144, 1536));
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 32 heads, theta 10000, YaRN scaling)
@@ -311,11 +311,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 4194304);
     if (ctx.rank == 0) {
       // x += attn[T, 4096] · o_proj[5120, 4096]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 5120, 4096));
     } else {
       // x = attn[T, 4096] · o_proj[5120, 4096]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 5120, 4096));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms router in L2 meanwhile
@@ -324,27 +324,27 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (5120 features)
-    rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
-    linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
+    linear_router(h, lw.router, router_logits, T, ctx.scratch, nullptr, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 160, 5120));
     // experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16; ids of this rank's 40 experts, -1 for the others')
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // shared_gate_up = h[T, 5120] · shared_gate_up[1536, 5120]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 1536, 5120));
     // shared_act = silu(gate) ⊙ up   (768 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += shared_act[T, 768] · shared_down[5120, 768]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+      linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 5120, 768));
     } else {
       // x = shared_act[T, 768] · shared_down[5120, 768]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+      linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 5120, 768));
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
@@ -365,7 +365,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_5120(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 10240);
   // logits = h[N, 5120] · lm_head[25600, 5120]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 25600, 5120));
   // logits[N, 102400] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);

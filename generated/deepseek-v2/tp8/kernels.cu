@@ -29,18 +29,18 @@ void rmsnorm_5120_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (5120 features)
-void rmsnorm_5120_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm5120>(x, weight, out, rows, stream);
+void rmsnorm_5120_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm5120>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 5120] · kv_a_proj_with_mqa[576, 5120]ᵀ   (c_kv 512 | k_rope 64)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_a_proj: q_a = h[T, 5120] · q_a_proj[1536, 5120]ᵀ
-void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_a_layernorm: q_a = RMSNorm(q_a) · q_a_layernorm   (1536 features)
@@ -49,8 +49,8 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 }
 
 // self_attn.q_b_proj: q = q_a[T, 1536] · q_b_proj[3072, 1536]ᵀ   (per head: nope 128 | rope 64)
-void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (576 values per token, pages of 16)
@@ -74,18 +74,18 @@ void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens,
 }
 
 // self_attn.o_proj: x += attn[T, 2048] · o_proj[5120, 2048]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 2048] · o_proj[5120, 2048]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 5120] · gate_up_proj[3072, 5120]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (1536 features)
@@ -99,18 +99,18 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 1536] · down_proj[5120, 1536]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.down_proj: x = act[T, 1536] · down_proj[5120, 1536]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate: router_logits = h[T, 5120] · router[160, 5120]ᵀ   (fp32)
-void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 6 within the best 3 of 8 groups, weights × 16; ids of this rank's 20 experts, -1 for the others')
@@ -119,8 +119,8 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 5120] · shared_gate_up[768, 5120]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (384 features)
@@ -134,13 +134,13 @@ void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaSt
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 384] · shared_down[5120, 384]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.down_proj: x = shared_act[T, 384] · shared_down[5120, 384]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read); then moe_act = silu(gate) ⊙ up   (1536 features), for each of a token's 6 chosen experts
@@ -169,8 +169,8 @@ void rmsnorm_rows_5120(const float* x, const int* logit_rows, const bf16* weight
 }
 
 // lm_head: logits = h[N, 5120] · lm_head[12800, 5120]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);

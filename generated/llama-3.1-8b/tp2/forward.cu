@@ -111,10 +111,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (4096 features)
-    rmsnorm_4096_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_4096_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 8192);
     // qkv = h[T, 4096] · qkv_proj[3072, 4096]ᵀ   (q 2048 | k 512 | v 512)   (this rank's share)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 3072, 4096));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 64), theta 500000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (4 KV heads × 128, pages of 16 tokens)
@@ -124,11 +124,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     if (ctx.rank == 0) {
       // x += attn[T, 2048] · o_proj[4096, 2048]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 4096, 2048));
     } else {
       // x = attn[T, 2048] · o_proj[4096, 2048]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 4096, 2048));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms gate_up_proj in L2 meanwhile
@@ -137,21 +137,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (4096 features)
-    rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[14336, 4096]ᵀ   (gate 7168 | up 7168)   (this rank's share)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 14336, 4096));
     // act = silu(gate) ⊙ up   (7168 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 7168] · down_proj[4096, 7168]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 4096, 7168));
     } else {
       // x = act[T, 7168] · down_proj[4096, 7168]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 4096, 7168));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual); warms the next layer's qkv_proj in L2 meanwhile
@@ -164,7 +164,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_4096(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 8192);
   // logits = h[N, 4096] · lm_head[64128, 4096]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 64128, 4096));
   // logits[N, 128256] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);

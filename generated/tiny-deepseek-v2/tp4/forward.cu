@@ -204,19 +204,19 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
+    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 24, 64));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 48);
     // q = q_a[T, 24] · q_b_proj[24, 24]ᵀ   (per head: nope 16 | rope 8)
-    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
+    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 24, 24));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 1 heads, theta 10000, YaRN scaling)
@@ -236,11 +236,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 768);
     if (ctx.rank == 0) {
       // x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 12));
     } else {
       // x = attn[T, 12] · o_proj[64, 12]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 12));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -249,21 +249,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[48, 64]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 48, 64));
     // act = silu(gate) ⊙ up   (24 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 24] · down_proj[64, 24]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 24));
     } else {
       // x = act[T, 24] · down_proj[64, 24]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 24));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -278,19 +278,19 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, stream);
+    linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("kv_a_proj_with_mqa", OpReads::weights, kiln::matrix_bytes(lw.kv_a_proj_with_mqa, 40, 64));
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, stream);
+    linear_q_a_proj(h, lw.q_a_proj, q_a, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_a_proj", OpReads::weights, kiln::matrix_bytes(lw.q_a_proj, 24, 64));
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     ctx.mark("q_a_layernorm", OpReads::weights, 48);
     // q = q_a[T, 24] · q_b_proj[24, 24]ᵀ   (per head: nope 16 | rope 8)
-    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, stream);
+    linear_q_b_proj(q_a, lw.q_b_proj, q, T, ctx.scratch, nullptr, stream);
     ctx.mark("q_b_proj", OpReads::weights, kiln::matrix_bytes(lw.q_b_proj, 24, 24));
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 1 heads, theta 10000, YaRN scaling)
@@ -310,11 +310,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("mla_v_up", OpReads::weights, 768);
     if (ctx.rank == 0) {
       // x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 12));
     } else {
       // x = attn[T, 12] · o_proj[64, 12]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 12));
     }
     // x = Σ over the 4 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -323,27 +323,27 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-    linear_router(h, lw.router, router_logits, T, ctx.scratch, stream);
+    linear_router(h, lw.router, router_logits, T, ctx.scratch, nullptr, stream);
     ctx.mark("router", OpReads::weights, kiln::matrix_bytes(lw.router, 8, 64));
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5; ids of this rank's 2 experts, -1 for the others')
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // shared_gate_up = h[T, 64] · shared_gate_up[12, 64]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, stream);
+    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 12, 64));
     // shared_act = silu(gate) ⊙ up   (6 features)
     silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += shared_act[T, 6] · shared_down[64, 6]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+      linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 64, 6));
     } else {
       // x = shared_act[T, 6] · shared_down[64, 6]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, stream);
+      linear_shared_down_share(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 64, 6));
     }
     // moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read)
@@ -364,7 +364,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[128, 64]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 128, 64));
   // logits[N, 512] = the 4 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);

@@ -29,18 +29,18 @@ void rmsnorm_64_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows o
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
-void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
+void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.kv_a_proj_with_mqa: kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, stream);
+void linear_kv_a_proj_with_mqa(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearKvAProjWithMqa>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_a_proj: q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
-void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_a_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQAProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.q_a_layernorm: q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
@@ -49,8 +49,8 @@ void rmsnorm_q_latent(bf16* rows, const bf16* weight, int tokens, cudaStream_t s
 }
 
 // self_attn.q_b_proj: q = q_a[T, 24] · q_b_proj[24, 24]ᵀ   (per head: nope 16 | rope 8)
-void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, stream);
+void linear_q_b_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQBProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (latent and rope prep): c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place); then q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 1 heads, theta 10000, YaRN scaling); then k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all); then latent_cache[slot] = c_kv | k_rope   (40 values per token, pages of 16)
@@ -74,18 +74,18 @@ void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens,
 }
 
 // self_attn.o_proj: x += attn[T, 12] · o_proj[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 12] · o_proj[64, 12]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[48, 64]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (24 features)
@@ -99,18 +99,18 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 24] · down_proj[64, 24]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.down_proj: x = act[T, 24] · down_proj[64, 24]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate: router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
-void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, stream);
+void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearRouter>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate (routing): experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5; ids of this rank's 2 experts, -1 for the others')
@@ -119,8 +119,8 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
 }
 
 // mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[12, 64]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, stream);
+void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (6 features)
@@ -134,13 +134,13 @@ void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaSt
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 6] · shared_down[64, 6]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDown>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.shared_experts.down_proj: x = shared_act[T, 6] · shared_down[64, 6]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, stream);
+void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearSharedDownShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.experts (gate_up_proj): moe_gate_up[t, j] = h[t] · experts_gate_up[experts[t, j]]ᵀ   (only the chosen experts this rank holds are read); then moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
@@ -169,8 +169,8 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[128, 64]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);

@@ -109,10 +109,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[64, 64]ᵀ   (q 32 | k 16 | v 16)   (this rank's share)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 64, 64));
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling)
     // k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens)
@@ -122,11 +122,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("prep_attention", OpReads::kv_cache, 0);
     if (ctx.rank == 0) {
       // x += attn[T, 32] · o_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 32));
     } else {
       // x = attn[T, 32] · o_proj[64, 32]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 32));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -135,21 +135,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[160, 64]ᵀ   (gate 80 | up 80)   (this rank's share)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 160, 64));
     // act = silu(gate) ⊙ up   (80 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 80] · down_proj[64, 80]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 80));
     } else {
       // x = act[T, 80] · down_proj[64, 80]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 80));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -162,7 +162,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[256, 64]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 256, 64));
   // logits[N, 512] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);

@@ -24,13 +24,13 @@ void rmsnorm_64_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows o
 }
 
 // input_layernorm, post_attention_layernorm: h = RMSNorm(x) · input_layernorm   (64 features)
-void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream) {
-  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, stream);
+void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream) {
+  kiln::rmsnorm<kRmsnorm64>(x, weight, out, rows, sums, stream);
 }
 
 // self_attn.q_proj,k_proj,v_proj: qkv = h[T, 64] · qkv_proj[64, 64]ᵀ   (q 32 | k 16 | v 16)   (this rank's share)
-void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, stream);
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearQkvProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn (q/k prep): q, k = RoPE(q, k; positions)   (pairs (i, i + 8), theta 10000, llama3 frequency scaling); then k_cache[slot], v_cache[slot] = k, v   (1 KV heads × 16, pages of 8 tokens)
@@ -49,18 +49,18 @@ void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, con
 }
 
 // self_attn.o_proj: x += attn[T, 32] · o_proj[64, 32]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // self_attn.o_proj: x = attn[T, 32] · o_proj[64, 32]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[160, 64]ᵀ   (gate 80 | up 80)   (this rank's share)
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.act_fn: act = silu(gate) ⊙ up   (80 features)
@@ -74,13 +74,13 @@ void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t 
 }
 
 // mlp.down_proj: x += act[T, 80] · down_proj[64, 80]ᵀ   (residual add fused)   (rank 0: its share)
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // mlp.down_proj: x = act[T, 80] · down_proj[64, 80]ᵀ   (fp32)   (the other ranks: theirs)
-void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearDownProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 // norm: h[r] = RMSNorm(x[logit_rows[r]]) · norm   (only the rows that need logits)
@@ -89,8 +89,8 @@ void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, 
 }
 
 // lm_head: logits = h[N, 64] · lm_head[256, 64]ᵀ   (fp32)   (this rank's tokens)
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream) {
-  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
+  kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
 static_assert(kMaxBatch * kPrepAttention.kv_heads <= kDecodeCounterWords);

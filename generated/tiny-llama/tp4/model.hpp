@@ -9,6 +9,7 @@
 
 #include "codegen/op_shapes.hpp"
 #include "templates/fp8_rows.hpp"
+#include "templates/pending_sums.hpp"
 #include "templates/weight_matrix.hpp"
 
 namespace kiln::models::tiny_llama::tp4 {
@@ -173,20 +174,20 @@ namespace kiln::models::tiny_llama::tp4 {
 // ---- kernels.cu: one wrapper per distinct op instantiation ----
 void embed_tokens(const int* token_ids, GpuMatrix table, float* x, int rank, int tokens, cudaStream_t stream);
 void rmsnorm_64_prefill(const float* x, const bf16* weight, bf16* out, Fp8Rows out_fp8, int rows, cudaStream_t stream);
-void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, cudaStream_t stream);
-void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void rmsnorm_64_decode(const float* x, const bf16* weight, bf16* out, int rows, PendingSums* sums, cudaStream_t stream);
+void linear_qkv_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void attention_prep(bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, int tokens, cudaStream_t stream);
 void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_start, const int* positions, const int* block_tables, int max_pages_per_seq, int num_seqs, int max_query_len, Fp8Rows out_fp8, int tokens, cudaStream_t stream);
 void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, unsigned* decode_counters, cudaStream_t stream);
-void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
+void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
+void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
 void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
-void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
-void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
+void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void rmsnorm_rows_64(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);
-void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, cudaStream_t stream);
+void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 
 }  // namespace kiln::models::tiny_llama::tp4
 #endif  // __CUDACC__

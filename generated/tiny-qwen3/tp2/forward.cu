@@ -110,10 +110,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // self-attention
     // h = RMSNorm(x) · input_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.input_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.input_layernorm, h, T, nullptr, stream);
     ctx.mark("input_layernorm", OpReads::weights, 128);
     // qkv = h[T, 64] · qkv_proj[128, 64]ᵀ   (q 64 | k 32 | v 32)   (this rank's share)
-    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, stream);
+    linear_qkv_proj(h, lw.qkv_proj, qkv, T, ctx.scratch, nullptr, stream);
     ctx.mark("qkv_proj", OpReads::weights, kiln::matrix_bytes(lw.qkv_proj, 128, 64));
     // q[head] = RMSNorm(q[head]) · q_norm; k[head] = RMSNorm(k[head]) · k_norm   (per head of 32)
     // q, k = RoPE(q, k; positions)   (pairs (i, i + 16), theta 1000000)
@@ -124,11 +124,11 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("prep_attention", OpReads::kv_cache, 128);
     if (ctx.rank == 0) {
       // x += attn[T, 64] · o_proj[64, 64]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 64));
     } else {
       // x = attn[T, 64] · o_proj[64, 64]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, stream);
+      linear_o_proj_share(attn, lw.o_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("o_proj", OpReads::weights, kiln::matrix_bytes(lw.o_proj, 64, 64));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -137,21 +137,21 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
 
     // MLP (SwiGLU)
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
-    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, stream);
+    rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[128, 64]ᵀ   (gate 64 | up 64)   (this rank's share)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, stream);
+    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 128, 64));
     // act = silu(gate) ⊙ up   (64 features)
     silu_mul_act_decode(gate_up, act, T, stream);
     ctx.mark("silu_mul", OpReads::weights, 0);
     if (ctx.rank == 0) {
       // x += act[T, 64] · down_proj[64, 64]ᵀ   (residual add fused)   (rank 0: its share)
-      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 64));
     } else {
       // x = act[T, 64] · down_proj[64, 64]ᵀ   (fp32)   (the other ranks: theirs)
-      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, stream);
+      linear_down_proj_share(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
       ctx.mark("down_proj", OpReads::weights, kiln::matrix_bytes(lw.down_proj, 64, 64));
     }
     // x = Σ over the 2 ranks of x   (all-reduce in place; rank 0's x holds the residual)
@@ -164,7 +164,7 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
   rmsnorm_rows_64(x, step.logit_rows, w.norm, h, N, stream);
   ctx.mark("norm", OpReads::weights, 128);
   // logits = h[N, 64] · lm_head[256, 64]ᵀ   (fp32)   (this rank's tokens)
-  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, stream);
+  linear_lm_head(h, w.lm_head, logits, N, ctx.scratch, nullptr, stream);
   ctx.mark("lm_head", OpReads::weights, kiln::matrix_bytes(w.lm_head, 256, 64));
   // logits[N, 512] = the 2 ranks' logits side by side   (all-gather)
   cuda::all_gather<kAllGatherLogits>(ctx, logits, N);
