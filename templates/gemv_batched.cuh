@@ -361,10 +361,7 @@ inline void launch_gemv_batched(const bf16* in, const bf16* weight, typename Lin
   KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, Shape::kSmemBytes, stream, in, weight,
               out, partials, tokens);
   if (!add_splits) return;
-  if constexpr (Shape::kWide) {
-    auto sum = gemv_sum_splits_kernel<kN, Shape::kWarpsK, kOut>;
-    KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);
-  }
+  if constexpr (Shape::kWide) launch_gemv_sum_splits<kN, Shape::kWarpsK, kOut>(partials, out, tokens, stream);
 }
 
 }  // namespace detail

@@ -251,6 +251,14 @@ __global__ void __launch_bounds__(256)
   store_linear_out<kOut>(out + i, v);
 }
 
+// gemv_sum_splits_kernel over `tokens` rows (the wide plan's and the batched GEMV's wide form's).
+template <int kN, int kWK, LinearOut kOut>
+inline void launch_gemv_sum_splits(const float* partials, typename LinearOutType<kOut>::type* out, int tokens,
+                                   cudaStream_t stream) {
+  auto sum = gemv_sum_splits_kernel<kN, kWK, kOut>;
+  KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);
+}
+
 // One pass of at most 8 · Shape::kTokenTileCount tokens of `input`; partials: the wide plan's
 // scratch (gemv_scratch_floats), unused by the narrow plan.
 // add_splits: false leaves the wide plan's partial sums in `partials` (PendingSums).
@@ -261,10 +269,7 @@ inline void launch_gemv_input(const Input& input, const bf16* weight, typename L
   KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, 0, stream, input, weight, out,
               partials, tokens);
   if (!add_splits) return;
-  if constexpr (Shape::kGroups > 1) {
-    auto sum = gemv_sum_splits_kernel<kN, Shape::kWarpsK, kOut>;
-    KILN_LAUNCH(sum, ceil_div(tokens * kN, 256), 256, 0, stream, partials, out, tokens);
-  }
+  if constexpr (Shape::kGroups > 1) launch_gemv_sum_splits<kN, Shape::kWarpsK, kOut>(partials, out, tokens, stream);
 }
 
 }  // namespace detail
@@ -302,11 +307,11 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
   static_assert(kN > 0 && kK > 0 && S.sms > 0, "linear: sizes must be positive");
   using Input = detail::Bf16Input<kK, detail::vec_width(kK, 2)>;
   if (leave != nullptr) *leave = {};
-  bool left = false;  // this pass's partial sums stay in `scratch`
-  if constexpr (S.out == LinearOut::add_f32) {
-    left = leave != nullptr && tokens > 0 && tokens <= detail::kStreamPassTokens;
-    if (left) *leave = {out, scratch, gemv_plan(kN, kK, S.sms).warps_k, tokens, kN};
-  }
+  // Whether a path that sums the splits through scratch leaves them there: residual outputs in one pass.
+  const bool may_leave = S.out == LinearOut::add_f32 && leave != nullptr && tokens <= detail::kStreamPassTokens;
+  auto left_in_scratch = [&](int n) {
+    if constexpr (S.out == LinearOut::add_f32) *leave = {out, scratch, gemv_plan(kN, kK, S.sms).warps_k, n, kN};
+  };
   for (int done = 0; done < tokens; done += detail::kStreamPassTokens) {
     const int n = detail::min_int(detail::kStreamPassTokens, tokens - done);
     const Input input{in + static_cast<long long>(done) * kK};
@@ -317,7 +322,6 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
         if (detail::device_smem_fits(detail::BatchedGemvShape<kN, kK, S.sms, kTiles>::kSmemBytes)) {
           detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles>(in + static_cast<long long>(done) * kK, weight, y,
                                                                   nullptr, n, stream);
-          if (leave != nullptr) *leave = {};  // summed in the block
           return;
         }
       }
@@ -325,14 +329,15 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
         using Wide = detail::BatchedGemvShape<kN, kK, S.sms, kTiles, 0, 0, 0, true>;
         if (detail::device_smem_fits(Wide::kSmemBytes)) {
           detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles, Wide>(in + static_cast<long long>(done) * kK, weight,
-                                                                        y, scratch, n, stream, !left);
+                                                                        y, scratch, n, stream, !may_leave);
+          if (may_leave) left_in_scratch(n);
           return;
         }
       }
       constexpr bool kWide = gemv_plan(kN, kK, S.sms).wide && kTiles >= detail::kGemvWideTokenTiles;
       using Shape = detail::GemvShape<kN, kK, S.sms, kTiles, kWide>;
-      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream, !left);
-      if (Shape::kGroups == 1 && leave != nullptr) *leave = {};  // summed in the block
+      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream, !may_leave);
+      if (may_leave && Shape::kGroups > 1) left_in_scratch(n);
     });
   }
 }
