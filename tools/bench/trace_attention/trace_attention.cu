@@ -254,5 +254,8 @@ int main() {
   trace<32, 8, 64, false, 2>("Llama-1B heads", 64, 96);
   trace<32, 8, 64, false, 2>("Llama-1B heads", 64, 160);
   trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 256, 160);
+  // Contexts of several partitions (512 keys each), merged by the kernel.
+  trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 64, 1100);
+  trace<32, 8, 128, false, 2>("Llama-8B heads", 64, 600);
   return 0;
 }
