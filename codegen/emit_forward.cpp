@@ -165,14 +165,8 @@ void side_stream_edges(const Op& op, SideStream& side, Code& c) {
 
 // Whether some op passes the decode's pending sums (fuse.cpp's pair_pending_sums).
 bool pends_sums(const Graph& g) {
-  for (const LayerBlock& block : g.blocks) {
-    for (const auto& stage : block.stages) {
-      for (const Op& op : stage.second) {
-        if (!op.pending_sums.empty()) return true;
-      }
-    }
-  }
-  return false;
+  const std::vector<const Op*> ops = g.all_ops();
+  return std::any_of(ops.begin(), ops.end(), [](const Op* op) { return !op->pending_sums.empty(); });
 }
 
 void emit_body(const Graph& g, Phase phase, Code& c) {
