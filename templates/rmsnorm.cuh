@@ -45,15 +45,56 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fp8_kernel(const float* __re
     const float scale = fp8_row_scale<kThreads>(amax, scratch);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      const int i = (s * kThreads + threadIdx.x) * kVec;
+      const int i = row_column<kVec, kThreads>(s, threadIdx.x);
       if (i < kDim) store_fp8_codes<kVec>(y[s], scale, out.codes + static_cast<long long>(r) * kDim + i);
     }
     store_fp8_row_scale<kThreads>(scale, out, kDim, padded, r);
   } else {
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      const int i = (s * kThreads + threadIdx.x) * kVec;
+      const int i = row_column<kVec, kThreads>(s, threadIdx.x);
       if (i < kDim) store_fp8_block_part<kVec>(y[s], out, kDim, padded, r, i);  // whole warps (kDim is whole blocks of 128)
+    }
+  }
+}
+
+// Thread `threadIdx.x`'s part of Σ_k row[k · count + i] over the splits k, split 0 first from
+// 0.0f (gemv_sum_splits_kernel's order), in rmsnorm_load_row's layout. kSplits > 0: the count,
+// every partial requested before the first add; 0: `splits`, in a loop.
+template <int kDim, int kVec, int kThreads, int kSplits>
+__device__ __forceinline__ void sum_row_splits(const float* row, long long count, int splits,
+                                               float (&sum)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+  constexpr int kSteps = ceil_div(kDim, kThreads * kVec);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) sum[s][j] = 0.0f;
+  if constexpr (kSplits > 0) {
+    float part[kSteps][kSplits][kVec];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = row_column<kVec, kThreads>(s, threadIdx.x);
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k) {
+        if (i < kDim) load_f32<kVec>(row + k * count + i, part[s][k]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[s][j] += part[s][k][j];
+  } else {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int i = row_column<kVec, kThreads>(s, threadIdx.x);
+      for (int k = 0; k < splits && i < kDim; ++k) {
+        float part[kVec];
+        load_f32<kVec>(row + k * count + i, part);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[s][j] += part[j];
+      }
     }
   }
 }
@@ -75,41 +116,13 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_sums_kernel(float* __restric
   load_norm_weight<kDim, kVec, kThreads>(weight, w);
   pdl_release_and_wait();
   const long long r = blockIdx.x, count = static_cast<long long>(gridDim.x) * kDim;
-  const float* p = partials + r * kDim;
-  float sum[kSteps][kVec] = {};
-  if constexpr (kSplits > 0) {
-    float part[kSteps][kSplits][kVec];
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
-#pragma unroll
-      for (int k = 0; k < kSplits; ++k) {
-        if (i < kDim) load_f32<kVec>(p + k * count + i, part[s][k]);
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-      for (int k = 0; k < kSplits; ++k)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) sum[s][j] += part[s][k][j];
-  } else {
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
-      for (int k = 0; k < splits && i < kDim; ++k) {
-        float part[kVec];
-        load_f32<kVec>(p + k * count + i, part);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) sum[s][j] += part[j];
-      }
-    }
-  }
+  float sum[kSteps][kVec];
+  sum_row_splits<kDim, kVec, kThreads, kSplits>(partials + r * kDim, count, splits, sum);
   float v[kSteps][kVec];
   rmsnorm_load_row<kDim, kVec, kThreads>(x + r * kDim, threadIdx.x, v);
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
+    const int i = row_column<kVec, kThreads>(s, threadIdx.x);
     if (i >= kDim) continue;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[s][j] += sum[s][j];
@@ -117,12 +130,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_sums_kernel(float* __restric
   }
   float y[kSteps][kVec];
   rmsnorm_held_row<kDim, kVec, kThreads>(v, w, eps, y);
-  bf16* o = out + r * kDim;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + static_cast<int>(threadIdx.x)) * kVec;
-    if (i < kDim) store_bf16<kVec>(o + i, y[s]);
-  }
+  rmsnorm_store_row<kDim, kVec, kThreads>(out + r * kDim, y);
 }
 
 }  // namespace detail

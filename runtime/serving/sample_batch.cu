@@ -90,28 +90,6 @@ __device__ inline bool wants_logprobs(const SamplerRow& r, const SampleOutput& o
   return o.status == kSampleOk && (r.want_logprob || r.top_logprobs > 0);
 }
 
-// The block's best (logit, id) over its values (id < 0: none), in thread 0's s_x[0], s_id[0]; every
-// thread returns it.
-__device__ inline TokenLogprob block_best(float x, int32_t id, float* s_x, int32_t* s_id) {
-  const int tid = threadIdx.x;
-  s_x[tid] = x;
-  s_id[tid] = id;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (tid < stride) {
-      const int32_t other = s_id[tid + stride];
-      if (other >= 0 && (s_id[tid] < 0 || ranks_before(s_x[tid + stride], other, s_x[tid], s_id[tid]))) {
-        s_x[tid] = s_x[tid + stride];
-        s_id[tid] = other;
-      }
-    }
-    __syncthreads();
-  }
-  const TokenLogprob best{s_id[0], s_x[0]};
-  __syncthreads();
-  return best;
-}
-
 // Every thread's x combined by `op` over the block, in a fixed tree (the halves folded at strides
 // blockDim.x / 2, / 4, ...), in every thread (s: blockDim.x values of shared memory, free again on
 // return).
@@ -129,6 +107,22 @@ __device__ inline T block_reduce(T x, T* s, Op op) {
   return r;
 }
 
+// A candidate of block_best: a logit and its token (id < 0: none). (Plain, so that it may live in
+// shared memory: TokenLogprob's members have initializers.)
+struct Pick {
+  float x;
+  int32_t id;
+};
+
+// The block's best (logit, id) over its values (id < 0: none), ranked as ranks_before ranks them, in
+// every thread (s: blockDim.x entries of shared memory).
+__device__ inline TokenLogprob block_best(float x, int32_t id, Pick* s) {
+  const Pick best = block_reduce(Pick{x, id}, s, [](const Pick& a, const Pick& b) {
+    return b.id >= 0 && (a.id < 0 || ranks_before(b.x, b.id, a.x, a.id)) ? b : a;
+  });
+  return TokenLogprob{best.id, best.x};
+}
+
 __device__ inline float block_max(float x, float* s_x) {
   return block_reduce(x, s_x, [](float a, float b) { return fmaxf(a, b); });
 }
@@ -138,7 +132,7 @@ __device__ inline float block_max(float x, float* s_x) {
 __global__ void logprob_slices_kernel(const float* logits, int64_t row_stride, int32_t vocab, int32_t slice,
                                       const SamplerRow* rows, const SampleOutput* out, LogprobScratch scratch) {
   __shared__ float s_x[kLogprobThreads];
-  __shared__ int32_t s_id[kLogprobThreads];
+  __shared__ Pick s_best[kLogprobThreads];
   const int32_t row = blockIdx.x, part = blockIdx.y, parts = gridDim.y, tid = threadIdx.x;
   const SamplerRow r = rows[row];
   if (!wants_logprobs(r, out[row])) return;
@@ -161,7 +155,7 @@ __global__ void logprob_slices_kernel(const float* logits, int64_t row_stride, i
         best = i;
       }
     }
-    prev = block_best(best_x, best, s_x, s_id);
+    prev = block_best(best_x, best, s_best);
     if (prev.token < 0) {  // the slice has run out: its other candidates are none
       if (tid == 0) {
         for (int32_t rest = k; rest < n; ++rest) candidates[rest] = TokenLogprob{};
@@ -198,7 +192,7 @@ __global__ void logprob_finish_kernel(const float* logits, int64_t row_stride, i
                                       const SamplerRow* rows, SampleOutput* out, TokenLogprob* top,
                                       LogprobScratch scratch) {
   __shared__ float s_x[kLogprobThreads];
-  __shared__ int32_t s_id[kLogprobThreads];
+  __shared__ Pick s_best[kLogprobThreads];
   __shared__ double s_log_sum;
   const int32_t row = blockIdx.x, tid = threadIdx.x;
   const SamplerRow r = rows[row];
@@ -237,7 +231,7 @@ __global__ void logprob_finish_kernel(const float* logits, int64_t row_stride, i
         best = e.token;
       }
     }
-    prev = block_best(best_x, best, s_x, s_id);
+    prev = block_best(best_x, best, s_best);
     if (tid == 0) top[row * kMaxTopLogprobs + k] = TokenLogprob{prev.token, logprob(prev.logprob)};
   }
 }

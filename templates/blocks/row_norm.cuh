@@ -8,6 +8,13 @@
 
 namespace kiln::detail {
 
+// The first of the kVec columns thread `thread` of a kThreads-wide row block holds at step s (a
+// row of kDim columns takes ceil_div(kDim, kThreads · kVec) steps; the last may end past kDim).
+template <int kVec, int kThreads>
+__device__ __forceinline__ int row_column(int s, unsigned thread) {
+  return (s * kThreads + static_cast<int>(thread)) * kVec;
+}
+
 // 1 / sqrt(mean(x²) + eps) of a row of `dim` values whose sum of squares is `sum_sq`.
 __device__ __forceinline__ float rms_scale(float sum_sq, int dim, float eps) {
   return 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
@@ -29,7 +36,7 @@ __device__ __forceinline__ float rmsnorm_held_sum_sq(const float (&v)[ceil_div(k
   float sum_sq = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    if ((s * kThreads + static_cast<int>(thread)) * kVec < kDim) {
+    if (row_column<kVec, kThreads>(s, thread) < kDim) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) sum_sq += v[s][j] * v[s][j];
     }
@@ -45,7 +52,7 @@ __device__ __forceinline__ void rmsnorm_load_row(const float* row, unsigned thre
                                                  float (&v)[ceil_div(kDim, kThreads * kVec)][kVec]) {
 #pragma unroll
   for (int s = 0; s < ceil_div(kDim, kThreads * kVec); ++s) {
-    const int i = (s * kThreads + static_cast<int>(thread)) * kVec;
+    const int i = row_column<kVec, kThreads>(s, thread);
     if (i < kDim) load_f32<kVec>(row + i, v[s]);
   }
 }
@@ -63,7 +70,7 @@ template <int kDim, int kVec, int kThreads>
 __device__ __forceinline__ void load_norm_weight(const bf16* weight, float (&w)[ceil_div(kDim, kThreads * kVec)][kVec]) {
 #pragma unroll
   for (int s = 0; s < ceil_div(kDim, kThreads * kVec); ++s) {
-    const int i = (s * kThreads + threadIdx.x) * kVec;
+    const int i = row_column<kVec, kThreads>(s, threadIdx.x);
     if (i < kDim) load_bf16<kVec>(weight + i, w[s]);
   }
 }
@@ -81,7 +88,7 @@ __device__ __forceinline__ void rmsnorm_held_row(const float (&v)[ceil_div(kDim,
   const float scale = rms_scale(total, kDim, eps);
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    if ((s * kThreads + static_cast<int>(threadIdx.x)) * kVec < kDim) rms_apply<kVec>(v[s], scale, w[s], y[s]);
+    if (row_column<kVec, kThreads>(s, threadIdx.x) < kDim) rms_apply<kVec>(v[s], scale, w[s], y[s]);
   }
 }
 
@@ -93,6 +100,16 @@ __device__ __forceinline__ void rmsnorm_row(const float* in, const float (&w)[ce
   float v[ceil_div(kDim, kThreads * kVec)][kVec];
   rmsnorm_load_row<kDim, kVec, kThreads>(in, threadIdx.x, v);
   rmsnorm_held_row<kDim, kVec, kThreads>(v, w, eps, y);
+}
+
+// The normalized values y the thread holds into the bf16 row `row` (rmsnorm_load_row's layout).
+template <int kDim, int kVec, int kThreads>
+__device__ __forceinline__ void rmsnorm_store_row(bf16* row, const float (&y)[ceil_div(kDim, kThreads * kVec)][kVec]) {
+#pragma unroll
+  for (int s = 0; s < ceil_div(kDim, kThreads * kVec); ++s) {
+    const int i = row_column<kVec, kThreads>(s, threadIdx.x);
+    if (i < kDim) store_bf16<kVec>(row + i, y[s]);
+  }
 }
 
 // One block per output row; the row stays in registers between the reduction and the scaling.
@@ -107,12 +124,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* __restri
   const long long r = blockIdx.x;
   float y[kSteps][kVec];
   rmsnorm_row<kDim, kVec, kThreads>(x + (kIndirect ? static_cast<long long>(rows[r]) : r) * kDim, w, eps, y);
-  bf16* o = out + r * kDim;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int i = (s * kThreads + threadIdx.x) * kVec;
-    if (i < kDim) store_bf16<kVec>(o + i, y[s]);
-  }
+  rmsnorm_store_row<kDim, kVec, kThreads>(out + r * kDim, y);
 }
 
 // At most 256 threads a row, each with kDim / 1,024 16-byte loads in flight (4,096 features: 4): a
