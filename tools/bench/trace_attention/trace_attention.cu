@@ -72,6 +72,16 @@ void free_all() {
   g_buffers.clear();
 }
 
+// n bf16 values near 1 (0x3c00 ± 128 in the bits) to the device: not zeros, not all alike.
+kiln::bf16* random_bf16(size_t n, std::mt19937& rng) {
+  auto* p = dev<kiln::bf16>(n);
+  std::vector<uint16_t> h(n);
+  std::uniform_int_distribution<int> d(0, 255);
+  for (auto& x : h) x = static_cast<uint16_t>(0x3c00 + d(rng) - 128);
+  OK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+
 template <int kHeads, int kKvHeads, int kHeadDim, bool kQkNorm, int kBuild>
 void trace(const char* name, int batch, int context) {
   using namespace kiln;
@@ -83,13 +93,7 @@ void trace(const char* name, int batch, int context) {
   const int pages_per_seq = (context + kPage - 1) / kPage;
   const size_t layer_elems = static_cast<size_t>(batch) * pages_per_seq * 2 * kKvHeads * kPage * kHeadDim;
   constexpr int kCopies = 4;
-  bf16* cache = dev<bf16>(layer_elems * kCopies);
-  {
-    std::vector<uint16_t> h(layer_elems * kCopies);
-    std::uniform_int_distribution<int> d(0, 255);
-    for (auto& x : h) x = static_cast<uint16_t>(0x3c00 + d(rng) - 128);
-    OK(cudaMemcpy(cache, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-  }
+  bf16* cache = random_bf16(layer_elems * kCopies, rng);
   std::vector<int> tables(static_cast<size_t>(batch) * pages_per_seq);
   std::iota(tables.begin(), tables.end(), 0);
   std::shuffle(tables.begin(), tables.end(), rng);
@@ -111,13 +115,7 @@ void trace(const char* name, int batch, int context) {
   }
   float* d_rope = dev<float>(rope.size());
   OK(cudaMemcpy(d_rope, rope.data(), rope.size() * 4, cudaMemcpyHostToDevice));
-  bf16* qkv = dev<bf16>(static_cast<size_t>(batch) * kRow);
-  {
-    std::vector<uint16_t> h(static_cast<size_t>(batch) * kRow);
-    std::uniform_int_distribution<int> d(0, 255);
-    for (auto& x : h) x = static_cast<uint16_t>(0x3c00 + d(rng) - 128);
-    OK(cudaMemcpy(qkv, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-  }
+  bf16* qkv = random_bf16(static_cast<size_t>(batch) * kRow, rng);
   bf16* norm = dev<bf16>(kHeadDim);
   {
     std::vector<uint16_t> h(kHeadDim, 0x3f80);
@@ -179,14 +177,17 @@ void trace(const char* name, int batch, int context) {
   const double cyc_us = clock_khz / 1e3;  // cycles a µs
   std::printf("== %s build %d: batch %d ctx %d: event %.2f us (best of 5)\n", name, kBuild, batch, context, best * 1e3);
 #ifndef NOTRACE
+  // Block b's mark m (globaltimer ns, clock64 cycles).
+  const auto ns_at = [&](int b, int m) { return h_ns[static_cast<size_t>(b) * kMarks + m]; };
+  const auto clk_at = [&](int b, int m) { return h_clk[static_cast<size_t>(b) * kMarks + m]; };
   // The blocks that attended (the last mark set; a partition slot past every context returns early).
   std::vector<int> ran;
   for (int b = 0; b < blocks; ++b)
-    if (h_ns[static_cast<size_t>(b) * kMarks + kMarks - 1] != 0) ran.push_back(b);
+    if (ns_at(b, kMarks - 1) != 0) ran.push_back(b);
   unsigned long long t_first = ~0ull, t_last = 0;
   for (int b : ran) {
-    t_first = std::min(t_first, h_ns[static_cast<size_t>(b) * kMarks]);
-    for (int m = 0; m < kMarks; ++m) t_last = std::max(t_last, h_ns[static_cast<size_t>(b) * kMarks + m]);
+    t_first = std::min(t_first, ns_at(b, 0));
+    for (int m = 0; m < kMarks; ++m) t_last = std::max(t_last, ns_at(b, m));
   }
   std::printf("\n== %s build %d: batch %d ctx %d: %zu blocks attended, event %.2f us (best of 5), first start -> last mark %.2f us, clock %d MHz\n",
               name, kBuild, batch, context, ran.size(), best * 1e3, (t_last - t_first) / 1e3, clock_khz / 1000);
@@ -195,7 +196,7 @@ void trace(const char* name, int batch, int context) {
                          "sum + store"};
   // Start offsets: print a histogram in 1 µs bins.
   std::vector<int> hist(64, 0);
-  for (int b : ran) hist[std::min<int>(63, (h_ns[b * kMarks] - t_first) / 1000)]++;
+  for (int b : ran) hist[std::min<int>(63, (ns_at(b, 0) - t_first) / 1000)]++;
   std::printf("blocks started per µs from the first: ");
   for (int i = 0; i < 64; ++i)
     if (hist[i]) std::printf("[%d]=%d ", i, hist[i]);
@@ -205,21 +206,21 @@ void trace(const char* name, int batch, int context) {
   for (int wave = 0; wave < 2; ++wave) {
     std::vector<int> w;
     for (int b : ran) {
-      const bool late = h_ns[b * kMarks] - t_first > 1500;
+      const bool late = ns_at(b, 0) - t_first > 1500;
       if (late == (wave == 1)) w.push_back(b);
     }
     if (w.empty()) continue;
     double start_mean = 0, total_mean = 0;
     for (int b : w) {
-      start_mean += (h_ns[b * kMarks] - t_first) / 1e3;
-      total_mean += (h_clk[b * kMarks + 9] - h_clk[b * kMarks]) / cyc_us;
+      start_mean += (ns_at(b, 0) - t_first) / 1e3;
+      total_mean += (clk_at(b, 9) - clk_at(b, 0)) / cyc_us;
     }
     std::printf(" %s: %zu blocks, mean start +%.2f us, mean block time %.2f us (clock64)\n",
                 wave == 0 ? "wave 1" : "later", w.size(),
                 start_mean / w.size(), total_mean / w.size());
     for (int m = 1; m < kMarks; ++m) {
       std::vector<double> d;
-      for (int b : w) d.push_back((h_clk[b * kMarks + m] - h_clk[b * kMarks + m - 1]) / cyc_us);
+      for (int b : w) d.push_back((clk_at(b, m) - clk_at(b, m - 1)) / cyc_us);
       std::sort(d.begin(), d.end());
       const double mean = std::accumulate(d.begin(), d.end(), 0.0) / d.size();
       std::printf("   %-36s mean %6.2f  p10 %6.2f  p50 %6.2f  p90 %6.2f us\n", phase[m - 1], mean, d[d.size() / 10],
@@ -230,9 +231,9 @@ void trace(const char* name, int batch, int context) {
   int most = 0;
   for (int b : ran) {
     int c = 0;
-    const auto t = h_ns[b * kMarks];
+    const auto t = ns_at(b, 0);
     for (int o : ran)
-      if (h_sm[o] == h_sm[b] && h_ns[o * kMarks] <= t && h_ns[o * kMarks + 9] >= t) ++c;
+      if (h_sm[o] == h_sm[b] && ns_at(o, 0) <= t && ns_at(o, 9) >= t) ++c;
     most = std::max(most, c);
   }
   std::printf(" most blocks of one SM at once: %d\n", most);
