@@ -176,11 +176,15 @@ constexpr bool use_batched_gemv_wide() {
   return kTokenTiles >= 2 && kK % 8 == 0 && p.blocks < kSMs && p.warps_k >= 4 && gemv_scratch_floats(kN, kK, kSMs, 64) > 0;
 }
 
-template <int kN, int kK, LinearOut kOut, typename Shape>
+// kPairs (the narrow form only): the rows in gate | up pairs (linear.cuh's tile_row), and `out` the
+// [tokens, kN / 2] rows of silu(gate) · up (linear_act.cuh).
+template <int kN, int kK, LinearOut kOut, typename Shape, bool kPairs = false>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
     gemv_batched_kernel(const bf16* __restrict__ in, const bf16* __restrict__ weight,
                         typename LinearOutType<kOut>::type* __restrict__ out, float* __restrict__ partials,
                         int tokens) {
+  static_assert(!kPairs || (!Shape::kWide && kOut == LinearOut::store_bf16 && kN % 2 == 0),
+                "batched GEMV: SwiGLU's paired rows need the narrow form and bf16 gate | up rows");
   constexpr int T = Shape::kTokenTileCount, WK = Shape::kWarpsK, WKB = Shape::kBlockWarpsK, TW = Shape::kTilesPerWarp;
   constexpr int R = Shape::kRounds, S = Shape::kStages;
   extern __shared__ uint4 smem_u4[];
@@ -192,17 +196,20 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
   const int g = lane / 4, q = lane % 4;
   const int first_tile = blockIdx.x * Shape::kBlockTiles + wn * TW;
 
-  // Rows g and g + 8 of each of the warp's row tiles. A tile past the matrix (the last block's)
-  // reads tile 0's rows and is never stored; where kN is not whole tiles, rows past it read zeros.
-  const bf16* w[TW];
+  // Rows g and g + 8 of each of the warp's row tiles (tile_row). A tile past the matrix (the last
+  // block's) reads tile 0's rows and is never stored; where kN is not whole tiles, rows past it
+  // read zeros.
+  const bf16* w[TW][2];
   bool w_ok[TW][2];
 #pragma unroll
   for (int t = 0; t < TW; ++t) {
     const int tile = first_tile + t < Shape::kRowTiles ? first_tile + t : 0;
-    const int row = tile * 16 + g;
-    w[t] = weight + static_cast<long long>(row) * kK;
-    w_ok[t][0] = kN % 16 == 0 || row < kN;
-    w_ok[t][1] = kN % 16 == 0 || row + 8 < kN;
+    constexpr bool kWhole = !kPairs && kN % 16 == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      w_ok[t][h] = kWhole || tile_row_in<kN, kPairs>(tile, g + 8 * h);
+      w[t][h] = weight + static_cast<long long>(w_ok[t][h] ? tile_row<kN, kPairs>(tile, g + 8 * h) : 0) * kK;
+    }
   }
   // Round r's weights: this lane's chunks of its rows at the warp's step r·WK + wk; nothing past
   // its last step (the warp skips that round). Past kK (rows not whole steps): zeros.
@@ -216,9 +223,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
       const int at = kK % 32 == 0 ? col : min(col, kK - 8);
 #pragma unroll
       for (int t = 0; t < TW; ++t) {
-        const bf16* row1 = kN % 16 == 0 || w_ok[t][1] ? w[t] + 8 * kK : w[t];
-        cp_async_16_streaming(dst + (t * 2) * 512, w[t] + at, in_row && w_ok[t][0]);
-        cp_async_16_streaming(dst + (t * 2 + 1) * 512, row1 + at, in_row && w_ok[t][1]);
+        cp_async_16_streaming(dst + (t * 2) * 512, w[t][0] + at, in_row && w_ok[t][0]);
+        cp_async_16_streaming(dst + (t * 2 + 1) * 512, w[t][1] + at, in_row && w_ok[t][1]);
       }
     }
   };
@@ -338,14 +344,31 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
       }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < J * BT * 128; i += Shape::kThreads) {
-      const int jj = i / (BT * 128), bt = i / 128 % BT, token = (i / 16) % 8, r = i % 16;
-      const int src_lane = (r % 8) * 4 + token / 2, src_c = (r / 8) * 2 + token % 2;
+    // Fragment element c of `lane` in (token tile jj, block tile bt), its splits summed in order.
+    auto split_sum = [&](int jj, int bt, int lane, int c) {
       float v = 0.0f;
 #pragma unroll
-      for (int k = 0; k < WK; ++k) v += partial[(jj * BT + bt) * WK + k][src_lane * 4 + src_c];
-      const int n = (blockIdx.x * BT + bt) * 16 + r, tok = (j0 + jj) * 8 + token;
-      if (n < kN && tok < tokens) store_linear_out<kOut>(out + static_cast<long long>(tok) * kN + n, v);
+      for (int k = 0; k < WK; ++k) v += partial[(jj * BT + bt) * WK + k][lane * 4 + c];
+      return v;
+    };
+    if constexpr (kPairs) {
+      for (int i = threadIdx.x; i < J * BT * 64; i += Shape::kThreads) {
+        const int jj = i / (BT * 64), bt = i / 64 % BT, token = (i / 8) % 8, r = i % 8;
+        const int src_lane = r * 4 + token / 2;
+        const float gate = split_sum(jj, bt, src_lane, token % 2), up = split_sum(jj, bt, src_lane, 2 + token % 2);
+        const int f = (blockIdx.x * BT + bt) * 8 + r, tok = (j0 + jj) * 8 + token;
+        if (f < kN / 2 && tok < tokens) {
+          out[static_cast<long long>(tok) * (kN / 2) + f] = __float2bfloat16_rn(silu_mul_of_sums(gate, up));
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < J * BT * 128; i += Shape::kThreads) {
+        const int jj = i / (BT * 128), bt = i / 128 % BT, token = (i / 16) % 8, r = i % 16;
+        const int src_lane = (r % 8) * 4 + token / 2, src_c = (r / 8) * 2 + token % 2;
+        const float v = split_sum(jj, bt, src_lane, src_c);
+        const int n = (blockIdx.x * BT + bt) * 16 + r, tok = (j0 + jj) * 8 + token;
+        if (n < kN && tok < tokens) store_linear_out<kOut>(out + static_cast<long long>(tok) * kN + n, v);
+      }
     }
     __syncthreads();
   }
@@ -353,10 +376,12 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSm)
 
 // One pass of at most 8 · kTokenTiles tokens. partials: the wide form's (gemv_scratch_floats),
 // unused by the other; add_splits: false leaves the wide form's sums there (PendingSums).
-template <int kN, int kK, LinearOut kOut, int kSMs, int kTokenTiles, typename Shape = BatchedGemvShape<kN, kK, kSMs, kTokenTiles>>
+// kPairs: gemv_batched_kernel's.
+template <int kN, int kK, LinearOut kOut, int kSMs, int kTokenTiles, typename Shape = BatchedGemvShape<kN, kK, kSMs, kTokenTiles>,
+          bool kPairs = false>
 inline void launch_gemv_batched(const bf16* in, const bf16* weight, typename LinearOutType<kOut>::type* out,
                                 float* partials, int tokens, cudaStream_t stream, bool add_splits = true) {
-  constexpr auto kernel = gemv_batched_kernel<kN, kK, kOut, Shape>;
+  constexpr auto kernel = gemv_batched_kernel<kN, kK, kOut, Shape, kPairs>;
   allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
   KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, Shape::kSmemBytes, stream, in, weight,
               out, partials, tokens);

@@ -21,6 +21,7 @@
 #include "templates/common.cuh"
 #include "templates/gemv_plan.hpp"
 #include "templates/pending_sums.hpp"
+#include "templates/silu_mul.cuh"
 
 namespace kiln {
 
@@ -118,14 +119,32 @@ struct Bf16Input {
   __device__ __forceinline__ uint4 convert(const Raw& raw, Row) const { return raw; }
 };
 
+// The weight row of row r (0..15) of the 16-row tile `tile`: tile·16 + r. With paired rows (kPairs:
+// linear_act.cuh's SwiGLU over gate | up stacked, kN = 2·dim) a tile's rows 0-7 are the gate rows
+// tile·8 + r and its rows 8-15 the up rows of the same 8 features, so that a lane's C fragment holds
+// a feature's gate sums (values 0, 1: row g) beside its up sums (values 2, 3: row g + 8). The plan
+// is the shape's either way (the same row tiles and splits): each row's sum is the same float sum.
+template <int kN, bool kPairs>
+__host__ __device__ constexpr int tile_row(int tile, int r) {
+  return kPairs ? (r < 8 ? 0 : kN / 2) + tile * 8 + r % 8 : tile * 16 + r;
+}
+// Whether that row is in the matrix (the last tile's may not be): paired, whether its feature is.
+template <int kN, bool kPairs>
+__host__ __device__ constexpr bool tile_row_in(int tile, int r) {
+  return kPairs ? tile * 8 + r % 8 < kN / 2 : tile * 16 + r < kN;
+}
+
 // Block (blockIdx.x, blockIdx.y): row tiles blockIdx.x · kWarpsN + wn, column splits
 // blockIdx.y · kBlockWarpsK + (its warps' splits). With one group of splits the block adds them
 // into `out`; with several (the wide plan) it writes them to `partials` [kWarpsK][tokens][kN] for
-// gemv_sum_splits_kernel.
-template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
+// gemv_sum_splits_kernel. kPairs (one group of splits only): the rows in gate | up pairs
+// (tile_row), and `out` the [tokens, kN / 2] rows of silu(gate) · up (linear_act.cuh).
+template <int kN, int kK, LinearOut kOut, typename Shape, typename Input, bool kPairs = false>
 __global__ void __launch_bounds__(Shape::kThreads)
     gemv_kernel(const Input input, const bf16* __restrict__ weight,
                 typename LinearOutType<kOut>::type* __restrict__ out, float* __restrict__ partials, int tokens) {
+  static_assert(!kPairs || (Shape::kGroups == 1 && kOut == LinearOut::store_bf16 && kN % 2 == 0),
+                "gemv: SwiGLU's paired rows need every split in the block and bf16 gate | up rows");
   constexpr int T = Shape::kTokenTileCount, U = Shape::kUnroll, WK = Shape::kWarpsK, WKB = Shape::kBlockWarpsK;
   __shared__ float partial[Shape::kGroups == 1 ? Shape::kWarps : 1][128];
 
@@ -133,9 +152,11 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const int wn = warp / WKB, wk = blockIdx.y * WKB + warp % WKB;
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x * Shape::kWarpsN + wn;
-  const int row0 = tile * 16 + g, row1 = row0 + 8;
-  const bf16* w0 = weight + static_cast<long long>(min(row0, kN - 1)) * kK;  // rows past kN read as zeros
-  const bf16* w1 = weight + static_cast<long long>(min(row1, kN - 1)) * kK;
+  const int row0 = tile_row<kN, kPairs>(tile, g), row1 = tile_row<kN, kPairs>(tile, g + 8);
+  const bool in0 = tile_row_in<kN, kPairs>(tile, g), in1 = tile_row_in<kN, kPairs>(tile, g + 8);
+  // rows past the matrix read as zeros (from a row inside it)
+  const bf16* w0 = weight + static_cast<long long>(kPairs ? (in0 ? row0 : 0) : min(row0, kN - 1)) * kK;
+  const bf16* w1 = weight + static_cast<long long>(kPairs ? (in1 ? row1 : 0) : min(row1, kN - 1)) * kK;
 
   float acc[T][4];
 #pragma unroll
@@ -157,8 +178,8 @@ __global__ void __launch_bounds__(Shape::kThreads)
       const int step = s0 + u * WK;
       const int col = step * 32 + q * 8;
       const bool step_valid = step < Shape::kSteps;
-      grp.a0[u] = load_row_chunk<kK, Shape::kVec, RowLoad::streaming>(w0, col, step_valid && row0 < kN);
-      grp.a1[u] = load_row_chunk<kK, Shape::kVec, RowLoad::streaming>(w1, col, step_valid && row1 < kN);
+      grp.a0[u] = load_row_chunk<kK, Shape::kVec, RowLoad::streaming>(w0, col, step_valid && in0);
+      grp.a1[u] = load_row_chunk<kK, Shape::kVec, RowLoad::streaming>(w1, col, step_valid && in1);
     }
   };
   auto fetch_inputs = [&](int s0, Group& grp) {
@@ -221,6 +242,18 @@ __global__ void __launch_bounds__(Shape::kThreads)
         if (n < kN && t < tokens) partials[(static_cast<long long>(wk) * tokens + t) * kN + n] = acc[j][c];
       }
     }
+  } else if constexpr (kPairs) {
+    // Each feature's gate and up sums as sum_column_splits adds them, then silu(gate) · up.
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      sum_column_splits_gated<Shape::kWarpsN, WK, Shape::kThreads>(
+          partial, acc[j], [&](int block_feature, int token, float gate, float up) {
+            const int f = blockIdx.x * Shape::kWarpsN * 8 + block_feature, t = j * 8 + token;
+            if (f < kN / 2 && t < tokens) {
+              out[static_cast<long long>(t) * (kN / 2) + f] = __float2bfloat16_rn(silu_mul_of_sums(gate, up));
+            }
+          });
+    }
   } else {
     // Sum the column-splits of each row tile, one token tile at a time, in a fixed order.
 #pragma unroll
@@ -261,11 +294,12 @@ inline void launch_gemv_sum_splits(const float* partials, typename LinearOutType
 
 // One pass of at most 8 · Shape::kTokenTileCount tokens of `input`; partials: the wide plan's
 // scratch (gemv_scratch_floats), unused by the narrow plan.
-// add_splits: false leaves the wide plan's partial sums in `partials` (PendingSums).
-template <int kN, int kK, LinearOut kOut, typename Shape, typename Input>
+// add_splits: false leaves the wide plan's partial sums in `partials` (PendingSums). kPairs:
+// gemv_kernel's.
+template <int kN, int kK, LinearOut kOut, typename Shape, typename Input, bool kPairs = false>
 inline void launch_gemv_input(const Input& input, const bf16* weight, typename LinearOutType<kOut>::type* out,
                               float* partials, int tokens, cudaStream_t stream, bool add_splits = true) {
-  auto kernel = gemv_kernel<kN, kK, kOut, Shape, Input>;
+  auto kernel = gemv_kernel<kN, kK, kOut, Shape, Input, kPairs>;
   KILN_LAUNCH(kernel, dim3(Shape::kRowBlocks, Shape::kGroups), Shape::kThreads, 0, stream, input, weight, out,
               partials, tokens);
   if (!add_splits) return;

@@ -153,11 +153,15 @@ struct RuntimeRows {
 };
 
 // An [rows, kK] matrix's outputs (rows: FixedRows<kN>, or a part's RuntimeRows): row block
-// blockIdx.x (gemv_quant_body.inc), tokens kN apart in `out`.
-template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape, typename Rows>
+// blockIdx.x (gemv_quant_body.inc), tokens kN apart in `out`; kPairsSet: a whole matrix's gate | up
+// rows in pairs, `out` silu(gate) · up (linear_act.cuh).
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape, typename Rows, bool kPairsSet = false>
 __global__ void __launch_bounds__(Shape::kThreads)
     gemv_quant_kernel(const bf16* __restrict__ in, const unsigned char* __restrict__ matrix,
                       typename LinearOutType<kOut>::type* __restrict__ out, int tokens, Rows rows) {
+  constexpr bool kPairs = kPairsSet;
+  static_assert(!kPairs || (kOut == LinearOut::store_bf16 && kN % 2 == 0),
+                "quantized GEMV: SwiGLU's paired rows need bf16 gate | up rows (of a whole matrix: rows = kN)");
   __shared__ float partial[Shape::kWarpsN * Shape::kWarpsK][128];
   const int block = blockIdx.x;
   const auto wait = [] { pdl_release_and_wait(); };
@@ -185,6 +189,7 @@ __global__ void __launch_bounds__(Shape0::kThreads, kMinBlocks)
                     Shape0::kSharedInput == Shape1::kSharedInput,
                 "quantized GEMV in two parts: both parts' blocks must be alike");
   __shared__ float partial[Shape0::kWarpsK > Shape1::kWarpsK ? Shape0::kWarpsK : Shape1::kWarpsK][128];
+  constexpr bool kPairs = false;
   const int head_blocks = ceil_div(split, 16);
   const auto wait = [] { pdl_release_and_wait(); };
   if (static_cast<int>(blockIdx.x) < head_blocks) {
@@ -229,11 +234,12 @@ __global__ void __launch_bounds__(256)
 }
 
 // One pass of at most 8 · Shape::kTokenTileCount tokens over an [rows, kK] matrix (rows: kN, or
-// the part of a GpuMatrix in two formats that `out` starts at).
-template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape, typename Rows = FixedRows<kN>>
+// the part of a GpuMatrix in two formats that `out` starts at). kPairs: gemv_quant_kernel's.
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Shape, typename Rows = FixedRows<kN>,
+          bool kPairs = false>
 inline void launch_gemv_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
                               cudaStream_t stream, Rows rows = {}) {
-  constexpr auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape, Rows>;
+  constexpr auto kernel = gemv_quant_kernel<kN, kK, kOut, F, Shape, Rows, kPairs>;
   const int smem = Shape::kSharedInput ? tokens * Shape::kSharedRowBytes : 0;
   KILN_LAUNCH(kernel, dim3(ceil_div(int{rows}, 16 * Shape::kWarpsN)), Shape::kThreads, smem, stream, in,
               static_cast<const unsigned char*>(matrix), out, tokens, rows);
@@ -270,6 +276,20 @@ bool shared_input_pass(int tokens) {
   return can_share_input<kK, F>() && tokens * SharedRowsOf<kK, F>::kSharedRowBytes <= kMaxSharedInputBytes;
 }
 
+// One pass of n tokens (at most 8 · kTiles) over an [rows, kK] matrix in format F, its token rows
+// from shared memory where shared_input_pass says so. kPairs: gemv_quant_kernel's.
+template <int kN, int kK, LinearOut kOut, MatrixFormat F, int kTiles, bool kPairs = false, typename Rows>
+void launch_gemv_quant_pass(const bf16* x, const void* matrix, typename LinearOutType<kOut>::type* y, int n,
+                            cudaStream_t stream, Rows rows) {
+  if constexpr (can_share_input<kK, F, kTiles>()) {
+    if (shared_input_pass<kK, F>(n)) {
+      launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, true>, Rows, kPairs>(x, matrix, y, n, stream, rows);
+      return;
+    }
+  }
+  launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, false>, Rows, kPairs>(x, matrix, y, n, stream, rows);
+}
+
 // The GEMV over an [rows, kK] matrix in format F, outputs kN apart: passes of up to 64 tokens.
 template <int kN, int kK, LinearOut kOut, MatrixFormat F, typename Rows = FixedRows<kN>>
 void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOut>::type* out, int tokens,
@@ -277,16 +297,9 @@ void linear_quant(const bf16* in, const void* matrix, typename LinearOutType<kOu
   for (int done = 0; done < tokens; done += kStreamPassTokens) {
     const int n = min_int(kStreamPassTokens, tokens - done);
     with_token_tiles(n, [&](auto tiles) {
-      constexpr int kTiles = decltype(tiles)::value;
-      const bf16* x = in + static_cast<long long>(done) * kK;
-      auto* y = out + static_cast<long long>(done) * kN;
-      if constexpr (can_share_input<kK, F, kTiles>()) {
-        if (shared_input_pass<kK, F>(n)) {
-          launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, true>>(x, matrix, y, n, stream, rows);
-          return;
-        }
-      }
-      launch_gemv_quant<kN, kK, kOut, F, QuantPassShape<kK, F, kTiles, false>>(x, matrix, y, n, stream, rows);
+      launch_gemv_quant_pass<kN, kK, kOut, F, decltype(tiles)::value>(in + static_cast<long long>(done) * kK, matrix,
+                                                                      out + static_cast<long long>(done) * kN, n,
+                                                                      stream, rows);
     });
   }
 }

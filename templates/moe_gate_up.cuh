@@ -67,10 +67,7 @@ struct MoeGateUpActGemm : MoeGateUpGemm<kExperts, kTopK, kHidden, kInter> {
   }
   __device__ static void store_gated(const Args&, Row row, int n, float gate0, float gate1, float up0, float up1,
                                      bool two) {
-    auto bf16_rounded = [](float v) { return __bfloat162float(__float2bfloat16_rn(v)); };
-    const float v0 = silu_mul_value(bf16_rounded(gate0), bf16_rounded(up0));
-    const float v1 = silu_mul_value(bf16_rounded(gate1), bf16_rounded(up1));
-    store_bf16_columns<kInter>(row, n, v0, v1, two);
+    store_bf16_columns<kInter>(row, n, silu_mul_of_sums(gate0, up0), silu_mul_of_sums(gate1, up1), two);
   }
 };
 
@@ -100,8 +97,7 @@ struct MoeGateUpActStream : MoeGateUpStream<kExperts, kTopK, kHidden, kInter> {
   using typename MoeGateUpStream<kExperts, kTopK, kHidden, kInter>::Args;
   static constexpr bool kGated = true;
   __device__ static void store_gated(const Args& a, int p, int f, float gate, float up) {
-    auto bf16_rounded = [](float v) { return __bfloat162float(__float2bfloat16_rn(v)); };
-    a.out[static_cast<long long>(p) * kInter + f] = __float2bfloat16_rn(silu_mul_value(bf16_rounded(gate), bf16_rounded(up)));
+    a.out[static_cast<long long>(p) * kInter + f] = __float2bfloat16_rn(silu_mul_of_sums(gate, up));
   }
 };
 

@@ -23,6 +23,13 @@ __device__ __forceinline__ float silu_mul_value(float gate, float up) {
   return __fdividef(gate, 1.0f + __expf(-gate)) * up;
 }
 
+// silu(gate) · up of a feature from its gate and up projections' fp32 sums, each first rounded to
+// bf16 as the projection stores it: rounded to bf16 in turn, the bits of the projection's bf16 rows
+// then silu_mul (the GEMV's SwiGLU epilogue, linear_act.cuh, and the MoE gate|up kernels use it).
+__device__ __forceinline__ float silu_mul_of_sums(float gate, float up) {
+  return silu_mul_value(__bfloat162float(__float2bfloat16_rn(gate)), __bfloat162float(__float2bfloat16_rn(up)));
+}
+
 // kVec features of row t from feature i.
 template <int kDim, int kVec>
 __device__ __forceinline__ void silu_mul_vector(const bf16* gate_up, long long t, int i, float (&out)[kVec]) {

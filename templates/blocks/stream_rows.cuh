@@ -113,6 +113,22 @@ __device__ __forceinline__ void sum_column_splits(float (*partial)[128], const f
   __syncthreads();
 }
 
+// As sum_column_splits for a gated warp layout (the routed experts' streaming kernels; linear.cuh's
+// tile_row): rows r and r + 8 of a row tile are feature r's gate and up; store(feature in the
+// block, token in the tile, gate, up).
+template <int kWN, int kWK, int kThreads, typename Store>
+__device__ __forceinline__ void sum_column_splits_gated(float (*partial)[128], const float (&acc)[4], Store&& store) {
+  stash_column_split(partial, acc);
+  for (int i = threadIdx.x; i < kWN * 64; i += kThreads) {
+    // i -> (row tile of the block, token in the tile, feature in the tile), features fastest.
+    const int tn = i / 64, token = (i / 8) % 8, r = i % 8;
+    const int src_lane = r * 4 + token / 2;
+    store(tn * 8 + r, token, column_split_sum<kWK>(partial, tn, src_lane, token % 2),
+          column_split_sum<kWK>(partial, tn, src_lane, 2 + token % 2));
+  }
+  __syncthreads();
+}
+
 // Two adjacent bf16 outputs (the second only when `two`), one 4-byte store when aligned.
 __device__ __forceinline__ void store_bf16_pair(bf16* p, float v0, float v1, bool two) {
   if (two && (reinterpret_cast<unsigned long long>(p) & 3) == 0) {

@@ -16,6 +16,7 @@
 #include "templates/linear.cuh"
 #include "tests/kernels/fp8_inputs.hpp"
 #include "tests/kernels/kernel_test.hpp"
+#include "tests/kernels/quant_matrix.hpp"
 #include "tests/weights/test_support.hpp"
 
 namespace kiln::kernel_test {
@@ -197,24 +198,6 @@ void check_matrix_gemv(const std::string& name, const GpuMatrix& gpu, const std:
   for (size_t i = 0; i < rows.size(); ++i) wrong += rows[i] != f32_to_bf16(weight[i]);
   INFO("dequantize_matrix " << name << " N " << S.n << " K " << S.k << ": values not the matrix's rounded to bf16");
   CHECK(wrong == 0);
-}
-
-// Random [n, k] blocks of a GGUF block type in the GPU's layout (`matrix`) and ggml's values of them.
-struct QuantMatrix {
-  MatrixFormat format;
-  std::vector<std::byte> matrix;
-  std::vector<float> values;
-};
-QuantMatrix random_quant_matrix(GgmlType type, int n, int k, uint32_t seed) {
-  QuantMatrix m{*matrix_format_of(type), {}, std::vector<float>(static_cast<size_t>(n) * k)};
-  const std::vector<std::byte> blocks = test::random_gguf_blocks(type, n, k, seed);
-  dequantize(type, blocks, m.values);
-  m.matrix.assign(static_cast<size_t>(matrix_bytes(m.format, n, k)), std::byte{0});
-  const size_t row_bytes = ggml_tensor_bytes(type, k);
-  for (int r = 0; r < n; ++r) {
-    repack_row(m.format, std::span<const std::byte>(blocks).subspan(r * row_bytes, row_bytes), n, k, r, m.matrix.data());
-  }
-  return m;
 }
 
 // ... over a GGUF block type, against ggml's dequantized values.
