@@ -28,15 +28,17 @@ std::optional<DecodeStepOps> decode_step_ops(const ModelSpec& spec, const Graph&
   if (block.first != 0 || block.last != spec.num_hidden_layers || block.stages.size() != 2) return std::nullopt;
   const std::vector<Op>& attn = block.stages[0].second;
   const std::vector<Op>& mlp = block.stages[1].second;
-  // attention_prep and attention fused (codegen/fuse.cpp): the stage's third op holds both.
-  if (attn.size() != 4 || mlp.size() != 4 || attn[2].kind != OpKind::prep_attention || attn[2].parts.size() != 2) {
+  // attention_prep and attention fused (codegen/fuse.cpp): the stage's third op holds both; gate_up
+  // and silu_mul fused: the MLP's second op holds both.
+  if (attn.size() != 4 || mlp.size() != 3 || attn[2].kind != OpKind::prep_attention || attn[2].parts.size() != 2 ||
+      mlp[1].kind != OpKind::linear_act || mlp[1].parts.size() != 2) {
     return std::nullopt;
   }
   for (const Op* op : g.all_ops()) {
     if (!op->rank_case.empty()) return std::nullopt;
   }
-  const DecodeStepOps ops{&g.prologue[0], &attn[0], &attn[1], &attn[2].parts[0], &attn[2].parts[1], &attn[3],
-                          &mlp[0],        &mlp[1],  &mlp[2],  &mlp[3],  &g.epilogue[0], &g.epilogue[1]};
+  const DecodeStepOps ops{&g.prologue[0], &attn[0], &attn[1],          &attn[2].parts[0], &attn[2].parts[1], &attn[3],
+                          &mlp[0],        &mlp[1].parts[0], &mlp[1].parts[1], &mlp[2], &g.epilogue[0], &g.epilogue[1]};
   const bool dense = ops.embed->kind == OpKind::embed && ops.input_norm->kind == OpKind::rmsnorm &&
                      is_linear(*ops.qkv_proj, LinearOut::store_bf16) && ops.prep->kind == OpKind::attention_prep &&
                      ops.attention->kind == OpKind::attention && is_linear(*ops.o_proj, LinearOut::add_f32) &&

@@ -21,8 +21,9 @@ namespace {
 // read when the step runs; the embedding lookup reads one row of its table per token.
 std::string mark_line(const Op& op, const Graph& g) {
   const std::vector<std::string> weights = op.weights();
-  const bool named_by_weight = !weights.empty() && (op.kind == OpKind::linear || op.kind == OpKind::rmsnorm ||
-                                                    op.kind == OpKind::rmsnorm_rows || op.kind == OpKind::rmsnorm_inplace);
+  const bool named_by_weight = !weights.empty() && (op.kind == OpKind::linear || op.kind == OpKind::linear_act ||
+                                                    op.kind == OpKind::rmsnorm || op.kind == OpKind::rmsnorm_rows ||
+                                                    op.kind == OpKind::rmsnorm_inplace);
   const std::string family = named_by_weight ? weights.front() : op.record().name;
   const bool lookup = op.kind == OpKind::embed;
   std::string reads = lookup ? "token_rows" : "weights";

@@ -129,6 +129,10 @@ void phase_kernels(const Op& op, const Graph& g, Phase phase, std::vector<CudaKe
     return;
   }
   if (call.how != CallHow::kernel) return;
+  // A decode step past one GEMV pass runs linear_act's parts (op_call): its silu_mul's wrapper too.
+  if (phase == Phase::decode && op.kind == OpKind::linear_act && g.decode_gemm_past_pass) {
+    phase_kernels(op.parts.back(), g, phase, out);
+  }
   const std::string name = wrapper_name(op, phase);
   std::vector<std::string> params, names;
   for (const ArgSpec* a : op.record().args_of(phase)) {
@@ -230,6 +234,13 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
           const std::string gemm_call = "cuda::decode_linear<" + shape_constant(op) + ">(" + join(host) + ");";
           return {"if (cuda::decode_on_gemm(ctx, " + weight + ", " + op.rows + ")) {", std::string(2, ' ') + gemm_call,
                   "} else {", std::string(2, ' ') + kernel, "}"};
+        }
+        if (phase == Phase::decode && op.kind == OpKind::linear_act && g.decode_gemm_past_pass) {
+          // A step cuBLASLt takes (above) runs the parts: the linear's branch on cuBLASLt, then silu_mul.
+          const std::vector<std::string> linear = op_call(op.parts.front(), g, phase);
+          const std::vector<std::string> act = op_call(op.parts.back(), g, phase);
+          if (linear.size() != 5 || act.size() != 1) fail("internal: linear_act's parts do not render as expected");
+          return {linear[0], linear[1], std::string(2, ' ') + act[0], "} else {", std::string(2, ' ') + kernel, "}"};
         }
         return {kernel};
       }

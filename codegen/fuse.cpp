@@ -8,6 +8,10 @@
 //                    phases (four launches of ~2.4 µs each in a DeepSeek-V2-Lite decode step).
 //   prep_attention   attention_prep + attention: at decode one kernel that also merges the
 //                    split-KV partitions (three launches before); the prefill runs both parts.
+//   linear_act       a linear over the stacked gate | up rows + the silu_mul of its rows: at decode
+//                    one GEMV whose blocks hold each feature's gate and up rows and write silu(gate)
+//                    ⊙ up (templates/linear_act.cuh; one launch fewer a layer); the prefill runs both
+//                    parts (cuBLASLt has no such epilogue).
 //   moe_gate_up_act  the routed experts' moe_gate_up + silu_mul: one kernel that applies the
 //                    activation to its gate and up sums and never writes gate | up; at prefill the
 //                    grouped GEMM's epilogue (DeepSeek-V2-Lite at 2,048 tokens on an H200: 417 ->
@@ -122,6 +126,49 @@ void fuse_mla_prep(std::vector<Op>& ops) {
   }
 }
 
+// Whether any op of the graph but a silu_mul reads `buffer` (fused ops' parts included).
+bool read_by_other_than_silu_mul(const Graph& g, const std::string& buffer) {
+  bool read = false;
+  for (const Op* top : g.all_ops()) {
+    visit_op_and_parts(*top, [&](const Op& op) {
+      if (op.kind == OpKind::silu_mul || !op.parts.empty()) return;
+      const std::vector<std::string> reads = op.reads();
+      read |= std::find(reads.begin(), reads.end(), buffer) != reads.end();
+    });
+  }
+  return read;
+}
+
+// A linear writing bf16 gate | up rows + the silu_mul of them -> linear_act, where no op but a
+// silu_mul reads gate | up rows anywhere in the graph (the fused decode never writes them), both run
+// over the same rows on the same stream, and on every rank alike.
+void fuse_linear_act(const Graph& g, std::vector<Op>& ops) {
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const Op& gate_up = ops[i];
+    const Op& act = ops[i + 1];
+    if (gate_up.kind != OpKind::linear || act.kind != OpKind::silu_mul ||
+        gate_up.shape.at("out") != linear_out_name(LinearOut::store_bf16) || act.args.at("gate_up") != gate_up.args.at("out") ||
+        g.value(gate_up.shape.at("n")) != 2 * g.value(act.shape.at("dim")) || gate_up.rows != act.rows ||
+        gate_up.beside != act.beside || !gate_up.rank_case.empty() || !act.rank_case.empty()) {
+      continue;
+    }
+    const std::string& rows = gate_up.args.at("out");
+    if (read_by_other_than_silu_mul(g, rows)) continue;
+    Op fused = make_op(OpKind::linear_act, gate_up.label, gate_up.math + "; then " + act.math,
+                       {{"in", gate_up.args.at("in")}, {"weight", gate_up.args.at("weight")}, {"gate_up", rows},
+                        {"act", act.args.at("act")}},
+                       {{"n", gate_up.shape.at("n")}, {"k", gate_up.shape.at("k")}, {"sms", gate_up.shape.at("sms")},
+                        {"stacked", gate_up.shape.at("stacked")}, {"rank_slice", gate_up.shape.at("rank_slice")},
+                        {"dim", act.shape.at("dim")}},
+                       "linear_act_" + gate_up.args.at("weight"));
+    fused.rows = gate_up.rows;
+    fused.beside = gate_up.beside;
+    fused.parts = {gate_up, act};
+    ops.erase(ops.begin() + i, ops.begin() + i + 2);
+    ops.insert(ops.begin() + i, fused);
+  }
+}
+
 // moe_gate_up + the silu_mul of its rows -> moe_gate_up_act.
 void fuse_moe_gate_up_act(std::vector<Op>& ops) {
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
@@ -168,9 +215,10 @@ std::vector<Op*> block_ops(LayerBlock& block) {
 // names those rows (its FP8 inputs' argument: that name + "_fp8"): an RMSNorm, silu·mul or (the
 // prefill runs prep_attention as its parts) the attention; nullptr for any other.
 Op* fp8_producer(Op& op, std::string& rows_arg) {
-  if (op.kind == OpKind::prep_attention && op.record().call(Phase::prefill).how == CallHow::parts) {
+  if ((op.kind == OpKind::prep_attention || op.kind == OpKind::linear_act) &&
+      op.record().call(Phase::prefill).how == CallHow::parts) {
     for (Op& part : op.parts) {
-      if (part.kind == OpKind::attention) return fp8_producer(part, rows_arg);
+      if (part.kind == OpKind::attention || part.kind == OpKind::silu_mul) return fp8_producer(part, rows_arg);
     }
     return nullptr;
   }
@@ -195,7 +243,10 @@ void pair_fp8_inputs(Graph& g) {
     for (size_t i = 0; i + 1 < body.size(); ++i) {
       std::string rows_arg;
       Op* const producer = fp8_producer(*body[i], rows_arg);
-      Op& next = *body[i + 1];
+      // A linear_act's prefill runs its parts: the projection is its linear.
+      const bool act_parts = body[i + 1]->kind == OpKind::linear_act &&
+                             body[i + 1]->record().call(Phase::prefill).how == CallHow::parts;
+      Op& next = act_parts ? body[i + 1]->parts.front() : *body[i + 1];
       if (!producer || next.kind != OpKind::linear || !body[i]->rank_case.empty() || !next.rank_case.empty()) continue;
       Op& op = *producer;
       const std::string& rows = op.args.at(rows_arg);
@@ -258,6 +309,7 @@ void fuse(Graph& g) {
         fuse_prep_attention(ops);
       }
       fuse_moe_gate_up_act(ops);
+      fuse_linear_act(g, ops);
     }
   }
   pair_fp8_inputs(g);

@@ -179,7 +179,8 @@ void define_decode_scratch(const ModelSpec& s, Graph& g) {
              "Graph::decode_gemm_past_pass)");
   }
   int64_t linear = 0;
-  for (const Op* op : g.all_ops()) {
+  for (const Op* fused : g.all_ops()) {
+    const Op* op = fused->kind == OpKind::linear_act ? &fused->parts.front() : fused;  // it may run its linear
     if (op->kind != OpKind::linear) continue;
     linear = std::max<int64_t>(linear, gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
                                                            static_cast<int>(g.value(op->shape.at("k"))),
@@ -191,7 +192,8 @@ void define_decode_scratch(const ModelSpec& s, Graph& g) {
                std::to_string(linear) + ")");
   // The ops beside the others (Op::beside) take a scratch of their own: they run while the others do.
   int64_t side = 0;
-  for (const Op* op : g.all_ops()) {
+  for (const Op* fused : g.all_ops()) {
+    const Op* op = fused->kind == OpKind::linear_act ? &fused->parts.front() : fused;
     if (!op->beside || op->kind != OpKind::linear) continue;
     side = std::max<int64_t>(side, gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
                                                        static_cast<int>(g.value(op->shape.at("k"))),

@@ -277,9 +277,10 @@ void mark_matrix_weights(Graph& g) {
   // A linear op's `stacked`: its matrix is stacked from tensors of its own (q | k | v, gate | up),
   // which a GGUF file may store in two block formats (GpuMatrix::split). Its `rank_slice`: the
   // matrix is a tensor-parallel rank's slice, which the loader holds as bf16 rows only (no
-  // quantized kernel is instantiated for it: runtime/model/rank_slice.hpp).
+  // quantized kernel is instantiated for it: runtime/model/rank_slice.hpp). A linear_act's, its
+  // linear part's (the same matrix).
   for_each_op(g, [&](Op& op) {
-    if (op.kind != OpKind::linear) return;
+    if (op.kind != OpKind::linear && op.kind != OpKind::linear_act) return;
     const WeightDecl& w = g.weight(op.args.at("weight"));
     bool stacked = false, rank_slice = false;
     for (const auto& layout : w.layouts) {

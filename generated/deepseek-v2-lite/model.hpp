@@ -101,11 +101,15 @@ constexpr shape::mla_v_up kMlaVUp{.heads = kNumHeads, .latent = kKvLoraRank, .v 
 // self_attn.o_proj
 constexpr shape::linear kLinearOProj{.n = kHiddenSize, .k = kAttnOutWidth, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate_proj,up_proj
+constexpr shape::linear_act kLinearActGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .sms = kTargetSms, .stacked = true, .rank_slice = false, .dim = kIntermediateSize};
+// mlp.gate_proj,up_proj
 constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
 // mlp.down_proj
 constexpr shape::linear kLinearDownProj{.n = kHiddenSize, .k = kIntermediateSize, .out = LinearOut::add_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
+// mlp.shared_experts.gate_proj,up_proj
+constexpr shape::linear_act kLinearActSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .sms = kTargetSms, .stacked = true, .rank_slice = false, .dim = kSharedIntermediateSize};
 // mlp.shared_experts.gate_proj,up_proj
 constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = true, .rank_slice = false};
 // mlp.shared_experts.act_fn
@@ -269,13 +273,11 @@ void mla_q_absorb(const bf16* q, const bf16* w_uk, bf16* q_mla, int tokens, cuda
 void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, cudaStream_t stream);
 void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream);
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
-void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_act_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream);
 void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);

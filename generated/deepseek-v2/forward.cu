@@ -221,11 +221,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_5120_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     // gate_up = h[T, 5120] · gate_up_proj[24576, 5120]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 24576, 5120));
     // act = silu(gate) ⊙ up   (12288 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 24576, 5120));
     // x += act[T, 12288] · down_proj[5120, 12288]ᵀ   (residual add fused)
     // (where its column splits sum through scratch, the RMSNorm after it adds them)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kFirstKDenseReplace ? &pending : nullptr, stream);
@@ -283,11 +282,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     ctx.mark("post_attention_layernorm", OpReads::weights, 10240);
     side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 5120] · shared_gate_up[6144, 5120]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, nullptr, side);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 6144, 5120));
     // shared_act = silu(gate) ⊙ up   (3072 features)
-    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, shared_act, T, ctx.side_scratch, side);
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 6144, 5120));
     // shared_out = shared_act[T, 3072] · shared_down[5120, 3072]ᵀ   (fp32)   (added by the routed experts' sum)
     linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, nullptr, side);
     ctx.mark("shared_down", OpReads::weights, kiln::matrix_bytes(lw.shared_down, 5120, 3072));

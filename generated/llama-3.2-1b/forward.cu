@@ -120,11 +120,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[16384, 2048]ᵀ   (gate 8192 | up 8192)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 16384, 2048));
     // act = silu(gate) ⊙ up   (8192 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 16384, 2048));
     // x += act[T, 8192] · down_proj[2048, 8192]ᵀ   (residual add fused)
     // (where its column splits sum through scratch, the RMSNorm after it adds them)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);

@@ -116,11 +116,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_576_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 1152);
     // gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 3072, 576));
     // act = silu(gate) ⊙ up   (1536 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 3072, 576));
     // x += act[T, 1536] · down_proj[576, 1536]ᵀ   (residual add fused)
     // (where its column splits sum through scratch, the RMSNorm after it adds them)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);

@@ -7,6 +7,7 @@
 #include "templates/decode_step.cuh"
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
+#include "templates/linear_act.cuh"
 #include "templates/prep_attention.cuh"
 #include "templates/rmsnorm.cuh"
 #include "templates/rmsnorm_rows.cuh"
@@ -54,19 +55,14 @@ void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, flo
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
-// mlp.gate_proj,up_proj: gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536)
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.act_fn: act = silu(gate) ⊙ up   (1536 features)
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.act_fn: act = silu(gate) ⊙ up   (1536 features)
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
+// mlp.gate_proj,up_proj: gate_up = h[T, 576] · gate_up_proj[3072, 576]ᵀ   (gate 1536 | up 1536); then act = silu(gate) ⊙ up   (1536 features)
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActGateUpProj>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x += act[T, 1536] · down_proj[576, 1536]ᵀ   (residual add fused)
@@ -85,8 +81,8 @@ void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, fl
 }
 
 static_assert(kMaxBatch * kPrepAttention.kv_heads <= kDecodeCounterWords);
+static_assert(kiln::linear_act_scratch_floats<kLinearActGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearLmHead>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearOProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearQkvProj>(kMaxBatch) <= kDecodeScratchFloats);

@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
+#include "templates/linear_act.cuh"
 #include "templates/mla_attention.cuh"
 #include "templates/mla_prep.cuh"
 #include "templates/mla_q_absorb.cuh"
@@ -67,19 +68,14 @@ void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, flo
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
-// mlp.gate_proj,up_proj: gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.act_fn: act = silu(gate) ⊙ up   (80 features)
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.act_fn: act = silu(gate) ⊙ up   (80 features)
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
+// mlp.gate_proj,up_proj: gate_up = h[T, 48] · gate_up_proj[160, 48]ᵀ; then act = silu(gate) ⊙ up   (80 features)
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActGateUpProj>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x += act[T, 80] · down_proj[48, 80]ᵀ   (residual add fused)
@@ -87,19 +83,14 @@ void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, 
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
-// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (40 features)
-void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
+// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ; then shared_act = silu(gate) ⊙ up   (40 features)
+void linear_act_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActSharedGateUp>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.shared_experts.down_proj: shared_out = shared_act[T, 40] · shared_down[48, 40]ᵀ   (fp32)   (added by the routed experts' sum)
@@ -147,15 +138,15 @@ void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, fl
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
+static_assert(kiln::linear_act_scratch_floats<kLinearActGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_act_scratch_floats<kLinearActSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearKvAProjWithMqa>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearLmHead>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearOProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearQProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearRouter>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearSharedDown>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::mla_attention_decode_scratch_floats<kMlaAttention>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::moe_down_pair_values_per_token<kMoeExpertsDown>() <= kMoeTokenDownWidth);
 static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUpAct>() <= kMoeScratchPerToken);

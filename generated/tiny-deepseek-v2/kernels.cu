@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
+#include "templates/linear_act.cuh"
 #include "templates/mla_attention.cuh"
 #include "templates/mla_prep.cuh"
 #include "templates/mla_q_absorb.cuh"
@@ -78,19 +79,14 @@ void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, flo
   kiln::linear<kLinearOProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
-// mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.act_fn: act = silu(gate) ⊙ up   (96 features)
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.act_fn: act = silu(gate) ⊙ up   (96 features)
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
+// mlp.gate_proj,up_proj: gate_up = h[T, 64] · gate_up_proj[192, 64]ᵀ; then act = silu(gate) ⊙ up   (96 features)
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActGateUpProj>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x += act[T, 96] · down_proj[64, 96]ᵀ   (residual add fused)
@@ -98,19 +94,14 @@ void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, 
   kiln::linear<kLinearDownProj>(in, weight, out, tokens, scratch, leave, stream);
 }
 
-// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (24 features)
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (24 features)
-void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
+// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ; then shared_act = silu(gate) ⊙ up   (24 features)
+void linear_act_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActSharedGateUp>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.shared_experts.down_proj: shared_out = shared_act[T, 24] · shared_down[64, 24]ᵀ   (fp32)   (added by the routed experts' sum)
@@ -158,8 +149,9 @@ void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, fl
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
+static_assert(kiln::linear_act_scratch_floats<kLinearActGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_act_scratch_floats<kLinearActSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearKvAProjWithMqa>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearLmHead>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearOProj>(kMaxBatch) <= kDecodeScratchFloats);
@@ -167,7 +159,6 @@ static_assert(kiln::linear_scratch_floats<kLinearQAProj>(kMaxBatch) <= kDecodeSc
 static_assert(kiln::linear_scratch_floats<kLinearQBProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearRouter>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearSharedDown>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::mla_attention_decode_scratch_floats<kMlaAttention>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::moe_down_pair_values_per_token<kMoeExpertsDown>() <= kMoeTokenDownWidth);
 static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUpAct>() <= kMoeScratchPerToken);

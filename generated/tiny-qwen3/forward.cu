@@ -118,11 +118,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[256, 64]ᵀ   (gate 128 | up 128)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 256, 64));
     // act = silu(gate) ⊙ up   (128 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 256, 64));
     // x += act[T, 128] · down_proj[64, 128]ᵀ   (residual add fused)
     // (where its column splits sum through scratch, the RMSNorm after it adds them)
     linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, layer + 1 < kNumLayers ? &pending : nullptr, stream);

@@ -124,15 +124,15 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_144_decode(x, lw.post_attention_layernorm, h, T, &pending, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 288);
     // gate_up = h[T, 144] · gate_up_proj[768, 144]ᵀ   (gate 384 | up 384)
+    // act = silu(gate) ⊙ up   (384 features)
+    // (one fused kernel)
     if (cuda::decode_on_gemm(ctx, lw.gate_up_proj, T)) {
       cuda::decode_linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);
+      silu_mul_act_decode(gate_up, act, T, stream);
     } else {
-      linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
+      linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
     }
     ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 768, 144));
-    // act = silu(gate) ⊙ up   (384 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
     // x += act[T, 384] · down_proj[144, 384]ᵀ   (residual add fused)
     // (where its column splits sum through scratch, the RMSNorm after it adds them)
     if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {

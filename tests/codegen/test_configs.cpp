@@ -232,6 +232,29 @@ TEST_CASE("Pending sums: a decode residual projection leaves its split sums to t
                                         "linear o_proj: &pending", "rmsnorm post_attention_layernorm: &pending"});
 }
 
+// linear_act (fuse.cpp): the gate | up projection and its SwiGLU are one decode kernel in every
+// family (DeepSeek's dense layer and shared experts too); the prefill runs cuBLASLt, then silu_mul.
+TEST_CASE("gate_up_proj and silu·mul are one kernel at decode, two in the prefill") {
+  for (const char* config : {"llama-3.2-1b", "qwen3-0.6b", "smollm2-135m", "deepseek-v2-lite"}) {
+    INFO(config);
+    const ModelSpec spec = load_config(kConfigs + config + ".yaml");
+    const Graph g = build_graph(spec);
+    const std::string forward = emit_forward_cu(spec, g);
+    const size_t decode = forward.find("void forward_decode(");
+    REQUIRE(decode != std::string::npos);
+    const std::string prefill = forward.substr(0, decode);
+    CHECK(prefill.find("cuda::linear<kLinearGateUpProj>(ctx, h, ") != std::string::npos);
+    CHECK(prefill.find("silu_mul_act_prefill(gate_up, act, ") != std::string::npos);
+    CHECK(forward.find("linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);", decode) !=
+          std::string::npos);
+    CHECK(forward.find("silu_mul_act_decode(", decode) == std::string::npos);
+    // The kernel's shape: the fused linear's, and silu_mul's dim.
+    CHECK(emit_model_hpp(spec, g).find("constexpr shape::linear_act kLinearActGateUpProj{.n = kGateUpWidth, .k = "
+                                       "kHiddenSize, .sms = kTargetSms, .stacked = true, .rank_slice = false, .dim = "
+                                       "kIntermediateSize};") != std::string::npos);
+  }
+}
+
 TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full chunk pays (171 tokens)") {
   // latent·(nope + v) / (2·latent - nope - v) = 512·256 / 768 ≈ 170.7 new tokens a chunk.
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
@@ -267,8 +290,7 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
        {"cudaStream_t side = ctx.fork(T);",
         "linear_kv_a_proj_with_mqa(h, lw.kv_a_proj_with_mqa, kv_a, T, ctx.side_scratch, nullptr, side);", "linear_q_proj(h,",
         "ctx.join(side);", "mla_prep(", "side = ctx.fork(T);   // again",
-        "linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.side_scratch, nullptr, side);",
-        "silu_mul_shared_act_decode(shared_gate_up, shared_act, T, side);",
+        "linear_act_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, shared_act, T, ctx.side_scratch, side);",
         "linear_shared_down(shared_act, lw.shared_down, shared_out, T, ctx.side_scratch, nullptr, side);", "linear_router(h,",
         "moe_experts_gate_up_act_decode(", "ctx.join(side);",
         "moe_experts_down_decode(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x,"}) {
@@ -322,8 +344,13 @@ TEST_CASE("Builds of max_batch past one GEMV pass take cuBLASLt for the projecti
         "} else {", "  linear_q_proj(h, lw.q_proj, q, T, ctx.scratch, nullptr, stream);",
         "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {", "  cuda::decode_linear<kLinearLmHead>(ctx, h, w.lm_head, logits, N);"}},
       {"llama-3.1-8b.yaml",
-       {"if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {", "if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {",
-        "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {"}},
+       {"if (cuda::decode_on_gemm(ctx, lw.o_proj, T)) {",
+        // linear_act: past a pass its parts, cuBLASLt then silu_mul
+        "if (cuda::decode_on_gemm(ctx, lw.gate_up_proj, T)) {",
+        "  cuda::decode_linear<kLinearGateUpProj>(ctx, h, lw.gate_up_proj, gate_up, T);",
+        "  silu_mul_act_decode(gate_up, act, T, stream);", "} else {",
+        "  linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);",
+        "if (cuda::decode_on_gemm(ctx, lw.down_proj, T)) {", "if (cuda::decode_on_gemm(ctx, w.lm_head, N)) {"}},
   };
   for (const Expect& c : cases) {
     INFO(c.config);

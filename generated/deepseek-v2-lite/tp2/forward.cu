@@ -236,11 +236,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_2048_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 4096);
     // gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 10944, 2048));
     // act = silu(gate) ⊙ up   (5472 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 10944, 2048));
     if (ctx.rank == 0) {
       // x += act[T, 5472] · down_proj[2048, 5472]ᵀ   (residual add fused)   (rank 0: its share)
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
@@ -310,11 +309,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // shared_gate_up = h[T, 2048] · shared_gate_up[2816, 2048]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 2816, 2048));
     // shared_act = silu(gate) ⊙ up   (1408 features)
-    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, shared_act, T, ctx.scratch, stream);
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 2816, 2048));
     if (ctx.rank == 0) {
       // x += shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (residual add fused)   (rank 0: its share)
       linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);

@@ -4,6 +4,7 @@
 #include "model.hpp"
 #include "templates/embed.cuh"
 #include "templates/linear.cuh"
+#include "templates/linear_act.cuh"
 #include "templates/mla_attention.cuh"
 #include "templates/mla_prep.cuh"
 #include "templates/mla_q_absorb.cuh"
@@ -72,19 +73,14 @@ void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int token
   kiln::linear<kLinearOProjShare>(in, weight, out, tokens, scratch, leave, stream);
 }
 
-// mlp.gate_proj,up_proj: gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearGateUpProj>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.act_fn: act = silu(gate) ⊙ up   (5472 features)
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.act_fn: act = silu(gate) ⊙ up   (5472 features)
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulAct>(gate_up, act, rows, stream);
+// mlp.gate_proj,up_proj: gate_up = h[T, 2048] · gate_up_proj[10944, 2048]ᵀ; then act = silu(gate) ⊙ up   (5472 features)
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActGateUpProj>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.down_proj: x += act[T, 5472] · down_proj[2048, 5472]ᵀ   (residual add fused)   (rank 0: its share)
@@ -107,19 +103,14 @@ void moe_route(const float* logits, int* ids, float* weights, int tokens, int ra
   kiln::moe_route<kMoeRoute>(logits, ids, weights, tokens, rank, expert_usage, layer, stream);
 }
 
-// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 2048] · shared_gate_up[2816, 2048]ᵀ
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream) {
-  kiln::linear<kLinearSharedGateUp>(in, weight, out, tokens, scratch, leave, stream);
-}
-
 // mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (1408 features)
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream) {
   kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, act_fp8, rows, stream);
 }
 
-// mlp.shared_experts.act_fn: shared_act = silu(gate) ⊙ up   (1408 features)
-void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream) {
-  kiln::silu_mul<kSiluMulSharedAct>(gate_up, act, rows, stream);
+// mlp.shared_experts.gate_proj,up_proj: shared_gate_up = h[T, 2048] · shared_gate_up[2816, 2048]ᵀ; then shared_act = silu(gate) ⊙ up   (1408 features)
+void linear_act_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream) {
+  kiln::linear_act<kLinearActSharedGateUp>(in, weight, gate_up, act, tokens, scratch, stream);
 }
 
 // mlp.shared_experts.down_proj: x += shared_act[T, 1408] · shared_down[2048, 1408]ᵀ   (residual add fused)   (rank 0: its share)
@@ -162,9 +153,10 @@ void linear_lm_head(const bf16* in, GpuMatrix weight, float* out, int tokens, fl
   kiln::linear<kLinearLmHead>(in, weight, out, tokens, scratch, leave, stream);
 }
 
+static_assert(kiln::linear_act_scratch_floats<kLinearActGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
+static_assert(kiln::linear_act_scratch_floats<kLinearActSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearDownProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearDownProjShare>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearGateUpProj>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearKvAProjWithMqa>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearLmHead>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearOProj>(kMaxBatch) <= kDecodeScratchFloats);
@@ -173,7 +165,6 @@ static_assert(kiln::linear_scratch_floats<kLinearQProj>(kMaxBatch) <= kDecodeScr
 static_assert(kiln::linear_scratch_floats<kLinearRouter>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearSharedDown>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::linear_scratch_floats<kLinearSharedDownShare>(kMaxBatch) <= kDecodeScratchFloats);
-static_assert(kiln::linear_scratch_floats<kLinearSharedGateUp>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::mla_attention_decode_scratch_floats<kMlaAttention>(kMaxBatch) <= kDecodeScratchFloats);
 static_assert(kiln::moe_down_pair_values_per_token<kMoeExpertsDown>() <= kMoeTokenDownWidth);
 static_assert(kiln::moe_scratch_ints_per_token<kMoeExpertsGateUpAct>() <= kMoeScratchPerToken);

@@ -116,6 +116,8 @@ constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kAttnOutWidth, 
 // all_reduce
 constexpr shape::all_reduce kAllReduceXWarmGateUpProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate_proj,up_proj
+constexpr shape::linear_act kLinearActGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .sms = kTargetSms, .stacked = false, .rank_slice = true, .dim = kIntermediateSize};
+// mlp.gate_proj,up_proj
 constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
@@ -131,6 +133,8 @@ constexpr shape::all_reduce kAllReduceXWarmRouter{.dim = kHiddenSize, .ranks = k
 constexpr shape::linear kLinearRouter{.n = kNumExperts, .k = kHiddenSize, .out = LinearOut::store_f32, .sms = kTargetSms, .stacked = false, .rank_slice = false};
 // mlp.gate (routing)
 constexpr shape::moe_route kMoeRoute{.experts = kNumExperts, .top_k = kNumExpertsPerTok, .groups = kNumGroups, .topk_groups = kTopkGroups, .group_limited = true, .normalize = false, .scaling = kRoutedScalingFactor, .local_experts = kLocalExperts};
+// mlp.shared_experts.gate_proj,up_proj
+constexpr shape::linear_act kLinearActSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .sms = kTargetSms, .stacked = false, .rank_slice = true, .dim = kSharedIntermediateSize};
 // mlp.shared_experts.gate_proj,up_proj
 constexpr shape::linear kLinearSharedGateUp{.n = kSharedGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.shared_experts.act_fn
@@ -301,16 +305,14 @@ void mla_attention_decode(const bf16* q_mla, bf16* cache, bf16* o_lat, const int
 void mla_v_up_decode(const bf16* o_lat, const bf16* w_uv, bf16* out, int tokens, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream);
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_router(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void moe_route(const float* logits, int* ids, float* weights, int tokens, int rank, unsigned char* expert_usage, int layer, cudaStream_t stream);
-void linear_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void silu_mul_shared_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
-void silu_mul_shared_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_act_shared_gate_up(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream);
 void linear_shared_down(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_shared_down_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void moe_experts_gate_up_act_prefill(const bf16* h, const bf16* weight, const int* ids, bf16* gate_up, bf16* act, int* scratch, int tokens, cudaStream_t stream);

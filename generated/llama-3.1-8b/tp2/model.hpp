@@ -78,6 +78,8 @@ constexpr shape::linear kLinearOProjShare{.n = kHiddenSize, .k = kQWidth, .out =
 // all_reduce
 constexpr shape::all_reduce kAllReduceXWarmGateUpProj{.dim = kHiddenSize, .ranks = kRanks, .warm_rows = kGateUpWidth, .warm_cols = kHiddenSize};
 // mlp.gate_proj,up_proj
+constexpr shape::linear_act kLinearActGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .sms = kTargetSms, .stacked = false, .rank_slice = true, .dim = kIntermediateSize};
+// mlp.gate_proj,up_proj
 constexpr shape::linear kLinearGateUpProj{.n = kGateUpWidth, .k = kHiddenSize, .out = LinearOut::store_bf16, .sms = kTargetSms, .stacked = false, .rank_slice = true};
 // mlp.act_fn
 constexpr shape::silu_mul kSiluMulAct{.dim = kIntermediateSize};
@@ -185,9 +187,8 @@ void attention_prefill(const bf16* q, bf16* cache, bf16* out, const int* query_s
 void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len, const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch, unsigned* decode_counters, cudaStream_t stream);
 void linear_o_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_o_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
-void linear_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void silu_mul_act_prefill(const bf16* gate_up, bf16* act, Fp8Rows act_fp8, int rows, cudaStream_t stream);
-void silu_mul_act_decode(const bf16* gate_up, bf16* act, int rows, cudaStream_t stream);
+void linear_act_gate_up_proj(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch, cudaStream_t stream);
 void linear_down_proj(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void linear_down_proj_share(const bf16* in, GpuMatrix weight, float* out, int tokens, float* scratch, PendingSums* leave, cudaStream_t stream);
 void rmsnorm_rows_4096(const float* x, const int* logit_rows, const bf16* weight, bf16* out, int num_rows, cudaStream_t stream);

@@ -140,11 +140,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_4096_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 8192);
     // gate_up = h[T, 4096] · gate_up_proj[7168, 4096]ᵀ   (gate 3584 | up 3584)   (this rank's share)
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 7168, 4096));
     // act = silu(gate) ⊙ up   (3584 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 7168, 4096));
     if (ctx.rank == 0) {
       // x += act[T, 3584] · down_proj[4096, 3584]ᵀ   (residual add fused)   (rank 0: its share)
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);

@@ -252,11 +252,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     rmsnorm_64_decode(x, lw.post_attention_layernorm, h, T, nullptr, stream);
     ctx.mark("post_attention_layernorm", OpReads::weights, 128);
     // gate_up = h[T, 64] · gate_up_proj[96, 64]ᵀ
-    linear_gate_up_proj(h, lw.gate_up_proj, gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 96, 64));
     // act = silu(gate) ⊙ up   (48 features)
-    silu_mul_act_decode(gate_up, act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_gate_up_proj(h, lw.gate_up_proj, gate_up, act, T, ctx.scratch, stream);
+    ctx.mark("gate_up_proj", OpReads::weights, kiln::matrix_bytes(lw.gate_up_proj, 96, 64));
     if (ctx.rank == 0) {
       // x += act[T, 48] · down_proj[64, 48]ᵀ   (residual add fused)   (rank 0: its share)
       linear_down_proj(act, lw.down_proj, x, T, ctx.scratch, nullptr, stream);
@@ -332,11 +331,10 @@ void forward_decode(const Weights<bf16>& w, const CudaStep& step, const CudaCont
     moe_route(router_logits, topk_ids, topk_weights, T, ctx.rank, ctx.expert_usage, layer, stream);
     ctx.mark("moe_route", OpReads::weights, 0);
     // shared_gate_up = h[T, 64] · shared_gate_up[24, 64]ᵀ
-    linear_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, T, ctx.scratch, nullptr, stream);
-    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 24, 64));
     // shared_act = silu(gate) ⊙ up   (12 features)
-    silu_mul_shared_act_decode(shared_gate_up, shared_act, T, stream);
-    ctx.mark("silu_mul", OpReads::weights, 0);
+    // (one fused kernel)
+    linear_act_shared_gate_up(h, lw.shared_gate_up, shared_gate_up, shared_act, T, ctx.scratch, stream);
+    ctx.mark("shared_gate_up", OpReads::weights, kiln::matrix_bytes(lw.shared_gate_up, 24, 64));
     if (ctx.rank == 0) {
       // x += shared_act[T, 12] · shared_down[64, 12]ᵀ   (residual add fused)   (rank 0: its share)
       linear_shared_down(shared_act, lw.shared_down, x, T, ctx.scratch, nullptr, stream);
