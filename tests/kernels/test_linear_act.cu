@@ -96,12 +96,14 @@ TEST_CASE("linear_act writes silu(gate) · up with the bits of linear, then silu
   check_linear_act<smollm2::kLinearActGateUpProj>({1, 8, 17, 64});
   check_linear_act<dsv2lite::kLinearActSharedGateUp>({1, 8, 17, 64});  // DeepSeek's shared experts
   check_linear_act<tiny_qwen3::kLinearActGateUpProj>(counts);
-  // A last tile of 3 features (203 = 25 · 8 + 3), K not whole 32-column steps, K % 8 = 4 (no batched
-  // GEMV: the narrow plan at every token count).
+  // A last tile of 3 features (203 = 25 · 8 + 3), K not whole 32-column steps. Its 26 row tiles are
+  // fewer than the SMs, so past 8 tokens the batched GEMV's wide form sums the splits through
+  // scratch (the parts run); with K % 8 = 4 there is no batched GEMV, and past 16 tokens the wide
+  // plan's split sums take over.
   check_linear_act<shape::linear_act{.n = 406, .k = 144, .sms = 132, .stacked = true, .rank_slice = false, .dim = 203}>(
-      counts);
+      counts, 8);
   check_linear_act<shape::linear_act{.n = 406, .k = 100, .sms = 132, .stacked = true, .rank_slice = false, .dim = 203}>(
-      counts);
+      counts, 16);
   // 4 row tiles, 16 splits: past 8 tokens the batched GEMV's wide form sums its splits through
   // scratch, so the parts run.
   check_linear_act<shape::linear_act{.n = 64, .k = 2048, .sms = 132, .stacked = true, .rank_slice = false, .dim = 32}>(
