@@ -6,14 +6,16 @@
 // (the plan is the gate | up matrix's, the same splits in the same order) and the activation is
 // silu_mul's of the bf16-rounded rows (silu_mul_of_sums): the bits of linear, then silu_mul.
 //
-// Why: the separate silu_mul is a launch of its own every layer, 1-2 µs of a decode step's chain
-// (bench/RESULTS.md). The prefill keeps cuBLASLt and silu_mul (its parts).
+// Why: the separate silu_mul was a launch of its own every layer. Without it a decode step is 1.05-1.4
+// µs a layer shorter at batch 1 and 1.4-2.8 at batch 64, the same tokens (H100, Qwen3-0.6B batch 1
+// 0.7829 -> 0.7481 ms; bench/RESULTS.md 2026-12-07). The prefill keeps cuBLASLt and silu_mul (its
+// parts).
 //
 // A matrix kept in GGUF blocks or FP8 takes the quantized GEMV (linear_quant.cuh) with the same
-// epilogue for passes of one token tile (1-8 tokens: a local user's decode, and FP8's). Where a pass's
-// path sums the column splits through scratch in a second kernel (the wide plan's and the batched
-// GEMV's wide form), for a quantized matrix past 8 tokens or in two formats, and past one GEMV pass,
-// the op runs its parts: linear into gate_up, then silu_mul.
+// epilogue for passes of one token tile (1-8 tokens: a local user's decode, and FP8's). Where a
+// pass's path sums the column splits through scratch in a second kernel (the wide plan's and the
+// batched GEMV's wide form), for a quantized matrix past 8 tokens or in two formats, and past one
+// GEMV pass, the op runs its parts: linear into gate_up, then silu_mul.
 #pragma once
 
 #include "templates/linear.cuh"
