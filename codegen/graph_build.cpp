@@ -178,28 +178,22 @@ void define_decode_scratch(const ModelSpec& s, Graph& g) {
              "decode steps of more rows may run the bf16 projections on cuBLASLt (one GEMV pass: kGemvPassTokens; "
              "Graph::decode_gemm_past_pass)");
   }
-  int64_t linear = 0;
-  for (const Op* fused : g.all_ops()) {
-    const Op* op = fused->kind == OpKind::linear_act ? &fused->parts.front() : fused;  // it may run its linear
+  // The wide GEMV's partial sums of every decode projection (a linear_act's: of the linear it may
+  // run), and of those beside the others (Op::beside), which take a scratch of their own since they
+  // run while the others do.
+  int64_t linear = 0, side = 0;
+  for (const Op* top : g.all_ops()) {
+    const Op* op = top->kind == OpKind::linear_act ? &top->parts.front() : top;
     if (op->kind != OpKind::linear) continue;
-    linear = std::max<int64_t>(linear, gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
-                                                           static_cast<int>(g.value(op->shape.at("k"))),
-                                                           static_cast<int>(g.value("kTargetSms")),
-                                                           static_cast<int>(s.build.max_batch)));
+    const int64_t floats = gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
+                                               static_cast<int>(g.value(op->shape.at("k"))),
+                                               static_cast<int>(g.value("kTargetSms")), static_cast<int>(s.build.max_batch));
+    linear = std::max(linear, floats);
+    if (op->beside) side = std::max(side, floats);
   }
   g.define("kDecodeScratchFloats", std::max(g.value("kAttnScratchFloats"), linear),
            "decode scratch: the larger of kAttnScratchFloats and the wide decode GEMV's partial sums (" +
                std::to_string(linear) + ")");
-  // The ops beside the others (Op::beside) take a scratch of their own: they run while the others do.
-  int64_t side = 0;
-  for (const Op* fused : g.all_ops()) {
-    const Op* op = fused->kind == OpKind::linear_act ? &fused->parts.front() : fused;
-    if (!op->beside || op->kind != OpKind::linear) continue;
-    side = std::max<int64_t>(side, gemv_scratch_floats(static_cast<int>(g.value(op->shape.at("n"))),
-                                                       static_cast<int>(g.value(op->shape.at("k"))),
-                                                       static_cast<int>(g.value("kTargetSms")),
-                                                       static_cast<int>(s.build.max_batch)));
-  }
   if (has_beside_ops(g)) g.define("kSideScratchFloats", side, "the side stream's decode GEMV partial sums (ops beside the others)");
   // The fused decode attention's merge counters (templates/prep_attention.cuh): a word per
   // (sequence, KV head), zeroed once; the block that merges a row of partitions zeroes it again.
