@@ -183,6 +183,22 @@ std::string prefill_logits_call(const Op& op, const Graph& g) {
   return "cuda::prefill_logits<" + shape_constant(op) + ">(" + join(args) + ");";
 }
 
+// Graph::decode_gemm_past_pass: a decode step that cuda::decode_on_gemm gives to cuBLASLt calls
+// cuda::decode_linear with the linear's prefill arguments (on the stream: ctx.fork gives no side
+// stream past a pass) but its FP8 inputs (no op writes them at decode; it takes bf16 matrices
+// only). The branch's opening line and its call; the kernel goes in the else branch.
+struct GemmBranch {
+  std::string condition, call;
+};
+GemmBranch decode_gemm_branch(const Op& linear, const Graph& g) {
+  std::string weight;
+  const std::vector<std::string> host = host_args_without_fp8(linear, g, nullptr, &weight);
+  if (linear.record().call(Phase::prefill).how != CallHow::host) fail("internal: linear's prefill call is not cuBLASLt's");
+  if (weight.empty()) fail("internal: linear's prefill call takes no matrix argument");
+  return {"if (cuda::decode_on_gemm(ctx, " + weight + ", " + linear.rows + ")) {",
+          "cuda::decode_linear<" + shape_constant(linear) + ">(" + join(host) + ");"};
+}
+
 }  // namespace
 
 std::vector<CudaKernel> cuda_kernels(const Op& op, const Graph& g) {
@@ -223,24 +239,15 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
         args.push_back(side ? "side" : "stream");
         const std::string kernel = wrapper_name(op, phase) + "(" + join(args) + ");";
         if (phase == Phase::decode && op.kind == OpKind::linear && g.decode_gemm_past_pass) {
-          // Graph::decode_gemm_past_pass: a step cuda::decode_on_gemm gives to cuBLASLt calls
-          // cuda::decode_linear with the prefill's arguments (on the stream: ctx.fork gives no side
-          // stream past a pass) but its FP8 inputs (no op writes them at decode; it takes bf16
-          // matrices only).
-          std::string weight;
-          const std::vector<std::string> host = host_args_without_fp8(op, g, nullptr, &weight);
-          if (op.record().call(Phase::prefill).how != CallHow::host) fail("internal: linear's prefill call is not cuBLASLt's");
-          if (weight.empty()) fail("internal: linear's prefill call takes no matrix argument");
-          const std::string gemm_call = "cuda::decode_linear<" + shape_constant(op) + ">(" + join(host) + ");";
-          return {"if (cuda::decode_on_gemm(ctx, " + weight + ", " + op.rows + ")) {", std::string(2, ' ') + gemm_call,
-                  "} else {", std::string(2, ' ') + kernel, "}"};
+          const GemmBranch gemm = decode_gemm_branch(op, g);
+          return {gemm.condition, "  " + gemm.call, "} else {", "  " + kernel, "}"};
         }
         if (phase == Phase::decode && op.kind == OpKind::linear_act && g.decode_gemm_past_pass) {
-          // A step cuBLASLt takes (above) runs the parts: the linear's branch on cuBLASLt, then silu_mul.
-          const std::vector<std::string> linear = op_call(op.parts.front(), g, phase);
+          // A step cuBLASLt takes runs the parts: the linear on cuBLASLt, then silu_mul's kernel.
+          const GemmBranch gemm = decode_gemm_branch(op.parts.front(), g);
           const std::vector<std::string> act = op_call(op.parts.back(), g, phase);
-          if (linear.size() != 5 || act.size() != 1) fail("internal: linear_act's parts do not render as expected");
-          return {linear[0], linear[1], std::string(2, ' ') + act[0], "} else {", std::string(2, ' ') + kernel, "}"};
+          if (act.size() != 1) fail("internal: linear_act's silu_mul does not render as one call");
+          return {gemm.condition, "  " + gemm.call, "  " + act[0], "} else {", "  " + kernel, "}"};
         }
         return {kernel};
       }
