@@ -315,6 +315,56 @@ inline void launch_gemv_input(const Input& input, const bf16* weight, typename L
 
 namespace kiln {
 
+namespace detail {
+
+// What gemv_pass launched: nothing (kPairs on a path that sums the splits in a second kernel), a
+// complete pass, or one whose column splits it left in scratch (sum_splits false).
+enum class GemvPassRun { not_run, complete, splits_in_scratch };
+
+// One pass of n (1..kStreamPassTokens) tokens, kTiles token tiles, over bf16 rows: the batched
+// GEMV (gemv_batched.cuh) where the GPU's shared memory holds its stages, in its narrow form where
+// the shape has a block for every SM, in its wide form where it has fewer row tiles than SMs;
+// otherwise the GEMV, on its wide plan from kGemvWideTokenTiles token tiles where that pays
+// (GemvPlan::wide). The wide form and a plan of several column groups sum their splits through
+// `scratch` in a second kernel, or leave them there where sum_splits is false (PendingSums).
+// kPairs (linear_act.cuh): gate | up rows in pairs with SwiGLU's epilogue, `out` the [n, kN / 2]
+// activations; it launches only on the paths that add every split in their blocks, and nothing
+// (not_run) on the others. linear<S> and linear_act<S> both choose here, so the fused op takes
+// the plan, splits and sum order of the pass it replaces.
+template <int kN, int kK, LinearOut kOut, int kSMs, int kTiles, bool kPairs = false>
+GemvPassRun gemv_pass(const bf16* in, const bf16* weight, typename LinearOutType<kOut>::type* out, float* scratch,
+                      int n, bool sum_splits, cudaStream_t stream) {
+  if constexpr (use_batched_gemv<kN, kK, kSMs, kTiles>()) {
+    using Shape = BatchedGemvShape<kN, kK, kSMs, kTiles>;
+    if (device_smem_fits(Shape::kSmemBytes)) {
+      launch_gemv_batched<kN, kK, kOut, kSMs, kTiles, Shape, kPairs>(in, weight, out, nullptr, n, stream);
+      return GemvPassRun::complete;
+    }
+  }
+  if constexpr (use_batched_gemv_wide<kN, kK, kSMs, kTiles>()) {
+    using Wide = BatchedGemvShape<kN, kK, kSMs, kTiles, 0, 0, 0, true>;
+    if (device_smem_fits(Wide::kSmemBytes)) {
+      if constexpr (kPairs) {
+        return GemvPassRun::not_run;
+      } else {
+        launch_gemv_batched<kN, kK, kOut, kSMs, kTiles, Wide>(in, weight, out, scratch, n, stream, sum_splits);
+        return sum_splits ? GemvPassRun::complete : GemvPassRun::splits_in_scratch;
+      }
+    }
+  }
+  constexpr bool kWide = gemv_plan(kN, kK, kSMs).wide && kTiles >= kGemvWideTokenTiles;
+  using Shape = GemvShape<kN, kK, kSMs, kTiles, kWide>;
+  using Input = Bf16Input<kK, vec_width(kK, 2)>;
+  if constexpr (kPairs && Shape::kGroups > 1) {
+    return GemvPassRun::not_run;
+  } else {
+    launch_gemv_input<kN, kK, kOut, Shape, Input, kPairs>(Input{in}, weight, out, scratch, n, stream, sum_splits);
+    return Shape::kGroups > 1 && !sum_splits ? GemvPassRun::splits_in_scratch : GemvPassRun::complete;
+  }
+}
+
+}  // namespace detail
+
 // Decode scratch floats linear<S> takes for up to max_batch tokens (the generator's
 // kDecodeScratchFloats covers it; kernels.cu asserts so).
 template <shape::linear S>
@@ -323,13 +373,9 @@ constexpr long long linear_scratch_floats(int max_batch) {
 }
 
 // out is bf16* for LinearOut::store_bf16, float* otherwise. Any token count: passes of up to
-// kStreamPassTokens tokens, each reading the weights once; passes of two token tiles or more
-// (9+ tokens) take the batched GEMV (gemv_batched.cuh) where the GPU's shared memory holds its
-// stages: shapes whose narrow plan has a block for every SM in its narrow form, shapes with fewer
-// row tiles than SMs in its wide form (partial sums through `scratch`, linear_scratch_floats);
-// otherwise passes of kGemvWideTokenTiles token tiles or more take the wide plan where it pays
-// (GemvPlan::wide), whose partial sums go through `scratch` too.
-// Every path gives every token the same bits.
+// kStreamPassTokens tokens, each reading the weights once, on detail::gemv_pass's path (partial
+// sums through `scratch`, linear_scratch_floats, where it takes the batched GEMV's wide form or
+// the GEMV's wide plan). Every path gives every token the same bits.
 //
 // leave (residual outputs, LinearOut::add_f32): where the call is one pass whose path sums the
 // splits through `scratch`, those sums are left there, not added into `out`, and *leave says so
@@ -339,7 +385,6 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
             float* scratch, PendingSums* leave, cudaStream_t stream) {
   constexpr int kN = S.n, kK = S.k;
   static_assert(kN > 0 && kK > 0 && S.sms > 0, "linear: sizes must be positive");
-  using Input = detail::Bf16Input<kK, detail::vec_width(kK, 2)>;
   if (leave != nullptr) *leave = {};
   // Whether a path that sums the splits through scratch leaves them there: residual outputs in one pass.
   const bool may_leave = S.out == LinearOut::add_f32 && leave != nullptr && tokens <= detail::kStreamPassTokens;
@@ -348,30 +393,11 @@ void linear(const bf16* in, const bf16* weight, typename detail::LinearOutType<S
   };
   for (int done = 0; done < tokens; done += detail::kStreamPassTokens) {
     const int n = detail::min_int(detail::kStreamPassTokens, tokens - done);
-    const Input input{in + static_cast<long long>(done) * kK};
-    auto* y = out + static_cast<long long>(done) * kN;
     detail::with_token_tiles(n, [&](auto tiles) {
-      constexpr int kTiles = decltype(tiles)::value;
-      if constexpr (detail::use_batched_gemv<kN, kK, S.sms, kTiles>()) {
-        if (detail::device_smem_fits(detail::BatchedGemvShape<kN, kK, S.sms, kTiles>::kSmemBytes)) {
-          detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles>(in + static_cast<long long>(done) * kK, weight, y,
-                                                                  nullptr, n, stream);
-          return;
-        }
-      }
-      if constexpr (detail::use_batched_gemv_wide<kN, kK, S.sms, kTiles>()) {
-        using Wide = detail::BatchedGemvShape<kN, kK, S.sms, kTiles, 0, 0, 0, true>;
-        if (detail::device_smem_fits(Wide::kSmemBytes)) {
-          detail::launch_gemv_batched<kN, kK, S.out, S.sms, kTiles, Wide>(in + static_cast<long long>(done) * kK, weight,
-                                                                        y, scratch, n, stream, !may_leave);
-          if (may_leave) left_in_scratch(n);
-          return;
-        }
-      }
-      constexpr bool kWide = gemv_plan(kN, kK, S.sms).wide && kTiles >= detail::kGemvWideTokenTiles;
-      using Shape = detail::GemvShape<kN, kK, S.sms, kTiles, kWide>;
-      detail::launch_gemv_input<kN, kK, S.out, Shape>(input, weight, y, scratch, n, stream, !may_leave);
-      if (may_leave && Shape::kGroups > 1) left_in_scratch(n);
+      const auto run = detail::gemv_pass<kN, kK, S.out, S.sms, decltype(tiles)::value>(
+          in + static_cast<long long>(done) * kK, weight, out + static_cast<long long>(done) * kN, scratch, n,
+          !may_leave, stream);
+      if (run == detail::GemvPassRun::splits_in_scratch) left_in_scratch(n);
     });
   }
 }

@@ -33,40 +33,6 @@ constexpr shape::linear gate_up_linear() {
                        .rank_slice = S.rank_slice};
 }
 
-// One pass of 1..kStreamPassTokens tokens over bf16 gate | up rows with SwiGLU's epilogue, on the
-// path linear<S> takes for it where that path adds every split in its blocks (the batched GEMV's
-// narrow form; the GEMV's narrow plan, or its wide plan where one block holds all splits); false,
-// and nothing launched, where it would not.
-template <shape::linear S>
-bool launch_gemv_swiglu(const bf16* in, const bf16* weight, bf16* act, int tokens, cudaStream_t stream) {
-  constexpr int kN = S.n, kK = S.k;
-  bool launched = false;
-  with_token_tiles(tokens, [&](auto tiles) {
-    constexpr int kTiles = decltype(tiles)::value;
-    if constexpr (use_batched_gemv<kN, kK, S.sms, kTiles>()) {
-      using Shape = BatchedGemvShape<kN, kK, S.sms, kTiles>;
-      if (device_smem_fits(Shape::kSmemBytes)) {
-        launch_gemv_batched<kN, kK, LinearOut::store_bf16, S.sms, kTiles, Shape, true>(in, weight, act, nullptr, tokens,
-                                                                                       stream);
-        launched = true;
-        return;
-      }
-    }
-    if constexpr (use_batched_gemv_wide<kN, kK, S.sms, kTiles>()) {
-      using Wide = BatchedGemvShape<kN, kK, S.sms, kTiles, 0, 0, 0, true>;
-      if (device_smem_fits(Wide::kSmemBytes)) return;  // linear<S> sums this pass's splits through scratch
-    }
-    constexpr bool kWide = gemv_plan(kN, kK, S.sms).wide && kTiles >= kGemvWideTokenTiles;
-    using Shape = GemvShape<kN, kK, S.sms, kTiles, kWide>;
-    if constexpr (Shape::kGroups == 1) {
-      launch_gemv_input<kN, kK, LinearOut::store_bf16, Shape, Bf16Input<kK, vec_width(kK, 2)>, true>(
-          Bf16Input<kK, vec_width(kK, 2)>{in}, weight, act, nullptr, tokens, stream);
-      launched = true;
-    }
-  });
-  return launched;
-}
-
 }  // namespace detail
 
 // Decode scratch floats linear_act<S> takes (its parts' linear's, which it may run).
@@ -83,12 +49,19 @@ void linear_act(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int 
                 cudaStream_t stream) {
   static_assert(S.n == 2 * S.dim, "linear_act: the matrix must be the gate rows, then the up rows, of dim each");
   constexpr shape::linear kGateUp = detail::gate_up_linear<S>();
-  if (tokens > 0 && tokens <= detail::kStreamPassTokens && weight.format == MatrixFormat::bf16 && weight.split == 0 &&
-      detail::launch_gemv_swiglu<kGateUp>(in, static_cast<const bf16*>(weight.data), act, tokens, stream)) {
-    return;
+  if (tokens > 0 && tokens <= detail::kStreamPassTokens && weight.format == MatrixFormat::bf16 && weight.split == 0) {
+    bool fused = false;  // where the pass's path adds every split in its blocks (detail::gemv_pass)
+    detail::with_token_tiles(tokens, [&](auto tiles) {
+      fused = detail::gemv_pass<S.n, S.k, LinearOut::store_bf16, S.sms, decltype(tiles)::value, true>(
+                  in, static_cast<const bf16*>(weight.data), act, nullptr, tokens, true, stream) !=
+              detail::GemvPassRun::not_run;
+    });
+    if (fused) return;
   }
   if constexpr (!S.rank_slice) {  // a tensor-parallel rank's slice is bf16 rows (linear.cuh)
-    if (tokens > 0 && tokens <= 8 && weight.split == 0 &&
+    // One token tile (launch_gemv_quant_pass's 1): the paired quantized GEMV is compiled for that
+    // tile count alone, as every further count is each block format's kernel once more.
+    if (tokens > 0 && detail::token_tiles_for(tokens) == 1 && weight.split == 0 &&
         detail::with_block_format<S.k>(weight.format, [&](auto f) {
           detail::launch_gemv_quant_pass<S.n, S.k, LinearOut::store_bf16, decltype(f)::value, 1, true>(
               in, weight.data, act, tokens, stream, detail::FixedRows<S.n>{});
