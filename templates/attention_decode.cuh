@@ -25,7 +25,10 @@ namespace detail {
 
 // kPartition / kMaxPartitions: the build's partition and count (a partition's keys at long
 // contexts grow up to kMaxKeys: split_kv_partition_keys).
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions>
+// kUnrollSet: K/V vectors in flight per lane (prep_attention's four-an-SM build takes 1). A lane
+// meets its keys in the same order whatever it is: the same sums, the same bits.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions,
+          int kUnrollSet = 4>
 struct DecodeShape {
   static constexpr int kMaxKeys = split_kv_max_partition_keys<kPartition, kMaxPartitions>();
   static constexpr int kGroup = kHeads / kKvHeads;                  // query heads per KV head
@@ -37,7 +40,7 @@ struct DecodeShape {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeysPerPass = kWarps * kKeysPerWarp;
-  static constexpr int kUnroll = 4;                                 // K/V vectors in flight per lane
+  static constexpr int kUnroll = kUnrollSet;                        // K/V vectors in flight per lane
   static constexpr int kMaxPages = ceil_div(kMaxKeys, kPageSize) + 1;  // a partition may straddle pages
   // The scores' row stride: kMaxKeys (a multiple of 32) and one float per key a warp's pass stores
   // at once, so that the heads' scores of those keys fall in different banks (at kMaxKeys the 4
@@ -65,10 +68,11 @@ struct DecodeShape {
 // (ring_bytes(); each lane copies its own vectors with cp.async and reads only those, so no barrier
 // guards it), kRing passes in flight while one is used, where the registers held one: at long
 // contexts a block's chain of loads, not the bandwidth, bounded it. The same vectors meet the same
-// sums in the same order: the bits are those of kRing = 0.
-template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions, int kRing = 0>
+// sums in the same order: the bits are those of kRing = 0. kUnroll: DecodeShape's.
+template <int kHeads, int kKvHeads, int kHeadDim, int kPageSize, int kPartition, int kMaxPartitions, int kRing = 0,
+          int kUnroll = 4>
 struct DecodePartition {
-  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>;
+  using Shape = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions, kUnroll>;
   using Layout = KvPageLayout<kKvHeads, kHeadDim, kPageSize>;
   static constexpr int G = Shape::kGroup, D = kHeadDim, V = Shape::kVec, CPL = Shape::kChunksPerLane;
   static constexpr int K = Shape::kScoreStride;  // the scores' row stride

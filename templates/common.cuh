@@ -329,20 +329,29 @@ inline int device_resident_blocks() {
 #endif
 }
 
-// Whether kKernel's build keeps anything in local memory (spilled registers, a stack frame): a
-// build bounded to fewer registers than it wants is used only where it keeps them all. Read once
-// (the build is the same on every device of the process). Under NVRTC: true.
+// The bytes of local memory (spilled registers, a stack frame) a thread of kKernel's build keeps;
+// kUnknownLocalBytes when unknown. Read once (the build is the same on every device of the
+// process). Under NVRTC: unknown.
+constexpr int kUnknownLocalBytes = 0x7fffffff;
+template <auto kKernel>
+inline int kernel_local_bytes() {
+#ifndef __CUDACC_RTC__
+  static const int bytes = [] {
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, kKernel) != cudaSuccess ? kUnknownLocalBytes
+                                                                      : static_cast<int>(attributes.localSizeBytes);
+  }();
+  return bytes;
+#else
+  return kUnknownLocalBytes;
+#endif
+}
+
+// Whether kKernel's build keeps anything in local memory: a build bounded to fewer registers than
+// it wants is used only where it keeps them all. Under NVRTC: true.
 template <auto kKernel>
 inline bool kernel_spills() {
-#ifndef __CUDACC_RTC__
-  static const bool spills = [] {
-    cudaFuncAttributes attributes{};
-    return cudaFuncGetAttributes(&attributes, kKernel) != cudaSuccess || attributes.localSizeBytes > 0;
-  }();
-  return spills;
-#else
-  return true;
-#endif
+  return kernel_local_bytes<kKernel>() > 0;
 }
 
 // Raises kKernel's dynamic shared-memory limit to kBytes (above the 48 KiB default) before its

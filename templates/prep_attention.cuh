@@ -36,11 +36,16 @@ namespace kiln {
 
 namespace detail {
 
+// The K/V vectors in flight per lane of the build for kMinBlocksPerSm blocks an SM: 4, but 1 in the
+// four-an-SM build, which holds 64 registers a thread (prep_attention_blocks_per_sm says when).
+__host__ __device__ constexpr int prep_attention_unroll(int min_blocks_per_sm) { return min_blocks_per_sm == 4 ? 1 : 4; }
+
 // (Plain template parameters: nvcc's launch stubs take no class-type ones.)
-template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, int kPartition, int kMaxPartitions>
+template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, int kPartition, int kMaxPartitions,
+          int kUnroll = 4>
 struct PrepAttentionShape {
   static constexpr int kGroup = kHeads / kKvHeads;
-  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions>;
+  using Attn = DecodeShape<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions, kUnroll>;
   using Prep = HeadNormShape<kHeadDim, kRow>;
   static constexpr int kThreads = Attn::kThreads;
   static constexpr int kPrepGroups = kThreads / Prep::kLanes;  // head vectors prepared at once
@@ -53,24 +58,26 @@ struct PrepAttentionShape {
   // The attention's passes after the first through a ring of 3 in shared memory (DecodePartition's
   // kRing; vectors of 16 bytes only).
   static constexpr int kRing = Attn::kVec == 8 ? 3 : 0;
-  using Partition = DecodePartition<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions, kRing>;
+  using Partition = DecodePartition<kHeads, kKvHeads, kHeadDim, kPageSize, kPartition, kMaxPartitions, kRing, kUnroll>;
   static constexpr int kRingOffset = kAttnBytes + kQBytes + kStagedBytes + kRopeBytes;
   static constexpr int kSmemBytes = max_int(kRingOffset + Partition::kRingBytes, round_up((kMaxPartitions + 1) * 4, 16));
 };
 
-// kMinBlocksPerSm: the blocks an SM its registers are bounded for (2), or 0: unbounded (no
+// kMinBlocksPerSm: the blocks an SM its registers are bounded for (2 or 4), or 0: unbounded (no
 // .minnctapersm; the build as it was before there were two). prep_attention chooses.
 template <int kHeads, int kKvHeads, int kHeadDim, int kRow, int kPageSize, bool kQkNorm, int kPartition,
           int kMaxPartitions, int kMinBlocksPerSm>
 __global__ void __launch_bounds__(
-    PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>::kThreads,
+    PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions,
+                       prep_attention_unroll(kMinBlocksPerSm)>::kThreads,
     kMinBlocksPerSm)
     prep_attention_decode_kernel(const bf16* __restrict__ qkv, const bf16* __restrict__ q_norm,
                                  const bf16* __restrict__ k_norm, float eps, const int* __restrict__ positions,
                                  const float* __restrict__ rope, const int* __restrict__ slot_mapping, bf16* cache,
                                  bf16* out, const int* __restrict__ context_len, const int* __restrict__ block_tables,
                                  int max_pages_per_seq, float scale_log2, float* scratch, unsigned* counters) {
-  using Shape = PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions>;
+  using Shape = PrepAttentionShape<kHeads, kKvHeads, kHeadDim, kRow, kPageSize, kPartition, kMaxPartitions,
+                                   prep_attention_unroll(kMinBlocksPerSm)>;
   using Prep = typename Shape::Prep;
   constexpr int G = Shape::kGroup, D = kHeadDim;
   extern __shared__ float4 smem_f4[];
@@ -181,10 +188,21 @@ constexpr int prep_attention_launched_parts(int num_seqs, int resident) {
 // two; 8 sequences at 8,000, 168 and 116. Its decode step at 64 requests 6.91 → 6.64 ms; at 8
 // short ones 4.26 → 4.30, the bounded build's longer chain a block (bench/RESULTS.md 2026-11-29,
 // twenty-first session).
+// Where the batch's (sequence, KV head) pairs are more than the two-an-SM build holds at once
+// (`resident_two`), the four-an-SM build (`resident_four`, where it holds more), whose lanes have
+// one K/V vector in flight instead of 4 (64 registers): twice the blocks, so twice the chains of
+// dependent loads an SM, each longer. H100, one launch, best of two runs, µs, two an SM -> four
+// (tools/bench/trace_attention, the same bits; bench/RESULTS.md 2026-12-07 sixty-first session):
+// 64 sequences at 96 tokens Qwen3-0.6B's heads 24.96 -> 23.01, Llama-3.2-1B's 19.23 -> 15.01,
+// Llama-3.1-8B's 25.66 -> 20.54; 64 at 600 Llama-3.1-8B's 92.10 -> 80.64; 256 at 160 Qwen3-0.6B's
+// 90.88 -> 84.96; but 32 at 96 (256 pairs: one wave of two an SM) 14.69 -> 14.91.
 template <shape::prep_attention S>
-constexpr int prep_attention_blocks_per_sm(int num_seqs, int resident_one) {
+constexpr int prep_attention_blocks_per_sm(int num_seqs, int resident_one, int resident_two = 0,
+                                           int resident_four = 0) {
   if (resident_one <= 0) return 1;
-  return static_cast<long long>(num_seqs) * S.kv_heads * prep_attention_most_parts<S>() <= resident_one ? 1 : 2;
+  const long long pairs = static_cast<long long>(num_seqs) * S.kv_heads;
+  if (pairs * prep_attention_most_parts<S>() <= resident_one) return 1;
+  return pairs > resident_two && resident_four > resident_two ? 4 : 2;
 }
 
 namespace detail {
@@ -194,15 +212,15 @@ constexpr auto prep_attention_kernel =
     prep_attention_decode_kernel<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.qk_norm, S.partition,
                                  S.max_partitions, kMinBlocksPerSm>;
 
-template <shape::prep_attention S>
-using PrepAttentionShapeOf =
-    PrepAttentionShape<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.partition, S.max_partitions>;
+template <shape::prep_attention S, int kMinBlocksPerSm>
+using PrepAttentionShapeOf = PrepAttentionShape<S.heads, S.kv_heads, S.head_dim, S.row, S.page_size, S.partition,
+                                                S.max_partitions, prep_attention_unroll(kMinBlocksPerSm)>;
 
 // Blocks of build kMinBlocksPerSm the current GPU holds at once, its shared-memory limit raised
 // first (the occupancy query counts with the limit the function has; 0 when unknown).
 template <shape::prep_attention S, int kMinBlocksPerSm>
 int prep_attention_resident_blocks() {
-  using Shape = PrepAttentionShapeOf<S>;
+  using Shape = PrepAttentionShapeOf<S, kMinBlocksPerSm>;
   constexpr auto kernel = prep_attention_kernel<S, kMinBlocksPerSm>;
   allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
   return device_resident_blocks<kernel, Shape::kThreads, Shape::kSmemBytes>();
@@ -213,7 +231,7 @@ void launch_prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_no
                            const float* rope, const int* slot_mapping, bf16* cache, bf16* out, const int* context_len,
                            const int* block_tables, int max_pages_per_seq, int num_seqs, float* scratch,
                            unsigned* counters, cudaStream_t stream, int launched_parts) {
-  using Shape = PrepAttentionShapeOf<S>;
+  using Shape = PrepAttentionShapeOf<S, kMinBlocksPerSm>;
   constexpr auto kernel = prep_attention_kernel<S, kMinBlocksPerSm>;
   allow_dynamic_smem_once<kernel, Shape::kSmemBytes>();
   const int launched = launched_parts > 0 ? min_int(launched_parts, S.max_partitions)
@@ -230,7 +248,7 @@ void launch_prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_no
 // it attends to context_len[s] cached keys, its own included. out [num_seqs, heads · head_dim];
 // scratch: prep_attention_scratch_floats(num_seqs); counters: num_seqs × kv_heads words, zero.
 // Tests pin the grid: launched_parts, its partition slots (0: sized from the GPU), blocks_per_sm,
-// the kernel's build (1 or 2; 0: prep_attention_blocks_per_sm, where the two-an-SM build spills
+// the kernel's build (1, 2 or 4; 0: prep_attention_blocks_per_sm, where the two-an-SM build spills
 // nothing).
 template <shape::prep_attention S>
 void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, const int* positions, const float* rope,
@@ -244,11 +262,20 @@ void prep_attention(const bf16* qkv, const bf16* q_norm, const bf16* k_norm, con
   static_assert((S.heads + 2 * S.kv_heads) * S.head_dim <= S.row, "prep_attention: q, k and v heads must fit in a row");
   if (num_seqs <= 0) return;
   if (blocks_per_sm <= 0) {
+    // The four-an-SM build keeps up to a few words in local memory (8 bytes of stack at Llama's
+    // heads, none at Qwen3-0.6B's) and was faster so; more than that, and it is not used.
+    constexpr int kFourLocalBytes = 32;
+    const int resident_four = detail::kernel_local_bytes<detail::prep_attention_kernel<S, 4>>() <= kFourLocalBytes
+                                  ? detail::prep_attention_resident_blocks<S, 4>()
+                                  : 0;
     blocks_per_sm = detail::kernel_spills<detail::prep_attention_kernel<S, 2>>()
                         ? 1
-                        : prep_attention_blocks_per_sm<S>(num_seqs, detail::prep_attention_resident_blocks<S, 0>());
+                        : prep_attention_blocks_per_sm<S>(num_seqs, detail::prep_attention_resident_blocks<S, 0>(),
+                                                          detail::prep_attention_resident_blocks<S, 2>(), resident_four);
   }
-  const auto launch = blocks_per_sm == 1 ? detail::launch_prep_attention<S, 0> : detail::launch_prep_attention<S, 2>;
+  const auto launch = blocks_per_sm == 1   ? detail::launch_prep_attention<S, 0>
+                      : blocks_per_sm == 4 ? detail::launch_prep_attention<S, 4>
+                                           : detail::launch_prep_attention<S, 2>;
   launch(qkv, q_norm, k_norm, positions, rope, slot_mapping, cache, out, context_len, block_tables, max_pages_per_seq,
          num_seqs, scratch, counters, stream, launched_parts);
 }

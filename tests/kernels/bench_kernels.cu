@@ -474,14 +474,17 @@ void bench_prep_attention(int batch, int context) {
       out(static_cast<size_t>(batch) * kHeads * kHeadDim);
   DeviceBuffer<float> scratch(static_cast<size_t>(prep_attention_scratch_floats<kShape>(batch)));
   DeviceBuffer<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(batch) * kKvHeads, 0u));
-  for (const int blocks_per_sm : {0, 1, 2}) {
+  for (const int blocks_per_sm : {0, 1, 2, 4}) {
     const double us = median_us([&](int i) {
       kiln::prep_attention<kShape>(as_bf16(qkv), nullptr, nullptr, d_pos.get(), d_rope.get(), d_slots.get(),
                                    kv.layer(i), as_bf16_mut(out), kv.d_ctx.get(), kv.d_tables.get(),
                                    kv.pages_per_seq, batch, scratch.get(), counters.get(), nullptr, 0, blocks_per_sm);
     });
     const double gbps = kv.kv_bytes / (us * 1e-6) / 1e9;
-    const char* build = blocks_per_sm == 0 ? "chosen" : blocks_per_sm == 1 ? "1 an SM" : "2 an SM";
+    const char* build = blocks_per_sm == 0   ? "chosen"
+                        : blocks_per_sm == 1 ? "1 an SM"
+                        : blocks_per_sm == 2 ? "2 an SM"
+                                             : "4 an SM";
     std::printf("prep_attention %2d/%d x %3d part %4d build %-7s batch %3d ctx %5d %10.2f us %9.1f GB/s %6.1f%%\n",
                 kHeads, kKvHeads, kHeadDim, kPartition, build, batch, context, us, gbps, 100.0 * gbps / g_copy_gbps);
   }

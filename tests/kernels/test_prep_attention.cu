@@ -6,6 +6,7 @@
 // them again), with its grid sized from the GPU and with fewer partition slots than partitions
 // (a block attends several in turn), and a batch of 64 sequences runs at the models' own partitions.
 #include <algorithm>
+#include <iterator>
 
 #include "runtime/model/rope_table.hpp"
 #include "templates/attention.cuh"
@@ -79,13 +80,14 @@ void check_prep_attention(const std::vector<int>& contexts) {
 
   // Fused, twice on the same counters: with the grid as the decode launches it (slots and build
   // chosen from the GPU), with fewer partition slots than partitions (a block attends several, in
-  // turn), and with each build of the kernel (one and two blocks an SM) forced.
+  // turn), and with each build of the kernel (one, two and four blocks an SM) forced.
   DeviceBuffer<uint16_t> d_qkv(qkv), d_cache(cache), d_out(out_elems);
   DeviceBuffer<float> d_scratch(scratch);
   DeviceBuffer<unsigned> d_counters(std::vector<unsigned>(static_cast<size_t>(num_seqs) * S.kv_heads, 0u));
   d_scratch.poison();
-  constexpr int kGrids[][2] = {{0, 0}, {1, 1}, {3, 2}, {0, 2}};  // {partition slots, blocks an SM}; 0: chosen
-  for (int run = 0; run < 8; ++run) {
+  // {partition slots, blocks an SM}; 0: chosen
+  constexpr int kGrids[][2] = {{0, 0}, {1, 1}, {3, 2}, {0, 2}, {2, 4}, {0, 4}};
+  for (int run = 0; run < 2 * static_cast<int>(std::size(kGrids)); ++run) {
     const int launched = kGrids[run / 2][0], blocks_per_sm = kGrids[run / 2][1];
     d_out.poison();
     kiln::prep_attention<S>(as_bf16(d_qkv), qn, kn, d_pos.get(), d_table.get(), d_slots.get(), as_bf16_mut(d_cache),
@@ -118,11 +120,18 @@ static_assert(prep_attention_launched_parts<kSlotsShape>(8, 264) == 264 / (8 * k
 static_assert(prep_attention_launched_parts<kSlotsShape>(64, 264) == 1);
 static_assert(prep_attention_launched_parts<kSlotsShape>(64, 0) == kSlotsShape.max_partitions);
 // The build: one block an SM while that holds every partition of the batch (8 × 16 of one
-// sequence), two beyond; one where the GPU's count is unknown.
+// sequence), two beyond, four where the pairs are more than two an SM hold and four hold more; one
+// where the GPU's count is unknown.
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(1, 132) == 1);
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(2, 132) == 2);
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 132) == 2);
 static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 0) == 1);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(1, 132, 264, 528) == 1);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(8, 132, 264, 528) == 2);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(33, 132, 264, 528) == 2);  // 264 pairs: one wave of two
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(34, 132, 264, 528) == 4);
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 132, 264, 264) == 2);  // four an SM hold no more
+static_assert(prep_attention_blocks_per_sm<kSlotsShape>(64, 132, 264, 0) == 2);    // the four build not used
 // A long context's partitions grow past 32 of them: the slots stop there.
 constexpr shape::prep_attention kLongShape = with_partitions(llama1b::kPrepAttention, 512, 65);
 static_assert(prep_attention_launched_parts<kLongShape>(1, 264) == detail::kSplitKvSpread);

@@ -139,9 +139,9 @@ void trace(const char* name, int batch, int context) {
   OK(cudaEventCreate(&e0));
   OK(cudaEventCreate(&e1));
   auto launch = [&](int copy) {
-    detail::launch_prep_attention<S, kBuild == 1 ? 0 : 2>(qkv, norm, norm, d_pos, d_rope, d_slots,
-                                                         cache + layer_elems * copy, out, d_ctx, d_tables,
-                                                         pages_per_seq, batch, scratch, counters, nullptr, 0);
+    detail::launch_prep_attention<S, kBuild == 1 ? 0 : kBuild>(qkv, norm, norm, d_pos, d_rope, d_slots,
+                                                              cache + layer_elems * copy, out, d_ctx, d_tables,
+                                                              pages_per_seq, batch, scratch, counters, nullptr, 0);
   };
   for (int i = 0; i < 6; ++i) launch(i % kCopies);
   float best = 1e9f;
