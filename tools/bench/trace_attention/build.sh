@@ -1,8 +1,8 @@
 #!/bin/bash
 # Builds trace_attention (marks) and trace_attention_plain (no marks) into OUTDIR from this tree's
 # attention_decode.cuh and prep_attention.cuh, or TEMPLATES_DIR's (a variant under test; the other
-# templates they include always come from this tree). Run them on the GPU machine (no arguments;
-# they need only the CUDA runtime). Usage: tools/bench/trace_attention/build.sh OUTDIR [TEMPLATES_DIR]
+# templates they include always come from this tree). Run them on the GPU machine (argument: the shape set,
+# batch or small; they need only the CUDA runtime). Usage: tools/bench/trace_attention/build.sh OUTDIR [TEMPLATES_DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)

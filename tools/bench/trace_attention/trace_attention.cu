@@ -244,9 +244,34 @@ void trace(const char* name, int batch, int context) {
   free_all();
 }
 
-int main() {
+// The shapes of one set: "batch" (the default; sequences whose pairs overflow the two-an-SM
+// build's wave), "small" (1 sequence: the one-an-SM build; 2-32: the two-an-SM build; short and
+// long contexts).
+int main(int argc, char** argv) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return 77;
+  const char* set = argc > 1 ? argv[1] : "batch";
+  if (std::strcmp(set, "small") == 0) {
+    trace<16, 8, 128, true, 1>("Qwen3-0.6B heads", 1, 96);
+    trace<32, 8, 128, false, 1>("Llama-8B heads", 1, 8000);
+    trace<32, 8, 128, false, 1>("Llama-8B heads", 1, 32000);
+    trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 2, 96);
+    trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 8, 96);
+    trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 32, 96);
+    trace<32, 8, 64, false, 2>("Llama-1B heads", 8, 160);
+    trace<32, 8, 128, false, 2>("Llama-8B heads", 8, 96);
+    // Contexts of several partitions (512 keys each), merged by the kernel.
+    trace<32, 8, 128, false, 2>("Llama-8B heads", 2, 8000);
+    trace<32, 8, 128, false, 2>("Llama-8B heads", 8, 8000);
+    trace<32, 8, 128, false, 2>("Llama-8B heads", 4, 2000);
+    trace<32, 8, 64, false, 2>("Llama-1B heads", 16, 4000);
+    trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 32, 1100);
+    return 0;
+  }
+  if (std::strcmp(set, "batch") != 0) {
+    std::fprintf(stderr, "trace_attention: unknown shape set '%s' (expected batch or small)\n", set);
+    return 2;
+  }
   trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 64, 96);
   trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 64, 48);
   trace<16, 8, 128, true, 2>("Qwen3-0.6B heads", 32, 96);
