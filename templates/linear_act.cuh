@@ -41,23 +41,38 @@ constexpr long long linear_act_scratch_floats(int max_batch) {
   return linear_scratch_floats<detail::gate_up_linear<S>()>(max_batch);
 }
 
-// act [tokens, S.dim] = silu(gate) · up of in [tokens, S.k] · weightᵀ (gate | up rows, S.n = 2 ·
-// S.dim). gate_up [tokens, S.n]: where the op runs its parts, their gate | up rows (otherwise left
-// as it was).
+// act [tokens, S.dim] = silu(gate) · up of in [tokens, S.k] · weightᵀ, weight bf16 rows [S.n, S.k]
+// (gate | up rows, S.n = 2 · S.dim). gate_up [tokens, S.n]: where the op runs its parts, their gate |
+// up rows (otherwise left as it was). Instantiates no block format's kernel, as linear<S>'s
+// overload for bf16 rows (the kernel tests of bf16 shapes call it: the GpuMatrix overload compiles
+// every format's kernels for each shape, half of test_linear_act.cu's).
+template <shape::linear_act S>
+void linear_act(const bf16* in, const bf16* weight, bf16* gate_up, bf16* act, int tokens, float* scratch,
+                cudaStream_t stream) {
+  static_assert(S.n == 2 * S.dim, "linear_act: the matrix must be the gate rows, then the up rows, of dim each");
+  constexpr shape::linear kGateUp = detail::gate_up_linear<S>();
+  if (tokens > 0 && tokens <= detail::kStreamPassTokens) {
+    bool fused = false;  // where the pass's path adds every split in its blocks (detail::gemv_pass)
+    detail::with_token_tiles(tokens, [&](auto tiles) {
+      fused = detail::gemv_pass<S.n, S.k, LinearOut::store_bf16, S.sms, decltype(tiles)::value, true>(
+                  in, weight, act, nullptr, tokens, true, stream) != detail::GemvPassRun::not_run;
+    });
+    if (fused) return;
+  }
+  linear<kGateUp>(in, weight, gate_up, tokens, scratch, stream);
+  silu_mul<shape::silu_mul{.dim = S.dim}>(gate_up, act, tokens, stream);
+}
+
+// The same over any GpuMatrix: bf16 rows as above; a matrix kept in GGUF blocks or FP8 codes.
 template <shape::linear_act S>
 void linear_act(const bf16* in, GpuMatrix weight, bf16* gate_up, bf16* act, int tokens, float* scratch,
                 cudaStream_t stream) {
   static_assert(S.n == 2 * S.dim, "linear_act: the matrix must be the gate rows, then the up rows, of dim each");
-  constexpr shape::linear kGateUp = detail::gate_up_linear<S>();
-  if (tokens > 0 && tokens <= detail::kStreamPassTokens && weight.format == MatrixFormat::bf16 && weight.split == 0) {
-    bool fused = false;  // where the pass's path adds every split in its blocks (detail::gemv_pass)
-    detail::with_token_tiles(tokens, [&](auto tiles) {
-      fused = detail::gemv_pass<S.n, S.k, LinearOut::store_bf16, S.sms, decltype(tiles)::value, true>(
-                  in, static_cast<const bf16*>(weight.data), act, nullptr, tokens, true, stream) !=
-              detail::GemvPassRun::not_run;
-    });
-    if (fused) return;
+  if (weight.format == MatrixFormat::bf16 && weight.split == 0) {
+    linear_act<S>(in, static_cast<const bf16*>(weight.data), gate_up, act, tokens, scratch, stream);
+    return;
   }
+  constexpr shape::linear kGateUp = detail::gate_up_linear<S>();
   if constexpr (!S.rank_slice) {  // a tensor-parallel rank's slice is bf16 rows (linear.cuh)
     // One token tile (launch_gemv_quant_pass's 1): the paired quantized GEMV is compiled for that
     // tile count alone, as every further count is each block format's kernel once more.

@@ -24,10 +24,11 @@ std::string describe(const std::string& matrix, int tokens) {
          std::to_string(S.dim) + " tokens " + std::to_string(tokens);
 }
 
-// act of `tokens` rows through linear_act and through its parts, on `weight` (bf16 rows, or kept
-// quantized; weight_values: what it holds); `expect(tokens)`: the path linear_act should take.
-template <shape::linear_act S, typename Expect>
-void check_against_parts(const GpuMatrix& weight, const std::string& matrix, const std::vector<float>& weight_values,
+// act of `tokens` rows through linear_act and through its parts, on `weight` (bf16 rows, a const
+// bf16*, or a GpuMatrix kept quantized; weight_values: what it holds); `expect(tokens)`: the path
+// linear_act should take.
+template <shape::linear_act S, typename Weight, typename Expect>
+void check_against_parts(const Weight& weight, const std::string& matrix, const std::vector<float>& weight_values,
                          const std::vector<int>& token_counts, Expect&& expect) {
   constexpr shape::linear kGateUp = detail::gate_up_linear<S>();
   constexpr shape::silu_mul kAct{.dim = S.dim};
@@ -65,13 +66,15 @@ void check_against_parts(const GpuMatrix& weight, const std::string& matrix, con
 }
 
 // On bf16 rows: fused up to one pass where the pass adds its splits in its blocks (`fused_up_to`:
-// the most tokens a fused pass takes; past it, and past 64, the parts).
+// the most tokens a fused pass takes; past it, and past 64, the parts). Through the overloads for
+// bf16 rows, which compile no block format's kernels (through a GpuMatrix every shape here compiled
+// all of them: half of this file's compile; the GpuMatrix overload hands bf16 rows to them).
 template <shape::linear_act S>
 void check_linear_act(const std::vector<int>& token_counts, int fused_up_to = 64) {
   std::mt19937 rng(9100 + S.n + S.k);
   const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
   DeviceBuffer<uint16_t> d_weight(weight);
-  check_against_parts<S>(GpuMatrix{d_weight.get(), MatrixFormat::bf16}, "bf16", bf16_to_f32(weight), token_counts,
+  check_against_parts<S>(as_bf16(d_weight), "bf16", bf16_to_f32(weight), token_counts,
                          [&](int tokens) { return tokens <= fused_up_to ? Path::fused : Path::parts; });
 }
 
@@ -110,7 +113,7 @@ TEST_CASE("linear_act writes silu(gate) · up with the bits of linear, then silu
       {1, 8, 9, 64}, 8);
 }
 
-TEST_CASE("linear_act over matrices kept in GGUF blocks and FP8 codes", "[linear_act]") {
+TEST_CASE("linear_act over matrices kept in GGUF blocks or FP8 codes and over bf16 rows in a GpuMatrix", "[linear_act]") {
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
     check_quant_linear_act<smollm2::kLinearActGateUpProj>(t);  // 18 blocks a row
     check_quant_linear_act<tiny_qwen3::kLinearActGateUpProj>(t);
@@ -120,6 +123,14 @@ TEST_CASE("linear_act over matrices kept in GGUF blocks and FP8 codes", "[linear
     // Rows of 4096 (Llama-3.1-8B's gate_up), a last tile of 5 features.
     check_quant_linear_act<shape::linear_act{.n = 1002, .k = 4096, .sms = 132, .stacked = true, .rank_slice = false,
                                              .dim = 501}>(t);
+  }
+  {  // bf16 rows in a GpuMatrix: handed to the overload for bf16 rows (the models' call)
+    constexpr shape::linear_act S = llama1b::kLinearActGateUpProj;
+    std::mt19937 rng(9300);
+    const auto weight = random_bf16(static_cast<size_t>(S.n) * S.k, rng);
+    DeviceBuffer<uint16_t> d_weight(weight);
+    check_against_parts<S>(GpuMatrix{d_weight.get(), MatrixFormat::bf16}, "bf16 GpuMatrix", bf16_to_f32(weight),
+                           {1, 9, 64, 65}, [](int tokens) { return tokens <= 64 ? Path::fused : Path::parts; });
   }
   const test::Fp8Matrix m = test::random_fp8_matrix(llama1b::kLinearActGateUpProj.n, llama1b::kLinearActGateUpProj.k, 9200);
   DeviceBuffer<std::byte> d_matrix(m.matrix);
