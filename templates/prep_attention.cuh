@@ -38,6 +38,10 @@ namespace detail {
 
 // The K/V vectors in flight per lane of the build for kMinBlocksPerSm blocks an SM: 4, but 1 in the
 // four-an-SM build, which holds 64 registers a thread (prep_attention_blocks_per_sm says when).
+// 2 in the one- and two-an-SM builds ran 3-4% faster launched alone at short contexts, but made
+// the decode step 1.2-2.5% slower (Qwen3-0.6B and Llama-3.2-1B, batches 1 and 8, H100): begin()'s
+// first pass, requested before the PDL wait while qkv_proj still runs, is then half as many keys,
+// and more of the context's loads wait on the projection (bench/RESULTS.md 2026-12-07, sixty-second session).
 __host__ __device__ constexpr int prep_attention_unroll(int min_blocks_per_sm) { return min_blocks_per_sm == 4 ? 1 : 4; }
 
 // (Plain template parameters: nvcc's launch stubs take no class-type ones.)
