@@ -28,7 +28,11 @@
 // too, and lost: every GEMV block recomputes the folded input, which costs more than the launch
 // it saves (bench/RESULTS.md, 2026-11-21; again for the quantized GEMV, whose blocks copy their
 // token rows into shared memory anyway, 2026-11-27 sixth session: Qwen3-8B FP8 +21% a token, the
-// norm repeated by each of gate_up's 1,536 blocks after the wait for the op before).
+// norm repeated by each of gate_up's 1,536 blocks after the wait for the op before). And with the
+// row's Σx² computed once, by the residual projection as tile sums, the norm's launch gone: slower
+// still (Llama-3.2-1B batch 1 +6%, 2026-12-07 sixty-third session). The projection after a norm
+// already streams its first weights while the norm runs (PDL), so the launch cost little; folded,
+// its fp32 inputs' registers halved those weights in flight or its warps an SM.
 #include <algorithm>
 
 #include "codegen/graph_build.hpp"
