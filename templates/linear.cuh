@@ -65,15 +65,16 @@ struct GemvShape {
   static constexpr int kThreads = kWarps * 32;
   // Column steps per load group (a warp keeps one group in flight while it multiplies the previous
   // one): more bytes in flight, bounded by registers. At one token tile, 4 steps take ~117
-  // registers a thread and 2 take ~62 (ptxas 13.0, sm_90a): an SM holds 16 warps of the one, 32 of
-  // the other. Where a warp's split is at most 4 steps, 2-step groups issue its loads about as
-  // early, so when the blocks outnumber what 4 steps let the SMs hold at once but not what 2 do, 2
-  // run them in one wave instead of two: Qwen3-0.6B's gate_up (384 blocks of 8 warps, 4 steps a
-  // warp) 9.70 -> 8.70 µs at one token, the model's step 1.9% shorter at batch 8 (H100). Longer
-  // splits keep 4, whose deeper first group is what the kernel requests before its PDL wait:
-  // Llama-3.1-8B's qkv and gate_up at 2 made its step 1.2% longer (bench/RESULTS.md, 2026-12-06).
+  // registers a thread and 2 take ~70 (ptxas 13.0, sm_90a; the first two groups' weights held at
+  // the wait): an SM holds 16 warps of the one, 24 of the other. Where a warp's split is at most 4
+  // steps, 2-step groups issue its loads about as early, so when the blocks outnumber what 4 steps
+  // let the SMs hold at once but not what 2 do, 2 run them in one wave instead of two: Qwen3-0.6B's
+  // gate_up (384 blocks of 8 warps, 4 steps a warp) 9.70 -> 8.70 µs at one token, the model's step
+  // 1.9% shorter at batch 8 (H100). Longer splits keep 4, whose deeper groups are what the kernel
+  // requests before its PDL wait: Llama-3.1-8B's qkv and gate_up at 2 made its step 1.2% longer
+  // (bench/RESULTS.md, 2026-12-06).
   static constexpr int kStepsPerWarp = ceil_div(kSteps, kWarpsK);
-  static constexpr int kRowBlocksPerSm4 = max_int(1, 16 / kWarps), kRowBlocksPerSm2 = max_int(1, 32 / kWarps);
+  static constexpr int kRowBlocksPerSm4 = max_int(1, 16 / kWarps), kRowBlocksPerSm2 = max_int(1, 24 / kWarps);
   static constexpr bool kOneWaveAtTwo = kTokenTiles == 1 && !kWide && kStepsPerWarp <= 4 &&
                                         kRowBlocks > kRowBlocksPerSm4 * kSMs && kRowBlocks <= kRowBlocksPerSm2 * kSMs;
   static constexpr int kUnroll = kUnrollSet > 0 ? kUnrollSet : kOneWaveAtTwo ? 2 : max_int(1, 4 / kTokenTiles);
@@ -205,20 +206,33 @@ __global__ void __launch_bounds__(Shape::kThreads)
       for (int j = 0; j < T; ++j) mma_row_chunk(acc[j], grp.a0[u], grp.a1[u], grp.b[u][j]);
     }
   };
-  Group current;
-  // The first weights are requested before the input's prologue, which then overlaps their latency,
-  // and before the wait for the kernel before (common.cuh: weights are never written), whose last
-  // blocks they overlap.
+  Group current, second;
+  // The first two groups' weights are requested before the input's prologue, which then overlaps
+  // their latency, and before the wait for the kernel before (common.cuh: weights are never
+  // written), whose last blocks they overlap. Two: before the wait no input is held, so the second
+  // group's weights take registers the loop holds inputs in later; the loop's first pass is
+  // written out here, with the second group already on its way (the quantized GEMV's kEarlySecond,
+  // linear_quant.cuh; every shape keeps its waves: kOneWaveAtTwo above). Against one group:
+  // Llama-3.2-1B's step 1.7% shorter at batch 1, Qwen3-0.6B's 1.9% at batch 8, the same bits
+  // (H100, bench/RESULTS.md 2026-12-07 sixty-third session).
+  const bool has_second = wk + WK * U < Shape::kSteps;
   if (wk < Shape::kSteps) load_weights(wk, current);
+  if (has_second) load_weights(wk + WK * U, second);
   pdl_release_and_wait();
   input.template rows<T, Shape::kThreads>(tokens, g, x_rows);
   if (wk < Shape::kSteps) {
     fetch_inputs(wk, current);
     convert_inputs(current);
+    if (has_second) fetch_inputs(wk + WK * U, second);
+    mma_group(current);
+    if (has_second) {
+      convert_inputs(second);
+      current = second;
+    }
   }
   // Not unrolled: a fully unrolled loop lets the compiler sink every load down to its mma.
 #pragma unroll 1
-  for (int s0 = wk; s0 < Shape::kSteps; s0 += WK * U) {
+  for (int s0 = wk + WK * U; s0 < Shape::kSteps; s0 += WK * U) {
     Group next;
     const bool more = s0 + WK * U < Shape::kSteps;
     if (more) {
