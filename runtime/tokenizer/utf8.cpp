@@ -46,6 +46,18 @@ size_t valid_sequence_length(std::string_view text) {
 // also counts the information separators U+001C..U+001F as spaces.
 bool is_python_space(char32_t cp) { return is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
+// next() for text that may not be UTF-8: the code point of the valid sequence at text[pos], pos
+// moved past it; where none starts there (a stray continuation byte, a sequence cut short or
+// ill-formed), U+FFFD and pos moved one byte. So the trimming below stops at bytes that are not
+// a character, as at any other non-space, and never reads past `text` (next() would).
+char32_t next_or_replacement(std::string_view text, size_t& pos) {
+  if (valid_sequence_length(text.substr(pos)) == 0) {
+    ++pos;
+    return 0xFFFD;
+  }
+  return next(text, pos);
+}
+
 }  // namespace
 
 void append(std::string& out, char32_t cp) {
@@ -161,14 +173,15 @@ std::string_view trim_white_space(std::string_view text, bool front, bool back) 
   size_t begin = 0;
   while (front && begin < text.size()) {
     size_t pos = begin;
-    if (!is_white_space(next(text, pos))) break;
+    if (!is_white_space(next_or_replacement(text, pos))) break;
     begin = pos;
   }
   size_t end = text.size();
   while (back && end > begin) {
+    // The character that ends at `end`: a whole one, after `begin`, or the trimming stops.
     const size_t prev = char_start_before(text, end);
     size_t pos = prev;
-    if (!is_white_space(next(text, pos))) break;
+    if (prev < begin || !is_white_space(next_or_replacement(text, pos)) || pos != end) break;
     end = prev;
   }
   return text.substr(begin, end - begin);
@@ -178,13 +191,13 @@ std::string_view python_strip(std::string_view text) {
   size_t begin = 0;
   while (begin < text.size()) {
     size_t pos = begin;
-    if (!is_python_space(next(text, pos))) break;
+    if (!is_python_space(next_or_replacement(text, pos))) break;
     begin = pos;
   }
   size_t end = begin;
   size_t pos = begin;
   while (pos < text.size()) {
-    if (!is_python_space(next(text, pos))) end = pos;
+    if (!is_python_space(next_or_replacement(text, pos))) end = pos;
   }
   return text.substr(begin, end - begin);
 }

@@ -63,10 +63,11 @@ class Assembler {
 
 // Unicode White_Space: Rust regex's \s, what HF's lstrip / rstrip of added tokens remove.
 bool is_white_space(char32_t cp);
-// `text` without Unicode White_Space at its front and/or back.
+// `text` without Unicode White_Space at its front and/or back. Any bytes: a byte that is not part
+// of a whole character is not white space, and nothing past `text` is read.
 std::string_view trim_white_space(std::string_view text, bool front, bool back);
 
-// `text` without leading and trailing Python whitespace (Jinja's |trim).
+// `text` without leading and trailing Python whitespace (Jinja's |trim). Any bytes, as above.
 std::string_view python_strip(std::string_view text);
 
 }  // namespace kiln::utf8

@@ -80,3 +80,22 @@ TEST_CASE("python_strip removes what Python's str.strip() removes") {
   CHECK(utf8::python_strip("\xE2\x80\x8Bx") == "\xE2\x80\x8Bx");          // U+200B is not whitespace
   CHECK(utf8::python_strip("   ").empty());
 }
+
+// Text cut inside a character: fuzz_answer_parsers, trimming every byte prefix of an answer, found
+// "\xC2" (U+0085's first byte) read as a whole white space past the view's end, and substr threw.
+// Bytes that are no whole character are not white space, and nothing is read past the view.
+TEST_CASE("trimming stops at bytes that are not a whole character and stays inside the text") {
+  const std::string buffer = "\xC2\x85\xC2\x85";  // two U+0085 (white space); views cut into it
+  const std::string_view nel_cut(buffer.data(), 1), nel(buffer.data(), 2), nel_and_cut(buffer.data(), 3);
+  CHECK(utf8::trim_white_space(nel_cut, true, true) == nel_cut);
+  CHECK(utf8::trim_white_space(nel, true, true).empty());
+  CHECK(utf8::trim_white_space(nel_and_cut, true, false) == nel_and_cut.substr(2));
+  CHECK(utf8::trim_white_space(nel_and_cut, false, true) == nel_and_cut);
+  CHECK(utf8::python_strip(nel_cut) == nel_cut);
+  CHECK(utf8::python_strip(nel_and_cut) == nel_and_cut.substr(2));
+  CHECK(utf8::trim_white_space(" \x85 ", true, true) == "\x85");            // a stray continuation byte
+  CHECK(utf8::trim_white_space("\xE2\x80 ", true, true) == "\xE2\x80");     // U+2028 cut short
+  CHECK(utf8::trim_white_space(" \xC2\x85\x85", true, true) == "\x85");  // NEL, then a stray byte
+  CHECK(utf8::trim_white_space("\xE2\x80\xA8x\xE2\x80\xA8", true, true) == "x");  // whole U+2028 still trims
+  CHECK(utf8::python_strip("\xFF \x1F") == "\xFF");
+}
