@@ -260,6 +260,7 @@ answers = [
     (6, '<think>\nplan\n</think>\n\n[g(x=3)]'),
     (4, 'still thinking </think>\n\nThe answer.'),
     (3, '<think>a</thi'),
+    (6, '\u0085\u00a0<think>x\u2028</think>\u0085[f()]'),  # white space of two and three bytes (NEL, NBSP, U+2028)
 ]
 for i, (options, text) in enumerate(answers):
     write(d, "answer%d" % i, bytes([options]) + text.encode())
