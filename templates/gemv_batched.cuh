@@ -30,96 +30,12 @@
 
 #include "templates/blocks/mma.cuh"
 #include "templates/common.cuh"
+#include "templates/gemv_batched_geometry.hpp"
 #include "templates/gemv_plan.hpp"
 
 namespace kiln {
 
 namespace detail {
-
-// A block's geometry: row tiles a warp (1 or 2) and warps a block (each holding one row group's
-// split; all kWarpsK splits of a row group in the block).
-struct BatchedGemvBlock {
-  int tiles_per_warp;
-  int warps;
-};
-
-// The geometry whose busiest SM streams the fewest row tiles (blocks spread evenly, all resident at
-// once), then the one with more warps an SM, then two tiles a warp (each input read serves 32
-// rows). Measured at 64 tokens on an H200 (bench_kernels --batched, 2026-11-29 nineteenth session):
-// Llama-3.1-8B's o_proj (256 tiles) 22.0 µs at 1 × 16 warps (2 tiles a block, a block an SM)
-// against 33.1 at 2 × 16 (4 tiles a block, half the SMs idle); its qkv (384 tiles) 27.8 at 1 × 24
-// (3 tiles a block, 128 blocks: 3 an SM) against 34.0 at 2 × 16 (96 blocks) and 39.2 at 1 × 16
-// (192 blocks: two waves).
-constexpr BatchedGemvBlock batched_gemv_block(int row_tiles, int warps_k, int sms) {
-  constexpr BatchedGemvBlock kCandidates[] = {{2, 16}, {1, 16}, {1, 24}, {2, 8}};
-  BatchedGemvBlock best{0, 0};
-  long long best_tiles = 0, best_warps = 0;
-  for (const BatchedGemvBlock c : kCandidates) {
-    if (c.warps % warps_k != 0) continue;  // row groups of whole splits (use_batched_gemv: warps_k <= 8)
-    const int tiles = c.warps / warps_k * c.tiles_per_warp;
-    const int blocks = (row_tiles + tiles - 1) / tiles;
-    const int per_sm = (blocks + sms - 1) / sms;            // blocks on the busiest SM
-    const int resident = c.warps <= 8 ? 2 : 1;              // 16 warps an SM (128 registers a thread)
-    const long long busiest = static_cast<long long>(per_sm) * tiles;
-    const long long warps_per_sm = static_cast<long long>(per_sm < resident ? per_sm : resident) * c.warps;
-    const bool better = best.warps == 0 || busiest < best_tiles ||
-                        (busiest == best_tiles && (warps_per_sm > best_warps ||
-                                                   (warps_per_sm == best_warps && c.tiles_per_warp > best.tiles_per_warp)));
-    if (better) best = c, best_tiles = busiest, best_warps = warps_per_sm;
-  }
-  return best;
-}
-
-// The wide form's geometry: row tiles a warp, warps a block and splits a block (block_warps_k, at
-// most half the plan's, so that a block's token rows serve many row tiles). Two splits a block or
-// more where the splits pair up: a split's column step is 64 bytes of a row, half a 128-byte line,
-// and a block holding one split left the line's other half to a block of another group, which runs
-// at another time (the likely reason; not traced). Chosen as above (the busiest SM's tile-splits,
-// then the most warps an SM), ties going to more blocks an SM, then to fewer splits a block (the
-// token rows a block copies serve more row tiles), then to fewer row blocks and to two tiles a
-// warp. H100, 64 / 32 / 16 tokens, µs a launch chained (graph_us; bench/RESULTS.md 2026-12-07
-// sixty-fifth session), one split a block -> this: Qwen3-0.6B's o_proj 5.53 / 3.71 / 2.92 -> 4.09
-// / 3.19 / 2.71 (4 warps, 2 tiles a block, 256 blocks), Llama-3.2-1B's down_proj 18.63 / 18.77 /
-// 16.46 -> 15.45 / 13.81 / 14.15 (8 warps, 4 tiles, 256 blocks).
-struct BatchedGemvWideBlock {
-  int tiles_per_warp;
-  int warps;
-  int block_warps_k;
-};
-
-constexpr BatchedGemvWideBlock batched_gemv_wide_block(int row_tiles, int warps_k, int sms) {
-  constexpr BatchedGemvWideBlock kCandidates[] = {{1, 16, 2}, {1, 8, 2}, {1, 4, 2}, {2, 8, 2}, {1, 16, 4},
-                                                   {1, 8, 4},  {1, 16, 1}, {1, 8, 1}, {2, 8, 1}, {2, 16, 1}};
-  BatchedGemvWideBlock best{0, 0, 0};
-  long long best_units = 0, best_warps = 0, best_resident = 0, best_row_blocks = 0;
-  for (const BatchedGemvWideBlock c : kCandidates) {
-    if (c.warps % c.block_warps_k != 0 || warps_k % c.block_warps_k != 0 || warps_k / c.block_warps_k < 2) continue;
-    const int tiles = c.warps / c.block_warps_k * c.tiles_per_warp;
-    const int row_blocks = (row_tiles + tiles - 1) / tiles;
-    const int blocks = row_blocks * (warps_k / c.block_warps_k);
-    const int per_sm = (blocks + sms - 1) / sms;
-    const int most = c.warps <= 8 ? 2 : 1;  // blocks an SM holds (16 warps an SM: 128 registers a thread)
-    const int resident = per_sm < most ? per_sm : most;
-    const long long units = static_cast<long long>(per_sm) * tiles * c.block_warps_k;
-    const long long warps_per_sm = static_cast<long long>(resident) * c.warps;
-    // Smaller is better, in this order (one split a block only where the splits do not pair up).
-    const long long mine[] = {c.block_warps_k == 1, units, -warps_per_sm, -resident, c.block_warps_k, row_blocks,
-                              -c.tiles_per_warp};
-    const long long theirs[] = {best.block_warps_k == 1, best_units, -best_warps, -best_resident, best.block_warps_k,
-                                best_row_blocks, -best.tiles_per_warp};
-    bool better = best.warps == 0;
-    for (int i = 0; i < 7 && !better; ++i) {
-      if (mine[i] != theirs[i]) {
-        better = mine[i] < theirs[i];
-        break;
-      }
-    }
-    if (better) {
-      best = c, best_units = units, best_warps = warps_per_sm, best_resident = resident, best_row_blocks = row_blocks;
-    }
-  }
-  return best;
-}
 
 // kWide: the wide form (a group of splits a block, the sums through scratch); its geometry is
 // batched_gemv_wide_block's unless the Set parameters give it (kBlockWarpsKSet: splits a block).
