@@ -19,8 +19,8 @@ namespace detail {
 // SMs, all resident at once where they fit (16 warps an SM: 128 registers a thread, so two blocks
 // of 8 warps or fewer, one of more).
 struct SmShare {
-  int per_sm;      // blocks on the busiest SM
-  int resident;    // of those, at once
+  int per_sm;       // blocks on the busiest SM
+  int resident;     // of those, at once
   long long warps;  // warps the busiest SM holds at once
 };
 
@@ -50,6 +50,22 @@ struct BatchedGemvBlock {
   int warps;
 };
 
+// The best of `candidates` by the order below ({0, 0}: none holds whole splits).
+template <int N>
+KILN_HOST_DEVICE constexpr BatchedGemvBlock best_batched_gemv_block(const BatchedGemvBlock (&candidates)[N],
+                                                                    int row_tiles, int warps_k, int sms) {
+  BatchedGemvBlock best{0, 0};
+  OrderKey<3> best_key{};
+  for (const BatchedGemvBlock c : candidates) {
+    if (c.warps % warps_k != 0) continue;  // row groups of whole splits (use_batched_gemv: warps_k <= 8)
+    const int tiles = c.warps / warps_k * c.tiles_per_warp;
+    const SmShare share = sm_share((row_tiles + tiles - 1) / tiles, c.warps, sms);
+    const OrderKey<3> key{{static_cast<long long>(share.per_sm) * tiles, -share.warps, -c.tiles_per_warp}};
+    if (best.warps == 0 || key < best_key) best = c, best_key = key;
+  }
+  return best;
+}
+
 // The geometry whose busiest SM streams the fewest row tiles (blocks spread evenly, all resident at
 // once), then the one with more warps an SM, then two tiles a warp (each input read serves 32
 // rows). Measured at 64 tokens on an H200 (bench_kernels --batched, 2026-11-29 nineteenth session):
@@ -58,18 +74,23 @@ struct BatchedGemvBlock {
 // (3 tiles a block, 128 blocks: 3 an SM) against 34.0 at 2 × 16 (96 blocks) and 39.2 at 1 × 16
 // (192 blocks: two waves). {0, 0} where no candidate holds whole splits (a split count such as 5
 // or 7, which divides none of their warp counts).
+// Where that geometry's blocks come in waves (the LM heads), 8-warp blocks instead, two an SM, so
+// that one block's start and end overlap the other's streaming. H100, 64 / 32 tokens, µs a launch
+// chained (bench/RESULTS.md 2026-12-07 sixty-fifth session): Qwen3-0.6B's LM head 151936 × 1024
+// 147.99 / 121.18 at 1 × 24 (three waves) against 132.18 / 113.50 at 1 × 8, Llama-3.2-1B's 128256 ×
+// 2048 204.67 / 186.57 at 2 × 16 (two waves) against 197.71 / 183.69 at 2 × 8. The decode step
+// (H100, sixty-sixth session): Qwen3-0.6B batch 64 1.4370 -> 1.4228 ms, batch 32 -1.0%, batch 16
+// +0.3%; Llama-3.2-1B batch 64 -0.7%; Llama-3.1-8B unchanged.
 KILN_HOST_DEVICE constexpr BatchedGemvBlock batched_gemv_block(int row_tiles, int warps_k, int sms) {
   constexpr BatchedGemvBlock kCandidates[] = {{2, 16}, {1, 16}, {1, 24}, {2, 8}};
-  BatchedGemvBlock best{0, 0};
-  OrderKey<3> best_key{};
-  for (const BatchedGemvBlock c : kCandidates) {
-    if (c.warps % warps_k != 0) continue;  // row groups of whole splits (use_batched_gemv: warps_k <= 8)
-    const int tiles = c.warps / warps_k * c.tiles_per_warp;
-    const SmShare share = sm_share((row_tiles + tiles - 1) / tiles, c.warps, sms);
-    const OrderKey<3> key{{static_cast<long long>(share.per_sm) * tiles, -share.warps, -c.tiles_per_warp}};
-    if (best.warps == 0 || key < best_key) best = c, best_key = key;
-  }
-  return best;
+  constexpr BatchedGemvBlock kTwoAnSm[] = {{2, 8}, {1, 8}};
+  const BatchedGemvBlock best = best_batched_gemv_block(kCandidates, row_tiles, warps_k, sms);
+  if (best.warps == 0) return best;
+  const int tiles = best.warps / warps_k * best.tiles_per_warp;
+  const SmShare share = sm_share((row_tiles + tiles - 1) / tiles, best.warps, sms);
+  if (share.per_sm <= share.resident) return best;  // the busiest SM holds all its blocks at once
+  const BatchedGemvBlock two = best_batched_gemv_block(kTwoAnSm, row_tiles, warps_k, sms);
+  return two.warps != 0 ? two : best;  // (3 splits: whole row groups in 24 warps only)
 }
 
 // The wide form's geometry: row tiles a warp, warps a block and splits a block (block_warps_k, at
