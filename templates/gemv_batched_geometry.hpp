@@ -50,18 +50,24 @@ struct BatchedGemvBlock {
   int warps;
 };
 
-// The best of `candidates` by the order below ({0, 0}: none holds whole splits).
+// A narrow geometry as chosen, with its share of the busiest SM.
+struct BatchedGemvChoice {
+  BatchedGemvBlock block;
+  SmShare share;
+};
+
+// The best of `candidates` by the order below (block {0, 0}: none holds whole splits).
 template <int N>
-KILN_HOST_DEVICE constexpr BatchedGemvBlock best_batched_gemv_block(const BatchedGemvBlock (&candidates)[N],
-                                                                    int row_tiles, int warps_k, int sms) {
-  BatchedGemvBlock best{0, 0};
+KILN_HOST_DEVICE constexpr BatchedGemvChoice best_batched_gemv_block(const BatchedGemvBlock (&candidates)[N],
+                                                                     int row_tiles, int warps_k, int sms) {
+  BatchedGemvChoice best{{0, 0}, {0, 0, 0}};
   OrderKey<3> best_key{};
   for (const BatchedGemvBlock c : candidates) {
     if (c.warps % warps_k != 0) continue;  // row groups of whole splits (use_batched_gemv: warps_k <= 8)
     const int tiles = c.warps / warps_k * c.tiles_per_warp;
     const SmShare share = sm_share((row_tiles + tiles - 1) / tiles, c.warps, sms);
     const OrderKey<3> key{{static_cast<long long>(share.per_sm) * tiles, -share.warps, -c.tiles_per_warp}};
-    if (best.warps == 0 || key < best_key) best = c, best_key = key;
+    if (best.block.warps == 0 || key < best_key) best = {c, share}, best_key = key;
   }
   return best;
 }
@@ -84,13 +90,11 @@ KILN_HOST_DEVICE constexpr BatchedGemvBlock best_batched_gemv_block(const Batche
 KILN_HOST_DEVICE constexpr BatchedGemvBlock batched_gemv_block(int row_tiles, int warps_k, int sms) {
   constexpr BatchedGemvBlock kCandidates[] = {{2, 16}, {1, 16}, {1, 24}, {2, 8}};
   constexpr BatchedGemvBlock kTwoAnSm[] = {{2, 8}, {1, 8}};
-  const BatchedGemvBlock best = best_batched_gemv_block(kCandidates, row_tiles, warps_k, sms);
-  if (best.warps == 0) return best;
-  const int tiles = best.warps / warps_k * best.tiles_per_warp;
-  const SmShare share = sm_share((row_tiles + tiles - 1) / tiles, best.warps, sms);
-  if (share.per_sm <= share.resident) return best;  // the busiest SM holds all its blocks at once
-  const BatchedGemvBlock two = best_batched_gemv_block(kTwoAnSm, row_tiles, warps_k, sms);
-  return two.warps != 0 ? two : best;  // (3 splits: whole row groups in 24 warps only)
+  const BatchedGemvChoice best = best_batched_gemv_block(kCandidates, row_tiles, warps_k, sms);
+  // None, or the busiest SM holds all its blocks at once: the order's choice.
+  if (best.block.warps == 0 || best.share.per_sm <= best.share.resident) return best.block;
+  const BatchedGemvBlock two = best_batched_gemv_block(kTwoAnSm, row_tiles, warps_k, sms).block;
+  return two.warps != 0 ? two : best.block;  // (3 splits: whole row groups in 24 warps only)
 }
 
 // The wide form's geometry: row tiles a warp, warps a block and splits a block (block_warps_k, at
