@@ -147,12 +147,122 @@ __global__ void __launch_bounds__(1024) moe_bucket_kernel(const int* __restrict_
   }
 }
 
+// =====================================================================================
+// Bucketing of many pairs (a prefill's): the same buckets over many blocks. The one block above
+// takes ~1.6 ns a pair (22.3 us at 2,048 tokens of DeepSeek-V2-Lite, 0.67 ms of its 2,048-token
+// prefill over 26 layers), its 32 warps each walking 384 pairs in turn. Here block b takes the
+// kBucketPairs pairs from b · kBucketPairs, one a thread:
+//   moe_bucket_count_kernel  the block's pairs per expert, into counts [blocks][kExperts] (the
+//                            scratch past the sorted pairs: moe_bucket_counts)
+//   moe_bucket_place_kernel  every block reads all the counts: an expert's total over the blocks
+//                            gives its bucket's first slot, the blocks before b its first slot for
+//                            block b; inside the block, warps in order, lanes in order (ranks from
+//                            __match_any_sync, as above). Block 0 writes the offsets.
+// A stable counting sort either way: the same scratch, so the same bits downstream. DeepSeek-V2-Lite's
+// 2,048-token prefill 24.60 -> 24.11 ms (H100, bench/RESULTS.md 2026-12-07 sixty-seventh session).
+// =====================================================================================
+
+constexpr int kBucketPairs = 256;  // pairs a block of the many-block bucketing, one a thread
+constexpr int kBucketWarps = kBucketPairs / 32;
+
+// Where the many-block bucketing keeps its counts: past the sorted pairs. The scratch holds
+// moe_scratch_ints_per_token ints a token, so (tokens - 1) · (kExperts + 1) ints lie there unused.
+template <int kExperts>
+__host__ __device__ constexpr int* moe_bucket_counts(int* scratch, int num_pairs) {
+  return scratch + kExperts + 1 + num_pairs;
+}
+
+template <int kExperts>
+__global__ void __launch_bounds__(kBucketPairs) moe_bucket_count_kernel(const int* __restrict__ ids, int* scratch,
+                                                                        int num_pairs) {
+  pdl_release_and_wait();
+  __shared__ int count[kExperts];
+  for (int e = threadIdx.x; e < kExperts; e += kBucketPairs) count[e] = 0;
+  __syncthreads();
+  const int p = blockIdx.x * kBucketPairs + threadIdx.x;
+  const int e = p < num_pairs ? ids[p] : -1;
+  if (e >= 0 && e < kExperts) atomicAdd(&count[e], 1);  // integer counts: any order gives the same
+  __syncthreads();
+  int* counts = moe_bucket_counts<kExperts>(scratch, num_pairs) + blockIdx.x * kExperts;
+  for (int i = threadIdx.x; i < kExperts; i += kBucketPairs) counts[i] = count[i];
+}
+
+template <int kExperts>
+__global__ void __launch_bounds__(kBucketPairs) moe_bucket_place_kernel(const int* __restrict__ ids, int* scratch,
+                                                                        int num_pairs) {
+  pdl_release_and_wait();
+  __shared__ int total[kExperts], first[kExperts];  // over all blocks; this block's first slot
+  __shared__ int warp_next[kBucketWarps][kExperts];  // counts, then each warp's next slot
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, blocks = gridDim.x;
+  const int* counts = moe_bucket_counts<kExperts>(scratch, num_pairs);
+  for (int e = threadIdx.x; e < kExperts; e += kBucketPairs) {
+    int all = 0, before = 0;
+#pragma unroll 8
+    for (int b = 0; b < blocks; ++b) {
+      const int c = counts[b * kExperts + e];
+      all += c;
+      before += b < static_cast<int>(blockIdx.x) ? c : 0;
+    }
+    total[e] = all;
+    first[e] = before;
+  }
+  for (int i = threadIdx.x; i < kBucketWarps * kExperts; i += kBucketPairs) (&warp_next[0][0])[i] = 0;
+
+  // This warp's pair, its expert, and the lanes before it with the same expert.
+  const int p = blockIdx.x * kBucketPairs + threadIdx.x;
+  const int e = p < num_pairs ? ids[p] : -1;
+  const bool valid = e >= 0 && e < kExperts;
+  const unsigned active = __ballot_sync(0xffffffffu, valid);
+  const unsigned peers = valid ? __match_any_sync(active, e) : 0u;
+  __syncthreads();
+  if (valid && lane == __ffs(peers) - 1) warp_next[warp][e] = __popc(peers);
+
+  if (warp == 0) {  // the buckets' first slots: an exclusive scan of the totals over the experts
+    int running = 0;
+    for (int eb = 0; eb < kExperts; eb += 32) {
+      const int x = eb + lane;
+      const int t = x < kExperts ? total[x] : 0;
+      const int incl = warp_inclusive_sum(t);
+      if (x < kExperts) {
+        if (blockIdx.x == 0) scratch[x] = running + incl - t;
+        first[x] += running + incl - t;
+      }
+      running += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0 && blockIdx.x == 0) scratch[kExperts] = running;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < kExperts; x += kBucketPairs) {
+    int next = first[x];
+    for (int w = 0; w < kBucketWarps; ++w) {
+      const int c = warp_next[w][x];
+      warp_next[w][x] = next;
+      next += c;
+    }
+  }
+  __syncthreads();
+  if (valid) scratch[kExperts + 1 + warp_next[warp][e] + __popc(peers & ((1u << lane) - 1u))] = p;
+}
+
+// Pairs from which the many-block bucketing runs: below, the one block's ~1.6 ns a pair is less
+// than the second launch.
+constexpr int kBucketManyBlocksFrom = 2048;
+
 template <int kExperts, int kTopK>
 inline void launch_moe_bucket(const int* ids, int* scratch, int tokens, cudaStream_t stream) {
+  const int pairs = tokens * kTopK, blocks = ceil_div(pairs, kBucketPairs);
+  // The counts fit the scratch's unused tail while the blocks are fewer than the tokens (a block
+  // takes 256 pairs: kTopK <= 128 keeps that true from 2 tokens on).
+  if (pairs >= kBucketManyBlocksFrom && static_cast<long long>(blocks) * kExperts <=
+                                            static_cast<long long>(tokens - 1) * (kExperts + 1)) {
+    KILN_LAUNCH(moe_bucket_count_kernel<kExperts>, blocks, kBucketPairs, 0, stream, ids, scratch, pairs);
+    KILN_LAUNCH(moe_bucket_place_kernel<kExperts>, blocks, kBucketPairs, 0, stream, ids, scratch, pairs);
+    return;
+  }
   constexpr int kSmem = 32 * kExperts * 4;
   constexpr auto kernel = moe_bucket_kernel<kExperts, kTopK>;
   allow_dynamic_smem_once<kernel, kSmem>();
-  KILN_LAUNCH(kernel, 1, 1024, kSmem, stream, ids, scratch, tokens * kTopK);
+  KILN_LAUNCH(kernel, 1, 1024, kSmem, stream, ids, scratch, pairs);
 }
 
 // ---- grouped GEMM problems (prefill): one group per expert, tiles of 64 (tile_gemm.cuh) or pairs

@@ -70,13 +70,15 @@ void check_gate_up(const std::vector<int>& token_counts) {
   check_launch("moe_gate_up, 0 tokens");
 }
 
-// moe_bucket_kernel's scratch (moe_buckets.cuh) against a stable counting sort on the host: each
+// launch_moe_bucket's scratch (moe_buckets.cuh) against a stable counting sort on the host: each
 // expert's first slot, the pairs' count, then every expert's pairs ascending; pairs of another
-// rank's experts (id -1) left out.
+// rank's experts (id -1) left out. The scratch is the size moe_gate_up's callers give it (its
+// tail holds the many-block bucketing's counts).
 template <int kExperts, int kTopK>
 void check_buckets(int tokens, std::mt19937& rng) {
   std::vector<int> ids = make_ids(tokens, kExperts, kTopK, rng);
   for (size_t p = 3; p < ids.size(); p += 7) ids[p] = -1;
+  for (size_t p = 5; p < ids.size(); p += 11) ids[p] = kExperts - 1;  // one bucket across many blocks
   std::vector<int> want(kExperts + 1, 0), placed(kExperts, 0);
   for (const int e : ids) {
     if (e >= 0) ++want[e + 1];
@@ -86,7 +88,7 @@ void check_buckets(int tokens, std::mt19937& rng) {
   for (int p = 0; p < static_cast<int>(ids.size()); ++p) {
     if (ids[p] >= 0) want[kExperts + 1 + want[ids[p]] + placed[ids[p]]++] = p;
   }
-  DeviceBuffer<int> d_ids(ids), d_scratch(kExperts + 1 + ids.size());
+  DeviceBuffer<int> d_ids(ids), d_scratch(static_cast<size_t>(tokens) * (kTopK + kExperts + 1));
   d_scratch.poison();
   detail::launch_moe_bucket<kExperts, kTopK>(d_ids.get(), d_scratch.get(), tokens, nullptr);
   check_launch("moe_bucket " + std::to_string(kExperts) + " experts, " + std::to_string(tokens) + " tokens");
@@ -100,7 +102,10 @@ void check_buckets(int tokens, std::mt19937& rng) {
 
 TEST_CASE("moe_bucket sorts each step's pairs by expert and keeps their order", "[moe_gate_up]") {
   std::mt19937 rng(4242);
-  for (const int tokens : {1, 2, 7, 64, 65, 300, 2048}) {
+  // One block below kBucketManyBlocksFrom pairs (341 tokens of top 6, 682 of top 3), many blocks
+  // from there (342 and 683 tokens: their last block holds a few pairs).
+  static_assert(detail::kBucketManyBlocksFrom == 2048 && detail::kBucketPairs == 256);
+  for (const int tokens : {1, 2, 7, 64, 65, 300, 341, 342, 683, 2048, 4097}) {
     check_buckets<64, 6>(tokens, rng);   // DeepSeek-V2-Lite
     check_buckets<160, 6>(tokens, rng);  // DeepSeek-V2
     check_buckets<8, 3>(tokens, rng);    // the tiny models' and a tensor-parallel rank's few experts
