@@ -127,7 +127,7 @@ void moe_gate_up_impl(const bf16* h, const bf16* weight, const int* ids, bf16* o
 }  // namespace detail
 
 // h [T, hidden], weight [experts, 2·inter, hidden], ids [T, top_k] -> out [T, top_k, 2·inter];
-// scratch: experts + 1 + T·top_k ints, left holding the buckets for moe_down.
+// scratch: T · moe_scratch_ints_per_token ints, left holding the buckets for moe_down.
 template <shape::moe_gate_up S>
 void moe_gate_up(const bf16* h, const bf16* weight, const int* ids, bf16* out, int* scratch, int tokens,
                  cudaStream_t stream) {

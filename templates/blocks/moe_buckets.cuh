@@ -2,8 +2,9 @@
 // its int scratch, and moe_down reads them back.
 //
 // Scratch: [0, kExperts] bucket offsets, then the T·kTopK pair indices (t·kTopK + j) sorted by
-// expert (stable: a bucket's pairs stay ascending): kExperts + 1 + T·kTopK ints, that is
-// kExperts + 1 + kTopK per token at most (moe_scratch_ints_per_token).
+// expert (stable: a bucket's pairs stay ascending): kExperts + 1 + T·kTopK ints. A step's scratch
+// is T · moe_scratch_ints_per_token ints (kTopK + kExperts + 1 a token): the many-block bucketing
+// keeps its counts in the tail past the pairs.
 #pragma once
 
 #include "templates/blocks/mma.cuh"

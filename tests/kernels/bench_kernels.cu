@@ -683,7 +683,7 @@ struct MoeDecodeData {
   int tokens;
   std::mt19937 rng;
   DeviceBuffer<uint16_t> h, act, pairs;
-  size_t scratch_ints;  // a routing's buckets (moe_buckets.cuh: experts + 1 + T·top_k)
+  size_t scratch_ints;  // a routing's buckets (moe_buckets.cuh: T · (top_k + experts + 1))
   double used_experts = 0.0;  // per routing, on average (counted by routings(), before ids is made)
   DeviceBuffer<int> ids, scratch;  // kRoutings routings one after another
   MoeDecodeData(const MoeDecodeWeights<kExperts, kTopK, kHidden, kInter>& weights, int t)
