@@ -129,20 +129,22 @@ std::string kv_decl(const Graph& g, Phase phase) {
   return "const ref::KvPages kv = ref::kv_layer(ctx, layer * kv_layer_values, {kNumKvHeads, kHeadDim, kPageSize});";
 }
 
-// Decode: the fork before the first op beside the others (Op::beside), and the join before the
-// first op that reads what they wrote; a layer may fork again after a join. The ops in between
-// must not write what the side ops use (nothing orders them).
+// The fork before the first op beside the others (Op::beside), and the join before the first op
+// that reads what they wrote; a layer may fork again after a join. The ops in between must not
+// write what the side ops use (nothing orders them). Decode forks by ctx.fork (small steps only),
+// prefill by ctx.fork_prefill.
 struct SideStream {
   std::vector<std::string> reads, writes;  // the side ops' buffers since the fork
   bool declared = false;                   // `side` is declared in this layer
 };
-void side_stream_edges(const Op& op, SideStream& side, Code& c) {
+void side_stream_edges(const Op& op, Phase phase, SideStream& side, Code& c) {
   if (op.beside) {
     if (side.writes.empty()) {
+      const std::string fork = phase == Phase::decode ? "ctx.fork(T);" : "ctx.fork_prefill();";
       if (side.declared) {
-        c.line("side = ctx.fork(T);   // again: the ops given `side` run beside the next ones, up to ctx.join");
+        c.line("side = " + fork + "   // again: the ops given `side` run beside the next ones, up to ctx.join");
       } else {
-        c.line("cudaStream_t side = ctx.fork(T);   // the ops given `side` run beside the next ones, up to ctx.join");
+        c.line("cudaStream_t side = " + fork + "   // the ops given `side` run beside the next ones, up to ctx.join");
       }
       side.declared = true;
     }
@@ -203,7 +205,7 @@ void emit_body(const Graph& g, Phase phase, Code& c) {
       c.line();
       c.comment(stage);
       for (const Op& op : ops) {
-        if (phase == Phase::decode) side_stream_edges(op, side, c);
+        if (gpu) side_stream_edges(op, phase, side, c);
         emit_op(op, g, phase, c);
       }
     }

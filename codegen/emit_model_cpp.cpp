@@ -141,7 +141,7 @@ std::string emit_model_cpp(const ModelSpec& s, const Graph& g) {
   field("gpu_arena_bytes", "GpuArena::bytes");
   field("gpu_scratch_bytes", "kDecodeScratchFloats * static_cast<int64_t>(sizeof(float))");
   if (has_beside_ops(g)) {
-    field("decode_side_stream", "true");
+    field("side_stream", "true");
     field("gpu_side_scratch_bytes", "kSideScratchFloats * static_cast<int64_t>(sizeof(float))");
   }
   field("gpu_decode_counter_words", "kDecodeCounterWords");

@@ -225,14 +225,17 @@ std::vector<std::string> ref_headers(const Op& op) {
 std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
   const CallSpec& call = op.record().call(phase);
   const bool gpu = phase != Phase::ref;
-  // A decode op beside the others (Op::beside): the side stream and a scratch of its own.
-  const bool side = op.beside && phase == Phase::decode;
+  // An op beside the others (Op::beside): the side stream; at decode a scratch of its own (one
+  // kernel), at prefill cuBLASLt's runner of its own too (CudaContext::beside).
+  const bool side = op.beside && gpu;
   std::vector<std::string> args;
   for (const ArgSpec* a : op.record().args_of(phase)) {
     args.push_back(side && a->source == ArgSource::ctx && a->name == "scratch" ? "ctx.side_scratch"
                                                                               : arg_expr(op, g, *a, gpu));
   }
-  if (side && call.how != CallHow::kernel) fail("internal: op ", op.record().name, " runs beside others as one kernel only");
+  if (side && phase == Phase::decode && call.how != CallHow::kernel) {
+    fail("internal: op ", op.record().name, " runs beside others as one kernel only");
+  }
   switch (call.how) {
     case CallHow::kernel:
       if (gpu) {
@@ -255,7 +258,7 @@ std::vector<std::string> op_call(const Op& op, const Graph& g, Phase phase) {
       return {call.function + "(" + join(args) + ");"};
     case CallHow::host:  // cuda::linear<shape>(ctx, args...): cuBLASLt, launched from the host side
       if (op.kind == OpKind::linear && op.rows == "N") return {prefill_logits_call(op, g)};
-      args.insert(args.begin(), "ctx");
+      args.insert(args.begin(), side ? "ctx.beside(side)" : "ctx");
       return {call.function + "<" + shape_constant(op) + ">(" + join(args) + ");"};
     case CallHow::parts: {
       std::vector<std::string> out;

@@ -54,8 +54,8 @@ struct Op {
   // A `warm` argument bound to the next layer's weight: the block's end (its layers are [.., end)),
   // past which there is none.
   std::string warm_layer_end;
-  // Decode: runs on the side stream (CudaContext::fork) beside the ops after it, up to the first op
-  // that reads what a side op wrote, which waits for it (CudaContext::join). Prefill runs it in order.
+  // Runs on the side stream (CudaContext::fork at decode, fork_prefill at prefill) beside the ops
+  // after it, up to the first op that reads what a side op wrote, which waits for it (CudaContext::join).
   bool beside = false;
 
   // Fusion (fuse.cpp). A fused op lists the ops it replaces in `parts`: the CPU reference runs
@@ -164,7 +164,7 @@ struct Graph {
   std::vector<const Op*> all_ops() const;
 };
 
-// Whether some decode op runs beside the others (Op::beside): the side stream and its scratch.
+// Whether some op runs beside the others (Op::beside): the side stream, its decode scratch and cuBLASLt runner.
 bool has_beside_ops(const Graph& g);
 
 Graph build_graph(const ModelSpec& spec);

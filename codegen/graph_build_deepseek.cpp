@@ -208,8 +208,9 @@ std::vector<Op> attention_ops(const ModelSpec& s, const Graph& g) {
   ops.push_back(make_linear(g, "self_attn.kv_a_proj_with_mqa", "kv_a_proj_with_mqa", "h", "kv_a", "kKvAWidth",
                             "kHiddenSize", LinearOut::store_bf16,
                             "(c_kv " + num(a.kv_lora_rank) + " | k_rope " + num(a.qk_rope_head_dim) + ")"));
-  // One GPU: the latent's projection runs beside the query's (a second stream at small batches:
-  // each alone leaves bandwidth unused at its start and end); the RoPE waits for both.
+  // One GPU: the latent's projection runs beside the query's (a second stream at small decode
+  // batches and at prefill: each alone leaves the GPU partly idle at its start and end); the RoPE
+  // waits for both.
   ops.back().beside = s.ranks == 1;
   if (a.q_lora_rank) {
     ops.push_back(make_linear(g, "self_attn.q_a_proj", "q_a_proj", "h", "q_a", "kQLoraRank", "kHiddenSize",
@@ -313,7 +314,8 @@ std::vector<Op> moe_ops(const ModelSpec& s, const Graph& g) {
   std::vector<Op> ops;
   ops.push_back(make_rmsnorm(g, "post_attention_layernorm", "x", "h", "kHiddenSize"));
   // One GPU: the shared experts run beside the routing and the routed experts (a second stream at
-  // small batches: each op alone leaves bandwidth unused at its start and end), their down
+  // small decode batches and at prefill: each op alone leaves the GPU partly idle at its start and
+  // end, and at prefill the routed experts stream from DRAM while these multiply), their down
   // projection into shared_out (fp32), which the routed experts' sum adds to x after its own: the
   // same two fp32 additions, in the same order, as when shared_down added into x after it.
   const bool shared = m.n_shared_experts > 0;

@@ -45,10 +45,12 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    cudaStream_t side = ctx.fork_prefill();   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
     cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -80,10 +82,12 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    cudaStream_t side = ctx.fork_prefill();   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 2048] · kv_a_proj_with_mqa[576, 2048]ᵀ   (c_kv 512 | k_rope 64)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q = h[T, 2048] · q_proj[3072, 2048]ᵀ   (per head: nope 128 | rope 64)
     cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :512]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 128:]; positions)   (interleaved pairs, 16 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 512:]; positions)   (one head shared by all)
@@ -98,12 +102,13 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (2048 features)
     rmsnorm_2048_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
+    side = ctx.fork_prefill();   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 2048] · shared_gate_up[5632, 2048]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
+    cuda::linear<kLinearSharedGateUp>(ctx.beside(side), h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (2816 features)
-    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, side);
     // shared_out = shared_act[T, 2816] · shared_down[2048, 2816]ᵀ   (fp32)   (added by the routed experts' sum)
-    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
+    cuda::linear<kLinearSharedDown>(ctx.beside(side), shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
     // router_logits = h[T, 2048] · router[64, 2048]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 6 of 64, weights × 1)
@@ -112,6 +117,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // moe_act = silu(gate) ⊙ up   (1408 features), for each of a token's 6 chosen experts
     // (one fused kernel)
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    ctx.join(side);   // mlp.experts (down_proj) reads what the side stream wrote
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x, T, stream);
   }

@@ -45,10 +45,12 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    cudaStream_t side = ctx.fork_prefill();   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
     // k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all)
@@ -79,10 +81,12 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (48 features)
     rmsnorm_48_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    cudaStream_t side = ctx.fork_prefill();   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 48] · kv_a_proj_with_mqa[30, 48]ᵀ   (c_kv 24 | k_rope 6)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q = h[T, 48] · q_proj[42, 48]ᵀ   (per head: nope 8 | rope 6)
     cuda::linear<kLinearQProj>(ctx, h, Fp8Rows{}, lw.q_proj, q, T);
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :24]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 8:]; positions)   (interleaved pairs, 3 heads, theta 10000)
     // k_rope = RoPE(kv_a[:, 24:]; positions)   (one head shared by all)
@@ -97,12 +101,13 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (48 features)
     rmsnorm_48_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
+    side = ctx.fork_prefill();   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 48] · shared_gate_up[80, 48]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
+    cuda::linear<kLinearSharedGateUp>(ctx.beside(side), h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (40 features)
-    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, side);
     // shared_out = shared_act[T, 40] · shared_down[48, 40]ᵀ   (fp32)   (added by the routed experts' sum)
-    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
+    cuda::linear<kLinearSharedDown>(ctx.beside(side), shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
     // router_logits = h[T, 48] · router[6, 48]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 2 of 6, weights renormalized)
@@ -111,6 +116,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // moe_act = silu(gate) ⊙ up   (20 features), for each of a token's 2 chosen experts
     // (one fused kernel)
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    ctx.join(side);   // mlp.experts (down_proj) reads what the side stream wrote
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x, T, stream);
   }

@@ -33,7 +33,7 @@ const ModelDef& model_def() {
       .ref_arena_bytes = RefArena::bytes,
       .gpu_arena_bytes = GpuArena::bytes,
       .gpu_scratch_bytes = kDecodeScratchFloats * static_cast<int64_t>(sizeof(float)),
-      .decode_side_stream = true,
+      .side_stream = true,
       .gpu_side_scratch_bytes = kSideScratchFloats * static_cast<int64_t>(sizeof(float)),
       .gpu_decode_counter_words = kDecodeCounterWords,
       .decode_weight_bytes = kDecodeWeightBytes,

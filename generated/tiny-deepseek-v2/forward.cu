@@ -46,14 +46,16 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    cudaStream_t side = ctx.fork_prefill();   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
@@ -84,14 +86,16 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // self-attention (MLA)
     // h = RMSNorm(x) · input_layernorm   (64 features)
     rmsnorm_64_prefill(x, lw.input_layernorm, h, Fp8Rows{}, T, stream);
+    cudaStream_t side = ctx.fork_prefill();   // the ops given `side` run beside the next ones, up to ctx.join
     // kv_a = h[T, 64] · kv_a_proj_with_mqa[40, 64]ᵀ   (c_kv 32 | k_rope 8)
-    cuda::linear<kLinearKvAProjWithMqa>(ctx, h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
+    cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);
     // q_a = h[T, 64] · q_a_proj[24, 64]ᵀ
     cuda::linear<kLinearQAProj>(ctx, h, Fp8Rows{}, lw.q_a_proj, q_a, T);
     // q_a = RMSNorm(q_a) · q_a_layernorm   (24 features)
     rmsnorm_q_latent(q_a, lw.q_a_layernorm, T, stream);
     // q = q_a[T, 24] · q_b_proj[96, 24]ᵀ   (per head: nope 16 | rope 8)
     cuda::linear<kLinearQBProj>(ctx, q_a, Fp8Rows{}, lw.q_b_proj, q, T);
+    ctx.join(side);   // self_attn (latent and rope prep) reads what the side stream wrote
     // c_kv = RMSNorm(kv_a[:, :32]) · kv_a_layernorm   (in place)
     // q_rope = RoPE(q[:, head, 16:]; positions)   (interleaved pairs, 4 heads, theta 10000, YaRN scaling)
     // k_rope = RoPE(kv_a[:, 32:]; positions)   (one head shared by all)
@@ -106,12 +110,13 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // DeepSeekMoE: routed experts + shared experts
     // h = RMSNorm(x) · post_attention_layernorm   (64 features)
     rmsnorm_64_prefill(x, lw.post_attention_layernorm, h, Fp8Rows{}, T, stream);
+    side = ctx.fork_prefill();   // again: the ops given `side` run beside the next ones, up to ctx.join
     // shared_gate_up = h[T, 64] · shared_gate_up[48, 64]ᵀ
-    cuda::linear<kLinearSharedGateUp>(ctx, h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
+    cuda::linear<kLinearSharedGateUp>(ctx.beside(side), h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);
     // shared_act = silu(gate) ⊙ up   (24 features)
-    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, stream);
+    silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, side);
     // shared_out = shared_act[T, 24] · shared_down[64, 24]ᵀ   (fp32)   (added by the routed experts' sum)
-    cuda::linear<kLinearSharedDown>(ctx, shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
+    cuda::linear<kLinearSharedDown>(ctx.beside(side), shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);
     // router_logits = h[T, 64] · router[8, 64]ᵀ   (fp32)
     cuda::linear<kLinearRouter>(ctx, h, Fp8Rows{}, lw.router, router_logits, T);
     // experts, weights = route(softmax(router_logits))   (top 3 within the best 2 of 4 groups, weights × 2.5)
@@ -120,6 +125,7 @@ void forward_prefill(const Weights<bf16>& w, const CudaStep& step, const CudaCon
     // moe_act = silu(gate) ⊙ up   (24 features), for each of a token's 3 chosen experts
     // (one fused kernel)
     moe_experts_gate_up_act_prefill(h, lw.experts_gate_up, topk_ids, moe_gate_up, moe_act, moe_scratch, T, stream);
+    ctx.join(side);   // mlp.experts (down_proj) reads what the side stream wrote
     // x += Σ_j weights[t, j] · experts_down[experts[t, j]] · moe_act[t, j], then x += shared_out   (residual add fused)
     moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x, T, stream);
   }

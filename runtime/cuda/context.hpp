@@ -46,6 +46,9 @@ struct CudaContext {
   float* scratch = nullptr;         // ModelInfo::gpu_scratch_bytes (decode attention partials)
   unsigned* decode_counters = nullptr;  // ModelInfo::gpu_decode_counter_words, zeroed once (prep_attention.cuh)
   cuda::GemmRunner* gemm = nullptr; // prefill projections
+  // The prefill projections beside the others (on side_stream): cuBLASLt with a workspace of its
+  // own, which two GEMMs at once must not share; null where the model has no side stream.
+  cuda::GemmRunner* side_gemm = nullptr;
   // bf16 rows of the largest projection kept quantized (the prefill GEMM's weight; null: none is)
   __nv_bfloat16* dequantized = nullptr;
   // The prefill's inputs quantized to FP8 for an FP8 projection (templates/fp8_rows.hpp: codes [tokens, k]
@@ -75,8 +78,9 @@ struct CudaContext {
   // With --profile: the per-op decode's events (the generated decode marks every op; op_timeline.hpp).
   cuda::OpTimeline* op_timeline = nullptr;
 
-  // The generated decode's ops beside the others (codegen Op::beside): their stream, the fork and
-  // join events, and their scratch (ModelInfo::gpu_side_scratch_bytes); null: the model has none.
+  // The generated forward's ops beside the others (codegen Op::beside): their stream, the fork and
+  // join events, and the decode's scratch for them (ModelInfo::gpu_side_scratch_bytes); null: the
+  // model has none. (The prefill's cuBLASLt runner for them is side_gemm, above.)
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
   float* side_scratch = nullptr;
@@ -94,11 +98,29 @@ struct CudaContext {
   // for what the stream has done, or the stream itself (large batches, --profile's serial timeline).
   cudaStream_t fork(int tokens) const {
     if (side_stream == nullptr || tokens > kSideMaxTokens || op_timeline != nullptr) return stream;
-    KILN_CUDA(cudaEventRecord(fork_event, stream));
-    KILN_CUDA(cudaStreamWaitEvent(side_stream, fork_event, 0));
-    return side_stream;
+    return fork_side();
   }
-  // The stream waits for what `side` (fork's answer) has done.
+  // The same for a prefill step: the side stream at every token count, where the build has one
+  // (and so a cuBLASLt runner for it). Each op alone fills the GPU, but not to its last wave, and
+  // the routed experts stream their weights from DRAM while the shared experts' GEMMs keep the
+  // tensor cores busy: DeepSeek-V2-Lite's 2,048-token prefill on an H100 24.21 -> 23.77 ms with its
+  // kv_a projection and shared experts beside the others, the same tokens (one round;
+  // bench/RESULTS.md 2026-12-08).
+  cudaStream_t fork_prefill() const {
+    if (side_stream == nullptr || side_gemm == nullptr) return stream;
+    return fork_side();
+  }
+  // The context the prefill's projections beside the others take (cuda::linear): `side` (fork_prefill's
+  // answer) and its cuBLASLt runner.
+  CudaContext beside(cudaStream_t side) const {
+    CudaContext c = *this;
+    if (side != stream) {
+      c.stream = side;
+      c.gemm = side_gemm;
+    }
+    return c;
+  }
+  // The stream waits for what `side` (fork's or fork_prefill's answer) has done.
   void join(cudaStream_t side) const {
     if (side == stream) return;
     KILN_CUDA(cudaEventRecord(join_event, side));
@@ -108,6 +130,13 @@ struct CudaContext {
   // After each op of the generated decode: what it read, for --profile (nothing without it).
   void mark(const char* op, OpReads reads, int64_t bytes) const {
     if (op_timeline != nullptr) op_timeline->mark(op, reads, bytes, stream);
+  }
+
+  // The side stream, made to wait for what the stream has done.
+  cudaStream_t fork_side() const {
+    KILN_CUDA(cudaEventRecord(fork_event, stream));
+    KILN_CUDA(cudaStreamWaitEvent(side_stream, fork_event, 0));
+    return side_stream;
   }
 
   template <typename T>

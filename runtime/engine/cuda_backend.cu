@@ -188,9 +188,10 @@ class CudaBackend final : public Backend {
     arena_.resize(m.gpu_arena_bytes);
     arena_.zero(stream_);
     scratch_.resize(m.gpu_scratch_bytes);
-    if (m.decode_side_stream) {  // the decode's ops beside the others (CudaContext::fork)
+    if (m.side_stream) {  // the ops beside the others (CudaContext::fork, fork_prefill)
       side_scratch_.resize(m.gpu_side_scratch_bytes);
       KILN_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+      side_gemm_ = std::make_unique<cuda::GemmRunner>();  // the prefill's projections beside the others
       KILN_CUDA(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
       KILN_CUDA(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
     }
@@ -259,6 +260,7 @@ class CudaBackend final : public Backend {
     ctx_.mla_expanded = mla_expanded_.bytes() > 0 ? mla_expanded_.get<__nv_bfloat16>() : nullptr;
     ctx_.decode_counters = decode_counters_.bytes() > 0 ? decode_counters_.get<unsigned>() : nullptr;
     ctx_.gemm = &gemm_;
+    ctx_.side_gemm = side_gemm_.get();
     ctx_.dequantized = dequantized_.bytes() > 0 ? dequantized_.get<__nv_bfloat16>() : nullptr;
     ctx_.fp8_inputs = fp8_inputs_.bytes() > 0 ? fp8_inputs_.get<uint8_t>() : nullptr;
     ctx_.fp8_input_scales = fp8_input_scales_.bytes() > 0 ? fp8_input_scales_.get<float>() : nullptr;
@@ -533,7 +535,7 @@ class CudaBackend final : public Backend {
   bool use_graphs_;
   int device_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t side_stream_ = nullptr;  // with fork_event_ and join_event_: CudaContext::fork
+  cudaStream_t side_stream_ = nullptr;  // with fork_event_ and join_event_: CudaContext::fork, fork_prefill
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   DeviceSink sink_;
   LoadedWeights weights_;
@@ -557,6 +559,7 @@ class CudaBackend final : public Backend {
   int64_t usage_bytes_ = 0;
   std::unique_ptr<CudaSampler> sampler_;
   cuda::GemmRunner gemm_;
+  std::unique_ptr<cuda::GemmRunner> side_gemm_;  // CudaContext::side_gemm (models with a side stream)
   int64_t page_bytes_ = 0;
   static constexpr int64_t kLayerAlign = int64_t{2} << 20;
   int64_t kv_layer_bytes_ = 0;  // one layer's pages and the padding page, rounded up to kLayerAlign

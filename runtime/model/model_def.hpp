@@ -153,8 +153,9 @@ struct ModelInfo {
   int64_t ref_arena_bytes;     // CPU reference activations (planned at codegen)
   int64_t gpu_arena_bytes;     // CUDA activations (planned at codegen)
   int64_t gpu_scratch_bytes;   // CUDA decode-attention partials
-  // Some decode ops run beside the others (CudaContext::fork), with a scratch of their own.
-  bool decode_side_stream = false;
+  // Some ops run beside the others (CudaContext::fork, fork_prefill): a second stream, the decode's
+  // scratch and the prefill's cuBLASLt runner of their own.
+  bool side_stream = false;
   int64_t gpu_side_scratch_bytes = 0;
   int64_t gpu_decode_counter_words;  // CUDA decode attention's merge counters (zeroed once)
   // Bytes-read accounting of a decode step (bf16): all weights but the embedding row and the

@@ -274,12 +274,12 @@ TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full
   }
 }
 
-// The ops beside the others at decode (Op::beside): a MoE layer forks the side stream for the
+// The ops beside the others (Op::beside), at decode and prefill alike: a MoE layer forks the side stream for the
 // latent's projection (kv_a_proj_with_mqa) beside the query's and joins it before the MLA prep, then
 // forks again for the shared experts (gate | up, SwiGLU, down into shared_out) beside the routing and
 // the routed experts' gate | up, and joins before the routed down projection, whose sum adds
 // shared_out; nothing the other ops touch in between shares their bytes.
-TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other ops at decode, in bytes of their own") {
+TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other ops, in bytes of their own") {
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
   const Graph g = build_graph(spec);
   const std::string forward = emit_forward_cu(spec, g);
@@ -300,10 +300,26 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
     CHECK(at != std::string::npos);
   }
   CHECK(forward.find("ctx.fork(", at) == std::string::npos);  // two forks a layer
-  const std::string prefill = forward.substr(0, decode);  // the prefill runs them in order, on its stream
+  // The prefill forks the same ops by fork_prefill, its projections on the side's cuBLASLt runner.
+  const std::string prefill = forward.substr(0, decode);
+  at = prefill.find("---- decoder_layer (DeepSeekMoE) ----");
+  for (const char* line :
+       {"cudaStream_t side = ctx.fork_prefill();",
+        "cuda::linear<kLinearKvAProjWithMqa>(ctx.beside(side), h, Fp8Rows{}, lw.kv_a_proj_with_mqa, kv_a, T);",
+        "cuda::linear<kLinearQProj>(ctx, h,", "ctx.join(side);", "mla_prep(", "side = ctx.fork_prefill();   // again",
+        "cuda::linear<kLinearSharedGateUp>(ctx.beside(side), h, Fp8Rows{}, lw.shared_gate_up, shared_gate_up, T);",
+        "silu_mul_shared_act_prefill(shared_gate_up, shared_act, Fp8Rows{}, T, side);",
+        "cuda::linear<kLinearSharedDown>(ctx.beside(side), shared_act, Fp8Rows{}, lw.shared_down, shared_out, T);",
+        "cuda::linear<kLinearRouter>(ctx, h,", "moe_experts_gate_up_act_prefill(", "ctx.join(side);",
+        "moe_experts_down_prefill(moe_act, lw.experts_down, topk_ids, topk_weights, moe_scratch, moe_pairs, shared_out, x,"}) {
+    INFO(line);
+    REQUIRE(at != std::string::npos);
+    at = prefill.find(line, at);
+    CHECK(at != std::string::npos);
+  }
   CHECK(prefill.find("ctx.fork(") == std::string::npos);
-  CHECK(prefill.find(", side);") == std::string::npos);
-  CHECK(emit_model_cpp(spec, g).find(".decode_side_stream = true,") != std::string::npos);
+  CHECK(prefill.find("ctx.fork_prefill(", at) == std::string::npos);
+  CHECK(emit_model_cpp(spec, g).find(".side_stream = true,") != std::string::npos);
 
   const ArenaPlan plan = plan_arena(g, spec.build.max_batched_tokens, 2);
   auto bytes = [&](const std::string& name) {
@@ -326,8 +342,9 @@ TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other
   const Graph rank = build_graph(spec);
   const std::string rank_forward = emit_forward_cu(spec, rank);
   CHECK(rank_forward.find("ctx.fork(") == std::string::npos);
+  CHECK(rank_forward.find("ctx.fork_prefill(") == std::string::npos);
   CHECK(rank_forward.find("shared_out") == std::string::npos);  // the shared share goes into x, then the all-reduce
-  CHECK(emit_model_cpp(spec, rank).find("decode_side_stream") == std::string::npos);
+  CHECK(emit_model_cpp(spec, rank).find(".side_stream") == std::string::npos);
 }
 
 // Graph::decode_gemm_past_pass: builds that decode more than one GEMV pass (max_batch > 64) ask
