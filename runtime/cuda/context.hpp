@@ -106,8 +106,11 @@ struct CudaContext {
   // tensor cores busy: DeepSeek-V2-Lite's 2,048-token prefill on an H100 24.21 -> 23.77 ms with its
   // kv_a projection and shared experts beside the others, the same tokens (one round;
   // bench/RESULTS.md 2026-12-08).
+  // Not where some projection is kept quantized: its prefill GEMM expands the weight into
+  // `dequantized`, or quantizes its inputs into `fp8_inputs`, one buffer for every projection, so
+  // two of them may not run at once.
   cudaStream_t fork_prefill() const {
-    if (side_stream == nullptr || side_gemm == nullptr) return stream;
+    if (side_stream == nullptr || side_gemm == nullptr || dequantized != nullptr || fp8_inputs != nullptr) return stream;
     return fork_side();
   }
   // The context the prefill's projections beside the others take (cuda::linear): `side` (fork_prefill's
