@@ -274,11 +274,11 @@ TEST_CASE("DeepSeek-V2's GPU prefill expands K and V from the latent once a full
   }
 }
 
-// The ops beside the others (Op::beside), at decode and prefill alike: a MoE layer forks the side stream for the
-// latent's projection (kv_a_proj_with_mqa) beside the query's and joins it before the MLA prep, then
-// forks again for the shared experts (gate | up, SwiGLU, down into shared_out) beside the routing and
-// the routed experts' gate | up, and joins before the routed down projection, whose sum adds
-// shared_out; nothing the other ops touch in between shares their bytes.
+// The ops beside the others (Op::beside), at decode and prefill alike: a MoE layer forks the side
+// stream for the latent's projection (kv_a_proj_with_mqa) beside the query's and joins it before the
+// MLA prep, then forks again for the shared experts (gate | up, SwiGLU, down into shared_out) beside
+// the routing and the routed experts' gate | up, and joins before the routed down projection, whose
+// sum adds shared_out; nothing the other ops touch in between shares their bytes.
 TEST_CASE("DeepSeek-V2's kv_a projection and shared experts run beside the other ops, in bytes of their own") {
   ModelSpec spec = load_config(kConfigs + "deepseek-v2-lite.yaml");
   const Graph g = build_graph(spec);
